@@ -1,0 +1,1 @@
+from medhelm.version import __version__  # noqa: F401

@@ -1,0 +1,3 @@
+from medhelm.cli import main
+
+raise SystemExit(main())

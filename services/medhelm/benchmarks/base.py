@@ -1,0 +1,58 @@
+"""The benchmark contract the pipeline relies on.
+
+A benchmark is data plus small hooks: a ``BenchmarkSpec`` (taxonomy, access, metrics, ...),
+a loader that yields ``Instance`` values, and a prompt builder. ``benchmarks.resolve()`` turns a
+run entry's name and arguments into a ``Benchmark``; nothing else in the pipeline knows about
+individual benchmarks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from medhelm.specs import BenchmarkSpec, FrozenMap, Instance, Prompt
+
+
+def approx_tokens(text: str) -> int:
+    """A tokenizer-free upper-bound-ish estimate (≈4 characters per token for English)."""
+    return (len(text) + 3) // 4
+
+
+@dataclass(frozen=True)
+class PromptBudget:
+    """How many prompt tokens fit (context window minus max output), and how to count them."""
+
+    max_prompt_tokens: int | None = None
+    count_tokens: Callable[[str], int] = approx_tokens
+
+
+@dataclass(frozen=True)
+class LoadContext:
+    """Where a loader may read data from. Loaders read ``data_dir`` (the air-gapped mirror) first."""
+
+    args: FrozenMap = field(default_factory=FrozenMap)  # run-entry benchmark args (data_path=, subset=, ...)
+    data_dir: Path | None = None  # --data-dir / MEDHELM_DATA_DIR: upstream file names, copied in once
+    cache_dir: Path = Path("benchmark_output/scenarios")  # downloads land here, once
+    offline: bool = False  # never reach the network (MEDHELM_OFFLINE=1); missing data -> DataUnavailable
+    base_dir: Path = Path(".")  # for relative paths given by the user (run entry / conf file folder)
+
+
+class Benchmark(Protocol):
+    """A benchmark resolved for one set of run-entry arguments."""
+
+    @property
+    def spec(self) -> BenchmarkSpec: ...
+
+    def instances(self) -> Iterable[Instance]:
+        """All instances, in a stable order (sampling happens in the pipeline, seeded).
+
+        Raises ``DataUnavailable`` / ``ConfigError`` with the files expected and where access is
+        requested; never returns silently fewer instances."""
+        ...
+
+    def prompt(self, instance: Instance, budget: PromptBudget) -> Prompt:
+        """The chat prompt for one instance; truncates context (never the question) to fit."""
+        ...

@@ -1,0 +1,54 @@
+"""The scoring contract: a metric scores one finished instance at a time.
+
+Metrics are async because some wait on the network (the jury); CPU-bound metrics run their work
+in a thread (``asyncio.to_thread``) so the event loop keeps requests in flight. A stat value of
+``None`` means *unscored* (e.g. every judge failed): it is counted as such, never as 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from medhelm.specs import Completion, Instance, JudgeScore, MetricSpec, Prompt, RunSpec, Usage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from medhelm.deployments import DeploymentRegistry
+    from medhelm.inference import ClientPool
+
+
+@dataclass(frozen=True)
+class ScoringItem:
+    run: RunSpec
+    instance: Instance
+    prompt: Prompt
+    completion: Completion
+
+
+@dataclass(frozen=True)
+class MetricResult:
+    stats: dict[str, float | None]
+    judgements: tuple[JudgeScore, ...] = ()
+    judge_usage: Usage = field(default_factory=Usage)
+
+
+class Metric(Protocol):
+    @property
+    def stat_names(self) -> tuple[str, ...]:
+        """Every stat this metric emits (the first is its main stat)."""
+        ...
+
+    async def score(self, item: ScoringItem) -> MetricResult: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ScoringContext:
+    """What metric factories may use: judges are deployments reached through the shared pool."""
+
+    deployments: DeploymentRegistry
+    clients: ClientPool
+    evaluated_deployment: str = ""  # the model under evaluation (self-preference guard)
+    base_dir: Path = Path(".")

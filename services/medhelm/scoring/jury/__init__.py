@@ -1,0 +1,3 @@
+"""The LLM jury (see docs/jury.md)."""
+
+FACTORIES: dict = {}

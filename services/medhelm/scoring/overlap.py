@@ -1,0 +1,3 @@
+"""(owned by a capability; see docs/architecture.md)"""
+
+FACTORIES: dict = {}

@@ -1,0 +1,594 @@
+"""Frozen, typed, JSON-serialisable values shared by every layer.
+
+Nothing here imports anything else of ours. Every value round-trips through
+``to_json()`` / ``from_json()`` so that run specs, records and gRPC messages
+carry the same content. Hashable specs (``RunSpec``, ``Deployment``,
+``GenerationRequest``) have a stable ``digest()`` computed from canonical JSON;
+that digest names runs and keys the request cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+JSON = Any  # a value json.dumps accepts
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def canonical_json(value: JSON) -> str:
+    """The one JSON spelling used for hashing: sorted keys, no whitespace, UTF-8 kept."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default)
+
+
+def digest(value: JSON, length: int = 16) -> str:
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()[:length]
+
+
+def _default(obj: Any) -> JSON:
+    if isinstance(obj, FrozenMap):
+        return obj.to_json()
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if dataclasses.is_dataclass(obj) and hasattr(obj, "to_json"):
+        return obj.to_json()
+    raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, FrozenMap):
+        return value
+    if isinstance(value, Mapping):
+        return FrozenMap(value)
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _thaw(value: Any) -> JSON:
+    if isinstance(value, FrozenMap):
+        return value.to_json()
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+class FrozenMap(Mapping[str, Any]):
+    """An immutable, hashable str-keyed mapping of JSON values (nested maps/lists frozen too)."""
+
+    __slots__ = ("_data", "_hash")
+
+    def __init__(self, data: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        merged = dict(data or {}, **kwargs)
+        self._data = {str(k): _freeze(v) for k, v in sorted(merged.items())}
+        self._hash: int | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(canonical_json(self.to_json()))
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FrozenMap):
+            return self._data == other._data
+        if isinstance(other, Mapping):
+            return self.to_json() == {k: _thaw(_freeze(v)) for k, v in other.items()}
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self.to_json()!r})"
+
+    def to_json(self) -> dict[str, JSON]:
+        return {k: _thaw(v) for k, v in self._data.items()}
+
+    def set(self, **kwargs: Any) -> FrozenMap:
+        return FrozenMap({**self._data, **kwargs})
+
+
+# --------------------------------------------------------------------------------------------
+# taxonomy-level enums
+
+
+class Access(str, enum.Enum):
+    PUBLIC = "public"
+    GATED = "gated"
+    PRIVATE = "private"
+
+
+class TaskType(str, enum.Enum):
+    MULTIPLE_CHOICE = "multiple_choice"  # lettered options, scored by mapping the answer to a choice
+    CLASSIFICATION = "classification"  # short label output (yes/no, 0/1, CORRECT/...) scored exactly
+    GENERATION = "generation"  # free text, scored by overlap metrics and/or the jury
+    CALCULATION = "calculation"  # numeric/date answers (MedCalc-Bench)
+    CODE = "code"  # text-to-SQL (EHRSQL)
+
+
+class DeploymentKind(str, enum.Enum):
+    OPENAI = "openai"  # any OpenAI-compatible server: vLLM, KServe HF runtime, llama.cpp server, Azure
+    LLAMACPP = "llamacpp"  # an in-process GGUF model
+    KSERVE_V2 = "kserve_v2"  # KServe Open Inference Protocol v2 (text in, text out)
+
+
+# --------------------------------------------------------------------------------------------
+# models and requests
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A named way to reach a model (HELM's model_deployments.yaml entry)."""
+
+    name: str  # e.g. "vllm/qwen2.5-7b-instruct", "local/smollm2-135m-instruct"
+    model_name: str  # e.g. "qwen/qwen2.5-7b-instruct"
+    kind: DeploymentKind
+    base_url: str | None = None  # openai: ".../v1" or KServe ".../openai/v1"; kserve_v2: predictor URL
+    served_model_name: str | None = None  # the "model" field sent to the server
+    api_key_env: str | None = None  # NAME of the env var holding the key (never the key itself)
+    max_sequence_length: int | None = None  # context window in tokens
+    gguf_path: str | None = None  # llamacpp: path, or "package:<module>/<file>" for packaged weights
+    max_concurrency: int | None = None  # per-deployment cap on requests in flight
+    timeout_s: float = 300.0
+    redacted: bool = False  # dashboard/export: never show this deployment's instance text
+    options: FrozenMap = field(default_factory=FrozenMap)  # kind-specific extras (n_threads, headers, ...)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", DeploymentKind(self.kind))
+        if not isinstance(self.options, FrozenMap):
+            object.__setattr__(self, "options", FrozenMap(self.options))
+
+    def identity(self) -> dict[str, JSON]:
+        """What makes two deployments answer identically; part of every cache key."""
+        return {
+            "name": self.name,
+            "model_name": self.model_name,
+            "kind": self.kind.value,
+            "base_url": self.base_url,
+            "served_model_name": self.served_model_name,
+            "gguf_path": self.gguf_path,
+        }
+
+    def to_json(self) -> dict[str, JSON]:
+        d = dataclasses.asdict(self)
+        d["kind"] = self.kind.value
+        d["options"] = self.options.to_json()
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, JSON]) -> Deployment:
+        return cls(**{**d, "options": FrozenMap(d.get("options") or {})})
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str  # "system" | "user" | "assistant"
+    content: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, str]) -> Message:
+        return cls(role=d["role"], content=d["content"])
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What a benchmark asks the model: chat messages, plus whether the context was cut to fit."""
+
+    messages: tuple[Message, ...]
+    truncated: bool = False
+
+    @classmethod
+    def user(cls, text: str, *, system: str | None = None, truncated: bool = False) -> Prompt:
+        msgs = ((Message("system", system),) if system else ()) + (Message("user", text),)
+        return cls(messages=msgs, truncated=truncated)
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(m.content for m in self.messages)
+
+    def to_json(self) -> dict[str, JSON]:
+        return {"messages": [m.to_json() for m in self.messages], "truncated": self.truncated}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, JSON]) -> Prompt:
+        return cls(tuple(Message.from_json(m) for m in d["messages"]), bool(d.get("truncated", False)))
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One call to a model. Everything that changes the answer is in here (it keys the cache)."""
+
+    messages: tuple[Message, ...]
+    max_tokens: int
+    temperature: float = 0.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = 0
+    # JSON schema (as canonical JSON text, to stay hashable) for structured output / guided decoding.
+    json_schema: str | None = None
+    top_logprobs: int | None = None
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "messages": [m.to_json() for m in self.messages],
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "stop": list(self.stop),
+            "seed": self.seed,
+            "json_schema": self.json_schema,
+            "top_logprobs": self.top_logprobs,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, JSON]) -> GenerationRequest:
+        return cls(
+            messages=tuple(Message.from_json(m) for m in d["messages"]),
+            max_tokens=int(d["max_tokens"]),
+            temperature=float(d.get("temperature", 0.0)),
+            stop=tuple(d.get("stop") or ()),
+            seed=d.get("seed"),
+            json_schema=d.get("json_schema"),
+            top_logprobs=d.get("top_logprobs"),
+        )
+
+    def cache_key(self, deployment: Deployment) -> str:
+        return digest({"deployment": deployment.identity(), "request": self.to_json()}, length=64)
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_s: float = 0.0  # wall time of the successful attempt (0 for a cache hit)
+    cached: bool = False
+    attempts: int = 1  # 1 + number of retries
+
+    def to_json(self) -> dict[str, JSON]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, JSON]) -> Usage:
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    finish_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+    def to_json(self) -> dict[str, JSON]:
+        return {"text": self.text, "finish_reason": self.finish_reason, "usage": self.usage.to_json()}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, JSON]) -> Completion:
+        return cls(d["text"], d.get("finish_reason"), Usage.from_json(d.get("usage") or {}))
+
+
+# --------------------------------------------------------------------------------------------
+# benchmarks and instances
+
+
+@dataclass(frozen=True)
+class Reference:
+    text: str
+    correct: bool = True
+
+    def to_json(self) -> dict[str, JSON]:
+        return {"text": self.text, "correct": self.correct}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, JSON]) -> Reference:
+        return cls(d["text"], bool(d.get("correct", True)))
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One item of a benchmark, before prompting."""
+
+    id: str
+    input: str  # the instance's own text (what a judge sees as {QUESTION})
+    references: tuple[Reference, ...] = ()
+    split: str = "test"
+    choices: tuple[str, ...] = ()  # multiple choice: option texts in display order (letters A, B, ...)
+    extra: FrozenMap = field(default_factory=FrozenMap)  # loader-specific fields (columns, limits, ...)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.extra, FrozenMap):
+            object.__setattr__(self, "extra", FrozenMap(self.extra))
+
+    @property
+    def correct_references(self) -> tuple[Reference, ...]:
+        return tuple(r for r in self.references if r.correct)
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "id": self.id,
+            "input": self.input,
+            "references": [r.to_json() for r in self.references],
+            "split": self.split,
+            "choices": list(self.choices),
+            "extra": self.extra.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, JSON]) -> Instance:
+        return cls(
+            id=str(d["id"]),
+            input=d["input"],
+            references=tuple(Reference.from_json(r) for r in d.get("references") or ()),
+            split=d.get("split", "test"),
+            choices=tuple(d.get("choices") or ()),
+            extra=FrozenMap(d.get("extra") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A metric by registry name with its arguments (e.g. jury_score's judge prompt and judges)."""
+
+    name: str
+    args: FrozenMap = field(default_factory=FrozenMap)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.args, FrozenMap):
+            object.__setattr__(self, "args", FrozenMap(self.args))
+
+    def to_json(self) -> dict[str, JSON]:
+        return {"name": self.name, "args": self.args.to_json()}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, JSON]) -> MetricSpec:
+        return cls(d["name"], FrozenMap(d.get("args") or {}))
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """Everything the leaderboard needs to know about a benchmark, without loading it."""
+
+    name: str  # run-entry name, e.g. "pubmed_qa" or a configurable benchmark's YAML `name`
+    display_name: str
+    description: str
+    category: str  # one of medhelm.taxonomy.CATEGORIES ("" for an unclassified custom benchmark)
+    subcategory: str  # one of that category's subcategories ("" if unclassified)
+    access: Access
+    task_type: TaskType
+    metrics: tuple[MetricSpec, ...]  # the first one's main stat is the leaderboard column
+    main_metric: str  # the stat name of the leaderboard column (e.g. "exact_match", "jury_score")
+    max_tokens: int
+    source: str = ""  # where the data comes from, pinned (URL@revision) or "user data_path"
+    main_split: str = "test"
+    lower_is_better: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "access", Access(self.access))
+        object.__setattr__(self, "task_type", TaskType(self.task_type))
+        object.__setattr__(self, "metrics", tuple(self.metrics))
+
+    def to_json(self) -> dict[str, JSON]:
+        d = dataclasses.asdict(self)
+        d["access"] = self.access.value
+        d["task_type"] = self.task_type.value
+        d["metrics"] = [m.to_json() for m in self.metrics]
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, JSON]) -> BenchmarkSpec:
+        return cls(**{**d, "metrics": tuple(MetricSpec.from_json(m) for m in d["metrics"])})
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One (benchmark, model) evaluation, fully resolved. Its digest names the run's identity."""
+
+    entry: str  # the run entry as written by the user (for display and HELM-style run names)
+    benchmark: BenchmarkSpec
+    benchmark_args: FrozenMap  # e.g. subset=..., data_path=..., config_path=... (resolved)
+    model: str
+    deployment: str
+    max_eval_instances: int | None = None
+    max_tokens: int = 1024
+    temperature: float = 0.0
+    seed: int = 0  # instance sampling and request seed
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.benchmark_args, FrozenMap):
+            object.__setattr__(self, "benchmark_args", FrozenMap(self.benchmark_args))
+
+    @property
+    def name(self) -> str:
+        """HELM-compatible run directory name: ``<benchmark>[,k=v...]:model=<m>,model_deployment=<d>``."""
+        args = "".join(f",{k}={_pathsafe(v)}" for k, v in self.benchmark_args.items() if k not in _HIDDEN_ARGS)
+        return f"{self.benchmark.name}{args}:model={_pathsafe(self.model)},model_deployment={_pathsafe(self.deployment)}"
+
+    def digest(self) -> str:
+        return digest(self.to_json())
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "entry": self.entry,
+            "benchmark": self.benchmark.to_json(),
+            "benchmark_args": self.benchmark_args.to_json(),
+            "model": self.model,
+            "deployment": self.deployment,
+            "max_eval_instances": self.max_eval_instances,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, JSON]) -> RunSpec:
+        return cls(
+            entry=d["entry"],
+            benchmark=BenchmarkSpec.from_json(d["benchmark"]),
+            benchmark_args=FrozenMap(d.get("benchmark_args") or {}),
+            model=d["model"],
+            deployment=d["deployment"],
+            max_eval_instances=d.get("max_eval_instances"),
+            max_tokens=int(d.get("max_tokens", 1024)),
+            temperature=float(d.get("temperature", 0.0)),
+            seed=int(d.get("seed", 0)),
+        )
+
+
+# args that locate files on this machine do not belong in a portable run name
+_HIDDEN_ARGS = frozenset({"data_path", "config_path", "jury_config_path"})
+
+
+def _pathsafe(value: Any) -> str:
+    return str(value).replace("/", "_")
+
+
+# --------------------------------------------------------------------------------------------
+# results
+
+
+class JudgeStatus(str, enum.Enum):
+    OK = "ok"
+    UNSCORED = "unscored"  # the judge's output could not be parsed/validated (after one retry)
+    ERROR = "error"  # the judge could not be reached
+
+
+@dataclass(frozen=True)
+class JudgeScore:
+    judge: str  # deployment name of the judge
+    criterion: str
+    score: float | None  # raw score on the rubric's scale (None when unscored)
+    min_score: float
+    max_score: float
+    explanation: str = ""
+    status: JudgeStatus = JudgeStatus.OK
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", JudgeStatus(self.status))
+
+    @property
+    def normalized(self) -> float | None:
+        """Score mapped to 0-1 on the rubric's scale."""
+        if self.score is None or self.max_score == self.min_score:
+            return None
+        return (self.score - self.min_score) / (self.max_score - self.min_score)
+
+    def to_json(self) -> dict[str, JSON]:
+        d = dataclasses.asdict(self)
+        d["status"] = self.status.value
+        d["normalized"] = self.normalized
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, JSON]) -> JudgeScore:
+        return cls(**{k: v for k, v in d.items() if k != "normalized"})
+
+
+@dataclass(frozen=True)
+class InstanceResult:
+    """The durable per-instance record: the source of truth every aggregate is derived from."""
+
+    run: str  # RunSpec.name
+    instance: Instance
+    prompt: Prompt
+    completion: Completion | None  # None when inference failed permanently for this instance
+    stats: FrozenMap  # stat name -> float | None (None = unscored, never a silent 0)
+    judgements: tuple[JudgeScore, ...] = ()
+    judge_usage: Usage = field(default_factory=Usage)  # summed over judge calls
+    error: str | None = None  # why this instance has no completion/score (never patient text)
+    position: int = 0  # the instance's index in the run's sampled order (for canonical ordering)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stats, FrozenMap):
+            object.__setattr__(self, "stats", FrozenMap(self.stats))
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "run": self.run,
+            "position": self.position,
+            "instance": self.instance.to_json(),
+            "prompt": self.prompt.to_json(),
+            "completion": self.completion.to_json() if self.completion else None,
+            "stats": self.stats.to_json(),
+            "judgements": [j.to_json() for j in self.judgements],
+            "judge_usage": self.judge_usage.to_json(),
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, JSON]) -> InstanceResult:
+        return cls(
+            run=d["run"],
+            position=int(d.get("position", 0)),
+            instance=Instance.from_json(d["instance"]),
+            prompt=Prompt.from_json(d["prompt"]),
+            completion=Completion.from_json(d["completion"]) if d.get("completion") else None,
+            stats=FrozenMap(d.get("stats") or {}),
+            judgements=tuple(JudgeScore.from_json(j) for j in d.get("judgements") or ()),
+            judge_usage=Usage.from_json(d.get("judge_usage") or {}),
+            error=d.get("error"),
+        )
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Aggregate of one stat over a run's instances (HELM's stats.json shape plus `unscored`)."""
+
+    name: str
+    split: str
+    count: int
+    sum: float
+    sum_squared: float
+    min: float | None
+    max: float | None
+    unscored: int = 0  # instances whose value was None
+
+    @property
+    def mean(self) -> float | None:
+        return self.sum / self.count if self.count else None
+
+    @property
+    def stddev(self) -> float | None:
+        if not self.count:
+            return None
+        var = max(self.sum_squared / self.count - (self.sum / self.count) ** 2, 0.0)
+        return var**0.5
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "name": {"name": self.name, "split": self.split},
+            "count": self.count,
+            "sum": self.sum,
+            "sum_squared": self.sum_squared,
+            "min": self.min,
+            "max": self.max,
+            "mean": self.mean,
+            "stddev": self.stddev,
+            "unscored": self.unscored,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, JSON]) -> Stat:
+        return cls(
+            name=d["name"]["name"],
+            split=d["name"].get("split", "test"),
+            count=int(d["count"]),
+            sum=float(d["sum"]),
+            sum_squared=float(d["sum_squared"]),
+            min=d.get("min"),
+            max=d.get("max"),
+            unscored=int(d.get("unscored", 0)),
+        )
