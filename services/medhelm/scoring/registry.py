@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from medhelm.errors import ConfigError
 from medhelm.scoring.base import Metric, ScoringContext
-from medhelm.specs import MetricSpec
+from medhelm.specs import FrozenMap, MetricSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from medhelm.deployments import DeploymentRegistry
 
 
 @dataclass(frozen=True)
@@ -22,6 +27,18 @@ class MetricFactory:
     validate: Callable[[MetricSpec], None] = lambda spec: None  # raise ConfigError on bad args
     family: str = ""  # names with the same family and args are built once
     description: str = ""
+    # plan time: fill in arguments that depend on the run (e.g. the jury's judges from
+    # jury_config_path= or the default jury); must be pure and deterministic.
+    resolve: Callable[[MetricSpec, ResolveContext], MetricSpec] = lambda spec, ctx: spec
+
+
+@dataclass(frozen=True)
+class ResolveContext:
+    benchmark_args: FrozenMap  # the run entry's benchmark args (jury_config_path=, ...)
+    base_dir: Path  # folder relative paths are resolved against
+    deployments: DeploymentRegistry
+    evaluated_deployment: str  # the candidate model's deployment (self-preference guard)
+    warn: Callable[[str], None] = lambda msg: None
 
 
 def factories() -> dict[str, MetricFactory]:
@@ -50,6 +67,10 @@ def validate(specs: Sequence[MetricSpec], *, where: str = "") -> None:
         raise ConfigError("no metrics specified", path=where or None, field="metrics")
     for spec in specs:
         lookup(spec, where=where).validate(spec)
+
+
+def resolve_all(specs: Sequence[MetricSpec], ctx: ResolveContext) -> tuple[MetricSpec, ...]:
+    return tuple(lookup(spec).resolve(spec, ctx) for spec in specs)
 
 
 def stat_names(spec: MetricSpec) -> tuple[str, ...]:

@@ -1,0 +1,29 @@
+"""Fixtures shared by every area's tests. Area-specific fixtures live in tests/<area>/conftest.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# Real public data slices live beside the project (never copied into it): ../shared/data
+SHARED_DATA = Path(os.environ.get("MEDHELM_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+# Tests never reach the network.
+os.environ.setdefault("MEDHELM_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.fail(f"real data slices not found at {SHARED_DATA} (set MEDHELM_SHARED_DATA)")
+    return SHARED_DATA
