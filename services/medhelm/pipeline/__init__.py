@@ -1,0 +1,9 @@
+"""The pipeline: plan a suite, execute its runs, record and aggregate. Every door calls these."""
+
+from medhelm.pipeline.execute import RunOutcome, Shard, run_one, run_suite
+from medhelm.pipeline.options import RunOptions
+from medhelm.pipeline.plan import RunPlan, plan_runs
+from medhelm.pipeline.records import RunDir, collect_shards
+
+__all__ = ["RunOptions", "RunPlan", "RunOutcome", "Shard", "plan_runs", "run_suite", "run_one", "RunDir",
+           "collect_shards"]

@@ -1,0 +1,199 @@
+"""Execute planned runs: prompts -> inference -> metrics -> durable records, with bounded concurrency.
+
+Each run keeps ``max_concurrency`` instances in flight (a fixed set of worker tasks pulling from a
+queue, so memory does not grow with the benchmark). Every finished instance is appended to the run's
+records at once; a run that is stopped at any point resumes without redoing finished instances.
+
+Failure semantics, per instance:
+* the server refuses the request for good (non-retryable, e.g. prompt too long) -> recorded with an
+  ``error`` and no scores (counted in run.json; retried on the next run);
+* a retryable failure that outlasts the retries -> not recorded (retried on the next run);
+* the server cannot be reached -> the run stops (its finished instances are kept) and the suite goes on
+  with its other runs; the CLI reports it and exits 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from medhelm.benchmarks.base import PromptBudget
+from medhelm.deployments import DeploymentRegistry
+from medhelm.errors import InferenceError, MedhelmError, ServerUnreachable
+from medhelm.pipeline.options import RunOptions
+from medhelm.pipeline.plan import RunPlan
+from medhelm.pipeline.progress import Progress
+from medhelm.pipeline.records import RunDir, compat_digest
+from medhelm.pipeline.sampling import select_instances
+from medhelm.scoring import registry as metric_registry
+from medhelm.scoring.base import Metric, ScoringContext, ScoringItem
+from medhelm.specs import GenerationRequest, Instance, InstanceResult, JudgeScore, Usage
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This worker evaluates the instances whose position % count == index."""
+
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        if self.count < 1 or not 0 <= self.index < self.count:
+            raise MedhelmError(f"bad shard {self.index} of {self.count}: need 0 <= index < count")
+
+    def owns(self, position: int) -> bool:
+        return position % self.count == self.index
+
+
+@dataclass
+class RunOutcome:
+    plan: RunPlan
+    status: dict = field(default_factory=dict)
+    skipped: bool = False
+    error: str | None = None  # why the run stopped early (user-facing, one line)
+    wall_time_s: float = 0.0
+    evaluated: int = 0  # instances evaluated in this invocation
+    transient_failures: int = 0  # instances left for the next run after exhausting retries
+
+
+async def run_suite(plans: Sequence[RunPlan], options: RunOptions, *, pool=None,
+                    deployments: DeploymentRegistry | None = None, shard: Shard | None = None,
+                    progress: Progress | bool | None = None) -> list[RunOutcome]:
+    from medhelm.inference import ClientPool, RequestCache, RetryPolicy
+
+    deployments = deployments or DeploymentRegistry.load(options.local_path)
+    own_pool = pool is None
+    if own_pool:
+        cache = RequestCache(options.cache_path) if options.use_cache else None
+        pool = ClientPool(cache=cache, retry=RetryPolicy())
+    if not isinstance(progress, Progress):
+        progress = Progress(enabled=options.progress if progress is None else bool(progress))
+    outcomes = []
+    try:
+        for i, plan in enumerate(plans):
+            progress.begin_run(i + 1, len(plans), plan.spec.name)
+            outcome = await run_one(plan, options, pool=pool, deployments=deployments, shard=shard,
+                                    progress=progress)
+            progress.end_run(outcome)
+            outcomes.append(outcome)
+    finally:
+        if own_pool:
+            await pool.aclose()
+    return outcomes
+
+
+async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: DeploymentRegistry,
+                  shard: Shard | None = None, progress: Progress | None = None) -> RunOutcome:
+    started = time.perf_counter()
+    spec = plan.spec
+    run_dir = RunDir(plan.run_dir)
+    if options.skip_completed and _is_complete(run_dir, plan):
+        return RunOutcome(plan, status=run_dir.status(), skipped=True)
+
+    instances = select_instances(list(plan.benchmark.instances()), spec.max_eval_instances, spec.seed,
+                                 source=spec.benchmark.name)
+    run_dir.prepare(spec, [inst.id for inst in instances])
+    finished = {iid for iid, rec in run_dir.latest_records().items() if rec.error is None}
+    todo = [(pos, inst) for pos, inst in enumerate(instances)
+            if inst.id not in finished and (shard is None or shard.owns(pos))]
+    mine = sum(1 for pos in range(len(instances)) if shard is None or shard.owns(pos))
+    progress = progress or Progress(enabled=False)
+    progress.set_total(mine, already_done=mine - len(todo))
+
+    metrics = metric_registry.build_all(spec.benchmark.metrics, ScoringContext(
+        deployments=deployments, clients=pool, evaluated_deployment=plan.deployment.name))
+    client = pool.get(plan.deployment)
+    budget = PromptBudget(max_prompt_tokens=(plan.deployment.max_sequence_length - spec.max_tokens)
+                          if plan.deployment.max_sequence_length else None)
+    writer = run_dir.writer((shard.index, shard.count) if shard else None)
+    outcome = RunOutcome(plan)
+    queue: asyncio.Queue[tuple[int, Instance]] = asyncio.Queue()
+    for item in todo:
+        queue.put_nowait(item)
+    stop = asyncio.Event()
+
+    async def worker() -> None:
+        while not stop.is_set():
+            try:
+                position, instance = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            try:
+                record = await _evaluate(plan, position, instance, client, metrics, budget)
+            except ServerUnreachable as err:
+                outcome.error = outcome.error or str(err)
+                stop.set()
+                return
+            except InferenceError as err:
+                if not err.retryable:
+                    raise
+                outcome.transient_failures += 1
+                progress.advance(failed=True)
+                continue
+            writer.write(record)
+            outcome.evaluated += 1
+            progress.advance(failed=record.error is not None)
+
+    try:
+        workers = [asyncio.create_task(worker()) for _ in range(max(1, min(options.max_concurrency, len(todo))))]
+        try:
+            await asyncio.gather(*workers)
+        except BaseException:
+            stop.set()
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            raise
+    finally:
+        writer.close()
+        for m in metrics:
+            await m.aclose()
+
+    outcome.wall_time_s = time.perf_counter() - started
+    if shard is None:
+        outcome.status = run_dir.finalize(extra_status={"wall_time_s": round(outcome.wall_time_s, 3)})
+    else:
+        outcome.status = {"status": "shard-done" if not outcome.error else "partial",
+                          "instances_total": mine, "instances_done": mine - len(todo) + outcome.evaluated}
+    if outcome.transient_failures and not outcome.error:
+        outcome.error = (f"{outcome.transient_failures} instance(s) still failing after retries "
+                         f"({plan.deployment.base_url or plan.deployment.name}); run again to resume")
+    return outcome
+
+
+async def _evaluate(plan: RunPlan, position: int, instance: Instance, client, metrics: Sequence[Metric],
+                    budget: PromptBudget) -> InstanceResult:
+    spec = plan.spec
+    prompt = plan.benchmark.prompt(instance, budget)
+    request = GenerationRequest(messages=prompt.messages, max_tokens=spec.max_tokens,
+                                temperature=spec.temperature, seed=spec.seed)
+    try:
+        completion = await client.generate(request)
+    except InferenceError as err:
+        if err.retryable:
+            raise
+        return InstanceResult(run=spec.name, instance=instance, prompt=prompt, completion=None,
+                              stats={}, error=str(err), position=position)
+    item = ScoringItem(run=spec, instance=instance, prompt=prompt, completion=completion)
+    results = await asyncio.gather(*(m.score(item) for m in metrics))
+    stats: dict[str, float | None] = {}
+    judgements: list[JudgeScore] = []
+    judge_prompt = judge_completion = 0
+    for r in results:
+        stats.update(r.stats)
+        judgements.extend(r.judgements)
+        judge_prompt += r.judge_usage.prompt_tokens or 0
+        judge_completion += r.judge_usage.completion_tokens or 0
+    judge_usage = Usage(prompt_tokens=judge_prompt, completion_tokens=judge_completion) if judgements else Usage()
+    return InstanceResult(run=spec.name, instance=instance, prompt=prompt, completion=completion, stats=stats,
+                          judgements=tuple(judgements), judge_usage=judge_usage, position=position)
+
+
+def _is_complete(run_dir: RunDir, plan: RunPlan) -> bool:
+    if not run_dir.exists():
+        return False
+    status = run_dir.status()
+    return status.get("status") == "complete" and status.get("compat_digest") == compat_digest(plan.spec) \
+        and run_dir.spec().max_eval_instances == plan.spec.max_eval_instances

@@ -1,0 +1,35 @@
+"""Options of a suite run, shared by every door (CLI, Job, gRPC)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    suite: str = "default"
+    output_path: Path = Path("benchmark_output")
+    local_path: Path = Path("prod_env")  # model_deployments.yaml and the request cache live here
+    max_eval_instances: int | None = None  # a run entry's own max_eval_instances= wins (as in HELM)
+    max_concurrency: int = 8  # requests in flight per run
+    dry_run: bool = False
+    skip_completed: bool = False
+    data_dir: Path | None = None  # air-gapped mirror of benchmark files
+    offline: bool = False  # never download; missing data is an error
+    use_cache: bool = True
+    seed: int = 0
+    num_output_tokens: int | None = None  # overrides every benchmark's max_tokens
+    progress: bool = True
+
+    @property
+    def suite_dir(self) -> Path:
+        return Path(self.output_path) / "runs" / self.suite
+
+    @property
+    def cache_path(self) -> Path:
+        return Path(self.local_path) / "cache" / "requests.sqlite"
+
+    @property
+    def scenarios_dir(self) -> Path:
+        return Path(self.output_path) / "scenarios"

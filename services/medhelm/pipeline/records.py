@@ -1,0 +1,294 @@
+"""The run directory: durable per-instance records and everything derived from them.
+
+Layout of ``<output>/runs/<suite>/<run name>/`` (see docs/output-format.md):
+
+* ``run_spec.json``  the RunSpec (written once, atomically, before the first record)
+* ``selection.json`` the sampled instance ids in order (positions) — fixed for the run, shared by shards
+* ``instances.jsonl`` one InstanceResult per line. While a run is going, lines are appended as instances
+  finish (flushed at once, fsync'd at least every second); once finished it is rewritten in position order.
+* ``shards/shard-<i>-of-<n>.jsonl`` the same, one file per shard of a sharded run (merged by ``collect``)
+* ``stats.json``     aggregates per stat and split (derived; rebuildable)
+* ``run.json``       status and accounting (derived; rebuildable)
+
+Records are the source of truth; a torn last line (a kill during a write) is ignored on reading.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from medhelm.errors import ConfigError
+from medhelm.specs import InstanceResult, RunSpec, Stat, digest
+
+RECORDS = "instances.jsonl"
+SUPERSEDED = "superseded.jsonl"
+EFFICIENCY_STATS = ("num_prompt_tokens", "num_completion_tokens", "inference_runtime", "prompt_truncated",
+                    "judge_prompt_tokens", "judge_completion_tokens")
+
+
+def compat_digest(spec: RunSpec) -> str:
+    """Identity of a run's records: everything but the instance count (a larger sample reuses them)."""
+    d = spec.to_json()
+    d.pop("max_eval_instances")
+    d.pop("entry")
+    return digest(d)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _dump(obj: object) -> str:
+    return json.dumps(obj, ensure_ascii=False, indent=1) + "\n"
+
+
+class RunDir:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    # --- reading -------------------------------------------------------------------------------
+    def exists(self) -> bool:
+        return (self.path / "run_spec.json").is_file()
+
+    def spec(self) -> RunSpec:
+        return RunSpec.from_json(self._load("run_spec.json"))
+
+    def selection(self) -> list[str]:
+        return list(self._load("selection.json")["instance_ids"])
+
+    def status(self) -> dict:
+        p = self.path / "run.json"
+        return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {"status": "partial"}
+
+    def stats(self) -> list[Stat]:
+        return [Stat.from_json(s) for s in self._load("stats.json")]
+
+    def record_files(self) -> list[Path]:
+        files = [self.path / RECORDS] if (self.path / RECORDS).is_file() else []
+        shards = self.path / "shards"
+        if shards.is_dir():
+            files += sorted(shards.glob("shard-*.jsonl"))
+        return files
+
+    def iter_records(self) -> Iterator[InstanceResult]:
+        """Every record line of the run (all files; a torn last line is skipped). Streams."""
+        for f in self.record_files():
+            yield from read_records(f)
+
+    def latest_records(self) -> dict[str, InstanceResult]:
+        """One record per instance id: the last written, preferring a success over an error."""
+        out: dict[str, InstanceResult] = {}
+        for rec in self.iter_records():
+            prev = out.get(rec.instance.id)
+            if prev is None or rec.error is None or prev.error is not None:
+                out[rec.instance.id] = rec
+        return out
+
+    def _load(self, name: str) -> object:
+        p = self.path / name
+        try:
+            return json.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError("missing (not a finished run directory?)", path=p) from None
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"corrupt JSON ({e.msg})", path=p, line=e.lineno) from None
+
+    # --- starting / resuming -----------------------------------------------------------------
+    def prepare(self, spec: RunSpec, instance_ids: list[str]) -> None:
+        """Create or re-open the run directory for ``spec``.
+
+        Records from a run with different settings are moved to ``superseded.jsonl`` (never deleted)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        if self.exists():
+            old = self.spec()
+            if compat_digest(old) != compat_digest(spec):
+                self._supersede(keep=set())
+            (self.path / "run.json").unlink(missing_ok=True)  # no longer complete until finalized
+        write_atomic(self.path / "run_spec.json", _dump(spec.to_json()))
+        selection = self.path / "selection.json"
+        if not selection.is_file() or json.loads(selection.read_text(encoding="utf-8")).get("instance_ids") \
+                != instance_ids:
+            write_atomic(selection, _dump({"instance_ids": instance_ids}))
+
+    def _supersede(self, keep: set[str]) -> None:
+        moved = [r for r in self.iter_records() if r.instance.id not in keep]
+        if not moved:
+            return
+        with open(self.path / SUPERSEDED, "a", encoding="utf-8") as f:
+            for r in moved:
+                f.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        kept = [r for r in self.iter_records() if r.instance.id in keep]
+        write_atomic(self.path / RECORDS, "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in kept))
+        for shard in (self.path / "shards").glob("shard-*.jsonl") if (self.path / "shards").is_dir() else ():
+            shard.unlink()
+
+    def writer(self, shard: tuple[int, int] | None = None) -> RecordWriter:
+        if shard is None:
+            return RecordWriter(self.path / RECORDS)
+        index, count = shard
+        (self.path / "shards").mkdir(exist_ok=True)
+        return RecordWriter(self.path / "shards" / f"shard-{index:05d}-of-{count:05d}.jsonl")
+
+    # --- finishing ----------------------------------------------------------------------------
+    def finalize(self, *, extra_status: dict | None = None) -> dict:
+        """Merge all record files in position order, derive stats.json and run.json. Idempotent."""
+        spec = self.spec()
+        selection = self.selection()
+        wanted = set(selection)
+        latest = self.latest_records()
+        outside = set(latest) - wanted
+        if outside:  # a smaller sample than before: keep those records aside, never delete them
+            self._supersede(keep=wanted)
+            latest = {k: v for k, v in latest.items() if k in wanted}
+        ordered = sorted(latest.values(), key=lambda r: r.position)
+        write_atomic(self.path / RECORDS, "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n"
+                                                  for r in ordered))
+        shards = self.path / "shards"
+        if shards.is_dir():
+            for f in shards.glob("shard-*.jsonl"):
+                f.unlink()
+            shards.rmdir()
+        stats = aggregate(ordered)
+        write_atomic(self.path / "stats.json", _dump([s.to_json() for s in stats]))
+        status = run_status(spec, ordered, len(selection))
+        status.update(extra_status or {})
+        write_atomic(self.path / "run.json", _dump(status))
+        return status
+
+
+def read_records(path: Path) -> Iterator[InstanceResult]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.endswith("\n"):
+                return  # torn final line from an interrupted write: not a finished record
+            line = line.strip()
+            if line:
+                try:
+                    yield InstanceResult.from_json(json.loads(line))
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    raise ConfigError("corrupt record line", path=path) from None
+
+
+@dataclass
+class RecordWriter:
+    """Appends one line per finished instance; flushed at once, fsync'd at least every ``sync_every_s``."""
+
+    path: Path
+    sync_every_s: float = 1.0
+    _file: object = field(init=False, repr=False)
+    _last_sync: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        self._repair_torn_tail()
+        self._file = open(self.path, "a", encoding="utf-8")
+        self._last_sync = time.monotonic()
+
+    def _repair_torn_tail(self) -> None:
+        # A kill mid-write can leave a partial last line; cut it so the next append starts clean.
+        if not self.path.is_file():
+            return
+        with open(self.path, "rb+") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            if size == 0:
+                return
+            f.seek(max(0, size - 1))
+            if f.read(1) == b"\n":
+                return
+            f.seek(0)
+            data = f.read()
+            f.truncate(data.rfind(b"\n") + 1)
+
+    def write(self, record: InstanceResult) -> None:
+        f = self._file
+        f.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")  # type: ignore[attr-defined]
+        f.flush()  # type: ignore[attr-defined]  # in the OS from here on: survives kill -9
+        now = time.monotonic()
+        if now - self._last_sync >= self.sync_every_s:
+            os.fsync(f.fileno())  # type: ignore[attr-defined]  # on disk: survives a node crash
+            self._last_sync = now
+
+    def close(self) -> None:
+        f = self._file
+        if not f.closed:  # type: ignore[attr-defined]
+            f.flush()  # type: ignore[attr-defined]
+            os.fsync(f.fileno())  # type: ignore[attr-defined]
+            f.close()  # type: ignore[attr-defined]
+
+
+def collect_shards(run_dir: Path) -> dict:
+    """Merge a sharded run's shard files into the finished run (``medhelm collect``)."""
+    return RunDir(run_dir).finalize()
+
+
+# ------------------------------------------------------------------------------------------------
+# aggregation
+
+
+def instance_stats(record: InstanceResult) -> dict[str, float | None]:
+    """Metric stats plus efficiency stats of one record."""
+    out: dict[str, float | None] = dict(record.stats)
+    if record.completion is not None:
+        u = record.completion.usage
+        out["num_prompt_tokens"] = u.prompt_tokens
+        out["num_completion_tokens"] = u.completion_tokens
+        out["inference_runtime"] = u.latency_s if not u.cached else None
+    out["prompt_truncated"] = 1.0 if record.prompt.truncated else 0.0
+    if record.judgements:
+        out["judge_prompt_tokens"] = record.judge_usage.prompt_tokens
+        out["judge_completion_tokens"] = record.judge_usage.completion_tokens
+    return out
+
+
+def aggregate(records: Iterable[InstanceResult]) -> list[Stat]:
+    acc: dict[tuple[str, str], list[float]] = {}  # [count, sum, sum_sq, min, max, unscored]
+    for rec in records:
+        if rec.error is not None and rec.completion is None:
+            continue  # counted in run.json errors; has no scores
+        for name, value in instance_stats(rec).items():
+            a = acc.setdefault((name, rec.instance.split), [0, 0.0, 0.0, float("inf"), float("-inf"), 0])
+            if value is None:
+                a[5] += 1
+                continue
+            v = float(value)
+            a[0] += 1
+            a[1] += v
+            a[2] += v * v
+            a[3] = min(a[3], v)
+            a[4] = max(a[4], v)
+    return [Stat(name=n, split=s, count=int(a[0]), sum=a[1], sum_squared=a[2],
+                 min=a[3] if a[0] else None, max=a[4] if a[0] else None, unscored=int(a[5]))
+            for (n, s), a in sorted(acc.items())]
+
+
+def run_status(spec: RunSpec, records: list[InstanceResult], total: int) -> dict:
+    errors = sum(1 for r in records if r.error is not None)
+    done = len(records)
+    completions = [r.completion for r in records if r.completion is not None]
+    return {
+        "status": "complete" if done >= total else "partial",
+        "run": spec.name,
+        "digest": spec.digest(),
+        "compat_digest": compat_digest(spec),
+        "benchmark": spec.benchmark.name,
+        "model": spec.model,
+        "deployment": spec.deployment,
+        "instances_total": total,
+        "instances_done": done,
+        "errors": errors,
+        "requests": sum(1 for c in completions if not c.usage.cached),
+        "cache_hits": sum(1 for c in completions if c.usage.cached),
+        "retries": sum(max(c.usage.attempts - 1, 0) for c in completions),
+    }
