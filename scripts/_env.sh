@@ -13,7 +13,17 @@ ensure_venv() {
 }
 
 # pip, quietly; llama-cpp-python builds from source once (~8 min on 2 cores), then pip's wheel cache serves it.
-pip_install() { "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@" 2>&1 | grep -v '^WARNING: Location' || true; test "${PIPESTATUS[0]}" -eq 0; }
+# Quiet on success; the whole log on failure.
+pip_install() {
+  local log
+  log=$(mktemp)
+  if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@" >"$log" 2>&1; then
+    grep -v '^WARNING: Location' "$log" >&2
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
+}
 
 # Debian packages and the npm package some tests drive: PostgreSQL (store parity), Chromium + Playwright
 # (the browser test of the dashboard). Installed when missing and we are root; otherwise those tests skip
