@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from medhelm.benchmarks.base import PromptBudget
@@ -28,8 +28,11 @@ from medhelm.pipeline.progress import Progress
 from medhelm.pipeline.records import RunDir, compat_digest
 from medhelm.pipeline.sampling import select_instances
 from medhelm.scoring import registry as metric_registry
-from medhelm.scoring.base import Metric, ScoringContext, ScoringItem
-from medhelm.specs import GenerationRequest, Instance, InstanceResult, JudgeScore, Usage
+from medhelm.scoring.base import Metric, MetricResult, ScoringContext, ScoringItem
+from medhelm.specs import GenerationRequest, Instance, InstanceResult, JudgeScore, MetricSpec, Usage
+
+# How a run gets its metrics: the registry here; `medhelm job` passes one that reaches the gRPC services.
+MetricsBuilder = Callable[[Sequence[MetricSpec], ScoringContext], list[Metric]]
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,8 @@ class RunOutcome:
 
 async def run_suite(plans: Sequence[RunPlan], options: RunOptions, *, pool=None,
                     deployments: DeploymentRegistry | None = None, shard: Shard | None = None,
-                    progress: Progress | bool | None = None) -> list[RunOutcome]:
+                    progress: Progress | bool | None = None,
+                    build_metrics: MetricsBuilder | None = None) -> list[RunOutcome]:
     from medhelm.inference import ClientPool, RequestCache, RetryPolicy
 
     deployments = deployments or DeploymentRegistry.load(options.local_path)
@@ -75,7 +79,7 @@ async def run_suite(plans: Sequence[RunPlan], options: RunOptions, *, pool=None,
         for i, plan in enumerate(plans):
             progress.begin_run(i + 1, len(plans), plan.spec.name)
             outcome = await run_one(plan, options, pool=pool, deployments=deployments, shard=shard,
-                                    progress=progress)
+                                    progress=progress, build_metrics=build_metrics)
             progress.end_run(outcome)
             outcomes.append(outcome)
     finally:
@@ -85,7 +89,8 @@ async def run_suite(plans: Sequence[RunPlan], options: RunOptions, *, pool=None,
 
 
 async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: DeploymentRegistry,
-                  shard: Shard | None = None, progress: Progress | None = None) -> RunOutcome:
+                  shard: Shard | None = None, progress: Progress | None = None,
+                  build_metrics: MetricsBuilder | None = None) -> RunOutcome:
     started = time.perf_counter()
     spec = plan.spec
     run_dir = RunDir(plan.run_dir)
@@ -102,7 +107,7 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
     progress = progress or Progress(enabled=False)
     progress.set_total(mine, already_done=mine - len(todo))
 
-    metrics = metric_registry.build_all(spec.benchmark.metrics, ScoringContext(
+    metrics = (build_metrics or metric_registry.build_all)(spec.benchmark.metrics, ScoringContext(
         deployments=deployments, clients=pool, evaluated_deployment=plan.deployment.name))
     client = pool.get(plan.deployment)
     budget = PromptBudget(max_prompt_tokens=(plan.deployment.max_sequence_length - spec.max_tokens)
@@ -177,7 +182,14 @@ async def _evaluate(plan: RunPlan, position: int, instance: Instance, client, me
         return InstanceResult(run=spec.name, instance=instance, prompt=prompt, completion=None,
                               stats={}, error=str(err), position=position)
     item = ScoringItem(run=spec, instance=instance, prompt=prompt, completion=completion)
-    results = await asyncio.gather(*(m.score(item) for m in metrics))
+    merged = merge_results(await asyncio.gather(*(m.score(item) for m in metrics)))
+    return InstanceResult(run=spec.name, instance=instance, prompt=prompt, completion=completion,
+                          stats=merged.stats, judgements=merged.judgements, judge_usage=merged.judge_usage,
+                          position=position)
+
+
+def merge_results(results: Sequence[MetricResult]) -> MetricResult:
+    """The metrics' results for one instance as one (stats united, judgements and judge tokens summed)."""
     stats: dict[str, float | None] = {}
     judgements: list[JudgeScore] = []
     judge_prompt = judge_completion = 0
@@ -187,8 +199,7 @@ async def _evaluate(plan: RunPlan, position: int, instance: Instance, client, me
         judge_prompt += r.judge_usage.prompt_tokens or 0
         judge_completion += r.judge_usage.completion_tokens or 0
     judge_usage = Usage(prompt_tokens=judge_prompt, completion_tokens=judge_completion) if judgements else Usage()
-    return InstanceResult(run=spec.name, instance=instance, prompt=prompt, completion=completion, stats=stats,
-                          judgements=tuple(judgements), judge_usage=judge_usage, position=position)
+    return MetricResult(stats=stats, judgements=tuple(judgements), judge_usage=judge_usage)
 
 
 def _is_complete(run_dir: RunDir, plan: RunPlan) -> bool:
