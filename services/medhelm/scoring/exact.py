@@ -1,3 +1,84 @@
-"""(owned by a capability; see docs/architecture.md)"""
+"""The exact-match family (HELM's ``BasicGenerationMetric``): four stats computed together.
 
-FACTORIES: dict = {}
+* ``exact_match`` — output equals a correct reference after stripping surrounding whitespace;
+* ``quasi_exact_match`` — equal after HELM's normalisation (lowercase, no punctuation, no articles,
+  whitespace collapsed), so ``"Yes."`` matches ``"yes"``;
+* ``prefix_exact_match`` / ``quasi_prefix_exact_match`` — the output *starts with* the reference
+  (models that keep talking after the answer).
+
+Each value is the max over the instance's correct references. An empty output scores 0 (the model
+answered nothing); an instance without a correct reference is unscored (``None``), never 0.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Callable
+
+from medhelm.scoring.base import MetricResult, ScoringItem
+from medhelm.scoring.family import family_factories
+
+STATS = ("exact_match", "quasi_exact_match", "prefix_exact_match", "quasi_prefix_exact_match")
+
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize(text: str) -> str:
+    """HELM's ``normalize_text``: lowercase, drop punctuation, drop articles, collapse whitespace."""
+    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_PUNCTUATION)).split())
+
+
+def _exact(gold: str, pred: str) -> bool:
+    return gold.strip() == pred.strip()
+
+
+def _quasi(gold: str, pred: str) -> bool:
+    return normalize(gold) == normalize(pred)
+
+
+def _prefix(gold: str, pred: str) -> bool:
+    return pred.strip().startswith(gold.strip())
+
+
+def _quasi_prefix(gold: str, pred: str) -> bool:
+    return normalize(pred).startswith(normalize(gold))
+
+
+_MATCHERS: dict[str, Callable[[str, str], bool]] = dict(
+    zip(STATS, (_exact, _quasi, _prefix, _quasi_prefix), strict=True))
+
+
+def score_text(prediction: str, golds: tuple[str, ...] | list[str]) -> dict[str, float | None]:
+    """The four stats for one output against its correct references (max over references)."""
+    if not golds:
+        return dict.fromkeys(STATS)
+    if not prediction.strip():
+        return dict.fromkeys(STATS, 0.0)
+    return {name: float(any(match(gold, prediction) for gold in golds)) for name, match in _MATCHERS.items()}
+
+
+class ExactMatch:
+    """Pure string comparison: cheap enough to run on the event loop."""
+
+    stat_names = STATS
+
+    async def score(self, item: ScoringItem) -> MetricResult:
+        golds = [r.text for r in item.instance.correct_references]
+        return MetricResult(stats=score_text(item.completion.text, golds))
+
+    async def aclose(self) -> None:
+        return None
+
+
+_DESCRIPTIONS = {
+    "exact_match": "output equals a correct reference (whitespace-stripped)",
+    "quasi_exact_match": "output equals a correct reference after lowercasing and removing punctuation and articles",
+    "prefix_exact_match": "output starts with a correct reference",
+    "quasi_prefix_exact_match": "normalised output starts with a normalised correct reference",
+}
+
+FACTORIES = family_factories(
+    STATS, family="exact_match", build=lambda spec, ctx: ExactMatch(),
+    describe=lambda name: f"{_DESCRIPTIONS[name]}; max over correct references; emits the whole EM family")
