@@ -1,0 +1,276 @@
+"""A small OpenAI-compatible server for tests and benchmarks (stdlib asyncio, HTTP/1.1 keep-alive).
+
+    with MockOpenAIServer(latency_s=0.05, rate_limit_rate=0.2, seed=1) as srv:
+        ...  # point a deployment's base_url at srv.base_url; srv.request_count, srv.requests
+
+Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``, ``GET /health``. Faults are injected per
+request: latency, HTTP 500, HTTP 429 with ``Retry-After``, malformed (truncated) bodies. Which request
+fails is decided by a hash of (seed, request body, how often that body was seen), so a run is
+reproducible whatever order concurrent requests arrive in, and a retried request eventually passes.
+It is a fixture for fault injection and throughput, not a model.
+
+CLI: ``python -m medhelm.devtools.mock_openai --port 8000 [--latency-ms 50] [--error-rate 0.1]
+[--rate-limit-rate 0.1] [--malformed-rate 0.05] [--responder module:function]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import importlib
+import json
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+Responder = Callable[[dict[str, Any]], str]
+
+
+class MockHTTPError(Exception):
+    """Raise from a responder to answer with an HTTP error (e.g. a 400 with a message, a 429)."""
+
+    def __init__(self, status: int, message: str = "mock error", *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.retry_after = status, message, retry_after
+
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests",
+            500: "Internal Server Error", 503: "Service Unavailable"}
+_OPTION = re.compile(r"^\s*\(?([A-J])[.):]\s", re.MULTILINE)
+
+
+def default_responder(body: dict[str, Any]) -> str:
+    """Deterministic answers that make exact-match scores stable and non-trivial.
+
+    Lettered options in the prompt -> one of those letters; a yes/no question -> "Yes" or "No";
+    anything else -> the first words of the last user message (so overlap metrics are non-zero)."""
+    messages = body.get("messages") or []
+    text = next((str(m.get("content", "")) for m in reversed(messages) if m.get("role") == "user"), "")
+    pick = int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16)
+    letters = sorted(set(_OPTION.findall(text)))
+    if len(letters) >= 2:
+        return letters[pick % len(letters)]
+    words = set(re.findall(r"[a-z]+", text.lower()))
+    if {"yes", "no"} <= words:
+        return ("Yes", "No")[pick % 2]
+    return " ".join(text.split()[:12])
+
+
+class MockOpenAIServer:
+    def __init__(self, responder: Responder | None = None, latency_s: float = 0.0, error_rate: float = 0.0,
+                 rate_limit_rate: float = 0.0, malformed_rate: float = 0.0, seed: int = 0, *,
+                 retry_after_s: float = 0.05, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.responder = responder or default_responder
+        self.latency_s, self.seed, self.retry_after_s = latency_s, seed, retry_after_s
+        # cumulative thresholds on one uniform draw: [error | rate limit | malformed | ok]
+        self._faults = (error_rate, error_rate + rate_limit_rate, error_rate + rate_limit_rate + malformed_rate)
+        self.host, self.port = host, port
+        self.requests: list[dict[str, Any]] = []  # chat completion bodies, in arrival order
+        self.request_meta: list[dict[str, Any]] = []  # {"target": path?query, "headers": {...}} per body
+        self.connection_count = 0  # TCP connections accepted (keep-alive reuses them)
+        self.max_in_flight = 0  # most chat requests being served at once
+        self._in_flight = 0
+        self._seen: Counter[str] = Counter()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._startup_error: BaseException | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def request_count(self) -> int:
+        return len(self.requests)
+
+    def reset(self) -> None:
+        self.requests.clear()
+        self.request_meta.clear()
+        self._seen.clear()
+        self.connection_count = self.max_in_flight = 0
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> MockOpenAIServer:
+        self._thread = threading.Thread(target=asyncio.run, args=(self.serve(),), name="mock-openai", daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+        if self._startup_error is not None:
+            raise self._startup_error
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stopped is not None:
+            self._loop.call_soon_threadsafe(self._stopped.set)
+        if self._thread is not None:
+            self._thread.join(10)
+        self._thread = self._loop = None
+
+    def __enter__(self) -> MockOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def serve(self) -> None:
+        """Serve until ``stop()`` (runs on the calling loop; ``start()`` gives it its own thread)."""
+        self._loop, self._stopped = asyncio.get_running_loop(), asyncio.Event()
+        connections: set[asyncio.Task[None]] = set()
+
+        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            connections.add(task)
+            self.connection_count += 1
+            try:
+                await self._connection(reader, writer)
+            except asyncio.CancelledError:
+                pass  # our own shutdown; a cancelled handler would make asyncio log a traceback
+            finally:
+                connections.discard(task)
+
+        try:
+            server = await asyncio.start_server(on_connect, self.host, self.port, backlog=1024)
+        except OSError as err:
+            self._startup_error = err
+            self._ready.set()
+            return
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        async with server:
+            await self._stopped.wait()
+            server.close()
+            for task in list(connections):
+                task.cancel()
+            await asyncio.gather(*connections, return_exceptions=True)
+
+    # -- HTTP ----------------------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+                    return
+                request_line, *header_lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = (request_line.split(" ") + ["", ""])[:3]
+                headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines if h)}
+                body = await reader.readexactly(int(headers.get("content-length") or 0))
+                status, extra, payload = await self._route(method, path, headers, body)
+                keep_alive = headers.get("connection", "").lower() != "close"
+                writer.write(_response(status, payload, extra, keep_alive))
+                await writer.drain()
+                if not keep_alive:
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            writer.close()
+
+    async def _route(self, method: str, target: str, headers: dict[str, str],
+                     body: bytes) -> tuple[int, dict[str, str], bytes]:
+        path = target.split("?", 1)[0]
+        if method == "GET" and path == "/health":
+            return 200, {}, b'{"status":"ok"}'
+        if method == "GET" and path == "/v1/models":
+            return 200, {}, _json({"object": "list", "data": [{"id": "mock-model", "object": "model"}]})
+        if method == "POST" and path == "/v1/chat/completions":
+            self._in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self._in_flight)
+            try:
+                return await self._chat(body, {"target": target, "headers": headers})
+            finally:
+                self._in_flight -= 1
+        return 404, {}, _json({"error": {"message": f"no route {method} {path}", "type": "not_found"}})
+
+    async def _chat(self, raw: bytes, meta: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        try:
+            body = json.loads(raw)
+            messages = body["messages"]
+        except (ValueError, KeyError, TypeError):
+            return 400, {}, _json({"error": {"message": "body must be JSON with 'messages'", "type": "invalid"}})
+        self.requests.append(body)
+        self.request_meta.append(meta)
+        draw = self._draw(raw)
+        if self.latency_s > 0:
+            await asyncio.sleep(self.latency_s)
+        if draw < self._faults[0]:
+            return 500, {}, _json({"error": {"message": "injected server error", "type": "server_error"}})
+        if draw < self._faults[1]:
+            return 429, {"Retry-After": f"{self.retry_after_s:g}"}, _json(
+                {"error": {"message": "injected rate limit", "type": "rate_limit"}})
+        try:
+            text = self.responder(body)
+        except MockHTTPError as err:
+            extra = {"Retry-After": f"{err.retry_after:g}"} if err.retry_after is not None else {}
+            return err.status, extra, _json({"error": {"message": err.message, "type": "mock"}})
+        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
+        payload = _json({
+            "id": f"chatcmpl-{self.request_count}", "object": "chat.completion", "model": body.get("model"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(text.split()),
+                      "total_tokens": prompt_tokens + len(text.split())},
+        })
+        if draw < self._faults[2]:
+            return 200, {}, payload[: len(payload) // 2]  # a body cut short, as by a failing proxy
+        return 200, {}, payload
+
+    def _draw(self, raw: bytes) -> float:
+        """A uniform number fixed by (seed, body, occurrence): reproducible under any arrival order."""
+        raw_key = hashlib.sha256(raw).hexdigest()
+        seen = self._seen[raw_key]
+        self._seen[raw_key] = seen + 1
+        digest = hashlib.sha256(f"{self.seed}:{raw_key}:{seen}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+
+def _response(status: int, payload: bytes, extra: dict[str, str], keep_alive: bool) -> bytes:
+    lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}", "Content-Type: application/json",
+             f"Content-Length: {len(payload)}", f"Connection: {'keep-alive' if keep_alive else 'close'}"]
+    lines += [f"{k}: {v}" for k, v in extra.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload
+
+
+def _load_responder(spec: str) -> Responder:
+    module, _, name = spec.partition(":")
+    if not name:
+        raise SystemExit(f"--responder must be module:function, got {spec!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m medhelm.devtools.mock_openai", description=__doc__.split("\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--error-rate", type=float, default=0.0)
+    parser.add_argument("--rate-limit-rate", type=float, default=0.0)
+    parser.add_argument("--malformed-rate", type=float, default=0.0)
+    parser.add_argument("--retry-after", type=float, default=0.05, help="seconds sent in Retry-After with a 429")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--responder", help="module:function returning the answer text for a request body")
+    args = parser.parse_args(argv)
+    server = MockOpenAIServer(_load_responder(args.responder) if args.responder else None,
+                              latency_s=args.latency_ms / 1000, error_rate=args.error_rate,
+                              rate_limit_rate=args.rate_limit_rate, malformed_rate=args.malformed_rate,
+                              seed=args.seed, retry_after_s=args.retry_after, host=args.host, port=args.port)
+    with server:
+        print(f"mock OpenAI server listening on {server.base_url}", flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,185 @@
+"""Model clients for every deployment kind, composed with cache, retries and accounting by ``ClientPool``.
+
+    pool = ClientPool(cache=RequestCache(path), retry=RetryPolicy(), observer=NullObserver())
+    client = pool.get(deployment)          # one client per deployment, reused
+    completion = await client.generate(request)
+    pool.stats["vllm/qwen2.5-7b-instruct"].retries
+    await pool.aclose()
+
+Order per request: cache lookup (a hit never waits for a slot) -> retries -> per-deployment
+concurrency slot (held for one attempt, released during backoff) -> the kind's client.
+Candidate models and judges share one pool, so they share connections, cache and counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from dataclasses import dataclass
+
+from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
+from medhelm.inference.base import InferenceObserver, ModelClient, NullObserver
+from medhelm.inference.cache import RequestCache
+from medhelm.inference.retry import RetryingClient, RetryPolicy
+from medhelm.specs import Completion, Deployment, DeploymentKind, GenerationRequest
+
+__all__ = ["ClientPool", "ClientStats", "InferenceError", "NullObserver", "PooledClient", "RequestCache",
+           "RetryPolicy", "ServerUnreachable", "make_client"]
+
+
+@dataclass(frozen=True)
+class ClientStats:
+    requests: int = 0  # HTTP/model calls actually made, retries included (cache hits excluded)
+    cache_hits: int = 0
+    retries: int = 0
+    errors: int = 0  # generate() calls that failed for good (after retries)
+
+
+def make_client(deployment: Deployment) -> ModelClient:
+    """The bare client for a deployment's kind (no cache, no retries)."""
+    if deployment.kind is DeploymentKind.OPENAI:
+        from medhelm.inference.openai import OpenAIClient
+
+        return OpenAIClient(deployment)
+    if deployment.kind is DeploymentKind.LLAMACPP:
+        from medhelm.inference.llamacpp import LlamaCppClient
+
+        return LlamaCppClient(deployment)
+    if deployment.kind is DeploymentKind.KSERVE_V2:
+        try:
+            module = importlib.import_module("medhelm.inference.kserve_v2")
+        except ModuleNotFoundError as err:
+            if err.name != "medhelm.inference.kserve_v2":
+                raise
+            raise ConfigError(f"deployment '{deployment.name}': kind 'kserve_v2' is not available in this "
+                              f"installation (medhelm.inference.kserve_v2 is missing)") from None
+        return module.KServeV2Client(deployment)
+    raise ConfigError(f"deployment '{deployment.name}': unsupported kind '{deployment.kind.value}'")
+
+
+class _Counters:
+    __slots__ = ("requests", "cache_hits", "retries", "errors")
+
+    def __init__(self) -> None:
+        self.requests = self.cache_hits = self.retries = self.errors = 0
+
+    def snapshot(self) -> ClientStats:
+        return ClientStats(self.requests, self.cache_hits, self.retries, self.errors)
+
+
+class _Slots:
+    """Counts every call and holds a concurrency slot (if the deployment caps it) while it runs."""
+
+    def __init__(self, inner: ModelClient, counters: _Counters, limit: int | None) -> None:
+        self._inner, self._counters = inner, counters
+        self._semaphore = asyncio.Semaphore(limit) if limit else None
+
+    @property
+    def deployment(self) -> Deployment:
+        return self._inner.deployment
+
+    async def generate(self, request: GenerationRequest) -> Completion:
+        self._counters.requests += 1
+        if self._semaphore is None:
+            return await self._inner.generate(request)
+        async with self._semaphore:
+            return await self._inner.generate(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class PooledClient:
+    """A deployment's client with the pool's cache, retries, concurrency cap and accounting."""
+
+    def __init__(self, inner: ModelClient, pool: ClientPool, counters: _Counters) -> None:
+        self._raw, self._pool, self._counters = inner, pool, counters
+        self._deployment = inner.deployment
+        self._client = RetryingClient(_Slots(inner, counters, self._deployment.max_concurrency), pool.retry,
+                                      on_retry=self._count_retry)
+
+    @property
+    def deployment(self) -> Deployment:
+        return self._deployment
+
+    def count_tokens(self, text: str) -> int | None:
+        """Exact token count when the model's tokenizer is local (llama.cpp), else None (estimate yourself)."""
+        counter = getattr(self._raw, "count_tokens", None)
+        return counter(text) if counter is not None else None
+
+    async def generate(self, request: GenerationRequest) -> Completion:
+        cache = self._pool.cache
+        key = request.cache_key(self._deployment) if cache is not None else ""
+        if cache is not None:
+            hit = cache.get(key)
+            if hit is not None:
+                self._counters.cache_hits += 1
+                self._observe(hit, error=None)
+                return hit
+        try:
+            completion = await self._client.generate(request)
+        except InferenceError as err:
+            self._counters.errors += 1
+            self._observe(None, error=_error_label(err))
+            raise
+        if cache is not None:
+            cache.put_nowait(key, completion)
+        self._observe(completion, error=None)
+        return completion
+
+    def _count_retry(self, err: InferenceError, retry: int, wait: float) -> None:
+        self._counters.retries += 1
+
+    def _observe(self, completion: Completion | None, *, error: str | None) -> None:
+        usage = completion.usage if completion is not None else None
+        self._pool.observer.on_request(
+            self._deployment.name,
+            cached=bool(usage and usage.cached),
+            attempts=usage.attempts if usage else 0,
+            latency_s=usage.latency_s if usage else 0.0,
+            prompt_tokens=usage.prompt_tokens if usage else None,
+            completion_tokens=usage.completion_tokens if usage else None,
+            error=error,
+        )
+
+    async def aclose(self) -> None:
+        await self._raw.aclose()
+
+
+def _error_label(err: InferenceError) -> str:
+    """What the observer may see of an error: its class and status, never its message."""
+    return type(err).__name__ + (f":{err.status}" if err.status is not None else "")
+
+
+class ClientPool:
+    def __init__(self, cache: RequestCache | None = None, retry: RetryPolicy | None = None,
+                 observer: InferenceObserver | None = None) -> None:
+        self.cache = cache
+        self.retry = retry or RetryPolicy()
+        self.observer = observer or NullObserver()
+        self._clients: dict[Deployment, PooledClient] = {}
+        self._counters: dict[str, _Counters] = {}
+
+    def get(self, deployment: Deployment) -> PooledClient:
+        client = self._clients.get(deployment)
+        if client is None:
+            counters = self._counters.setdefault(deployment.name, _Counters())
+            client = PooledClient(make_client(deployment), self, counters)
+            self._clients[deployment] = client
+        return client
+
+    @property
+    def stats(self) -> dict[str, ClientStats]:
+        return {name: c.snapshot() for name, c in self._counters.items()}
+
+    def total(self) -> ClientStats:
+        snaps = self.stats.values()
+        return ClientStats(*(sum(getattr(s, f) for s in snaps) for f in ("requests", "cache_hits", "retries",
+                                                                          "errors")))
+
+    async def aclose(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()
+        if self.cache is not None:
+            await self.cache.aflush()

@@ -1,0 +1,124 @@
+"""Content-addressed request cache in SQLite: ``GenerationRequest.cache_key(deployment)`` -> Completion.
+
+PHI: the cache holds every prompt and answer in clear text. It lives on the machine (or the Job's
+PVC) next to the results, is never uploaded or exported, and is deleted with the results.
+
+Concurrency: WAL mode lets readers run while one writer commits; ``busy_timeout`` makes writers from
+several processes (the shards of one suite share a PVC) wait for each other instead of failing.
+Reads are single primary-key lookups (tens of microseconds) done inline; writes are queued and committed
+in batches by a worker thread, so the event loop never waits for a file lock. Only successful
+completions are stored; a hit comes back with ``usage.cached=True``, ``latency_s=0`` and ``attempts=0``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from medhelm.specs import Completion
+
+BUSY_TIMEOUT_MS = 60_000
+_SCHEMA = "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
+
+
+class RequestCache:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._reader = self._connect()
+        self._writer: sqlite3.Connection | None = None
+        self._write_lock = threading.Lock()  # one batch commit at a time per process
+        self._pending: dict[str, str] = {}  # written by us, not yet committed: visible to get() already
+        self._flusher: asyncio.Task[None] | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                               check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable at checkpoints, never corrupt
+        conn.execute(_SCHEMA)
+        return conn
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def get(self, key: str) -> Completion | None:
+        value = self._pending.get(key)
+        if value is None:
+            row = self._reader.execute("SELECT value FROM completions WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                return None
+            value = row[0]
+        completion = Completion.from_json(json.loads(value))
+        return dataclasses.replace(
+            completion, usage=dataclasses.replace(completion.usage, cached=True, latency_s=0.0, attempts=0))
+
+    def __len__(self) -> int:
+        self.flush()
+        return int(self._reader.execute("SELECT COUNT(*) FROM completions").fetchone()[0])
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def put_nowait(self, key: str, completion: Completion) -> None:
+        """Queue a completion; it is committed by the running flusher (or by ``flush``/``aflush``)."""
+        self._pending[key] = json.dumps(completion.to_json(), ensure_ascii=False)
+        if self._flusher is None or self._flusher.done():
+            try:
+                self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+            except RuntimeError:  # no event loop: commit now
+                self.flush()
+
+    async def put(self, key: str, completion: Completion) -> None:
+        self.put_nowait(key, completion)
+
+    async def _flush_loop(self) -> None:
+        # Everything queued while a batch commits goes into the next batch: one commit per batch.
+        while self._pending:
+            await asyncio.to_thread(self._commit, dict(self._pending))
+
+    async def aflush(self) -> None:
+        """Commit everything queued so far (await before reading the file from another process)."""
+        while self._pending or (self._flusher is not None and not self._flusher.done()):
+            if self._flusher is not None and not self._flusher.done():
+                await self._flusher
+            else:
+                await asyncio.to_thread(self._commit, dict(self._pending))
+
+    def flush(self) -> None:
+        """Blocking commit of everything queued (for code without an event loop)."""
+        if self._pending:
+            self._commit(dict(self._pending))
+
+    def _commit(self, batch: dict[str, str]) -> None:
+        with self._write_lock:
+            if self._writer is None:
+                self._writer = self._connect()
+            now = time.time()
+            self._writer.execute("BEGIN IMMEDIATE")
+            try:
+                self._writer.executemany("INSERT OR REPLACE INTO completions (key, value, created) VALUES (?, ?, ?)",
+                                         [(k, v, now) for k, v in batch.items()])
+                self._writer.execute("COMMIT")
+            except BaseException:
+                self._writer.execute("ROLLBACK")
+                raise
+        for key, value in batch.items():
+            if self._pending.get(key) is value:  # a newer put of the same key stays queued
+                self._pending.pop(key, None)
+
+    async def aclose(self) -> None:
+        await self.aflush()
+        self.close()
+
+    def close(self) -> None:
+        self.flush()
+        with self._write_lock:
+            for conn in (self._reader, self._writer):
+                if conn is not None:
+                    conn.close()
+            self._writer = None

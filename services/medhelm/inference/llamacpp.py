@@ -1,0 +1,110 @@
+"""In-process GGUF model through llama-cpp-python (the embedded default, SmolLM2-135M-Instruct).
+
+The model loads once per client, lazily and in a worker thread, so the event loop keeps running.
+llama.cpp's context is not safe to share between threads, so generations run one at a time behind an
+``asyncio.Lock``, each in ``asyncio.to_thread``. Deployment ``options``: ``n_ctx`` (default
+``max_sequence_length``, else 4096), ``n_threads`` (default ``os.cpu_count()``), ``n_batch``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+from typing import Any
+
+from medhelm.deployments import resolve_gguf
+from medhelm.errors import ConfigError, InferenceError
+from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
+
+DEFAULT_N_CTX = 4096
+
+
+class LlamaCppClient:
+    def __init__(self, deployment: Deployment) -> None:
+        if not deployment.gguf_path:
+            raise ConfigError(f"deployment '{deployment.name}' has no gguf_path")
+        self._deployment = deployment
+        options = deployment.options
+        self.n_ctx = int(options.get("n_ctx") or deployment.max_sequence_length or DEFAULT_N_CTX)
+        self._n_threads = int(options.get("n_threads") or os.cpu_count() or 1)
+        self._n_batch = int(options.get("n_batch") or 512)
+        self._llm: Any = None
+        self._load_lock = threading.Lock()  # the loader may be reached from the loop's thread or a worker
+        self._generate_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+
+    @property
+    def deployment(self) -> Deployment:
+        return self._deployment
+
+    def load(self) -> Any:
+        """The ``llama_cpp.Llama`` (blocking on first use; call from a thread when on an event loop)."""
+        with self._load_lock:
+            if self._llm is None:
+                path = resolve_gguf(self._deployment.gguf_path or "")
+                try:
+                    from llama_cpp import Llama
+                except ImportError:
+                    raise ConfigError(f"deployment '{self._deployment.name}' needs llama-cpp-python; install the "
+                                      f"embedded extra: pip install 'medhelm-k8s[embedded]'") from None
+                try:
+                    self._llm = Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=self._n_threads,
+                                      n_batch=self._n_batch, seed=0, verbose=False)
+                except ValueError as err:  # llama.cpp could not read the file
+                    raise ConfigError(f"cannot load GGUF model ({err})", path=path) from None
+            return self._llm
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` in the model's own tokenizer (the pipeline's prompt budgets use it)."""
+        return len(self.load().tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    async def generate(self, request: GenerationRequest) -> Completion:
+        async with self._lock():
+            if self._llm is None:
+                await asyncio.to_thread(self.load)
+            started = time.perf_counter()
+            result = await asyncio.to_thread(self._complete, request)
+            latency = time.perf_counter() - started
+        choice = result["choices"][0]
+        usage = result.get("usage") or {}
+        return Completion(
+            text=choice["message"].get("content") or "",
+            finish_reason=choice.get("finish_reason"),
+            usage=Usage(prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
+                        latency_s=latency),
+        )
+
+    def _lock(self) -> asyncio.Lock:
+        # An asyncio.Lock belongs to one event loop; a client reused by a later asyncio.run gets a new one.
+        loop = asyncio.get_running_loop()
+        if self._generate_lock is None or self._generate_lock[0] is not loop:
+            self._generate_lock = (loop, asyncio.Lock())
+        return self._generate_lock[1]
+
+    def _complete(self, request: GenerationRequest) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "messages": [m.to_json() for m in request.messages],
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "stop": list(request.stop),
+            "seed": request.seed,
+        }
+        if request.json_schema is not None:  # grammar-constrained decoding: the output parses as JSON
+            kwargs["response_format"] = {"type": "json_object", "schema": json.loads(request.json_schema)}
+        try:
+            return self._llm.create_chat_completion(**kwargs)
+        except ValueError as err:
+            if "exceed context window" in str(err):
+                raise InferenceError(f"deployment '{self._deployment.name}': prompt longer than the context "
+                                     f"window (n_ctx={self.n_ctx}): {err}", retryable=False) from None
+            raise InferenceError(f"deployment '{self._deployment.name}': llama.cpp refused the request: {err}",
+                                 retryable=False) from None
+
+    async def aclose(self) -> None:
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            close = getattr(llm, "close", None)
+            if close is not None:
+                close()
