@@ -1,0 +1,132 @@
+"""`medhelm job` (one shard of a suite, as one index of a Kubernetes Indexed Job) and `medhelm collect`.
+
+A shard is ``medhelm run`` restricted to the positions ``position % count == index``: the same plan,
+the same pipeline, the same records — written to ``shards/`` of each run directory on the shared
+volume. Scenarios, jury and metrics may come from the gRPC services (``--*-service``) or be computed
+in-process; the records are identical either way. ``medhelm collect`` merges the shards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from medhelm.cli import run as run_cli
+from medhelm.errors import ConfigError, MedhelmError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from medhelm.pipeline import RunDir
+
+
+def add_job_arguments(p: argparse.ArgumentParser) -> None:
+    run_cli.add_arguments(p)
+    shard = p.add_argument_group("shard (Kubernetes Indexed Job)")
+    shard.add_argument("--shard-index", type=int, default=os.environ.get("JOB_COMPLETION_INDEX"),
+                       help="this worker's index, 0-based (default: env JOB_COMPLETION_INDEX)")
+    shard.add_argument("--shard-count", type=int, default=os.environ.get("MEDHELM_SHARD_COUNT"),
+                       help="number of shards = the Job's completions (default: env MEDHELM_SHARD_COUNT)")
+    svc = p.add_argument_group("services (host:port; omitted = computed in this process)")
+    svc.add_argument("--scenario-service", metavar="ADDR", default=os.environ.get("MEDHELM_SCENARIO_SERVICE"),
+                     help="ScenarioService: instances and prompts (env MEDHELM_SCENARIO_SERVICE)")
+    svc.add_argument("--jury-service", metavar="ADDR", default=os.environ.get("MEDHELM_JURY_SERVICE"),
+                     help="JuryService: jury metrics (env MEDHELM_JURY_SERVICE)")
+    svc.add_argument("--metrics-service", metavar="ADDR", default=os.environ.get("MEDHELM_METRICS_SERVICE"),
+                     help="MetricsService: every other metric (env MEDHELM_METRICS_SERVICE)")
+    svc.add_argument("--tls-ca", type=Path, default=_env_path("MEDHELM_TLS_CA"),
+                     help="CA that signed the services' certificates: use TLS (env MEDHELM_TLS_CA)")
+    svc.add_argument("--tls-cert", type=Path, default=_env_path("MEDHELM_TLS_CERT"),
+                     help="client certificate for mutual TLS (env MEDHELM_TLS_CERT)")
+    svc.add_argument("--tls-key", type=Path, default=_env_path("MEDHELM_TLS_KEY"),
+                     help="client key for mutual TLS (env MEDHELM_TLS_KEY)")
+
+
+def add_collect_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", default="default", help="suite to merge (default: %(default)s)")
+    p.add_argument("-o", "--output-path", type=Path, default=Path("benchmark_output"), help="results root")
+
+
+def main_job(args: argparse.Namespace) -> int:
+    from medhelm.pipeline import run_suite
+    from medhelm.rpc.remote import Endpoint, RemoteBenchmark, RemoteScoring
+
+    shard = _shard(args)
+    options, plans = run_cli._plan(args)
+    if args.dry_run:
+        run_cli._print_dry_run(plans)
+        return 0
+    if bool(args.tls_cert) != bool(args.tls_key) or (args.tls_cert and not args.tls_ca):
+        raise ConfigError("mutual TLS needs --tls-ca, --tls-cert and --tls-key together")
+    endpoint = {name: Endpoint(addr, ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key) if addr else None
+                for name, addr in (("scenarios", args.scenario_service), ("jury", args.jury_service),
+                                   ("metrics", args.metrics_service))}
+    if endpoint["scenarios"] is not None:
+        plans = [dataclasses.replace(p, benchmark=RemoteBenchmark(p.spec, endpoint["scenarios"], _budget(p)))
+                 for p in plans]
+    scoring = RemoteScoring(jury=endpoint["jury"], metrics=endpoint["metrics"])
+    outcomes = asyncio.run(run_suite(plans, options, shard=shard, build_metrics=scoring))
+    failed = [o for o in outcomes if o.error]
+    for o in outcomes:
+        st = o.status
+        print(f"shard {shard.index}/{shard.count}  {o.plan.spec.name}  "
+              f"{st.get('instances_done', 0)}/{st.get('instances_total', '?')}  {st.get('status', '?')}")
+    for o in failed:
+        print(f"medhelm: error: {o.plan.spec.name}: {o.error}", file=sys.stderr)
+    return 2 if failed else 0
+
+
+def main_collect(args: argparse.Namespace) -> int:
+    from medhelm.pipeline import RunDir, collect_shards
+
+    suite_dir = Path(args.output_path) / "runs" / args.suite
+    runs = sorted(p for p in suite_dir.iterdir() if RunDir(p).exists()) if suite_dir.is_dir() else []
+    if not runs:
+        raise ConfigError(f"no runs in suite '{args.suite}'", path=suite_dir)
+    incomplete = 0
+    for path in runs:
+        missing = missing_shards(RunDir(path))
+        status = collect_shards(path)
+        done, total = status.get("instances_done", 0), status.get("instances_total", 0)
+        note = f"  (re-run shard index {', '.join(map(str, missing))})" if missing else ""
+        print(f"{status.get('status', '?'):9} {done}/{total}  {path.name}{note}")
+        incomplete += status.get("status") != "complete"
+    if incomplete:
+        print(f"medhelm: error: {incomplete} run(s) incomplete; re-run the listed shard indexes, then collect again",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
+def missing_shards(run: RunDir) -> list[int]:
+    """Shard indexes that still owe instances (from the shard files' ``-of-N`` and the selection)."""
+    counts = {int(f.stem.rsplit("-of-", 1)[1]) for f in (run.path / "shards").glob("shard-*-of-*.jsonl")} \
+        if (run.path / "shards").is_dir() else set()
+    if len(counts) != 1:
+        return []
+    count = counts.pop()
+    done = {iid for iid, rec in run.latest_records().items() if rec.error is None}
+    return sorted({pos % count for pos, iid in enumerate(run.selection()) if iid not in done})
+
+
+def _shard(args: argparse.Namespace):
+    from medhelm.pipeline import Shard
+
+    if args.shard_index is None or args.shard_count is None:
+        raise MedhelmError("medhelm job needs --shard-index and --shard-count "
+                           "(or env JOB_COMPLETION_INDEX and MEDHELM_SHARD_COUNT)")
+    return Shard(args.shard_index, args.shard_count)
+
+
+def _budget(plan) -> int | None:
+    # the prompt budget the pipeline will ask for (RemoteBenchmark re-fetches if it asks for another)
+    d = plan.deployment
+    return d.max_sequence_length - plan.spec.max_tokens if d.max_sequence_length else None
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None

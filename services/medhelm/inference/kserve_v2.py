@@ -1,0 +1,96 @@
+"""Client for KServe's Open Inference Protocol v2 (REST) where a predictor speaks only that.
+
+``POST <base_url>/v2/models/<served_model_name>/infer`` with one BYTES tensor holding the prompt text;
+the answer is the first element of the named BYTES output. Generation settings travel as request
+``parameters``. Deployment ``options`` understood here (besides the OpenAI client's ``headers``):
+
+* ``input_name`` (default ``text_input``) / ``output_name`` (default ``text_output``): tensor names, as
+  the vLLM/Triton text-generation models use;
+* ``parameters``: extra request parameters merged into every call (e.g. ``{"top_p": 1.0}``).
+
+Chat messages are flattened to one text (system, then user turns, blank-line separated): a v2 predictor
+applies its own template. Token counts are read from ``prompt_tokens``/``completion_tokens`` outputs or
+parameters when the predictor reports them; otherwise they stay unknown (None), never 0.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
+from medhelm.inference.openai import OpenAIClient, _reason, strip_reasoning
+from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
+
+
+class KServeV2Client(OpenAIClient):
+    """Connection handling, headers, API key and HTTP error mapping are the OpenAI client's own."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        super().__init__(deployment)
+        model = deployment.served_model_name or deployment.model_name
+        self._url = f"{str(deployment.base_url).rstrip('/')}/v2/models/{quote(model, safe='')}/infer"
+        options = deployment.options
+        self._input = str(options.get("input_name", "text_input"))
+        self._output = str(options.get("output_name", "text_output"))
+        extra = options.get("parameters") or {}
+        if not isinstance(extra, Mapping):
+            raise ConfigError(f"deployment '{deployment.name}': options.parameters must be a mapping")
+        self._extra = dict(extra)
+
+    def payload(self, request: GenerationRequest) -> dict[str, Any]:
+        text = "\n\n".join(m.content for m in request.messages)
+        params: dict[str, Any] = {"max_tokens": request.max_tokens, "temperature": request.temperature}
+        if request.stop:
+            params["stop"] = list(request.stop)
+        if request.seed is not None:
+            params["seed"] = request.seed
+        params.update(self._extra)
+        return {"inputs": [{"name": self._input, "shape": [1], "datatype": "BYTES", "data": [text]}],
+                "parameters": params}
+
+    async def generate(self, request: GenerationRequest) -> Completion:
+        started = time.perf_counter()
+        try:
+            response = await self._http.post(self._url, json=self.payload(request))
+        except httpx.ConnectError as err:
+            raise ServerUnreachable(f"cannot reach {self._deployment.base_url} (deployment "
+                                    f"'{self._deployment.name}'): {_reason(err)}") from None
+        except httpx.TimeoutException as err:
+            raise InferenceError(f"{self._where()}: timed out ({type(err).__name__}, "
+                                 f"timeout_s={self._deployment.timeout_s})", retryable=True) from None
+        except httpx.TransportError as err:
+            raise InferenceError(f"{self._where()}: transport error: {_reason(err)}", retryable=True) from None
+        if response.status_code >= 400:
+            raise self._http_error(response, request)
+        return self._parse_v2(response, time.perf_counter() - started)
+
+    def _parse_v2(self, response: httpx.Response, latency: float) -> Completion:
+        try:
+            data = response.json()
+            outputs = {o["name"]: o for o in data["outputs"]}
+            text = outputs[self._output]["data"][0] if self._output in outputs else data["outputs"][0]["data"][0]
+            if not isinstance(text, str):
+                raise TypeError("output is not text")
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise InferenceError(f"{self._where()}: malformed v2 response body (HTTP {response.status_code})",
+                                 retryable=True, status=response.status_code) from None
+        params = data.get("parameters") or {}
+        return Completion(
+            text=strip_reasoning(text),
+            finish_reason=params.get("finish_reason"),
+            usage=Usage(prompt_tokens=_count(outputs, params, "prompt_tokens"),
+                        completion_tokens=_count(outputs, params, "completion_tokens"), latency_s=latency),
+        )
+
+
+def _count(outputs: Mapping[str, Any], params: Mapping[str, Any], name: str) -> int | None:
+    value = outputs[name]["data"][0] if name in outputs and outputs[name].get("data") else params.get(name)
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,80 @@
+"""MetricsService: per-instance scores (any registered metric) and the aggregates of a run or a suite.
+
+Aggregation is the pipeline's own (``records.aggregate``), so a run's stats from here equal its stats.json."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+
+from medhelm.errors import ConfigError
+from medhelm.pipeline.records import RunDir, aggregate
+from medhelm.rpc import codec
+from medhelm.rpc.scoring import MetricHost
+from medhelm.rpc.telemetry import Telemetry, rpc_method
+from medhelm.specs import InstanceResult, RunSpec
+from medhelm.v1 import common_pb2, metrics_pb2, metrics_pb2_grpc
+
+_SUITE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
+    def __init__(self, telemetry: Telemetry, host: MetricHost, *, output_path: Path) -> None:
+        self.telemetry, self._host, self._output = telemetry, host, Path(output_path)
+
+    @rpc_method
+    async def Score(self, request: common_pb2.ScoreRequest,
+                    context: grpc.aio.ServicerContext) -> common_pb2.MetricResult:
+        setup = self._host.setup(request.setup)
+        result = await self._host.score(setup, codec.scoring_item(setup.spec, request.item))
+        self.telemetry.on_scored("Score", result)
+        return codec.result_message(result, request.item.position)
+
+    @rpc_method
+    async def ScoreStream(self, request_iterator: AsyncIterator[common_pb2.ScoreStreamRequest],
+                          context: grpc.aio.ServicerContext) -> AsyncIterator[common_pb2.MetricResult]:
+        async for msg in self._host.score_stream(request_iterator,
+                                                 lambda r: self.telemetry.on_scored("ScoreStream", r)):
+            yield msg
+
+    @rpc_method
+    async def AggregateRun(self, request_iterator: AsyncIterator[metrics_pb2.AggregateRunRequest],
+                           context: grpc.aio.ServicerContext) -> metrics_pb2.RunStats:
+        spec: RunSpec | None = None
+        records: list[InstanceResult] = []
+        async for msg in request_iterator:
+            if spec is None:
+                spec = codec.run_spec(msg.run_spec_json)
+            records.extend(codec.loads(line, InstanceResult.from_json, "instance_result_json")
+                           for line in msg.instance_result_json)
+        if spec is None:
+            raise ConfigError("empty stream: the first message must carry run_spec_json", field="run_spec_json")
+        stats = aggregate(sorted(records, key=lambda r: r.position))
+        return metrics_pb2.RunStats(run=spec.name, stats_json=codec.dumps([s.to_json() for s in stats]),
+                                    instances=len(records))
+
+    @rpc_method
+    async def AggregateSuite(self, request: metrics_pb2.AggregateSuiteRequest,
+                             context: grpc.aio.ServicerContext) -> metrics_pb2.SuiteStats:
+        if not _SUITE.match(request.suite) or request.suite.startswith(".."):
+            raise ConfigError("must be a plain suite name", field="suite")
+        suite_dir = self._output / "runs" / request.suite
+        if not suite_dir.is_dir():
+            raise ConfigError(f"no suite '{request.suite}' in this server's results", field="suite")
+        runs = []
+        for path in sorted(p for p in suite_dir.iterdir() if p.is_dir()):
+            run = RunDir(path)
+            if not run.exists():
+                continue
+            status = run.status()
+            if (path / "stats.json").is_file() and "instances_done" in status:
+                stats, done = run.stats(), int(status["instances_done"])
+            else:  # not collected yet: derive from the records written so far
+                records = sorted(run.latest_records().values(), key=lambda r: r.position)
+                stats, done = aggregate(records), len(records)
+            runs.append(metrics_pb2.RunStats(run=run.spec().name, stats_json=codec.dumps([s.to_json() for s in stats]),
+                                             instances=done, status=str(status.get("status", "partial"))))
+        return metrics_pb2.SuiteStats(suite=request.suite, runs=runs)

@@ -1,0 +1,91 @@
+"""ScenarioService: the catalogue, one benchmark's spec, and the instances (with prompts) of a run's shard.
+
+Selection and sharding are the pipeline's (``select_instances``, ``Shard``): a shard streamed from here
+holds exactly the positions ``medhelm run`` would evaluate in that shard."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+
+from medhelm import benchmarks
+from medhelm.benchmarks.base import Benchmark, LoadContext, PromptBudget
+from medhelm.errors import ConfigError, DataUnavailable
+from medhelm.pipeline import Shard
+from medhelm.pipeline.sampling import select_instances
+from medhelm.rpc import codec
+from medhelm.rpc.telemetry import Telemetry, rpc_method
+from medhelm.runentries import parse_run_entry
+from medhelm.specs import BenchmarkSpec, FrozenMap, RunSpec
+from medhelm.v1 import scenarios_pb2, scenarios_pb2_grpc
+
+
+class ScenarioServicer(scenarios_pb2_grpc.ScenarioServiceServicer):
+    def __init__(self, telemetry: Telemetry, *, data_dir: Path | None, cache_dir: Path, offline: bool,
+                 base_dir: Path = Path(".")) -> None:
+        self.telemetry = telemetry
+        self._data_dir, self._cache_dir, self._offline, self._base_dir = data_dir, cache_dir, offline, base_dir
+
+    @rpc_method
+    async def ListBenchmarks(self, request: scenarios_pb2.ListBenchmarksRequest,
+                             context: grpc.aio.ServicerContext) -> scenarios_pb2.ListBenchmarksResponse:
+        from medhelm.benchmarks.catalogue import all_entries
+
+        specs = [e.spec({}) for e in all_entries()]
+        if request.category:
+            specs = [s for s in specs if s.category == request.category]
+            if not specs:
+                raise ConfigError(f"no benchmark in category '{request.category}'", field="category")
+        return scenarios_pb2.ListBenchmarksResponse(benchmarks=[_info(s) for s in specs])
+
+    @rpc_method
+    async def DescribeBenchmark(self, request: scenarios_pb2.DescribeBenchmarkRequest,
+                                context: grpc.aio.ServicerContext) -> scenarios_pb2.BenchmarkInfo:
+        bench = await asyncio.to_thread(self._resolve, request.name, FrozenMap(dict(request.args)))
+        return _info(bench.spec)
+
+    @rpc_method
+    async def StreamInstances(self, request: scenarios_pb2.StreamInstancesRequest,
+                              context: grpc.aio.ServicerContext) -> AsyncIterator[scenarios_pb2.InstanceItem]:
+        spec = codec.run_spec(request.run_spec_json)
+        shard = Shard(request.shard_index, request.shard_count) if request.shard_count > 1 else None
+        budget = PromptBudget(max_prompt_tokens=request.max_prompt_tokens
+                              if request.HasField("max_prompt_tokens") else None)
+        bench = await asyncio.to_thread(self._for_run, spec)
+        instances = await asyncio.to_thread(
+            lambda: select_instances(list(bench.instances()), spec.max_eval_instances, spec.seed,
+                                     source=spec.benchmark.name))
+        for position, instance in enumerate(instances):
+            if shard is None or shard.owns(position):
+                prompt = bench.prompt(instance, budget)
+                self.telemetry.items.labels(self.telemetry.service, "StreamInstances").inc()
+                yield scenarios_pb2.InstanceItem(position=position, instance_json=codec.dumps(instance.to_json()),
+                                                 prompt_json=codec.dumps(prompt.to_json()))
+
+    def _resolve(self, name: str, args: FrozenMap) -> Benchmark:
+        ctx = LoadContext(args=args, data_dir=self._data_dir, cache_dir=self._cache_dir, offline=self._offline,
+                          base_dir=self._base_dir)
+        return benchmarks.resolve(name, ctx)
+
+    def _for_run(self, spec: RunSpec) -> Benchmark:
+        bench = self._resolve(parse_run_entry(spec.entry).name, spec.benchmark_args)
+        # Metrics are resolved at plan time (judges filled in); everything else must match, or the
+        # server's catalogue is not the client's and its prompts would differ.
+        if _without_metrics(bench.spec) != _without_metrics(spec.benchmark):
+            raise DataUnavailable(f"benchmark '{spec.benchmark.name}' on this server differs from the client's "
+                                  f"(different medhelm versions or config files?)")
+        return bench
+
+
+def _without_metrics(spec: BenchmarkSpec) -> BenchmarkSpec:
+    return dataclasses.replace(spec, metrics=())
+
+
+def _info(spec: BenchmarkSpec) -> scenarios_pb2.BenchmarkInfo:
+    return scenarios_pb2.BenchmarkInfo(name=spec.name, category=spec.category, subcategory=spec.subcategory,
+                                       access=spec.access.value, main_metric=spec.main_metric,
+                                       spec_json=codec.dumps(spec.to_json()))

@@ -1,0 +1,140 @@
+"""One gRPC service process: the servicer plus health, reflection, Prometheus, TLS, limits, SIGTERM.
+
+``medhelm serve scenarios|jury|metrics`` builds a ``ServerConfig`` and calls ``run(config)``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import start_http_server
+
+from medhelm.errors import ConfigError
+from medhelm.rpc.telemetry import Telemetry
+from medhelm.rpc.tls import TlsFiles
+
+log = logging.getLogger("medhelm.rpc")
+
+SERVICES = ("scenarios", "jury", "metrics")
+FULL_NAMES = {"scenarios": "medhelm.v1.ScenarioService", "jury": "medhelm.v1.JuryService",
+              "metrics": "medhelm.v1.MetricsService"}
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    service: str
+    host: str = "127.0.0.1"
+    port: int = 50051  # 0 = any free port (printed on start)
+    metrics_port: int | None = 9090  # Prometheus /metrics over HTTP; None = off; 0 = any free port
+    max_message_mb: int = 64
+    grace_s: float = 20.0  # SIGTERM: stop taking calls, let running ones finish this long
+    tls: TlsFiles | None = None
+    local_path: Path = Path("prod_env")  # model_deployments.yaml (judges) and the request cache
+    output_path: Path = Path("benchmark_output")  # results (AggregateSuite) and downloaded scenarios
+    data_dir: Path | None = None
+    offline: bool = False
+    use_cache: bool = True
+    max_concurrency: int = 16  # items scored at once per stream
+
+    def __post_init__(self) -> None:
+        if self.service not in SERVICES:
+            raise ConfigError(f"unknown service '{self.service}' (one of {', '.join(SERVICES)})")
+
+
+def build_servicer(config: ServerConfig, telemetry: Telemetry) -> tuple[object, list]:
+    """The servicer for ``config.service`` and what to close when the server stops."""
+    if config.service == "scenarios":
+        from medhelm.rpc.scenarios import ScenarioServicer
+
+        return ScenarioServicer(telemetry, data_dir=config.data_dir, cache_dir=config.output_path / "scenarios",
+                                offline=config.offline), []
+    from medhelm.deployments import DeploymentRegistry
+    from medhelm.inference import ClientPool, RequestCache, RetryPolicy
+    from medhelm.rpc.scoring import JURY_METRICS, MetricHost
+
+    cache = RequestCache(config.local_path / "cache" / "requests.sqlite") if config.use_cache else None
+    pool = ClientPool(cache=cache, retry=RetryPolicy(), observer=telemetry)
+    deployments = DeploymentRegistry.load(config.local_path)
+    if config.service == "jury":
+        from medhelm.rpc.jury import JuryServicer
+
+        host = MetricHost(deployments, pool, accept=lambda m: m.name in JURY_METRICS, what="jury metric",
+                          max_concurrency=config.max_concurrency)
+        return JuryServicer(telemetry, host), [host, pool]
+    from medhelm.rpc.metrics import MetricsServicer
+
+    host = MetricHost(deployments, pool, max_concurrency=config.max_concurrency)
+    return MetricsServicer(telemetry, host, output_path=config.output_path), [host, pool]
+
+
+def _register(service: str, servicer: object, server: grpc.aio.Server) -> None:
+    from medhelm.v1 import jury_pb2_grpc, metrics_pb2_grpc, scenarios_pb2_grpc
+
+    adders = {"scenarios": scenarios_pb2_grpc.add_ScenarioServiceServicer_to_server,
+              "jury": jury_pb2_grpc.add_JuryServiceServicer_to_server,
+              "metrics": metrics_pb2_grpc.add_MetricsServiceServicer_to_server}
+    adders[service](servicer, server)
+
+
+async def serve(config: ServerConfig, *, on_ready: Callable[[int, int | None], None] | None = None,
+                stop: asyncio.Event | None = None) -> None:
+    """Run until SIGTERM/SIGINT (or ``stop`` is set), then drain gracefully.
+
+    ``on_ready(grpc_port, metrics_port)`` is called once the server accepts calls."""
+    telemetry = Telemetry(config.service)
+    servicer, closables = build_servicer(config, telemetry)
+    limit = config.max_message_mb * 1024 * 1024
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
+                                      ("grpc.max_send_message_length", limit),
+                                      ("grpc.so_reuseport", 0)])
+    _register(config.service, servicer, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection((FULL_NAMES[config.service], health.SERVICE_NAME,
+                                         reflection.SERVICE_NAME), server)
+    address = f"{config.host}:{config.port}"
+    port = (server.add_secure_port(address, config.tls.credentials()) if config.tls
+            else server.add_insecure_port(address))
+    if port == 0:
+        raise ConfigError(f"cannot listen on {address} (in use?)")
+    http = None
+    metrics_port = None
+    if config.metrics_port is not None:
+        http, _ = start_http_server(config.metrics_port, addr=config.host, registry=telemetry.registry)
+        metrics_port = http.server_port
+    await server.start()
+    for name in ("", FULL_NAMES[config.service]):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread (tests run servers in threads)
+            pass
+    # One machine-readable line: tests and scripts read the bound ports from it.
+    print(f"medhelm serve {config.service}: listening on {config.host}:{port}"
+          + (f" metrics http://{config.host}:{metrics_port}/metrics" if metrics_port is not None else "")
+          + (" tls" if config.tls else ""), flush=True)
+    if on_ready is not None:
+        on_ready(port, metrics_port)
+    try:
+        await stop.wait()
+    finally:
+        # Health goes NOT_SERVING first so load balancers stop routing, then running calls get grace_s.
+        await health_servicer.enter_graceful_shutdown()
+        await server.stop(config.grace_s)
+        for c in closables:
+            await c.aclose()
+        if http is not None:
+            http.shutdown()
+        print(f"medhelm serve {config.service}: stopped", file=sys.stderr, flush=True)
+

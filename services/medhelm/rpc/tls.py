@@ -1,0 +1,29 @@
+"""TLS material from PEM files (server side; the client side is ``remote.Endpoint``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from medhelm.errors import ConfigError
+
+
+def read_pem(path: Path, flag: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as err:
+        raise ConfigError(f"cannot read {flag} file ({err.strerror})", path=path) from None
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    cert: Path
+    key: Path
+    client_ca: Path | None = None  # given: mutual TLS (clients must present a certificate it signed)
+
+    def credentials(self) -> grpc.ServerCredentials:
+        cert, key = read_pem(self.cert, "--tls-cert"), read_pem(self.key, "--tls-key")
+        ca = read_pem(self.client_ca, "--tls-client-ca") if self.client_ca else None
+        return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
