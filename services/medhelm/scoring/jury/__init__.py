@@ -1,3 +1,46 @@
-"""The LLM jury (see docs/jury.md)."""
+"""The LLM jury (docs/jury.md): rubric scoring by several judge deployments, robust parsing,
+per-run summaries, agreement statistics and calibration against clinicians.
 
-FACTORIES: dict = {}
+``FACTORIES`` registers the ``jury_score`` metric (stats ``jury_score``, ``jury_score_normalized``,
+``jury_coverage``). Its ``resolve`` hook picks the judges at plan time (run entry's
+``jury_config_path=``, else the spec's ``judges``, else ``config/jury_default.yaml``).
+"""
+
+from __future__ import annotations
+
+from medhelm.errors import ConfigError
+from medhelm.scoring.base import ScoringContext
+from medhelm.scoring.jury import config, rubrics
+from medhelm.scoring.jury.metric import STATS, JudgeCall, JuryMetric
+from medhelm.scoring.registry import MetricFactory, ResolveContext
+from medhelm.specs import MetricSpec
+
+
+def _validate(spec: MetricSpec) -> None:
+    rubrics.from_args(spec.args)
+    if spec.args.get("judges"):
+        config.from_mapping(spec.args, deployments=None)  # shape only; the registry is checked in resolve
+
+
+def _build(spec: MetricSpec, ctx: ScoringContext) -> JuryMetric:
+    if not spec.args.get("judges"):  # not resolved at plan time (e.g. a spec built by hand): default jury
+        spec = config.resolve(spec, ResolveContext(benchmark_args=spec.args, base_dir=ctx.base_dir,
+                                                   deployments=ctx.deployments,
+                                                   evaluated_deployment=ctx.evaluated_deployment))
+    jury = config.from_mapping(spec.args, ctx.deployments)
+    calls = [JudgeCall(j, ctx.clients.get(ctx.deployments.get(j.name))) for j in jury.judges]
+    if not calls:
+        raise ConfigError("the jury has no judges", field="judges")
+    return JuryMetric(rubrics.from_args(spec.args), calls, max_tokens=jury.max_tokens,
+                      structured_output=jury.structured_output)
+
+
+FACTORIES: dict[str, MetricFactory] = {
+    "jury_score": MetricFactory(
+        build=_build,
+        stat_names=lambda spec: STATS,
+        validate=_validate,
+        resolve=config.resolve,
+        description="mean of the valid judge x criterion rubric scores (raw and 0-1), with coverage",
+    ),
+}

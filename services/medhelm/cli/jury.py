@@ -1,0 +1,138 @@
+"""``medhelm jury stats`` (jury score, judge failures, token cost, agreement between judges) and
+``medhelm jury calibrate`` (agreement with clinicians' ratings). Reads finished or partial run
+directories; writes nothing. Output is plain text, or JSON with ``--json``; never instance text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from medhelm.errors import ConfigError
+from medhelm.scoring.jury import agreement as ag
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="jury_command", metavar="ACTION", required=True)
+    stats = sub.add_parser("stats", help="jury score, judge failure rates, token cost, agreement between judges")
+    src = stats.add_mutually_exclusive_group(required=True)
+    src.add_argument("--run-dir", nargs="+", type=Path, metavar="DIR", help="run directories")
+    src.add_argument("--suite", help="every jury run of this suite (under --output-path)")
+    stats.add_argument("-o", "--output-path", default="benchmark_output", type=Path,
+                       help="where suites live (default: %(default)s)")
+    cal = sub.add_parser("calibrate", help="agreement with clinicians: clinician ICC, jury ICC, per-judge bias")
+    cal.add_argument("--ratings", required=True, type=Path, metavar="CSV",
+                     help="clinician ratings: columns instance_id, rater, criterion, score")
+    cal.add_argument("--run-dir", required=True, type=Path, metavar="DIR", help="the judged run")
+    for q in (stats, cal):
+        q.add_argument("--bootstrap", type=int, default=ag.DEFAULT_BOOTSTRAP, metavar="N",
+                       help="bootstrap resamples for 95%% CIs (default: %(default)s; 0 = none)")
+        q.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
+        q.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.jury_command == "calibrate":
+        return _calibrate(args)
+    return _stats(args)
+
+
+def _records(run_dir: Path) -> list:
+    from medhelm.pipeline.records import RunDir
+
+    rd = RunDir(run_dir)
+    if not rd.exists():
+        raise ConfigError("not a run directory (no run_spec.json)", path=run_dir)
+    return list(rd.latest_records().values())
+
+
+def _run_dirs(args: argparse.Namespace) -> list[Path]:
+    if args.run_dir:
+        return list(args.run_dir)
+    suite = args.output_path / "runs" / args.suite
+    if not suite.is_dir():
+        raise ConfigError("suite not found", path=suite)
+    return sorted(p for p in suite.iterdir() if (p / "run_spec.json").is_file())
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from medhelm.scoring.jury.summary import judge_agreement, summarize
+
+    report, pooled = [], []
+    for run_dir in _run_dirs(args):
+        records = [r for r in _records(run_dir) if r.judgements]
+        if not records:
+            continue  # not a jury run
+        pooled += records
+        report.append({"run": run_dir.name,
+                       "summary": summarize(records, n_boot=args.bootstrap, seed=args.seed).to_json(),
+                       "agreement": judge_agreement(records, n_boot=args.bootstrap, seed=args.seed).to_json()})
+    if not report:
+        raise ConfigError("no jury-scored runs here", path=str(args.run_dir[0]) if args.run_dir else args.suite)
+    out: dict = {"runs": report}
+    if len(report) > 1:
+        out["pooled_agreement"] = judge_agreement(pooled, n_boot=args.bootstrap, seed=args.seed).to_json()
+    print(json.dumps(out, indent=1) if args.json else _stats_text(out))
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from medhelm.scoring.jury.calibration import calibrate, read_ratings
+
+    ratings = read_ratings(args.ratings)
+    report = calibrate(ratings, _records(args.run_dir), source=str(args.ratings), n_boot=args.bootstrap,
+                       seed=args.seed).to_json()
+    print(json.dumps(report, indent=1) if args.json else _calibration_text(report))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------
+# text rendering (from the JSON form, so both outputs say the same thing)
+
+
+def _est(e: dict) -> str:
+    return str(ag.Estimate(e["value"], e["low"], e["high"], e["n"]))
+
+
+def _agreement_text(a: dict, indent: str = "  ") -> list[str]:
+    lines = [f"{indent}agreement between judges ({', '.join(a['judges'])}; 0-1 scores; 95% bootstrap CI):",
+             f"{indent}  ICC(2,1) {_est(a['icc2_1'])}   ICC(2,k) {_est(a['icc2_k'])}   ICC(3,k) {_est(a['icc3_k'])}",
+             f"{indent}  Krippendorff alpha (ordinal) {_est(a['alpha_ordinal'])}   targets {a['targets']}"]
+    lines += [f"{indent}  Spearman {p['a']} vs {p['b']}: {_est(p['spearman'])}" for p in a["pairs"]]
+    lines += [f"{indent}  {c['criterion']:<14} ICC(2,1) {_est(c['icc2_1'])}  mean |diff| "
+              f"{_est(c['mean_abs_difference'])}  exact agreement {_est(c['exact_agreement'])}" for c in a["criteria"]]
+    return lines
+
+
+def _stats_text(out: dict) -> str:
+    lines: list[str] = []
+    for run in out["runs"]:
+        s = run["summary"]
+        cov = "n/a" if s["coverage"] is None else f"{s['coverage']:.3f}"
+        lines += [f"run {run['run']}",
+                  f"  instances {s['instances']} (unscored {s['unscored_instances']}, empty responses "
+                  f"{s['empty_responses']}), coverage {cov}",
+                  f"  jury_score {_est(s['jury_score'])}   jury_score_normalized {_est(s['jury_score_normalized'])}",
+                  f"  judge tokens: prompt {s['judge_prompt_tokens']}, completion {s['judge_completion_tokens']}",
+                  "  judge failures (unscored + error / requested):"]
+        lines += [f"    {j['judge']:<32} {j['criterion']:<14} {j['unscored']:>4} + {j['error']:>4} / "
+                  f"{j['requested']:<5} ({(j['failure_rate'] or 0) * 100:.1f}%)" for j in s["judges"]]
+        lines += _agreement_text(run["agreement"])
+        lines.append("")
+    if "pooled_agreement" in out:
+        lines += ["all runs pooled:"] + _agreement_text(out["pooled_agreement"])
+    return "\n".join(lines).rstrip()
+
+
+def _calibration_text(r: dict) -> str:
+    lines = [f"clinicians: {', '.join(r['clinicians'])}; rated targets in the run: {r['targets']} "
+             f"(ratings not in the run: {r['unmatched']})",
+             f"clinician-clinician  ICC(2,1) {_est(r['clinician_icc2_1'])}  ICC(2,k) {_est(r['clinician_icc2_k'])}  "
+             f"alpha(ordinal) {_est(r['clinician_alpha_ordinal'])}",
+             f"jury-clinician       ICC(2,1) {_est(r['jury_icc2_1'])}  Spearman {_est(r['jury_spearman'])}  "
+             f"bias {_est(r['jury_bias'])} points",
+             "per judge (bias = judge - clinician mean, rubric points; > 0 = more lenient):"]
+    lines += [f"  {j['judge']:<32} bias {_est(j['bias'])}  ICC(2,1) vs clinicians {_est(j['icc2_1'])}"
+              for j in r["judges"]]
+    return "\n".join(lines)

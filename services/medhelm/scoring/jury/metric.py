@@ -1,0 +1,147 @@
+"""The ``jury_score`` metric: every judge scores every criterion of one finished instance.
+
+Judges of one instance are asked concurrently (and instances run concurrently in the pipeline),
+through the shared ClientPool: same cache, retries and per-deployment caps as inference. The judge's
+deployment identity and the rubric-filled prompt are in the request, so they key the cache.
+
+An unparseable or invalid verdict gets one re-ask (a changed request, so the cache cannot hand back
+the same bad answer); what is still invalid is recorded as ``unscored`` with its reason, never 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from medhelm.errors import InferenceError
+from medhelm.scoring.base import MetricResult, ScoringItem
+from medhelm.scoring.jury.config import Judge
+from medhelm.scoring.jury.parse import Judgement, Quoted, parse_judgement
+from medhelm.scoring.jury.rubrics import Rubric
+from medhelm.specs import GenerationRequest, JudgeScore, JudgeStatus, Message, Usage
+
+STATS = ("jury_score", "jury_score_normalized", "jury_coverage")
+EMPTY_RESPONSE_JUDGE = "rule:empty-response"  # not a deployment: marks scores no judge was asked for
+EMPTY_RESPONSE_REASON = "the candidate's output was empty: scored as the rubric minimum, no judge asked"
+REASK_NOTE = ("\n\nYour previous reply could not be read ({problem}). Reply again with only the JSON object "
+              "inside <rubric_criteria> tags: every criterion, each with an integer score from {lo} to {hi}.")
+REASK_SEED_OFFSET = 1  # the re-ask differs from the first ask in seed and text: a distinct cache entry
+
+
+@dataclass(frozen=True)
+class JudgeCall:
+    judge: Judge
+    client: object  # a ModelClient from the pool
+
+
+class JuryMetric:
+    def __init__(self, rubric: Rubric, calls: Sequence[JudgeCall], *, max_tokens: int,
+                 structured_output: bool) -> None:
+        self.rubric = rubric
+        self.calls = tuple(calls)
+        self.max_tokens = max_tokens
+        self.schema = rubric.json_schema() if structured_output else None
+
+    @property
+    def stat_names(self) -> tuple[str, ...]:
+        return STATS
+
+    async def aclose(self) -> None:
+        return None  # clients belong to the shared pool
+
+    async def score(self, item: ScoringItem) -> MetricResult:
+        response = item.completion.text
+        if not response.strip():
+            return _empty_response(self.rubric)
+        gold = next((r.text for r in item.instance.correct_references), "")
+        prompt = self.rubric.render(question=item.instance.input, response=response, gold=gold)
+        quoted = Quoted(prompt)
+        outcomes = await asyncio.gather(*(self._ask(call, prompt, quoted) for call in self.calls))
+        scores = tuple(s for judge_scores, _ in outcomes for s in judge_scores)
+        return MetricResult(stats=jury_stats(scores), judgements=scores,
+                            judge_usage=_sum_usage([u for _, usages in outcomes for u in usages]))
+
+    async def _ask(self, call: JudgeCall, prompt: str, quoted: Quoted) -> tuple[list[JudgeScore], list[Usage]]:
+        request = GenerationRequest(messages=(Message("user", prompt),), max_tokens=self.max_tokens,
+                                    temperature=0.0, seed=0, json_schema=self.schema)
+        try:
+            first = await call.client.generate(request)  # type: ignore[attr-defined]
+        except InferenceError as err:
+            if err.retryable:
+                raise  # still failing after the pool's retries: the instance is retried on resume
+            return self._failed(call.judge, JudgeStatus.ERROR, _error_text(err)), []
+        usages = [first.usage]
+        judgement = parse_judgement(first.text, self.rubric, quoted)
+        if not judgement.complete:
+            retry = self._reask(request, prompt, judgement)
+            try:
+                second = await call.client.generate(retry)  # type: ignore[attr-defined]
+            except InferenceError as err:
+                if err.retryable:
+                    raise
+                second = None
+            if second is not None:
+                usages.append(second.usage)
+                again = parse_judgement(second.text, self.rubric, quoted)
+                if again.valid >= judgement.valid:  # the better-read of the two attempts, whole
+                    judgement = again
+        return self._scores(call.judge, judgement), usages
+
+    def _reask(self, request: GenerationRequest, prompt: str, judgement: Judgement) -> GenerationRequest:
+        problem = next(v.problem for v in judgement.verdicts if v.score is None)
+        note = REASK_NOTE.format(problem=problem, lo=self.rubric.min_score, hi=self.rubric.max_score)
+        return GenerationRequest(messages=(Message("user", prompt + note),), max_tokens=request.max_tokens,
+                                 temperature=0.0, seed=(request.seed or 0) + REASK_SEED_OFFSET,
+                                 json_schema=request.json_schema)
+
+    def _scores(self, judge: Judge, judgement: Judgement) -> list[JudgeScore]:
+        return [JudgeScore(judge=judge.name, criterion=v.criterion, score=v.score, min_score=self.rubric.min_score,
+                           max_score=self.rubric.max_score,
+                           explanation=v.explanation if v.score is not None else f"unscored: {v.problem}",
+                           status=JudgeStatus.OK if v.score is not None else JudgeStatus.UNSCORED,
+                           weight=judge.weight)
+                for v in judgement.verdicts]
+
+    def _failed(self, judge: Judge, status: JudgeStatus, reason: str) -> list[JudgeScore]:
+        return [JudgeScore(judge=judge.name, criterion=c, score=None, min_score=self.rubric.min_score,
+                           max_score=self.rubric.max_score, explanation=reason, status=status, weight=judge.weight)
+                for c in self.rubric.criteria]
+
+
+def jury_stats(scores: Sequence[JudgeScore]) -> dict[str, float | None]:
+    """Per-instance stats: weighted means over valid scores (raw and 0-1), and coverage. None = unscored."""
+    valid = [s for s in scores if s.status is JudgeStatus.OK and s.score is not None]
+    coverage = len(valid) / len(scores) if scores else None
+    if not valid:
+        return {"jury_score": None, "jury_score_normalized": None, "jury_coverage": coverage}
+    total = sum(s.weight for s in valid)
+    raw = sum(s.weight * float(s.score) for s in valid) / total  # type: ignore[arg-type]
+    norm = sum(s.weight * float(s.normalized) for s in valid) / total  # type: ignore[arg-type]
+    return {"jury_score": raw, "jury_score_normalized": norm, "jury_coverage": coverage}
+
+
+def _empty_response(rubric: Rubric) -> MetricResult:
+    scores = tuple(JudgeScore(judge=EMPTY_RESPONSE_JUDGE, criterion=c, score=rubric.min_score,
+                              min_score=rubric.min_score, max_score=rubric.max_score,
+                              explanation=EMPTY_RESPONSE_REASON) for c in rubric.criteria)
+    return MetricResult(stats=jury_stats(scores), judgements=scores)
+
+
+def _sum_usage(usages: Sequence[Usage]) -> Usage:
+    if not usages:
+        return Usage()
+
+    def total(values: list[int | None]) -> int | None:
+        known = [v for v in values if v is not None]
+        return sum(known) if known else None
+
+    return Usage(prompt_tokens=total([u.prompt_tokens for u in usages]),
+                 completion_tokens=total([u.completion_tokens for u in usages]),
+                 latency_s=sum(u.latency_s for u in usages), cached=all(u.cached for u in usages),
+                 attempts=sum(u.attempts for u in usages))
+
+
+def _error_text(err: InferenceError) -> str:
+    # Error texts name the server and status, never the prompt (InferenceError's contract).
+    return f"judge call failed: {err}"[:500]

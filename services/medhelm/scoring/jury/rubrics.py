@@ -1,0 +1,180 @@
+"""Judge rubrics: a judge prompt template plus the criteria and score scale it asks for.
+
+Two sources, one shape. Built-in rubrics (the 13 open-ended MedHELM benchmarks) are rows of data in
+``config/jury_rubrics.yaml`` rendered through one shared template; a custom rubric is the seeds'
+judge-prompt text (``{QUESTION}``, ``{RESPONSE}``, optional ``{GOLD_RESPONSE}`` and a
+``<rubric_criteria>`` JSON block whose keys are the criteria; scales start at 0).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+from medhelm.errors import ConfigError
+from medhelm.specs import canonical_json, digest
+
+RUBRICS_PATH = Path(__file__).resolve().parents[2] / "config" / "jury_rubrics.yaml"
+INSTANCE_FIELDS = ("QUESTION", "RESPONSE", "GOLD_RESPONSE")
+DEFAULT_CUSTOM_MAX = 5
+EXPLANATION_MAX_CHARS = 600  # bounds a constrained judge's output; plenty for "one or two sentences"
+
+_PLACEHOLDER = re.compile(r"\{([A-Z][A-Z_]*)\}")
+# the innermost block: prose that mentions the tag ("inside <rubric_criteria> tags") is not a block
+_BLOCK = re.compile(r"<rubric_criteria>((?:(?!<rubric_criteria>).)*?)</rubric_criteria>", re.S | re.I)
+_RANGE = re.compile(r"(?<![\w.])0\s*(?:-|–|—|to)\s*(\d{1,3})(?![\w.])")
+
+
+def fill(template: str, values: Mapping[str, str]) -> str:
+    """Replace ``{NAME}`` for the given names in one pass.
+
+    Inserted text is never re-scanned, so a ``$``, ``{RESPONSE}`` or ``{`` inside a candidate's answer
+    stays literal; unknown ``{...}`` (e.g. the rubric's JSON) is left as written."""
+    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+
+
+@dataclass(frozen=True)
+class Rubric:
+    name: str  # built-in rubric name, or "custom:<digest>" for a judge prompt given as text
+    template: str  # judge prompt with {QUESTION}, {RESPONSE}, optional {GOLD_RESPONSE}
+    criteria: tuple[str, ...]
+    min_score: int
+    max_score: int
+
+    @property
+    def uses_gold(self) -> bool:
+        return "{GOLD_RESPONSE}" in self.template
+
+    def render(self, *, question: str, response: str, gold: str = "") -> str:
+        return fill(self.template, {"QUESTION": question, "RESPONSE": response, "GOLD_RESPONSE": gold})
+
+    def json_schema(self) -> str:
+        """Schema for guided decoding (vLLM) / grammar (llama.cpp), as canonical text (hashable)."""
+        item = {
+            "type": "object",
+            "properties": {
+                "explanation": {"type": "string", "maxLength": EXPLANATION_MAX_CHARS},
+                "score": {"type": "integer", "minimum": self.min_score, "maximum": self.max_score},
+            },
+            "required": ["explanation", "score"],
+            "additionalProperties": False,
+        }
+        return canonical_json({
+            "type": "object",
+            "properties": {c: item for c in self.criteria},
+            "required": list(self.criteria),
+            "additionalProperties": False,
+        })
+
+
+# ------------------------------------------------------------------------------------------------
+# built-in rubrics
+
+
+@cache
+def _builtin_doc() -> dict:
+    return yaml.safe_load(RUBRICS_PATH.read_text(encoding="utf-8"))
+
+
+def builtin_names() -> tuple[str, ...]:
+    return tuple(_builtin_doc()["rubrics"])
+
+
+@cache
+def builtin(name: str) -> Rubric:
+    doc = _builtin_doc()
+    row = doc["rubrics"].get(name)
+    if row is None:
+        raise ConfigError(f"unknown jury rubric '{name}' (known: {', '.join(builtin_names())})", field="rubric")
+    lo, hi = int(doc["scale"]["min"]), int(doc["scale"]["max"])
+    criteria = tuple(row["criteria"])
+    example = {c: {"explanation": "One or two sentences on why.", "score": lo} for c in criteria}
+    parts = {
+        "TASK": row["task"],
+        "INPUT_LABEL": row["input_label"],
+        "GOLD_SECTION": doc["gold_section"] if row["gold"] else "",
+        "CRITERIA": "\n".join(f"- {c}: {text}" for c, text in row["criteria"].items()),
+        "RUBRIC_JSON": json.dumps(example, indent=2),
+        "MIN": str(lo),
+        "MAX": str(hi),
+    }
+    # Two passes on our own trusted text: the gold section itself carries {GOLD_RESPONSE}.
+    template = fill(doc["template"], parts)
+    return Rubric(name=name, template=template, criteria=criteria, min_score=lo, max_score=hi)
+
+
+# ------------------------------------------------------------------------------------------------
+# custom rubrics (the seeds' judge-prompt format)
+
+
+def custom(prompt_template: str, *, min_score: int | None = None, max_score: int | None = None,
+           where: str = "") -> Rubric:
+    """A rubric from the seeds' judge-prompt text; criteria are the keys of its ``<rubric_criteria>`` JSON."""
+    where = where or None
+    for name in ("QUESTION", "RESPONSE"):
+        if "{" + name + "}" not in prompt_template:
+            raise ConfigError(f"the judge prompt has no {{{name}}} placeholder", path=where, field="prompt_file")
+    criteria = _criteria_of(prompt_template, where)
+    lo = 0 if min_score is None else int(min_score)
+    hi = _stated_max(prompt_template, where) if max_score is None else int(max_score)
+    if hi <= lo:
+        raise ConfigError(f"score scale {lo}-{hi} is empty", path=where, field="max_score")
+    return Rubric(name=f"custom:{digest(prompt_template, 12)}", template=prompt_template, criteria=criteria,
+                  min_score=lo, max_score=hi)
+
+
+def _criteria_of(text: str, where: str | None) -> tuple[str, ...]:
+    blocks = _BLOCK.findall(text)
+    if not blocks:
+        raise ConfigError("the judge prompt has no <rubric_criteria>{...}</rubric_criteria> block", path=where,
+                          field="prompt_file")
+    body = blocks[-1].strip()
+    try:
+        obj = json.loads(body)
+    except json.JSONDecodeError:
+        # Tolerate an illustrative, not-quite-JSON example: read the top-level "key": { lines.
+        obj = dict.fromkeys(re.findall(r'^\s{0,4}"([^"]+)"\s*:\s*\{', body, re.M))
+    if not isinstance(obj, dict) or not obj:
+        raise ConfigError("the <rubric_criteria> block names no criteria (expected a JSON object)", path=where,
+                          field="prompt_file")
+    criteria = tuple(str(k) for k in obj)
+    if len({c.lower() for c in criteria}) != len(criteria):
+        raise ConfigError("the <rubric_criteria> block repeats a criterion", path=where, field="prompt_file")
+    return criteria
+
+
+def _stated_max(text: str, where: str | None) -> int:
+    """The scale's top as stated in the prompt ("from 0 to 5", "0-10"); 5 when unstated."""
+    found = {int(m) for m in _RANGE.findall(_BLOCK.sub("", text))}
+    found.discard(0)
+    if len(found) > 1:
+        raise ConfigError(f"the judge prompt states several score ranges (0-{', 0-'.join(map(str, sorted(found)))});"
+                          f" set max_score", path=where, field="max_score")
+    return found.pop() if found else DEFAULT_CUSTOM_MAX
+
+
+def from_args(args: Mapping[str, object], *, where: str = "") -> Rubric:
+    """The rubric a ``jury_score`` MetricSpec asks for (``rubric:`` or ``prompt_template:``)."""
+    if ("rubric" in args) == ("prompt_template" in args):
+        raise ConfigError("jury_score needs exactly one of 'rubric' (a built-in name) or 'prompt_template' "
+                          "(a judge prompt)", path=where or None, field="metrics")
+    if "rubric" in args:
+        return builtin(str(args["rubric"]))
+    return custom(str(args["prompt_template"]), min_score=_int_or_none(args, "min_score", where),
+                  max_score=_int_or_none(args, "max_score", where), where=where)
+
+
+def _int_or_none(args: Mapping[str, object], key: str, where: str) -> int | None:
+    value = args.get(key)
+    if value is None:
+        return None
+    try:
+        return int(str(value))
+    except ValueError:
+        raise ConfigError("must be an integer", path=where or None, field=key) from None

@@ -1,0 +1,175 @@
+"""Per-run jury figures, computed from a stream of InstanceResult records (``RunDir.iter_records()``):
+the jury score with a bootstrap 95 % CI, judge failure rates per judge x criterion, judge-token cost,
+and agreement between judges. The leaderboard and ``medhelm jury stats`` both call these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+from medhelm.scoring.jury import agreement as ag
+from medhelm.scoring.jury.metric import EMPTY_RESPONSE_JUDGE
+from medhelm.scoring.jury.ratings import judge_ratings, judged, pivot
+from medhelm.specs import InstanceResult, JudgeStatus
+
+
+@dataclass(frozen=True)
+class JudgeCounts:
+    judge: str
+    criterion: str
+    requested: int
+    ok: int
+    unscored: int  # the judge answered, but not a valid score (after one re-ask)
+    error: int  # the judge could not be asked (a non-retryable server error)
+
+    @property
+    def failure_rate(self) -> float | None:
+        return (self.unscored + self.error) / self.requested if self.requested else None
+
+    def to_json(self) -> dict:
+        return {"judge": self.judge, "criterion": self.criterion, "requested": self.requested, "ok": self.ok,
+                "unscored": self.unscored, "error": self.error, "failure_rate": self.failure_rate}
+
+
+@dataclass(frozen=True)
+class JurySummary:
+    instances: int  # records that went through the jury
+    unscored_instances: int  # no valid score at all (jury_score is None)
+    empty_responses: int  # scored as the rubric minimum without judges
+    jury_score: ag.Estimate  # mean of per-instance jury_score (raw scale)
+    jury_score_normalized: ag.Estimate  # the leaderboard column (0-1)
+    coverage: float | None  # mean of per-instance jury_coverage
+    counts: tuple[JudgeCounts, ...]
+    judge_prompt_tokens: int
+    judge_completion_tokens: int
+
+    def to_json(self) -> dict:
+        return {"instances": self.instances, "unscored_instances": self.unscored_instances,
+                "empty_responses": self.empty_responses, "jury_score": self.jury_score.to_json(),
+                "jury_score_normalized": self.jury_score_normalized.to_json(), "coverage": self.coverage,
+                "judges": [c.to_json() for c in self.counts], "judge_prompt_tokens": self.judge_prompt_tokens,
+                "judge_completion_tokens": self.judge_completion_tokens}
+
+
+def summarize(records: Iterable[InstanceResult], *, n_boot: int = ag.DEFAULT_BOOTSTRAP, seed: int = 0
+              ) -> JurySummary:
+    recs = list(judged(records))
+    counts: dict[tuple[str, str], list[int]] = {}
+    raw, norm, coverage = [], [], []
+    empty = prompt_tokens = completion_tokens = 0
+    for r in recs:
+        empty += any(j.judge == EMPTY_RESPONSE_JUDGE for j in r.judgements)
+        prompt_tokens += r.judge_usage.prompt_tokens or 0
+        completion_tokens += r.judge_usage.completion_tokens or 0
+        for j in r.judgements:
+            if j.judge == EMPTY_RESPONSE_JUDGE:
+                continue
+            c = counts.setdefault((j.judge, j.criterion), [0, 0, 0, 0])
+            c[0] += 1
+            c[{JudgeStatus.OK: 1, JudgeStatus.UNSCORED: 2, JudgeStatus.ERROR: 3}[j.status]] += 1
+        if r.stats.get("jury_score") is not None:
+            raw.append(float(r.stats["jury_score"]))
+            norm.append(float(r.stats["jury_score_normalized"]))
+        if r.stats.get("jury_coverage") is not None:
+            coverage.append(float(r.stats["jury_coverage"]))
+    mean = ag.mean_or_none
+    return JurySummary(
+        instances=len(recs), unscored_instances=len(recs) - len(raw), empty_responses=empty,
+        jury_score=ag.bootstrap(mean, np.array(raw), n_boot=n_boot, seed=seed),
+        jury_score_normalized=ag.bootstrap(mean, np.array(norm), n_boot=n_boot, seed=seed),
+        coverage=float(np.mean(coverage)) if coverage else None,
+        counts=tuple(JudgeCounts(j, c, *v) for (j, c), v in sorted(counts.items())),
+        judge_prompt_tokens=prompt_tokens, judge_completion_tokens=completion_tokens)
+
+
+# ------------------------------------------------------------------------------------------------
+# agreement between judges
+
+
+@dataclass(frozen=True)
+class PairAgreement:
+    a: str
+    b: str
+    spearman: ag.Estimate
+
+    def to_json(self) -> dict:
+        return {"a": self.a, "b": self.b, "spearman": self.spearman.to_json()}
+
+
+@dataclass(frozen=True)
+class CriterionAgreement:
+    criterion: str
+    icc2_1: ag.Estimate
+    mean_abs_difference: ag.Estimate  # mean |a - b| over judge pairs, 0-1 units (0 = always agree)
+    exact_agreement: ag.Estimate  # share of targets where every judge gave the same score
+
+    def to_json(self) -> dict:
+        return {"criterion": self.criterion, "icc2_1": self.icc2_1.to_json(),
+                "mean_abs_difference": self.mean_abs_difference.to_json(),
+                "exact_agreement": self.exact_agreement.to_json()}
+
+
+@dataclass(frozen=True)
+class AgreementReport:
+    judges: tuple[str, ...]
+    targets: int  # (run, instance, criterion) with at least one valid score
+    icc2_1: ag.Estimate
+    icc2_k: ag.Estimate
+    icc3_k: ag.Estimate
+    alpha_ordinal: ag.Estimate
+    pairs: tuple[PairAgreement, ...]
+    criteria: tuple[CriterionAgreement, ...]
+
+    def to_json(self) -> dict:
+        return {"judges": list(self.judges), "targets": self.targets, "icc2_1": self.icc2_1.to_json(),
+                "icc2_k": self.icc2_k.to_json(), "icc3_k": self.icc3_k.to_json(),
+                "alpha_ordinal": self.alpha_ordinal.to_json(), "pairs": [p.to_json() for p in self.pairs],
+                "criteria": [c.to_json() for c in self.criteria]}
+
+
+def judge_agreement(records: Iterable[InstanceResult], *, n_boot: int = ag.DEFAULT_BOOTSTRAP, seed: int = 0
+                    ) -> AgreementReport:
+    """Agreement between judges on 0-1-normalised scores; targets are (run, instance, criterion)."""
+    ratings = judge_ratings(records)
+    targets, judges, m = pivot(ratings)
+    icc_of = lambda form: lambda rows: ag.icc_value(rows, form)  # noqa: E731
+    complete = ag.complete_rows(m)
+    pairs = tuple(PairAgreement(judges[a], judges[b], ag.bootstrap(_spearman_cols, ag.complete_rows(m[:, [a, b]]),
+                                                                  n_boot=n_boot, seed=seed))
+                  for a, b in combinations(range(len(judges)), 2))
+    criteria = []
+    for criterion in sorted({t[2] for t in targets}):
+        rows = ag.complete_rows(m[[i for i, t in enumerate(targets) if t[2] == criterion]])
+        criteria.append(CriterionAgreement(
+            criterion, ag.bootstrap(icc_of("2,1"), rows, n_boot=n_boot, seed=seed),
+            ag.bootstrap(_mean_abs_difference, rows, n_boot=n_boot, seed=seed),
+            ag.bootstrap(_exact_agreement, rows, n_boot=n_boot, seed=seed)))
+    return AgreementReport(
+        judges=tuple(judges), targets=len(targets),
+        icc2_1=ag.bootstrap(icc_of("2,1"), complete, n_boot=n_boot, seed=seed),
+        icc2_k=ag.bootstrap(icc_of("2,k"), complete, n_boot=n_boot, seed=seed),
+        icc3_k=ag.bootstrap(icc_of("3,k"), complete, n_boot=n_boot, seed=seed),
+        alpha_ordinal=ag.bootstrap(lambda rows: ag.krippendorff_alpha(rows.T, "ordinal"), m, n_boot=n_boot,
+                                   seed=seed),
+        pairs=pairs, criteria=tuple(criteria))
+
+
+def _spearman_cols(rows: np.ndarray) -> float | None:
+    return ag.spearman(rows[:, 0], rows[:, 1])
+
+
+def _mean_abs_difference(rows: np.ndarray) -> float | None:
+    if rows.shape[0] == 0 or rows.shape[1] < 2:
+        return None
+    diffs = [np.abs(rows[:, a] - rows[:, b]) for a, b in combinations(range(rows.shape[1]), 2)]
+    return float(np.mean(diffs))
+
+
+def _exact_agreement(rows: np.ndarray) -> float | None:
+    if rows.shape[0] == 0 or rows.shape[1] < 2:
+        return None
+    return float(np.mean(np.ptp(rows, axis=1) == 0))
