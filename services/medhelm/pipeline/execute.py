@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from medhelm.benchmarks.base import PromptBudget
+from medhelm.benchmarks.base import PromptBudget, approx_tokens
 from medhelm.deployments import DeploymentRegistry
 from medhelm.errors import InferenceError, MedhelmError, ServerUnreachable
 from medhelm.pipeline.options import RunOptions
@@ -111,7 +111,8 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
         deployments=deployments, clients=pool, evaluated_deployment=plan.deployment.name))
     client = pool.get(plan.deployment)
     budget = PromptBudget(max_prompt_tokens=(plan.deployment.max_sequence_length - spec.max_tokens)
-                          if plan.deployment.max_sequence_length else None)
+                          if plan.deployment.max_sequence_length else None,
+                          count_tokens=_token_counter(client))
     writer = run_dir.writer((shard.index, shard.count) if shard else None)
     outcome = RunOutcome(plan)
     queue: asyncio.Queue[tuple[int, Instance]] = asyncio.Queue()
@@ -200,6 +201,19 @@ def merge_results(results: Sequence[MetricResult]) -> MetricResult:
         judge_completion += r.judge_usage.completion_tokens or 0
     judge_usage = Usage(prompt_tokens=judge_prompt, completion_tokens=judge_completion) if judgements else Usage()
     return MetricResult(stats=stats, judgements=tuple(judgements), judge_usage=judge_usage)
+
+
+def _token_counter(client) -> Callable[[str], int]:
+    """The model's own tokenizer when it is local (llama.cpp), else the generous estimate."""
+    exact = getattr(client, "count_tokens", None)
+    if exact is None:
+        return approx_tokens
+
+    def count(text: str) -> int:
+        n = exact(text)
+        return approx_tokens(text) if n is None else n
+
+    return count
 
 
 def _is_complete(run_dir: RunDir, plan: RunPlan) -> bool:
