@@ -1,0 +1,275 @@
+"""ClientPool = cache + retries + concurrency cap + accounting, against the mock server; RetryPolicy maths."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import sys
+
+import pytest
+
+from medhelm.devtools.mock_openai import MockHTTPError, MockOpenAIServer
+from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
+from medhelm.inference import ClientPool, ClientStats, RequestCache, RetryPolicy, make_client
+from medhelm.inference.openai import OpenAIClient
+from medhelm.inference.retry import RetryingClient
+from medhelm.specs import Deployment, GenerationRequest, Message
+
+FAST = RetryPolicy(max_attempts=8, base_delay_s=0.001, max_delay_s=0.01)
+
+
+def deployment(base_url: str, **kw) -> Deployment:
+    return Deployment(**{"name": "mock/model", "model_name": "test/model", "kind": "openai", "base_url": base_url,
+                         "timeout_s": 10.0, **kw})
+
+
+def request(i: int = 0, **kw) -> GenerationRequest:
+    return GenerationRequest(messages=(Message("user", f"Case {i}: is the lesion malignant? yes or no"),),
+                             max_tokens=4, **kw)
+
+
+def run_requests(pool: ClientPool, dep: Deployment, reqs: list[GenerationRequest]):
+    async def go():
+        try:
+            return await asyncio.gather(*(pool.get(dep).generate(r) for r in reqs))
+        finally:
+            await pool.aclose()
+
+    return asyncio.run(go())
+
+
+# -- retries ------------------------------------------------------------------------------------
+
+
+def test_retries_recover_from_429_500_and_malformed_and_are_counted():
+    with MockOpenAIServer(error_rate=0.15, rate_limit_rate=0.15, malformed_rate=0.15, retry_after_s=0.001,
+                          seed=3) as srv:
+        pool = ClientPool(retry=FAST)
+        completions = run_requests(pool, deployment(srv.base_url), [request(i) for i in range(60)])
+        sent = srv.request_count
+    stats = pool.stats["mock/model"]
+    assert all(c.text in ("Yes", "No") for c in completions)
+    assert stats.retries > 10 and stats.retries == sent - 60
+    assert stats.requests == sent and stats.errors == 0 and stats.cache_hits == 0
+    assert sum(c.usage.attempts - 1 for c in completions) == stats.retries
+
+
+def test_retries_give_up_after_max_attempts():
+    with MockOpenAIServer(error_rate=1.0) as srv:
+        pool = ClientPool(retry=RetryPolicy(max_attempts=3, base_delay_s=0.001))
+        with pytest.raises(InferenceError) as info:
+            run_requests(pool, deployment(srv.base_url), [request()])
+        assert srv.request_count == 3
+    assert info.value.status == 500
+    assert pool.stats["mock/model"] == ClientStats(requests=3, cache_hits=0, retries=2, errors=1)
+
+
+def test_non_retryable_400_fails_fast_with_a_clear_message():
+    def reject(body):
+        raise MockHTTPError(400, "model 'x' does not exist")
+
+    with MockOpenAIServer(responder=reject) as srv:
+        pool = ClientPool()  # default policy: 6 attempts, but a 400 is never retried
+        with pytest.raises(InferenceError, match=r"HTTP 400: model 'x' does not exist") as info:
+            run_requests(pool, deployment(srv.base_url), [request()])
+        assert srv.request_count == 1
+    assert not info.value.retryable and pool.stats["mock/model"].retries == 0
+
+
+def test_retry_after_is_a_floor_for_the_wait():
+    calls = []
+
+    def throttle_once(body):
+        calls.append(1)
+        if len(calls) == 1:
+            raise MockHTTPError(429, "slow down", retry_after=0.3)
+        return "Yes"
+
+    waits: list[float] = []
+    with MockOpenAIServer(responder=throttle_once) as srv:
+        async def go():
+            client = RetryingClient(OpenAIClient(deployment(srv.base_url)), RetryPolicy(base_delay_s=0.001),
+                                    on_retry=lambda err, n, wait: waits.append(wait))
+            try:
+                return await client.generate(request())
+            finally:
+                await client.aclose()
+
+        completion = asyncio.run(go())
+    assert completion.text == "Yes" and completion.usage.attempts == 2 and waits == [0.3]
+
+
+def test_unreachable_server_raises_server_unreachable_naming_the_url():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    pool = ClientPool(retry=RetryPolicy(max_attempts=2, base_delay_s=0.001))
+    with pytest.raises(ServerUnreachable, match=f"cannot reach {url}"):
+        run_requests(pool, deployment(url), [request()])
+    assert pool.stats["mock/model"] == ClientStats(requests=2, cache_hits=0, retries=1, errors=1)
+
+
+def test_backoff_is_exponential_capped_and_fully_jittered():
+    policy = RetryPolicy(base_delay_s=0.5, max_delay_s=30)
+    assert [policy.backoff(n) for n in range(1, 9)] == [0.5, 1, 2, 4, 8, 16, 30, 30]
+    rng = random.Random(0)
+    draws = [policy.delay(3, rng) for _ in range(2000)]
+    assert 0 <= min(draws) < 0.1 and 1.9 < max(draws) <= 2.0  # uniform over [0, 2]
+    assert policy.delay(1, rng, retry_after=5.0) == 5.0
+    assert policy.delay(1, rng, retry_after=500.0) == 30  # a server's Retry-After within our ceiling
+    assert RetryPolicy(jitter="none").delay(2, rng) == 1.0
+    with pytest.raises(ValueError):
+        RetryPolicy(max_attempts=0)
+
+
+# -- cache --------------------------------------------------------------------------------------
+
+
+def test_second_identical_request_makes_no_http_request(tmp_path):
+    path = tmp_path / "cache" / "requests.sqlite"
+    with MockOpenAIServer(latency_s=0.01) as srv:
+        first = run_requests(ClientPool(cache=RequestCache(path)), deployment(srv.base_url),
+                             [request(i) for i in range(20)])
+        assert srv.request_count == 20
+        srv.reset()
+        pool = ClientPool(cache=RequestCache(path))  # a fresh pool and connection: what a second run does
+        second = run_requests(pool, deployment(srv.base_url), [request(i) for i in range(20)])
+        assert srv.request_count == 0
+        # anything that changes the answer is a different key
+        run_requests(ClientPool(cache=RequestCache(path)), deployment(srv.base_url), [request(0, temperature=0.7)])
+        run_requests(ClientPool(cache=RequestCache(path)), deployment(srv.base_url, served_model_name="other"),
+                     [request(0)])
+        assert srv.request_count == 2
+    assert [c.text for c in second] == [c.text for c in first]
+    assert all(c.usage.cached and c.usage.latency_s == 0 and c.usage.attempts == 0 for c in second)
+    assert [c.usage.prompt_tokens for c in second] == [c.usage.prompt_tokens for c in first]
+    assert pool.stats["mock/model"] == ClientStats(requests=0, cache_hits=20, retries=0, errors=0)
+
+
+def test_failures_are_not_cached(tmp_path):
+    cache = RequestCache(tmp_path / "c.sqlite")
+    with MockOpenAIServer(error_rate=1.0) as srv:
+        with pytest.raises(InferenceError):
+            run_requests(ClientPool(cache=cache, retry=RetryPolicy(max_attempts=1)), deployment(srv.base_url),
+                         [request()])
+    assert len(cache) == 0
+
+
+def test_cache_hit_within_one_run_before_the_commit(tmp_path):
+    cache = RequestCache(tmp_path / "c.sqlite")
+    with MockOpenAIServer() as srv:
+        async def go():
+            client = ClientPool(cache=cache).get(deployment(srv.base_url))
+            a = await client.generate(request())
+            b = await client.generate(request())  # queued for commit, already visible
+            await client.aclose()
+            return a, b
+
+        a, b = asyncio.run(go())
+        assert srv.request_count == 1
+    assert not a.usage.cached and b.usage.cached and a.text == b.text
+
+
+WRITER = r"""
+import asyncio, sys
+from medhelm.inference.cache import RequestCache
+from medhelm.specs import Completion, Usage
+
+async def main(path, worker):
+    cache = RequestCache(path)
+    async def put(i):
+        await asyncio.sleep(0)
+        cache.put_nowait(f"key-{i}", Completion(f"answer {i}", "stop", Usage(prompt_tokens=i, completion_tokens=1)))
+    for start in range(0, 600, 50):  # shared keys 0..599 from every worker, in bursts of concurrent tasks
+        await asyncio.gather(*(put(i) for i in range(start, start + 50)))
+        await asyncio.sleep(0.001)
+    await asyncio.gather(*(put(1000 * (worker + 1) + i) for i in range(200)))  # own keys
+    await cache.aclose()
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+
+
+def test_cache_is_safe_with_three_concurrent_writer_processes(tmp_path):
+    import sqlite3
+    import subprocess
+
+    path = tmp_path / "shared.sqlite"
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(w)], stderr=subprocess.PIPE, text=True)
+             for w in range(3)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    cache = RequestCache(path)
+    assert len(cache) == 600 + 3 * 200
+    for key, i in [("key-0", 0), ("key-599", 599), ("key-1000", 1000), ("key-3199", 3199)]:
+        hit = cache.get(key)
+        assert hit is not None and hit.text == f"answer {i}" and hit.usage.prompt_tokens == i and hit.usage.cached
+    cache.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+# -- pool ---------------------------------------------------------------------------------------
+
+
+def test_concurrency_cap_per_deployment():
+    with MockOpenAIServer(latency_s=0.05) as srv:
+        run_requests(ClientPool(), deployment(srv.base_url, max_concurrency=3), [request(i) for i in range(12)])
+        assert srv.request_count == 12 and srv.max_in_flight == 3
+        srv.reset()
+        run_requests(ClientPool(), deployment(srv.base_url), [request(i) for i in range(12)])
+        assert srv.max_in_flight == 12
+
+
+def test_one_client_per_deployment_and_separate_counters():
+    with MockOpenAIServer() as srv:
+        pool = ClientPool()
+        a, b = deployment(srv.base_url), deployment(srv.base_url, name="mock/judge")
+        assert pool.get(a) is pool.get(a) and pool.get(a) is not pool.get(b)
+
+        async def go():
+            await pool.get(a).generate(request(1))
+            await asyncio.gather(pool.get(b).generate(request(2)), pool.get(b).generate(request(3)))
+            await pool.aclose()
+
+        asyncio.run(go())
+    assert pool.stats["mock/model"].requests == 1 and pool.stats["mock/judge"].requests == 2
+    assert pool.total() == ClientStats(requests=3)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict]] = []
+
+    def on_request(self, deployment: str, **kw) -> None:
+        self.calls.append((deployment, kw))
+
+
+def test_observer_sees_numbers_never_text(tmp_path):
+    obs = Recorder()
+    with MockOpenAIServer(rate_limit_rate=0.5, retry_after_s=0.001, seed=1) as srv:
+        pool = ClientPool(cache=RequestCache(tmp_path / "c.sqlite"), retry=FAST, observer=obs)
+        run_requests(pool, deployment(srv.base_url), [request(i) for i in range(10)])
+        pool2 = ClientPool(cache=RequestCache(tmp_path / "c.sqlite"), retry=FAST, observer=obs)
+        run_requests(pool2, deployment(srv.base_url), [request(0)])
+    with MockOpenAIServer(error_rate=1.0) as srv:
+        with pytest.raises(InferenceError):
+            run_requests(ClientPool(retry=RetryPolicy(max_attempts=1), observer=obs), deployment(srv.base_url),
+                         [request()])
+    assert len(obs.calls) == 12
+    assert sum(kw["attempts"] for _, kw in obs.calls[:10]) == pool.stats["mock/model"].requests
+    assert obs.calls[10][1]["cached"] is True and obs.calls[11][1]["error"] == "InferenceError:500"
+    for name, kw in obs.calls:
+        assert name == "mock/model"
+        texts = [v for k, v in kw.items() if isinstance(v, str) and k != "error"]
+        assert texts == []
+
+
+def test_kserve_v2_without_its_module_is_a_config_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "medhelm.inference.kserve_v2", None)  # as if the file were missing
+    dep = Deployment(name="kserve/x", model_name="x", kind="kserve_v2", base_url="http://127.0.0.1:1")
+    with pytest.raises(ConfigError, match="kserve/x.*kserve_v2"):
+        make_client(dep)
