@@ -1,0 +1,284 @@
+"""The 16 public MedHELM benchmarks (upstream run_entries_medhelm_public.conf). Sources are pinned to the
+commit/revision upstream HELM uses; where upstream is unpinned the source says so."""
+
+from __future__ import annotations
+
+from medhelm.benchmarks.catalogue import Arg, CatalogueEntry
+from medhelm.benchmarks.catalogue_common import (CDS, CHOICE, CHOICE_MAIN, CNG, EXACT, JURY_ARGS, JURY_MAIN, MRA,
+                                                 PCE, jury)
+from medhelm.benchmarks.loaders import calculation, clinical_notes, exams, literature, patient_questions
+from medhelm.benchmarks.loaders.fetch import RemoteFile
+from medhelm.benchmarks.prompts import PromptStyle
+from medhelm.specs import Access, MetricSpec, TaskType
+
+GH = "https://raw.githubusercontent.com"
+HF = "https://huggingface.co/datasets"
+PUBMEDQA_REV = "1f00b98d5cc626844bf8c4ca513b6e62c40071ec"
+MEDEC_REV = "49c59dcba43a7af8717590a405b11a57f42b04df"
+ACI_REV = "e75b383172195414a7a68843ec4876e83e5409f7"
+EHRSQL_REV = "e172ec8e61391ecae2d872c8d0ba02a622222f54"
+BENCHDATA_REV = "c4c252443fa9c52afb6960f53e51be278639bea2"  # raulista1997/benchmarkdata (eICU db, procedures)
+MTSAMPLES_REV = "ebc104a4f96c5b7602242f301e081e9934a23344"
+MEDHALLU_REV = "515060458a945c633debc6fd5baac7764416b724"
+MEDIQA_REV = "9288641f4c785c95dc9079fa526dabb12efdb041"
+MEDDIALOG_BUNDLE = "https://worksheets.codalab.org/rest/bundles/0x82f0c47f6d3e4462ae9ef8ea39eebe64/contents/blob"
+ACI_TESTS = ("clinicalnlp_taskB_test1_full.json", "clinicalnlp_taskC_test2_full.json", "clef_taskC_test3_full.json")
+
+MCQ_LETTERS = "Answer with only the letter of the correct option."
+
+PUBLIC: tuple[CatalogueEntry, ...] = (
+    CatalogueEntry(
+        name="medcalc_bench", display_name="MedCalc-Bench",
+        description="Compute a clinical value (a score, a lab-derived quantity, a dose, a date) from a patient "
+                    "note and a question, across 55 calculators (Khandekar et al., 2024). Scored per category: "
+                    "formula results within the dataset's ±5 % limits, rule-based scores exactly, dates and "
+                    "gestational ages by value; strict on the raw answer and lenient on verbose output.",
+        category=CDS, subcategory="Supporting Diagnostic Decisions", access=Access.PUBLIC,
+        task_type=TaskType.CALCULATION,
+        metrics=(MetricSpec("medcalc_bench_accuracy"), MetricSpec("exact_match")),
+        main_metric="medcalc_bench_accuracy", max_tokens=10,
+        source=f"{HF}/ncbi/MedCalc-Bench-v1.0 test split (revision main; upstream HELM is unpinned too)",
+        loader=calculation.load_medcalc_bench,
+        prompt=PromptStyle("Given a patient note and a clinical question, compute the requested medical value. "
+                           "Answer only the requested quantity without units. No explanation needed.",
+                           context_label="Patient note", question_label="Question"),
+        remote=(RemoteFile(f"{HF}/ncbi/MedCalc-Bench-v1.0/resolve/main/test_data.csv", "test_data.csv",
+                           alt_names=("test_data.parquet",)),),
+    ),
+    CatalogueEntry(
+        name="mtsamples_replicate", display_name="MTSamples",
+        description="Generate a treatment plan from a transcribed medical report (MTSamples.com, many "
+                    "specialties). The reference is the report's own PLAN (else SUMMARY or FINDINGS) line; the "
+                    "report is shown up to that section only. Scored by the LLM jury (accuracy, completeness, "
+                    "clarity) with ROUGE.",
+        category=CDS, subcategory="Planning Treatments", access=Access.PUBLIC, task_type=TaskType.GENERATION,
+        metrics=jury("mtsamples_replicate"), main_metric=JURY_MAIN, max_tokens=512,
+        source=f"github.com/raulista1997/benchmarkdata@{MTSAMPLES_REV}/mtsamples_processed/*.txt",
+        loader=clinical_notes.load_mtsamples, args=JURY_ARGS,
+        prompt=PromptStyle("Given various information about a patient, return a reasonable treatment plan for "
+                           "the patient.", context_label="Patient information"),
+        remote=(RemoteFile("https://api.github.com/repos/raulista1997/benchmarkdata/contents/mtsamples_processed"
+                           f"?ref={MTSAMPLES_REV}", "listing.json"),),
+        options={"directory": "mtsamples_processed",
+                 "raw_base": f"{GH}/raulista1997/benchmarkdata/{MTSAMPLES_REV}/mtsamples_processed"},
+    ),
+    CatalogueEntry(
+        name="medec", display_name="Medec",
+        description="Detect and correct a medical error in a clinical note (MEDEC, Ben Abacha et al., 2024; "
+                    "MS test set, 597 notes). Each note is correct or holds one error (diagnosis, management, "
+                    "treatment, pharmacotherapy or causal organism); the model answers CORRECT or the erroneous "
+                    "sentence's id with a corrected sentence. Scored on the error flag and on the sentence id.",
+        category=CDS, subcategory="Planning Treatments", access=Access.PUBLIC, task_type=TaskType.GENERATION,
+        metrics=(MetricSpec("medec"),), main_metric="medec_error_flag_accuracy", max_tokens=256,
+        source=f"github.com/abachaa/MEDEC@{MEDEC_REV}/MEDEC-MS/MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv",
+        loader=literature.load_medec,
+        prompt=PromptStyle(
+            "The following is a medical narrative about a patient. You are a skilled medical doctor reviewing "
+            "the clinical text. The text is either correct or contains one error. The text has a sentence per "
+            "line. Each line starts with the sentence ID, followed by a space character then the sentence to "
+            "check. Check every sentence of the text. If the text is correct return the following output: "
+            "CORRECT. If the text has a medical error, return the sentence ID of the sentence containing the "
+            "error, followed by a space, and a corrected version of the sentence.",
+            context_label="Clinical Note"),
+        remote=(RemoteFile(f"{GH}/abachaa/MEDEC/{MEDEC_REV}/MEDEC-MS/"
+                           "MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv",
+                           "MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv"),),
+    ),
+    CatalogueEntry(
+        name="head_qa", display_name="HeadQA",
+        description="Multiple-choice questions from Spanish healthcare specialisation exams (medicine, "
+                    "nursing, psychology, chemistry, pharmacology, biology), English version, test split; "
+                    "questions that need an image are left out (HEAD-QA, Vilares & Gómez-Rodríguez, 2019).",
+        category=CDS, subcategory="Providing Clinical Knowledge Support", access=Access.PUBLIC,
+        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, main_metric=CHOICE_MAIN, max_tokens=1,
+        source=f"{HF}/dvilares/head_qa config en, split test (parquet conversion; upstream unpinned)",
+        loader=exams.load_head_qa,
+        prompt=PromptStyle("You are a highly knowledgeable AI assistant specializing in biomedical sciences. "
+                           "Answer the multiple-choice question. " + MCQ_LETTERS, question_label="Question"),
+        remote=(RemoteFile(f"{HF}/dvilares/head_qa/resolve/refs%2Fconvert%2Fparquet/en/test/0000.parquet",
+                           "en/test/0000.parquet"),),
+    ),
+    CatalogueEntry(
+        name="medbullets", display_name="Medbullets",
+        description="USMLE Step 2/3-style clinical vignettes with five options, written by Medbullets "
+                    "(Chen et al., 2024, op5 file).",
+        category=CDS, subcategory="Providing Clinical Knowledge Support", access=Access.PUBLIC,
+        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, main_metric=CHOICE_MAIN, max_tokens=1,
+        source="github.com/HanjieChen/ChallengeClinicalQA@main/medbullets/medbullets_op5.csv "
+               "(upstream unpinned; mirror the file to pin it)",
+        loader=exams.load_medbullets,
+        prompt=PromptStyle("You are a highly knowledgeable AI assistant specializing in medicine. Answer the "
+                           "USMLE Step 2/3-style question about the clinical scenario. " + MCQ_LETTERS,
+                           question_label="Clinical Scenario"),
+        remote=(RemoteFile(f"{GH}/HanjieChen/ChallengeClinicalQA/refs/heads/main/medbullets/medbullets_op5.csv",
+                           "medbullets_op5.csv"),),
+    ),
+    CatalogueEntry(
+        name="medhelm_med_qa", display_name="MedQA",
+        description="USMLE-style four-option questions (MedQA, Jin et al., 2021), US test split.",
+        category=CDS, subcategory="Providing Clinical Knowledge Support", access=Access.PUBLIC,
+        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, main_metric=CHOICE_MAIN, max_tokens=1,
+        source="Google Drive zip 1ImYUSLk9JbgHXOemfvyiDiirluZHPeQw: "
+               "data_clean/questions/US/4_options/phrases_no_exclude_test.jsonl",
+        loader=exams.load_med_qa,
+        prompt=PromptStyle("Answer the following medical exam question. " + MCQ_LETTERS, question_label="Question"),
+        remote=(RemoteFile("https://drive.usercontent.google.com/download?id=1ImYUSLk9JbgHXOemfvyiDiirluZHPeQw"
+                           "&export=download&confirm=t", "phrases_no_exclude_test.jsonl",
+                           member="US/4_options/phrases_no_exclude_test.jsonl"),),
+    ),
+    CatalogueEntry(
+        name="medhelm_med_mcqa", display_name="MedMCQA",
+        description="Four-option questions from Indian medical entrance exams (AIIMS, NEET PG) across 21 "
+                    "subjects (MedMCQA, Pal et al., 2022); the dev file is the evaluation split.",
+        category=CDS, subcategory="Providing Clinical Knowledge Support", access=Access.PUBLIC,
+        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, main_metric=CHOICE_MAIN, max_tokens=1,
+        source="Google Drive zip 15VkJdq5eyWIkfb_aoD3oS8i4tScbHYky: dev.json", main_split="valid",
+        loader=exams.load_med_mcqa,
+        prompt=PromptStyle("Answer the following medical exam question. " + MCQ_LETTERS, question_label="Question"),
+        remote=(RemoteFile("https://drive.usercontent.google.com/download?id=15VkJdq5eyWIkfb_aoD3oS8i4tScbHYky"
+                           "&export=download&confirm=t", "dev.json", member="dev.json"),),
+    ),
+    CatalogueEntry(
+        name="aci_bench", display_name="ACI-Bench",
+        description="Write a clinical note (history of present illness, physical exam, results, assessment "
+                    "and plan) from a doctor-patient conversation (ACI-Bench, Yim et al., 2023; the three "
+                    "test sets). Scored by the LLM jury with ROUGE.",
+        category=CNG, subcategory="Documenting Patient Visits", access=Access.PUBLIC, task_type=TaskType.GENERATION,
+        metrics=jury("aci_bench"), main_metric=JURY_MAIN, max_tokens=768,
+        source=f"github.com/wyim/aci-bench@{ACI_REV}/data/challenge_data_json/ ({', '.join(ACI_TESTS)})",
+        loader=clinical_notes.load_aci_bench,
+        args=JURY_ARGS + (Arg("subset", "one test set instead of all three", default="all",
+                              choices=("all", "clinicalnlp_taskB_test1", "clinicalnlp_taskC_test2",
+                                       "clef_taskC_test3")),),
+        prompt=PromptStyle("Summarize the conversation to generate a clinical note with four sections:\n"
+                           "1. HISTORY OF PRESENT ILLNESS\n2. PHYSICAL EXAM\n3. RESULTS\n4. ASSESSMENT AND PLAN",
+                           context_label="Conversation", answer_label="Clinical Note"),
+        remote=tuple(RemoteFile(f"{GH}/wyim/aci-bench/{ACI_REV}/data/challenge_data_json/{n}", n) for n in ACI_TESTS),
+    ),
+    CatalogueEntry(
+        name="mtsamples_procedures", display_name="MTSamples Procedures",
+        description="Generate the plan (else summary or findings) that follows an operative or procedure "
+                    "note from MTSamples. Scored by the LLM jury with ROUGE.",
+        category=CNG, subcategory="Recording Procedures", access=Access.PUBLIC, task_type=TaskType.GENERATION,
+        metrics=jury("mtsamples_procedures"), main_metric=JURY_MAIN, max_tokens=512,
+        source=f"github.com/raulista1997/benchmarkdata@{BENCHDATA_REV}/mtsample_procedure/*.txt "
+               "(listing pinned too; upstream listed the default branch)",
+        loader=clinical_notes.load_mtsamples, args=JURY_ARGS,
+        prompt=PromptStyle("Here is information about a patient; return a reasonable treatment plan for the "
+                           "patient.", context_label="Patient Notes"),
+        remote=(RemoteFile("https://api.github.com/repos/raulista1997/benchmarkdata/contents/mtsample_procedure"
+                           f"?ref={BENCHDATA_REV}", "listing.json"),),
+        options={"directory": "mtsample_procedure",
+                 "raw_base": f"{GH}/raulista1997/benchmarkdata/{BENCHDATA_REV}/mtsample_procedure"},
+    ),
+    CatalogueEntry(
+        name="medication_qa", display_name="MedicationQA",
+        description="Answer consumers' questions about medications (Ben Abacha et al., MedInfo 2019; ~690 "
+                    "questions with pharmacist-sourced answers). Scored by the LLM jury with ROUGE.",
+        category=PCE, subcategory="Providing Patient Education Resources", access=Access.PUBLIC,
+        task_type=TaskType.GENERATION, metrics=jury("medication_qa"), main_metric=JURY_MAIN, max_tokens=512,
+        source="github.com/abachaa/Medication_QA_MedInfo2019@master/MedInfo2019-QA-Medications.xlsx "
+               "(upstream unpinned; mirror the file to pin it)",
+        loader=patient_questions.load_medication_qa, args=JURY_ARGS,
+        prompt=PromptStyle("Please answer the following consumer health question.", question_label="Question"),
+        remote=(RemoteFile(f"{GH}/abachaa/Medication_QA_MedInfo2019/master/MedInfo2019-QA-Medications.xlsx",
+                           "MedInfo2019-QA-Medications.xlsx"),),
+    ),
+    CatalogueEntry(
+        name="med_dialog", display_name="MedDialog",
+        description="Summarise a patient-doctor conversation in one sentence (MedDialog English, BioBART "
+                    "splits; subset=healthcaremagic or icliniq). Scored by the LLM jury with ROUGE.",
+        category=PCE, subcategory="Patient-Provider Messaging", access=Access.PUBLIC, task_type=TaskType.GENERATION,
+        metrics=jury("med_dialog"), main_metric=JURY_MAIN, max_tokens=80,
+        source="CodaLab bundle 0x82f0c47f6d3e4462ae9ef8ea39eebe64/<subset>/test.json",
+        loader=patient_questions.load_med_dialog,
+        args=(Arg("subset", "which dialogue source", choices=("healthcaremagic", "icliniq"), required=True),)
+        + JURY_ARGS,
+        prompt=PromptStyle("Generate a one sentence summary of this patient-doctor conversation.",
+                           context_label="Patient-Doctor", answer_label="Summary"),
+        remote=tuple(RemoteFile(f"{MEDDIALOG_BUNDLE}/{s}/test.json", "test.json") for s in ("healthcaremagic", "icliniq")),
+    ),
+    CatalogueEntry(
+        name="medi_qa", display_name="MEDIQA",
+        description="Answer consumer health questions (MEDIQA 2019 QA task, 150 test questions); the "
+                    "reference is the answer the experts ranked first. Scored by the LLM jury with ROUGE.",
+        category=PCE, subcategory="Enhancing Patient Understanding and Accessibility in Health Communication",
+        access=Access.PUBLIC, task_type=TaskType.GENERATION, metrics=jury("medi_qa"), main_metric=JURY_MAIN,
+        max_tokens=1024, source=f"{HF}/bigbio/mediqa_qa@{MEDIQA_REV} (config mediqa_qa_source, split test)",
+        loader=patient_questions.load_medi_qa, args=JURY_ARGS,
+        prompt=PromptStyle("Answer the following consumer health question.", question_label="Question"),
+        remote=(RemoteFile(f"{HF}/bigbio/mediqa_qa/resolve/refs%2Fconvert%2Fparquet/mediqa_qa_source/test/0000.parquet",
+                           "mediqa_qa_source/test/0000.parquet"),),
+    ),
+    CatalogueEntry(
+        name="pubmed_qa", display_name="PubMedQA",
+        description="Answer a biomedical research question yes, no or maybe from a PubMed abstract "
+                    "(PubMedQA PQA-L, Jin et al., 2019; the 1,000 expert-labelled items).",
+        category=MRA, subcategory="Conducting Literature Research", access=Access.PUBLIC,
+        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, main_metric=CHOICE_MAIN, max_tokens=1,
+        source=f"github.com/pubmedqa/pubmedqa@{PUBMEDQA_REV}/data/ori_pqal.json",
+        loader=literature.load_pubmed_qa,
+        prompt=PromptStyle("Answer A for yes, B for no or C for maybe. Do not include any explanation or "
+                           "additional text. Output only the letter on a single line.",
+                           context_label="Context", question_label="Question"),
+        remote=(RemoteFile(f"{GH}/pubmedqa/pubmedqa/{PUBMEDQA_REV}/data/ori_pqal.json", "ori_pqal.json"),),
+    ),
+    CatalogueEntry(
+        name="ehr_sql", display_name="EHRSQL",
+        description="Write the SQL query that answers a clinical research question over the eICU database "
+                    "schema, or nothing if the question cannot be answered (EHRSQL, Lee et al., 2022; test "
+                    "split). Scored by executing the gold and the generated query on a read-only copy of the "
+                    "database with a time limit.",
+        category=MRA, subcategory="Analyzing Clinical Research Data", access=Access.PUBLIC, task_type=TaskType.CODE,
+        metrics=(MetricSpec("ehr_sql_execution_accuracy"), MetricSpec("exact_match")),
+        main_metric="ehr_sql_execution_accuracy", max_tokens=1024,
+        source=f"github.com/glee4810/EHRSQL@{EHRSQL_REV}/dataset/ehrsql/eicu/{{test.json,eicu.sql}} + "
+               f"github.com/raulista1997/benchmarkdata@{BENCHDATA_REV}/eicu.sqlite",
+        loader=calculation.load_ehr_sql,
+        prompt=PromptStyle("You are a highly skilled AI specializing in medical SQL queries. Given a database "
+                           "schema and a medical question, generate a valid SQLite query that retrieves the "
+                           "required information. Output only the SQL query ending with ; and no explanation. "
+                           "If the question cannot be answered from the database, return an empty answer.",
+                           context_label="Database Schema", question_label="Question", answer_label="SQL Query"),
+        remote=(RemoteFile(f"{GH}/glee4810/EHRSQL/{EHRSQL_REV}/dataset/ehrsql/eicu/test.json", "test.json"),
+                RemoteFile(f"{GH}/glee4810/EHRSQL/{EHRSQL_REV}/dataset/ehrsql/eicu/eicu.sql", "eicu.sql"),
+                RemoteFile(f"https://github.com/raulista1997/benchmarkdata/raw/{BENCHDATA_REV}/eicu.sqlite",
+                           "eicu.sqlite")),
+    ),
+    CatalogueEntry(
+        name="race_based_med", display_name="RaceBias",
+        description="Decide whether a model's answer to a medical question propagates race-based medicine "
+                    "(harmful, inaccurate or race-based content), from the supplement of Omiye et al., npj "
+                    "Digital Medicine 2023, where reviewers marked such content in red.",
+        category=MRA, subcategory="Ensuring Clinical Research Quality", access=Access.PUBLIC,
+        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, main_metric=CHOICE_MAIN, max_tokens=1,
+        source="static-content.springer.com/esm/art%3A10.1038%2Fs41746-023-00939-z/MediaObjects/"
+               "41746_2023_939_MOESM1_ESM.docx",
+        loader=patient_questions.load_race_based_med,
+        prompt=PromptStyle("Read the question-answer pair. Answer A for yes if the response involves harmful, "
+                           "inaccurate, and/or race-based content, B for no. " + MCQ_LETTERS,
+                           context_label="Question-answer pair", question_label="Question"),
+        remote=(RemoteFile("https://static-content.springer.com/esm/art%3A10.1038%2Fs41746-023-00939-z/"
+                           "MediaObjects/41746_2023_939_MOESM1_ESM.docx", "41746_2023_939_MOESM1_ESM.docx"),),
+    ),
+    CatalogueEntry(
+        name="medhallu", display_name="MedHallu",
+        description="Decide whether an answer to a PubMed-based question is factual (0) or hallucinated (1) "
+                    "given world knowledge (MedHallu, Pandit et al., 2025; pqa_labeled, 1,000 questions, each "
+                    "with its ground-truth and its hallucinated answer).",
+        category=MRA, subcategory="Ensuring Clinical Research Quality", access=Access.PUBLIC,
+        task_type=TaskType.CLASSIFICATION, metrics=EXACT, main_metric="exact_match", max_tokens=5,
+        source=f"{HF}/UTAustin-AIHealth/MedHallu@{MEDHALLU_REV} (pqa_labeled, split train)",
+        loader=literature.load_medhallu,
+        prompt=PromptStyle(
+            "You are an AI assistant with extensive knowledge in the field of medicine. Act as an answer judge: "
+            "given a question and an answer, determine whether the answer contains non-factual or hallucinated "
+            "information, judging against the world knowledge. An answer is hallucinated if it misinterprets "
+            "the question, gives incomplete information (says what is not true without the correct "
+            "information), misattributes mechanisms or pathways, or fabricates methods, statistics or "
+            "outcomes. Return just an integer: 0 if the answer is factual, 1 if it is hallucinated.",
+            context_label="World Knowledge", answer_label="Your Judgment"),
+        remote=(RemoteFile(f"{HF}/UTAustin-AIHealth/MedHallu/resolve/{MEDHALLU_REV}/pqa_labeled/"
+                           "train-00000-of-00001.parquet", "pqa_labeled/train-00000-of-00001.parquet"),),
+    ),
+)

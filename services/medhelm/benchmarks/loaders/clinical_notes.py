@@ -1,0 +1,94 @@
+"""ACI-Bench (dialogue -> note) and the two MTSamples benchmarks (notes -> plan)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from medhelm.benchmarks.base import LoadContext
+from medhelm.benchmarks.loaders.fetch import RemoteFile, download, fetch_all, mirror_candidates
+from medhelm.benchmarks.loaders.instances import text_instance
+from medhelm.benchmarks.loaders.readers import read_json
+from medhelm.errors import ConfigError, DataUnavailable
+from medhelm.specs import Instance
+
+
+def load_aci_bench(ctx: LoadContext, entry) -> Iterator[Instance]:
+    """The three ACI-Bench test files (``subset=`` picks one); the train file is not needed (zero-shot)."""
+    subset = ctx.args.get("subset", "all")
+    files = [f for f in entry.remote if subset == "all" or f.name.startswith(subset)]
+    for remote, path in zip(files, fetch_all(ctx, entry.folder, files)):
+        doc = read_json(path)
+        records = doc.get("data") if isinstance(doc, dict) else None
+        if not isinstance(records, list):
+            raise ConfigError("expected {\"data\": [{\"src\", \"tgt\", \"file\"}, ...]}", path=path)
+        stem = remote.name.removesuffix("_full.json")
+        for n, rec in enumerate(records):
+            if not isinstance(rec, dict) or not rec.get("src") or not rec.get("tgt"):
+                raise ConfigError(f"record {n}: expected non-empty 'src' and 'tgt'", path=path)
+            yield text_instance(f"{stem}:{rec.get('file', n)}", rec["tgt"], context=rec["src"])
+
+
+# MTSamples: the reference is the first line after the first present section header, preferring PLAN;
+# the input is the text *before* that section (upstream removed only PLAN, leaking SUMMARY/FINDINGS
+# references into the input, and matched headers case-insensitively but split case-sensitively).
+SECTIONS = ("PLAN", "SUMMARY", "FINDINGS")
+
+
+def split_note(text: str) -> tuple[str, str] | None:
+    for section in SECTIONS:
+        m = re.search(rf"\b{section}\s*:", text, re.I)
+        if m:
+            reference = text[m.end():].lstrip(" \t").split("\n", 1)[0].strip()
+            if reference:
+                return text[:m.start()].strip(), reference
+    return None
+
+
+def load_mtsamples(ctx: LoadContext, entry) -> Iterator[Instance]:
+    files = _mtsamples_files(ctx, entry)
+    for path in files:
+        parsed = split_note(path.read_text(encoding="utf-8", errors="replace"))
+        if parsed is None or not parsed[0]:
+            continue  # a note without PLAN/SUMMARY/FINDINGS has no reference: not part of the benchmark
+        note, reference = parsed
+        yield text_instance(path.stem, reference, context=note)
+
+
+def _mtsamples_files(ctx: LoadContext, entry) -> list[Path]:
+    """The ``*.txt`` notes: from the mirror folder, else the cache, else the pinned GitHub listing."""
+    folder = entry.folder
+    for cand in mirror_candidates(ctx, folder, str(entry.options["directory"])):
+        if cand.is_dir() and any(cand.glob("*.txt")):
+            return sorted(cand.glob("*.txt"))
+    cache = Path(ctx.cache_dir) / folder / str(entry.options["directory"])
+    done = cache / ".complete"
+    if done.is_file():
+        return sorted(cache.glob("*.txt"))
+    (listing,) = entry.remote
+    if ctx.offline:
+        where = f"{Path(ctx.data_dir) / folder}" if ctx.data_dir else "a --data-dir / MEDHELM_DATA_DIR mirror"
+        raise DataUnavailable(f"{entry.name}: data not available offline; copy the folder "
+                              f"{entry.options['directory']}/ (*.txt, from {entry.source}) into {where}")
+    names = _list_txt(ctx, folder, listing)
+    for name in names:
+        download(ctx, f"{folder}/{entry.options['directory']}",
+                 RemoteFile(f"{entry.options['raw_base']}/{_quote(name)}", name))
+    cache.mkdir(parents=True, exist_ok=True)
+    done.write_text(str(len(names)))
+    return sorted(cache.glob("*.txt"))
+
+
+def _list_txt(ctx: LoadContext, folder: str, listing: RemoteFile) -> list[str]:
+    path = download(ctx, folder, listing)
+    items = read_json(path)
+    if not isinstance(items, list):
+        raise DataUnavailable(f"unexpected GitHub listing at {listing.url}")
+    return sorted(i["name"] for i in items if isinstance(i, dict) and str(i.get("name", "")).endswith(".txt"))
+
+
+def _quote(name: str) -> str:
+    from urllib.parse import quote
+
+    return quote(name)

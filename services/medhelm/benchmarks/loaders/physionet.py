@@ -1,0 +1,88 @@
+"""Gated PhysioNet data read from the user's ``data_path=``: DischargeMe, MIMIC-RRS, MIMIC-IV-BHC,
+MIMIC-IV billing codes. Each file's expected shape is in the catalogue row (``medhelm describe``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from medhelm.benchmarks.base import LoadContext
+from medhelm.benchmarks.loaders.fetch import require_files, user_path
+from medhelm.benchmarks.loaders.instances import text_instance
+from medhelm.benchmarks.loaders.readers import read_arrow_table, read_csv, read_jsonl
+from medhelm.errors import ConfigError
+from medhelm.specs import Instance
+
+DISCHARGEME_DIR = Path("files/discharge-me/1.3/test_phase_1")
+DISCHARGEME_FILES = ("discharge.csv.gz", "discharge_target.csv.gz", "radiology.csv.gz")
+TARGETS = (("brief_hospital_course", "Brief Hospital Course"), ("discharge_instructions", "Discharge Instructions"))
+
+
+def _folder(ctx: LoadContext, entry) -> Path:
+    return user_path(ctx, entry.name, entry.expected, entry.access_note)
+
+
+def load_dischargeme(ctx: LoadContext, entry) -> Iterator[Instance]:
+    """Two instances per admission (brief hospital course, discharge instructions). The discharge note is
+    shown with the target section removed, with the admission's radiology reports."""
+    root = _folder(ctx, entry)
+    if (root / DISCHARGEME_DIR).is_dir():  # the PhysioNet download root was given
+        root = root / DISCHARGEME_DIR
+    discharge_p, target_p, radiology_p = require_files(entry.name, root, DISCHARGEME_FILES, entry.access_note)
+    notes = {r["hadm_id"]: r for r in read_csv(discharge_p, ("hadm_id", "text"))}
+    radiology: dict[str, list[str]] = {}
+    for r in read_csv(radiology_p, ("hadm_id", "text")):
+        radiology.setdefault(r["hadm_id"], []).append(r["text"])
+    for r in read_csv(target_p, ("hadm_id",) + tuple(t for t, _ in TARGETS)):
+        hadm = r["hadm_id"]
+        if hadm not in notes:
+            raise ConfigError(f"admission in discharge_target has no discharge note (hadm_id column)", path=target_p)
+        for column, title in TARGETS:
+            target = (r[column] or "").strip()
+            note = notes[hadm]["text"].replace(target, "") if target else notes[hadm]["text"]
+            context = f"Discharge Text:\n{note.strip()}\n\nRadiology Report:\n" + "\n\n".join(radiology.get(hadm, []))
+            yield text_instance(f"{hadm}-{column}", target, context=context,
+                                question=f"Generate the {title} for this admission.")
+
+
+def load_mimic_rrs(ctx: LoadContext, entry) -> Iterator[Instance]:
+    """Line i of ``test.findings.tok`` is the findings of report i; the same line of
+    ``test.impression.tok`` is its impression (the reference)."""
+    findings_p, impression_p = require_files(entry.name, _folder(ctx, entry),
+                                             ("test.findings.tok", "test.impression.tok"), entry.access_note)
+    findings = findings_p.read_text(encoding="utf-8").splitlines()
+    impressions = impression_p.read_text(encoding="utf-8").splitlines()
+    if len(findings) != len(impressions):
+        raise ConfigError(f"{len(findings)} findings but {len(impressions)} impressions (files must be "
+                          f"line-aligned with {impression_p.name})", path=findings_p)
+    for i, (f, imp) in enumerate(zip(findings, impressions)):
+        if f.strip() and imp.strip():
+            yield text_instance(f"rrs-{i}", imp.strip(), context=f.strip())
+
+
+def _file(ctx: LoadContext, entry, name: str) -> Path:
+    path = _folder(ctx, entry)
+    if path.is_dir():
+        (path,) = require_files(entry.name, path, (name,), entry.access_note)
+    elif not path.is_file():
+        raise ConfigError(f"not found (expected {entry.expected}); {entry.access_note}", path=path)
+    return path
+
+
+def load_mimic_bhc(ctx: LoadContext, entry) -> Iterator[Instance]:
+    path = _file(ctx, entry, "mimic_iv_bhc.json")
+    for n, row in enumerate(read_jsonl(path, ("input", "target"))):
+        yield text_instance(f"bhc-{n}", str(row["target"]), context=str(row["input"]))
+
+
+def load_mimiciv_billing_code(ctx: LoadContext, entry) -> Iterator[Instance]:
+    """The reference is the admission's ICD-10 code set (list column ``target``)."""
+    path = _file(ctx, entry, "mimiciv_icd10.feather")
+    for n, row in enumerate(read_arrow_table(path, ("text", "target"))):
+        codes = row["target"]
+        if isinstance(codes, str):
+            codes = [c.strip() for c in codes.replace(";", ",").split(",") if c.strip()]
+        if not codes:
+            raise ConfigError(f"row {n}: empty ICD-10 code list in column 'target'", path=path)
+        yield text_instance(str(row.get("hadm_id", row.get("note_id", n))), ", ".join(map(str, codes)),
+                            context=str(row["text"]), extra={"codes": [str(c) for c in codes]})

@@ -1,0 +1,104 @@
+"""Private (organisation-held) data read from the user's ``data_path=``: the ten SHC classifiers (one
+loader, ten catalogue rows), CLEAR, NoteExtract (CHW care plans), PatientInstruct and MentalHealth."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from medhelm.benchmarks.base import LoadContext
+from medhelm.benchmarks.loaders.fetch import require_files, user_path
+from medhelm.benchmarks.loaders.instances import choice_instance, label_index, text_instance
+from medhelm.benchmarks.loaders.readers import read_csv, read_table
+from medhelm.errors import ConfigError
+from medhelm.specs import Instance
+
+
+def _file(ctx: LoadContext, entry) -> Path:
+    """``data_path=`` names the file, or a folder holding it under its upstream name."""
+    path = user_path(ctx, entry.name, entry.expected, entry.access_note)
+    if path.is_dir():
+        (path,) = require_files(entry.name, path, (str(entry.options["file"]),), entry.access_note)
+    elif not path.is_file():
+        raise ConfigError(f"not found (expected {entry.expected}); {entry.access_note}", path=path)
+    return path
+
+
+def load_shc(ctx: LoadContext, entry) -> Iterator[Instance]:
+    """Columns: the question (``prompt``, or ``question`` for sequoia), ``context``, ``label`` (A/B[/C]).
+    Options are the labels' meanings, listed once. Duplicate questions are kept (upstream collapsed them)."""
+    path = _file(ctx, entry)
+    qcol = str(entry.options.get("question_column", "prompt"))
+    meanings = tuple(entry.options["choices"])
+    letters = tuple("ABC"[: len(meanings)])
+    skip_unlabelled = ctx.args.get("skip_unlabelled", "false") == "true"
+    for line, row in enumerate(read_csv(path, (qcol, "context", "label")), 2):
+        if skip_unlabelled and not str(row["label"]).strip():
+            continue
+        correct = label_index(row["label"], letters, path=path, line=line, column="label")
+        yield choice_instance(f"{entry.name}-{line - 1}", row[qcol].strip(), meanings, correct,
+                              context=row["context"].strip())
+
+
+CLEAR_CONDITIONS = (
+    "alcohol_dependence", "attention_deficit_hyperactivity_disorder", "bipolar_disorder", "chronic_pain",
+    "homelessness", "liver_disease", "major_depression", "personality_disorder", "post_traumatic_stress_disorder",
+    "substance_use_disorder", "suicidal_behavior", "tobacco_dependence", "unemployment",
+)
+
+
+def load_clear(ctx: LoadContext, entry) -> Iterator[Instance]:
+    """``<data_path>/<condition>.xlsx`` with columns ``text`` and ``result_human`` (1 has, 0 has not,
+    2 uncertain)."""
+    condition = ctx.args["condition"]
+    root = user_path(ctx, entry.name, entry.expected, entry.access_note)
+    (path,) = require_files(entry.name, root, (f"{condition}.xlsx",), entry.access_note)
+    shown = condition.replace("_", " ")
+    options = (f"Has a history of {shown}", f"Does not have a history of {shown}", "Uncertain")
+    by_label = {"1": 0, "0": 1, "2": 2}
+    for line, row in enumerate(read_table(path, ("text", "result_human")), 2):
+        label = str(row["result_human"]).strip()
+        if label not in by_label:
+            raise ConfigError("column 'result_human' must be 0, 1 or 2", path=path, line=line)
+        yield choice_instance(f"{condition}-{line - 1}", f"Does the patient have a history of {shown}?", options,
+                              by_label[label], context=str(row["text"]).strip())
+
+
+def load_chw_care_plan(ctx: LoadContext, entry) -> Iterator[Instance]:
+    """The note is both the input and the reference: the jury checks the structured rewrite against it."""
+    path = _file(ctx, entry)
+    for line, row in enumerate(read_csv(path, ("MO Note",)), 2):
+        note = row["MO Note"].strip()
+        if not note:
+            raise ConfigError("empty 'MO Note'", path=path, line=line)
+        yield text_instance(f"chw-{line - 1}", note, context=note)
+
+
+STARR_COLUMNS = ("QC", "Diagnosis", "ActualProcedure", "HistoryPhysicalNoteText", "OperativeNoteText",
+                 "DischargeInstructionNoteText")
+
+
+def load_starr_patient_instructions(ctx: LoadContext, entry) -> Iterator[Instance]:
+    """Rows that passed quality control (``QC`` = TRUE)."""
+    path = _file(ctx, entry)
+    for line, row in enumerate(read_csv(path, STARR_COLUMNS), 2):
+        if row["QC"].strip().upper() != "TRUE":
+            continue
+        target = row["DischargeInstructionNoteText"].strip()
+        if not target:
+            raise ConfigError("QC=TRUE row with empty 'DischargeInstructionNoteText'", path=path, line=line)
+        context = (f"Diagnosis: {row['Diagnosis'].strip()}\nProcedure: {row['ActualProcedure'].strip()}\n"
+                   f"History & Physical:\n{row['HistoryPhysicalNoteText'].strip()}\n"
+                   f"Operative Report:\n{row['OperativeNoteText'].strip()}")
+        yield text_instance(f"starr-{line - 1}", target, context=context)
+
+
+def load_mental_health(ctx: LoadContext, entry) -> Iterator[Instance]:
+    """One instance per row: the conversation so far and the counselor's actual next turn."""
+    path = _file(ctx, entry)
+    for line, row in enumerate(read_csv(path, ("context", "gold_counselor_response")), 2):
+        if not row["context"].strip() or not row["gold_counselor_response"].strip():
+            raise ConfigError("empty 'context' or 'gold_counselor_response'", path=path, line=line)
+        yield text_instance(f"mh-{line - 1}", row["gold_counselor_response"].strip(),
+                            context=row["context"].strip(),
+                            extra={"topic": row.get("topic", ""), "dialogue_type": row.get("dialogue_type", "")})

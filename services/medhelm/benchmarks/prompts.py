@@ -1,0 +1,89 @@
+"""Prompt construction shared by every catalogue benchmark.
+
+One user message: instructions, then the context (note, abstract, EHR, dialogue), then the question,
+then the lettered options (listed once), then the answer cue. Fixes over upstream HELM: options are not
+repeated, empty labels never produce a stray ": ", and when the prompt is too long the *context* is cut
+(from the end, or from the start for timelines where the latest events matter) — never the question or the
+options — and ``Prompt.truncated`` records it.
+
+Instance convention used by the loaders: ``extra["context"]`` (optional) is the long passage and
+``extra["question"]`` (optional) the question; without them ``instance.input`` is the question.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+
+from medhelm.benchmarks.base import PromptBudget
+from medhelm.specs import Instance, Prompt
+
+LETTERS = string.ascii_uppercase
+TRUNCATION_MARK = "[... truncated to fit the context window ...]"
+
+
+@dataclass(frozen=True)
+class PromptStyle:
+    instructions: str
+    context_label: str = ""  # e.g. "Patient note"; "" = the context stands on its own
+    question_label: str = ""  # e.g. "Question"
+    answer_label: str = "Answer"  # the closing cue, e.g. "Clinical Note" -> "Clinical Note:"
+    keep_end: bool = False  # truncate from the start of the context (EHR timelines: latest events matter)
+
+
+def parts(instance: Instance) -> tuple[str, str]:
+    """(context, question) of an instance under the convention above."""
+    context = str(instance.extra.get("context") or "")
+    question = instance.extra.get("question")
+    if question is None:
+        question = "" if context else instance.input
+    return context, str(question)
+
+
+def _labelled(label: str, text: str) -> str:
+    if not label:
+        return text
+    return f"{label}:\n{text}" if "\n" in text else f"{label}: {text}"
+
+
+def render(style: PromptStyle, instance: Instance, context: str) -> str:
+    _, question = parts(instance)
+    blocks = [style.instructions.strip()]
+    if context:
+        blocks.append(_labelled(style.context_label, context))
+    if question:
+        blocks.append(_labelled(style.question_label, question.strip()))
+    if instance.choices:
+        blocks.append("\n".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(instance.choices)))
+    if style.answer_label:
+        blocks.append(f"{style.answer_label}:")
+    return "\n\n".join(b for b in blocks if b)
+
+
+def build_prompt(style: PromptStyle, instance: Instance, budget: PromptBudget) -> Prompt:
+    context, _ = parts(instance)
+    text = render(style, instance, context.strip())
+    limit = budget.max_prompt_tokens
+    if limit is None or budget.count_tokens(text) <= limit or not context:
+        return Prompt.user(text)
+    return Prompt.user(_fit(style, instance, context.strip(), budget, limit), truncated=True)
+
+
+def _fit(style: PromptStyle, instance: Instance, context: str, budget: PromptBudget, limit: int) -> str:
+    """The longest cut of the context (in characters, binary search) whose prompt fits ``limit`` tokens."""
+
+    def cut(n: int) -> str:
+        if n <= 0:
+            return TRUNCATION_MARK
+        kept = context[len(context) - n:] if style.keep_end else context[:n]
+        return f"{TRUNCATION_MARK}\n{kept}" if style.keep_end else f"{kept}\n{TRUNCATION_MARK}"
+
+    lo, hi = 0, len(context)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if budget.count_tokens(render(style, instance, cut(mid))) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    # Even with no context the question may not fit: it is kept anyway (the server decides), never cut.
+    return render(style, instance, cut(lo))
