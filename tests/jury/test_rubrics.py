@@ -113,3 +113,10 @@ def test_from_args_needs_exactly_one_source():
         rubrics.from_args({"rubric": "nope"})
     with pytest.raises(ConfigError, match="max_score"):
         rubrics.from_args({"prompt_template": SEEDS_PROMPT, "max_score": "five"})
+
+
+@pytest.mark.parametrize("phrase, top", [("Score from 0 to 3.", 3), ("scale 0-10,", 10), ("(0–4)", 4),
+                                         ("from 0 — 7;", 7), ("between 0 and 6", 6)])
+def test_scale_top_is_read_from_common_phrasings(phrase, top):
+    prompt = f"{{QUESTION}} {{RESPONSE}} {phrase}\n<rubric_criteria>{{\"a\": {{}}}}</rubric_criteria>"
+    assert rubrics.custom(prompt).max_score == top

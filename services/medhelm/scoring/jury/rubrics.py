@@ -28,7 +28,7 @@ EXPLANATION_MAX_CHARS = 600  # bounds a constrained judge's output; plenty for "
 _PLACEHOLDER = re.compile(r"\{([A-Z][A-Z_]*)\}")
 # the innermost block: prose that mentions the tag ("inside <rubric_criteria> tags") is not a block
 _BLOCK = re.compile(r"<rubric_criteria>((?:(?!<rubric_criteria>).)*?)</rubric_criteria>", re.S | re.I)
-_RANGE = re.compile(r"(?<![\w.])0\s*(?:-|–|—|to)\s*(\d{1,3})(?![\w.])")
+_RANGE = re.compile(r"(?<![\w.])0\s*(?:-|–|—|to|and)\s*(\d{1,3})(?!\w|\.\d)")  # "0 to 5." yes, "0-5.5" no
 
 
 def fill(template: str, values: Mapping[str, str]) -> str:
