@@ -181,3 +181,26 @@ def test_unreachable_server_names_url_and_keeps_nothing_half_written(capsys, tmp
     assert "resume" in err or "reach" in err
     for f in (tmp_path / "out").rglob("instances.jsonl"):
         assert f.read_text() == ""  # no partial record; the run resumes cleanly once the server is up
+
+
+def test_dry_run_calls_no_model_and_writes_nothing(workspace, capsys):
+    assert run_cli(workspace, "--dry-run", "--max-eval-instances", "7") == 0
+    out = capsys.readouterr().out
+    assert "YESNO" in out and " 7 " in out
+    assert workspace["server"].request_count == 0 and not workspace["out"].exists()
+
+
+def test_skip_completed_runs(workspace, capsys):
+    assert run_cli(workspace, "--max-eval-instances", "4") == 0
+    before = (only_run_dir(workspace["out"]).path / "run.json").stat().st_mtime_ns
+    assert run_cli(workspace, "--max-eval-instances", "4", "--skip-completed-runs") == 0
+    assert "skipped" in capsys.readouterr().out
+    assert (only_run_dir(workspace["out"]).path / "run.json").stat().st_mtime_ns == before
+    assert workspace["server"].request_count == 4
+
+
+def test_validate_checks_without_calling_a_model(workspace, capsys):
+    rc = main(["validate", "--run-entries", workspace["entry"], "--local-path", str(workspace["local"]),
+               "-o", str(workspace["out"])])
+    assert rc == 0 and "30 instances" in capsys.readouterr().out
+    assert workspace["server"].request_count == 0 and not workspace["out"].exists()

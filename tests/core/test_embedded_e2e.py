@@ -1,0 +1,56 @@
+"""End to end on the real embedded model (SmolLM2-135M-Instruct via llama.cpp): the seeds' two example
+benchmarks, exact_match and jury_score (the jury is the embedded model too), 5 rows each."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from medhelm.cli import main
+from medhelm.pipeline import RunDir
+
+pytestmark = [pytest.mark.slow, pytest.mark.embedded]
+
+
+def test_both_examples_on_the_embedded_model(repo_root, tmp_path, capsys):
+    ex = repo_root / "examples"
+    rc = main(["run", "--conf-paths", str(ex / "exact_match_demo" / "exact_match_demo.conf"),
+               str(ex / "llm_jury_score_demo" / "llm_jury_score_demo.conf"), "--suite", "DEMO",
+               "--max-eval-instances", "5", "--output-path", str(tmp_path / "out"),
+               "--local-path", str(tmp_path / "prod_env"), "-q"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    runs = {p.name.split(":")[0]: RunDir(p) for p in (tmp_path / "out" / "runs" / "DEMO").iterdir()}
+    assert set(runs) == {"EXACT-MATCH-DEMO", "LLM-JURY-SCORE-DEMO"}
+
+    em = runs["EXACT-MATCH-DEMO"]
+    records = list(em.iter_records())
+    assert len(records) == 5 and em.status()["status"] == "complete"
+    for r in records:
+        assert r.completion is not None and r.completion.usage.completion_tokens >= 1
+        assert r.stats["exact_match"] in (0.0, 1.0)
+    assert any(s.name == "exact_match" and s.count == 5 for s in em.stats())
+
+    jury = runs["LLM-JURY-SCORE-DEMO"]
+    spec = jury.spec()
+    [judges] = [m.args["judges"] for m in spec.benchmark.metrics if m.name == "jury_score"]
+    records = list(jury.iter_records())
+    assert len(records) == 5 and jury.status()["status"] == "complete"
+    for r in records:
+        assert r.completion.text.strip(), "the candidate wrote a summary"
+        # one score per judge x criterion (5 criteria in the demo rubric), each ok or explicitly unscored
+        assert len(r.judgements) == 5 * len(judges)
+        assert {j.status.value for j in r.judgements} <= {"ok", "unscored"}
+        for j in r.judgements:
+            assert (j.score is None) == (j.status.value == "unscored")
+            if j.score is not None:
+                assert 0 <= j.score <= 5 and j.min_score == 0 and j.max_score == 5
+        valid = [j.score for j in r.judgements if j.score is not None]
+        assert r.stats["jury_score"] == (pytest.approx(sum(valid) / len(valid)) if valid else None)
+        assert r.stats["jury_coverage"] == pytest.approx(len(valid) / len(r.judgements))
+        assert r.judge_usage.prompt_tokens > 0
+    # the run's stats say how many instances were unscored instead of hiding them as zeros
+    [js] = [s for s in jury.stats() if s.name == "jury_score"]
+    assert js.count + js.unscored == 5
+    json.dumps([s.to_json() for s in jury.stats()])
