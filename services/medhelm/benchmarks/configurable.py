@@ -93,12 +93,12 @@ class _Loader:
     def line(self, key: str, item: int | None = None) -> int | None:
         node = self.node
         if item is not None:
-            node = _child(node, "metrics")
-            node = node.value[item] if isinstance(node, yaml.SequenceNode) and item < len(node.value) else None
+            items = _child(node, "metrics")[1]
+            node = items.value[item] if isinstance(items, yaml.SequenceNode) and item < len(items.value) else None
             if key == "metrics":
                 return None if node is None else node.start_mark.line + 1
-        child = _child(node, key)
-        return None if child is None else child.start_mark.line + 1
+        key_node = _child(node, key)[0]
+        return None if key_node is None else key_node.start_mark.line + 1
 
     def locate(self, value: Any, field: str, *, item: int | None = None) -> Path:
         if not isinstance(value, str) or not value.strip():
@@ -223,12 +223,13 @@ class _Loader:
         return out
 
 
-def _child(node: Any, key: str) -> Any:
+def _child(node: Any, key: str) -> tuple[Any, Any]:
+    """(key node, value node) of ``key`` in a YAML mapping node, or (None, None)."""
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
             if getattr(k, "value", None) == key:
-                return k
-    return None
+                return k, v
+    return None, None
 
 
 def _locate(value: str, bases: Sequence[Path], *, field: str, where: str) -> Path:

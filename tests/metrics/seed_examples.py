@@ -1,0 +1,161 @@
+"""The two examples of the user's docs ("Creating a New Benchmark"), character for character.
+
+Only the CSVs' trailing ``...`` lines (the docs' "more rows here") are left out. The .conf files name the
+seeds' Qwen deployment: loading a benchmark does not contact the model.
+"""
+
+FILES: dict[str, dict[str, str]] = {
+    "exact_match_demo": {
+        "exact_match_demo_prompt.txt": (
+            'You are a clinical assistant. Your task is to answer the following medical question based on the patient history.\n'
+            '\n'
+            'Patient ID: {patient_id}\n'
+            '\n'
+            'Patient Note:\n'
+            '{note}\n'
+            '\n'
+            'Question:\n'
+            '{question}\n'
+            '\n'
+            'Answer with a single token: "Yes" or "No"\n'
+        ),
+        "exact_match_demo_dataset.csv": (
+            'patient_id,note,question,correct_answer,incorrect_answers\n'
+            '001,"Patient with hypertension.","Does the patient have hypertension?","Yes","[""No""]"\n'
+            '002,"Patient denies smoking.","Does the patient smoke?","No","[""Yes""]"\n'
+        ),
+        "exact_match_demo.yaml": (
+            '# Name of your benchmark\n'
+            'name: EXACT-MATCH-DEMO\n'
+            '\n'
+            '# Description of your benchmark\n'
+            'description: EXACT-MATCH-DEMO measures LLMs performance on answering yes/no questions based on clinical notes.\n'
+            '\n'
+            '# Path to the prompt template\n'
+            'prompt_file: exact_match_demo_prompt.txt\n'
+            '\n'
+            '# Path to the dataset\n'
+            'dataset_file: exact_match_demo_dataset.csv\n'
+            '\n'
+            '# Max tokens to generate\n'
+            'max_tokens: 1\n'
+            '\n'
+            '# Metrics list\n'
+            '# The main metric will be the first one in the list.\n'
+            'metrics:\n'
+            '  - name: exact_match\n'
+        ),
+        "exact_match_demo.conf": (
+            'entries: [\n'
+            '  {description: "medhelm_configurable_benchmark:model=qwen/qwen2.5-7b-instruct,model_deployment=huggingface/qwen2.5-7b-instruct,config_path=exact_match_demo.yaml", priority: 1},\n'
+            ']\n'
+        ),
+    },
+    "llm_jury_score_demo": {
+        "llm_jury_score_demo_prompt.txt": (
+            'You are a clinical assistant. Your task is to write a plain-language discharge summary for patients.\n'
+            '\n'
+            'Patient ID: {patient_id}\n'
+            '\n'
+            'Patient Note:\n'
+            '{note}\n'
+            '\n'
+            'Constraints:\n'
+            "- The summary's length should be at most 120 words.\n"
+            '- The summary should include diagnosis, medications, warning signs, and follow-up.\n'
+            '\n'
+            'Please provide your response below:\n'
+        ),
+        "llm_jury_score_demo_dataset.csv": (
+            'patient_id,note\n'
+            '4001,"67-year-old with cough and fever; chest X-ray shows pneumonia. Current meds: metformin 500 mg BID, atorvastatin 20 mg QHS. New Rx: amoxicillin-clavulanate 875/125 mg PO BID x7 days. Return if worse. Follow-up PCP in 3 days."\n'
+            '4002,"58-year-old with CKD stage 3. Meds: metformin 1000 mg BID; ibuprofen stopped; lisinopril 10 mg daily started. Cr 1.8 mg/dL. Counsel to avoid NSAIDs."\n'
+        ),
+        "llm_jury_score_demo_judge_prompt.txt": (
+            'You are an expert in clinical communication. Your task is to evaluate the quality of the following discharge summary written for a patient.\n'
+            '\n'
+            '<QUESTION>\n'
+            '{QUESTION}\n'
+            '</QUESTION>\n'
+            '\n'
+            'The response given to the above question is:\n'
+            '\n'
+            '<RESPONSE>\n'
+            '{RESPONSE}\n'
+            '</RESPONSE>\n'
+            '\n'
+            'Evaluate the model under the following criteria (assign a score from 0 to 5 for each):\n'
+            '\n'
+            'Faithfulness (0 = completely inaccurate; 5 = entirely accurate).  \n'
+            'Completeness (0 = missing required elements; 5 = fully covers diagnosis, meds, follow-up, warning signs).  \n'
+            'Safety (0 = harmful advice; 5 = completely safe).  \n'
+            'Clarity (0 = incomprehensible; 5 = crystal clear for patients).  \n'
+            'Conciseness (0 = too short/verbose; 5 = meets length and avoids repetition).  \n'
+            '\n'
+            'Output Format:  \n'
+            'Generate a valid JSON object inside <rubric_criteria>:  \n'
+            '\n'
+            '<rubric_criteria>\n'
+            '{\n'
+            '  "faithfulness": { \n'
+            '    "score": 0,\n'
+            '    "explanation": "Explain why this score was given." \n'
+            '  },\n'
+            '  "completeness": {\n'
+            '    "score": 0,\n'
+            '    "explanation": "Explain why this score was given."\n'
+            '  },\n'
+            '  "safety": {\n'
+            '    "score": 0,\n'
+            '    "explanation": "Explain why this score was given."\n'
+            '  },\n'
+            '  "clarity": {\n'
+            '    "score": 0,\n'
+            '    "explanation": "Explain why this score was given."\n'
+            '  },\n'
+            '  "conciseness": {\n'
+            '    "score": 0,\n'
+            '    "explanation": "Explain why this score was given."\n'
+            '  }\n'
+            '}\n'
+            '</rubric_criteria>\n'
+            '\n'
+            'Ensure the output is valid JSON:\n'
+            '- Use double quotes (") for all keys and values.  \n'
+            '- Escape quotes inside explanations (e.g., \\"like this\\").  \n'
+            '- Do not include any text outside the JSON.\n'
+        ),
+        "llm_jury_score_demo.yaml": (
+            '# Name of your benchmark\n'
+            'name: LLM-JURY-SCORE-DEMO\n'
+            '\n'
+            '# Description of your benchmark\n'
+            'description: LLM-JURY-SCORE-DEMO measures LLM performance on creating patient-friendly discharge summaries.\n'
+            '\n'
+            '# Path to the prompt template\n'
+            'prompt_file: llm_jury_score_demo_prompt.txt\n'
+            '\n'
+            '# Path to the dataset\n'
+            'dataset_file: llm_jury_score_demo_dataset.csv\n'
+            '\n'
+            '# Max tokens to generate\n'
+            'max_tokens: 1024\n'
+            '\n'
+            '# Metrics list\n'
+            '# The main metric will be the first one in the list.\n'
+            'metrics:\n'
+            '  - name: "jury_score"\n'
+            '    # Path to the judge prompt\n'
+            '    prompt_file: llm_jury_score_demo_judge_prompt.txt\n'
+            '    # List of LLM judges\n'
+            '    judges:\n'
+            '      - name: "huggingface/qwen2.5-7b-instruct"\n'
+            '        model_name: "qwen/qwen2.5-7b-instruct"\n'
+        ),
+        "llm_jury_score_demo.conf": (
+            'entries: [\n'
+            '  {description: "medhelm_configurable_benchmark:model=qwen/qwen2.5-7b-instruct,model_deployment=huggingface/qwen2.5-7b-instruct,config_path=llm_jury_score_demo.yaml", priority: 1},\n'
+            ']\n'
+        ),
+    },
+}

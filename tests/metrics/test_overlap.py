@@ -1,0 +1,45 @@
+"""ROUGE values equal rouge-score's own output on real ACI-Bench text."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from rouge_score.rouge_scorer import RougeScorer
+
+from medhelm.scoring import registry
+from medhelm.specs import MetricSpec
+
+from .conftest import scoring_item
+
+
+def _ours(pairs: list[tuple[str, list[str]]]) -> list[dict[str, float | None]]:
+    [metric] = registry.build_all([MetricSpec("rouge_l"), MetricSpec("rouge_1")], ctx=None)  # type: ignore[arg-type]
+
+    async def run() -> list[dict[str, float | None]]:
+        results = await asyncio.gather(*(metric.score(scoring_item(p, refs)) for p, refs in pairs))
+        return [r.stats for r in results]
+
+    return asyncio.run(run())
+
+
+def test_rouge_equals_rouge_score_on_real_pairs(aci_pairs: list[tuple[str, list[str]]]) -> None:
+    reference = RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
+    ours = _ours(aci_pairs)
+    for (prediction, refs), stats in zip(aci_pairs, ours, strict=True):
+        for stat, rouge_type in (("rouge_1", "rouge1"), ("rouge_2", "rouge2"), ("rouge_l", "rougeL")):
+            expected = max(reference.score(ref, prediction)[rouge_type].fmeasure for ref in refs)
+            assert stats[stat] == pytest.approx(expected, abs=1e-12)
+    # the pairs span the range: identical text, a close paraphrase, unrelated patients
+    assert ours[4]["rouge_l"] == 1.0
+    assert ours[0]["rouge_1"] > 0.6 > ours[2]["rouge_1"]
+    assert ours[3]["rouge_1"] == ours[0]["rouge_1"]  # max over references picks the matching note
+
+
+def test_no_reference_is_unscored(aci_pairs: list[tuple[str, list[str]]]) -> None:
+    [stats] = _ours([(aci_pairs[0][0], [])])
+    assert stats == {"rouge_1": None, "rouge_2": None, "rouge_l": None}
+
+
+def test_main_stat_follows_the_name() -> None:
+    assert registry.stat_names(MetricSpec("rouge_2")) == ("rouge_2", "rouge_1", "rouge_l")
