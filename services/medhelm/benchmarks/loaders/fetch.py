@@ -115,6 +115,9 @@ def user_path(ctx: LoadContext, benchmark: str, expected: str, access: str) -> P
     if not raw:
         raise ConfigError(f"benchmark '{benchmark}' needs data_path=<path to {expected}>; {access}",
                           field="data_path")
+    if "<" in str(raw) or ">" in str(raw):
+        raise ConfigError(f"benchmark '{benchmark}': data_path still holds a template placeholder; set it to "
+                          f"{expected}", field="data_path")
     path = Path(str(raw)).expanduser()
     if not path.is_absolute():
         path = Path(ctx.base_dir) / path
