@@ -115,7 +115,8 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
     ),
     CatalogueEntry(
         name="medhelm_med_qa", display_name="MedQA",
-        description="USMLE-style four-option questions (MedQA, Jin et al., 2021), US test split.",
+        description="Answer USMLE-style clinical knowledge questions with four options (MedQA, Jin et al., 2021; "
+                    "US English, 4-option test split of 1,273 questions).",
         category=CDS, subcategory="Providing Clinical Knowledge Support", access=Access.PUBLIC,
         task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, main_metric=CHOICE_MAIN, max_tokens=1,
         source="Google Drive zip 1ImYUSLk9JbgHXOemfvyiDiirluZHPeQw: "

@@ -19,7 +19,7 @@ from medhelm.scoring.instance_scorer import arg_float, instance_metric_factory
 from medhelm.specs import Instance, MetricSpec
 
 NAMES = ("ehr_sql_execution_accuracy", "ehr_sql_query_validity", "ehr_sql_unanswerable_accuracy")
-_FENCE = re.compile(r"```(?:sql|sqlite)?\s*(.*?)```", re.S | re.I)
+_FENCE = re.compile(r"```(?:sqlite|sql)?\s*(.*?)```", re.S | re.I)
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)
 _READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
 MAX_ROWS = 100_000

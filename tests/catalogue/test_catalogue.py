@@ -1,0 +1,96 @@
+"""Catalogue invariants: 37 benchmarks, the whole taxonomy, access counts, metrics the registry knows."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from medhelm.benchmarks import LoadContext, resolve
+from medhelm.benchmarks.catalogue import all_entries
+from medhelm.errors import ConfigError
+from medhelm.scoring import registry
+from medhelm.specs import Access, FrozenMap, TaskType
+from medhelm.taxonomy import SUBCATEGORIES, check
+
+ENTRIES = all_entries()
+
+UPSTREAM_NAMES = {
+    "medcalc_bench", "clear", "mtsamples_replicate", "medec", "ehrshot", "head_qa", "medbullets", "medhelm_med_qa",
+    "medhelm_med_mcqa", "medalign", "shc_ptbm_med", "shc_sei_med", "dischargeme", "aci_bench",
+    "mtsamples_procedures", "mimic_rrs", "mimic_bhc", "chw_care_plan", "medication_qa",
+    "starr_patient_instructions", "med_dialog", "shc_conf_med", "medi_qa", "mental_health", "shc_proxy_med",
+    "shc_privacy_med", "pubmed_qa", "ehr_sql", "shc_bmt_med", "race_based_med", "n2c2_ct_matching", "medhallu",
+    "shc_gip_med", "mimiciv_billing_code", "shc_sequoia_med", "shc_cdi_med", "shc_ent_med",
+}
+JURY_RUBRICS = {"aci_bench", "chw_care_plan", "dischargeme", "med_dialog", "medalign", "medi_qa", "medication_qa",
+                "mental_health", "mimic_bhc", "mimic_rrs", "mtsamples_procedures", "mtsamples_replicate",
+                "starr_patient_instructions"}
+
+
+def test_the_37_upstream_benchmarks_under_their_run_entry_names():
+    assert len(ENTRIES) == 37
+    assert {e.name for e in ENTRIES} == UPSTREAM_NAMES
+
+
+def test_every_subcategory_is_covered_and_every_pair_is_in_the_taxonomy():
+    for e in ENTRIES:
+        check(e.category, e.subcategory)
+    assert {e.subcategory for e in ENTRIES} == set(SUBCATEGORIES)
+    assert len(SUBCATEGORIES) == 22
+
+
+def test_access_counts_match_upstream():
+    assert Counter(e.access for e in ENTRIES) == {Access.PUBLIC: 16, Access.GATED: 7, Access.PRIVATE: 14}
+
+
+def test_every_metric_is_known_and_emits_the_main_stat():
+    known = registry.factories()
+    for e in ENTRIES:
+        for m in e.metrics:
+            assert m.name in known, (e.name, m.name)
+            known[m.name].validate(m)
+        assert e.main_metric in registry.stat_names(e.metrics[0]), e.name
+
+
+def test_the_13_open_ended_benchmarks_use_their_built_in_jury_rubric():
+    jury = {e.name: e.metrics[0].args["rubric"] for e in ENTRIES if e.metrics[0].name == "jury_score"}
+    assert jury == {n: n for n in JURY_RUBRICS}
+    assert all(e.task_type is TaskType.GENERATION for e in ENTRIES if e.name in jury)
+
+
+def test_rows_are_complete():
+    for e in ENTRIES:
+        assert len(e.description) > 80 and e.display_name and e.source, e.name
+        assert e.max_tokens > 0
+        if e.access is Access.PUBLIC:
+            assert e.remote, e.name
+        else:
+            assert any(a.name == "data_path" and a.required for a in e.args), e.name
+            assert e.expected and e.access_note, e.name
+
+
+def _ctx(**args: str) -> LoadContext:
+    return LoadContext(args=FrozenMap(args), offline=True)
+
+
+def test_unknown_benchmark_suggests_close_names():
+    with pytest.raises(ConfigError, match="did you mean 'medcalc_bench'"):
+        resolve("medcalc", _ctx())
+
+
+@pytest.mark.parametrize("name,args,message", [
+    ("pubmed_qa", {"subset": "x"}, "does not accept 'subset='"),
+    ("med_dialog", {}, "needs subset="),
+    ("med_dialog", {"subset": "reddit"}, "not one of healthcaremagic, icliniq"),
+    ("clear", {"data_path": "/x"}, "needs condition="),
+    ("mimic_rrs", {}, "needs data_path="),
+])
+def test_bad_arguments_are_one_clear_error(name, args, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve(name, _ctx(**args))
+
+
+def test_bertscore_argument_adds_bertscore_metrics():
+    names = [m.name for m in resolve("aci_bench", _ctx(bertscore="true")).spec.metrics]
+    assert names[0] == "jury_score" and {"BERTScore-P", "BERTScore-R", "BERTScore-F"} <= set(names)

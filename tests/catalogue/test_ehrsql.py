@@ -1,0 +1,72 @@
+"""EHRSQL execution accuracy on a small SQLite database built here: read-only, time-limited."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from medhelm.scoring.ehrsql import extract_sql, score_sql
+from medhelm.specs import FrozenMap, Instance, Reference
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = tmp_path / "eicu.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        CREATE TABLE patient (uniquepid TEXT, age INTEGER, hospitaldischargestatus TEXT);
+        INSERT INTO patient VALUES ('p1', 70, 'alive'), ('p2', 55, 'expired'), ('p3', 81, 'alive');
+    """)
+    conn.commit()
+    conn.close()
+    return path
+
+
+def _inst(db, gold, impossible=False):
+    return Instance(id="q", input="q", references=(Reference(gold),),
+                    extra=FrozenMap({"db_path": str(db), "is_impossible": impossible}))
+
+
+def test_equivalent_queries_match_and_different_results_do_not(db):
+    inst = _inst(db, "select uniquepid from patient where hospitaldischargestatus = 'alive'")
+    same = "```sql\nSELECT p.uniquepid FROM patient p WHERE p.age > 60 ORDER BY age DESC;\n```\nThis lists them."
+    assert score_sql(inst, same, 5)["ehr_sql_execution_accuracy"] == 1.0
+    assert score_sql(inst, "select uniquepid from patient;", 5) == {
+        "ehr_sql_execution_accuracy": 0.0, "ehr_sql_query_validity": 1.0, "ehr_sql_unanswerable_accuracy": None}
+    assert score_sql(inst, "select nope from patient;", 5)["ehr_sql_query_validity"] == 0.0
+
+
+def test_writes_and_attach_are_refused_and_the_database_is_unchanged(db, tmp_path):
+    inst = _inst(db, "select count(*) from patient")
+    for attack in ("delete from patient;", "drop table patient;", f"attach database '{tmp_path}/x.db' as x;",
+                   "pragma writable_schema = 1;"):
+        assert score_sql(inst, attack, 5)["ehr_sql_query_validity"] == 0.0
+    assert sqlite3.connect(db).execute("select count(*) from patient").fetchone() == (3,)
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_a_runaway_query_is_stopped_by_the_time_limit(db):
+    inst = _inst(db, "select count(*) from patient")
+    forever = "with recursive c(x) as (select 1 union all select x + 1 from c) select count(*) from c;"
+    import time
+
+    start = time.monotonic()
+    assert score_sql(inst, forever, 0.5)["ehr_sql_execution_accuracy"] == 0.0
+    assert time.monotonic() - start < 5
+
+
+def test_unanswerable_questions_want_no_sql(db):
+    inst = _inst(db, "", impossible=True)
+    assert score_sql(inst, "", 5)["ehr_sql_execution_accuracy"] == 1.0
+    assert score_sql(inst, "select * from patient;", 5)["ehr_sql_unanswerable_accuracy"] == 0.0
+
+
+def test_a_failing_gold_query_is_unscored_not_zero(db):
+    inst = _inst(db, "select missing_column from patient")
+    assert score_sql(inst, "select 1;", 5)["ehr_sql_execution_accuracy"] is None
+
+
+def test_sql_extraction():
+    assert extract_sql("SQL Query: select 1; -- done") == "select 1;"
+    assert extract_sql("<think>hmm</think>```sqlite\nselect 2\n```") == "select 2"
