@@ -1,0 +1,181 @@
+"""The results store behind a small interface, with two backends: SQLite (default) and PostgreSQL.
+
+SQL is written once with ``?`` placeholders; the PostgreSQL backend rewrites them to ``%s``. Both
+backends create the same tables (``schema.py``) and answer the same queries, so every leaderboard
+number is computed by the same code whichever backend holds the rows.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from medhelm.errors import ConfigError
+from medhelm.store.schema import SCHEMA_VERSION, TABLES, ddl
+
+DEFAULT_FILENAME = "results.sqlite"
+
+
+class Store:
+    """One connection to a results store. Use as a context manager; writes happen in ``transaction()``."""
+
+    blob_type = "BLOB"
+    url = ""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._in_transaction = False
+
+    # --- the interface -----------------------------------------------------------------------
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        cur = self._conn.cursor()
+        cur.execute(self._sql(sql), tuple(params))
+        rows = cur.fetchall()
+        cur.close()
+        self._end_read()
+        return self._rows(rows)
+
+    def query_dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        cur = self._conn.cursor()
+        cur.execute(self._sql(sql), tuple(params))
+        names = [d[0] for d in cur.description]
+        rows = [dict(zip(names, r)) for r in self._rows(cur.fetchall())]
+        cur.close()
+        self._end_read()
+        return rows
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        cur = self._conn.cursor()
+        cur.execute(self._sql(sql), tuple(params))
+        cur.close()
+
+    def insert_many(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        if table not in TABLES:
+            raise ValueError(f"unknown table {table}")
+        marks = ", ".join("?" for _ in columns)
+        sql = self._sql(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})")
+        cur = self._conn.cursor()
+        cur.executemany(sql, [tuple(r) for r in rows])
+        cur.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self._in_transaction = True
+        try:
+            yield
+        except BaseException:
+            self._conn.rollback()
+            raise
+        finally:
+            self._in_transaction = False
+        self._conn.commit()
+
+    def _end_read(self) -> None:
+        # a long-lived reader (the dashboard) must not hold a PostgreSQL transaction open
+        if not self._in_transaction:
+            self._conn.commit()
+
+    def create_schema(self) -> None:
+        with self.transaction():
+            for stmt in ddl(self.blob_type):
+                self.execute(stmt)
+
+    def delete_release(self, release: str) -> None:
+        self.execute("DELETE FROM instances WHERE run_id IN (SELECT run_id FROM runs WHERE release = ?)", (release,))
+        for table in TABLES:
+            if table != "instances":
+                self.execute(f"DELETE FROM {table} WHERE release = ?", (release,))
+
+    def releases(self) -> list[str]:
+        """Releases, most recently summarised first."""
+        rows = self.query("SELECT release, value FROM meta WHERE key = 'created_at' ORDER BY value DESC, release")
+        return [r[0] for r in rows]
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _sql(self, sql: str) -> str:
+        return sql
+
+    def _rows(self, rows: list[tuple]) -> list[tuple]:
+        return rows
+
+
+class SqliteStore(Store):
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(path), check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        super().__init__(conn)
+        self.url = f"sqlite:///{path}"
+        self.path = path
+
+
+class PostgresStore(Store):
+    blob_type = "BYTEA"
+
+    def __init__(self, url: str) -> None:
+        try:
+            import psycopg
+        except ImportError:
+            raise ConfigError("a postgresql:// store needs psycopg: pip install 'medhelm-k8s[postgres]'") from None
+        try:
+            conn = psycopg.connect(url, autocommit=False, connect_timeout=10)
+        except psycopg.OperationalError as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ConfigError(f"cannot connect to the results store {_without_password(url)}: {first}") from None
+        super().__init__(conn)
+        self.url = url
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("%", "%%").replace("?", "%s")
+
+    def _rows(self, rows: list[tuple]) -> list[tuple]:
+        # bytea arrives as memoryview; callers get bytes from either backend
+        return [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows]
+
+
+def open_store(location: str | Path, *, create: bool = False) -> Store:
+    """``sqlite:///path``, ``postgresql://...`` or a plain path (a SQLite file, or a folder holding one)."""
+    text = str(location)
+    if text.startswith(("postgresql://", "postgres://")):
+        store: Store = PostgresStore(text)
+    else:
+        path = Path(text[len("sqlite:///"):] if text.startswith("sqlite:///") else text)
+        if path.is_dir() or (not path.suffix and not path.exists()):
+            path = path / DEFAULT_FILENAME
+        if not create and not path.is_file():
+            raise ConfigError("no results store here; run `medhelm summarize` first", path=path)
+        store = SqliteStore(path)
+    if create:
+        store.create_schema()
+    else:
+        _check_schema(store)
+    return store
+
+
+def _check_schema(store: Store) -> None:
+    try:
+        store.query("SELECT 1 FROM meta WHERE release = ? AND key = 'schema_version'", ("",))
+    except Exception:  # noqa: BLE001 - any driver's "no such table"
+        store.close()
+        raise ConfigError(f"{_without_password(store.url)} is not a MedHELM results store "
+                          f"(schema v{SCHEMA_VERSION}); run `medhelm summarize` first") from None
+
+
+def _without_password(url: str) -> str:
+    if "://" in url and "@" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+    return url

@@ -1,0 +1,313 @@
+"""``summarize``: finished runs -> the results store, then the pre-aggregated leaderboard tables.
+
+One transaction per release: a failure leaves the previous release untouched (never half-written).
+Instances stream from disk into the store in batches; per-benchmark cells are then computed from
+the stored leaderboard values, one benchmark at a time, so memory follows the largest benchmark,
+not the whole release.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from medhelm.store.backends import Store
+from medhelm.store.bootstrap import cell_estimates, stream_seed
+from medhelm.store.costs import PriceTable, Usage
+from medhelm.store.helm_runs import is_helm_run, read_helm_run
+from medhelm.store.leaderboard import interval
+from medhelm.store.read import load_cells
+from medhelm.store.schema import SCHEMA_VERSION
+from medhelm.store.sources import RunSource, find_run_dirs, read_medhelm_run
+from medhelm.store.tables import group_scores, leaderboard
+
+Note = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SummarizeOptions:
+    release: str
+    suites: tuple[str, ...] = ()
+    replicates: int = 1000
+    seed: int = 0
+    redact: bool = False  # keep no instance text for any run
+    redacted_deployments: frozenset[str] = frozenset()  # deployments marked `redacted: true`
+    prices: PriceTable = field(default_factory=PriceTable.empty)
+    batch_size: int = 5000
+
+
+@dataclass(frozen=True)
+class SummaryReport:
+    release: str
+    runs: int
+    instances: int
+    benchmarks: int
+    models: int
+    skipped: tuple[str, ...]
+    seconds: float
+
+
+def suite_sources(output_path: Path, suites: Iterable[str]) -> Iterator[RunSource]:
+    """Every run directory of the suites, the LAST suite first (a run repeated in a later suite wins)."""
+    for suite in reversed(list(suites)):
+        for run_dir in find_run_dirs(Path(output_path) / "runs" / suite):
+            yield read_helm_run(run_dir, suite) if is_helm_run(run_dir) else read_medhelm_run(run_dir, suite)
+
+
+def summarize(store: Store, sources: Iterable[RunSource], options: SummarizeOptions,
+              note: Note = lambda msg: None) -> SummaryReport:
+    started = time.perf_counter()
+    with store.transaction():
+        store.delete_release(options.release)
+        ingested = _Ingest(store, options, note)
+        for src in sources:
+            ingested.add(src)
+        _write_cells(store, options)
+        _write_models(store, options, ingested)
+        _write_meta(store, options, ingested)
+        _write_leaderboard(store, options.release)
+    return SummaryReport(options.release, ingested.runs, ingested.instances, len(ingested.benchmarks),
+                         len(ingested.usage), tuple(ingested.skipped), time.perf_counter() - started)
+
+
+class _Ingest:
+    """Streams runs into the store and keeps only per-row totals in memory."""
+
+    def __init__(self, store: Store, options: SummarizeOptions, note: Note) -> None:
+        self.store, self.options, self.note = store, options, note
+        self.benchmarks: dict[str, str] = {}  # name -> suite it was first described in
+        self.seen: dict[tuple[str, str, str, str], str] = {}
+        self.usage: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.redacted: dict[tuple[str, str], bool] = {}
+        self.suites: dict[tuple[str, str], set[str]] = defaultdict(set)
+        self.runs = self.instances = 0
+        self.next_run_id = 1 + int(store.query("SELECT COALESCE(MAX(run_id), 0) FROM runs")[0][0])
+        self.skipped: list[str] = []
+
+    def add(self, src: RunSource) -> None:
+        where = f"{src.suite}/{src.run_name}"
+        if not src.complete:
+            self._skip(f"{where}: status '{src.status.get('status', 'unknown')}', not complete (finish or collect it)")
+            return
+        key = (src.benchmark.name, src.stratum, src.model, src.deployment)
+        if key in self.seen:
+            self._skip(f"{where}: also in suite '{self.seen[key]}', which is listed later and wins")
+            return
+        self.seen[key] = src.suite
+        row = (src.model, src.deployment)
+        redacted = self.options.redact or src.deployment in self.options.redacted_deployments
+        self.redacted[row] = self.redacted.get(row, False) or redacted
+        self.suites[row].add(src.suite)
+        self._add_benchmark(src)
+        self._add_run(src, redacted)
+        self.runs += 1
+
+    def _skip(self, message: str) -> None:
+        self.skipped.append(message)
+        self.note(f"skipped {message}")
+
+    def _add_benchmark(self, src: RunSource) -> None:
+        b = src.benchmark
+        if b.name in self.benchmarks:
+            return
+        self.benchmarks[b.name] = src.suite
+        self.store.insert_many("benchmarks", ("release", "benchmark", "display_name", "description", "category",
+                                              "subcategory", "access", "task_type", "main_metric", "lower_is_better"),
+                               [(self.options.release, b.name, b.display_name, b.description, b.category,
+                                 b.subcategory, b.access.value, b.task_type.value, src.main_stat,
+                                 int(b.lower_is_better))])
+
+    def _add_run(self, src: RunSource, redacted: bool) -> None:
+        release, st = self.options.release, src.status
+        run_id, self.next_run_id = self.next_run_id, self.next_run_id + 1
+        self.store.insert_many(
+            "runs", ("run_id", "release", "suite", "run_name", "benchmark", "stratum", "model", "deployment", "source",
+                     "redacted", "instances_total", "instances_done", "errors", "wall_time_s", "spec_json"),
+            [(run_id, release, src.suite, src.run_name, src.benchmark.name, src.stratum, src.model, src.deployment,
+              src.source, int(redacted), st.get("instances_total"), st.get("instances_done"),
+              _count(st.get("errors")), st.get("wall_time_s"), src.spec_json)])
+        self.store.insert_many(
+            "run_stats", ("release", "suite", "run_name", "stat", "split", "count", "sum", "sum_squared", "min", "max",
+                          "unscored"),
+            [(release, src.suite, src.run_name, s.name, s.split, s.count, s.sum, s.sum_squared, s.min, s.max,
+              s.unscored) for s in {(s.name, s.split): s for s in src.stats}.values()])
+        totals = self.usage[(src.model, src.deployment)]
+        ids, values, latency = self._add_instances(src, run_id, redacted, totals)
+        self.store.execute("UPDATE runs SET value_ids = ?, value_blob = ? WHERE run_id = ?",
+                           (json.dumps(ids), np.asarray(values, dtype=np.float64).tobytes(), run_id))
+        wall = st.get("wall_time_s")
+        totals["gpu_s"] += float(wall) if isinstance(wall, (int, float)) and wall > 0 else latency
+
+    def _add_instances(self, src: RunSource, run_id: int, redacted: bool, totals: dict[str, float]
+                       ) -> tuple[list[str], list[float], float]:
+        columns = ("run_id", "instance_id", "position", "main_value", "error", "stats_json", "record_json")
+        batch: list[tuple] = []
+        seen: set[str] = set()
+        ids: list[str] = []
+        values: list[float] = []
+        latency = 0.0
+        for r in src.rows(not redacted):
+            if r.instance_id in seen:
+                continue  # one value per instance (a finished run has no repeats; HELM trials)
+            seen.add(r.instance_id)
+            ids.append(r.instance_id)
+            values.append(np.nan if r.main_value is None else r.main_value)
+            batch.append((run_id, r.instance_id, r.position, r.main_value, r.error, r.stats_json, r.record_json))
+            totals["prompt_tokens"] += r.prompt_tokens
+            totals["completion_tokens"] += r.completion_tokens
+            totals["judge_prompt_tokens"] += r.judge_prompt_tokens
+            totals["judge_completion_tokens"] += r.judge_completion_tokens
+            latency += r.latency_s
+            if len(batch) >= self.options.batch_size:
+                self.store.insert_many("instances", columns, batch)
+                batch = []
+        if batch:
+            self.store.insert_many("instances", columns, batch)
+        totals["inference_s"] += latency
+        totals["n_instances"] += len(seen)
+        self.instances += len(seen)
+        return ids, values, latency
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, (list, dict)):
+        return len(value)
+    return value if isinstance(value, int) else None
+
+
+def _write_cells(store: Store, options: SummarizeOptions) -> None:
+    release = options.release
+    rows = [(m, d) for m, d in store.query("SELECT DISTINCT model, deployment FROM runs WHERE release = ? "
+                                           "ORDER BY model, deployment", (release,))]
+    index = {row: i for i, row in enumerate(rows)}
+    for (benchmark,) in store.query("SELECT benchmark FROM benchmarks WHERE release = ? ORDER BY benchmark",
+                                    (release,)):
+        strata: dict[str, dict[str, int]] = defaultdict(dict)  # stratum -> instance id -> column
+        values: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = defaultdict(list)
+        unscored = np.zeros(len(rows), int)
+        for stratum, model, dep, value_ids, blob in store.query(
+                "SELECT stratum, model, deployment, value_ids, value_blob FROM runs WHERE release = ? AND "
+                "benchmark = ?", (release, benchmark)):
+            row, ids = index[(model, dep)], strata[stratum]
+            run_values = np.frombuffer(blob, dtype=np.float64) if blob else np.empty(0)
+            cols = np.array([ids.setdefault(iid, len(ids)) for iid in json.loads(value_ids or "[]")], dtype=int)
+            unscored[row] += int(np.isnan(run_values).sum())
+            values[stratum].append((row, cols, run_values))
+        names = sorted(strata)
+        matrices = []
+        for s in names:
+            mat = np.full((len(rows), len(strata[s])), np.nan)
+            for i, cols, v in values[s]:
+                mat[i, cols] = v
+            matrices.append(mat)
+        if matrices:
+            point, reps = cell_estimates(matrices, options.replicates,
+                                         [stream_seed(options.seed, benchmark, s) for s in names])
+        else:
+            point, reps = np.full(len(rows), np.nan), np.full((options.replicates, len(rows)), np.nan)
+        point, reps, from_stats = _fill_from_run_stats(store, release, benchmark, index, point, reps)
+        low, high = interval(reps)
+        counts = [(~np.isnan(m)).sum(axis=1) for m in matrices]
+        n_inst = np.sum(counts, axis=0) if counts else np.zeros(len(rows), int)
+        run_info = _runs_per_row(store, release, benchmark)
+        out = []
+        for row, i in index.items():
+            if row not in run_info:
+                continue
+            n_runs, suites = run_info[row]
+            exact = from_stats[i]
+            out.append((release, benchmark, row[0], row[1], suites, _f(point[i]), None if exact else _f(low[i]),
+                        None if exact else _f(high[i]), int(n_inst[i]), int(unscored[i]), n_runs,
+                        None if exact or np.isnan(point[i]) else reps[:, i].astype(np.float32).tobytes()))
+        store.insert_many("cells", ("release", "benchmark", "model", "deployment", "suites", "value", "ci_low",
+                                    "ci_high", "n_instances", "n_unscored", "n_runs", "boot"), out)
+
+
+def _fill_from_run_stats(store: Store, release: str, benchmark: str, index: dict, point: np.ndarray,
+                         reps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Runs imported without per-instance values still get their cell (the run mean), without an interval."""
+    from_stats = np.zeros(len(point), bool)
+    missing = [(r, i) for r, i in index.items() if np.isnan(point[i])]
+    if not missing:
+        return point, reps, from_stats
+    means: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for model, dep, total, count in store.query(
+            "SELECT r.model, r.deployment, s.sum, s.count FROM runs r JOIN benchmarks b ON b.release = r.release "
+            "AND b.benchmark = r.benchmark JOIN run_stats s ON s.release = r.release AND s.suite = r.suite "
+            "AND s.run_name = r.run_name AND s.stat = b.main_metric WHERE r.release = ? AND r.benchmark = ?",
+            (release, benchmark)):
+        if count:
+            means[(model, dep)].append(total / count)
+    for row, i in missing:
+        if means.get(row):
+            point[i] = float(np.mean(means[row]))
+            reps[:, i] = point[i]
+            from_stats[i] = True
+    return point, reps, from_stats
+
+
+def _runs_per_row(store: Store, release: str, benchmark: str) -> dict[tuple[str, str], tuple[int, str]]:
+    acc: dict[tuple[str, str], tuple[int, set[str]]] = {}
+    for model, dep, suite in store.query("SELECT model, deployment, suite FROM runs WHERE release = ? AND "
+                                         "benchmark = ?", (release, benchmark)):
+        n, suites = acc.get((model, dep), (0, set()))
+        acc[(model, dep)] = (n + 1, suites | {suite})
+    return {k: (n, ",".join(sorted(s))) for k, (n, s) in acc.items()}
+
+
+def _write_models(store: Store, options: SummarizeOptions, ingested: _Ingest) -> None:
+    out = []
+    for (model, dep), t in sorted(ingested.usage.items()):
+        cost = options.prices.cost(dep, model, Usage(int(t["prompt_tokens"]), int(t["completion_tokens"]),
+                                                     t["gpu_s"]))
+        out.append((options.release, model, dep, int(ingested.redacted[(model, dep)]),
+                    ",".join(sorted(ingested.suites[(model, dep)])), int(t["n_instances"]), int(t["prompt_tokens"]),
+                    int(t["completion_tokens"]), int(t["judge_prompt_tokens"]), int(t["judge_completion_tokens"]),
+                    t["inference_s"], t["gpu_s"], cost.usd, cost.basis))
+    store.insert_many("models", ("release", "model", "deployment", "redacted", "suites", "n_instances",
+                                 "prompt_tokens", "completion_tokens", "judge_prompt_tokens",
+                                 "judge_completion_tokens", "inference_s", "gpu_s", "cost_usd", "cost_basis"), out)
+
+
+def _write_leaderboard(store: Store, release: str) -> None:
+    table = load_cells(store, release)
+    costs = {(m, d): c for m, d, c in store.query("SELECT model, deployment, cost_usd FROM models WHERE release = ?",
+                                                  (release,))}
+    store.insert_many("leaderboard", ("release", "model", "deployment", "win_rate", "win_rate_low", "win_rate_high",
+                                      "rank", "rank_low", "rank_high", "mean_score", "n_benchmarks", "cost_per_point"),
+                      [(release, r.model, r.deployment, r.win_rate, r.win_rate_low, r.win_rate_high, r.rank,
+                        r.rank_low, r.rank_high, r.mean_score, r.n_benchmarks,
+                        cost_per_point(costs.get((r.model, r.deployment)), r.mean_score))
+                       for r in leaderboard(table)])
+    store.insert_many("group_scores", ("release", "level", "grp", "model", "deployment", "value", "ci_low", "ci_high",
+                                       "n_benchmarks"),
+                      [(release, g.level, g.group, g.model, g.deployment, g.value, g.ci_low, g.ci_high, g.n_benchmarks)
+                       for level in ("category", "subcategory") for g in group_scores(table, level)])
+
+
+def cost_per_point(cost_usd: float | None, mean_score: float | None) -> float | None:
+    """USD per percentage point of mean score (None when either is unknown or the score is 0)."""
+    if cost_usd is None or not mean_score:
+        return None
+    return cost_usd / (mean_score * 100.0)
+
+
+def _write_meta(store: Store, options: SummarizeOptions, ingested: _Ingest) -> None:
+    meta = {"schema_version": SCHEMA_VERSION, "created_at": datetime.now().isoformat(timespec="microseconds"),
+            "suites": json.dumps(list(options.suites)), "replicates": options.replicates, "seed": options.seed,
+            "redact": int(options.redact), "runs": ingested.runs, "instances": ingested.instances,
+            "skipped": json.dumps(ingested.skipped)}
+    store.insert_many("meta", ("release", "key", "value"), [(options.release, k, str(v)) for k, v in meta.items()])
+    store.execute("DELETE FROM meta WHERE release = '' AND key = 'schema_version'")
+    store.insert_many("meta", ("release", "key", "value"), [("", "schema_version", str(SCHEMA_VERSION))])
+
+
+def _f(x: float) -> float | None:
+    return None if np.isnan(x) else float(x)

@@ -1,0 +1,126 @@
+"""Reading the store: what the dashboard, ``export`` and the tests ask of it.
+
+Only pre-aggregated tables are read here, except ``instances_page``/``paired_instances`` (the
+drill-down), which read one page of one run and refuse redacted rows.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from medhelm.errors import ConfigError
+from medhelm.store.backends import Store
+from medhelm.store.tables import CellTable, Column
+
+
+def resolve_release(store: Store, release: str | None) -> str:
+    known = store.releases()
+    if not known:
+        raise ConfigError(f"the results store {store.url} holds no release yet; run `medhelm summarize`")
+    if release is None:
+        return known[0]
+    if release not in known:
+        raise ConfigError(f"unknown release '{release}' (known: {', '.join(known)})")
+    return release
+
+
+def meta(store: Store, release: str) -> dict[str, str]:
+    return dict(store.query("SELECT key, value FROM meta WHERE release = ?", (release,)))
+
+
+def benchmarks(store: Store, release: str) -> list[dict[str, Any]]:
+    return store.query_dicts("SELECT * FROM benchmarks WHERE release = ? ORDER BY category, subcategory, benchmark",
+                             (release,))
+
+
+def models(store: Store, release: str) -> list[dict[str, Any]]:
+    return store.query_dicts("SELECT * FROM models WHERE release = ? ORDER BY model, deployment", (release,))
+
+
+def stored_leaderboard(store: Store, release: str) -> list[dict[str, Any]]:
+    return store.query_dicts("SELECT * FROM leaderboard WHERE release = ? ORDER BY rank, model, deployment",
+                             (release,))
+
+
+def cells(store: Store, release: str) -> list[dict[str, Any]]:
+    return store.query_dicts("SELECT release, benchmark, model, deployment, suites, value, ci_low, ci_high, "
+                             "n_instances, n_unscored, n_runs FROM cells WHERE release = ? "
+                             "ORDER BY benchmark, model, deployment", (release,))
+
+
+def load_cells(store: Store, release: str) -> CellTable:
+    """Every cell of the release with its bootstrap replicates, as arrays."""
+    cols = [Column(b["benchmark"], b["display_name"] or b["benchmark"], b["category"] or "", b["subcategory"] or "",
+                   b["access"] or "", bool(b["lower_is_better"])) for b in benchmarks(store, release)]
+    rows = [(m, d) for m, d in store.query("SELECT model, deployment FROM models WHERE release = ? "
+                                           "ORDER BY model, deployment", (release,))]
+    replicates = int(meta(store, release).get("replicates", "0") or 0)
+    ci, ri = {c.benchmark: j for j, c in enumerate(cols)}, {r: i for i, r in enumerate(rows)}
+    values = np.full((len(rows), len(cols)), np.nan)
+    reps = np.full((replicates, len(rows), len(cols)), np.nan)
+    for benchmark, model, dep, value, boot in store.query(
+            "SELECT benchmark, model, deployment, value, boot FROM cells WHERE release = ?", (release,)):
+        i, j = ri.get((model, dep)), ci.get(benchmark)
+        if i is None or j is None or value is None:
+            continue
+        values[i, j] = value
+        reps[:, i, j] = np.frombuffer(boot, dtype=np.float32) if boot else value
+    return CellTable(tuple(rows), tuple(cols), values, reps)
+
+
+def runs(store: Store, release: str, benchmark: str) -> list[dict[str, Any]]:
+    return store.query_dicts("SELECT run_id, suite, run_name, stratum, model, deployment, source, redacted, instances_done, "
+                             "errors FROM runs WHERE release = ? AND benchmark = ? ORDER BY stratum, model, "
+                             "deployment, suite", (release, benchmark))
+
+
+def instances_page(store: Store, run_id: int, *, offset: int = 0, limit: int = 20) -> list[dict[str, Any]]:
+    """One page of a run's instances with text, judgements and per-metric values (refused when redacted)."""
+    _refuse_redacted(store, [run_id])
+    rows = store.query_dicts("SELECT instance_id, main_value, error, stats_json, record_json FROM instances "
+                             "WHERE run_id = ? ORDER BY position, instance_id LIMIT ? OFFSET ?",
+                             (int(run_id), int(limit), int(offset)))
+    return [_decoded(r) for r in rows]
+
+
+def paired_instances(store: Store, left: int, right: int, *, offset: int = 0, limit: int = 20
+                     ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Two runs' answers to the same instances, side by side (joined on the instance id)."""
+    _refuse_redacted(store, [left, right])
+    rows = store.query(
+        "SELECT a.instance_id, a.main_value, a.error, a.stats_json, a.record_json, "
+        "b.instance_id, b.main_value, b.error, b.stats_json, b.record_json "
+        "FROM instances a JOIN instances b ON b.run_id = ? AND b.instance_id = a.instance_id "
+        "WHERE a.run_id = ? ORDER BY a.position, a.instance_id LIMIT ? OFFSET ?",
+        (int(right), int(left), int(limit), int(offset)))
+    keys = ("instance_id", "main_value", "error", "stats_json", "record_json")
+    return [(_decoded(dict(zip(keys, r[:5]))), _decoded(dict(zip(keys, r[5:])))) for r in rows]
+
+
+class RedactedError(ConfigError):
+    """Instance text was asked for a redacted run."""
+
+
+def _refuse_redacted(store: Store, run_ids: list[int]) -> None:
+    for run_id in run_ids:
+        found = store.query("SELECT redacted, suite, run_name FROM runs WHERE run_id = ?", (int(run_id),))
+        if not found:
+            raise ConfigError(f"unknown run id {run_id}")
+        if found[0][0]:
+            raise RedactedError(f"run '{found[0][1]}/{found[0][2]}' is redacted: aggregates only")
+
+
+def _decoded(r: dict[str, Any]) -> dict[str, Any]:
+    """A stored instance as the drill-down shows it (text fields None when the source kept none)."""
+    rec = json.loads(r["record_json"]) if r.get("record_json") else {}
+    completion = rec.get("completion") or {}
+    prompt = rec.get("prompt") or {}
+    return {"instance_id": r["instance_id"], "main_value": r["main_value"], "error": r["error"],
+            "stats": json.loads(r["stats_json"]) if r.get("stats_json") else rec.get("stats") or {},
+            "input": (rec.get("instance") or {}).get("input"),
+            "prompt": "\n\n".join(m["content"] for m in prompt.get("messages") or ()) if prompt else None,
+            "output": completion.get("text"), "references": (rec.get("instance") or {}).get("references") or [],
+            "judgements": rec.get("judgements") or []}

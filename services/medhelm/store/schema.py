@@ -1,0 +1,72 @@
+"""The results store's tables: one schema for SQLite and PostgreSQL.
+
+Everything is keyed by ``release`` (a leaderboard built from one or more suites), so one store holds
+many releases and ``summarize`` replaces a release as a whole. ``instances`` keeps one row per
+instance with the leaderboard value (for bootstrap CIs) and, unless redacted, the whole record as
+written by the run (``record_json``: prompt, output, references, judgements) for drill-down;
+``runs.value_ids``/``value_blob`` repeat each run's leaderboard values as one vector (float64, NaN =
+unscored) so cells and their bootstrap are computed from 1 row per run, not 1 per instance. Every
+other table is a pre-aggregate the dashboard reads directly.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+TABLES: dict[str, str] = {
+    "meta": """
+        release TEXT NOT NULL, key TEXT NOT NULL, value TEXT,
+        PRIMARY KEY (release, key)""",
+    "benchmarks": """
+        release TEXT NOT NULL, benchmark TEXT NOT NULL, display_name TEXT, description TEXT,
+        category TEXT, subcategory TEXT, access TEXT, task_type TEXT, main_metric TEXT,
+        lower_is_better INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (release, benchmark)""",
+    "runs": """
+        run_id BIGINT NOT NULL UNIQUE, release TEXT NOT NULL, suite TEXT NOT NULL, run_name TEXT NOT NULL, benchmark TEXT NOT NULL,
+        stratum TEXT NOT NULL, model TEXT NOT NULL, deployment TEXT NOT NULL, source TEXT NOT NULL,
+        redacted INTEGER NOT NULL DEFAULT 0, instances_total BIGINT, instances_done BIGINT, errors BIGINT,
+        wall_time_s DOUBLE PRECISION, spec_json TEXT,
+        value_ids TEXT, value_blob {blob},
+        PRIMARY KEY (release, suite, run_name)""",
+    "run_stats": """
+        release TEXT NOT NULL, suite TEXT NOT NULL, run_name TEXT NOT NULL, stat TEXT NOT NULL,
+        split TEXT NOT NULL, count BIGINT, sum DOUBLE PRECISION, sum_squared DOUBLE PRECISION,
+        min DOUBLE PRECISION, max DOUBLE PRECISION, unscored BIGINT,
+        PRIMARY KEY (release, suite, run_name, stat, split)""",
+    "instances": """
+        run_id BIGINT NOT NULL, instance_id TEXT NOT NULL,
+        position BIGINT, main_value DOUBLE PRECISION, error TEXT, stats_json TEXT, record_json TEXT,
+        PRIMARY KEY (run_id, instance_id)""",
+    "cells": """
+        release TEXT NOT NULL, benchmark TEXT NOT NULL, model TEXT NOT NULL, deployment TEXT NOT NULL,
+        suites TEXT, value DOUBLE PRECISION, ci_low DOUBLE PRECISION, ci_high DOUBLE PRECISION,
+        n_instances BIGINT, n_unscored BIGINT, n_runs BIGINT, boot {blob},
+        PRIMARY KEY (release, benchmark, model, deployment)""",
+    "models": """
+        release TEXT NOT NULL, model TEXT NOT NULL, deployment TEXT NOT NULL, redacted INTEGER NOT NULL,
+        suites TEXT, n_instances BIGINT, prompt_tokens BIGINT, completion_tokens BIGINT,
+        judge_prompt_tokens BIGINT, judge_completion_tokens BIGINT, inference_s DOUBLE PRECISION,
+        gpu_s DOUBLE PRECISION, cost_usd DOUBLE PRECISION, cost_basis TEXT,
+        PRIMARY KEY (release, model, deployment)""",
+    "leaderboard": """
+        release TEXT NOT NULL, model TEXT NOT NULL, deployment TEXT NOT NULL,
+        win_rate DOUBLE PRECISION, win_rate_low DOUBLE PRECISION, win_rate_high DOUBLE PRECISION,
+        rank BIGINT, rank_low DOUBLE PRECISION, rank_high DOUBLE PRECISION, mean_score DOUBLE PRECISION,
+        n_benchmarks BIGINT, cost_per_point DOUBLE PRECISION,
+        PRIMARY KEY (release, model, deployment)""",
+    "group_scores": """
+        release TEXT NOT NULL, level TEXT NOT NULL, grp TEXT NOT NULL, model TEXT NOT NULL,
+        deployment TEXT NOT NULL, value DOUBLE PRECISION, ci_low DOUBLE PRECISION, ci_high DOUBLE PRECISION,
+        n_benchmarks BIGINT,
+        PRIMARY KEY (release, level, grp, model, deployment)""",
+}
+
+INDEXES = (
+    "CREATE INDEX IF NOT EXISTS runs_by_benchmark ON runs (release, benchmark)",
+)
+
+
+def ddl(blob_type: str) -> list[str]:
+    tables = [f"CREATE TABLE IF NOT EXISTS {name} ({cols.format(blob=blob_type)})" for name, cols in TABLES.items()]
+    return tables + list(INDEXES)

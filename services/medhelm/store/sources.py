@@ -1,0 +1,136 @@
+"""Finished runs as the store reads them: one ``RunSource`` per run directory, instances streamed.
+
+Two formats feed the same ingestion: our run directories (``run_spec.json``, ``run.json``, ``stats.json``,
+``instances.jsonl``; see docs/output-format.md) and HELM's (``helm_runs.py``). Instances are read one line
+at a time, so memory does not grow with the number of instances.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from medhelm.errors import ConfigError
+from medhelm.specs import BenchmarkSpec, RunSpec, Stat
+
+RECORDS = "instances.jsonl"
+JURY_STAT, JURY_STAT_NORMALIZED = "jury_score", "jury_score_normalized"
+
+
+class InstanceRow(NamedTuple):
+    """One instance as stored (a NamedTuple: hundreds of thousands are built per summarize)."""
+
+    instance_id: str
+    position: int
+    main_value: float | None
+    error: str | None
+    stats_json: str | None  # per-metric values; None when record_json (which holds them) is kept
+    record_json: str | None  # the whole InstanceResult line; None when redacted or the source has none
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    judge_prompt_tokens: int
+    judge_completion_tokens: int
+
+
+@dataclass(frozen=True)
+class RunSource:
+    suite: str
+    run_name: str
+    benchmark: BenchmarkSpec
+    model: str
+    deployment: str
+    main_stat: str  # the stat used as the leaderboard value (jury: the 0-1 normalised score)
+    status: Mapping[str, Any]
+    stats: tuple[Stat, ...]
+    spec_json: str
+    source: str  # "medhelm" | "helm"
+    rows: Callable[[bool], Iterator[InstanceRow]] = field(compare=False)  # rows(with_text)
+
+    @property
+    def stratum(self) -> str:
+        """The run name without its model part: runs of one benchmark with the same arguments."""
+        return self.run_name.split(":model=", 1)[0]
+
+    @property
+    def complete(self) -> bool:
+        return self.status.get("status") == "complete"
+
+
+def leaderboard_stat(spec: BenchmarkSpec) -> str:
+    """The leaderboard column of a benchmark: its main stat, with jury scores taken on the 0-1 scale."""
+    return JURY_STAT_NORMALIZED if spec.main_metric == JURY_STAT else spec.main_metric
+
+
+def find_run_dirs(suite_dir: Path) -> list[Path]:
+    if not suite_dir.is_dir():
+        raise ConfigError("suite folder not found (run `medhelm run --suite ...` first)", path=suite_dir)
+    return sorted(p.parent for p in suite_dir.glob("*/run_spec.json"))
+
+
+def read_medhelm_run(path: Path, suite: str) -> RunSource:
+    spec_json = load_json(path / "run_spec.json")
+    try:
+        spec = RunSpec.from_json(spec_json)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"not a MedHELM run spec ({type(e).__name__}: {e})", path=path / "run_spec.json") from None
+    status = load_json(path / "run.json") if (path / "run.json").is_file() else {"status": "partial"}
+    stats = tuple(Stat.from_json(s) for s in load_json(path / "stats.json")) if (path / "stats.json").is_file() \
+        else ()
+    main = leaderboard_stat(spec.benchmark)
+    return RunSource(suite=suite, run_name=path.name, benchmark=spec.benchmark, model=spec.model,
+                     deployment=spec.deployment, main_stat=main, status=status, stats=stats,
+                     spec_json=json.dumps(spec_json, ensure_ascii=False), source="medhelm",
+                     rows=lambda with_text: _medhelm_rows(path / RECORDS, main, with_text))
+
+
+def _medhelm_rows(path: Path, main: str, with_text: bool) -> Iterator[InstanceRow]:
+    # The raw line is stored as is (no re-encoding): summarize's cost is one json.loads per instance.
+    # This loop runs once per instance of a release (370k in the bench): keep it flat.
+    if not path.is_file():
+        raise ConfigError("missing (the run has no records)", path=path)
+    loads, dumps = json.loads, json.dumps
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.isspace():
+                continue
+            try:
+                d = loads(line)
+                stats = d["stats"] or {}
+                usage = (d["completion"] or {}).get("usage") or {}
+                judge = d.get("judge_usage") or {}
+                row = InstanceRow(
+                    str(d["instance"]["id"]), d.get("position", 0), number(stats.get(main)), d.get("error"),
+                    None if with_text else dumps(stats), line.rstrip("\n") if with_text else None,
+                    usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0,
+                    usage.get("latency_s") or 0.0, judge.get("prompt_tokens") or 0,
+                    judge.get("completion_tokens") or 0)
+            except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+                raise ConfigError(f"bad instance record ({type(e).__name__})", path=path, line=lineno) from None
+            yield row
+
+
+def number(value: Any) -> float | None:
+    """A stat value as a float, or None for unscored/missing/NaN (never a silent 0)."""
+    if value is None:
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def load_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("missing (not a finished run directory?)", path=path) from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"corrupt JSON ({e.msg})", path=path, line=e.lineno) from None
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text", path=path) from None
