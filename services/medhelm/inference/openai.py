@@ -1,12 +1,13 @@
 """Async client for any OpenAI-compatible chat endpoint: vLLM, KServe's Hugging Face runtime
 (``.../openai/v1``), llama.cpp server, Azure OpenAI.
 
-One ``httpx.AsyncClient`` per deployment keeps connections alive; its pool is sized to the deployment's
-``max_concurrency``. Deployment ``options`` understood here:
+Connections are kept alive in "lanes" (``lanes.py``: single-connection ``httpx.AsyncClient``s), as many as
+the deployment's ``max_concurrency``. Deployment ``options`` understood here:
 
 * ``api_version`` — sent as the ``api-version`` query parameter (Azure OpenAI);
 * ``auth_header`` — header carrying the raw key instead of ``Authorization: Bearer`` (Azure: ``api-key``);
-* ``headers`` — extra, non-secret headers (e.g. a KServe ``Host`` override).
+* ``headers`` — extra, non-secret headers (e.g. a KServe ``Host`` override);
+* ``ca_bundle`` — a PEM file of the CA that signed an internal HTTPS endpoint.
 
 The API key is read from the environment variable *named* by ``deployment.api_key_env``; it is never part
 of a spec, a log or an error. Error messages name the deployment and URL, never the prompt.
@@ -18,6 +19,7 @@ import email.utils
 import json
 import os
 import re
+import ssl
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -25,9 +27,10 @@ from typing import Any
 import httpx
 
 from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
+from medhelm.inference.lanes import HttpLanes
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 
-DEFAULT_POOL_SIZE = 64  # connections kept when the deployment sets no max_concurrency
+DEFAULT_POOL_SIZE = 64  # requests in flight (one connection each) when the deployment sets no max_concurrency
 _SERVER_MESSAGE_CHARS = 300
 _RETRYABLE_STATUS = frozenset({408, 429})  # plus every 5xx
 
@@ -40,17 +43,16 @@ class OpenAIClient:
         self._url = deployment.base_url.rstrip("/") + "/chat/completions"
         self._model = deployment.served_model_name or deployment.model_name
         options = deployment.options
-        params = {"api-version": str(options["api_version"])} if options.get("api_version") else None
-        # httpcore hands a just-freed connection to several waiters at once and makes the losers spin;
-        # twice the cap in connections (the pool's semaphore still bounds requests in flight) keeps a
-        # free connection ready and cut client CPU per request by ~25% in bench/bench_core.py.
-        pool = 2 * deployment.max_concurrency if deployment.max_concurrency else DEFAULT_POOL_SIZE
-        self._http = httpx.AsyncClient(
-            headers=_headers(deployment),
-            params=params,
-            timeout=httpx.Timeout(deployment.timeout_s, connect=min(10.0, deployment.timeout_s)),
-            limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool),
-        )
+        self._params = {"api-version": str(options["api_version"])} if options.get("api_version") else None
+        self._headers = _headers(deployment)
+        self._timeout = httpx.Timeout(deployment.timeout_s, connect=min(10.0, deployment.timeout_s))
+        self._verify = _tls(deployment)
+        self._lanes = HttpLanes(self._new_lane, deployment.max_concurrency or DEFAULT_POOL_SIZE)
+
+    def _new_lane(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(headers=self._headers, params=self._params, timeout=self._timeout,
+                                 verify=self._verify,
+                                 limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
 
     @property
     def deployment(self) -> Deployment:
@@ -79,9 +81,17 @@ class OpenAIClient:
         return body
 
     async def generate(self, request: GenerationRequest) -> Completion:
+        response, latency = await self.post(self._url, self.payload(request))
+        if response.status_code >= 400:
+            raise self._http_error(response, request)
+        return _parse(response, latency, self._where())
+
+    async def post(self, url: str, body: dict[str, Any]) -> tuple[httpx.Response, float]:
+        """POST JSON on a free lane -> (response, seconds); transport failures become InferenceErrors."""
         started = time.perf_counter()
         try:
-            response = await self._http.post(self._url, json=self.payload(request))
+            async with self._lanes.lane() as http:
+                response = await http.post(url, json=body)
         except httpx.ConnectError as err:  # refused, DNS failure, TLS handshake: nobody answered
             raise ServerUnreachable(f"cannot reach {self._deployment.base_url} (deployment "
                                     f"'{self._deployment.name}'): {_reason(err)}") from None
@@ -90,13 +100,10 @@ class OpenAIClient:
                                  f"timeout_s={self._deployment.timeout_s})", retryable=True) from None
         except httpx.TransportError as err:  # connection reset mid-request, protocol error
             raise InferenceError(f"{self._where()}: transport error: {_reason(err)}", retryable=True) from None
-        latency = time.perf_counter() - started
-        if response.status_code >= 400:
-            raise self._http_error(response, request)
-        return _parse(response, latency, self._where())
+        return response, time.perf_counter() - started
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._lanes.aclose()
 
     def _where(self) -> str:
         return f"deployment '{self._deployment.name}' ({self._url})"
@@ -108,6 +115,18 @@ class OpenAIClient:
         return InferenceError(f"{self._where()}: HTTP {status}" + (f": {message}" if message else ""),
                               retryable=retryable, status=status,
                               retry_after=_retry_after(response.headers.get("retry-after")))
+
+
+def _tls(deployment: Deployment) -> ssl.SSLContext | bool:
+    """One SSL context for all lanes; a hospital's internal CA via ``options.ca_bundle``."""
+    if not str(deployment.base_url).startswith("https:"):
+        return False  # plain HTTP: skip loading the CA bundle at all
+    ca_bundle = deployment.options.get("ca_bundle")
+    try:
+        return ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
+    except (OSError, ssl.SSLError) as err:
+        raise ConfigError(f"deployment '{deployment.name}': cannot load options.ca_bundle ({err})",
+                          path=ca_bundle) from None
 
 
 def _headers(deployment: Deployment) -> dict[str, str]:
