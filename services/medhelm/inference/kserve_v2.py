@@ -15,15 +15,14 @@ parameters when the predictor reports them; otherwise they stay unknown (None), 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
-from medhelm.inference.openai import OpenAIClient, _reason, strip_reasoning
+from medhelm.errors import ConfigError, InferenceError
+from medhelm.inference.openai import OpenAIClient, strip_reasoning
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 
 
@@ -54,20 +53,10 @@ class KServeV2Client(OpenAIClient):
                 "parameters": params}
 
     async def generate(self, request: GenerationRequest) -> Completion:
-        started = time.perf_counter()
-        try:
-            response = await self._http.post(self._url, json=self.payload(request))
-        except httpx.ConnectError as err:
-            raise ServerUnreachable(f"cannot reach {self._deployment.base_url} (deployment "
-                                    f"'{self._deployment.name}'): {_reason(err)}") from None
-        except httpx.TimeoutException as err:
-            raise InferenceError(f"{self._where()}: timed out ({type(err).__name__}, "
-                                 f"timeout_s={self._deployment.timeout_s})", retryable=True) from None
-        except httpx.TransportError as err:
-            raise InferenceError(f"{self._where()}: transport error: {_reason(err)}", retryable=True) from None
+        response, latency = await self.post(self._url, self.payload(request))  # the OpenAI client's transport
         if response.status_code >= 400:
             raise self._http_error(response, request)
-        return self._parse_v2(response, time.perf_counter() - started)
+        return self._parse_v2(response, latency)
 
     def _parse_v2(self, response: httpx.Response, latency: float) -> Completion:
         try:
