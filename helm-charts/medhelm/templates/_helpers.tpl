@@ -1,0 +1,96 @@
+{{/* Names and shared pieces of the medhelm chart. */}}
+{{- define "medhelm.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}{{ .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else -}}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" }}{{- end -}}
+{{- end -}}
+
+{{- define "medhelm.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "medhelm.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "medhelm.claim" -}}
+{{- if .Values.storage.create -}}{{ include "medhelm.fullname" . }}-data{{- else -}}{{ required "storage.existingClaim is required when storage.create is false" .Values.storage.existingClaim }}{{- end -}}
+{{- end -}}
+
+{{/* Arguments every medhelm process shares: where results and the model registry live. */}}
+{{- define "medhelm.pathArgs" -}}
+- --output-path={{ .Values.storage.mountPath }}/benchmark_output
+- --local-path={{ .Values.storage.mountPath }}/prod_env
+{{- end -}}
+
+{{- define "medhelm.env" -}}
+- name: HOME
+  value: /tmp
+- name: MEDHELM_OFFLINE
+  value: "1"
+- name: MEDHELM_DATA_DIR
+  value: {{ .Values.storage.mountPath }}/data
+{{- if eq .Values.resultsStore.kind "postgres" }}
+- name: MEDHELM_STORE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ required "resultsStore.postgres.secretName is required for kind postgres" .Values.resultsStore.postgres.secretName }}
+      key: {{ .Values.resultsStore.postgres.secretKey }}
+{{- end }}
+{{- end -}}
+
+{{- define "medhelm.volumeMounts" -}}
+- name: data
+  mountPath: {{ .Values.storage.mountPath }}
+- name: model-deployments
+  mountPath: {{ .Values.storage.mountPath }}/prod_env/model_deployments.yaml
+  subPath: model_deployments.yaml
+  readOnly: true
+- name: tmp
+  mountPath: /tmp
+{{- if .Values.tls.enabled }}
+- name: tls
+  mountPath: /etc/medhelm/tls
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "medhelm.volumes" -}}
+- name: data
+  persistentVolumeClaim:
+    claimName: {{ include "medhelm.claim" . }}
+- name: model-deployments
+  configMap:
+    name: {{ include "medhelm.fullname" . }}-deployments
+- name: tmp
+  emptyDir: {}
+{{- if .Values.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ required "tls.secretName is required when tls.enabled" .Values.tls.secretName }}
+{{- end }}
+{{- end -}}
+
+{{- define "medhelm.podSpecCommon" -}}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,132 @@
+"""helm lint / helm template of the chart (default and full values), manifests validated against the
+Kubernetes 1.30 schemas (strict), KServe/NetworkPolicy/security checked field by field, and a broken
+template or value makes these checks fail."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+VALUE_SETS = {"default": [], "full": ["-f", "ci/full-values.yaml"]}
+
+
+def _helm(helm: Path, chart: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(helm), *args], cwd=chart, capture_output=True, text=True, timeout=60)
+
+
+def _render(helm: Path, chart: Path, values: list[str]) -> list[dict]:
+    done = _helm(helm, chart, "template", "rel", ".", "--namespace", "clinical-ai", *values)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+@pytest.fixture
+def chart(repo_root: Path) -> Path:
+    return repo_root / "helm-charts" / "medhelm"
+
+
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_lint_template_and_validate_strict(values, chart, helm_bin, kubernetes_validate, tmp_path):
+    lint = _helm(helm_bin, chart, "lint", "--strict", ".", *VALUE_SETS[values])
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    docs = _render(helm_bin, chart, VALUE_SETS[values])
+    rendered = tmp_path / "rendered.yaml"
+    rendered.write_text(yaml.safe_dump_all(docs))
+    check = subprocess.run([*kubernetes_validate, str(rendered)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    kinds = sorted({d["kind"] for d in docs})
+    expected = {"Deployment", "Service", "PersistentVolumeClaim", "ConfigMap", "NetworkPolicy"}
+    if values == "full":
+        expected |= {"InferenceService", "Job", "ServiceMonitor"}
+    assert expected <= set(kinds) and "Secret" not in kinds  # secrets are referenced, never rendered
+    deployments = {d["metadata"]["name"] for d in docs if d["kind"] == "Deployment"}
+    assert deployments == {f"rel-medhelm-{n}" for n in ("scenarios", "jury", "metrics", "dashboard")}
+    for d in docs:
+        pod = (d.get("spec", {}).get("template", {}) or {}).get("spec")
+        if d["kind"] in ("Deployment", "Job") and pod:
+            assert pod["securityContext"]["runAsNonRoot"] is True
+            for c in pod["containers"]:
+                assert c["securityContext"]["readOnlyRootFilesystem"] is True
+                assert c["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_inference_services_and_job_from_values(chart, helm_bin):
+    docs = _render(helm_bin, chart, VALUE_SETS["full"])
+    isvcs = {d["metadata"]["name"]: d for d in docs if d["kind"] == "InferenceService"}
+    assert set(isvcs) == {"qwen25-7b", "llama31-8b-judge"}
+    cand = isvcs["qwen25-7b"]
+    assert cand["apiVersion"] == "serving.kserve.io/v1beta1"
+    model = cand["spec"]["predictor"]["model"]
+    assert model["modelFormat"]["name"] == "huggingface"
+    assert model["storageUri"] == "pvc://models/qwen2.5-7b-instruct"
+    assert model["args"] == ["--model_name=qwen25-7b", "--backend=vllm", "--max-model-len=16384",
+                             "--gpu-memory-utilization=0.90", "--enable-prefix-caching"]
+    assert model["resources"]["limits"]["nvidia.com/gpu"] == "1" and model["resources"]["limits"]["memory"] == "32Gi"
+    judge = isvcs["llama31-8b-judge"]["spec"]["predictor"]["model"]
+    assert judge["resources"]["requests"]["nvidia.com/gpu"] == "2"
+    assert judge["env"][0]["valueFrom"]["secretKeyRef"] == {"name": "hf-token", "key": "HF_TOKEN"}
+    # the Job and the jury reach each model through KServe's OpenAI route
+    cm = next(d for d in docs if d["kind"] == "ConfigMap")
+    deployments = yaml.safe_load(cm["data"]["model_deployments.yaml"])["model_deployments"]
+    assert deployments[0] == {"name": "kserve/qwen25-7b", "model_name": "qwen/qwen2.5-7b-instruct", "kind": "openai",
+                              "base_url": "http://qwen25-7b-predictor.clinical-ai.svc.cluster.local/openai/v1",
+                              "served_model_name": "qwen25-7b", "max_sequence_length": 16384}
+    job = next(d for d in docs if d["kind"] == "Job")
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert (job["spec"]["completions"], job["spec"]["parallelism"]) == (4, 2)
+    env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["MEDHELM_SHARD_COUNT"] == "4" and env["MEDHELM_JURY_SERVICE"] == "rel-medhelm-jury:50051"
+    assert env["MEDHELM_TLS_CERT"] == "/etc/medhelm/tls/tls.crt"
+
+
+def test_network_policy_keeps_egress_in_namespace(chart, helm_bin):
+    (policy,) = [d for d in _render(helm_bin, chart, []) if d["kind"] == "NetworkPolicy"]
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec["egress"][0] == {"to": [{"podSelector": {}}]}  # same namespace only
+    dns = spec["egress"][1]
+    assert {p["port"] for p in dns["ports"]} == {53}
+    assert dns["to"][0]["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"}
+    assert len(spec["egress"]) == 2  # nothing else leaves
+
+
+def test_broken_template_or_value_fails(chart, helm_bin, kubernetes_validate, tmp_path):
+    broken = tmp_path / "medhelm"
+    shutil.copytree(chart, broken)
+    bad_value = tmp_path / "bad.yaml"
+    bad_value.write_text("services:\n  jury:\n    replicas: two\n")
+    docs = _render(helm_bin, broken, ["-f", str(bad_value)])
+    rendered = tmp_path / "rendered.yaml"
+    rendered.write_text(yaml.safe_dump_all(docs))
+    check = subprocess.run([*kubernetes_validate, str(rendered)], capture_output=True, text=True)
+    assert check.returncode != 0 and "replicas" in check.stdout + check.stderr
+    job = broken / "templates" / "job.yaml"
+    job.write_text(job.read_text().replace("{{- end }}\n", "", 1))
+    lint = _helm(helm_bin, broken, "lint", ".")
+    assert lint.returncode != 0
+    missing = _helm(helm_bin, chart, "template", "rel", ".", "--set", "job.enabled=true")
+    assert missing.returncode != 0 and "job.runEntries" in missing.stderr
+
+
+def test_every_value_is_documented(chart):
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    readme = (chart / "README.md").read_text()
+
+    def paths(node, prefix=""):
+        for key, value in node.items():
+            path = f"{prefix}{key}"
+            yield path
+            if isinstance(value, dict) and value and not path.endswith(("resources", "Context", "labels",
+                                                                         "requests", "limits", "seccompProfile",
+                                                                         "capabilities")):
+                yield from paths(value, path + ".")
+
+    generic = {re.sub(r"^services\.(scenarios|jury|metrics)", "services.<name>", p) for p in paths(values)}
+    undocumented = sorted(p for p in generic if f"`{p}`" not in readme)
+    assert not undocumented, f"values missing from the chart README: {undocumented}"
+    assert re.search(r"helm install", readme)
