@@ -10,7 +10,6 @@ import pytest
 
 from medhelm.benchmarks import LoadContext, resolve
 from medhelm.errors import ConfigError, DataUnavailable
-from medhelm.specs import FrozenMap
 
 
 def test_pubmed_qa_from_the_mirror(load, shared_data):

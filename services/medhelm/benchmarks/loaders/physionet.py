@@ -36,7 +36,7 @@ def load_dischargeme(ctx: LoadContext, entry) -> Iterator[Instance]:
     for r in read_csv(target_p, ("hadm_id",) + tuple(t for t, _ in TARGETS)):
         hadm = r["hadm_id"]
         if hadm not in notes:
-            raise ConfigError(f"admission in discharge_target has no discharge note (hadm_id column)", path=target_p)
+            raise ConfigError("admission in discharge_target has no discharge note (hadm_id column)", path=target_p)
         for column, title in TARGETS:
             target = (r[column] or "").strip()
             note = notes[hadm]["text"].replace(target, "") if target else notes[hadm]["text"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from medhelm.benchmarks.base import LoadContext

@@ -17,7 +17,6 @@ from xml.etree import ElementTree as ET
 from medhelm.errors import ConfigError
 
 _S = "{http://schemas.openxmlformats.org/spreadsheetml/2006/main}"
-_R = "{http://schemas.openxmlformats.org/officeDocument/2006/relationships}"
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 
 
