@@ -77,6 +77,14 @@ def runs(store: Store, release: str, benchmark: str) -> list[dict[str, Any]]:
                              "deployment, suite", (release, benchmark))
 
 
+def run_values(store: Store, run_id: int) -> tuple[list[str], np.ndarray]:
+    """A run's instance ids and leaderboard values (NaN = unscored); empty in a redacted export."""
+    found = store.query("SELECT value_ids, value_blob FROM runs WHERE run_id = ?", (int(run_id),))
+    if not found or found[0][0] is None:
+        return [], np.empty(0)
+    return json.loads(found[0][0]), np.frombuffer(found[0][1], dtype=np.float64)
+
+
 def instances_page(store: Store, run_id: int, *, offset: int = 0, limit: int = 20) -> list[dict[str, Any]]:
     """One page of a run's instances with text, judgements and per-metric values (refused when redacted)."""
     _refuse_redacted(store, [run_id])

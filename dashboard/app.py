@@ -1,0 +1,41 @@
+"""MedHELM leaderboard (Streamlit). Run it with ``medhelm serve``; settings come from the environment
+(see launch.py). Pages: the leaderboard, one benchmark with instance drill-down, two models compared."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling modules, however the app is started
+
+import board_data  # noqa: E402 - after the sys.path line
+import page_benchmark  # noqa: E402
+import page_compare  # noqa: E402
+import page_leaderboard  # noqa: E402
+from filters import sidebar_filters  # noqa: E402
+from medhelm.errors import MedhelmError  # noqa: E402
+
+PAGES = {"Leaderboard": page_leaderboard.render, "Benchmark": page_benchmark.render, "Compare": page_compare.render}
+
+st.set_page_config(page_title="MedHELM leaderboard", layout="wide")
+cfg = board_data.settings()
+try:
+    known = board_data.releases(cfg.store)
+except MedhelmError as err:
+    st.error(str(err))
+    st.stop()
+if not known:
+    st.warning("The results store holds no release yet: run `medhelm summarize --suites ...`.")
+    st.stop()
+names = [r for r, _ in known]
+default = names.index(cfg.release) if cfg.release in names else 0
+release = st.sidebar.selectbox("Release", names, index=default, key="release")
+page = st.sidebar.radio("Page", list(PAGES), key="page")
+rel = board_data.load_release(cfg.store, release, dict(known)[release])
+redacted = cfg.redacted or rel.meta.get("redact") == "1"
+if redacted:
+    st.sidebar.info("Redacted mode: aggregates only, no instance text.")
+view = sidebar_filters(rel)
+PAGES[page](cfg, rel, view, redacted)

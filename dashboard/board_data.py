@@ -1,0 +1,78 @@
+"""What the pages read, cached per (store, release, summarize time) so a re-summarised release reloads.
+
+Only pre-aggregated tables are read here; instance pages are fetched on demand, one page at a time.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pandas as pd
+import streamlit as st
+
+from medhelm.store import open_store, read
+from medhelm.store.tables import CellTable
+
+
+@dataclass(frozen=True)
+class Settings:
+    store: str
+    release: str | None
+    redacted: bool  # the whole app shows aggregates only
+
+
+def settings() -> Settings:
+    return Settings(store=os.environ.get("MEDHELM_STORE", "benchmark_output/results.sqlite"),
+                    release=os.environ.get("MEDHELM_RELEASE") or None,
+                    redacted=os.environ.get("MEDHELM_REDACTED", "") not in ("", "0", "false"))
+
+
+@st.cache_data(ttl=30, show_spinner=False)
+def releases(store: str) -> list[tuple[str, str]]:
+    """(release, created_at), newest first."""
+    with open_store(store) as s:
+        return [(r, read.meta(s, r).get("created_at", "")) for r in s.releases()]
+
+
+@dataclass(frozen=True)
+class Release:
+    """Everything the leaderboard pages need for one release, read once."""
+
+    name: str
+    meta: dict
+    cells: CellTable
+    cell_rows: pd.DataFrame  # one row per (benchmark, model, deployment) with value and CI
+    benchmarks: pd.DataFrame
+    models: pd.DataFrame
+
+
+@st.cache_data(show_spinner="Loading the leaderboard…", max_entries=8)
+def load_release(store: str, release: str, stamp: str) -> Release:  # stamp: created_at, invalidates the cache
+    with open_store(store) as s:
+        return Release(release, read.meta(s, release), read.load_cells(s, release), pd.DataFrame(read.cells(s, release)),
+                       pd.DataFrame(read.benchmarks(s, release)), pd.DataFrame(read.models(s, release)))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def runs(store: str, release: str, stamp: str, benchmark: str) -> pd.DataFrame:
+    with open_store(store) as s:
+        return pd.DataFrame(read.runs(s, release, benchmark))
+
+
+def instances(store: str, run_id: int, offset: int, limit: int) -> list[dict]:
+    with open_store(store) as s:
+        return read.instances_page(s, run_id, offset=offset, limit=limit)
+
+
+def paired(store: str, left: int, right: int, offset: int, limit: int) -> list[tuple[dict, dict]]:
+    with open_store(store) as s:
+        return read.paired_instances(s, left, right, offset=offset, limit=limit)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def run_values(store: str, stamp: str, run_id: int) -> pd.Series:
+    """A run's leaderboard values by instance id (numbers only: allowed in redacted mode)."""
+    with open_store(store) as s:
+        ids, values = read.run_values(s, run_id)
+    return pd.Series(values, index=ids, dtype=float)

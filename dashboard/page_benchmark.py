@@ -1,0 +1,80 @@
+"""One benchmark: every model's cell with its interval, then drill-down to instances of one run."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+import board_data
+from board_data import Release, Settings
+from filters import View
+
+PAGE_SIZE = 10
+
+
+def pick_benchmark(view: View, key: str) -> str | None:
+    cols = view.table.columns
+    if not cols:
+        st.warning("No benchmark matches the filters.")
+        return None
+    labels = {c.benchmark: f"{c.display_name} ({c.benchmark})" for c in cols}
+    return st.selectbox("Benchmark", list(labels), format_func=labels.get, key=key)
+
+
+def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
+    st.title("Benchmark")
+    bench = pick_benchmark(view, "bench_page_benchmark")
+    if bench is None:
+        return
+    info = rel.benchmarks.set_index("benchmark").loc[bench]
+    st.caption(f"{info['category'] or 'Unclassified'} › {info['subcategory'] or '—'} · access {info['access']} · "
+               f"main metric `{info['main_metric']}`" + (" (lower is better)" if info["lower_is_better"] else ""))
+    if info.get("description"):
+        st.write(info["description"])
+    cells = rel.cell_rows[rel.cell_rows["benchmark"] == bench]
+    shown = cells.assign(CI=[_ci(lo, hi) for lo, hi in zip(cells["ci_low"], cells["ci_high"])])
+    shown = shown[["model", "deployment", "value", "CI", "n_instances", "n_unscored", "n_runs", "suites"]]
+    st.dataframe(shown.sort_values("value", ascending=bool(info["lower_is_better"])), hide_index=True,
+                 width="stretch", key="bench_cells", column_config={
+                     "value": st.column_config.NumberColumn("Score", format="%.3f"),
+                     "n_unscored": st.column_config.NumberColumn("Unscored")})
+    runs = board_data.runs(cfg.store, rel.name, rel.meta.get("created_at", ""), bench)
+    if runs.empty:
+        return
+    st.subheader("Instances")
+    labels = {int(r.run_id): f"{r.model} [{r.deployment}] — {r.stratum} ({r.suite})" for r in runs.itertuples()}
+    run_id = st.selectbox("Run", list(labels), format_func=labels.get, key="bench_run")
+    run = runs.set_index("run_id").loc[run_id]
+    if redacted or bool(run["redacted"]):
+        st.info("Instance text is hidden: " + ("redacted mode." if redacted else "this deployment is redacted."))
+        return
+    page = st.number_input("Page", min_value=1, value=1, step=1, key="bench_page")
+    items = board_data.instances(cfg.store, run_id, (int(page) - 1) * PAGE_SIZE, PAGE_SIZE)
+    if not items:
+        st.info("No instance records for this run (imported aggregates).")
+    for item in items:
+        value = "unscored" if item["main_value"] is None else f"{item['main_value']:.3f}"
+        with st.expander(f"{item['instance_id']} · {value}" + (f" · error: {item['error']}" if item["error"] else "")):
+            show_instance(item)
+
+
+def show_instance(item: dict, *, with_prompt: bool = True) -> None:
+    if with_prompt:
+        st.markdown("**Prompt**")
+        st.text(item["prompt"] or "(not stored)")
+        st.markdown("**References**")
+        st.text("\n".join(("✓ " if r.get("correct", True) else "✗ ") + r["text"] for r in item["references"]) or "—")
+    st.markdown("**Output**")
+    st.text(item["output"] if item["output"] is not None else "(no output)")
+    st.markdown("**Metrics**")
+    st.dataframe(pd.DataFrame([{"stat": k, "value": v} for k, v in sorted(item["stats"].items())]), hide_index=True)
+    if item["judgements"]:
+        st.markdown("**Judges**")
+        st.dataframe(pd.DataFrame([{"judge": j.get("judge"), "criterion": j.get("criterion"), "score": j.get("score"),
+                                    "scale": f"{j.get('min_score')}–{j.get('max_score')}", "status": j.get("status"),
+                                    "explanation": j.get("explanation")} for j in item["judgements"]]),
+                     hide_index=True, width="stretch")
+
+
+def _ci(low: float | None, high: float | None) -> str:
+    return "" if low is None or pd.isna(low) else f"[{low:.3f}, {high:.3f}]"

@@ -1,0 +1,99 @@
+"""The leaderboard: mean win rate with CIs, category heatmap, cost vs win rate, benchmark matrix."""
+
+from __future__ import annotations
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from board_data import Release, Settings
+from filters import View
+from medhelm.store.ingest import cost_per_point
+from medhelm.store.tables import group_scores, leaderboard
+
+
+def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
+    table = view.table
+    st.title("MedHELM leaderboard")
+    st.caption(f"Release **{rel.name}** · {len(table.rows)} models · {len(table.columns)} benchmarks · "
+               f"95% bootstrap intervals ({rel.meta.get('replicates', '?')} replicates, seed "
+               f"{rel.meta.get('seed', '?')}) · win rate: ties count half")
+    if not table.rows or not table.columns:
+        st.warning("Nothing to rank with these filters.")
+        return
+    board = leaderboard_frame(rel, view)
+    st.dataframe(board, hide_index=True, width="stretch", key="leaderboard", column_config={
+        "Mean win rate": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.3f"),
+        "Mean score": st.column_config.NumberColumn(format="%.3f"),
+        "Cost (USD)": st.column_config.NumberColumn(format="$%.2f"),
+        "USD per point": st.column_config.NumberColumn(format="$%.4f")})
+    left, right = st.columns(2)
+    with left:
+        st.subheader("Categories (macro average)")
+        st.altair_chart(_heatmap(table), width="stretch")
+    with right:
+        st.subheader("Cost vs mean win rate")
+        priced = board.dropna(subset=["Cost (USD)"])
+        if priced.empty:
+            st.info("No prices: add a prices YAML (`medhelm summarize --prices prices.yaml`) to see cost.")
+        else:
+            st.altair_chart(_scatter(priced), width="stretch")
+    st.subheader("Benchmarks (main metric; jury scores on 0–1)")
+    st.dataframe(_matrix(view), width="stretch", key="matrix")
+
+
+def leaderboard_frame(rel: Release, view: View) -> pd.DataFrame:
+    models = rel.models.set_index(["model", "deployment"]) if len(rel.models) else pd.DataFrame()
+    out = []
+    for r in leaderboard(view.table):
+        m = models.loc[(r.model, r.deployment)] if (r.model, r.deployment) in models.index else {}
+        cost = _num(m.get("cost_usd"))
+        out.append({"Rank": r.rank, "Model": r.model, "Deployment": r.deployment, "Mean win rate": r.win_rate,
+                    "Win rate 95% CI": _ci(r.win_rate_low, r.win_rate_high, "{:.2f}"),
+                    "Rank 95% CI": _ci(r.rank_low, r.rank_high, "{:.0f}"), "Mean score": r.mean_score,
+                    "Benchmarks": r.n_benchmarks, "Cost (USD)": cost,
+                    "USD per point": cost_per_point(cost, r.mean_score),
+                    "Prompt tokens": _int(m.get("prompt_tokens")), "Output tokens": _int(m.get("completion_tokens")),
+                    "Inference s": _num(m.get("inference_s"))})
+    return pd.DataFrame(out)
+
+
+def _heatmap(table) -> alt.Chart:  # noqa: ANN001 - CellTable
+    scores = pd.DataFrame([{"Model": g.model, "Category": g.group, "Score": g.value, "CI": _ci(g.ci_low, g.ci_high,
+                                                                                              "{:.2f}")}
+                           for g in group_scores(table, "category") if g.value is not None])
+    if scores.empty:
+        return alt.Chart(pd.DataFrame({"x": []})).mark_rect()
+    base = alt.Chart(scores).encode(x=alt.X("Category:N", title=None, axis=alt.Axis(labelAngle=-30)),
+                                    y=alt.Y("Model:N", title=None))
+    rect = base.mark_rect().encode(color=alt.Color("Score:Q", scale=alt.Scale(scheme="blues", domain=[0, 1])),
+                                   tooltip=["Model", "Category", alt.Tooltip("Score:Q", format=".3f"), "CI"])
+    text = base.mark_text(fontSize=11).encode(text=alt.Text("Score:Q", format=".2f"))
+    return (rect + text).properties(height=max(160, 28 * scores["Model"].nunique()))
+
+
+def _scatter(priced: pd.DataFrame) -> alt.Chart:
+    return alt.Chart(priced).mark_circle(size=90).encode(
+        x=alt.X("Cost (USD):Q", scale=alt.Scale(zero=False)), y=alt.Y("Mean win rate:Q", scale=alt.Scale(domain=[0, 1])),
+        tooltip=["Model", "Deployment", alt.Tooltip("Cost (USD):Q", format="$.2f"),
+                 alt.Tooltip("Mean win rate:Q", format=".3f")]).properties(height=320)
+
+
+def _matrix(view: View) -> pd.DataFrame:
+    t = view.table
+    names = [f"{r[0]} [{r[1]}]" for r in t.rows]
+    return pd.DataFrame(t.values, index=names, columns=[c.display_name for c in t.columns]).round(3)
+
+
+def _ci(low: float | None, high: float | None, fmt: str) -> str:
+    return "" if low is None or high is None else f"[{fmt.format(low)}, {fmt.format(high)}]"
+
+
+def _num(v: object) -> float | None:
+    return None if v is None or (isinstance(v, float) and np.isnan(v)) else float(v)  # type: ignore[arg-type]
+
+
+def _int(v: object) -> int | None:
+    n = _num(v)
+    return None if n is None else int(n)

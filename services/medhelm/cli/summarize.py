@@ -1,0 +1,105 @@
+"""`medhelm summarize` — finished runs -> the results store (SQLite by default, or PostgreSQL) and the
+leaderboard tables the dashboard reads. helm-summarize compatible: ``--suite``/``--suites``, ``--release``,
+``--output-path``; ``--schema``/``--auto-generate-schema`` are accepted and not needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from medhelm.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from medhelm.store import Store, SummaryReport
+    from medhelm.store.sources import RunSource
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    what = p.add_argument_group("what")
+    what.add_argument("--suites", nargs="+", default=[], metavar="SUITE",
+                      help="suites under <output-path>/runs/ (a later suite's run replaces an earlier one's)")
+    what.add_argument("--suite", action="append", default=[], help="one suite (helm-summarize's spelling)")
+    what.add_argument("--release", help="leaderboard name (default: the suite's name, or the suites joined by '+')")
+    add_store_arguments(p)
+    how = p.add_argument_group("how")
+    how.add_argument("--local-path", type=Path, default=Path("prod_env"),
+                     help="model_deployments.yaml (deployments marked `redacted: true`) and prices.yaml")
+    how.add_argument("--prices", type=Path, help="prices YAML (default: <local-path>/prices.yaml if present)")
+    how.add_argument("--redact", action="store_true", help="keep no instance text in the store (aggregates only)")
+    how.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap replicates (default 1000)")
+    how.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    compat = p.add_argument_group("helm-summarize flags accepted for compatibility (not needed)")
+    compat.add_argument("--schema", "--schema-path", dest="schema", help=argparse.SUPPRESS)
+    compat.add_argument("--auto-generate-schema", action="store_true", help=argparse.SUPPRESS)
+    compat.add_argument("-n", "--num-threads", type=int, help=argparse.SUPPRESS)
+
+
+def add_store_arguments(p: argparse.ArgumentParser) -> None:
+    where = p.add_argument_group("where")
+    where.add_argument("-o", "--output-path", type=Path, default=Path("benchmark_output"),
+                       help="results root holding runs/<suite>/ (default: %(default)s)")
+    where.add_argument("--store", help="results store: sqlite:///path or postgresql://user@host/db "
+                                       "(default: <output-path>/results.sqlite)")
+
+
+def store_location(args: argparse.Namespace) -> str:
+    return args.store or str(Path(args.output_path) / "results.sqlite")
+
+
+def main(args: argparse.Namespace) -> int:
+    from medhelm.store import open_store, suite_sources
+
+    suites = list(dict.fromkeys([*args.suite, *args.suites]))
+    if not suites:
+        raise ConfigError("name the suites to summarize: --suites SUITE [SUITE ...]")
+    if args.schema or args.auto_generate_schema:
+        print("note: no schema file is needed; benchmarks, metrics and the taxonomy come from the run specs",
+              file=sys.stderr)
+    release = args.release or "+".join(suites)
+    for suite in suites:  # fail before anything is written
+        if not (Path(args.output_path) / "runs" / suite).is_dir():
+            raise ConfigError("suite folder not found", path=Path(args.output_path) / "runs" / suite)
+    with open_store(store_location(args), create=True) as store:
+        report = run_summarize(store, suite_sources(args.output_path, suites), args, release, suites)
+        print_report(store, report)
+    return 0
+
+
+def run_summarize(store: Store, sources: Iterable[RunSource], args: argparse.Namespace, release: str,
+                  suites: list[str]) -> SummaryReport:
+    from medhelm.deployments import DeploymentRegistry
+    from medhelm.store import SummarizeOptions, summarize
+    from medhelm.store.costs import PriceTable
+
+    if args.bootstrap < 0:
+        raise ConfigError("--bootstrap must be >= 0")
+    registry = DeploymentRegistry.load(Path(args.local_path))
+    prices_path = args.prices or (Path(args.local_path) / "prices.yaml")
+    prices = PriceTable.load(prices_path) if args.prices or prices_path.is_file() else PriceTable.empty()
+    options = SummarizeOptions(release=release, suites=tuple(suites), replicates=args.bootstrap, seed=args.seed,
+                               redact=args.redact, prices=prices,
+                               redacted_deployments=frozenset(d.name for d in registry if d.redacted))
+    return summarize(store, sources, options, note=lambda msg: print(f"note: {msg}", file=sys.stderr))
+
+
+def print_report(store: Store, report: SummaryReport, top: int = 10) -> None:
+    from medhelm.store import read
+
+    print(f"release '{report.release}': {report.runs} runs, {report.instances} instances, {report.benchmarks} "
+          f"benchmarks, {report.models} models in {report.seconds:.1f} s -> {store.url}")
+    if report.skipped:
+        print(f"  {len(report.skipped)} run(s) skipped (see notes above)")
+    rows = read.stored_leaderboard(store, report.release)
+    if not rows:
+        return
+    print(f"  {'rank':>4}  {'mean win rate (95% CI)':<24} model [deployment]")
+    for r in rows[:top]:
+        wr = "-" if r["win_rate"] is None else f"{r['win_rate']:.3f}"
+        ci = "" if r["win_rate_low"] is None else f" ({r['win_rate_low']:.2f}-{r['win_rate_high']:.2f})"
+        print(f"  {r['rank'] if r['rank'] is not None else '-':>4}  {wr + ci:<24} {r['model']} [{r['deployment']}]")
+    if len(rows) > top:
+        print(f"  ... {len(rows) - top} more: medhelm serve --store {store.url} --release {report.release}")

@@ -1,0 +1,84 @@
+"""``medhelm export``: a shareable bundle of one release — a results store (servable by
+``medhelm serve --store``) plus CSV/JSON copies of the aggregate tables.
+
+Redacted (``--redact``): aggregates only. No instances, no instance ids (private datasets may use
+record numbers as ids), no run specs (they hold local data paths). Without it the bundle also
+carries the instance records of runs that are not redacted — prompts and outputs, PHI for private
+data — and the caller warns.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from medhelm.errors import ConfigError
+from medhelm.store.backends import Store, open_store
+
+AGGREGATES = ("meta", "benchmarks", "cells", "models", "leaderboard", "group_scores")
+CSV_TABLES = ("leaderboard", "cells", "group_scores", "models", "benchmarks")
+
+
+@dataclass(frozen=True)
+class BundleReport:
+    path: Path
+    release: str
+    instances: int
+    redacted: bool
+
+
+def write_bundle(source: Store, release: str, out: Path, *, redact: bool) -> BundleReport:
+    out = Path(out)
+    as_zip = out.suffix == ".zip"
+    folder = out.with_suffix("") if as_zip else out
+    if folder.exists() and any(folder.iterdir()):
+        raise ConfigError("already exists and is not empty; choose a new bundle path", path=folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    instances = 0
+    with open_store(folder / "results.sqlite", create=True) as target:
+        with target.transaction():
+            for table in AGGREGATES:
+                _copy(source, target, table, "SELECT * FROM {t} WHERE release = ?", (release,))
+            runs = source.query_dicts("SELECT * FROM runs WHERE release = ?", (release,))
+            if redact:
+                runs = [{**r, "spec_json": None, "value_ids": None, "value_blob": None} for r in runs]
+                target.execute("UPDATE meta SET value = '1' WHERE release = ? AND key = 'redact'", (release,))
+            _insert(target, "runs", runs)
+            if not redact:
+                for r in runs:
+                    rows = source.query_dicts("SELECT * FROM instances WHERE run_id = ?", (r["run_id"],))
+                    _insert(target, "instances", rows)
+                    instances += len(rows)
+        for table in CSV_TABLES:
+            _write_csv(target, table, release, folder / f"{table}.csv")
+    (folder / "manifest.json").write_text(json.dumps(
+        {"release": release, "redacted": redact, "instances": instances, "files": sorted(
+            p.name for p in folder.iterdir())}, indent=1) + "\n", encoding="utf-8")
+    for leftover in folder.glob("results.sqlite-*"):  # WAL side files after a clean close
+        leftover.unlink(missing_ok=True)
+    if as_zip:
+        shutil.make_archive(str(folder), "zip", root_dir=folder)
+        shutil.rmtree(folder)
+    return BundleReport(out, release, instances, redact)
+
+
+def _copy(source: Store, target: Store, table: str, sql: str, params: tuple) -> None:
+    _insert(target, table, source.query_dicts(sql.format(t=table), params))
+
+
+def _insert(target: Store, table: str, rows: list[dict]) -> None:
+    if rows:
+        columns = list(rows[0])  # same schema on both sides
+        target.insert_many(table, columns, [[r[c] for c in columns] for r in rows])
+
+
+def _write_csv(store: Store, table: str, release: str, path: Path) -> None:
+    rows = store.query_dicts(f"SELECT * FROM {table} WHERE release = ?", (release,))
+    columns = [c for c in (rows[0] if rows else {}) if c != "boot"]
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(columns)
+        w.writerows([[r[c] for c in columns] for r in rows])
