@@ -7,7 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from medhelm.cli.summarize import add_store_arguments, print_report, run_summarize, store_location
+from medhelm.cli.summarize import (add_store_arguments, print_report, run_summarize, store_location,
+                                   summarize_options)
 from medhelm.errors import ConfigError
 
 
@@ -64,10 +65,10 @@ def main_import_helm(args: argparse.Namespace) -> int:
         raise ConfigError("no run directories (folders with run_spec.json) here", path=path)
     suite = path.resolve().name
     imported = [read_helm_run(d, suite) if is_helm_run(d) else read_medhelm_run(d, suite) for d in run_dirs]
-    release = args.release or suite
+    options = summarize_options(args, args.release or suite, [*args.suites, suite])
     with open_store(store_location(args), create=True) as store:
         # local suites first: they win over an imported run of the same model and benchmark
         sources = [*suite_sources(args.output_path, args.suites), *imported]
-        report = run_summarize(store, sources, args, release, [*args.suites, suite])
+        report = run_summarize(store, sources, options)
         print_report(store, report)
     return 0

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from medhelm.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from medhelm.store import Store, SummaryReport
+    from medhelm.store import Store, SummarizeOptions, SummaryReport
     from medhelm.store.sources import RunSource
 
 
@@ -63,16 +63,17 @@ def main(args: argparse.Namespace) -> int:
     for suite in suites:  # fail before anything is written
         if not (Path(args.output_path) / "runs" / suite).is_dir():
             raise ConfigError("suite folder not found", path=Path(args.output_path) / "runs" / suite)
+    options = summarize_options(args, release, suites)
     with open_store(store_location(args), create=True) as store:
-        report = run_summarize(store, suite_sources(args.output_path, suites), args, release, suites)
+        report = run_summarize(store, suite_sources(args.output_path, suites), options)
         print_report(store, report)
     return 0
 
 
-def run_summarize(store: Store, sources: Iterable[RunSource], args: argparse.Namespace, release: str,
-                  suites: list[str]) -> SummaryReport:
+def summarize_options(args: argparse.Namespace, release: str, suites: list[str]) -> SummarizeOptions:
+    """Every input checked (deployments, prices) before the store is touched."""
     from medhelm.deployments import DeploymentRegistry
-    from medhelm.store import SummarizeOptions, summarize
+    from medhelm.store import SummarizeOptions
     from medhelm.store.costs import PriceTable
 
     if args.bootstrap < 0:
@@ -80,9 +81,14 @@ def run_summarize(store: Store, sources: Iterable[RunSource], args: argparse.Nam
     registry = DeploymentRegistry.load(Path(args.local_path))
     prices_path = args.prices or (Path(args.local_path) / "prices.yaml")
     prices = PriceTable.load(prices_path) if args.prices or prices_path.is_file() else PriceTable.empty()
-    options = SummarizeOptions(release=release, suites=tuple(suites), replicates=args.bootstrap, seed=args.seed,
-                               redact=args.redact, prices=prices,
-                               redacted_deployments=frozenset(d.name for d in registry if d.redacted))
+    return SummarizeOptions(release=release, suites=tuple(suites), replicates=args.bootstrap, seed=args.seed,
+                            redact=args.redact, prices=prices,
+                            redacted_deployments=frozenset(d.name for d in registry if d.redacted))
+
+
+def run_summarize(store: Store, sources: Iterable[RunSource], options: SummarizeOptions) -> SummaryReport:
+    from medhelm.store import summarize
+
     return summarize(store, sources, options, note=lambda msg: print(f"note: {msg}", file=sys.stderr))
 
 

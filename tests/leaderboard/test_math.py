@@ -1,0 +1,103 @@
+"""Win rates, ranks, macro averages and the bootstrap on small tables worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from medhelm.store.bootstrap import cell_estimates, stratum_replicates, stream_seed
+from medhelm.store.leaderboard import interval, macro_average, ranks, win_rates
+
+nan = np.nan
+
+
+def test_win_rate_with_ties_and_missing_values_by_hand() -> None:
+    #            b1   b2   b3
+    table = [[0.9, 0.5, nan],   # A
+             [0.8, 0.5, 0.3],   # B
+             [0.7, 0.2, 0.6]]   # C
+    # b1: A beats 2 -> 1, B beats 1 -> .5, C 0.  b2: A,B tie above C -> (1 + 1/2)/2 = .75 each, C 0.
+    # b3 (only B, C): B 0, C 1.   A: (1 + .75)/2; B: (.5 + .75 + 0)/3; C: (0 + 0 + 1)/3
+    assert win_rates(np.array(table)) == pytest.approx([0.875, 1.25 / 3, 1 / 3])
+
+
+def test_columns_with_fewer_than_two_models_are_skipped() -> None:
+    table = np.array([[1.0, nan], [0.0, 0.4]])  # b2 has one value: it counts for nobody
+    assert win_rates(table) == pytest.approx([1.0, 0.0])
+    assert np.isnan(win_rates(np.array([[nan], [0.3]]))).all()  # no column with 2 values: no win rate
+
+
+def test_all_tied_is_one_half_and_lower_is_better_flips() -> None:
+    assert win_rates(np.array([[0.5], [0.5], [0.5]])) == pytest.approx([0.5, 0.5, 0.5])
+    table = np.array([[1.0, 3.0],
+                      [2.0, 1.0]])
+    # higher is better on both: model 2 takes b1, model 1 takes b2
+    assert win_rates(table, [False, False]) == pytest.approx([0.5, 0.5])
+    # b2 lower is better: model 2's 1.0 now wins it too
+    assert win_rates(table, [False, True]) == pytest.approx([0.0, 1.0])
+
+
+def test_batched_win_rates_equal_one_by_one() -> None:
+    rng = np.random.default_rng(3)
+    batch = rng.random((5, 4, 6))
+    batch[batch < 0.15] = nan
+    assert win_rates(batch) == pytest.approx(np.stack([win_rates(t) for t in batch]), nan_ok=True)
+
+
+def test_ranks_share_the_better_rank_on_ties() -> None:
+    assert ranks(np.array([0.2, 0.9, 0.5, 0.9, nan])).tolist()[:4] == [4.0, 1.0, 3.0, 1.0]
+    assert np.isnan(ranks(np.array([0.2, nan]))[1])
+
+
+def test_macro_average_per_group_skips_missing_and_lower_is_better() -> None:
+    table = np.array([[0.2, 0.4, 0.9, 5.0],
+                      [nan, 0.6, 0.3, 1.0]])
+    groups = ["Clinical", "Clinical", "Research", "Research"]
+    out = macro_average(table, groups, [False, False, False, True])
+    mean, count = out["Clinical"]
+    assert mean == pytest.approx([0.3, 0.6]) and count.tolist() == [2, 1]
+    mean, count = out["Research"]  # the lower-is-better column does not average with a 0-1 score
+    assert mean == pytest.approx([0.9, 0.3]) and count.tolist() == [1, 1]
+
+
+def test_stratum_replicates_equal_a_naive_resample_with_the_same_draws() -> None:
+    values = np.array([[1.0, 0.0, 1.0, 1.0, nan],
+                       [0.0, 0.0, 1.0, 0.5, 1.0]])
+    reps = stratum_replicates(values, 50, np.random.default_rng(7))
+    draws = np.random.default_rng(7).integers(0, 5, size=(50, 5))  # the same stream, in the same order
+    for b in range(50):
+        for m in range(2):
+            picked = values[m, draws[b]]
+            expected = np.nanmean(picked) if (~np.isnan(picked)).any() else nan
+            assert reps[b, m] == pytest.approx(expected, nan_ok=True)
+
+
+def test_bootstrap_is_paired_seeded_and_brackets_the_mean() -> None:
+    rng = np.random.default_rng(0)
+    a = (rng.random(400) < 0.7).astype(float)
+    values = np.stack([a, a])  # two models with identical answers
+    point, reps = cell_estimates([values], 1000, [stream_seed(0, "bench", "s")])
+    assert point == pytest.approx([a.mean(), a.mean()])
+    assert np.array_equal(reps[:, 0], reps[:, 1])  # same draws for every model
+    low, high = interval(reps)
+    se = np.sqrt(a.mean() * (1 - a.mean()) / 400)
+    assert low[0] < a.mean() < high[0]
+    assert high[0] - low[0] == pytest.approx(2 * 1.96 * se, rel=0.15)  # the textbook width for a proportion
+    _, again = cell_estimates([values], 1000, [stream_seed(0, "bench", "s")])
+    assert np.array_equal(reps, again)
+    _, other = cell_estimates([values], 1000, [stream_seed(1, "bench", "s")])
+    assert not np.array_equal(reps, other)
+
+
+def test_cell_is_the_mean_of_stratum_means() -> None:
+    s1 = np.array([[1.0, 1.0, 0.0, 0.0]])  # mean .5 over 4 instances
+    s2 = np.array([[1.0, 1.0]])  # mean 1 over 2: macro over strata -> .75, not the micro 4/6
+    point, reps = cell_estimates([s1, s2], 20, [np.random.default_rng(1), np.random.default_rng(2)])
+    assert point == pytest.approx([0.75])
+    assert ((reps >= 0.5) & (reps <= 1.0)).all()
+
+
+def test_interval_is_the_percentile_interval() -> None:
+    reps = np.arange(1, 1001, dtype=float)[:, None]
+    low, high = interval(reps)
+    assert low[0] == pytest.approx(np.percentile(reps, 2.5)) and high[0] == pytest.approx(np.percentile(reps, 97.5))
