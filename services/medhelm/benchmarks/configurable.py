@@ -27,6 +27,7 @@ from medhelm.benchmarks.template import PromptTemplate
 from medhelm.benchmarks.user_dataset import read_dataset
 from medhelm.errors import ConfigError
 from medhelm.scoring import registry
+from medhelm.scoring.exact import STATS as EXACT_STATS
 from medhelm.specs import Access, BenchmarkSpec, Instance, MetricSpec, Prompt, TaskType
 
 KEYS = ("name", "description", "prompt_file", "dataset_file", "max_tokens", "metrics",
@@ -35,7 +36,6 @@ REQUIRED = ("name", "prompt_file", "dataset_file", "metrics")
 ARGS = frozenset({"config_path", "jury_config_path"})
 JURY = "jury_score"
 _JUDGE_KEYS = frozenset({"name", "model_name"})
-_EXACT_FAMILY = frozenset({"exact_match", "quasi_exact_match", "prefix_exact_match", "quasi_prefix_exact_match"})
 _BAD_NAME = re.compile(r"[/\\:,=\x00-\x1f]")
 
 
@@ -116,20 +116,21 @@ class _Loader:
         for key in REQUIRED:
             if doc.get(key) in (None, ""):
                 raise ConfigError(f"missing required key '{key}'", path=self.path, field=key)
+        # the cheap checks first: a typo in the YAML should not wait for a large CSV to be read
+        name, description, access, max_tokens = self.name(), self.string("description"), self.access(), \
+            self.max_tokens()
+        category, subcategory = self.taxonomy()
         metrics = self.metrics(doc["metrics"])
         prompt_path = self.locate(doc["prompt_file"], "prompt_file")
         dataset_path = self.locate(doc["dataset_file"], "dataset_file")
         template = PromptTemplate.parse(_read_text(prompt_path), prompt_path)
         only_jury = all(m.name == JURY for m in metrics)
         rows = read_dataset(dataset_path, template, answer_required=not only_jury)
-        category, subcategory = self.taxonomy()
-        name = self.name()
         files = hashlib.sha256(template.text.encode() + b"\0" + dataset_path.read_bytes()).hexdigest()[:12]
         spec = BenchmarkSpec(
-            name=name, display_name=name, description=self.string("description"),
-            category=category, subcategory=subcategory, access=self.access(),
-            task_type=TaskType.CLASSIFICATION if metrics[0].name in _EXACT_FAMILY else TaskType.GENERATION,
-            metrics=metrics, main_metric=registry.stat_names(metrics[0])[0], max_tokens=self.max_tokens(),
+            name=name, display_name=name, description=description, category=category, subcategory=subcategory,
+            access=access, task_type=TaskType.CLASSIFICATION if metrics[0].name in EXACT_STATS else TaskType.GENERATION,
+            metrics=metrics, main_metric=registry.stat_names(metrics[0])[0], max_tokens=max_tokens,
             source=f"user files sha256:{files}")  # the digest keeps an edited CSV from resuming old results
         return ConfigurableBenchmark(spec=spec, template=template, rows=rows)
 
