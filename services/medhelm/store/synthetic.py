@@ -30,10 +30,10 @@ def default_models(n: int) -> list[SyntheticModel]:
             for i in range(n)]
 
 
-def catalogue(n: int = 37) -> list[BenchmarkSpec]:
-    """The first ``n`` upstream MedHELM benchmarks as specs (jury ones scored by ``jury_score``)."""
+def catalogue(n: int = 37, names: Sequence[str] = ()) -> list[BenchmarkSpec]:
+    """The first ``n`` (or the named) upstream MedHELM benchmarks as specs (jury ones scored by ``jury_score``)."""
     out = []
-    for b in HELM_BENCHMARKS[:n]:
+    for b in [b for b in HELM_BENCHMARKS if b.name in names] if names else HELM_BENCHMARKS[:n]:
         main = "jury_score" if b.jury else "exact_match"
         out.append(BenchmarkSpec(name=b.name, display_name=b.display_name, description=f"synthetic {b.display_name}",
                                  category=b.category, subcategory=b.subcategory, access=b.access,
