@@ -28,9 +28,8 @@ def settings() -> Settings:
                     redacted=os.environ.get("MEDHELM_REDACTED", "") not in ("", "0", "false"))
 
 
-@st.cache_data(ttl=30, show_spinner=False)
 def releases(store: str) -> list[tuple[str, str]]:
-    """(release, created_at), newest first."""
+    """(release, created_at), newest first. Not cached: one small query, and a new summarize shows at once."""
     with open_store(store) as s:
         return [(r, read.meta(s, r).get("created_at", "")) for r in s.releases()]
 

@@ -21,10 +21,10 @@ def sidebar_filters(rel: Release) -> View:
     categories = sorted({c.category or "Unclassified" for c in cols})
     access = sorted({c.access or "unknown" for c in cols})
     suites = sorted({s for v in rel.models.get("suites", []) for s in str(v).split(",") if s})
-    st.sidebar.markdown("**Filters**")
-    pick_cat = st.sidebar.multiselect("Category", categories, default=categories, key="f_category")
-    pick_access = st.sidebar.multiselect("Access", access, default=access, key="f_access")
-    pick_suites = st.sidebar.multiselect("Suite", suites, default=suites, key="f_suite")
+    st.sidebar.markdown("**Filters**")  # widget keys per release: options differ between releases
+    pick_cat = st.sidebar.multiselect("Category", categories, default=categories, key=f"f_category_{rel.name}")
+    pick_access = st.sidebar.multiselect("Access", access, default=access, key=f"f_access_{rel.name}")
+    pick_suites = st.sidebar.multiselect("Suite", suites, default=suites, key=f"f_suite_{rel.name}")
     keep_cols = [(c.category or "Unclassified") in pick_cat and (c.access or "unknown") in pick_access for c in cols]
     row_suites = {(m, d): set(str(s).split(",")) for m, d, s in
                   zip(rel.models["model"], rel.models["deployment"], rel.models["suites"])} if len(rel.models) else {}
