@@ -50,8 +50,8 @@ def test_thirteen_builtin_rubrics_with_the_upstream_criteria():
         assert "{QUESTION}" in r.template and "{RESPONSE}" in r.template
         # every rubric-level placeholder was filled at load time
         assert set(re.findall(r"\{([A-Z_]+)\}", r.template)) <= {"QUESTION", "RESPONSE", "GOLD_RESPONSE"}
-        block = r.template.rsplit("<rubric_criteria>", 1)[1].split("</rubric_criteria>")[0]
-        assert tuple(json.loads(block)) == expected
+        # a built-in prompt is itself a valid judge prompt in the seeds' format
+        assert rubrics.custom(r.template).criteria == expected
 
 
 def test_rendering_never_interprets_the_inserted_text():

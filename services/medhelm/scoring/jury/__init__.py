@@ -8,7 +8,6 @@ per-run summaries, agreement statistics and calibration against clinicians.
 
 from __future__ import annotations
 
-from medhelm.errors import ConfigError
 from medhelm.scoring.base import ScoringContext
 from medhelm.scoring.jury import config, rubrics
 from medhelm.scoring.jury.metric import STATS, JudgeCall, JuryMetric
@@ -29,8 +28,6 @@ def _build(spec: MetricSpec, ctx: ScoringContext) -> JuryMetric:
                                                    evaluated_deployment=ctx.evaluated_deployment))
     jury = config.from_mapping(spec.args, ctx.deployments)
     calls = [JudgeCall(j, ctx.clients.get(ctx.deployments.get(j.name))) for j in jury.judges]
-    if not calls:
-        raise ConfigError("the jury has no judges", field="judges")
     return JuryMetric(rubrics.from_args(spec.args), calls, max_tokens=jury.max_tokens,
                       structured_output=jury.structured_output)
 

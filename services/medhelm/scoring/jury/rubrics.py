@@ -23,7 +23,7 @@ from medhelm.specs import canonical_json, digest
 RUBRICS_PATH = Path(__file__).resolve().parents[2] / "config" / "jury_rubrics.yaml"
 INSTANCE_FIELDS = ("QUESTION", "RESPONSE", "GOLD_RESPONSE")
 DEFAULT_CUSTOM_MAX = 5
-EXPLANATION_MAX_CHARS = 600  # bounds a constrained judge's output; plenty for "one or two sentences"
+EXPLANATION_MAX_CHARS = 300  # bounds a constrained judge's output: "one or two sentences" fit
 
 _PLACEHOLDER = re.compile(r"\{([A-Z][A-Z_]*)\}")
 # the innermost block: prose that mentions the tag ("inside <rubric_criteria> tags") is not a block
@@ -94,13 +94,16 @@ def builtin(name: str) -> Rubric:
         raise ConfigError(f"unknown jury rubric '{name}' (known: {', '.join(builtin_names())})", field="rubric")
     lo, hi = int(doc["scale"]["min"]), int(doc["scale"]["max"])
     criteria = tuple(row["criteria"])
-    example = {c: {"explanation": "One or two sentences on why.", "score": lo} for c in criteria}
+    # Placeholders, not a valid example: small judges copy a valid example verbatim (and a copy is
+    # rejected as a quotation by the parser), so show the shape without values to copy.
+    example = "{\n" + ",\n".join(f'  "{c}": {{"explanation": "<one or two sentences>", "score": <integer {lo}-{hi}>}}'
+                                  for c in criteria) + "\n}"
     parts = {
         "TASK": row["task"],
         "INPUT_LABEL": row["input_label"],
         "GOLD_SECTION": doc["gold_section"] if row["gold"] else "",
         "CRITERIA": "\n".join(f"- {c}: {text}" for c, text in row["criteria"].items()),
-        "RUBRIC_JSON": json.dumps(example, indent=2),
+        "RUBRIC_JSON": example,
         "MIN": str(lo),
         "MAX": str(hi),
     }
