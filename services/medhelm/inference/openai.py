@@ -1,8 +1,8 @@
 """Async client for any OpenAI-compatible chat endpoint: vLLM, KServe's Hugging Face runtime
 (``.../openai/v1``), llama.cpp server, Azure OpenAI.
 
-Connections are kept alive in "lanes" (``lanes.py``: single-connection ``httpx.AsyncClient``s), as many as
-the deployment's ``max_concurrency``. Deployment ``options`` understood here:
+Connections are kept alive and capped at the deployment's ``max_concurrency`` (``http.py``).
+Deployment ``options`` understood here:
 
 * ``api_version`` — sent as the ``api-version`` query parameter (Azure OpenAI);
 * ``auth_header`` — header carrying the raw key instead of ``Authorization: Bearer`` (Azure: ``api-key``);
@@ -19,18 +19,14 @@ import email.utils
 import json
 import os
 import re
-import ssl
 import time
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
-from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
-from medhelm.inference.lanes import HttpLanes
+from medhelm.errors import ConfigError, InferenceError
+from medhelm.inference.http import HttpReply, JsonTransport
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 
-DEFAULT_POOL_SIZE = 64  # requests in flight (one connection each) when the deployment sets no max_concurrency
 _SERVER_MESSAGE_CHARS = 300
 _RETRYABLE_STATUS = frozenset({408, 429})  # plus every 5xx
 
@@ -43,16 +39,8 @@ class OpenAIClient:
         self._url = deployment.base_url.rstrip("/") + "/chat/completions"
         self._model = deployment.served_model_name or deployment.model_name
         options = deployment.options
-        self._params = {"api-version": str(options["api_version"])} if options.get("api_version") else None
-        self._headers = _headers(deployment)
-        self._timeout = httpx.Timeout(deployment.timeout_s, connect=min(10.0, deployment.timeout_s))
-        self._verify = _tls(deployment)
-        self._lanes = HttpLanes(self._new_lane, deployment.max_concurrency or DEFAULT_POOL_SIZE)
-
-    def _new_lane(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(headers=self._headers, params=self._params, timeout=self._timeout,
-                                 verify=self._verify,
-                                 limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
+        params = {"api-version": str(options["api_version"])} if options.get("api_version") else None
+        self._transport = JsonTransport(deployment, _headers(deployment), params)
 
     @property
     def deployment(self) -> Deployment:
@@ -86,47 +74,23 @@ class OpenAIClient:
             raise self._http_error(response, request)
         return _parse(response, latency, self._where())
 
-    async def post(self, url: str, body: dict[str, Any]) -> tuple[httpx.Response, float]:
-        """POST JSON on a free lane -> (response, seconds); transport failures become InferenceErrors."""
-        started = time.perf_counter()
-        try:
-            async with self._lanes.lane() as http:
-                response = await http.post(url, json=body)
-        except httpx.ConnectError as err:  # refused, DNS failure, TLS handshake: nobody answered
-            raise ServerUnreachable(f"cannot reach {self._deployment.base_url} (deployment "
-                                    f"'{self._deployment.name}'): {_reason(err)}") from None
-        except httpx.TimeoutException as err:
-            raise InferenceError(f"{self._where()}: timed out ({type(err).__name__}, "
-                                 f"timeout_s={self._deployment.timeout_s})", retryable=True) from None
-        except httpx.TransportError as err:  # connection reset mid-request, protocol error
-            raise InferenceError(f"{self._where()}: transport error: {_reason(err)}", retryable=True) from None
-        return response, time.perf_counter() - started
+    async def post(self, url: str, body: dict[str, Any]) -> tuple[HttpReply, float]:
+        """POST JSON on a kept-alive connection -> (reply, seconds); transport failures are InferenceErrors."""
+        return await self._transport.post(url, body, self._where())
 
     async def aclose(self) -> None:
-        await self._lanes.aclose()
+        await self._transport.aclose()
 
     def _where(self) -> str:
         return f"deployment '{self._deployment.name}' ({self._url})"
 
-    def _http_error(self, response: httpx.Response, request: GenerationRequest) -> InferenceError:
+    def _http_error(self, response: HttpReply, request: GenerationRequest) -> InferenceError:
         status = response.status_code
         retryable = status in _RETRYABLE_STATUS or status >= 500
         message = _server_message(response, request)
         return InferenceError(f"{self._where()}: HTTP {status}" + (f": {message}" if message else ""),
                               retryable=retryable, status=status,
                               retry_after=_retry_after(response.headers.get("retry-after")))
-
-
-def _tls(deployment: Deployment) -> ssl.SSLContext | bool:
-    """One SSL context for all lanes; a hospital's internal CA via ``options.ca_bundle``."""
-    if not str(deployment.base_url).startswith("https:"):
-        return False  # plain HTTP: skip loading the CA bundle at all
-    ca_bundle = deployment.options.get("ca_bundle")
-    try:
-        return ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
-    except (OSError, ssl.SSLError) as err:
-        raise ConfigError(f"deployment '{deployment.name}': cannot load options.ca_bundle ({err})",
-                          path=ca_bundle) from None
 
 
 def _headers(deployment: Deployment) -> dict[str, str]:
@@ -144,7 +108,7 @@ def _headers(deployment: Deployment) -> dict[str, str]:
     return headers
 
 
-def _parse(response: httpx.Response, latency: float, where: str) -> Completion:
+def _parse(response: HttpReply, latency: float, where: str) -> Completion:
     try:
         data = response.json()
         choice = data["choices"][0]
@@ -180,7 +144,7 @@ def strip_reasoning(text: str) -> str:
     return text
 
 
-def _server_message(response: httpx.Response, request: GenerationRequest) -> str:
+def _server_message(response: HttpReply, request: GenerationRequest) -> str:
     """The server's own error text, shortened, and withheld if it quotes the prompt (PHI)."""
     try:
         data = response.json()
@@ -227,8 +191,3 @@ def _retry_after(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(when.timestamp() - time.time(), 0.0)
-
-
-def _reason(err: Exception) -> str:
-    text = " ".join(str(err).split())
-    return text[:200] if text else type(err).__name__
