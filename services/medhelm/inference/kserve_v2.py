@@ -19,9 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-import httpx
-
 from medhelm.errors import ConfigError, InferenceError
+from medhelm.inference.http import HttpReply
 from medhelm.inference.openai import OpenAIClient, strip_reasoning
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 
@@ -58,7 +57,7 @@ class KServeV2Client(OpenAIClient):
             raise self._http_error(response, request)
         return self._parse_v2(response, latency)
 
-    def _parse_v2(self, response: httpx.Response, latency: float) -> Completion:
+    def _parse_v2(self, response: HttpReply, latency: float) -> Completion:
         try:
             data = response.json()
             outputs = {o["name"]: o for o in data["outputs"]}
