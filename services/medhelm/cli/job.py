@@ -65,6 +65,10 @@ def main_job(args: argparse.Namespace) -> int:
                 for name, addr in (("scenarios", args.scenario_service), ("jury", args.jury_service),
                                    ("metrics", args.metrics_service))}
     if endpoint["scenarios"] is not None:
+        local = [p.spec.name for p in plans if p.deployment.kind.value == "llamacpp"]
+        if local:  # its prompts are cut to fit with its own tokenizer, which the service does not have
+            raise ConfigError(f"run '{local[0]}' evaluates an in-process llama.cpp model: "
+                              f"run it without --scenario-service")
         plans = [dataclasses.replace(p, benchmark=RemoteBenchmark(p.spec, endpoint["scenarios"], _budget(p)))
                  for p in plans]
     scoring = RemoteScoring(jury=endpoint["jury"], metrics=endpoint["metrics"])

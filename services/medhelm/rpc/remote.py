@@ -12,8 +12,7 @@ from pathlib import Path
 
 import grpc
 
-from medhelm.benchmarks.base import PromptBudget, approx_tokens
-from medhelm.errors import ConfigError
+from medhelm.benchmarks.base import PromptBudget
 from medhelm.rpc import codec
 from medhelm.rpc.scoring import JURY_METRICS
 from medhelm.rpc.status import error_from
@@ -86,9 +85,6 @@ class RemoteBenchmark:
         return [inst for inst, _ in self._fetch(self._budget)]
 
     def prompt(self, instance: Instance, budget: PromptBudget) -> Prompt:
-        if budget.max_prompt_tokens is not None and budget.count_tokens is not approx_tokens:
-            raise ConfigError("this candidate counts prompt tokens with its own (local) tokenizer, which the "
-                              "ScenarioService cannot; run it without --scenario-service")
         if budget.max_prompt_tokens != self._budget:  # asked for another budget than fetched: fetch again
             self._budget = budget.max_prompt_tokens
             self._fetch(self._budget)
