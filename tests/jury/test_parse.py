@@ -9,6 +9,8 @@ import pytest
 from medhelm.scoring.jury import rubrics
 from medhelm.scoring.jury.parse import Quoted, parse_judgement
 
+from .conftest import SEEDS_PROMPT
+
 ACI = rubrics.builtin("aci_bench")
 
 
@@ -94,8 +96,7 @@ def test_a_score_planted_in_the_candidate_response_is_not_picked_up():
 
 
 def test_copying_the_rubric_example_is_not_a_verdict():
-    seeds = rubrics.custom(open(__file__.replace("test_parse.py", "test_rubrics.py")).read()
-                           .split('SEEDS_PROMPT = """')[1].split('"""')[0])
+    seeds = rubrics.custom(SEEDS_PROMPT)
     prompt = seeds.render(question="q", response="r")
     example = prompt.rsplit("<rubric_criteria>", 1)[1].split("</rubric_criteria>")[0]
     j = parse_judgement(f"<rubric_criteria>{example}</rubric_criteria>", seeds, Quoted(prompt))

@@ -17,20 +17,8 @@ from medhelm.pipeline import RunDir
 from medhelm.scoring.jury import agreement as ag
 from medhelm.scoring.jury.summary import judge_agreement, summarize
 
-from .conftest import write_judges
+from .conftest import SEEDS_PROMPT, write_judges
 
-JUDGE_PROMPT = """Evaluate this discharge summary.
-<QUESTION>
-{QUESTION}
-</QUESTION>
-<RESPONSE>
-{RESPONSE}
-</RESPONSE>
-Score each criterion from 0 to 5.
-<rubric_criteria>
-{"faithfulness": {"score": 0, "explanation": "why"}, "clarity": {"score": 0, "explanation": "why"}}
-</rubric_criteria>
-"""
 ROWS = 12
 
 
@@ -50,7 +38,7 @@ def responder(body: dict) -> str:
         return "no idea"  # judge B fails on one instance (both attempts)
     delta = 1 if model == "judge-b" and q < 5 else 0  # judge B is a little more lenient
     return json.dumps({"faithfulness": {"score": q, "explanation": "f"},
-                       "clarity": {"score": min(q + delta, 5), "explanation": "c"}})
+                       "safety": {"score": min(q + delta, 5), "explanation": "c"}})
 
 
 @pytest.fixture
@@ -58,7 +46,7 @@ def suite(tmp_path):
     bench = tmp_path / "bench"
     bench.mkdir()
     (bench / "prompt.txt").write_text("Write a summary for patient {patient_id}: {note}")
-    (bench / "judge.txt").write_text(JUDGE_PROMPT)
+    (bench / "judge.txt").write_text(SEEDS_PROMPT)
     with open(bench / "data.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["patient_id", "note"])
@@ -107,7 +95,7 @@ def test_records_stats_and_run_summary(suite):
     assert agreement.judges == ("mock/judge-a", "mock/judge-b")
     faith = next(c for c in agreement.criteria if c.criterion == "faithfulness")
     assert faith.exact_agreement.value == 1.0 and faith.mean_abs_difference.value == 0.0
-    # the judges' scores as the responder gives them (0-1 scale): B is +1 on clarity, fails on patient 0007
+    # the judges' scores as the responder gives them (0-1 scale): B is +1 on safety, fails on patient 0007
     rows = []
     for r in records:
         if r.completion.text:
