@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from medhelm.rpc import codec
 from medhelm.rpc.scoring import MetricHost
 from medhelm.rpc.telemetry import Telemetry, rpc_method
 from medhelm.v1 import common_pb2, jury_pb2_grpc
@@ -19,10 +18,7 @@ class JuryServicer(jury_pb2_grpc.JuryServiceServicer):
     @rpc_method
     async def JudgeOne(self, request: common_pb2.ScoreRequest,
                        context: grpc.aio.ServicerContext) -> common_pb2.MetricResult:
-        setup = self._host.setup(request.setup)
-        result = await self._host.score(setup, codec.scoring_item(setup.spec, request.item))
-        self.telemetry.on_scored("JudgeOne", result)
-        return codec.result_message(result, request.item.position)
+        return await self._host.score_request(request, lambda r: self.telemetry.on_scored("JudgeOne", r))
 
     @rpc_method
     async def Judge(self, request_iterator: AsyncIterator[common_pb2.ScoreStreamRequest],

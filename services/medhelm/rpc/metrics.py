@@ -28,10 +28,7 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
     @rpc_method
     async def Score(self, request: common_pb2.ScoreRequest,
                     context: grpc.aio.ServicerContext) -> common_pb2.MetricResult:
-        setup = self._host.setup(request.setup)
-        result = await self._host.score(setup, codec.scoring_item(setup.spec, request.item))
-        self.telemetry.on_scored("Score", result)
-        return codec.result_message(result, request.item.position)
+        return await self._host.score_request(request, lambda r: self.telemetry.on_scored("Score", r))
 
     @rpc_method
     async def ScoreStream(self, request_iterator: AsyncIterator[common_pb2.ScoreStreamRequest],

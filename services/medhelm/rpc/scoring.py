@@ -57,6 +57,14 @@ class MetricHost:
         results = await asyncio.gather(*(m.score(item) for m in metrics))
         return merge_results(results)
 
+    async def score_request(self, request: common_pb2.ScoreRequest,
+                            on_result: Callable[[MetricResult], None]) -> common_pb2.MetricResult:
+        """A unary call: decode, score, report, encode."""
+        setup = self.setup(request.setup)
+        result = await self.score(setup, codec.scoring_item(setup.spec, request.item))
+        on_result(result)
+        return codec.result_message(result, request.item.position)
+
     async def score_stream(self, requests: AsyncIterator[common_pb2.ScoreStreamRequest],
                            on_result: Callable[[MetricResult], None]) -> AsyncIterator[common_pb2.MetricResult]:
         """One setup, then items; results come back as each finishes (bounded concurrency)."""
