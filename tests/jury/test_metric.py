@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from medhelm.devtools.mock_openai import MockHTTPError
+from medhelm.errors import InferenceError
 from medhelm.inference import ClientPool, RequestCache, RetryPolicy
 from medhelm.scoring.base import ScoringContext, ScoringItem
 from medhelm.scoring.jury import FACTORIES
@@ -167,3 +169,24 @@ def test_seeds_custom_prompt_on_a_zero_based_scale(registry, judge_server, scrip
     [r] = score(registry, [item("take 10 g")], spec=spec)
     assert r.stats["jury_score"] == pytest.approx(1.5) and r.stats["jury_score_normalized"] == pytest.approx(0.5)
     assert {j.max_score for j in r.judgements} == {3}
+
+
+def test_a_refused_judge_call_is_an_error_status_not_a_score(registry, script):
+    def refuse(body):
+        raise MockHTTPError(400, "maximum context length exceeded")
+    script.by_judge["judge-b"] = refuse
+    [r] = score(registry, [item("SECRET PATIENT NOTE")])
+    b = by(r, "mock/judge-b")
+    assert all(j.status is JudgeStatus.ERROR and j.score is None for j in b.values())
+    assert all("400" in j.explanation and "SECRET" not in j.explanation for j in b.values())
+    assert r.stats["jury_score"] == pytest.approx(4.0) and r.stats["jury_coverage"] == 0.5
+
+
+def test_a_judge_down_after_retries_fails_the_instance_for_resume(registry, judge_server, script):
+    def down(body):
+        raise MockHTTPError(503, "overloaded")
+    script.by_judge["judge-b"] = down
+    with pytest.raises(InferenceError) as err:
+        score(registry, [item("note")])
+    assert err.value.retryable  # the pipeline leaves the instance unwritten; a rerun resumes it
+    assert sum(1 for b in judge_server.requests if b["model"] == "judge-b") == RetryPolicy().max_attempts
