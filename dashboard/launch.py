@@ -42,7 +42,7 @@ def command(args: argparse.Namespace) -> list[str]:
     return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
             "--server.address", host, "--server.port", str(DEFAULT_PORT if port is None else port),
             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-            "--global.developmentMode", "false"]
+            "--global.developmentMode", "false", "--client.toolbarMode", "viewer"]
 
 
 def main(args: argparse.Namespace) -> int:

@@ -65,12 +65,12 @@ def _heatmap(table) -> alt.Chart:  # noqa: ANN001 - CellTable
                            for g in group_scores(table, "category") if g.value is not None])
     if scores.empty:
         return alt.Chart(pd.DataFrame({"x": []})).mark_rect()
-    base = alt.Chart(scores).encode(x=alt.X("Category:N", title=None, axis=alt.Axis(labelAngle=-30)),
-                                    y=alt.Y("Model:N", title=None))
+    base = alt.Chart(scores).encode(x=alt.X("Category:N", title=None, axis=alt.Axis(labelAngle=-20, labelLimit=220)),
+                                    y=alt.Y("Model:N", title=None, axis=alt.Axis(labelOverlap=False, labelLimit=260)))
     rect = base.mark_rect().encode(color=alt.Color("Score:Q", scale=alt.Scale(scheme="blues", domain=[0, 1])),
                                    tooltip=["Model", "Category", alt.Tooltip("Score:Q", format=".3f"), "CI"])
     text = base.mark_text(fontSize=11).encode(text=alt.Text("Score:Q", format=".2f"))
-    return (rect + text).properties(height=max(160, 28 * scores["Model"].nunique()))
+    return (rect + text).properties(height=max(200, 40 * scores["Model"].nunique()))
 
 
 def _scatter(priced: pd.DataFrame) -> alt.Chart:
