@@ -37,11 +37,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--offline", action="store_true", default=os.environ.get("MEDHELM_OFFLINE") == "1",
                    help="never download data (env MEDHELM_OFFLINE=1)")
     w.add_argument("--disable-cache", action="store_true", help="do not use the request cache")
+    try:  # the leaderboard's own flags (--store, --release, --redacted), when the dashboard is installed
+        from medhelm_dashboard.launch import add_dashboard_arguments
+    except ImportError:
+        return
+    add_dashboard_arguments(p.add_argument_group("dashboard"))
 
 
 def main(args: argparse.Namespace) -> int:
     if args.target == "dashboard":
-        from medhelm_dashboard import launch  # the leaderboard's own launcher (Streamlit)
+        try:
+            from medhelm_dashboard import launch  # the leaderboard's own launcher (Streamlit)
+        except ImportError:
+            raise ConfigError("the leaderboard is not installed: pip install 'medhelm-k8s[dashboard]'") from None
 
         return int(launch.main(args) or 0)
     from medhelm.rpc.server import ServerConfig, serve
