@@ -6,6 +6,7 @@ import asyncio
 import random
 import socket
 import sys
+import time
 
 import pytest
 
@@ -14,7 +15,7 @@ from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
 from medhelm.inference import ClientPool, ClientStats, RequestCache, RetryPolicy, make_client
 from medhelm.inference.openai import OpenAIClient
 from medhelm.inference.retry import RetryingClient
-from medhelm.specs import Deployment, GenerationRequest, Message
+from medhelm.specs import Completion, Deployment, GenerationRequest, Message, Usage
 
 FAST = RetryPolicy(max_attempts=8, base_delay_s=0.001, max_delay_s=0.01)
 
@@ -169,6 +170,24 @@ def test_cache_hit_within_one_run_before_the_commit(tmp_path):
         a, b = asyncio.run(go())
         assert srv.request_count == 1
     assert not a.usage.cached and b.usage.cached and a.text == b.text
+
+
+def test_writes_are_committed_in_batches(tmp_path):
+    cache = RequestCache(tmp_path / "c.sqlite", commit_interval_s=0.05)
+
+    async def trickle():
+        started = time.perf_counter()
+        for i in range(100):  # completions arriving one by one, as they do from a server
+            cache.put_nowait(f"k{i}", Completion(f"a{i}", "stop", Usage()))
+            await asyncio.sleep(0.002)
+        await cache.aclose()
+        return time.perf_counter() - started
+
+    elapsed = asyncio.run(trickle())
+    reopened = RequestCache(tmp_path / "c.sqlite")
+    assert len(reopened) == 100 and reopened.get("k99").text == "a99"
+    # one commit per interval (plus the final one), not one per entry
+    assert 1 <= cache.commits <= elapsed / 0.05 + 2 and cache.commits < 50
 
 
 WRITER = r"""

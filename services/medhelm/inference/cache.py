@@ -6,7 +6,9 @@ PVC) next to the results, is never uploaded or exported, and is deleted with the
 Concurrency: WAL mode lets readers run while one writer commits; ``busy_timeout`` makes writers from
 several processes (the shards of one suite share a PVC) wait for each other instead of failing.
 Reads are single primary-key lookups (tens of microseconds) done inline; writes are queued and committed
-in batches by a worker thread, so the event loop never waits for a file lock. Only successful
+by a worker thread in batches gathered over ``commit_interval_s``, so the event loop never waits for a
+file lock and a run makes a few commits per second, not one per request. A queued entry is already
+visible to ``get``; entries still queued when a process is killed are simply asked again next time. Only successful
 completions are stored; a hit comes back with ``usage.cached=True``, ``latency_s=0`` and ``attempts=0``.
 """
 
@@ -23,18 +25,23 @@ from pathlib import Path
 from medhelm.specs import Completion
 
 BUSY_TIMEOUT_MS = 60_000
+COMMIT_INTERVAL_S = 0.25
 _SCHEMA = "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
 
 
 class RequestCache:
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, commit_interval_s: float = COMMIT_INTERVAL_S) -> None:
         self.path = Path(path)
+        self.commit_interval_s = commit_interval_s
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._reader = self._connect()
         self._writer: sqlite3.Connection | None = None
         self._write_lock = threading.Lock()  # one batch commit at a time per process
         self._pending: dict[str, str] = {}  # written by us, not yet committed: visible to get() already
         self._flusher: asyncio.Task[None] | None = None
+        self._gathering = False  # the flusher is waiting for more entries (safe to cancel)
+        self._closing = False  # aflush() is running: the flusher stops after its current commit
+        self.commits = 0  # batches committed by this process (observability, tests)
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
@@ -67,27 +74,40 @@ class RequestCache:
     def put_nowait(self, key: str, completion: Completion) -> None:
         """Queue a completion; it is committed by the running flusher (or by ``flush``/``aflush``)."""
         self._pending[key] = json.dumps(completion.to_json(), ensure_ascii=False)
-        if self._flusher is None or self._flusher.done():
-            try:
-                self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
-            except RuntimeError:  # no event loop: commit now
-                self.flush()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop: commit now
+            self.flush()
+            return
+        flusher = self._flusher
+        if flusher is None or flusher.done() or flusher.get_loop() is not loop:
+            self._flusher = loop.create_task(self._flush_loop())
 
     async def put(self, key: str, completion: Completion) -> None:
         self.put_nowait(key, completion)
 
     async def _flush_loop(self) -> None:
-        # Everything queued while a batch commits goes into the next batch: one commit per batch.
-        while self._pending:
+        while self._pending and not self._closing:
+            self._gathering = True
+            try:
+                await asyncio.sleep(self.commit_interval_s)  # let a batch gather
+            finally:
+                self._gathering = False
             await asyncio.to_thread(self._commit, dict(self._pending))
 
     async def aflush(self) -> None:
         """Commit everything queued so far (await before reading the file from another process)."""
-        while self._pending or (self._flusher is not None and not self._flusher.done()):
-            if self._flusher is not None and not self._flusher.done():
-                await self._flusher
-            else:
+        self._closing = True
+        try:
+            flusher = self._flusher
+            if flusher is not None and not flusher.done():
+                if self._gathering:
+                    flusher.cancel()
+                await asyncio.gather(flusher, return_exceptions=True)
+            if self._pending:
                 await asyncio.to_thread(self._commit, dict(self._pending))
+        finally:
+            self._closing = False
 
     def flush(self) -> None:
         """Blocking commit of everything queued (for code without an event loop)."""
@@ -104,6 +124,7 @@ class RequestCache:
                 self._writer.executemany("INSERT OR REPLACE INTO completions (key, value, created) VALUES (?, ?, ?)",
                                          [(k, v, now) for k, v in batch.items()])
                 self._writer.execute("COMMIT")
+                self.commits += 1
             except BaseException:
                 self._writer.execute("ROLLBACK")
                 raise
