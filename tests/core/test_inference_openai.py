@@ -188,3 +188,17 @@ def test_connection_refused_names_the_url():
         generate(deployment(url), request())
     assert str(info.value).startswith(f"cannot reach {url}") and info.value.retryable
     assert "febrile" not in str(info.value)
+
+
+def test_proxy_comes_from_the_environment_once(monkeypatch):
+    from medhelm.inference.http import _env_proxy
+
+    for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert _env_proxy("http://vllm.models.svc:8000/v1") is None
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.hospital.local:3128")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,.svc")
+    assert _env_proxy("http://10.0.0.5:8000/v1") == "http://proxy.hospital.local:3128"
+    assert _env_proxy("http://127.0.0.1:8000/v1") is None
+    assert _env_proxy("http://vllm.models.svc:8000/v1") is None
+    assert _env_proxy("https://10.0.0.5/v1") is None  # no HTTPS_PROXY set

@@ -14,6 +14,8 @@ import asyncio
 import json
 import ssl
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +50,7 @@ class JsonTransport:
         self._ssl = _tls(deployment)
         self._timeout = aiohttp.ClientTimeout(total=deployment.timeout_s,
                                               sock_connect=min(10.0, deployment.timeout_s))
+        self._proxy = _env_proxy(str(deployment.base_url))
         self._session: aiohttp.ClientSession | None = None
 
     def _session_for_loop(self) -> aiohttp.ClientSession:
@@ -57,8 +60,10 @@ class JsonTransport:
         if self._session is None or self._session.closed or self._session._loop is not loop:
             connector = aiohttp.TCPConnector(limit=self._deployment.max_concurrency or DEFAULT_POOL_SIZE,
                                              ssl=self._ssl)
+            # trust_env=False: aiohttp would look up netrc and proxy variables in a thread per request;
+            # the proxy (HTTP(S)_PROXY / NO_PROXY) is resolved once in __init__ instead.
             self._session = aiohttp.ClientSession(connector=connector, headers=self._headers,
-                                                  timeout=self._timeout, trust_env=True)
+                                                  timeout=self._timeout, trust_env=False)
         return self._session
 
     async def post(self, url: str, body: Mapping[str, Any], where: str) -> tuple[HttpReply, float]:
@@ -66,7 +71,7 @@ class JsonTransport:
         session = self._session_for_loop()
         started = time.perf_counter()
         try:
-            async with session.post(url, json=body, params=self._params or None) as response:
+            async with session.post(url, json=body, params=self._params or None, proxy=self._proxy) as response:
                 content = await response.read()
                 reply = HttpReply(response.status, {k.lower(): v for k, v in response.headers.items()}, content)
         except aiohttp.ClientConnectorError as err:  # refused, DNS failure, TLS handshake: nobody answered
@@ -98,6 +103,15 @@ def _tls(deployment: Deployment) -> ssl.SSLContext | bool:
     except (OSError, ssl.SSLError) as err:
         raise ConfigError(f"deployment '{deployment.name}': cannot load options.ca_bundle ({err})",
                           path=ca_bundle) from None
+
+
+def _env_proxy(url: str) -> str | None:
+    """The proxy the environment (HTTP_PROXY, HTTPS_PROXY, NO_PROXY) sets for ``url``, if any."""
+    parts = urllib.parse.urlsplit(url)
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return proxy
 
 
 def _reason(err: Exception) -> str:
