@@ -8,6 +8,7 @@ Messages never contain patient text: name the file, line and field, not the cell
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 
@@ -15,6 +16,12 @@ class MedhelmError(Exception):
     """An error the user can fix; ``str(err)`` is the whole one-line message."""
 
     exit_code = 2
+
+    def with_context(self, prefix: str) -> MedhelmError:
+        """The same error (same type) with ``prefix`` in front: which .conf / run it came from."""
+        wrapped = copy.copy(self)
+        wrapped.args = (f"{prefix}{self}",)
+        return wrapped
 
 
 class ConfigError(MedhelmError):

@@ -55,9 +55,9 @@ def main_job(args: argparse.Namespace) -> int:
     from medhelm.rpc.remote import Endpoint, RemoteBenchmark, RemoteScoring
 
     shard = _shard(args)
-    options, plans = run_cli._plan(args)
+    options, plans = run_cli.plan_from_args(args)
     if args.dry_run:
-        run_cli._print_dry_run(plans)
+        run_cli.print_dry_run(plans)
         return 0
     if bool(args.tls_cert) != bool(args.tls_key) or (args.tls_cert and not args.tls_ca):
         raise ConfigError("mutual TLS needs --tls-ca, --tls-cert and --tls-key together")
@@ -69,7 +69,8 @@ def main_job(args: argparse.Namespace) -> int:
         if local:  # its prompts are cut to fit with its own tokenizer, which the service does not have
             raise ConfigError(f"run '{local[0]}' evaluates an in-process llama.cpp model: "
                               f"run it without --scenario-service")
-        plans = [dataclasses.replace(p, benchmark=RemoteBenchmark(p.spec, endpoint["scenarios"], _budget(p)))
+        plans = [dataclasses.replace(p, benchmark=RemoteBenchmark(p.spec, endpoint["scenarios"],
+                                                                  p.max_prompt_tokens))
                  for p in plans]
     scoring = RemoteScoring(jury=endpoint["jury"], metrics=endpoint["metrics"])
     outcomes = asyncio.run(run_suite(plans, options, shard=shard, build_metrics=scoring))
@@ -123,12 +124,6 @@ def _shard(args: argparse.Namespace):
         raise MedhelmError("medhelm job needs --shard-index and --shard-count "
                            "(or env JOB_COMPLETION_INDEX and MEDHELM_SHARD_COUNT)")
     return Shard(args.shard_index, args.shard_count)
-
-
-def _budget(plan) -> int | None:
-    # the prompt budget the pipeline will ask for (RemoteBenchmark re-fetches if it asks for another)
-    d = plan.deployment
-    return d.max_sequence_length - plan.spec.max_tokens if d.max_sequence_length else None
 
 
 def _env_path(name: str) -> Path | None:

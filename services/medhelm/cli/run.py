@@ -48,9 +48,9 @@ add_validate_arguments = add_arguments
 def main(args: argparse.Namespace) -> int:
     from medhelm.pipeline import run_suite
 
-    options, plans = _plan(args)
+    options, plans = plan_from_args(args)
     if args.dry_run:
-        _print_dry_run(plans)
+        print_dry_run(plans)
         return 0
     outcomes = asyncio.run(run_suite(plans, options))
     _print_summary(outcomes, options)
@@ -64,7 +64,7 @@ def main_validate(args: argparse.Namespace) -> int:
     """Everything `run` checks before calling a model, plus loading every instance."""
     from medhelm.pipeline.sampling import select_instances
 
-    _, plans = _plan(args)
+    _, plans = plan_from_args(args)
     for plan in plans:
         spec = plan.spec
         n = len(select_instances(list(plan.benchmark.instances()), spec.max_eval_instances, spec.seed,
@@ -74,7 +74,7 @@ def main_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan(args: argparse.Namespace):
+def plan_from_args(args: argparse.Namespace):
     from medhelm.pipeline import RunOptions, plan_runs
     from medhelm.runentries import parse_run_entry, read_conf, select
 
@@ -97,7 +97,7 @@ def _plan(args: argparse.Namespace):
     return options, plan_runs(entries, options)
 
 
-def _print_dry_run(plans) -> None:
+def print_dry_run(plans) -> None:
     from medhelm.benchmarks.base import PromptBudget, approx_tokens
     from medhelm.pipeline.sampling import select_instances
 
@@ -106,8 +106,7 @@ def _print_dry_run(plans) -> None:
         spec = plan.spec
         instances = select_instances(list(plan.benchmark.instances()), spec.max_eval_instances, spec.seed,
                                      source=spec.benchmark.name)
-        budget = PromptBudget(max_prompt_tokens=(plan.deployment.max_sequence_length - spec.max_tokens)
-                              if plan.deployment.max_sequence_length else None)
+        budget = PromptBudget(max_prompt_tokens=plan.max_prompt_tokens)
         tokens = sum(approx_tokens(plan.benchmark.prompt(i, budget).text) for i in instances)
         rows.append((spec.name, str(len(instances)), f"~{tokens:,}", f"{len(instances) * spec.max_tokens:,}"))
     _table(("run (dry run: no model called)", "instances", "prompt tokens", "max output tokens"), rows)

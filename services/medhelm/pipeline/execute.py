@@ -97,8 +97,11 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
     if options.skip_completed and _is_complete(run_dir, plan):
         return RunOutcome(plan, status=run_dir.status(), skipped=True)
 
-    instances = select_instances(list(plan.benchmark.instances()), spec.max_eval_instances, spec.seed,
-                                 source=spec.benchmark.name)
+    try:
+        instances = select_instances(list(plan.benchmark.instances()), spec.max_eval_instances, spec.seed,
+                                     source=spec.benchmark.name)
+    except MedhelmError as err:
+        raise err.with_context(f"run '{spec.name}': ") from None
     run_dir.prepare(spec, [inst.id for inst in instances])
     finished = {iid for iid, rec in run_dir.latest_records().items() if rec.error is None}
     todo = [(pos, inst) for pos, inst in enumerate(instances)
@@ -110,9 +113,7 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
     metrics = (build_metrics or metric_registry.build_all)(spec.benchmark.metrics, ScoringContext(
         deployments=deployments, clients=pool, evaluated_deployment=plan.deployment.name))
     client = pool.get(plan.deployment)
-    budget = PromptBudget(max_prompt_tokens=(plan.deployment.max_sequence_length - spec.max_tokens)
-                          if plan.deployment.max_sequence_length else None,
-                          count_tokens=_token_counter(client))
+    budget = PromptBudget(max_prompt_tokens=plan.max_prompt_tokens, count_tokens=_token_counter(client))
     writer = run_dir.writer((shard.index, shard.count) if shard else None)
     outcome = RunOutcome(plan)
     queue: asyncio.Queue[tuple[int, Instance]] = asyncio.Queue()

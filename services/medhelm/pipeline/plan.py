@@ -15,7 +15,7 @@ from pathlib import Path
 from medhelm import benchmarks
 from medhelm.benchmarks.base import Benchmark, LoadContext
 from medhelm.deployments import DeploymentRegistry
-from medhelm.errors import ConfigError
+from medhelm.errors import ConfigError, MedhelmError
 from medhelm.pipeline.options import RunOptions
 from medhelm.runentries import RunEntry
 from medhelm.scoring import registry as metric_registry
@@ -28,6 +28,12 @@ class RunPlan:
     deployment: Deployment
     benchmark: Benchmark
     run_dir: Path
+
+    @property
+    def max_prompt_tokens(self) -> int | None:
+        """The context window left for the prompt after reserving the output tokens."""
+        window = self.deployment.max_sequence_length
+        return window - self.spec.max_tokens if window else None
 
 
 def plan_runs(entries: Sequence[RunEntry], options: RunOptions, *,
@@ -53,7 +59,10 @@ def _plan_one(entry: RunEntry, options: RunOptions, deployments: DeploymentRegis
         raise ConfigError(f"run entry '{entry.text}': {err}", path=_where(entry)) from None
     ctx = LoadContext(args=entry.benchmark_args, data_dir=options.data_dir, cache_dir=options.scenarios_dir,
                       offline=options.offline, base_dir=entry.base_dir)
-    benchmark = benchmarks.resolve(entry.name, ctx)
+    try:
+        benchmark = benchmarks.resolve(entry.name, ctx)
+    except MedhelmError as err:
+        raise _in_entry(err, entry) from None
     spec = benchmark.spec
     rctx = metric_registry.ResolveContext(benchmark_args=entry.benchmark_args, base_dir=entry.base_dir,
                                           deployments=deployments, evaluated_deployment=deployment.name, warn=warn)
@@ -80,6 +89,14 @@ def _plan_one(entry: RunEntry, options: RunOptions, deployments: DeploymentRegis
     )
     return RunPlan(spec=run_spec, deployment=deployment, benchmark=benchmark,
                    run_dir=options.suite_dir / run_spec.name)
+
+
+def _in_entry(err: MedhelmError, entry: RunEntry) -> MedhelmError:
+    """The same error, saying which .conf file and entry it came from (when not already said)."""
+    where = _where(entry)
+    if where is None or str(err).startswith(where):
+        return err
+    return err.with_context(f"{where}: entry '{entry.name}': ")
 
 
 def _where(entry: RunEntry) -> str | None:
