@@ -9,6 +9,10 @@ fails is decided by a hash of (seed, request body, how often that body was seen)
 reproducible whatever order concurrent requests arrive in, and a retried request eventually passes.
 It is a fixture for fault injection and throughput, not a model.
 
+A ``responder(body) -> str`` gives the answer text; raising ``MockHTTPError(status, message)`` from it
+answers with that HTTP error instead. For assertions: ``requests`` (bodies), ``request_meta`` (target and
+headers), ``request_count``, ``max_in_flight``, ``connection_count``; ``reset()`` clears them.
+
 CLI: ``python -m medhelm.devtools.mock_openai --port 8000 [--latency-ms 50] [--error-rate 0.1]
 [--rate-limit-rate 0.1] [--malformed-rate 0.05] [--responder module:function]``.
 """
