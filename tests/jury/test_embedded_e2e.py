@@ -17,9 +17,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.embedded]
 
 def test_embedded_judge_on_aci_bench(shared_data, tmp_path, capsys):
     entry = "aci_bench:model=local/smollm2-135m-instruct,subset=clinicalnlp_taskB_test1,jury_config_path=embedded"
-    code = main(["run", "-r", entry, "--data-dir", str(shared_data), "--offline", "-m", "2", "--suite", "e2e",
+    code = main(["run", "-r", entry, "--data-dir", str(shared_data), "--offline", "-m", "1", "--suite", "e2e",
                  "-o", str(tmp_path / "out"), "--local-path", str(tmp_path / "prod_env"),
-                 "--num-output-tokens", "48", "-q"])
+                 "--num-output-tokens", "40", "-q"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     # the candidate is its own judge here: the self-preference guard says so
@@ -27,7 +27,7 @@ def test_embedded_judge_on_aci_bench(shared_data, tmp_path, capsys):
 
     [path] = list((tmp_path / "out" / "runs" / "e2e").iterdir())
     records = list(RunDir(path).iter_records())
-    assert len(records) == 2
+    assert len(records) == 1
     for r in records:
         assert r.completion.text.strip()
         assert [j.criterion for j in r.judgements] == ["accuracy", "completeness", "clarity"]
@@ -41,8 +41,8 @@ def test_embedded_judge_on_aci_bench(shared_data, tmp_path, capsys):
         assert r.stats["jury_coverage"] == pytest.approx(len(valid) / 3)
         assert r.judge_usage.prompt_tokens > 1000  # the dialogue, the note and the gold note were all shown
     # under the JSON grammar the tiny judge does produce readable verdicts
-    assert any(r.stats["jury_score"] is not None for r in records)
+    assert records[0].stats["jury_score"] is not None
 
     assert main(["jury", "stats", "--run-dir", str(path), "--json", "--bootstrap", "50"]) == 0
     summary = json.loads(capsys.readouterr().out)["runs"][0]["summary"]
-    assert summary["instances"] == 2 and summary["judge_prompt_tokens"] > 2000
+    assert summary["instances"] == 1 and summary["judge_prompt_tokens"] > 1000

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from medhelm.errors import InferenceError
+from medhelm.inference.base import ModelClient
 from medhelm.scoring.base import MetricResult, ScoringItem
 from medhelm.scoring.jury.config import Judge
 from medhelm.scoring.jury.parse import Judgement, Quoted, parse_judgement
@@ -32,7 +33,7 @@ REASK_SEED_OFFSET = 1  # the re-ask differs from the first ask in seed and text:
 @dataclass(frozen=True)
 class JudgeCall:
     judge: Judge
-    client: object  # a ModelClient from the pool
+    client: ModelClient  # the shared pool's client for the judge's deployment
 
 
 class JuryMetric:
@@ -66,7 +67,7 @@ class JuryMetric:
         request = GenerationRequest(messages=(Message("user", prompt),), max_tokens=self.max_tokens,
                                     temperature=0.0, seed=0, json_schema=self.schema)
         try:
-            first = await call.client.generate(request)  # type: ignore[attr-defined]
+            first = await call.client.generate(request)
         except InferenceError as err:
             if err.retryable:
                 raise  # still failing after the pool's retries: the instance is retried on resume
@@ -76,7 +77,7 @@ class JuryMetric:
         if not judgement.complete:
             retry = self._reask(request, prompt, judgement)
             try:
-                second = await call.client.generate(retry)  # type: ignore[attr-defined]
+                second = await call.client.generate(retry)
             except InferenceError as err:
                 if err.retryable:
                     raise
