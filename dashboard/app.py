@@ -18,9 +18,11 @@ from filters import sidebar_filters  # noqa: E402
 from medhelm.errors import MedhelmError  # noqa: E402
 
 PAGES = {"Leaderboard": page_leaderboard.render, "Benchmark": page_benchmark.render, "Compare": page_compare.render}
+TITLES = {"Leaderboard": "MedHELM leaderboard", "Benchmark": "Benchmark", "Compare": "Compare two models"}
 
 st.set_page_config(page_title="MedHELM leaderboard", layout="wide")
 cfg = board_data.settings()
+heading = st.empty()  # the page title goes out before any data is read
 try:
     known = board_data.releases(cfg.store)
 except MedhelmError as err:
@@ -33,6 +35,7 @@ names = [r for r, _ in known]
 default = names.index(cfg.release) if cfg.release in names else 0
 release = st.sidebar.selectbox("Release", names, index=default, key="release")
 page = st.sidebar.radio("Page", list(PAGES), key="page")
+heading.title(TITLES[page])
 rel = board_data.load_release(cfg.store, release, dict(known)[release])
 redacted = cfg.redacted or rel.meta.get("redact") == "1"
 if redacted:

@@ -22,7 +22,6 @@ def pick_benchmark(view: View, key: str) -> str | None:
 
 
 def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
-    st.title("Benchmark")
     bench = pick_benchmark(view, "bench_page_benchmark")
     if bench is None:
         return

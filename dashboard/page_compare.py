@@ -12,7 +12,6 @@ from page_benchmark import PAGE_SIZE, pick_benchmark, show_instance
 
 
 def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
-    st.title("Compare two models")
     bench = pick_benchmark(view, "bench_page_compare")
     if bench is None:
         return

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import altair as alt
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -10,12 +11,14 @@ import streamlit as st
 from board_data import Release, Settings
 from filters import View
 from medhelm.store.ingest import cost_per_point
-from medhelm.store.tables import group_scores, leaderboard
+from medhelm.store.tables import CellTable, group_scores, leaderboard
+
+if TYPE_CHECKING:  # pragma: no cover
+    import altair as alt
 
 
 def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
     table = view.table
-    st.title("MedHELM leaderboard")
     st.caption(f"Release **{rel.name}** · {len(table.rows)} models · {len(table.columns)} benchmarks · "
                f"95% bootstrap intervals ({rel.meta.get('replicates', '?')} replicates, seed "
                f"{rel.meta.get('seed', '?')}) · win rate: ties count half")
@@ -59,7 +62,9 @@ def leaderboard_frame(rel: Release, view: View) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _heatmap(table) -> alt.Chart:  # noqa: ANN001 - CellTable
+def _heatmap(table: CellTable) -> alt.Chart:
+    import altair as alt  # imported after the table is on its way: it costs ~1 s on a cold start
+
     scores = pd.DataFrame([{"Model": g.model, "Category": g.group, "Score": g.value, "CI": _ci(g.ci_low, g.ci_high,
                                                                                               "{:.2f}")}
                            for g in group_scores(table, "category") if g.value is not None])
@@ -74,6 +79,8 @@ def _heatmap(table) -> alt.Chart:  # noqa: ANN001 - CellTable
 
 
 def _scatter(priced: pd.DataFrame) -> alt.Chart:
+    import altair as alt
+
     return alt.Chart(priced).mark_circle(size=90).encode(
         x=alt.X("Cost (USD):Q", scale=alt.Scale(zero=False)), y=alt.Y("Mean win rate:Q", scale=alt.Scale(domain=[0, 1])),
         tooltip=["Model", "Deployment", alt.Tooltip("Cost (USD):Q", format="$.2f"),

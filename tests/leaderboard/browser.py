@@ -59,13 +59,18 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_app(store: str, *, redacted: bool = False, timeout_s: float = 60) -> Iterator[str]:
-    """The dashboard as ``medhelm serve`` starts it; yields its URL; stops it (by its own pid) after."""
+def running_app(store: str, *, redacted: bool = False, timeout_s: float = 60, app: Path | None = None
+                ) -> Iterator[str]:
+    """The dashboard as ``medhelm serve`` starts it (or another ``app`` script the same way); yields its URL;
+    stops it (by its own pid) after."""
     launch = launch_module()
     port = free_port()
     args = argparse.Namespace(store=store, host="127.0.0.1", port=port, release=None, redacted=redacted,
                               output_path=None)
-    proc = subprocess.Popen(launch.command(args), env=launch.environment(args), stdout=subprocess.DEVNULL,
+    cmd = launch.command(args)
+    if app is not None:
+        cmd[cmd.index(str(launch.APP))] = str(app)
+    proc = subprocess.Popen(cmd, env=launch.environment(args), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
