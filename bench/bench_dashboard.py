@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_summarize import generate, machine, write_section  # noqa: E402
+from bench_summarize import generate, machine, table, write_section  # noqa: E402
 from tests.leaderboard import browser  # noqa: E402
 
 TARGET_S = 2.0
@@ -66,25 +66,25 @@ def main() -> int:
             shutil.rmtree(root, ignore_errors=True)
     warm_s = statistics.median(w["leaderboard_s"] for w in warm)
     floor_cold, floor_warm = floor[0]["leaderboard_s"], statistics.median(f["leaderboard_s"] for f in floor[1:])
-    ok = lambda good: "yes" if good else "**NO**"  # noqa: E731
     body = "\n".join([
         f"Store: 10 models x 37 benchmarks x 1,000 instances (bench_summarize's). Headless chromium via "
         f"playwright-core, 1400x1000. Machine: {env_machine}.",
         "",
-        "| measure | result | target | met |",
-        "|---|---|---|---|",
-        f"| first paint of the leaderboard, first load after start (cold) | {cold['leaderboard_s']:.2f} s "
-        f"| < {TARGET_S:.0f} s | {ok(cold['leaderboard_s'] < TARGET_S)} |",
-        f"| same, median of {args.reloads} reloads (warm) | {warm_s:.2f} s | < {TARGET_S:.0f} s "
-        f"| {ok(warm_s < TARGET_S)} |",
-        f"| title visible (cold) | {cold['title_s']:.2f} s | — | — |",
-        f"| floor: trivial app with a title, a 10-row table and a chart (cold / warm) | {floor_cold:.2f} s / "
-        f"{floor_warm:.2f} s | — | — |",
-        f"| ratio to the floor (cold / warm) | {cold['leaderboard_s'] / floor_cold:.2f} x / "
-        f"{warm_s / floor_warm:.2f} x | — | — |",
+        *table([("first paint of the leaderboard, first load after start (cold)", f"{cold['leaderboard_s']:.2f} s",
+                 f"< {TARGET_S:.0f} s", cold["leaderboard_s"] < TARGET_S),
+                (f"same, median of {args.reloads} reloads (warm)", f"{warm_s:.2f} s", f"< {TARGET_S:.0f} s",
+                 warm_s < TARGET_S),
+                ("title visible (cold)", f"{cold['title_s']:.2f} s", "", None),
+                ("floor: trivial app with a title, a 10-row table and a chart (cold / warm)",
+                 f"{floor_cold:.2f} s / {floor_warm:.2f} s", "", None),
+                ("ratio to the floor (cold / warm)",
+                 f"{cold['leaderboard_s'] / floor_cold:.2f} x / {warm_s / floor_warm:.2f} x", "", None)]),
         "",
         "The app reads pre-aggregated tables (cells with their bootstrap replicates) and recomputes win rates "
-        "for the filters in numpy; no per-instance row is read for the leaderboard.",
+        "for the filters in numpy; no per-instance row is read for the leaderboard (its script run takes about "
+        "0.1 s). The rest is Streamlit's front end in the browser"
+        + (f": on this machine even the trivial app needs {floor_warm:.2f} s warm, so the 2 s target cannot be "
+           "met here by any Streamlit page." if floor_warm >= TARGET_S else "."),
     ])
     print(body)
     if not args.no_write:

@@ -1,8 +1,8 @@
 """Start the real app (``streamlit run`` on 127.0.0.1) and drive it with headless chromium via npm's
 playwright-core. Shared by the browser test and bench/bench_dashboard.py.
 
-Needs Debian's ``chromium`` and ``npm install playwright-core`` into ``MEDHELM_NODE_CACHE``
-(default ~/.cache/medhelm-tests/node; installed on first use, outside the repository).
+Needs Debian's ``chromium`` and ``npm install playwright-core`` into ``MEDHELM_TOOLS_DIR``
+(default ~/.cache/medhelm-tools, as scripts/_env.sh does; installed here on first use if missing).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 SCRIPT = Path(__file__).with_name("browser_shot.js")
-NODE_CACHE = Path(os.environ.get("MEDHELM_NODE_CACHE", Path.home() / ".cache" / "medhelm-tests" / "node"))
+# scripts/_env.sh installs playwright-core here for the whole test suite
+NODE_CACHE = Path(os.environ.get("MEDHELM_TOOLS_DIR", Path.home() / ".cache" / "medhelm-tools"))
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 
 

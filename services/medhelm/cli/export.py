@@ -7,8 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from medhelm.cli.summarize import (add_store_arguments, print_report, run_summarize, store_location,
-                                   summarize_options)
+from medhelm.cli.summarize import (add_store_arguments, add_summarize_options, print_report, run_summarize,
+                                   store_location, summarize_options)
 from medhelm.errors import ConfigError
 
 
@@ -43,12 +43,7 @@ def add_import_helm_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--release", help="leaderboard name (default: the HELM suite's folder name)")
     p.add_argument("--suites", nargs="+", default=[], metavar="SUITE",
                    help="local suites (under --output-path/runs) to rank beside the imported models")
-    p.add_argument("--local-path", type=Path, default=Path("prod_env"),
-                   help="model_deployments.yaml (redacted deployments) and prices.yaml")
-    p.add_argument("--prices", type=Path, help="prices YAML")
-    p.add_argument("--redact", action="store_true", help="keep no instance text in the store")
-    p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap replicates (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    add_summarize_options(p)
     add_store_arguments(p)
 
 

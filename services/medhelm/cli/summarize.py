@@ -25,17 +25,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     what.add_argument("--suite", action="append", default=[], help="one suite (helm-summarize's spelling)")
     what.add_argument("--release", help="leaderboard name (default: the suite's name, or the suites joined by '+')")
     add_store_arguments(p)
-    how = p.add_argument_group("how")
+    add_summarize_options(p.add_argument_group("how"))
+    compat = p.add_argument_group("helm-summarize flags accepted for compatibility (not needed)")
+    compat.add_argument("--schema", "--schema-path", dest="schema", help=argparse.SUPPRESS)
+    compat.add_argument("--auto-generate-schema", action="store_true", help=argparse.SUPPRESS)
+    compat.add_argument("-n", "--num-threads", type=int, help=argparse.SUPPRESS)
+
+
+def add_summarize_options(how: argparse._ArgumentGroup | argparse.ArgumentParser) -> None:
+    """Redaction, prices and bootstrap: shared by `summarize` and `import-helm`."""
     how.add_argument("--local-path", type=Path, default=Path("prod_env"),
                      help="model_deployments.yaml (deployments marked `redacted: true`) and prices.yaml")
     how.add_argument("--prices", type=Path, help="prices YAML (default: <local-path>/prices.yaml if present)")
     how.add_argument("--redact", action="store_true", help="keep no instance text in the store (aggregates only)")
     how.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap replicates (default 1000)")
     how.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    compat = p.add_argument_group("helm-summarize flags accepted for compatibility (not needed)")
-    compat.add_argument("--schema", "--schema-path", dest="schema", help=argparse.SUPPRESS)
-    compat.add_argument("--auto-generate-schema", action="store_true", help=argparse.SUPPRESS)
-    compat.add_argument("-n", "--num-threads", type=int, help=argparse.SUPPRESS)
 
 
 def add_store_arguments(p: argparse.ArgumentParser) -> None:
