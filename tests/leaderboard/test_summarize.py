@@ -178,3 +178,16 @@ def test_export_with_instances_warns_and_zip(small_output: Path, tmp_path: Path)
     assert (tmp_path / "full.zip").is_file() and not (tmp_path / "full").exists()
     code, _, err = run_cli("export", str(tmp_path / "x"), "--release", "nope", "-o", str(small_output))
     assert code == 2 and "unknown release 'nope'" in err
+
+
+def test_no_bootstrap_gives_point_estimates_without_intervals(tmp_path: Path) -> None:
+    write_suite(tmp_path, "s", default_models(3), catalogue(3), 10)
+    assert run_cli("summarize", "--suites", "s", "-o", str(tmp_path), "--bootstrap", "0")[0] == 0
+    code, _, err = run_cli("summarize", "--suites", "s", "-o", str(tmp_path), "--bootstrap", "-1")
+    assert code == 2 and "--bootstrap must be >= 0" in err
+    with open_store(tmp_path / "results.sqlite") as store:
+        board = read.stored_leaderboard(store, "s")
+        cells = read.cells(store, "s")
+    assert [r["rank"] for r in board] == [1, 2, 3] and board[0]["win_rate"] == 1.0
+    assert all(r["win_rate_low"] is None and r["rank_low"] is None for r in board)
+    assert all(c["value"] is not None and c["ci_low"] is None for c in cells)
