@@ -30,7 +30,8 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
         "Mean win rate": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.3f"),
         "Mean score": st.column_config.NumberColumn(format="%.3f"),
         "Cost (USD)": st.column_config.NumberColumn(format="$%.2f"),
-        "USD per point": st.column_config.NumberColumn(format="$%.4f")})
+        "USD per point": st.column_config.NumberColumn(format="$%.4f"),
+        "s / instance": st.column_config.NumberColumn(format="%.3f")})
     left, right = st.columns(2)
     with left:
         st.subheader("Categories (macro average)")
@@ -58,7 +59,8 @@ def leaderboard_frame(rel: Release, view: View) -> pd.DataFrame:
                     "Benchmarks": r.n_benchmarks, "Cost (USD)": cost,
                     "USD per point": cost_per_point(cost, r.mean_score),
                     "Prompt tokens": _int(m.get("prompt_tokens")), "Output tokens": _int(m.get("completion_tokens")),
-                    "Inference s": _num(m.get("inference_s"))})
+                    "Inference s": _num(m.get("inference_s")),
+                    "s / instance": _per(m.get("inference_s"), m.get("n_instances"))})
     return pd.DataFrame(out)
 
 
@@ -99,6 +101,11 @@ def _ci(low: float | None, high: float | None, fmt: str) -> str:
 
 def _num(v: object) -> float | None:
     return None if v is None or (isinstance(v, float) and np.isnan(v)) else float(v)  # type: ignore[arg-type]
+
+
+def _per(total: object, count: object) -> float | None:
+    t, n = _num(total), _num(count)
+    return None if t is None or not n else t / n
 
 
 def _int(v: object) -> int | None:

@@ -59,6 +59,7 @@ def test_leaderboard_page_table_heatmap_scatter_and_matrix(priced_output: Path) 
     assert board["Mean win rate"].tolist() == pytest.approx([r["win_rate"] for r in stored])
     assert board["Win rate 95% CI"].str.match(r"^\[\d\.\d\d, \d\.\d\d\]$").all()
     assert board["Cost (USD)"].notna().all() and board["USD per point"].notna().all()
+    assert board["s / instance"].tolist() == pytest.approx([0.05] * 3)  # synthetic latency per request
     assert len(at.get("vega_lite_chart")) == 2  # category heatmap + cost scatter
     matrix = at.dataframe[1].value
     assert matrix.shape == (3, 6)
