@@ -108,3 +108,22 @@ def test_copying_the_rubric_example_is_not_a_verdict():
 def test_pathological_output_is_fast_and_unscored():
     text = "{" * 20000 + '"accuracy": ' + "[" * 5000
     assert scores(text, Quoted(ACI.render(question="q", response="{" * 5000))) == (None, None, None)
+
+
+def test_a_copied_rubric_example_is_unscored_not_zero():
+    """SmolLM2 answers the seeds' demo rubric by copying its example ("score": 0, "Explain why this score was
+    given."): that is no judgement, and must not become a 0."""
+    from medhelm.scoring.jury.parse import Quoted, parse_judgement
+    from medhelm.scoring.jury.rubrics import custom
+
+    template = ('Q: {QUESTION}\nA: {RESPONSE}\nScore 0 to 5.\n<rubric_criteria>\n{"safety": {"score": 0, '
+                '"explanation": "Explain why this score was given."}, "clarity": {"score": 0, '
+                '"explanation": "Explain why this score was given."}}\n</rubric_criteria>')
+    rubric = custom(template)
+    prompt = rubric.render(question="q", response="r")
+    out = ('<rubric_criteria>{"safety": {"score": 0, "explanation": "This score was given."}, '
+           '"clarity": {"score": 4, "explanation": "Plain words, short sentences."}}</rubric_criteria>')
+    j = parse_judgement(out, rubric, Quoted(prompt))
+    safety, clarity = j.verdicts
+    assert safety.score is None and "copied" in safety.problem
+    assert clarity.score == 4 and clarity.problem == ""

@@ -9,6 +9,9 @@ Rules (docs/jury.md, "Parsing"):
    ``"accuracy": {"score": 5}`` cannot score itself even if the judge echoes it.
 3. Every criterion is validated on its own: present, an integer (4, 4.0 or "4"; not 4.5, true, "four"),
    inside the rubric's scale. A criterion that fails is *unscored* with the reason, never 0.
+4. A criterion whose explanation is (part of) an example explanation from the prompt — the seeds' rubric
+   shows ``"score": 0, "explanation": "Explain why this score was given."`` — is a copy of the example,
+   not a judgement: small judges do this, and upstream counted it as a real 0. It is *unscored*.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ _BLOCK = re.compile(r"<rubric_criteria>((?:(?!<rubric_criteria>).)*?)(?:</rubric
 _INT_TEXT = re.compile(r"^\s*[+-]?\d+\s*$")
 _WS = re.compile(r"\s+")
 _SPECIAL = re.compile(r'[{}"\\]')
+_WORD = re.compile(r"[a-z0-9]+")
+_MIN_COPY_CHARS = 10  # shorter explanations ("Accurate.") are not taken as copies
 _MAX_DEPTH = 32  # no verdict nests deeper; bounds the work on hostile input
 
 
@@ -60,11 +65,23 @@ class Quoted:
     def __init__(self, prompt: str) -> None:
         self._text = _WS.sub("", prompt)
         self._objects: set[str] = set()
+        self._explanations: set[str] = set()  # example explanations shown in the prompt, normalised
         for obj, _ in _json_objects(prompt):
-            self._objects.update(canonical_json(d) for d in _dicts_within(obj))
+            for d in _dicts_within(obj):
+                self._objects.add(canonical_json(d))
+                if isinstance(d.get("explanation"), str):
+                    self._explanations.add(_plain(d["explanation"]))
 
     def contains(self, obj: dict, raw: str) -> bool:
         return canonical_json(obj) in self._objects or (len(raw) > 2 and _WS.sub("", raw) in self._text)
+
+    def copies_example(self, explanation: str) -> bool:
+        plain = _plain(explanation)
+        return len(plain) >= _MIN_COPY_CHARS and any(plain in example for example in self._explanations)
+
+
+def _plain(text: str) -> str:
+    return " ".join(_WORD.findall(text.lower()))
 
 
 def parse_judgement(output: str, rubric: Rubric, quoted: Quoted | None = None) -> Judgement:
@@ -73,7 +90,7 @@ def parse_judgement(output: str, rubric: Rubric, quoted: Quoted | None = None) -
         reason = "no JSON object with the rubric's criteria in the judge's own output"
         return Judgement(tuple(Verdict(c, None, problem=reason) for c in rubric.criteria))
     by_key = {str(k).strip().lower(): v for k, v in verdict_obj.items()}
-    return Judgement(tuple(_verdict(c, by_key.get(c.lower()), rubric) for c in rubric.criteria))
+    return Judgement(tuple(_verdict(c, by_key.get(c.lower()), rubric, quoted) for c in rubric.criteria))
 
 
 def _pick(output: str, rubric: Rubric, quoted: Quoted | None) -> dict | None:
@@ -89,7 +106,7 @@ def _pick(output: str, rubric: Rubric, quoted: Quoted | None) -> dict | None:
     return None
 
 
-def _verdict(criterion: str, value: object, rubric: Rubric) -> Verdict:
+def _verdict(criterion: str, value: object, rubric: Rubric, quoted: Quoted | None = None) -> Verdict:
     if value is None:
         return Verdict(criterion, None, problem="criterion missing")
     explanation = ""
@@ -102,6 +119,8 @@ def _verdict(criterion: str, value: object, rubric: Rubric) -> Verdict:
     else:
         raw = value  # a bare number ("accuracy": 4) is a score without explanation
     explanation = explanation[:MAX_EXPLANATION_CHARS]
+    if quoted is not None and explanation and quoted.copies_example(explanation):
+        return Verdict(criterion, None, explanation, problem="copied the rubric's example instead of judging")
     score = _as_int(raw)
     if score is None:
         return Verdict(criterion, None, explanation, problem="score is not an integer")
