@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from medhelm.errors import ConfigError
+from medhelm.files import load_json
 from medhelm.specs import InstanceResult, RunSpec, Stat, digest
 
 RECORDS = "instances.jsonl"
@@ -102,13 +103,7 @@ class RunDir:
         return out
 
     def _load(self, name: str) -> object:
-        p = self.path / name
-        try:
-            return json.loads(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError("missing (not a finished run directory?)", path=p) from None
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"corrupt JSON ({e.msg})", path=p, line=e.lineno) from None
+        return load_json(self.path / name, missing="missing (not a finished run directory?)")
 
     # --- starting / resuming -----------------------------------------------------------------
     def prepare(self, spec: RunSpec, instance_ids: list[str]) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from medhelm import files
 from medhelm.errors import ConfigError
 from medhelm.specs import BenchmarkSpec, RunSpec, Stat
 
@@ -126,11 +127,4 @@ def number(value: Any) -> float | None:
 
 
 def load_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError("missing (not a finished run directory?)", path=path) from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"corrupt JSON ({e.msg})", path=path, line=e.lineno) from None
-    except UnicodeDecodeError:
-        raise ConfigError("not UTF-8 text", path=path) from None
+    return files.load_json(path, missing="missing (not a finished run directory?)")
