@@ -65,15 +65,18 @@ def main() -> int:
         if not args.workdir:
             shutil.rmtree(root, ignore_errors=True)
     warm_s = statistics.median(w["leaderboard_s"] for w in warm)
+    revisit_s = statistics.median(w["revisit_s"] for w in [cold, *warm])
     floor_cold, floor_warm = floor[0]["leaderboard_s"], statistics.median(f["leaderboard_s"] for f in floor[1:])
     body = "\n".join([
         f"Store: 10 models x 37 benchmarks x 1,000 instances (bench_summarize's). Headless chromium via "
         f"playwright-core, 1400x1000. Machine: {env_machine}.",
         "",
-        *table([("first paint of the leaderboard, first load after start (cold)", f"{cold['leaderboard_s']:.2f} s",
+        *table([("first paint of the leaderboard, first load after start (cold server, empty browser cache)", f"{cold['leaderboard_s']:.2f} s",
                  f"< {TARGET_S:.0f} s", cold["leaderboard_s"] < TARGET_S),
-                (f"same, median of {args.reloads} reloads (warm)", f"{warm_s:.2f} s", f"< {TARGET_S:.0f} s",
+                (f"first visit, median of {args.reloads} new browsers (warm server, empty browser cache)", f"{warm_s:.2f} s", f"< {TARGET_S:.0f} s",
                  warm_s < TARGET_S),
+                (f"revisit: the same browser opens it again, scripts cached (median of {1 + args.reloads})",
+                 f"{revisit_s:.2f} s", f"< {TARGET_S:.0f} s", revisit_s < TARGET_S),
                 ("title visible (cold)", f"{cold['title_s']:.2f} s", "", None),
                 ("floor: trivial app with a title, a 10-row table and a chart (cold / warm)",
                  f"{floor_cold:.2f} s / {floor_warm:.2f} s", "", None),

@@ -23,7 +23,13 @@ async function main() {
     await page.locator('[data-testid="stVegaLiteChart"]').first().waitFor({ state: "visible", timeout });
     await page.waitForTimeout(500); // let the canvas grid paint its cells before the screenshot
     await page.screenshot({ path: shot, fullPage: true });
-    console.log(JSON.stringify({ title_s: titleS, leaderboard_s: tableS, total_s: (Date.now() - started) / 1000 }));
+    const totalS = (Date.now() - started) / 1000;
+    // a revisit: the same browser opens the leaderboard again, Streamlit's scripts now in its HTTP cache
+    const again = Date.now();
+    await page.reload({ waitUntil: "domcontentloaded", timeout });
+    await page.locator('[data-testid="stDataFrame"]').first().waitFor({ state: "visible", timeout });
+    const revisitS = (Date.now() - again) / 1000;
+    console.log(JSON.stringify({ title_s: titleS, leaderboard_s: tableS, total_s: totalS, revisit_s: revisitS }));
   } finally {
     await browser.close();
   }
