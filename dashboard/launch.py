@@ -20,7 +20,9 @@ def add_dashboard_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup
     """The dashboard's own flags (``medhelm serve`` adds --host, --port and --output-path itself)."""
     p.add_argument("--store", help="results store: sqlite:///path or postgresql://... "
                                    "(default: <output-path>/results.sqlite)")
-    p.add_argument("--release", help="release to open first (default: the latest summarised)")
+    p.add_argument("--release", "--suite", dest="release",
+                   help="release to open first; --suite S opens what `medhelm summarize --suite S` built, as "
+                        "helm-server --suite does (default: the latest summarised)")
     p.add_argument("--redacted", action="store_true",
                    help="aggregates only: never show instance text (for sharing outside the organisation)")
 
