@@ -65,6 +65,12 @@ def _offline_message(ctx: LoadContext, folder: str, missing: Sequence[RemoteFile
     return f"{folder}: data not available offline; copy {names} into {where}"
 
 
+def _mirror_hint(ctx: LoadContext, folder: str) -> str:
+    if ctx.data_dir is not None:
+        return f"the mirror folder {Path(ctx.data_dir) / folder}"
+    return f"<mirror>/{folder}/ and pass --data-dir <mirror> (or MEDHELM_DATA_DIR)"
+
+
 def download(ctx: LoadContext, folder: str, remote: RemoteFile) -> Path:
     """Download once into ``<cache_dir>/<folder>/<name>`` (atomic rename: no half-written files)."""
     import httpx
@@ -77,7 +83,7 @@ def download(ctx: LoadContext, folder: str, remote: RemoteFile) -> Path:
                                                       timeout=httpx.Timeout(60.0, connect=15.0)) as resp:
             if resp.status_code != 200:
                 raise DataUnavailable(f"{folder}: download of {remote.url} failed (HTTP {resp.status_code}); "
-                                      f"copy {remote.name} into a --data-dir mirror instead")
+                                      f"copy {remote.name} into {_mirror_hint(ctx, folder)} instead")
             for chunk in resp.iter_bytes():
                 out.write(chunk)
         if remote.member:
@@ -86,7 +92,7 @@ def download(ctx: LoadContext, folder: str, remote: RemoteFile) -> Path:
             os.replace(tmp, target)
     except httpx.HTTPError as err:
         raise DataUnavailable(f"{folder}: cannot download {remote.url} ({type(err).__name__}); "
-                              f"copy {remote.name} into a --data-dir mirror (MEDHELM_DATA_DIR) instead") from None
+                              f"copy {remote.name} into {_mirror_hint(ctx, folder)} instead") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
