@@ -125,10 +125,12 @@ def _print_summary(outcomes, options) -> None:
                 if s.name == main and s.split == spec.benchmark.main_split and s.mean is not None:
                     mean = f"{s.mean:.3f}" + (f" ({s.unscored} unscored)" if s.unscored else "")
         state = "skipped" if o.skipped else ("stopped" if o.error else st.get("status", "?"))
-        rows.append((spec.name, f"{st.get('instances_done', 0)}/{st.get('instances_total', '?')}", f"{main}={mean}",
-                     str(st.get("errors", 0)), str(st.get("cache_hits", 0)), f"{o.wall_time_s:.1f}s", state))
+        bench = spec.name.split(":", 1)[0]  # the benchmark and its arguments; the model has its own column
+        rows.append((bench, spec.deployment, f"{st.get('instances_done', 0)}/{st.get('instances_total', '?')}",
+                     f"{main}={mean}", str(st.get("errors", 0)), str(st.get("cache_hits", 0)),
+                     f"{o.wall_time_s:.1f}s", state))
     print()
-    _table(("run", "instances", "main metric", "errors", "cached", "time", "status"), rows)
+    _table(("benchmark", "deployment", "instances", "main metric", "errors", "cached", "time", "status"), rows)
     print(f"\nResults: {options.suite_dir.resolve()}")
 
 
