@@ -62,13 +62,12 @@ def main(args: argparse.Namespace) -> int:
 
 def main_validate(args: argparse.Namespace) -> int:
     """Everything `run` checks before calling a model, plus loading every instance."""
-    from medhelm.pipeline.sampling import select_instances
+    from medhelm.pipeline.sampling import sample_run
 
     _, plans = plan_from_args(args)
     for plan in plans:
         spec = plan.spec
-        n = len(select_instances(list(plan.benchmark.instances()), spec.max_eval_instances, spec.seed,
-                                 source=spec.benchmark.name))
+        n = len(sample_run(plan.benchmark, spec))
         print(f"ok  {spec.name}  ({n} instances, metrics: {', '.join(m.name for m in spec.benchmark.metrics)})")
     print(f"{len(plans)} run(s) valid")
     return 0
@@ -99,13 +98,12 @@ def plan_from_args(args: argparse.Namespace):
 
 def print_dry_run(plans) -> None:
     from medhelm.benchmarks.base import PromptBudget, approx_tokens
-    from medhelm.pipeline.sampling import select_instances
+    from medhelm.pipeline.sampling import sample_run
 
     rows = []
     for plan in plans:
         spec = plan.spec
-        instances = select_instances(list(plan.benchmark.instances()), spec.max_eval_instances, spec.seed,
-                                     source=spec.benchmark.name)
+        instances = sample_run(plan.benchmark, spec)
         budget = PromptBudget(max_prompt_tokens=plan.max_prompt_tokens)
         tokens = sum(approx_tokens(plan.benchmark.prompt(i, budget).text) for i in instances)
         rows.append((spec.name, str(len(instances)), f"~{tokens:,}", f"{len(instances) * spec.max_tokens:,}"))

@@ -26,7 +26,7 @@ from medhelm.pipeline.options import RunOptions
 from medhelm.pipeline.plan import RunPlan
 from medhelm.pipeline.progress import Progress
 from medhelm.pipeline.records import RunDir, compat_digest
-from medhelm.pipeline.sampling import select_instances
+from medhelm.pipeline.sampling import sample_run
 from medhelm.scoring import registry as metric_registry
 from medhelm.scoring.base import Metric, MetricResult, ScoringContext, ScoringItem
 from medhelm.specs import GenerationRequest, Instance, InstanceResult, JudgeScore, MetricSpec, Usage
@@ -97,11 +97,7 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
     if options.skip_completed and _is_complete(run_dir, plan):
         return RunOutcome(plan, status=run_dir.status(), skipped=True)
 
-    try:
-        instances = select_instances(list(plan.benchmark.instances()), spec.max_eval_instances, spec.seed,
-                                     source=spec.benchmark.name)
-    except MedhelmError as err:
-        raise err.with_context(f"run '{spec.name}': ") from None
+    instances = sample_run(plan.benchmark, spec)
     run_dir.prepare(spec, [inst.id for inst in instances])
     finished = {iid for iid, rec in run_dir.latest_records().items() if rec.error is None}
     todo = [(pos, inst) for pos, inst in enumerate(instances)

@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from medhelm.errors import ConfigError
 from medhelm.files import load_json
@@ -29,8 +30,7 @@ from medhelm.specs import InstanceResult, RunSpec, Stat, digest
 
 RECORDS = "instances.jsonl"
 SUPERSEDED = "superseded.jsonl"
-EFFICIENCY_STATS = ("num_prompt_tokens", "num_completion_tokens", "inference_runtime", "prompt_truncated",
-                    "judge_prompt_tokens", "judge_completion_tokens")
+
 
 
 def compat_digest(spec: RunSpec) -> str:
@@ -189,7 +189,7 @@ class RecordWriter:
 
     path: Path
     sync_every_s: float = 1.0
-    _file: object = field(init=False, repr=False)
+    _file: TextIO = field(init=False, repr=False)
     _last_sync: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
@@ -215,19 +215,19 @@ class RecordWriter:
 
     def write(self, record: InstanceResult) -> None:
         f = self._file
-        f.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")  # type: ignore[attr-defined]
-        f.flush()  # type: ignore[attr-defined]  # in the OS from here on: survives kill -9
+        f.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
+        f.flush()  # in the OS from here on: survives kill -9
         now = time.monotonic()
         if now - self._last_sync >= self.sync_every_s:
-            os.fsync(f.fileno())  # type: ignore[attr-defined]  # on disk: survives a node crash
+            os.fsync(f.fileno())  # on disk: survives a node crash
             self._last_sync = now
 
     def close(self) -> None:
         f = self._file
-        if not f.closed:  # type: ignore[attr-defined]
-            f.flush()  # type: ignore[attr-defined]
-            os.fsync(f.fileno())  # type: ignore[attr-defined]
-            f.close()  # type: ignore[attr-defined]
+        if not f.closed:
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
 
 
 def collect_shards(run_dir: Path) -> dict:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from medhelm.errors import ConfigError
-from medhelm.specs import Instance
+from medhelm.benchmarks.base import Benchmark
+from medhelm.errors import ConfigError, MedhelmError
+from medhelm.specs import Instance, RunSpec
 
 
 def select_instances(instances: Sequence[Instance], max_instances: int | None, seed: int, *,
@@ -28,3 +29,12 @@ def select_instances(instances: Sequence[Instance], max_instances: int | None, s
     order = list(range(len(instances)))
     random.Random(seed).shuffle(order)
     return [instances[i] for i in sorted(order[:max_instances])]
+
+
+def sample_run(benchmark: Benchmark, spec: RunSpec) -> list[Instance]:
+    """The instances a run evaluates, in position order; errors say which run they came from."""
+    try:
+        return select_instances(list(benchmark.instances()), spec.max_eval_instances, spec.seed,
+                                source=spec.benchmark.name)
+    except MedhelmError as err:
+        raise err.with_context(f"run '{spec.name}': ") from None

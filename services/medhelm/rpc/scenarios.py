@@ -1,6 +1,6 @@
 """ScenarioService: the catalogue, one benchmark's spec, and the instances (with prompts) of a run's shard.
 
-Selection and sharding are the pipeline's (``select_instances``, ``Shard``): a shard streamed from here
+Selection and sharding are the pipeline's (``sample_run``, ``Shard``): a shard streamed from here
 holds exactly the positions ``medhelm run`` would evaluate in that shard."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from medhelm import benchmarks
 from medhelm.benchmarks.base import Benchmark, LoadContext, PromptBudget
 from medhelm.errors import ConfigError, DataUnavailable
 from medhelm.pipeline import Shard
-from medhelm.pipeline.sampling import select_instances
+from medhelm.pipeline.sampling import sample_run
 from medhelm.rpc import codec
 from medhelm.rpc.telemetry import Telemetry, rpc_method
 from medhelm.runentries import parse_run_entry
@@ -56,9 +56,7 @@ class ScenarioServicer(scenarios_pb2_grpc.ScenarioServiceServicer):
         budget = PromptBudget(max_prompt_tokens=request.max_prompt_tokens
                               if request.HasField("max_prompt_tokens") else None)
         bench = await asyncio.to_thread(self._for_run, spec)
-        instances = await asyncio.to_thread(
-            lambda: select_instances(list(bench.instances()), spec.max_eval_instances, spec.seed,
-                                     source=spec.benchmark.name))
+        instances = await asyncio.to_thread(sample_run, bench, spec)
         for position, instance in enumerate(instances):
             if shard is None or shard.owns(position):
                 prompt = bench.prompt(instance, budget)

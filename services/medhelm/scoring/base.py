@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from medhelm.specs import Completion, Instance, JudgeScore, MetricSpec, Prompt, RunSpec, Usage
+from medhelm.specs import Completion, Instance, JudgeScore, Prompt, RunSpec, Usage
 
 if TYPE_CHECKING:  # pragma: no cover
     from medhelm.deployments import DeploymentRegistry
