@@ -12,9 +12,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from medhelm.errors import ConfigError
+from medhelm.files import load_yaml
 from medhelm.specs import Deployment, DeploymentKind, FrozenMap
 
 BUILTIN_PATH = Path(__file__).parent / "config" / "model_deployments.yaml"
@@ -78,14 +77,7 @@ class DeploymentRegistry:
 
 
 def _read(path: Path) -> Iterator[Deployment]:
-    try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise ConfigError("file not found", path=path) from None
-    except yaml.YAMLError as e:
-        line = getattr(getattr(e, "problem_mark", None), "line", None)
-        raise ConfigError(f"invalid YAML ({getattr(e, 'problem', e)})", path=path,
-                          line=None if line is None else line + 1) from None
+    doc = load_yaml(path) or {}
     if not isinstance(doc, Mapping) or not isinstance(doc.get("model_deployments"), list):
         raise ConfigError("expected a list under the key 'model_deployments'", path=path)
     for i, item in enumerate(doc["model_deployments"]):

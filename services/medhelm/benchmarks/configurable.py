@@ -26,6 +26,7 @@ from medhelm.benchmarks.base import LoadContext, PromptBudget
 from medhelm.benchmarks.template import PromptTemplate
 from medhelm.benchmarks.user_dataset import read_dataset
 from medhelm.errors import ConfigError
+from medhelm.files import yaml_error
 from medhelm.scoring import registry
 from medhelm.scoring.exact import STATS as EXACT_STATS
 from medhelm.specs import Access, BenchmarkSpec, Instance, MetricSpec, Prompt, TaskType
@@ -78,9 +79,7 @@ class _Loader:
             self.doc = yaml.safe_load(text)
             self.node = yaml.compose(text, Loader=yaml.SafeLoader)  # for line numbers in errors
         except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            raise ConfigError(f"invalid YAML ({getattr(err, 'problem', None) or err})", path=path,
-                              line=None if mark is None else mark.line + 1) from None
+            raise yaml_error(err, path) from None
         if not isinstance(self.doc, dict):
             raise ConfigError("expected a mapping with name, description, prompt_file, dataset_file, "
                               "max_tokens and metrics", path=path)

@@ -21,9 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from medhelm.errors import ConfigError
+from medhelm.files import load_yaml
 
 _KEYS = {"deployment", "model", "input_per_million", "output_per_million", "gpu_hour", "gpus"}
 
@@ -62,13 +61,7 @@ class PriceTable:
     @classmethod
     def load(cls, path: str | Path) -> PriceTable:
         path = Path(path)
-        try:
-            doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except FileNotFoundError:
-            raise ConfigError("file not found", path=path) from None
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            raise ConfigError("invalid YAML", path=path, line=None if mark is None else mark.line + 1) from None
+        doc = load_yaml(path) or {}
         items = doc.get("prices") if isinstance(doc, Mapping) else None
         if not isinstance(items, list):
             raise ConfigError("expected a list under the key 'prices'", path=path)

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from medhelm.errors import ConfigError
+from medhelm.files import load_yaml
 from medhelm.specs import JSON, MetricSpec
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
@@ -65,14 +64,7 @@ def config_path(value: str, base_dir: Path) -> Path:
 
 def load(path: Path, deployments: Any) -> Jury:
     """Read and check a jury config file (every judge must be a known deployment)."""
-    try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError("jury config not found", path=path) from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise ConfigError(f"invalid YAML ({getattr(e, 'problem', e)})", path=path,
-                          line=None if mark is None else mark.line + 1) from None
+    doc = load_yaml(path, missing="jury config not found")
     if not isinstance(doc, Mapping) or not isinstance(doc.get("judges"), list):
         raise ConfigError("expected a list under the key 'judges'", path=path)
     unknown = set(doc) - _TOP_KEYS
