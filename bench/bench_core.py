@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import platform
@@ -31,23 +30,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from doc_sections import write_section  # noqa: E402  (a sibling module when run as a script)
 
+from medhelm.devtools.fixtures import write_configurable_benchmark  # noqa: E402
+
 
 def write_benchmark(folder: Path, rows: int) -> Path:
     """A yes/no exact-match benchmark in the seeds' configurable format."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "prompt.txt").write_text("Clinical note: {note}\nQuestion: {question}\nAnswer Yes or No.\n")
-    with open(folder / "dataset.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["id", "note", "question", "correct_answer", "incorrect_answers"])
-        for i in range(rows):
-            answer = "Yes" if i % 3 == 0 else "No"
-            w.writerow([i, f"Synthetic admission {i}: temperature {36 + i % 5}.{i % 10} C, HR {60 + i % 50}.",
-                        f"Is patient {i} febrile?", answer, json.dumps(["No" if answer == "Yes" else "Yes"])])
-    cfg = folder / "bench.yaml"
-    cfg.write_text("name: BENCH-CORE\ndescription: synthetic yes/no benchmark for bench_core\n"
-                   "prompt_file: prompt.txt\ndataset_file: dataset.csv\nmax_tokens: 4\n"
-                   "metrics:\n  - name: exact_match\n")
-    return cfg
+    return write_configurable_benchmark(folder, rows, name="BENCH-CORE", max_tokens=4)
 
 
 def start_mock(latency_ms: float) -> tuple[subprocess.Popen, str]:

@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-import csv
-import json
 from pathlib import Path
 
 import pytest
 
+from medhelm.devtools.fixtures import write_configurable_benchmark, write_openai_deployment
 from medhelm.devtools.mock_openai import MockOpenAIServer
 
 
-def write_benchmark(folder: Path, rows: int, *, name: str = "YESNO", metrics: str = "  - name: exact_match\n",
-                    prompt: str = "Note: {note}\nQuestion: {question}\nAnswer Yes or No.") -> Path:
+def write_benchmark(folder: Path, rows: int) -> Path:
     """A yes/no configurable benchmark in the seeds' format; row i's answer is Yes iff i % 3 == 0."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "prompt.txt").write_text(prompt)
-    with open(folder / "dataset.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["patient_id", "note", "question", "correct_answer", "incorrect_answers"])
-        for i in range(rows):
-            ans = "Yes" if i % 3 == 0 else "No"
-            w.writerow([f"{i:04d}", f"Synthetic note {i}: BP {110 + i} mmHg.", f"Is item {i} flagged?", ans,
-                        json.dumps(["No" if ans == "Yes" else "Yes"])])
-    cfg = folder / "bench.yaml"
-    cfg.write_text(f"name: {name}\ndescription: test benchmark\nprompt_file: prompt.txt\n"
-                   f"dataset_file: dataset.csv\nmax_tokens: 2\nmetrics:\n{metrics}")
-    return cfg
+    return write_configurable_benchmark(folder, rows, name="YESNO", answers=("Yes", "No", "No"))
 
 
 def yes_responder(body: dict) -> str:
@@ -34,12 +20,7 @@ def yes_responder(body: dict) -> str:
 
 
 def write_deployment(local_path: Path, base_url: str, name: str = "mock/yes-model") -> str:
-    local_path.mkdir(parents=True, exist_ok=True)
-    (local_path / "model_deployments.yaml").write_text(
-        "model_deployments:\n"
-        f"  - name: {name}\n    model_name: test/yes-model\n    kind: openai\n    base_url: {base_url}\n"
-        "    served_model_name: yes-model\n    max_sequence_length: 4096\n")
-    return name
+    return write_openai_deployment(local_path, base_url, name=name, model_name="test/yes-model")
 
 
 @pytest.fixture

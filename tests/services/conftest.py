@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import csv
 import importlib.metadata
 import io
-import json
 import os
 import subprocess
 import sys
@@ -15,33 +13,22 @@ from pathlib import Path
 
 import pytest
 
+from medhelm.devtools.fixtures import write_configurable_benchmark, write_openai_deployment
+
 PY = sys.executable
 TOOLS = Path(os.environ.get("MEDHELM_TOOLS_CACHE", Path.home() / ".cache" / "medhelm-tools"))
 
 
 def write_qa_benchmark(folder: Path, rows: int, *, metrics: tuple[str, ...] = ("exact_match", "rouge_l")) -> Path:
     """A configurable benchmark (the seeds' format) whose reference answers vary by row."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "prompt.txt").write_text("Record: {note}\nQuestion: {question}\nAnswer briefly.")
-    with open(folder / "dataset.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["patient_id", "note", "question", "correct_answer", "incorrect_answers"])
-        for i in range(rows):
-            answer = ("Yes", "No", "Maybe")[i % 3]
-            w.writerow([f"p{i:03d}", f"Heart rate {60 + i} bpm, creatinine {0.5 + i / 10:.1f}.",
-                        f"Is finding {i} abnormal?", answer, json.dumps([a for a in ("Yes", "No") if a != answer])])
-    cfg = folder / "bench.yaml"
-    cfg.write_text("name: QA_SVC\ndescription: services test benchmark\nprompt_file: prompt.txt\n"
-                   "dataset_file: dataset.csv\nmax_tokens: 4\nmetrics:\n" + "".join(f"  - name: {m}\n" for m in metrics))
-    return cfg
+    return write_configurable_benchmark(folder, rows, name="QA_SVC", answers=("Yes", "No", "Maybe"),
+                                        metrics=metrics, max_tokens=4,
+                                        prompt="Record: {note}\nQuestion: {question}\nAnswer briefly.")
 
 
 def write_deployment(local_path: Path, base_url: str, name: str = "mock/svc-model") -> str:
-    local_path.mkdir(parents=True, exist_ok=True)
-    (local_path / "model_deployments.yaml").write_text(
-        f"model_deployments:\n  - name: {name}\n    model_name: test/svc-model\n    kind: openai\n"
-        f"    base_url: {base_url}\n    served_model_name: svc-model\n    max_sequence_length: 2048\n")
-    return name
+    return write_openai_deployment(local_path, base_url, name=name, model_name="test/svc-model",
+                                   max_sequence_length=2048)
 
 
 class Service:
