@@ -3,13 +3,32 @@
 Anything that is the user's input being wrong (a file, a field, a run entry, a deployment, an
 unreachable server) raises a subclass of ``MedhelmError``. The CLI prints ``medhelm: error: <msg>``
 and exits 2; every other door (gRPC, Job, dashboard) maps it to its own error channel.
-Messages never contain patient text: name the file, line and field, not the cell's value.
+Messages never contain patient text: name the file, line and field, not the cell's value. User values
+that do appear (a path, a field name, a run entry) go through ``escape``: control characters are shown
+as ``\\n``-style escapes and long values are cut, so a message stays one line whatever the input.
+Anything else escaping a door is a bug: the CLI logs its traceback and exits 70 (``INTERNAL_EXIT``).
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
+
+INTERNAL_EXIT = 70  # EX_SOFTWARE: a bug, never a user mistake
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+MAX_VALUE_CHARS = 300
+
+
+def escape(value: object, limit: int = MAX_VALUE_CHARS) -> str:
+    """A user value safe inside a one-line message: control characters escaped, cut at ``limit``."""
+    text = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(value))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def one_line(message: str, limit: int = 4000) -> str:
+    """A whole message as one line (the CLI's last step before printing)."""
+    return escape(message, limit)
 
 
 class MedhelmError(Exception):
@@ -31,14 +50,14 @@ class ConfigError(MedhelmError):
                  field: str | None = None) -> None:
         where = ""
         if path is not None:
-            where = str(path)
+            where = escape(path)
             if line is not None:
                 where += f":{line}"
             if field is not None:
-                where += f": field '{field}'"
+                where += f": field '{escape(field, 120)}'"
             where += ": "
         elif field is not None:
-            where = f"field '{field}': "
+            where = f"field '{escape(field, 120)}': "
         super().__init__(where + message)
         self.path, self.line, self.field = path, line, field
 

@@ -1,8 +1,23 @@
-"""Reading JSON and YAML files with one-line errors naming the file and line (shared by every layer)."""
+"""The one reader for every file a user gives: configs, run-entry files, prompts, datasets, run folders.
+
+``read_bytes``/``read_text`` open a path once and accept only a regular file (never a FIFO, a device such
+as ``/dev/zero``, a directory, a socket; a symlink loop or an unreadable file is named as such), read at
+most a size cap (``CONFIG_LIMIT`` for configs, ``DATA_LIMIT`` for datasets and records; both can be
+raised with ``MEDHELM_MAX_INPUT_MB``) and decode strict UTF-8 (a BOM is dropped). ``load_yaml`` refuses
+duplicate keys, refuses recursive aliases and bounds what aliases expand to (the "billion laughs"), and
+bounds nesting; ``load_json`` bounds size and nesting and turns a 5,000-digit integer into an error.
+
+Failure semantics: every problem is a ``ConfigError`` naming the file (and line where known); nothing
+here ever echoes the file's content, which may be patient text. Nothing is written.
+"""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -10,31 +25,259 @@ import yaml
 
 from medhelm.errors import ConfigError
 
+MIB = 1024 * 1024
+CONFIG_LIMIT = 16 * MIB  # YAML / JSON configs, .conf files, prompt templates, run specs
+DATA_LIMIT = 2048 * MIB  # datasets (CSV) and instance records: hospital notes can be large
+MAX_DEPTH = 100  # nesting of a config (YAML / JSON / .conf): real ones stay under 10
+MAX_YAML_NODES = 200_000  # nodes of a YAML document after expanding aliases
 
-def load_json(path: Path, *, missing: str = "missing") -> Any:
+
+def _limit(default: int) -> int:
+    """``MEDHELM_MAX_INPUT_MB`` raises (or lowers) every cap at once."""
+    raw = os.environ.get("MEDHELM_MAX_INPUT_MB", "").strip()
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw) * MIB
+    return default
+
+
+def _size(n: int) -> str:
+    return f"{n / MIB:.1f} MiB" if n >= MIB else f"{n} bytes"
+
+
+def _open(path: Path, missing: str, what: str) -> tuple[int, os.stat_result]:
+    """An open descriptor on a regular file (never blocks: O_NONBLOCK until the type is known)."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise ConfigError(missing, path=path) from None
+    except IsADirectoryError:
+        raise ConfigError(f"is a folder; expected a {what}", path=path) from None
+    except PermissionError:
+        raise ConfigError("cannot be read (permission denied)", path=path) from None
+    except OSError as err:
+        reason = {errno.ELOOP: "a symlink loop", errno.ENOTDIR: "a part of the path is not a folder",
+                  errno.ENAMETOOLONG: "the path is too long"}.get(err.errno, err.strerror or type(err).__name__)
+        raise ConfigError(f"cannot be opened ({reason})", path=path) from None
+    except ValueError:  # an embedded NUL byte in the path
+        raise ConfigError("the path contains a NUL byte", path=path) from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise ConfigError(f"is a folder; expected a {what}", path=path)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"is not a regular file (a pipe, device or socket); expected a {what}", path=path)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_bytes(path: str | Path, *, limit: int = CONFIG_LIMIT, missing: str = "file not found",
+               what: str = "file") -> bytes:
+    """The whole content of a regular file of at most ``limit`` bytes (one open, so no check/use race)."""
+    path = Path(path)
+    limit = _limit(limit)
+    fd, st = _open(path, missing, what)
+    try:
+        if st.st_size > limit:
+            raise _too_large(path, st.st_size, limit, what)
+        # read until EOF but never past the cap (a file may grow while read; /proc files report size 0)
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(8 * MIB, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise _too_large(path, total, limit, what)
+        return b"".join(chunks)
+    except OSError as err:
+        raise ConfigError(f"cannot be read ({err.strerror or type(err).__name__})", path=path) from None
+    finally:
+        os.close(fd)
+
+
+def check_regular(path: str | Path, *, missing: str = "file not found", what: str = "file") -> Path:
+    """Fail early (before anything is written) when ``path`` is not an openable regular file."""
+    path = Path(path)
+    fd, _ = _open(path, missing, what)
+    os.close(fd)
+    return path
+
+
+def _too_large(path: Path, size: int, limit: int, what: str) -> ConfigError:
+    return ConfigError(f"too large for a {what} ({_size(size)}; the limit is {_size(limit)}, "
+                       f"raise it with MEDHELM_MAX_INPUT_MB)", path=path)
+
+
+def decode(data: bytes, path: str | Path, *, hint: str = "") -> str:
+    """Strict UTF-8 (a leading BOM is dropped); an error names the line of the first bad byte."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"not UTF-8 text{hint}", path=path, line=data[: err.start].count(b"\n") + 1) from None
+
+
+def read_text(path: str | Path, *, limit: int = CONFIG_LIMIT, missing: str = "file not found",
+              what: str = "file", hint: str = "") -> str:
+    return decode(read_bytes(path, limit=limit, missing=missing, what=what), path, hint=hint)
+
+
+# ------------------------------------------------------------------------------------------------
+# JSON
+
+
+def load_json(path: str | Path, *, missing: str = "missing", limit: int = CONFIG_LIMIT) -> Any:
+    text = read_text(path, limit=limit, missing=missing, what="JSON file")
+    return parse_json(text, path)
+
+
+def parse_json(text: str, path: str | Path, *, line: int | None = None) -> Any:
+    """``json.loads`` with every failure (syntax, nesting, huge integers) as one ConfigError."""
+    try:
+        value = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ConfigError(f"corrupt JSON ({e.msg})", path=path, line=e.lineno) from None
-    except UnicodeDecodeError:
-        raise ConfigError("not UTF-8 text", path=path) from None
+        raise ConfigError(f"corrupt JSON ({e.msg})", path=path, line=line or e.lineno) from None
+    except RecursionError:
+        raise ConfigError(f"JSON nested too deeply (more than {MAX_DEPTH} levels)", path=path, line=line) from None
+    except ValueError as e:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        raise ConfigError(f"corrupt JSON ({_value_error(e)})", path=path, line=line) from None
+    check_depth(value, path, line=line)
+    return value
 
 
-def load_yaml(path: Path, *, missing: str = "file not found") -> Any:
+def _value_error(err: ValueError) -> str:
+    text = str(err)
+    return "a number with more than 4,300 digits" if "digits" in text else type(err).__name__
+
+
+def check_depth(value: Any, path: str | Path, *, line: int | None = None, limit: int = MAX_DEPTH) -> None:
+    """Refuse values nested deeper than ``limit`` (iterative: a deep value cannot exhaust the stack)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            raise ConfigError(f"nested too deeply (more than {limit} levels)", path=path, line=line)
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+
+
+# ------------------------------------------------------------------------------------------------
+# YAML
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing duplicate keys (the last one silently won before)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else id(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key '{key}' (first on line {seen[key]})", key_node.start_mark)
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+@dataclass(frozen=True)
+class YamlDoc:
+    """A parsed YAML file and its node tree, for errors that name the line of a field."""
+
+    path: Path
+    data: Any
+    node: Any
+
+    def line(self, *loc: str | int) -> int | None:
+        """The line of the key (or item) at ``loc`` (e.g. ``("model_deployments", 2, "base_url")``)."""
+        node, line = self.node, None
+        for part in loc:
+            if isinstance(node, yaml.MappingNode):
+                for k, v in node.value:
+                    if getattr(k, "value", None) == str(part):
+                        node, line = v, k.start_mark.line + 1
+                        break
+                else:
+                    return line
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+                node = node.value[part]
+                line = node.start_mark.line + 1
+            else:
+                return line
+        return line
+
+
+def load_yaml(path: str | Path, *, missing: str = "file not found") -> Any:
+    return load_yaml_doc(path, missing=missing).data
+
+
+def load_yaml_doc(path: str | Path, *, missing: str = "file not found") -> YamlDoc:
+    path = Path(path)
+    text = read_text(path, missing=missing, what="YAML file")
+    return parse_yaml(text, path)
+
+
+def parse_yaml(text: str, path: Path) -> YamlDoc:
+    loader = _StrictLoader(text)
     try:
-        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(missing, path=path) from None
-    except UnicodeDecodeError:
-        raise ConfigError("not UTF-8 text", path=path) from None
+        node = loader.get_single_node()
+        if node is None:
+            return YamlDoc(path, None, None)
+        _check_expansion(node, path)
+        return YamlDoc(path, loader.construct_document(node), node)
     except yaml.YAMLError as err:
         raise yaml_error(err, path) from None
+    except RecursionError:
+        raise ConfigError(f"YAML nested too deeply (more than {MAX_DEPTH} levels)", path=path) from None
+    except ValueError as err:  # an integer of more than 4,300 digits
+        raise ConfigError(f"invalid YAML ({_value_error(err)})", path=path) from None
+    finally:
+        loader.dispose()
+
+
+def _check_expansion(root: Any, path: Path) -> None:
+    """Bound what aliases expand to (size after expansion, memoised per node) and refuse recursion."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+
+    def size(node: Any, depth: int) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"YAML nested too deeply (more than {MAX_DEPTH} levels)", path=path,
+                              line=node.start_mark.line + 1)
+        if key in on_path:
+            raise ConfigError("recursive YAML alias (an anchor used inside itself)", path=path,
+                              line=node.start_mark.line + 1)
+        total = 1
+        if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
+            on_path.add(key)
+            children = node.value if isinstance(node, yaml.SequenceNode) else [c for kv in node.value for c in kv]
+            for child in children:
+                total += size(child, depth + 1)
+                if total > MAX_YAML_NODES:
+                    raise ConfigError(f"YAML expands to more than {MAX_YAML_NODES:,} values (aliases * used "
+                                      "too often?)", path=path, line=node.start_mark.line + 1)
+            on_path.discard(key)
+        sizes[key] = total
+        return total
+
+    size(root, 1)
 
 
 def yaml_error(err: yaml.YAMLError, path: Path) -> ConfigError:
     """A YAML parse error as one line: the file, the line, what the parser said."""
     mark = getattr(err, "problem_mark", None)
-    return ConfigError(f"invalid YAML ({getattr(err, 'problem', None) or err})", path=path,
-                       line=None if mark is None else mark.line + 1)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    return ConfigError(f"invalid YAML ({problem})", path=path, line=None if mark is None else mark.line + 1)
