@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from medhelm.errors import ConfigError
+from medhelm.errors import ConfigError, escape
 
 MIB = 1024 * 1024
 CONFIG_LIMIT = 16 * MIB  # YAML / JSON configs, .conf files, prompt templates, run specs
@@ -281,3 +282,18 @@ def yaml_error(err: yaml.YAMLError, path: Path) -> ConfigError:
     mark = getattr(err, "problem_mark", None)
     problem = getattr(err, "problem", None) or str(err).splitlines()[0]
     return ConfigError(f"invalid YAML ({problem})", path=path, line=None if mark is None else mark.line + 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# names that become folders
+
+
+_PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+\-]{0,127}$")
+
+
+def plain_name(value: str, *, what: str) -> str:
+    """A suite or release name that becomes one folder under the output path (never ``..``, ``/``, ``~``)."""
+    if not _PLAIN.match(value or "") or value in (".", "..") or ".." in value:
+        raise ConfigError(f"{what} '{escape(value, 80)}' must be a plain name (letters, digits, _ . + -, at most "
+                          "128 characters, no / or ..): it names a folder under the output path")
+    return value

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from medhelm import files
 from medhelm.errors import ConfigError
 from medhelm.specs import FrozenMap
 
@@ -75,13 +76,12 @@ def parse_run_entry(text: str, *, source: str = "--run-entries", priority: int =
 
 def read_conf(path: str | Path) -> list[RunEntry]:
     path = Path(path)
+    text = files.read_text(path, what=".conf file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError("file not found", path=path) from None
-    except UnicodeDecodeError:
-        raise ConfigError("not UTF-8 text", path=path) from None
-    doc = _HoconParser(text, path).parse_document()
+        doc = _HoconParser(text, path).parse_document()
+    except RecursionError:
+        raise ConfigError(f"nested too deeply (more than {files.MAX_DEPTH} levels)", path=path) from None
+    files.check_depth(doc, path)
     entries = doc.get("entries")
     if not isinstance(entries, list):
         raise ConfigError("expected 'entries: [ {description: \"...\", priority: N}, ... ]'", path=path)

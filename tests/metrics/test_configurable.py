@@ -251,7 +251,8 @@ def test_cli_prints_one_line_and_exits_2(em: Path, tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"medhelm: error: {em / 'exact_match_demo_prompt.txt'}:6: field 'notes': placeholder {{notes}} has no column in "
-        f"{em / 'exact_match_demo_dataset.csv'} (columns: patient_id, note, question, correct_answer, incorrect_answers)"]
+        f"{em / 'exact_match_demo_dataset.csv'} (the header has 5 column(s); expected: patient_id, notes, question, correct_answer; "
+        "is the header row missing or misspelt?)"]
     assert not (tmp_path / "out").exists()
 
 

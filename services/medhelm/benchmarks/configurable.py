@@ -21,12 +21,11 @@ from typing import Any
 
 import yaml
 
-from medhelm import taxonomy
+from medhelm import files, taxonomy
 from medhelm.benchmarks.base import LoadContext, PromptBudget
 from medhelm.benchmarks.template import PromptTemplate
 from medhelm.benchmarks.user_dataset import read_dataset
 from medhelm.errors import ConfigError
-from medhelm.files import yaml_error
 from medhelm.scoring import registry
 from medhelm.scoring.exact import STATS as EXACT_STATS
 from medhelm.specs import Access, BenchmarkSpec, Instance, MetricSpec, Prompt, TaskType
@@ -74,12 +73,8 @@ class _Loader:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        text = _read_text(path)
-        try:
-            self.doc = yaml.safe_load(text)
-            self.node = yaml.compose(text, Loader=yaml.SafeLoader)  # for line numbers in errors
-        except yaml.YAMLError as err:
-            raise yaml_error(err, path) from None
+        parsed = files.load_yaml_doc(path)  # duplicate keys refused, aliases bounded
+        self.doc, self.node = parsed.data, parsed.node  # the node tree: line numbers in errors
         if not isinstance(self.doc, dict):
             raise ConfigError("expected a mapping with name, description, prompt_file, dataset_file, "
                               "max_tokens and metrics", path=path)
@@ -124,13 +119,14 @@ class _Loader:
         dataset_path = self.locate(doc["dataset_file"], "dataset_file")
         template = PromptTemplate.parse(_read_text(prompt_path), prompt_path)
         only_jury = all(m.name == JURY for m in metrics)
-        rows = read_dataset(dataset_path, template, answer_required=not only_jury)
-        files = hashlib.sha256(template.text.encode() + b"\0" + dataset_path.read_bytes()).hexdigest()[:12]
+        data = files.read_bytes(dataset_path, limit=files.DATA_LIMIT, what="dataset (CSV)")
+        rows = read_dataset(dataset_path, template, answer_required=not only_jury, data=data)
+        digest = hashlib.sha256(template.text.encode() + b"\0" + data).hexdigest()[:12]
         spec = BenchmarkSpec(
             name=name, display_name=name, description=description, category=category, subcategory=subcategory,
             access=access, task_type=TaskType.CLASSIFICATION if metrics[0].name in EXACT_STATS else TaskType.GENERATION,
             metrics=metrics, main_metric=registry.stat_names(metrics[0])[0], max_tokens=max_tokens,
-            source=f"user files sha256:{files}")  # the digest keeps an edited CSV from resuming old results
+            source=f"user files sha256:{digest}")  # the digest keeps an edited CSV from resuming old results
         return ConfigurableBenchmark(spec=spec, template=template, rows=rows)
 
     # ---- keys
@@ -245,8 +241,4 @@ def _locate(value: str, bases: Sequence[Path], *, field: str, where: str) -> Pat
 
 
 def _read_text(path: Path) -> str:
-    data = path.read_bytes()
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise ConfigError("not UTF-8 text", path=path, line=data[: err.start].count(b"\n") + 1) from None
+    return files.read_text(path, what="prompt file")

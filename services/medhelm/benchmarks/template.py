@@ -8,12 +8,16 @@ prompt is over budget, the longest filled *value* is cut from its end — the te
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from medhelm.errors import ConfigError
+from medhelm.errors import ConfigError, escape
+
+MAX_WIDTH = 1000  # a width/precision in a placeholder's format spec ({note:>999999999} would take gigabytes)
+_CONVERSIONS = frozenset({"r", "s", "a"})
 
 
 @dataclass(frozen=True)
@@ -44,14 +48,30 @@ class PromptTemplate:
                 line = text[: text.find("{}")].count("\n") + 1 if "{}" in text else None
                 raise ConfigError("empty placeholder {}: write a column name, or {{}} for literal braces",
                                   path=path, line=line)
+            line = cls._line(text, field)
+            if conversion is not None and conversion not in _CONVERSIONS:
+                raise ConfigError(f"placeholder {{{escape(field, 80)}!{escape(conversion, 5)}}}: unknown conversion "
+                                  "(use !r, !s or !a, or none)", path=path, line=line, field=field)
             if spec:
+                if "{" in spec:
+                    raise ConfigError("nested placeholders inside a format spec are not supported", path=path,
+                                      line=line, field=field)
+                widths = [int(n) for n in re.findall(r"\d+", spec)]
+                if any(n > MAX_WIDTH for n in widths):
+                    raise ConfigError(f"placeholder {{{escape(field, 80)}:...}}: a width or precision over {MAX_WIDTH} "
+                                      "in its format spec", path=path, line=line, field=field)
                 try:
                     format("", spec)
                 except ValueError:
-                    raise ConfigError(f"placeholder {{{field}:{spec}}} has a format spec that text cannot use",
-                                      path=path, field=field) from None
+                    raise ConfigError(f"placeholder {{{escape(field, 80)}:{escape(spec, 40)}}} has a format spec that "
+                                      "text cannot use", path=path, line=line, field=field) from None
             pieces.append(_Piece(literal, field, spec or "", conversion))
         return cls(path=path, text=text, pieces=tuple(pieces))
+
+    @staticmethod
+    def _line(text: str, field: str | None) -> int | None:
+        at = text.find("{" + (field or ""))
+        return None if at < 0 else text[:at].count("\n") + 1
 
     @property
     def fields(self) -> tuple[str, ...]:

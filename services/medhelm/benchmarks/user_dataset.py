@@ -13,8 +13,9 @@ import io
 import json
 from pathlib import Path
 
+from medhelm import files
 from medhelm.benchmarks.template import PromptTemplate
-from medhelm.errors import ConfigError
+from medhelm.errors import ConfigError, escape
 from medhelm.specs import FrozenMap, Instance, Reference
 
 ANSWER, WRONG, ID = "correct_answer", "incorrect_answers", "id"
@@ -25,9 +26,10 @@ if csv.field_size_limit() < _FIELD_LIMIT:
     csv.field_size_limit(_FIELD_LIMIT)
 
 
-def read_dataset(path: Path, template: PromptTemplate, *, answer_required: bool) -> tuple[Instance, ...]:
-    """All rows of ``path`` as instances whose input is the filled template."""
-    rows = _rows(path)
+def read_dataset(path: Path, template: PromptTemplate, *, answer_required: bool,
+                 data: bytes | None = None) -> tuple[Instance, ...]:
+    """All rows of ``path`` (or of ``data``, its content already read) as instances: the filled template."""
+    rows = _rows(path, data)
     header = next(rows, None)
     if header is None:
         raise ConfigError("the dataset is empty (expected a header row and at least one data row)", path=path)
@@ -56,13 +58,10 @@ def read_dataset(path: Path, template: PromptTemplate, *, answer_required: bool)
     return tuple(instances)
 
 
-def _rows(path: Path):  # -> Iterator[tuple[int, list[str]]]: (first line of the record, cells)
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise ConfigError("not UTF-8 text (save it as 'CSV UTF-8')", path=path,
-                          line=data[: err.start].count(b"\n") + 1) from None
+def _rows(path: Path, data: bytes | None = None):  # -> Iterator[(first line of the record, cells)]
+    if data is None:
+        data = files.read_bytes(path, limit=files.DATA_LIMIT, what="dataset (CSV)")
+    text = files.decode(data, path, hint=" (save it as 'CSV UTF-8')")
     reader = csv.reader(io.StringIO(text, newline=""))
     start = 1
     try:
@@ -76,18 +75,26 @@ def _rows(path: Path):  # -> Iterator[tuple[int, list[str]]]: (first line of the
 
 def _columns(header: list[str], path: Path) -> list[str]:
     columns = [c.strip() for c in header]
+    # Never echo a header cell: when the header row is missing, the first data row (patient text) is here.
     for i, name in enumerate(columns):
         if not name:
-            raise ConfigError(f"column {i + 1} of the header has no name", path=path, line=1)
+            raise ConfigError(f"column {i + 1} of the header has no name (is the header row missing?)", path=path,
+                              line=1)
         if name in columns[:i]:
-            raise ConfigError("duplicate column name in the header", path=path, line=1, field=name)
+            raise ConfigError(f"columns {columns.index(name) + 1} and {i + 1} of the header have the same name "
+                              "(is the header row missing?)", path=path, line=1)
     return columns
 
 
 def _check_columns(columns: list[str], path: Path, template: PromptTemplate, answer_required: bool) -> None:
+    # The header's cells are never echoed (a missing header row makes them patient text): the expected
+    # columns (the template's placeholders: ours, not the data's) and how many the header has.
+    expected = [*template.fields, *([ANSWER] if answer_required else [])]
     for field in template.fields:
         if field not in columns:
-            raise ConfigError(f"placeholder {{{field}}} has no column in {path} (columns: {', '.join(columns)})",
+            raise ConfigError(f"placeholder {{{escape(field, 80)}}} has no column in {escape(path)} (the header has "
+                              f"{len(columns)} column(s); expected: {', '.join(escape(c, 80) for c in expected[:20])}; "
+                              "is the header row missing or misspelt?)",
                               path=template.path, line=template.line_of(field), field=field)
     if answer_required and ANSWER not in columns:
         raise ConfigError(f"no '{ANSWER}' column; it holds the gold answer and is required unless jury_score "

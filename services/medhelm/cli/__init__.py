@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 # name -> (module, one-line help). Modules are imported only for the chosen subcommand.
@@ -43,6 +43,39 @@ class _Parser(argparse.ArgumentParser):
 
         print(f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(2)
+
+
+SEED_MAX = 2**32 - 1  # numpy's and the servers' seed range
+
+
+def int_in(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: an integer in [lo, hi] (so a port or a seed out of range is a usage error)."""
+
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got '{value[:40]}'") from None
+        if not lo <= n <= hi:
+            raise argparse.ArgumentTypeError(f"expected an integer from {lo} to {hi}, got {value[:40]}")
+        return n
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_in(lo: float, hi: float) -> Callable[[str], float]:
+    def parse(value: str) -> float:
+        try:
+            x = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got '{value[:40]}'") from None
+        if not lo <= x <= hi:  # NaN fails this too
+            raise argparse.ArgumentTypeError(f"expected a number from {lo:g} to {hi:g}, got {value[:40]}")
+        return x
+
+    parse.__name__ = "number"
+    return parse
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

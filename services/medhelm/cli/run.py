@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from medhelm.cli import SEED_MAX, int_in
 from medhelm.errors import ConfigError, MedhelmError
 
 
@@ -18,12 +19,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("-c", "--conf-paths", nargs="+", default=[], metavar="CONF",
                      help="run-entry files: entries: [{description: \"...\", priority: 1}]")
     src.add_argument("--models-to-run", nargs="+", metavar="MODEL", help="only entries for these models")
-    src.add_argument("--priority", type=int, help="only entries with priority <= this")
+    src.add_argument("--priority", type=int_in(-10**6, 10**6), help="only entries with priority <= this")
     src.add_argument("--suite", default="default", help="name grouping these runs (default: %(default)s)")
     src.add_argument("-m", "--max-eval-instances", type=_positive, metavar="N",
                      help="sample at most N instances per run (seeded, reproducible)")
-    src.add_argument("--num-output-tokens", type=_positive, metavar="N", help="override max output tokens")
-    src.add_argument("--seed", type=int, default=0, help="sampling and request seed (default: 0)")
+    src.add_argument("--num-output-tokens", type=int_in(1, 10**7), metavar="N", help="override max output tokens")
+    src.add_argument("--seed", type=int_in(0, SEED_MAX), default=0, help="sampling and request seed (default: 0)")
     where = p.add_argument_group("where")
     where.add_argument("-o", "--output-path", default="benchmark_output", type=Path,
                        help="results root (default: %(default)s)")
@@ -32,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     where.add_argument("--data-dir", type=Path, default=_env_path("MEDHELM_DATA_DIR"),
                        help="local mirror of benchmark files (air-gapped networks; env MEDHELM_DATA_DIR)")
     how = p.add_argument_group("how")
-    how.add_argument("-n", "--max-concurrency", "--num-threads", dest="max_concurrency", type=_positive,
+    how.add_argument("-n", "--max-concurrency", "--num-threads", dest="max_concurrency", type=int_in(1, 10_000),
                      default=8, metavar="N", help="requests in flight per run (default: %(default)s)")
     how.add_argument("-d", "--dry-run", action="store_true", help="plan and count; call no model")
     how.add_argument("--skip-completed-runs", action="store_true", help="skip runs that already finished")
@@ -74,8 +75,11 @@ def main_validate(args: argparse.Namespace) -> int:
 
 
 def plan_from_args(args: argparse.Namespace):
+    from medhelm.files import plain_name
     from medhelm.pipeline import RunOptions, plan_runs
     from medhelm.runentries import parse_run_entry, read_conf, select
+
+    plain_name(args.suite, what="--suite")
 
     entries = [parse_run_entry(e) for e in args.run_entries]
     for conf in args.conf_paths:

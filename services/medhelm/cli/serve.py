@@ -7,6 +7,7 @@ import asyncio
 import os
 from pathlib import Path
 
+from medhelm.cli import float_in, int_in
 from medhelm.errors import ConfigError
 
 TARGETS = ("dashboard", "scenarios", "jury", "metrics")
@@ -18,13 +19,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("network (the dashboard reads --host/--port too)")
     g.add_argument("--host", default=os.environ.get("MEDHELM_HOST", "127.0.0.1"),
                    help="address to bind (default 127.0.0.1; 0.0.0.0 inside a pod; env MEDHELM_HOST)")
-    g.add_argument("--port", type=int, default=None,
+    g.add_argument("--port", type=int_in(0, 65535), default=None,
                    help="port (gRPC default 50051; 0 = any free port; the dashboard has its own default)")
-    g.add_argument("--metrics-port", type=int, default=9090,
+    g.add_argument("--metrics-port", type=int_in(-1, 65535), default=9090,
                    help="Prometheus /metrics HTTP port; -1 = off; 0 = any free port (default: %(default)s)")
-    g.add_argument("--max-message-mb", type=int, default=64, help="largest gRPC message (default: %(default)s)")
-    g.add_argument("--grace-s", type=float, default=20.0, help="SIGTERM drain time (default: %(default)s)")
-    g.add_argument("--max-concurrency", type=int, default=16, help="items scored at once per stream")
+    g.add_argument("--max-message-mb", type=int_in(1, 2047), default=64, help="largest gRPC message (default: %(default)s)")
+    g.add_argument("--grace-s", type=float_in(0, 3600), default=20.0, help="SIGTERM drain time (default: %(default)s)")
+    g.add_argument("--max-concurrency", type=int_in(1, 10_000), default=16, help="items scored at once per stream")
     g.add_argument("--tls-cert", type=Path, help="server certificate (PEM); with --tls-key enables TLS")
     g.add_argument("--tls-key", type=Path, help="server private key (PEM)")
     g.add_argument("--tls-client-ca", type=Path, help="CA for client certificates: enables mutual TLS")

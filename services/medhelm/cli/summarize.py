@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from medhelm.cli import SEED_MAX, int_in
 from medhelm.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,8 +39,11 @@ def add_summarize_options(how: argparse._ArgumentGroup | argparse.ArgumentParser
                      help="model_deployments.yaml (deployments marked `redacted: true`) and prices.yaml")
     how.add_argument("--prices", type=Path, help="prices YAML (default: <local-path>/prices.yaml if present)")
     how.add_argument("--redact", action="store_true", help="keep no instance text in the store (aggregates only)")
-    how.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap replicates (default 1000)")
-    how.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    how.add_argument("--bootstrap", type=int_in(0, 100_000), default=1000, metavar="N",
+                     help="bootstrap replicates, 0-100000 (default 1000)")
+    how.add_argument("--seed", type=int_in(0, SEED_MAX), default=0, help="bootstrap seed (default 0)")
+    how.add_argument("--allow-fewer-runs", action="store_true",
+                     help="replace a release even when fewer runs are found than it holds (default: refuse)")
 
 
 def add_store_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,13 +67,17 @@ def main(args: argparse.Namespace) -> int:
     if args.schema or args.auto_generate_schema:
         print("note: no schema file is needed; benchmarks, metrics and the taxonomy come from the run specs",
               file=sys.stderr)
+    from medhelm.files import plain_name
+
+    for suite in suites:
+        plain_name(suite, what="--suites")
     release = args.release or "+".join(suites)
     for suite in suites:  # fail before anything is written
         if not (Path(args.output_path) / "runs" / suite).is_dir():
             raise ConfigError("suite folder not found", path=Path(args.output_path) / "runs" / suite)
     options = summarize_options(args, release, suites)
     with open_store(store_location(args), create=True) as store:
-        report = run_summarize(store, suite_sources(args.output_path, suites), options)
+        report = run_summarize(store, suite_sources(args.output_path, suites, note=_note), options)
         print_report(store, report)
     return 0
 
@@ -86,14 +94,20 @@ def summarize_options(args: argparse.Namespace, release: str, suites: list[str])
     prices_path = args.prices or (Path(args.local_path) / "prices.yaml")
     prices = PriceTable.load(prices_path) if args.prices or prices_path.is_file() else PriceTable.empty()
     return SummarizeOptions(release=release, suites=tuple(suites), replicates=args.bootstrap, seed=args.seed,
-                            redact=args.redact, prices=prices,
+                            redact=args.redact, prices=prices, allow_fewer_runs=args.allow_fewer_runs,
                             redacted_deployments=frozenset(d.name for d in registry if d.redacted))
 
 
 def run_summarize(store: Store, sources: Iterable[RunSource], options: SummarizeOptions) -> SummaryReport:
     from medhelm.store import summarize
 
-    return summarize(store, sources, options, note=lambda msg: print(f"note: {msg}", file=sys.stderr))
+    return summarize(store, sources, options, note=_note)
+
+
+def _note(msg: str) -> None:
+    from medhelm.errors import one_line
+
+    print(f"note: {one_line(msg)}", file=sys.stderr)
 
 
 def print_report(store: Store, report: SummaryReport, top: int = 10) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from medhelm import benchmarks
 from medhelm.benchmarks.base import Benchmark, LoadContext
 from medhelm.deployments import DeploymentRegistry
-from medhelm.errors import ConfigError, MedhelmError
+from medhelm.errors import ConfigError, MedhelmError, escape
 from medhelm.pipeline.options import RunOptions
 from medhelm.runentries import RunEntry
 from medhelm.scoring import registry as metric_registry
@@ -42,8 +42,9 @@ def plan_runs(entries: Sequence[RunEntry], options: RunOptions, *,
     deployments = deployments or DeploymentRegistry.load(options.local_path)
     warn = warn or (lambda msg: print(f"medhelm: warning: {msg}", file=sys.stderr))
     plans: dict[str, RunPlan] = {}
+    cache: dict[tuple, object] = {}  # a .conf of 20,000 entries reads each benchmark's files once
     for entry in entries:
-        plan = _plan_one(entry, options, deployments, warn)
+        plan = _plan_one(entry, options, deployments, warn, cache)
         if plan.spec.name in plans and plans[plan.spec.name].spec != plan.spec:
             raise ConfigError(f"two run entries map to run '{plan.spec.name}' with different settings",
                               path=entry.source)
@@ -52,30 +53,48 @@ def plan_runs(entries: Sequence[RunEntry], options: RunOptions, *,
 
 
 def _plan_one(entry: RunEntry, options: RunOptions, deployments: DeploymentRegistry,
-              warn: Callable[[str], None]) -> RunPlan:
+              warn: Callable[[str], None], cache: dict[tuple, object] | None = None) -> RunPlan:
+    cache = {} if cache is None else cache
     try:
         deployment = deployments.resolve(entry.model, entry.deployment)
     except ConfigError as err:
-        raise ConfigError(f"run entry '{entry.text}': {err}", path=_where(entry)) from None
+        raise ConfigError(f"run entry '{escape(entry.text)}': {err}", path=_where(entry)) from None
     ctx = LoadContext(args=entry.benchmark_args, data_dir=options.data_dir, cache_dir=options.scenarios_dir,
                       offline=options.offline, base_dir=entry.base_dir)
-    try:
-        benchmark = benchmarks.resolve(entry.name, ctx)
-    except MedhelmError as err:
-        raise _in_entry(err, entry) from None
+    key = ("benchmark", entry.name, entry.benchmark_args, entry.base_dir)
+    if key not in cache:
+        try:
+            cache[key] = benchmarks.resolve(entry.name, ctx)
+        except MedhelmError as err:
+            raise _in_entry(err, entry) from None
+    benchmark = cache[key]
     spec = benchmark.spec
-    rctx = metric_registry.ResolveContext(benchmark_args=entry.benchmark_args, base_dir=entry.base_dir,
-                                          deployments=deployments, evaluated_deployment=deployment.name, warn=warn)
-    metrics = metric_registry.resolve_all(spec.metrics, rctx)
-    metric_registry.validate(metrics, where=_where(entry))
-    spec = dataclasses.replace(spec, metrics=metrics)
+    metrics_key = ("metrics", *key[1:], deployment.name)
+    if metrics_key not in cache:
+        rctx = metric_registry.ResolveContext(benchmark_args=entry.benchmark_args, base_dir=entry.base_dir,
+                                              deployments=deployments, evaluated_deployment=deployment.name,
+                                              warn=warn)
+        metrics = metric_registry.resolve_all(spec.metrics, rctx)
+        metric_registry.validate(metrics, where=_where(entry))
+        cache[metrics_key] = metrics
+    spec = dataclasses.replace(spec, metrics=cache[metrics_key])
 
     run_args = entry.run_args
     max_tokens = _int_arg(run_args, ("num_output_tokens", "max_tokens"), entry) or options.num_output_tokens \
         or spec.max_tokens
     max_eval = _int_arg(run_args, ("max_eval_instances",), entry) or options.max_eval_instances
     temperature = _float_arg(run_args, "temperature", entry, default=0.0)
+    if not 0.0 <= temperature <= 2.0:  # NaN and inf fail this too
+        raise ConfigError(f"run entry '{escape(entry.text)}': temperature must be a number from 0 to 2",
+                          path=_where(entry))
     seed = _int_arg(run_args, ("seed",), entry)
+    if seed is not None and not 0 <= seed < 2**32:
+        raise ConfigError(f"run entry '{escape(entry.text)}': seed must be from 0 to {2**32 - 1}", path=_where(entry))
+    window = deployment.max_sequence_length
+    if window and max_tokens >= window:
+        raise ConfigError(f"run entry '{escape(entry.text)}': max_tokens {max_tokens} leaves no room for the prompt in "
+                          f"deployment '{escape(deployment.name)}' (context {window} tokens); lower max_tokens/"
+                          "num_output_tokens or raise max_sequence_length", path=_where(entry))
     run_spec = RunSpec(
         entry=entry.text,
         benchmark=spec,
@@ -106,12 +125,13 @@ def _where(entry: RunEntry) -> str | None:
 def _int_arg(args: FrozenMap, keys: tuple[str, ...], entry: RunEntry) -> int | None:
     for key in keys:
         if key in args:
-            try:
-                value = int(args[key])
-            except ValueError:
-                raise ConfigError(f"run entry '{entry.text}': {key} must be an integer", path=_where(entry)) from None
+            text = args[key].strip()
+            if not text.lstrip("+-").isdigit() or len(text) > 12:
+                raise ConfigError(f"run entry '{escape(entry.text)}': {key} must be an integer of at most 12 digits",
+                                  path=_where(entry))
+            value = int(text)
             if value <= 0 and key != "seed":
-                raise ConfigError(f"run entry '{entry.text}': {key} must be positive", path=_where(entry))
+                raise ConfigError(f"run entry '{escape(entry.text)}': {key} must be positive", path=_where(entry))
             return value
     return None
 
@@ -120,6 +140,6 @@ def _float_arg(args: FrozenMap, key: str, entry: RunEntry, *, default: float) ->
     if key not in args:
         return default
     try:
-        return float(args[key])
+        return float(args[key][:40])
     except ValueError:
-        raise ConfigError(f"run entry '{entry.text}': {key} must be a number", path=_where(entry)) from None
+        raise ConfigError(f"run entry '{escape(entry.text)}': {key} must be a number", path=_where(entry)) from None

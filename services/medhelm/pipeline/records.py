@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TextIO
 
 from medhelm.errors import ConfigError
-from medhelm.files import load_json
+from medhelm.files import check_regular, load_json
 from medhelm.specs import InstanceResult, RunSpec, Stat, digest
 
 RECORDS = "instances.jsonl"
@@ -69,17 +69,31 @@ class RunDir:
         return (self.path / "run_spec.json").is_file()
 
     def spec(self) -> RunSpec:
-        return RunSpec.from_json(self._load("run_spec.json"))
+        doc = self._load("run_spec.json")
+        try:
+            return RunSpec.from_json(doc)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ConfigError(f"not a MedHELM run spec ({type(e).__name__})", path=self.path / "run_spec.json") \
+                from None
 
     def selection(self) -> list[str]:
         return list(self._load("selection.json")["instance_ids"])
 
     def status(self) -> dict:
         p = self.path / "run.json"
-        return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {"status": "partial"}
+        if not p.exists():
+            return {"status": "partial"}
+        doc = load_json(p)
+        if not isinstance(doc, dict):
+            raise ConfigError("expected a JSON object (the run's status)", path=p)
+        return doc
 
     def stats(self) -> list[Stat]:
-        return [Stat.from_json(s) for s in self._load("stats.json")]
+        doc = self._load("stats.json")
+        try:
+            return [Stat.from_json(s) for s in doc]  # type: ignore[union-attr]
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ConfigError(f"not a list of stats ({type(e).__name__})", path=self.path / "stats.json") from None
 
     def record_files(self) -> list[Path]:
         files = [self.path / RECORDS] if (self.path / RECORDS).is_file() else []
@@ -118,8 +132,8 @@ class RunDir:
             (self.path / "run.json").unlink(missing_ok=True)  # no longer complete until finalized
         write_atomic(self.path / "run_spec.json", _dump(spec.to_json()))
         selection = self.path / "selection.json"
-        if not selection.is_file() or json.loads(selection.read_text(encoding="utf-8")).get("instance_ids") \
-                != instance_ids:
+        old = load_json(selection) if selection.exists() else None
+        if not isinstance(old, dict) or old.get("instance_ids") != instance_ids:
             write_atomic(selection, _dump({"instance_ids": instance_ids}))
 
     def _supersede(self, keep: set[str]) -> None:
@@ -171,16 +185,19 @@ class RunDir:
 
 
 def read_records(path: Path) -> Iterator[InstanceResult]:
+    check_regular(path, what="records file (JSON lines)")
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n"):
-                return  # torn final line from an interrupted write: not a finished record
-            line = line.strip()
-            if line:
-                try:
+        lineno = 0
+        try:
+            for lineno, line in enumerate(f, 1):  # noqa: B007 - lineno is used in the error
+                if not line.endswith("\n"):
+                    return  # torn final line from an interrupted write: not a finished record
+                line = line.strip()
+                if line:
                     yield InstanceResult.from_json(json.loads(line))
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    raise ConfigError("corrupt record line", path=path) from None
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # incl. UnicodeDecodeError
+            what = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else f"corrupt record line ({type(e).__name__})"
+            raise ConfigError(what, path=path, line=lineno or None) from None
 
 
 @dataclass

@@ -7,14 +7,15 @@ from pathlib import Path
 
 import grpc
 
+from medhelm import files
 from medhelm.errors import ConfigError
 
 
 def read_pem(path: Path, flag: str) -> bytes:
     try:
-        return Path(path).read_bytes()
-    except OSError as err:
-        raise ConfigError(f"cannot read {flag} file ({err.strerror})", path=path) from None
+        return files.read_bytes(path, what=f"{flag} PEM file")
+    except ConfigError as err:
+        raise err.with_context(f"{flag}: ") from None
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,9 @@
 """``summarize``: finished runs -> the results store, then the pre-aggregated leaderboard tables.
 
 One transaction per release: a failure leaves the previous release untouched (never half-written).
+A release is never replaced by an empty one, nor by one with fewer runs unless ``allow_fewer_runs``
+(a suite folder that could not be read must not wipe a leaderboard); a run whose records are fewer than
+its ``run.json`` says is an error naming the run, and folders that are not runs are named in a note.
 Instances stream from disk into the store in batches; per-benchmark cells are then computed from
 the stored leaderboard values, one benchmark at a time, so memory follows the largest benchmark,
 not the whole release.
@@ -18,13 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
+from medhelm.errors import ConfigError, escape
 from medhelm.store.backends import Store
 from medhelm.store.cells import write_cells
 from medhelm.store.costs import PriceTable, Usage
 from medhelm.store.helm_runs import is_helm_run, read_helm_run
 from medhelm.store.read import load_cells
 from medhelm.store.schema import SCHEMA_VERSION
-from medhelm.store.sources import RunSource, find_run_dirs, read_medhelm_run
+from medhelm.store.sources import RunSource, list_suite, read_medhelm_run
 from medhelm.store.tables import group_scores, leaderboard
 
 Note = Callable[[str], None]
@@ -40,6 +44,7 @@ class SummarizeOptions:
     redacted_deployments: frozenset[str] = frozenset()  # deployments marked `redacted: true`
     prices: PriceTable = field(default_factory=PriceTable.empty)
     batch_size: int = 5000
+    allow_fewer_runs: bool = False  # replace a release even when this summarize found fewer runs
 
 
 @dataclass(frozen=True)
@@ -53,10 +58,14 @@ class SummaryReport:
     seconds: float
 
 
-def suite_sources(output_path: Path, suites: Iterable[str]) -> Iterator[RunSource]:
+def suite_sources(output_path: Path, suites: Iterable[str], note: Note | None = None) -> Iterator[RunSource]:
     """Every run directory of the suites, the LAST suite first (a run repeated in a later suite wins)."""
     for suite in reversed(list(suites)):
-        for run_dir in find_run_dirs(Path(output_path) / "runs" / suite):
+        runs, others = list_suite(Path(output_path) / "runs" / suite)
+        for other in others:
+            if note is not None:
+                note(f"skipped {suite}/{escape(other.name)}: no run_spec.json (not a run folder, or a damaged one)")
+        for run_dir in runs:
             yield read_helm_run(run_dir, suite) if is_helm_run(run_dir) else read_medhelm_run(run_dir, suite)
 
 
@@ -64,16 +73,30 @@ def summarize(store: Store, sources: Iterable[RunSource], options: SummarizeOpti
               note: Note = lambda msg: None) -> SummaryReport:
     started = time.perf_counter()
     with store.transaction():
+        before = int(store.query("SELECT COUNT(*) FROM runs WHERE release = ?", (options.release,))[0][0])
         store.delete_release(options.release)
         ingested = _Ingest(store, options, note)
         for src in sources:
             ingested.add(src)
+        _keep_or_replace(options, ingested, before)
         write_cells(store, options.release, options.replicates, options.seed)
         _write_models(store, options, ingested)
         _write_meta(store, options, ingested)
         _write_leaderboard(store, options.release)
     return SummaryReport(options.release, ingested.runs, ingested.instances, len(ingested.benchmarks),
                          len(ingested.usage), tuple(ingested.skipped), time.perf_counter() - started)
+
+
+def _keep_or_replace(options: SummarizeOptions, ingested: _Ingest, before: int) -> None:
+    """Raise (rolling the transaction back) rather than replace a release with an empty or smaller one."""
+    where = f"suite(s) {', '.join(escape(s) for s in options.suites) or '?'}"
+    if ingested.runs == 0:
+        raise ConfigError(f"no complete run in {where} ({len(ingested.skipped)} skipped, see the notes); release "
+                          f"'{escape(options.release)}' left unchanged")
+    if ingested.runs < before and not options.allow_fewer_runs:
+        raise ConfigError(f"release '{escape(options.release)}' has {before} runs but {where} gave only "
+                          f"{ingested.runs} ({len(ingested.skipped)} skipped, see the notes); left unchanged; "
+                          "pass --allow-fewer-runs to replace it anyway")
 
 
 class _Ingest:
@@ -169,6 +192,10 @@ class _Ingest:
                 batch = []
         if batch:
             self.store.insert_many("instances", columns, batch)
+        done = src.status.get("instances_done")
+        if src.source == "medhelm" and isinstance(done, int) and len(seen) < done:
+            raise ConfigError(f"{src.suite}/{src.run_name}: instances.jsonl holds {len(seen)} instance(s) but "
+                              f"run.json says {done} are done; the run folder is damaged (run it again to resume)")
         totals["inference_s"] += latency
         totals["n_instances"] += len(seen)
         self.instances += len(seen)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,20 +69,46 @@ def leaderboard_stat(spec: BenchmarkSpec) -> str:
 
 
 def find_run_dirs(suite_dir: Path) -> list[Path]:
+    return list_suite(suite_dir)[0]
+
+
+# folders a HELM suite holds besides its runs (never runs themselves)
+_NOT_RUNS = frozenset({"groups", "eval_cache", "cache", "scenarios", "shards", "logs"})
+
+
+def list_suite(suite_dir: Path) -> tuple[list[Path], list[Path]]:
+    """(run folders, other folders) of a suite; an unreadable suite folder is an error, never "no runs"."""
     if not suite_dir.is_dir():
         raise ConfigError("suite folder not found (run `medhelm run --suite ...` first)", path=suite_dir)
-    return sorted(p.parent for p in suite_dir.glob("*/run_spec.json"))
+    try:
+        entries = sorted(os.scandir(suite_dir), key=lambda e: e.name)
+    except OSError as err:
+        raise ConfigError(f"cannot read the suite folder ({err.strerror})", path=suite_dir) from None
+    runs, others = [], []
+    for entry in entries:
+        try:
+            if not entry.is_dir() or entry.name.startswith(".") or entry.name in _NOT_RUNS:
+                continue
+            (runs if (Path(entry.path) / "run_spec.json").exists() else others).append(Path(entry.path))
+        except OSError:
+            others.append(Path(entry.path))
+    return runs, others
 
 
 def read_medhelm_run(path: Path, suite: str) -> RunSource:
     spec_json = load_json(path / "run_spec.json")
     try:
         spec = RunSpec.from_json(spec_json)
-    except (KeyError, TypeError, ValueError) as e:
-        raise ConfigError(f"not a MedHELM run spec ({type(e).__name__}: {e})", path=path / "run_spec.json") from None
-    status = load_json(path / "run.json") if (path / "run.json").is_file() else {"status": "partial"}
-    stats = tuple(Stat.from_json(s) for s in load_json(path / "stats.json")) if (path / "stats.json").is_file() \
-        else ()
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # never the value: it may be instance text
+        raise ConfigError(f"not a MedHELM run spec ({type(e).__name__})", path=path / "run_spec.json") from None
+    status = load_json(path / "run.json") if (path / "run.json").exists() else {"status": "partial"}
+    if not isinstance(status, Mapping):
+        raise ConfigError("expected a JSON object (the run's status)", path=path / "run.json")
+    try:
+        stats = tuple(Stat.from_json(s) for s in load_json(path / "stats.json")) if (path / "stats.json").exists() \
+            else ()
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ConfigError(f"expected a list of stats ({type(e).__name__})", path=path / "stats.json") from None
     main = leaderboard_stat(spec.benchmark)
     return RunSource(suite=suite, run_name=path.name, benchmark=spec.benchmark, model=spec.model,
                      deployment=spec.deployment, main_stat=main, status=status, stats=stats,
@@ -92,27 +119,37 @@ def read_medhelm_run(path: Path, suite: str) -> RunSource:
 def _medhelm_rows(path: Path, main: str, with_text: bool) -> Iterator[InstanceRow]:
     # The raw line is stored as is (no re-encoding): summarize's cost is one json.loads per instance.
     # This loop runs once per instance of a release (370k in the bench): keep it flat.
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError("missing (the run has no records)", path=path)
-    loads, dumps = json.loads, json.dumps
+    files.check_regular(path, what="records file (JSON lines)")
     with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if line.isspace():
-                continue
-            try:
-                d = loads(line)
-                stats = d["stats"] or {}
-                usage = (d["completion"] or {}).get("usage") or {}
-                judge = d.get("judge_usage") or {}
-                row = InstanceRow(
-                    str(d["instance"]["id"]), d.get("position", 0), number(stats.get(main)), d.get("error"),
-                    None if with_text else dumps(stats), line.rstrip("\n") if with_text else None,
-                    usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0,
-                    usage.get("latency_s") or 0.0, judge.get("prompt_tokens") or 0,
-                    judge.get("completion_tokens") or 0)
-            except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
-                raise ConfigError(f"bad instance record ({type(e).__name__})", path=path, line=lineno) from None
-            yield row
+        lineno = 0
+        try:
+            for lineno, row in _parse_rows(f, main, with_text, path):  # noqa: B007 - lineno: the error's line
+                yield row
+        except UnicodeDecodeError:
+            raise ConfigError("not UTF-8 text", path=path, line=lineno + 1) from None
+
+
+def _parse_rows(f: Any, main: str, with_text: bool, path: Path) -> Iterator[tuple[int, InstanceRow]]:
+    loads, dumps = json.loads, json.dumps
+    for lineno, line in enumerate(f, 1):
+        if line.isspace():
+            continue
+        try:
+            d = loads(line)
+            stats = d["stats"] or {}
+            usage = (d["completion"] or {}).get("usage") or {}
+            judge = d.get("judge_usage") or {}
+            row = InstanceRow(
+                str(d["instance"]["id"]), d.get("position", 0), number(stats.get(main)), d.get("error"),
+                None if with_text else dumps(stats), line.rstrip("\n") if with_text else None,
+                usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0,
+                usage.get("latency_s") or 0.0, judge.get("prompt_tokens") or 0,
+                judge.get("completion_tokens") or 0)
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+            raise ConfigError(f"bad instance record ({type(e).__name__})", path=path, line=lineno) from None
+        yield lineno, row
 
 
 def number(value: Any) -> float | None:

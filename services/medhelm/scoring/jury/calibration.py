@@ -9,12 +9,15 @@ instance × criterion), and each judge's bias (mean of judge − clinician mean,
 from __future__ import annotations
 
 import csv
+import io
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from medhelm import files
 from medhelm.errors import ConfigError
 from medhelm.scoring.jury import agreement as ag
 from medhelm.scoring.jury.ratings import Rating, Target, judge_ratings, pivot
@@ -34,8 +37,9 @@ class ClinicianRating:
 
 def read_ratings(path: str | Path) -> list[ClinicianRating]:
     path = Path(path)
+    text = files.read_text(path, limit=files.DATA_LIMIT, missing="ratings file not found", what="ratings CSV")
     try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
+        with io.StringIO(text, newline="") as f:
             reader = csv.DictReader(f)
             missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
             if missing:
@@ -50,12 +54,12 @@ def read_ratings(path: str | Path) -> list[ClinicianRating]:
                 try:
                     score = float(values["score"])
                 except ValueError:
-                    raise ConfigError("score is not a number", path=path, line=line, field="score") from None
+                    score = math.nan
+                if not math.isfinite(score):
+                    raise ConfigError("score is not a finite number", path=path, line=line, field="score")
                 out.append(ClinicianRating(values["instance_id"], values["rater"], values["criterion"], score, line))
-    except FileNotFoundError:
-        raise ConfigError("ratings file not found", path=path) from None
-    except UnicodeDecodeError:
-        raise ConfigError("not UTF-8 text", path=path) from None
+    except csv.Error as err:
+        raise ConfigError(f"malformed CSV ({err})", path=path) from None
     if not out:
         raise ConfigError("no ratings", path=path)
     return out
