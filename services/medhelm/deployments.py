@@ -3,25 +3,33 @@
 Shape (HELM's, so existing prod_env files carry over): a list under ``model_deployments``; each item has
 ``name``, ``model_name``, ``kind`` (openai | llamacpp | kserve_v2) and per kind ``base_url``,
 ``served_model_name``, ``api_key_env``, ``max_sequence_length`` or ``gguf_path``.
+
+Each file is checked against a typed schema (``schemas.py``, pydantic) when read: strict types, known keys,
+http(s) URLs, environment-variable names, finite positive numbers, no deployment defined twice in a file.
+``check_usable`` is what planning adds for the deployments a run uses (key variable set, GGUF present).
+A problem is a ConfigError naming the file, line and field.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from medhelm.errors import ConfigError
-from medhelm.files import load_yaml
+from pydantic import Field
+
+from medhelm import files
+from medhelm.errors import ConfigError, escape
+from medhelm.files import YamlDoc, load_yaml_doc
+from medhelm.schemas import EnvName, Finite, Strict, Text, Url, check
 from medhelm.specs import Deployment, DeploymentKind, FrozenMap
 
 BUILTIN_PATH = Path(__file__).parent / "config" / "model_deployments.yaml"
 USER_FILE = "model_deployments.yaml"
 DEFAULT_DEPLOYMENT = "local/smollm2-135m-instruct"
 
-_FIELDS = {"name", "model_name", "kind", "base_url", "served_model_name", "api_key_env", "max_sequence_length",
-           "gguf_path", "max_concurrency", "timeout_s", "redacted", "options", "description"}
 _REQUIRED_BY_KIND = {DeploymentKind.OPENAI: ("base_url",), DeploymentKind.LLAMACPP: ("gguf_path",),
                      DeploymentKind.KSERVE_V2: ("base_url",)}
 
@@ -29,18 +37,32 @@ _REQUIRED_BY_KIND = {DeploymentKind.OPENAI: ("base_url",), DeploymentKind.LLAMAC
 class DeploymentRegistry:
     def __init__(self, deployments: Sequence[Deployment]) -> None:
         self._by_name: dict[str, Deployment] = {}
+        self.sources: dict[str, Path] = {}  # deployment name -> the file it came from (for error messages)
+        self.hint = ""  # said after "unknown model": e.g. that --local-path does not exist
         for d in deployments:
             self._by_name[d.name] = d  # later entries (the user's) replace earlier ones (built-ins)
 
     @classmethod
     def load(cls, local_path: Path | None = None, *, extra_files: Sequence[Path] = ()) -> DeploymentRegistry:
         items = list(_read(BUILTIN_PATH))
-        files = list(extra_files)
-        if local_path is not None and (Path(local_path) / USER_FILE).is_file():
-            files.insert(0, Path(local_path) / USER_FILE)
-        for f in files:
-            items.extend(_read(f))
-        return cls(items)
+        extra = list(extra_files)
+        hint = ""
+        if local_path is not None:
+            if Path(local_path).exists() and not Path(local_path).is_dir():
+                raise ConfigError("--local-path must be a folder (it holds model_deployments.yaml and the cache)",
+                                  path=local_path)
+            if (Path(local_path) / USER_FILE).exists():
+                extra.insert(0, Path(local_path) / USER_FILE)
+            elif not Path(local_path).exists():
+                hint = f" (--local-path {escape(local_path)} does not exist)"
+        sources: dict[str, Path] = {d.name: BUILTIN_PATH for d in items}
+        for f in extra:
+            for d in _read(f):
+                items.append(d)
+                sources[d.name] = f
+        registry = cls(items)
+        registry.sources, registry.hint = sources, hint
+        return registry
 
     def __iter__(self) -> Iterator[Deployment]:
         return iter(self._by_name.values())
@@ -52,8 +74,8 @@ class DeploymentRegistry:
         try:
             return self._by_name[name]
         except KeyError:
-            raise ConfigError(f"unknown model deployment '{name}' (known: {', '.join(sorted(self._by_name))}); "
-                              f"add it to {USER_FILE} under --local-path") from None
+            raise ConfigError(f"unknown model deployment '{escape(name)}' (known: {', '.join(sorted(self._by_name))}); "
+                              f"add it to {USER_FILE} under --local-path{self.hint}") from None
 
     def resolve(self, model: str | None, deployment: str | None) -> Deployment:
         """A run entry's (model=, model_deployment=) -> the deployment to call.
@@ -62,7 +84,8 @@ class DeploymentRegistry:
         if deployment:
             dep = self.get(deployment)
             if model and model not in (dep.model_name, dep.name):
-                raise ConfigError(f"model_deployment '{deployment}' serves model '{dep.model_name}', not '{model}'")
+                raise ConfigError(f"model_deployment '{escape(deployment)}' serves model '{dep.model_name}', "
+                                  f"not '{escape(model)}'")
             return dep
         if not model:
             return self.get(DEFAULT_DEPLOYMENT)
@@ -71,46 +94,74 @@ class DeploymentRegistry:
         candidates = [d for d in self._by_name.values() if d.model_name == model]
         if not candidates:
             known = sorted({d.model_name for d in self._by_name.values()} | set(self._by_name))
-            raise ConfigError(f"unknown model '{model}' (known: {', '.join(known)}); "
-                              f"add a deployment for it to {USER_FILE} under --local-path")
+            raise ConfigError(f"unknown model '{escape(model)}' (known: {', '.join(known)}); "
+                              f"add a deployment for it to {USER_FILE} under --local-path{self.hint}")
         return candidates[-1]  # the most recently added: a user's own deployment wins over a built-in
 
 
+class _DeploymentItem(Strict):
+    name: Text
+    model_name: Text
+    kind: Literal["openai", "llamacpp", "kserve_v2"]
+    base_url: Url | None = None
+    served_model_name: Text | None = None
+    api_key_env: EnvName | None = None
+    max_sequence_length: Annotated[int, Field(gt=0, le=100_000_000)] | None = None
+    gguf_path: Text | None = None
+    max_concurrency: Annotated[int, Field(gt=0, le=100_000)] | None = None
+    timeout_s: Annotated[Finite, Field(gt=0, le=86_400)] = 300.0
+    redacted: bool = False
+    options: dict[str, Any] = {}
+    description: str | None = None
+
+
+class _DeploymentsFile(Strict):
+    model_deployments: list[Any]
+
+
 def _read(path: Path) -> Iterator[Deployment]:
-    doc = load_yaml(path) or {}
-    if not isinstance(doc, Mapping) or not isinstance(doc.get("model_deployments"), list):
+    doc = load_yaml_doc(path)
+    if not isinstance(doc.data, Mapping):
         raise ConfigError("expected a list under the key 'model_deployments'", path=path)
-    for i, item in enumerate(doc["model_deployments"]):
-        yield _parse_item(item, path, i)
+    top = check(_DeploymentsFile, doc.data, path=path, doc=doc)
+    seen: dict[str, int] = {}
+    for i, raw in enumerate(top.model_deployments):
+        item = check(_DeploymentItem, raw, path=path, doc=doc, prefix=("model_deployments", i))
+        if item.name in seen:
+            raise ConfigError(f"deployment '{escape(item.name)}' is defined twice (first as model_deployments"
+                              f"[{seen[item.name]}])", path=path, line=doc.line("model_deployments", i, "name"),
+                              field=f"model_deployments[{i}].name")
+        seen[item.name] = i
+        yield _deployment(item, path, i, doc)
 
 
-def _parse_item(item: Any, path: Path, index: int) -> Deployment:
-    where = f"model_deployments[{index}]"
-    if not isinstance(item, Mapping):
-        raise ConfigError("each deployment must be a mapping", path=path, field=where)
-    unknown = set(item) - _FIELDS
-    if unknown:
-        raise ConfigError(f"unknown key(s) {sorted(unknown)}", path=path, field=where)
-    for key in ("name", "model_name", "kind"):
-        if not item.get(key):
-            raise ConfigError("is required", path=path, field=f"{where}.{key}")
-    try:
-        kind = DeploymentKind(item["kind"])
-    except ValueError:
-        raise ConfigError(f"must be one of {[k.value for k in DeploymentKind]}", path=path,
-                          field=f"{where}.kind") from None
+def _deployment(item: _DeploymentItem, path: Path, index: int, doc: YamlDoc) -> Deployment:
+    kind = DeploymentKind(item.kind)
     for key in _REQUIRED_BY_KIND[kind]:
-        if not item.get(key):
-            raise ConfigError(f"is required for kind '{kind.value}'", path=path, field=f"{where}.{key}")
-    for key in ("max_sequence_length", "max_concurrency"):
-        if item.get(key) is not None and (not isinstance(item[key], int) or item[key] <= 0):
-            raise ConfigError("must be a positive integer", path=path, field=f"{where}.{key}")
-    gguf = item.get("gguf_path")
-    if gguf and not str(gguf).startswith("package:") and not Path(gguf).is_absolute():
+        if not getattr(item, key):
+            raise ConfigError(f"is required for kind '{kind.value}'", path=path,
+                              line=doc.line("model_deployments", index), field=f"model_deployments[{index}].{key}")
+    gguf = item.gguf_path
+    if gguf and not gguf.startswith("package:") and not Path(gguf).is_absolute():
         gguf = str((Path(path).parent / gguf).resolve())
-    fields = {k: v for k, v in item.items() if k in _FIELDS and k != "description"}
-    fields.update(kind=kind, gguf_path=gguf, options=FrozenMap(item.get("options") or {}))
+    fields = item.model_dump(exclude={"description"})
+    fields.update(kind=kind, gguf_path=gguf, options=FrozenMap(item.options))
     return Deployment(**fields)
+
+
+def check_usable(dep: Deployment, *, source: str | Path | None = None) -> None:
+    """What a run needs from a deployment, checked at planning (before anything is written): the API key's
+    environment variable is set, a GGUF file is there. (Types and URL schemes were checked on reading.)"""
+    where = f"deployment '{escape(dep.name)}'" + (f" ({escape(source)})" if source else "")
+    if dep.api_key_env and not os.environ.get(dep.api_key_env):
+        raise ConfigError(f"{where}: the environment variable {dep.api_key_env} (api_key_env) is not set; "
+                          "export it with the API key before running")
+    if dep.kind is DeploymentKind.LLAMACPP and dep.gguf_path:
+        try:
+            files.check_regular(resolve_gguf(dep.gguf_path), missing="GGUF model file not found",
+                                what="GGUF model file")
+        except ConfigError as err:
+            raise err.with_context(f"{where}: ") from None
 
 
 def resolve_gguf(spec: str) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from medhelm import benchmarks
 from medhelm.benchmarks.base import Benchmark, LoadContext
-from medhelm.deployments import DeploymentRegistry
+from medhelm.deployments import DeploymentRegistry, check_usable
 from medhelm.errors import ConfigError, MedhelmError, escape
 from medhelm.pipeline.options import RunOptions
 from medhelm.runentries import RunEntry
@@ -78,6 +78,11 @@ def _plan_one(entry: RunEntry, options: RunOptions, deployments: DeploymentRegis
         metric_registry.validate(metrics, where=_where(entry))
         cache[metrics_key] = metrics
     spec = dataclasses.replace(spec, metrics=cache[metrics_key])
+    if not options.dry_run:  # a missing API key or GGUF file is found now, not after run_spec.json is written
+        for name in (deployment.name, *_judges(spec.metrics)):
+            if ("usable", name) not in cache and name in deployments:
+                check_usable(deployments.get(name), source=deployments.sources.get(name))
+                cache[("usable", name)] = True
 
     run_args = entry.run_args
     max_tokens = _int_arg(run_args, ("num_output_tokens", "max_tokens"), entry) or options.num_output_tokens \
@@ -108,6 +113,11 @@ def _plan_one(entry: RunEntry, options: RunOptions, deployments: DeploymentRegis
     )
     return RunPlan(spec=run_spec, deployment=deployment, benchmark=benchmark,
                    run_dir=options.suite_dir / run_spec.name)
+
+
+def _judges(metrics: Sequence[object]) -> list[str]:
+    return [str(j.get("name")) for m in metrics for j in (getattr(m, "args", {}).get("judges") or ())
+            if hasattr(j, "get")]
 
 
 def _in_entry(err: MedhelmError, entry: RunEntry) -> MedhelmError:

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from medhelm import files
 from medhelm.errors import ConfigError
 from medhelm.store.schema import SCHEMA_VERSION, TABLES, ddl
 
@@ -31,35 +32,44 @@ class Store:
 
     # --- the interface -----------------------------------------------------------------------
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        cur = self._conn.cursor()
-        cur.execute(self._sql(sql), tuple(params))
-        rows = cur.fetchall()
-        cur.close()
-        self._end_read()
+        with self._damaged():
+            cur = self._conn.cursor()
+            cur.execute(self._sql(sql), tuple(params))
+            rows = cur.fetchall()
+            cur.close()
+            self._end_read()
         return self._rows(rows)
 
     def query_dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        cur = self._conn.cursor()
-        cur.execute(self._sql(sql), tuple(params))
-        names = [d[0] for d in cur.description]
-        rows = [dict(zip(names, r)) for r in self._rows(cur.fetchall())]
-        cur.close()
-        self._end_read()
+        with self._damaged():
+            cur = self._conn.cursor()
+            cur.execute(self._sql(sql), tuple(params))
+            names = [d[0] for d in cur.description]
+            rows = [dict(zip(names, r)) for r in self._rows(cur.fetchall())]
+            cur.close()
+            self._end_read()
         return rows
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        cur = self._conn.cursor()
-        cur.execute(self._sql(sql), tuple(params))
-        cur.close()
+        with self._damaged():
+            cur = self._conn.cursor()
+            cur.execute(self._sql(sql), tuple(params))
+            cur.close()
 
     def insert_many(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         if table not in TABLES:
             raise ValueError(f"unknown table {table}")
         marks = ", ".join("?" for _ in columns)
         sql = self._sql(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})")
-        cur = self._conn.cursor()
-        cur.executemany(sql, [tuple(r) for r in rows])
-        cur.close()
+        with self._damaged():
+            cur = self._conn.cursor()
+            cur.executemany(sql, [tuple(r) for r in rows])
+            cur.close()
+
+    @contextmanager
+    def _damaged(self) -> Iterator[None]:
+        """A corrupt, truncated or foreign database file is the user's input, not a bug: one line."""
+        yield
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -71,7 +81,8 @@ class Store:
             raise
         finally:
             self._in_transaction = False
-        self._conn.commit()
+        with self._damaged():
+            self._conn.commit()
         self._after_commit()
 
     def _after_commit(self) -> None:
@@ -121,12 +132,28 @@ class SqliteStore(Store):
         # write the new pages twice as WAL does (~25% of a large summarize); then WAL, so the dashboard can
         # read while a later summarize writes.
         self._new_file = not path.exists() or path.stat().st_size == 0
-        conn = sqlite3.connect(str(path), check_same_thread=False)
-        conn.execute(f"PRAGMA journal_mode={'DELETE' if self._new_file else 'WAL'}")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        super().__init__(conn)
         self.url = f"sqlite:///{path}"
         self.path = path
+        if not self._new_file:
+            if _head(path) != b"SQLite format 3\x00":
+                raise ConfigError("not a SQLite file (a results store is made by `medhelm summarize`)", path=path)
+        with self._damaged():
+            conn = sqlite3.connect(str(path), check_same_thread=False)
+            conn.execute(f"PRAGMA journal_mode={'DELETE' if self._new_file else 'WAL'}")
+            conn.execute("PRAGMA synchronous=NORMAL")
+        super().__init__(conn)
+
+    @contextmanager
+    def _damaged(self) -> Iterator[None]:
+        try:
+            yield
+        except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
+            raise  # our SQL or our data: a bug (exit 70), not the user's file
+        except sqlite3.DatabaseError as err:
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            raise ConfigError(f"the results store cannot be used ({first}); is it damaged, locked or not a "
+                              "MedHELM store? Give another --store, or restore it from a backup", path=self.path) \
+                from None
 
     def _after_commit(self) -> None:
         if self._new_file and self.query("SELECT COUNT(*) FROM meta")[0][0]:  # the first real load is done
@@ -158,6 +185,14 @@ class PostgresStore(Store):
         return [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows]
 
 
+def _head(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(16)
+    except OSError as err:
+        raise ConfigError(f"cannot be read ({err.strerror})", path=path) from None
+
+
 def open_store(location: str | Path, *, create: bool = False) -> Store:
     """``sqlite:///path``, ``postgresql://...`` or a plain path (a SQLite file, or a folder holding one)."""
     text = str(location)
@@ -167,23 +202,49 @@ def open_store(location: str | Path, *, create: bool = False) -> Store:
         path = Path(text[len("sqlite:///"):] if text.startswith("sqlite:///") else text)
         if path.is_dir() or (not path.suffix and not path.exists()):
             path = path / DEFAULT_FILENAME
-        if not create and not path.is_file():
+        if not create and not path.exists():
             raise ConfigError("no results store here; run `medhelm summarize` first", path=path)
+        if path.exists():
+            files.check_regular(path, what="results store (SQLite)")
         store = SqliteStore(path)
-    if create:
-        store.create_schema()
-    else:
-        _check_schema(store)
+    try:
+        if create:
+            _check_ours(store)
+            store.create_schema()
+        else:
+            _check_schema(store)
+    except BaseException:
+        store.close()
+        raise
     return store
+
+
+def _check_ours(store: Store) -> None:
+    """Before creating tables: an existing database must be empty or a MedHELM store of a known version."""
+    if not isinstance(store, SqliteStore) or store._new_file:
+        return
+    tables = {r[0] for r in store.query("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if tables and "meta" not in tables:
+        raise ConfigError(f"this SQLite file holds other tables ({len(tables)}) and is not a MedHELM results store; "
+                          "give a new file with --store", path=store.path)
+    if "meta" in tables:
+        _check_version(store)
+
+
+def _check_version(store: Store) -> None:
+    rows = store.query("SELECT value FROM meta WHERE release = '' AND key = 'schema_version'")
+    if rows and str(rows[0][0]).isdigit() and int(rows[0][0]) > SCHEMA_VERSION:
+        raise ConfigError(f"{_without_password(store.url)} was written by a newer medhelm (store schema "
+                          f"v{rows[0][0]}; this one reads v{SCHEMA_VERSION}); upgrade medhelm")
 
 
 def _check_schema(store: Store) -> None:
     try:
         store.query("SELECT 1 FROM meta WHERE release = ? AND key = 'schema_version'", ("",))
     except Exception:  # noqa: BLE001 - any driver's "no such table"
-        store.close()
         raise ConfigError(f"{_without_password(store.url)} is not a MedHELM results store "
                           f"(schema v{SCHEMA_VERSION}); run `medhelm summarize` first") from None
+    _check_version(store)
 
 
 def _without_password(url: str) -> str:

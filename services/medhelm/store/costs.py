@@ -17,11 +17,12 @@ deployment without a price has no cost (shown as such), never a cost of 0.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from medhelm.errors import ConfigError
+from medhelm.errors import ConfigError, escape
 from medhelm.files import load_yaml
 
 _KEYS = {"deployment", "model", "input_per_million", "output_per_million", "gpu_hour", "gpus"}
@@ -65,7 +66,13 @@ class PriceTable:
         items = doc.get("prices") if isinstance(doc, Mapping) else None
         if not isinstance(items, list):
             raise ConfigError("expected a list under the key 'prices'", path=path)
-        return cls({name: price for name, price in (_parse(item, path, i) for i, item in enumerate(items))})
+        out: dict[str, Price] = {}
+        for i, item in enumerate(items):
+            name, price = _parse(item, path, i)
+            if name in out:
+                raise ConfigError(f"a second price for '{escape(name)}'", path=path, field=f"prices[{i}]")
+            out[name] = price
+        return cls(out)
 
     def cost(self, deployment: str, model: str, usage: Usage) -> Cost:
         price = self.by_name.get(deployment) or self.by_name.get(model)
@@ -85,13 +92,13 @@ def _parse(item: object, path: Path, index: int) -> tuple[str, Price]:
     if unknown:
         raise ConfigError(f"unknown key(s) {sorted(unknown)}", path=path, field=where)
     name = item.get("deployment") or item.get("model")
-    if not name:
+    if not isinstance(name, str) or not name.strip():
         raise ConfigError("needs 'deployment' (or 'model')", path=path, field=where)
     values: dict[str, float] = {}
     for key in ("input_per_million", "output_per_million", "gpu_hour", "gpus"):
         if item.get(key) is not None:
             v = item[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
                 raise ConfigError("must be a non-negative number", path=path, field=f"{where}.{key}")
             values[key] = float(v)
     if "gpu_hour" not in values and not {"input_per_million", "output_per_million"} & set(values):

@@ -15,6 +15,7 @@ name (``jury_config_path=embedded``) selects a built-in ``config/jury_<name>.yam
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,16 +92,18 @@ def judges_from(items: Sequence[Any], deployments: Any, *, where: str = "") -> t
     out: list[Judge] = []
     for i, item in enumerate(items):
         field = f"judges[{i}]"
-        if not isinstance(item, Mapping) or not item.get("name"):
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str) or not item["name"].strip():
             raise ConfigError("each judge needs a 'name' (a model deployment)", path=where or None, field=field)
         unknown = set(item) - _JUDGE_KEYS
         if unknown:
             raise ConfigError(f"unknown key(s) {sorted(unknown)}", path=where or None, field=field)
         name = str(item.get("model_deployment") or item["name"])  # upstream: name is a label
+        if "\n" in name or len(name) > 500:
+            raise ConfigError("must be a deployment name", path=where or None, field=field)
         model = item.get("model_name") or item.get("model")
         weight = item.get("weight", 1.0)
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
-            raise ConfigError("weight must be a number > 0", path=where or None, field=f"{field}.weight")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < math.inf:
+            raise ConfigError("weight must be a finite number > 0", path=where or None, field=f"{field}.weight")
         if deployments is not None:
             if name not in deployments:
                 raise ConfigError(f"judge '{name}' is not a known model deployment; add it to "
@@ -123,7 +126,7 @@ def resolve(spec: MetricSpec, ctx: Any) -> MetricSpec:
     if override:
         jury = load(config_path(str(override), ctx.base_dir), ctx.deployments)
     elif args.get("judges"):
-        jury = from_mapping(args, ctx.deployments)
+        jury = from_mapping(args, ctx.deployments, where=str(ctx.benchmark_args.get("config_path") or ""))
     else:
         jury = load(config_path(DEFAULT_JURY, ctx.base_dir), ctx.deployments)
     _guard_self_preference(jury, ctx)

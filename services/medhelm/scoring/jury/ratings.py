@@ -39,7 +39,8 @@ def judged(records: Iterable[InstanceResult]) -> Iterable[InstanceResult]:
 def judge_ratings(records: Iterable[InstanceResult]) -> list[Rating]:
     return [Rating((r.run, r.instance.id, j.criterion), j.judge, float(j.score), j.min_score, j.max_score)
             for r in judged(records) for j in r.judgements
-            if j.status is JudgeStatus.OK and j.score is not None and j.judge != EMPTY_RESPONSE_JUDGE]
+            if j.status is JudgeStatus.OK and j.score is not None and j.judge != EMPTY_RESPONSE_JUDGE
+            and j.max_score > j.min_score]  # a record with an empty scale (damaged) rates nothing
 
 
 def pivot(ratings: Sequence[Rating], *, normalized: bool = True, raters: Sequence[str] | None = None

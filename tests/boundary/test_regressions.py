@@ -1,0 +1,378 @@
+"""One regression test per family of issue #18 (the fuzzing report), each through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.boundary.conftest import (MARKER, SECRET, assert_bad_input, entry, run_cli, snapshot)
+
+SMOL = "local/smollm2-135m-instruct"
+
+
+def deployments(tmp_path: Path, body: str) -> Path:
+    local = tmp_path / "prod_env"
+    local.mkdir(exist_ok=True)
+    (local / "model_deployments.yaml").write_text(body)
+    return local
+
+
+def openai_item(name: str = "mine/model", **over: str) -> str:
+    fields = {"name": name, "model_name": "test/model", "kind": "openai", "base_url": "http://127.0.0.1:9/v1",
+              "max_sequence_length": "4096", **over}
+    return "  - " + "\n    ".join(f"{k}: {v}" for k, v in fields.items()) + "\n"
+
+
+# ---------------------------------------------------------------------------------------- 1. patient text
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_csv_without_header_row_never_echoes_the_row(tmp_path: Path, bench: Path, command: str) -> None:
+    csv = bench.parent / "dataset.csv"
+    csv.write_text("\n".join(csv.read_text().splitlines()[1:]) + "\n")  # drop the header: row 1 becomes it
+    out = tmp_path / "out"
+    r = run_cli([command, "--run-entries", entry(bench), "--output-path", out, "--max-eval-instances", "2"],
+                cwd=tmp_path)
+    line = assert_bad_input(r, names=csv, out=out)
+    assert "header" in line and "column(s)" in line
+
+
+def test_jury_only_benchmark_without_header_names_expected_columns(tmp_path: Path, bench: Path) -> None:
+    bench.write_text(bench.read_text().replace("  - name: exact_match\n", "  - name: jury_score\n"))
+    csv = bench.parent / "dataset.csv"
+    csv.write_text("\n".join(csv.read_text().splitlines()[1:]) + "\n")
+    r = run_cli(["validate", "--run-entries", entry(bench)], cwd=tmp_path)
+    assert_bad_input(r, names=csv, contains="expected: note, question")
+
+
+def test_dataset_file_in_proc_never_prints_the_environment(tmp_path: Path, bench: Path) -> None:
+    bench.write_text(bench.read_text().replace("dataset_file: dataset.csv", "dataset_file: /proc/self/environ"))
+    r = run_cli(["validate", "--run-entries", entry(bench)], cwd=tmp_path)
+    assert_bad_input(r, names=None)
+    assert "ZQX_API_KEY" not in r.stderr
+
+
+def test_duplicate_header_names_are_not_echoed(tmp_path: Path, bench: Path) -> None:
+    csv = bench.parent / "dataset.csv"
+    csv.write_text(f"{MARKER},{MARKER},x\n1,2,3\n")
+    r = run_cli(["validate", "--run-entries", entry(bench)], cwd=tmp_path)
+    assert_bad_input(r, names=csv, contains="same name")
+
+
+# ------------------------------------------------------------------------------------------ 2. data loss
+
+
+def _finished_suite(tmp_path: Path, bench: Path, suite: str = "s1") -> Path:
+    """A real finished run (embedded model, 2 instances), then summarized into a release."""
+    out = tmp_path / "out"
+    r = run_cli(["run", "--run-entries", entry(bench), "--suite", suite, "--output-path", out,
+                 "--max-eval-instances", "2", "--quiet"], cwd=tmp_path)
+    assert r.code == 0, r.stderr
+    r = run_cli(["summarize", "--suites", suite, "--output-path", out, "--bootstrap", "10"], cwd=tmp_path)
+    assert r.code == 0, r.stderr
+    return out
+
+
+@pytest.mark.embedded
+def test_summarize_never_replaces_a_release_with_an_empty_or_smaller_one(tmp_path: Path, bench: Path) -> None:
+    out = _finished_suite(tmp_path, bench)
+    run_dir = next((out / "runs" / "s1").iterdir())
+    store = out / "results.sqlite"
+    before = snapshot(out)
+    # the suite's only run is damaged (run_spec.json gone): the release must stay as it was
+    (run_dir / "run_spec.json").rename(run_dir / "run_spec.json.bak")
+    after_rename = snapshot(out)
+    r = run_cli(["summarize", "--suites", "s1", "--output-path", out, "--bootstrap", "10"], cwd=tmp_path)
+    line = assert_bad_input(r, names=None, out=out, before=after_rename, contains="left unchanged")
+    assert "no complete run" in line
+    assert run_dir.name[:20] in r.stderr  # the damaged run is named (in a note)
+    (run_dir / "run_spec.json.bak").rename(run_dir / "run_spec.json")
+    assert snapshot(out) == before
+    con = sqlite3.connect(store)
+    assert con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
+
+
+@pytest.mark.embedded
+def test_empty_records_of_a_finished_run_are_named(tmp_path: Path, bench: Path) -> None:
+    out = _finished_suite(tmp_path, bench)
+    run_dir = next((out / "runs" / "s1").iterdir())
+    (run_dir / "instances.jsonl").write_text("")
+    before = snapshot(out)
+    r = run_cli(["summarize", "--suites", "s1", "--output-path", out, "--bootstrap", "10"], cwd=tmp_path)
+    assert_bad_input(r, names=None, out=out, before=before, contains="instances.jsonl holds 0")
+
+
+# ------------------------------------------------------------------------------------ 3. denial of service
+
+BOMB = "".join(f"x{i}: &x{i} [{', '.join([f'*x{i - 1}'] * 10) if i else 'a, a, a, a, a, a, a, a, a, a'}]\n"
+               for i in range(9))
+
+
+def test_yaml_alias_bomb_in_deployment_options(tmp_path: Path, bench: Path) -> None:
+    local = deployments(tmp_path, BOMB + "model_deployments:\n" + openai_item() + "    options: {big: *x8}\n")
+    r = run_cli(["validate", "--run-entries", entry(bench, "mine/model"), "--local-path", local], cwd=tmp_path)
+    assert_bad_input(r, names=local / "model_deployments.yaml", contains="expands to more than")
+
+
+def test_yaml_alias_bomb_in_metric_arguments(tmp_path: Path, bench: Path) -> None:
+    bench.write_text(BOMB + bench.read_text().replace("  - name: exact_match\n", "  - name: exact_match\n    x: *x8\n"))
+    r = run_cli(["validate", "--run-entries", entry(bench)], cwd=tmp_path)
+    assert_bad_input(r, names=bench, contains="expands to more than")
+
+
+def test_huge_format_width_in_a_prompt_is_refused(tmp_path: Path, bench: Path) -> None:
+    prompt = bench.parent / "prompt.txt"
+    prompt.write_text("Note: {note:>999999999}\nQuestion: {question}")
+    r = run_cli(["validate", "--run-entries", entry(bench)], cwd=tmp_path)
+    assert_bad_input(r, names=f"{prompt}:1", contains="width or precision")
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero", "dir", "loop"])
+def test_special_files_as_config_files(tmp_path: Path, bench: Path, special: str) -> None:
+    target = tmp_path / "special.yaml"
+    if special == "fifo":
+        os.mkfifo(target)
+    elif special == "dir":
+        target.mkdir()
+    elif special == "loop":
+        os.symlink(tmp_path / "loop2", target)
+        os.symlink(target, tmp_path / "loop2")
+    else:
+        target = Path(special)
+    for args in (["validate", "--run-entries", entry(target)], ["validate", "--conf-paths", target],
+                 ["summarize", "--suites", "x", "--prices", target, "--output-path", tmp_path]):
+        if args[0] == "summarize":
+            (tmp_path / "runs" / "x").mkdir(parents=True, exist_ok=True)
+        r = run_cli(args, cwd=tmp_path)
+        assert_bad_input(r, names=target)
+
+
+def test_conf_with_20000_entries_reads_the_benchmark_once(tmp_path: Path, bench: Path) -> None:
+    conf = tmp_path / "many.conf"
+    conf.write_text("entries: [\n" + "".join(
+        f'  {{description: "medhelm_configurable_benchmark:model={SMOL},config_path={bench},seed={i}", priority: 1}}\n'
+        for i in range(20_000)) + "]\n")
+    r = run_cli(["run", "--conf-paths", conf, "--output-path", tmp_path / "out", "--dry-run"], cwd=tmp_path)
+    assert r.code == 0, r.stderr[-500:]
+    assert r.seconds < 30
+
+
+# --------------------------------------------------------------------------- 4. writes outside the output
+
+
+@pytest.mark.parametrize("suite", ["../x", "/abs/path", "a/b", "..", "~root", "x\ny"])
+def test_suite_names_stay_under_the_output_folder(tmp_path: Path, bench: Path, suite: str) -> None:
+    out = tmp_path / "out"
+    r = run_cli(["run", "--run-entries", entry(bench), "--suite", suite, "--output-path", out], cwd=tmp_path)
+    assert_bad_input(r, names=None, out=out, contains="--suite")
+    assert not (tmp_path / "x").exists()
+    r = run_cli(["summarize", "--suites", suite, "--output-path", out], cwd=tmp_path)
+    assert_bad_input(r, names=None, out=out, contains="--suites")
+
+
+# ------------------------------------------------------------------------------ 5. half-written results
+
+
+@pytest.mark.parametrize("field,value,says", [
+    ("base_url", "[1, 2]", "must be text"), ("served_model_name", "{a: 1}", "must be text"),
+    ("api_key_env", "3", "must be text"), ("timeout_s", "'30'", "must be a number"),
+    ("timeout_s", ".inf", "finite"), ("options", "[1]", "mapping"), ("base_url", "ftp://host/v1", "http"),
+    ("base_url", "127.0.0.1:8000/v1", "http"), ("name", "123", "must be text"), ("max_concurrency", "0", "greater"),
+    ("surprise", "1", "unknown key"), ("api_key_env", "'sk-abc def'", "NAME of an environment variable"),
+])
+def test_deployment_of_the_wrong_type_fails_before_writing(tmp_path: Path, bench: Path, field: str, value: str,
+                                                           says: str) -> None:
+    local = deployments(tmp_path, "model_deployments:\n" + openai_item(**{field: value}))
+    out = tmp_path / "out"
+    model = "123" if field == "name" else "mine/model"
+    r = run_cli(["run", "--run-entries", entry(bench, model), "--local-path", local, "--output-path", out],
+                cwd=tmp_path)
+    line = assert_bad_input(r, names=f"{local / 'model_deployments.yaml'}:", out=out, contains=says)
+    assert f"model_deployments[0].{field}" in line
+
+
+def test_missing_key_variable_and_gguf_found_before_writing(tmp_path: Path, bench: Path) -> None:
+    local = deployments(tmp_path, "model_deployments:\n" + openai_item(api_key_env="ZQX_NOT_SET")
+                        + "  - name: mine/gguf\n    model_name: test/gguf\n    kind: llamacpp\n"
+                          "    gguf_path: missing.gguf\n")
+    out = tmp_path / "out"
+    r = run_cli(["run", "--run-entries", entry(bench, "mine/model"), "--local-path", local, "--output-path", out],
+                cwd=tmp_path)
+    assert_bad_input(r, names=None, out=out, contains="ZQX_NOT_SET")
+    r = run_cli(["run", "--run-entries", entry(bench, "mine/gguf"), "--local-path", local, "--output-path", out],
+                cwd=tmp_path)
+    assert_bad_input(r, names="missing.gguf", out=out, contains="GGUF")
+
+
+def test_summarize_refuses_an_unrelated_sqlite_file(tmp_path: Path) -> None:
+    (tmp_path / "runs" / "s").mkdir(parents=True)
+    other = tmp_path / "other.sqlite"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE patients (id INTEGER, name TEXT)")
+    con.commit()
+    con.close()
+    before = snapshot(tmp_path)
+    r = run_cli(["summarize", "--suites", "s", "--output-path", tmp_path, "--store", f"sqlite:///{other}"],
+                cwd=tmp_path)
+    assert_bad_input(r, names=other, out=tmp_path, before=before, contains="not a MedHELM results store")
+
+
+# ----------------------------------------------------------------------------------- 6. silently wrong
+
+
+def test_max_tokens_beyond_the_context_is_an_error(tmp_path: Path, bench: Path) -> None:
+    r = run_cli(["validate", "--run-entries", entry(bench, extra=",max_tokens=1000000000")], cwd=tmp_path)
+    assert_bad_input(r, names=None, contains="no room for the prompt")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "1e400"])
+def test_temperature_must_be_a_real_temperature(tmp_path: Path, bench: Path, value: str) -> None:
+    r = run_cli(["validate", "--run-entries", entry(bench, extra=f",temperature={value}")], cwd=tmp_path)
+    assert_bad_input(r, names=None, contains="temperature")
+
+
+def test_infinite_judge_weight_is_an_error(tmp_path: Path, bench: Path) -> None:
+    jury = tmp_path / "jury.yaml"
+    jury.write_text(f"judges:\n  - name: {SMOL}\n    weight: .inf\n")
+    bench.write_text(bench.read_text().replace("  - name: exact_match\n", "  - name: jury_score\n"))
+    r = run_cli(["validate", "--run-entries", entry(bench, extra=f",jury_config_path={jury}")], cwd=tmp_path)
+    assert_bad_input(r, names=jury, contains="weight")
+
+
+def test_duplicate_yaml_keys_and_deployment_names_are_refused(tmp_path: Path, bench: Path) -> None:
+    bench.write_text(bench.read_text() + "max_tokens: 3\n")
+    r = run_cli(["validate", "--run-entries", entry(bench)], cwd=tmp_path)
+    assert_bad_input(r, names=bench, contains="duplicate key 'max_tokens'")
+    local = deployments(tmp_path, "model_deployments:\n" + openai_item() + openai_item())
+    r = run_cli(["validate", "--run-entries", entry(bench, "mine/model"), "--local-path", local], cwd=tmp_path)
+    assert_bad_input(r, names=local / "model_deployments.yaml", contains="defined twice")
+
+
+@pytest.mark.parametrize("flags", [["serve", "scenarios", "--port", "-5"], ["serve", "scenarios", "--port", "70000"],
+                                   ["summarize", "--suites", "s", "--bootstrap", "1000000000"],
+                                   ["summarize", "--suites", "s", "--seed", "-1"], ["run", "--seed", "-1"],
+                                   ["run", "--num-threads", "0"], ["nonsense"], ["run", "--no-such-flag"]])
+def test_absurd_flags_are_one_usage_line(tmp_path: Path, flags: list[str]) -> None:
+    r = run_cli(flags, cwd=tmp_path)
+    assert_bad_input(r, names=None)
+    assert "usage:" not in r.stderr
+
+
+def test_local_path_that_is_a_file_or_missing(tmp_path: Path, bench: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    r = run_cli(["validate", "--run-entries", entry(bench, "mine/model"), "--local-path", afile], cwd=tmp_path)
+    assert_bad_input(r, names=afile, contains="--local-path must be a folder")
+    r = run_cli(["validate", "--run-entries", entry(bench, "mine/model"), "--local-path", tmp_path / "nope"],
+                cwd=tmp_path)
+    assert_bad_input(r, names=None, contains="does not exist")
+
+
+# ------------------------------------------------------------------------------------------ 7. tracebacks
+
+
+def _fake_run(out: Path, suite: str = "s") -> Path:
+    run = out / "runs" / suite / "bench:model=m"
+    run.mkdir(parents=True)
+    return run
+
+
+@pytest.mark.parametrize("name,content", [
+    ("run_spec.json", "[1, 2]"), ("run_spec.json", '{"entry": 5}'), ("run_spec.json", "[" * 5000 + "]" * 5000),
+    ("run_spec.json", "1" * 5000), ("run_spec.json", "\xff\xfe garbage"), ("run_spec.json", ""),
+])
+def test_corrupt_run_folders_are_one_line(tmp_path: Path, name: str, content: str) -> None:
+    run = _fake_run(tmp_path)
+    (run / name).write_bytes(content.encode("latin-1"))
+    before = snapshot(tmp_path)
+    r = run_cli(["summarize", "--suites", "s", "--output-path", tmp_path], cwd=tmp_path)
+    assert_bad_input(r, names=run / name, out=tmp_path, before=before)
+
+
+@pytest.mark.embedded
+@pytest.mark.parametrize("name,content", [("run.json", "[]"), ("stats.json", '{"a": 1}'),
+                                          ("instances.jsonl", '{"stats": 5}\n'), ("instances.jsonl", "[[[[\n")])
+def test_wrong_shapes_in_a_finished_run(tmp_path: Path, bench: Path, name: str, content: str) -> None:
+    out = _finished_suite(tmp_path, bench)
+    run_dir = next((out / "runs" / "s1").iterdir())
+    (run_dir / name).write_text(content)
+    before = snapshot(out)
+    r = run_cli(["summarize", "--suites", "s1", "--output-path", out, "--bootstrap", "10"], cwd=tmp_path)
+    assert_bad_input(r, names=run_dir / name, out=out, before=before)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "text"])
+def test_corrupt_store_is_one_line(tmp_path: Path, damage: str) -> None:
+    store = tmp_path / "results.sqlite"
+    con = sqlite3.connect(store)
+    con.execute("CREATE TABLE meta (release TEXT, key TEXT, value TEXT)")
+    con.executemany("INSERT INTO meta VALUES (?, ?, ?)", [(str(i), "k", "v" * 500) for i in range(2000)])
+    con.commit()
+    con.close()
+    data = store.read_bytes()
+    if damage == "truncate":
+        store.write_bytes(data[: len(data) // 3])
+    elif damage == "garbage":
+        store.write_bytes(data[:100] + os.urandom(4096) + data[4196:])
+    else:
+        store.write_text("not a database at all\n")
+    before = snapshot(tmp_path)
+    for args in (["export", tmp_path / "bundle", "--store", store],
+                 ["summarize", "--suites", "s", "--output-path", tmp_path, "--store", store]):
+        (tmp_path / "runs" / "s").mkdir(parents=True, exist_ok=True)
+        before = snapshot(tmp_path)
+        r = run_cli(args, cwd=tmp_path)
+        assert_bad_input(r, names=store, out=tmp_path, before=before)
+
+
+def test_unknown_conversion_in_a_prompt(tmp_path: Path, bench: Path) -> None:
+    prompt = bench.parent / "prompt.txt"
+    prompt.write_text("Note: {note!x}\nQuestion: {question}")
+    r = run_cli(["validate", "--run-entries", entry(bench)], cwd=tmp_path)
+    assert_bad_input(r, names=f"{prompt}:1", contains="unknown conversion")
+
+
+def test_unreadable_tls_files(tmp_path: Path) -> None:
+    r = run_cli(["serve", "scenarios", "--port", "0", "--metrics-port", "-1", "--tls-cert", tmp_path,
+                 "--tls-key", tmp_path / "nokey.pem"], cwd=tmp_path)
+    assert_bad_input(r, names=None, contains="--tls-")
+
+
+def test_newline_in_a_path_does_not_split_the_line(tmp_path: Path) -> None:
+    weird = tmp_path / "a\nb.conf"
+    r = run_cli(["validate", "--conf-paths", weird], cwd=tmp_path)
+    assert_bad_input(r, names="a\\nb.conf")
+
+
+# ------------------------------------------------------------------------------------- the last resort
+
+
+def test_a_bug_is_one_line_exit_70_and_a_log_without_instance_text(tmp_path: Path, monkeypatch, capsys) -> None:
+    from medhelm import cli
+    from medhelm.cli import run as run_module
+
+    def broken(args):
+        raise KeyError(f"{MARKER} note text")  # a bug whose message holds instance text
+
+    monkeypatch.setattr(run_module, "main_validate", broken)
+    monkeypatch.setenv("MEDHELM_LOG_DIR", str(tmp_path / "logs"))
+    code = cli.main(["validate", "--run-entries", "x"])
+    err = capsys.readouterr().err
+    assert code == 70
+    assert len(err.strip().splitlines()) == 1 and "internal error in `medhelm validate`" in err
+    assert MARKER not in err and "Traceback" not in err
+    logs = list((tmp_path / "logs").iterdir())
+    assert len(logs) == 1 and str(logs[0]) in err
+    text = logs[0].read_text()
+    assert "KeyError" in text and "test_regressions.py" in text and MARKER not in text
+    assert oct(logs[0].stat().st_mode & 0o777) == "0o600"
+
+
+def test_the_cli_entry_point_uses_the_same_python(tmp_path: Path) -> None:
+    r = run_cli(["--version"], cwd=tmp_path)
+    assert r.code == 0 and "medhelm" in r.stdout, (sys.executable, r.stderr)
