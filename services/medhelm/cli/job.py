@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from medhelm.cli import int_in
 from medhelm.cli import run as run_cli
 from medhelm.errors import ConfigError, MedhelmError
 
@@ -26,9 +27,9 @@ if TYPE_CHECKING:  # pragma: no cover
 def add_job_arguments(p: argparse.ArgumentParser) -> None:
     run_cli.add_arguments(p)
     shard = p.add_argument_group("shard (Kubernetes Indexed Job)")
-    shard.add_argument("--shard-index", type=int, default=os.environ.get("JOB_COMPLETION_INDEX"),
+    shard.add_argument("--shard-index", type=int_in(0, 1_000_000), default=os.environ.get("JOB_COMPLETION_INDEX"),
                        help="this worker's index, 0-based (default: env JOB_COMPLETION_INDEX)")
-    shard.add_argument("--shard-count", type=int, default=os.environ.get("MEDHELM_SHARD_COUNT"),
+    shard.add_argument("--shard-count", type=int_in(1, 1_000_000), default=os.environ.get("MEDHELM_SHARD_COUNT"),
                        help="number of shards = the Job's completions (default: env MEDHELM_SHARD_COUNT)")
     svc = p.add_argument_group("services (host:port; omitted = computed in this process)")
     svc.add_argument("--scenario-service", metavar="ADDR", default=os.environ.get("MEDHELM_SCENARIO_SERVICE"),
@@ -85,8 +86,10 @@ def main_job(args: argparse.Namespace) -> int:
 
 
 def main_collect(args: argparse.Namespace) -> int:
+    from medhelm.files import plain_name
     from medhelm.pipeline import RunDir, collect_shards
 
+    plain_name(args.suite, what="--suite")
     suite_dir = Path(args.output_path) / "runs" / args.suite
     runs = sorted(p for p in suite_dir.iterdir() if RunDir(p).exists()) if suite_dir.is_dir() else []
     if not runs:

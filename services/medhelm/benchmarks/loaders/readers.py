@@ -5,12 +5,12 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-import json
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from medhelm import files
 from medhelm.errors import ConfigError
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # clinical notes are long cells
@@ -19,6 +19,7 @@ Row = dict[str, Any]
 
 
 def _open_text(path: Path) -> io.TextIOBase:
+    files.check_regular(path, what="data file")  # the one reader's guard: no FIFO, device, folder, loop
     if path.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
     return open(path, encoding="utf-8-sig", newline="")
@@ -40,37 +41,21 @@ def read_csv(path: Path, required: Sequence[str] = (), *, delimiter: str | None 
 
 
 def read_json(path: Path) -> Any:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        raise ConfigError("file not found", path=path) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        line = getattr(err, "lineno", None)
-        raise ConfigError("invalid JSON", path=path, line=line) from None
+    return files.load_json(path, missing="file not found", limit=files.DATA_LIMIT)
 
 
 def read_jsonl(path: Path, required: Sequence[str] = ()) -> list[Row]:
     """JSON Lines (one object per line; a file holding one JSON list is accepted too)."""
     rows: list[Row] = []
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise ConfigError("file not found", path=path) from None
-    except UnicodeDecodeError:
-        raise ConfigError("not UTF-8 text", path=path) from None
+    text = files.read_text(path, limit=files.DATA_LIMIT, what="JSON Lines file")
     if text.lstrip().startswith("["):
-        data = read_json(path)
+        data = files.parse_json(text, path)
         rows = [r for r in data if isinstance(r, dict)]
     else:
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                raise ConfigError("invalid JSON line", path=path, line=n) from None
+            obj = files.parse_json(line, path, line=n)
             if not isinstance(obj, dict):
                 raise ConfigError("each line must be a JSON object", path=path, line=n)
             rows.append(obj)
