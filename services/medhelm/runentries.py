@@ -90,10 +90,10 @@ def read_conf(path: str | Path) -> list[RunEntry]:
         if not isinstance(item, dict) or not isinstance(item.get("description"), str):
             raise ConfigError("each entry needs a string 'description'", path=path, field=f"entries[{i}]")
         prio = item.get("priority", 1)
-        try:
-            prio = int(prio)
-        except (TypeError, ValueError):
-            raise ConfigError("priority must be an integer", path=path, field=f"entries[{i}].priority") from None
+        if isinstance(prio, bool) or not isinstance(prio, int) and not (isinstance(prio, str) and
+                                                                        re.fullmatch(r"-?\d{1,9}", prio.strip())):
+            raise ConfigError("priority must be an integer", path=path, field=f"entries[{i}].priority")
+        prio = int(prio)
         out.append(parse_run_entry(item["description"], source=str(path), priority=prio,
                                    base_dir=path.parent.resolve()))
     return out
@@ -227,7 +227,7 @@ def _bare(v: str) -> Any:
         return v == "true"
     if v == "null":
         return None
-    if re.fullmatch(r"-?\d+", v):
+    if re.fullmatch(r"-?\d{1,18}", v):  # longer digit runs stay text (int() refuses > 4,300 digits)
         return int(v)
     return v
 

@@ -9,6 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
+from medhelm.cli import SEED_MAX, int_in
 from medhelm.errors import ConfigError
 from medhelm.scoring.jury import agreement as ag
 
@@ -26,9 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="clinician ratings: columns instance_id, rater, criterion, score")
     cal.add_argument("--run-dir", required=True, type=Path, metavar="DIR", help="the judged run")
     for q in (stats, cal):
-        q.add_argument("--bootstrap", type=int, default=ag.DEFAULT_BOOTSTRAP, metavar="N",
+        q.add_argument("--bootstrap", type=int_in(0, 100_000), default=ag.DEFAULT_BOOTSTRAP, metavar="N",
                        help="bootstrap resamples for 95%% CIs (default: %(default)s; 0 = none)")
-        q.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
+        q.add_argument("--seed", type=int_in(0, SEED_MAX), default=0, help="bootstrap seed (default: %(default)s)")
         q.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -50,7 +51,9 @@ def _records(run_dir: Path) -> list:
 def _run_dirs(args: argparse.Namespace) -> list[Path]:
     if args.run_dir:
         return list(args.run_dir)
-    suite = args.output_path / "runs" / args.suite
+    from medhelm.files import plain_name
+
+    suite = args.output_path / "runs" / plain_name(args.suite, what="--suite")
     if not suite.is_dir():
         raise ConfigError("suite not found", path=suite)
     return sorted(p for p in suite.iterdir() if (p / "run_spec.json").is_file())

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from medhelm import files
 from medhelm.errors import ConfigError, MedhelmError
 
 MOUNT = "/data"
@@ -146,10 +147,7 @@ def submit_manifests(args: argparse.Namespace, image: str) -> list[dict]:
         conf_map = job_name(args.release, args.suite, "-conf")
         data = {}
         for path in args.conf_paths:
-            try:
-                data[path.name] = path.read_text(encoding="utf-8")
-            except OSError as err:
-                raise ConfigError(f"cannot read ({err.strerror})", path=path) from None
+            data[path.name] = files.read_text(path, what=".conf file")
         docs.append({"apiVersion": "v1", "kind": "ConfigMap",
                      "metadata": {"name": conf_map, "labels": {"app.kubernetes.io/instance": args.release}},
                      "data": data})
