@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from medhelm import files
-from medhelm.errors import ConfigError
+from medhelm.errors import ConfigError, escape
 from medhelm.specs import FrozenMap
 
 # run-entry keys that select the model or change generation, rather than the benchmark
@@ -61,15 +61,15 @@ def parse_run_entry(text: str, *, source: str = "--run-entries", priority: int =
         name, _, pre = name.partition(",")
         rest = pre + ("," + rest if rest else "")
     if not name or not _NAME.match(name):
-        raise ConfigError(f"bad run entry '{raw}': expected '<benchmark>:key=value,...'", path=source)
+        raise ConfigError(f"bad run entry '{escape(raw)}': expected '<benchmark>:key=value,...'", path=source)
     args: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in rest.split(","))) if sep or rest else ():
         key, eq, value = part.partition("=")
         key, value = key.strip(), value.strip()
         if not eq or not key:
-            raise ConfigError(f"bad run entry '{raw}': '{part}' is not key=value", path=source)
+            raise ConfigError(f"bad run entry '{escape(raw)}': '{escape(part, 80)}' is not key=value", path=source)
         if key in args and args[key] != value:
-            raise ConfigError(f"bad run entry '{raw}': '{key}' given twice", path=source)
+            raise ConfigError(f"bad run entry '{escape(raw)}': '{escape(key, 80)}' given twice", path=source)
         args[key] = value
     return RunEntry(text=raw, name=name, args=FrozenMap(args), priority=priority, source=source, base_dir=base_dir)
 
@@ -131,7 +131,7 @@ class _HoconParser:
         while pos < len(text):
             m = _TOKEN.match(text, pos)
             if not m:
-                raise ConfigError(f"unexpected character {text[pos]!r}", path=path, line=line)
+                raise ConfigError(f"unexpected character {escape(repr(text[pos]))}", path=path, line=line)
             kind = m.lastgroup or ""
             value = m.group()
             if kind == "nl":

@@ -80,7 +80,7 @@ def test_registry_resolves_model_to_default_deployment_and_user_file_overrides(t
     ("model_deployments:\n  - name: a\n    model_name: m\n    kind: tgi\n", "model_deployments[0].kind"),
     ("model_deployments:\n  - name: a\n    model_name: m\n    kind: openai\n", "model_deployments[0].base_url"),
     ("model_deployments:\n  - {name: a, model_name: m, kind: llamacpp, gguf_path: x, colour: red}\n",
-     "model_deployments[0]"),
+     "model_deployments[0].colour"),
     ("model_deployments: [\n", None),
 ])
 def test_bad_deployment_file_names_file_and_field(tmp_path, body, field):
