@@ -155,7 +155,7 @@ def test_special_files_as_config_files(tmp_path: Path, bench: Path, special: str
 def test_conf_with_20000_entries_reads_the_benchmark_once(tmp_path: Path, bench: Path) -> None:
     conf = tmp_path / "many.conf"
     conf.write_text("entries: [\n" + "".join(
-        f'  {{description: "medhelm_configurable_benchmark:model={SMOL},config_path={bench},seed={i}", priority: 1}}\n'
+        f'  {{description: "medhelm_configurable_benchmark:model={SMOL},config_path={bench}", priority: {1 + i % 3}}}\n'
         for i in range(20_000)) + "]\n")
     r = run_cli(["run", "--conf-paths", conf, "--output-path", tmp_path / "out", "--dry-run"], cwd=tmp_path)
     assert r.code == 0, r.stderr[-500:]

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from medhelm.cli.summarize import (add_store_arguments, add_summarize_options, print_report, run_summarize,
-                                   store_location, summarize_options)
+                                   store_location, summarize_options, writable_store)
 from medhelm.errors import ConfigError
 
 
@@ -48,7 +48,7 @@ def add_import_helm_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main_import_helm(args: argparse.Namespace) -> int:
-    from medhelm.store import open_store, suite_sources
+    from medhelm.store import suite_sources
     from medhelm.store.helm_runs import is_helm_run, read_helm_run
     from medhelm.store.sources import find_run_dirs, read_medhelm_run
 
@@ -61,7 +61,7 @@ def main_import_helm(args: argparse.Namespace) -> int:
     suite = path.resolve().name
     imported = [read_helm_run(d, suite) if is_helm_run(d) else read_medhelm_run(d, suite) for d in run_dirs]
     options = summarize_options(args, args.release or suite, [*args.suites, suite])
-    with open_store(store_location(args), create=True) as store:
+    with writable_store(store_location(args)) as store:
         # local suites first: they win over an imported run of the same model and benchmark
         sources = [*suite_sources(args.output_path, args.suites), *imported]
         report = run_summarize(store, sources, options)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,7 +60,7 @@ def store_location(args: argparse.Namespace) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from medhelm.store import open_store, suite_sources
+    from medhelm.store import suite_sources
 
     suites = list(dict.fromkeys([*args.suite, *args.suites]))
     if not suites:
@@ -76,10 +77,30 @@ def main(args: argparse.Namespace) -> int:
         if not (Path(args.output_path) / "runs" / suite).is_dir():
             raise ConfigError("suite folder not found", path=Path(args.output_path) / "runs" / suite)
     options = summarize_options(args, release, suites)
-    with open_store(store_location(args), create=True) as store:
+    with writable_store(store_location(args)) as store:
         report = run_summarize(store, suite_sources(args.output_path, suites, note=_note), options)
         print_report(store, report)
     return 0
+
+
+@contextmanager
+def writable_store(location: str) -> Iterator[Store]:
+    """The store to summarize into; a SQLite file this command created is removed again when it fails,
+    so a failed summarize leaves the output folder as it was (an existing store keeps its last release)."""
+    from medhelm.store import open_store
+    from medhelm.store.backends import sqlite_path
+
+    path = sqlite_path(location)
+    created = path is not None and not path.exists()
+    try:
+        with open_store(location, create=True) as store:
+            yield store
+    except BaseException:
+        if created and path is not None:
+            for leftover in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"),
+                             path.with_name(path.name + "-journal")):
+                leftover.unlink(missing_ok=True)
+        raise
 
 
 def summarize_options(args: argparse.Namespace, release: str, suites: list[str]) -> SummarizeOptions:

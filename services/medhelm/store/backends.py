@@ -139,8 +139,12 @@ class SqliteStore(Store):
                 raise ConfigError("not a SQLite file (a results store is made by `medhelm summarize`)", path=path)
         with self._damaged():
             conn = sqlite3.connect(str(path), check_same_thread=False)
-            conn.execute(f"PRAGMA journal_mode={'DELETE' if self._new_file else 'WAL'}")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            tables = set() if self._new_file else \
+                {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            self.foreign_tables = 0 if not tables or "meta" in tables else len(tables)
+            if not self.foreign_tables:  # never touch someone else's database, not even its journal mode
+                conn.execute(f"PRAGMA journal_mode={'DELETE' if self._new_file else 'WAL'}")
+                conn.execute("PRAGMA synchronous=NORMAL")
         super().__init__(conn)
 
     @contextmanager
@@ -193,15 +197,24 @@ def _head(path: Path) -> bytes:
         raise ConfigError(f"cannot be read ({err.strerror})", path=path) from None
 
 
+def sqlite_path(location: str | Path) -> Path | None:
+    """The SQLite file a store location names (None for PostgreSQL)."""
+    text = str(location)
+    if text.startswith(("postgresql://", "postgres://")):
+        return None
+    path = Path(text[len("sqlite:///"):] if text.startswith("sqlite:///") else text)
+    if path.is_dir() or (not path.suffix and not path.exists()):
+        path = path / DEFAULT_FILENAME
+    return path
+
+
 def open_store(location: str | Path, *, create: bool = False) -> Store:
     """``sqlite:///path``, ``postgresql://...`` or a plain path (a SQLite file, or a folder holding one)."""
     text = str(location)
-    if text.startswith(("postgresql://", "postgres://")):
+    path = sqlite_path(location)
+    if path is None:
         store: Store = PostgresStore(text)
     else:
-        path = Path(text[len("sqlite:///"):] if text.startswith("sqlite:///") else text)
-        if path.is_dir() or (not path.suffix and not path.exists()):
-            path = path / DEFAULT_FILENAME
         if not create and not path.exists():
             raise ConfigError("no results store here; run `medhelm summarize` first", path=path)
         if path.exists():
@@ -223,11 +236,10 @@ def _check_ours(store: Store) -> None:
     """Before creating tables: an existing database must be empty or a MedHELM store of a known version."""
     if not isinstance(store, SqliteStore) or store._new_file:
         return
-    tables = {r[0] for r in store.query("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if tables and "meta" not in tables:
-        raise ConfigError(f"this SQLite file holds other tables ({len(tables)}) and is not a MedHELM results store; "
-                          "give a new file with --store", path=store.path)
-    if "meta" in tables:
+    if store.foreign_tables:
+        raise ConfigError(f"this SQLite file holds other tables ({store.foreign_tables}) and is not a MedHELM results "
+                          "store; give a new file with --store", path=store.path)
+    if store.query("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'")[0][0]:
         _check_version(store)
 
 
