@@ -56,7 +56,7 @@ def read_ratings(path: str | Path) -> list[ClinicianRating]:
                 except ValueError:
                     score = math.nan
                 if not math.isfinite(score):
-                    raise ConfigError("score is not a finite number", path=path, line=line, field="score")
+                    raise ConfigError("score is not a number (a finite one)", path=path, line=line, field="score")
                 out.append(ClinicianRating(values["instance_id"], values["rater"], values["criterion"], score, line))
     except csv.Error as err:
         raise ConfigError(f"malformed CSV ({err})", path=path) from None

@@ -103,7 +103,7 @@ def judges_from(items: Sequence[Any], deployments: Any, *, where: str = "") -> t
         model = item.get("model_name") or item.get("model")
         weight = item.get("weight", 1.0)
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < math.inf:
-            raise ConfigError("weight must be a finite number > 0", path=where or None, field=f"{field}.weight")
+            raise ConfigError("weight must be a number > 0 and finite", path=where or None, field=f"{field}.weight")
         if deployments is not None:
             if name not in deployments:
                 raise ConfigError(f"judge '{name}' is not a known model deployment; add it to "
