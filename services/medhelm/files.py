@@ -229,8 +229,9 @@ def load_yaml_doc(path: str | Path, *, missing: str = "file not found") -> YamlD
 
 
 def parse_yaml(text: str, path: Path) -> YamlDoc:
-    loader = _StrictLoader(text)
+    loader = None
     try:
+        loader = _StrictLoader(text)  # the reader refuses control characters here already
         node = loader.get_single_node()
         if node is None:
             return YamlDoc(path, None, None)
@@ -243,7 +244,8 @@ def parse_yaml(text: str, path: Path) -> YamlDoc:
     except ValueError as err:  # an integer of more than 4,300 digits
         raise ConfigError(f"invalid YAML ({_value_error(err)})", path=path) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _check_expansion(root: Any, path: Path) -> None:

@@ -3,7 +3,7 @@
 Every generated input must end in exit 0 (it happened to be valid) or a clean failure: exit 2, one line
 naming the file, no traceback, no patient marker, within 30 s and 1 GiB, the output folder unchanged.
 CI runs a small seeded budget (``CI_EXAMPLES`` per kind); ``pytest -m fuzz_long tests/boundary`` runs
-``LONG_EXAMPLES`` per kind with fresh randomness.
+``LONG_EXAMPLES`` per kind (``MEDHELM_FUZZ_EXAMPLES``, default 150) with fresh randomness.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from medhelm.devtools.fixtures import write_configurable_benchmark
 from tests.boundary.conftest import MARKER, Result, assert_bad_input, entry, run_cli, snapshot
 
 CI_EXAMPLES = 5
-LONG_EXAMPLES = 150
+LONG_EXAMPLES = int(os.environ.get("MEDHELM_FUZZ_EXAMPLES", "150"))
 
 # ------------------------------------------------------------------------------------------ strategies
 
