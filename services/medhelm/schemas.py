@@ -95,7 +95,7 @@ def _field(loc: tuple[Any, ...]) -> str:
 _MESSAGES = {
     "missing": "is required",
     "extra_forbidden": "unknown key",
-    "string_type": "must be text",
+    "string_type": "must be text (put it in quotes: YAML reads yes/no/on/off, numbers and dates as other types)",
     "int_type": "must be an integer",
     "float_type": "must be a number",
     "bool_type": "must be true or false",

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from medhelm.devtools.fixtures import write_openai_deployment
+from medhelm.devtools.mock_openai import MockOpenAIServer
 from tests.boundary.conftest import (MARKER, SECRET, assert_bad_input, entry, run_cli, snapshot)
 
 SMOL = "local/smollm2-135m-instruct"
@@ -67,20 +69,23 @@ def test_duplicate_header_names_are_not_echoed(tmp_path: Path, bench: Path) -> N
 # ------------------------------------------------------------------------------------------ 2. data loss
 
 
-def _finished_suite(tmp_path: Path, bench: Path, suite: str = "s1") -> Path:
-    """A real finished run (embedded model, 2 instances), then summarized into a release."""
-    out = tmp_path / "out"
-    r = run_cli(["run", "--run-entries", entry(bench), "--suite", suite, "--output-path", out,
-                 "--max-eval-instances", "2", "--quiet"], cwd=tmp_path)
+@pytest.fixture
+def finished(tmp_path: Path, bench: Path) -> Path:
+    """A real finished run (the CLI against the mock OpenAI-compatible server, 3 instances), summarized."""
+    with MockOpenAIServer(responder=lambda body: "Yes") as server:
+        local = tmp_path / "prod_env"
+        write_openai_deployment(local, server.base_url, name="mock/yes", model_name="test/yes-model")
+        out = tmp_path / "out"
+        r = run_cli(["run", "--run-entries", entry(bench, "mock/yes"), "--suite", "s1", "--output-path", out,
+                     "--local-path", local, "--max-eval-instances", "3", "--quiet"], cwd=tmp_path)
     assert r.code == 0, r.stderr
-    r = run_cli(["summarize", "--suites", suite, "--output-path", out, "--bootstrap", "10"], cwd=tmp_path)
+    r = run_cli(["summarize", "--suites", "s1", "--output-path", out, "--bootstrap", "10"], cwd=tmp_path)
     assert r.code == 0, r.stderr
     return out
 
 
-@pytest.mark.embedded
-def test_summarize_never_replaces_a_release_with_an_empty_or_smaller_one(tmp_path: Path, bench: Path) -> None:
-    out = _finished_suite(tmp_path, bench)
+def test_summarize_never_replaces_a_release_with_an_empty_or_smaller_one(tmp_path: Path, finished: Path) -> None:
+    out = finished
     run_dir = next((out / "runs" / "s1").iterdir())
     store = out / "results.sqlite"
     before = snapshot(out)
@@ -97,9 +102,8 @@ def test_summarize_never_replaces_a_release_with_an_empty_or_smaller_one(tmp_pat
     assert con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
 
 
-@pytest.mark.embedded
-def test_empty_records_of_a_finished_run_are_named(tmp_path: Path, bench: Path) -> None:
-    out = _finished_suite(tmp_path, bench)
+def test_empty_records_of_a_finished_run_are_named(tmp_path: Path, finished: Path) -> None:
+    out = finished
     run_dir = next((out / "runs" / "s1").iterdir())
     (run_dir / "instances.jsonl").write_text("")
     before = snapshot(out)
@@ -294,11 +298,10 @@ def test_corrupt_run_folders_are_one_line(tmp_path: Path, name: str, content: st
     assert_bad_input(r, names=run / name, out=tmp_path, before=before)
 
 
-@pytest.mark.embedded
 @pytest.mark.parametrize("name,content", [("run.json", "[]"), ("stats.json", '{"a": 1}'),
                                           ("instances.jsonl", '{"stats": 5}\n'), ("instances.jsonl", "[[[[\n")])
-def test_wrong_shapes_in_a_finished_run(tmp_path: Path, bench: Path, name: str, content: str) -> None:
-    out = _finished_suite(tmp_path, bench)
+def test_wrong_shapes_in_a_finished_run(tmp_path: Path, finished: Path, name: str, content: str) -> None:
+    out = finished
     run_dir = next((out / "runs" / "s1").iterdir())
     (run_dir / name).write_text(content)
     before = snapshot(out)
