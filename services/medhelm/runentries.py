@@ -49,11 +49,15 @@ class RunEntry:
 
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def parse_run_entry(text: str, *, source: str = "--run-entries", priority: int = 1,
                     base_dir: Path = Path(".")) -> RunEntry:
     raw = text.strip()
+    if _CONTROL.search(raw) or len(raw) > 4000:
+        raise ConfigError(f"bad run entry '{escape(raw, 120)}': control characters (newline, tab, NUL) or more than "
+                          "4000 characters", path=source)
     name, sep, rest = raw.partition(":")
     name = name.strip()
     # HELM writes some names with a comma instead of a colon (med_dialog,subset=x:model=...)

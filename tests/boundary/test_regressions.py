@@ -379,3 +379,17 @@ def test_a_bug_is_one_line_exit_70_and_a_log_without_instance_text(tmp_path: Pat
 def test_the_cli_entry_point_uses_the_same_python(tmp_path: Path) -> None:
     r = run_cli(["--version"], cwd=tmp_path)
     assert r.code == 0 and "medhelm" in r.stdout, (sys.executable, r.stderr)
+
+
+def test_control_characters_and_overlong_run_names_in_a_conf(tmp_path: Path, bench: Path) -> None:
+    conf = tmp_path / "bad.conf"
+    conf.write_text('entries: [{description: "medhelm_configurable_benchmark:config_path=x\\u0000,a=\x00b", '
+                    'priority: 1}]\n')
+    r = run_cli(["validate", "--conf-paths", conf], cwd=tmp_path)
+    assert_bad_input(r, names=conf)
+    out = tmp_path / "out"
+    long_name = "mine/" + "x" * 300
+    local = deployments(tmp_path, "model_deployments:\n" + openai_item(long_name))
+    r = run_cli(["run", "--run-entries", entry(bench, long_name), "--output-path", out, "--local-path", local],
+                cwd=tmp_path)
+    assert_bad_input(r, names=None, out=out, contains="255 bytes")

@@ -111,6 +111,9 @@ def _plan_one(entry: RunEntry, options: RunOptions, deployments: DeploymentRegis
         temperature=temperature,
         seed=options.seed if seed is None else seed,
     )
+    if len(run_spec.name.encode("utf-8")) > 255:  # one folder name on every filesystem we write to
+        raise ConfigError(f"run entry '{escape(entry.text, 120)}': its run name is longer than a folder name may be "
+                          "(255 bytes); shorten the benchmark arguments or the deployment name", path=_where(entry))
     return RunPlan(spec=run_spec, deployment=deployment, benchmark=benchmark,
                    run_dir=options.suite_dir / run_spec.name)
 
