@@ -37,7 +37,7 @@ class Result:
 
 def run_cli(args: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> Result:
     """``medhelm <args>`` in a fresh process, capped at 30 s and 1 GiB."""
-    cmd = [sys.executable, "-m", "medhelm", *map(str, args)]
+    cmd = [sys.executable, "-m", "medhelm", *(str(a).replace("\x00", "") for a in args)]  # argv holds no NUL
     if PRLIMIT:
         cmd = [PRLIMIT, f"--as={MEMORY_LIMIT}", "--", *cmd]
     full_env = {**os.environ, "MEDHELM_OFFLINE": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",

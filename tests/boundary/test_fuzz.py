@@ -101,7 +101,8 @@ def _run_entries(long: bool):
             out = tmp / "out"
             args = ["validate", "--output-path", out]
             if conf is None:
-                args += ["--run-entries", entry(cfg) + "".join(f",{k}={v}" for k, v in extra)]
+                typed = "".join(f",{k}={v}" for k, v in extra).replace(MARKER, "m")  # typed, not patient data
+                args += ["--run-entries", entry(cfg) + typed]
                 names = None
             else:
                 (tmp / "x.conf").write_bytes(conf)
@@ -273,7 +274,7 @@ def _cli_flags(long: bool):
             if command in ("run",):
                 args += ["--run-entries", entry(cfg), "--dry-run"]
             for flag, value in flags:
-                args += [flag, value.replace("\x00", "")]  # a NUL cannot be passed in argv at all
+                args += [flag, value.replace(MARKER, "m")]  # what the user typed is not patient data
             if command == "serve":
                 args += ["scenarios", "--port", "-5"]  # never actually listen: the last --port is refused
             out = tmp / "out"
