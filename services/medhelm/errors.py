@@ -50,7 +50,7 @@ class ConfigError(MedhelmError):
                  field: str | None = None) -> None:
         where = ""
         if path is not None:
-            where = escape(path)
+            where = escape(path, 1000)
             if line is not None:
                 where += f":{line}"
             if field is not None:
