@@ -52,6 +52,10 @@ def main_import_helm(args: argparse.Namespace) -> int:
     from medhelm.store.helm_runs import is_helm_run, read_helm_run
     from medhelm.store.sources import find_run_dirs, read_medhelm_run
 
+    from medhelm.files import plain_name
+
+    for suite in args.suites:
+        plain_name(suite, what="--suites")
     path = Path(args.path)
     if (path / "runs").is_dir() and not any(path.glob("*/run_spec.json")):
         raise ConfigError("this is a benchmark_output root; give one suite folder, e.g. runs/v2.0.0", path=path)

@@ -241,6 +241,11 @@ def _check_ours(store: Store) -> None:
                           "store; give a new file with --store", path=store.path)
     if store.query("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'")[0][0]:
         _check_version(store)
+    # integrity before writing: a damaged file must not be made worse (quick_check reads each page once)
+    problems = [r[0] for r in store.query("PRAGMA quick_check(5)")]
+    if problems != ["ok"]:
+        raise ConfigError(f"the results store is damaged (SQLite quick_check found {len(problems)}+ problem(s)); "
+                          "restore it from a backup or give a new file with --store", path=store.path)
 
 
 def _check_version(store: Store) -> None:
