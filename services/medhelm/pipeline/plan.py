@@ -86,6 +86,7 @@ def _plan_one(entry: RunEntry, options: RunOptions, deployments: DeploymentRegis
         max_tokens=max_tokens,
         temperature=temperature,
         seed=options.seed if seed is None else seed,
+        prompt=getattr(benchmark, "prompt_variant", ""),
     )
     return RunPlan(spec=run_spec, deployment=deployment, benchmark=benchmark,
                    run_dir=options.suite_dir / run_spec.name)
