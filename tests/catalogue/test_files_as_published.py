@@ -104,7 +104,7 @@ def test_medcalc_version_argument_reads_that_release(shared_data, tmp_path):
     (tmp_path / "medcalc_bench/v1.1/test_data.csv").symlink_to(shared_data / "medcalc_bench/one_shot_data.csv")
     bench, instances = _load("medcalc_bench", tmp_path, version="v1.1")
     assert len(instances) == 55 and bench.expected_count is None
-    with pytest.raises(Exception, match=r"medcalc_bench/test_data\.csv"):  # v1.0 is another file, not there
+    with pytest.raises(Exception, match=r"MedCalc-Bench-v1\.0/.*test_data\.csv"):  # v1.0: another file, not there
         _load("medcalc_bench", tmp_path)
     with pytest.raises(ConfigError, match="version=v9 is not one of v1.0, v1.1, v1.2"):
         _load("medcalc_bench", tmp_path, version="v9")
@@ -160,8 +160,8 @@ def test_medication_qa_drops_missing_answers_as_upstream(tmp_path):
     (tmp_path / "medication_qa").mkdir()
     wb.save(tmp_path / "medication_qa/MedInfo2019-QA-Medications.xlsx")
     bench, instances = _load("medication_qa", tmp_path)
-    assert [i.extra["question"] for i in instances] == ["how does rivatigmine and otc sleep medicine interact",
-                                                         "can i take ibuprofen with warfarin"]
+    assert [i.input for i in instances] == ["how does rivatigmine and otc sleep medicine interact",
+                                            "can i take ibuprofen with warfarin"]
     assert instances[1].references[0].text == "No.\nAsk your doctor."
     assert bench.expected_count == 689
 
@@ -242,3 +242,57 @@ def test_csv_reader_takes_files_as_they_come(tmp_path):
     path.write_bytes("id\n\xe9\n".encode("latin-1"))
     with pytest.raises(ConfigError, match="not UTF-8"):
         read_csv(path)
+
+
+# ---------------------------------------------------------------------------------------------- MTSamples
+
+def test_mtsamples_download_and_mirror_hold_the_same_notes_past_1000_files(tmp_path):
+    """Upstream listed raulista1997/benchmarkdata's folder with the GitHub contents API (at most 1,000
+    entries), so a download saw fewer notes than a mirror. The pinned git tree (GET /repos/{o}/{r}/git/trees/
+    {sha}?recursive=1: {"sha", "tree": [{"path", "mode", "type", "sha", "size", "url"}], "truncated"}) lists
+    every file; served here over real HTTP on 127.0.0.1."""
+    import dataclasses
+    import http.server
+    import threading
+    from functools import partial
+
+    from medhelm.benchmarks.catalogue import get_entry
+    from medhelm.benchmarks.loaders.clinical_notes import load_mtsamples
+    from medhelm.benchmarks.loaders.fetch import RemoteFile
+
+    served = tmp_path / "served"
+    notes = served / "raw/mtsamples_processed"
+    notes.mkdir(parents=True)
+    names = [f"note {n:04d}.txt" for n in range(1003)]  # a space in the name: URLs are quoted
+    for n, name in enumerate(names):
+        text = f"HISTORY: case {n}.\r\nPLAN: plan {n}.\r\n" if n != 7 else "HISTORY: no section\n"
+        (notes / name).write_text(text, encoding="utf-8", newline="")
+    tree = [{"path": f"mtsamples_processed/{n}", "mode": "100644", "type": "blob", "sha": "0" * 40, "size": 30,
+             "url": "u"} for n in names]
+    tree += [{"path": "mtsamples_processed", "type": "tree"}, {"path": "eicu.sqlite", "type": "blob"},
+             {"path": "mtsamples_processed/sub/x.txt", "type": "blob"}]
+    (served / "tree.json").write_text(json.dumps({"sha": "e" * 40, "tree": tree, "truncated": False}))
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            return None
+
+    handler = partial(Quiet, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        entry = dataclasses.replace(get_entry("mtsamples_replicate"),
+                                    remote=(RemoteFile(f"{base}/tree.json", "tree.json"),),
+                                    options={"directory": "mtsamples_processed",
+                                             "raw_base": f"{base}/raw/mtsamples_processed"})
+        downloaded = list(load_mtsamples(LoadContext(cache_dir=tmp_path / "cache", offline=False), entry))
+    finally:
+        server.shutdown()
+        server.server_close()
+    (tmp_path / "mirror/mtsamples_replicate").mkdir(parents=True)
+    (tmp_path / "mirror/mtsamples_replicate/mtsamples_processed").symlink_to(notes)
+    mirrored = list(load_mtsamples(LoadContext(data_dir=tmp_path / "mirror", offline=True), entry))
+    assert len(downloaded) == len(mirrored) == 1002  # every file; the note without a section has no reference
+    assert [(i.id, i.references[0].text, i.input) for i in downloaded] == \
+        [(i.id, i.references[0].text, i.input) for i in mirrored]
+    assert downloaded[0].references[0].text == "plan 0." and "\r" not in downloaded[0].input

@@ -20,16 +20,25 @@ docx = pytest.importorskip("docx")
 from medhelm.benchmarks.loaders.readers import read_docx_paragraphs, read_xlsx  # noqa: E402
 
 
-def _patch_sheet(path: Path, sheet: str, fix) -> None:
-    """Rewrite one worksheet's XML inside the .xlsx (what Excel writes and openpyxl does not)."""
+def _patch(path: Path, fixes: dict, add: dict[str, str]) -> None:
+    """Rewrite parts of the .xlsx package (what Excel writes and openpyxl does not)."""
     tmp = path.with_suffix(".tmp")
     with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
         for item in src.infolist():
             data = src.read(item.filename)
-            if item.filename == sheet:
-                data = fix(data.decode("utf-8")).encode("utf-8")
+            if item.filename in fixes:
+                data = fixes[item.filename](data.decode("utf-8")).encode("utf-8")
             dst.writestr(item, data)
+        for name, text in add.items():
+            dst.writestr(name, text)
     tmp.replace(path)
+
+
+# Excel keeps text in a shared-string table: plain items and rich-text items (runs), CRLF kept as typed.
+SHARED = ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
+          '<sst xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" count="2" uniqueCount="2">'
+          '<si><t>Joe</t></si>'
+          '<si><r><rPr><b/></rPr><t xml:space="preserve">shared </t></r><r><t>rich\r\ntext</t></r></si></sst>')
 
 
 def _corpus(path: Path) -> None:
@@ -44,21 +53,30 @@ def _corpus(path: Path) -> None:
     ws.merge_cells("A2:B2")  # a merged header over two columns
     ws.append(["MRN-1", "Jane", dt.datetime(2024, 3, 1), 2.0, "line one\nline two\tTAB", 21, True])
     ws.append([None, None, None, None, None, None, None])  # a blank row
-    ws.append(["MRN-2", "Joe", 45352, 0.5, CellRichText("bold ", TextBlock(InlineFont(b=True), "part")), None, False])
+    ws.append(["MRN-2", "x", 45352, 0.5, CellRichText("bold ", TextBlock(InlineFont(b=True), "part")), None, False])
     ws["C5"].number_format = "yyyy-mm-dd"  # a date stored as its serial number, shown as a date
     ws["F5"] = "=F3*2"  # a formula; Excel stores its last value beside it
-    ws["E6"] = "inline"
+    ws["E6"] = "x"
     ws["A6"] = "MRN-3"
     wb.create_sheet("other").append(["x", "y"])
     wb.save(path)
 
     def excel_like(xml: str) -> str:
         xml = re.sub(r"<f>F3\*2</f>(<v\s*/>|<v></v>)?", "<f>F3*2</f><v>42</v>", xml)
-        # an inline string, as some exporters write them
-        return re.sub(r'<c r="E6"([^>]*) t="[a-zA-Z]+"([^>]*)><v>[^<]*</v></c>',
-                      r'<c r="E6"\1 t="inlineStr"\2><is><t xml:space="preserve">inline\r\ntext</t></is></c>', xml)
+        xml = re.sub(r'<c r="B5"([^>]*) t="inlineStr"><is><t>x</t></is></c>', r'<c r="B5"\1 t="s"><v>0</v></c>', xml)
+        return re.sub(r'<c r="E6"([^>]*) t="inlineStr"><is><t>x</t></is></c>', r'<c r="E6"\1 t="s"><v>1</v></c>', xml)
 
-    _patch_sheet(path, "xl/worksheets/sheet1.xml", excel_like)
+    def with_shared(xml: str) -> str:
+        return xml.replace("</Types>", '<Override PartName="/xl/sharedStrings.xml" ContentType="application/'
+                                       'vnd.openxmlformats-officedocument.spreadsheetml.sharedStrings+xml"/></Types>')
+
+    def rels(xml: str) -> str:
+        return xml.replace("</Relationships>", '<Relationship Id="rIdSST" Type="http://schemas.openxmlformats.org/'
+                                               'officeDocument/2006/relationships/sharedStrings" '
+                                               'Target="sharedStrings.xml"/></Relationships>')
+
+    _patch(path, {"xl/worksheets/sheet1.xml": excel_like, "[Content_Types].xml": with_shared,
+                  "xl/_rels/workbook.xml.rels": rels}, {"xl/sharedStrings.xml": SHARED})
 
 
 def test_xlsx_corpus_cell_by_cell(tmp_path):
@@ -70,7 +88,7 @@ def test_xlsx_corpus_cell_by_cell(tmp_path):
                         "note": "line one\nline two\tTAB", "score": "21", "flag": "TRUE"}
     assert table[1] == {"Patient": "MRN-2", "Patient (2)": "Joe", "admitted": "2024-03-01", "dose": "0.5",
                         "note": "bold part", "score": "42", "flag": "FALSE"}
-    assert table[2]["note"] == "inline\ntext" and table[2]["Patient"] == "MRN-3"
+    assert table[2]["note"] == "shared rich\ntext" and table[2]["Patient"] == "MRN-3"
     assert table.lines == [3, 5, 6] and table.blank == 1
     # our text for every cell equals openpyxl's own value, rendered
     wb = openpyxl.load_workbook(path, data_only=True)

@@ -1,4 +1,9 @@
-"""The MedHELM catalogue behind ``benchmarks.resolve``: a catalogue row + run-entry args -> a Benchmark."""
+"""The MedHELM catalogue behind ``benchmarks.resolve``: a catalogue row + run-entry args -> a Benchmark.
+
+``prompt_path=`` (any catalogue benchmark) replaces the instructions with a file's text, verbatim; the
+benchmark then reports ``prompt_variant`` = ``custom:<sha256 prefix>`` and the run spec carries it. A missing,
+unreadable or empty prompt file, unknown arguments or data holding no instances raise ``ConfigError``.
+"""
 
 from __future__ import annotations
 

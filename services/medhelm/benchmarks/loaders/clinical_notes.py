@@ -72,9 +72,12 @@ def _mtsamples_files(ctx: LoadContext, entry) -> list[Path]:
         raise DataUnavailable(f"{entry.name}: data not available offline; copy the folder "
                               f"{entry.options['directory']}/ (*.txt, from {entry.source}) into {where}")
     names = _list_txt(ctx, folder, listing, str(entry.options["directory"]))
-    for name in names:
-        download(ctx, f"{folder}/{entry.options['directory']}",
-                 RemoteFile(f"{entry.options['raw_base']}/{_quote(name)}", name))
+    import httpx
+
+    with httpx.Client() as client:  # one connection pool and TLS context for hundreds of small files
+        for name in names:
+            download(ctx, f"{folder}/{entry.options['directory']}",
+                     RemoteFile(f"{entry.options['raw_base']}/{_quote(name)}", name), client)
     cache.mkdir(parents=True, exist_ok=True)
     done.write_text(str(len(names)))
     return sorted(cache.glob("*.txt"))

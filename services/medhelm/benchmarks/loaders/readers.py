@@ -130,6 +130,10 @@ def iter_csv(path: Path, required: Sequence[str] = (), *, delimiter: str | None 
                     if extra:
                         raise ConfigError(f"{len(record)} fields but the header has {len(names)} (a value in "
                                           f"field {extra[0] + 1} has no column)", path=path, line=line)
+                unnamed = [i for i, n in enumerate(names) if not n and i < len(record) and record[i].strip()]
+                if unnamed:
+                    raise ConfigError(f"a value in field {unnamed[0] + 1}, whose header is empty", path=path,
+                                      line=line)
                 yield line, {n: clean_text(record[i]) if i < len(record) else "" for i, n in enumerate(names) if n}
     except FileNotFoundError:
         raise ConfigError("file not found", path=path) from None
@@ -305,7 +309,7 @@ def read_xlsx(path: Path, required: Sequence[str] = (), *, sheet: str | None = N
         if not any(v.strip() for v in values):
             blank += 1
             continue
-        extra = [i for i in range(len(names), len(values)) if values[i].strip()]
+        extra = [i for i in range(len(values)) if (i >= len(names) or not names[i]) and values[i].strip()]
         if extra:
             raise ConfigError(f"sheet {ws.title!r}: a value in column {extra[0] + 1} has no header", path=path,
                               line=number)
