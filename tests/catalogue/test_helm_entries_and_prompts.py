@@ -19,11 +19,15 @@ from medhelm.pipeline import RunOptions, plan_runs
 from medhelm.runentries import parse_run_entry
 from medhelm.specs import FrozenMap, RunSpec
 
-# Lines as upstream's confs write them (run_entries_medhelm_gated.conf / run_spec functions' arguments).
+# Lines exactly as upstream's run_entries_medhelm_gated.conf writes them, and the arguments its run-spec functions
+# take (medcalc_bench(version), head_qa(language, category)).
 HELM_ENTRIES = [
-    "ehrshot:subject=guo_readmission,max_length=100000,data_path=/share/pi/nigam/data/medhelm/ehrshot,"
-    "model=openai/gpt-4o-2024-05-13,model_deployment=stanfordhealthcare/gpt-4o-2024-05-13",
-    "medalign:max_length=40000,data_path=/share/pi/nigam/data/medalign,model=openai/gpt-4o-2024-05-13",
+    "ehrshot:max_length=100000,subject=guo_readmission,model=openai/gpt-4o-2024-05-13,"
+    "model_deployment=stanfordhealthcare/gpt-4o-2024-05-13,data_path=/share/pi/nigam/data/medhelm/ehrshot/meds/",
+    "ehrshot:num_output_tokens=4000,max_length=100000,subject=lab_anemia,model=deepseek-ai/deepseek-r1,"
+    "model_deployment=stanfordhealthcare/deepseek-r1,data_path=/share/pi/nigam/data/medhelm/ehrshot/meds/",
+    "medalign:max_length=100000,model=openai/gpt-4o-2024-05-13,model_deployment=stanfordhealthcare/gpt-4o-2024-05-13,"
+    "data_path=/share/pi/nigam/datasets/medalign_release_fixes/",
     "medcalc_bench:version=v1.2,model=openai/gpt-4o-2024-05-13",
     "head_qa:language=en,category=None,model=openai/gpt-4o-2024-05-13",
 ]
@@ -106,3 +110,17 @@ def test_validate_compares_loaded_and_published_counts(mirror, tmp_path):
     out = proc.stdout
     assert "loaded 40 instances: as published" in out  # the whole real test-1 file
     assert "note: loaded 120 instances; the full published data gives 597" in out  # the 120-row slice
+
+
+def test_blank_rows_are_one_note_on_stderr_naming_file_and_count(shared_data, tmp_path):
+    mirror = tmp_path / "mirror"
+    (mirror / "medec").mkdir(parents=True)
+    text = (shared_data / "medec/MEDEC-MS-TestSet-sample.csv").read_text(encoding="utf-8")
+    path = mirror / "medec/MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv"
+    path.write_text(text + ",,,,,,,,\n" * 3 + "   \n", encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "medhelm", "validate", "--offline", "--data-dir", str(mirror),
+                           "--local-path", str(tmp_path / "env"), "-o", str(tmp_path / "out"), "--run-entries",
+                           "medec:model=local/smollm2-135m-instruct"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == f"{path}: skipped 4 blank rows\n"
+    assert "ok  medec:" in proc.stdout and "loaded 120 instances" in proc.stdout

@@ -130,7 +130,8 @@ def task_instruction(task: str) -> str:
         parts.append("Clinical Definition: " + CLINICAL_DEFINITIONS[task])
     if task in CODE_DEFINITIONS:
         parts.append(f"Medical Code Definition: In an electronic health record (EHR), {name.lower()} is denoted by "
-                     f"the occurrence of any of the following medical codes: {', '.join(sorted(CODE_DEFINITIONS[task]))}")
+                     "the occurrence of any of the following medical codes: "
+                     + ", ".join(sorted(CODE_DEFINITIONS[task])))
     parts.append("Instruction: Review the patient's EHR history. Based on all available medical evidence in the "
                  f"provided EHR, please answer the question: {question}")
     return "\n\n".join(parts)
