@@ -124,3 +124,19 @@ def test_blank_rows_are_one_note_on_stderr_naming_file_and_count(shared_data, tm
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == f"{path}: skipped 4 blank rows\n"
     assert "ok  medec:" in proc.stdout and "loaded 120 instances" in proc.stdout
+
+
+def test_summarize_records_which_cells_used_a_non_default_prompt(tmp_path):
+    """Synthetic finished runs in the documented run-directory format; one run's spec says its instructions
+    came from prompt_path= (RunSpec.prompt). `summarize` lists that cell for the dashboard to mark."""
+    from medhelm.store import open_store, read
+    from medhelm.store.synthetic import catalogue, default_models, write_suite
+
+    runs = write_suite(tmp_path, "s", default_models(2), catalogue(2), 5)
+    marked = runs[1]
+    spec = json.loads((marked / "run_spec.json").read_text())
+    (marked / "run_spec.json").write_text(json.dumps({**spec, "prompt": "custom:0123456789ab"}))
+    assert main(["summarize", "--suites", "s", "-o", str(tmp_path), "--bootstrap", "50"]) == 0
+    with open_store(str(tmp_path / "results.sqlite")) as store:
+        meta = read.meta(store, "s")
+    assert json.loads(meta["custom_prompts"]) == [[spec["benchmark"]["name"], spec["model"], spec["deployment"]]]
