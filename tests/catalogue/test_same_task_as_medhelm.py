@@ -200,7 +200,7 @@ def test_ehrshot_lab_tasks_sample_10000_labels_with_upstreams_draw(tmp_path):
     assert rows[:5] == [int(i) for i in np.random.RandomState(1).choice(12_000, 10_000, replace=False)[:5]]
     assert ehrshot_sample(30) == list(range(30))
     base = dt.datetime(2021, 1, 1)
-    _meds(tmp_path, "lab_anemia", [(1, base + dt.timedelta(hours=h), h % 2 == 0) for h in range(3)])
+    _meds(tmp_path, "lab_anemia", [(1, base + dt.timedelta(hours=h // 2), h % 2 == 0) for h in range(3)])
     bench = _bench("ehrshot", tmp_path, data_path=".", subject="lab_anemia")
     assert len(list(bench.instances())) == 3
     text = bench.prompt(next(iter(bench.instances())), PromptBudget()).text

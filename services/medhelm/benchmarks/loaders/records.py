@@ -58,12 +58,15 @@ def load_ehrshot(ctx: LoadContext, entry) -> Iterator[Instance]:
         timeline.sort(key=lambda te: te[0])
     count = token_counter()
     instruction = ehrshot_defs.task_instruction(task)
+    seen: dict[str, int] = {}
     for r in labels:
         codes = [code for t, code in events.get(r["subject_id"], []) if t <= r["prediction_time"]]
         context = "Patient EHR:\n" + "\n".join(f"- {c}" for c in codes)
         if count(f"{instruction}\n\n{context}") > max_length:
             continue
-        yield choice_instance(f"{r['subject_id']}-{r['prediction_time']:%Y%m%d%H%M}", instruction, YES_NO,
+        key = f"{r['subject_id']}-{r['prediction_time']:%Y%m%d%H%M%S}"
+        seen[key] = seen.get(key, 0) + 1  # two labels at the same second (lab tasks) stay two instances
+        yield choice_instance(key if seen[key] == 1 else f"{key}-{seen[key]}", instruction, YES_NO,
                               0 if r["boolean_value"] else 1, context=context)
 
 
