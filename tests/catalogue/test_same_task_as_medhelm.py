@@ -243,3 +243,14 @@ def test_head_qa_language_and_category_arguments_as_helm_writes_them(tmp_path):
     assert [i.extra["question"] for i in biology] == ["q1"]
     with pytest.raises(Exception, match=r"es/test/0000\.parquet"):
         list(_bench("head_qa", tmp_path, language="es").instances())
+
+
+def test_ehrshot_code_definitions_cover_every_new_diagnosis_task():
+    from medhelm.benchmarks.loaders.ehrshot_defs import TASKS, code_definitions, task_instruction
+
+    defs = code_definitions()
+    assert set(defs) == {t for t in TASKS if t.startswith("new_")}
+    assert {t: len(c) for t, c in defs.items()} == {"new_acutemi": 171, "new_celiac": 16, "new_hyperlipidemia": 98,
+                                                    "new_hypertension": 26, "new_lupus": 53, "new_pancan": 63}
+    assert "OMOP Extension/OMOP5166128" in task_instruction("new_lupus")
+    assert "Medical Code Definition" not in task_instruction("guo_icu")  # as upstream's config: new_* only

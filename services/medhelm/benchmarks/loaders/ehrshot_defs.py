@@ -1,9 +1,13 @@
 """EHRSHOT task wording, as upstream MedHELM asks it (LUMIA-style prompts, ``ehrshot_scenario.py``): the
 question per task, the specialist persona, and — for the ``new_*`` diagnosis tasks only, as upstream's
-config — the short clinical definition and the medical-code definition. Data only; nothing here raises.
+config — the short clinical definition and the medical-code definition. Data only; a missing package data
+file (a broken install) raises FileNotFoundError.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 # task -> (full name, persona (upstream's first listed specialist), question)
 TASKS = {
@@ -104,21 +108,13 @@ CLINICAL_DEFINITIONS = {
                   "and chemotherapy, but the prognosis remains poor, particularly for late-stage adenocarcinoma.",
 }
 
-# The ontology codes that denote the condition in the record (upstream's CODE_DEFS: a SNOMED concept and its
-# descendants). Only the short lists are carried here; see docs/catalogue.md for the other new_* tasks.
-CODE_DEFINITIONS = {
-    "new_hypertension": (
-        "ICD10CM/I10", "ICD9CM/401", "ICD9CM/401.0", "ICD9CM/401.1", "ICD9CM/401.9", "SNOMED/1201005",
-        "SNOMED/1218009", "SNOMED/155296003", "SNOMED/18416000", "SNOMED/194758001", "SNOMED/194760004",
-        "SNOMED/19769006", "SNOMED/23717007", "SNOMED/266228004", "SNOMED/35303009", "SNOMED/371125006",
-        "SNOMED/40511000119107", "SNOMED/429457004", "SNOMED/46481004", "SNOMED/59621000", "SNOMED/63287004",
-        "SNOMED/71874008", "SNOMED/72022006", "SNOMED/78808002", "SNOMED/78975002", "SNOMED/9901000"),
-    "new_celiac": (
-        "ICD10CM/K90.0", "ICD9CM/579.0", "SNOMED/1197730009", "SNOMED/155842007", "SNOMED/197478000",
-        "SNOMED/197479008", "SNOMED/197481005", "SNOMED/23829007", "SNOMED/266478000", "SNOMED/396330006",
-        "SNOMED/396331005", "SNOMED/45259000", "SNOMED/61715008", "SNOMED/722386009", "SNOMED/770593004",
-        "SNOMED/91867008"),
-}
+
+
+def code_definitions() -> dict[str, list[str]]:
+    """The ontology codes that denote each new_* condition in the record (upstream's CODE_DEFS: an OMOP Athena
+    concept and its descendants), shipped as package data."""
+    path = Path(__file__).resolve().parents[1] / "data" / "ehrshot_code_definitions.json"
+    return {k: v for k, v in json.loads(path.read_text(encoding="utf-8")).items() if not k.startswith("_")}
 
 
 def task_instruction(task: str) -> str:
@@ -128,10 +124,10 @@ def task_instruction(task: str) -> str:
              f"with Stanford University. You specialize in predicting {name.lower()}."]
     if task in CLINICAL_DEFINITIONS:
         parts.append("Clinical Definition: " + CLINICAL_DEFINITIONS[task])
-    if task in CODE_DEFINITIONS:
+    codes = code_definitions().get(task) if task.startswith("new_") else None
+    if codes:
         parts.append(f"Medical Code Definition: In an electronic health record (EHR), {name.lower()} is denoted by "
-                     "the occurrence of any of the following medical codes: "
-                     + ", ".join(sorted(CODE_DEFINITIONS[task])))
+                     "the occurrence of any of the following medical codes: " + ", ".join(sorted(codes)))
     parts.append("Instruction: Review the patient's EHR history. Based on all available medical evidence in the "
                  f"provided EHR, please answer the question: {question}")
     return "\n\n".join(parts)
