@@ -105,8 +105,8 @@ GATED: tuple[CatalogueEntry, ...] = (
         loader=physionet.load_mimiciv_billing_code, args=(DATA_PATH,),
         expected="mimiciv_icd10.feather (columns text, target = list of ICD-10 codes; needs pyarrow) or its folder",
         access_note=PHYSIONET,
-        prompt=PromptStyle("Given the following clinical note, identify all relevant ICD-10 codes. List the codes "
-                           "separated by commas.", context_label="Note", answer_label="Predicted ICD-10 Codes"),
+        prompt=PromptStyle("Given the following clinical note, identify all relevant ICD-10 codes.",
+                           context_label="Note", answer_label="Predicted ICD-10 Codes"),
     ),
     CatalogueEntry(
         name="n2c2_ct_matching", display_name="N2C2-CT Matching",
