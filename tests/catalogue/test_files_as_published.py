@@ -296,3 +296,16 @@ def test_mtsamples_download_and_mirror_hold_the_same_notes_past_1000_files(tmp_p
     assert [(i.id, i.references[0].text, i.input) for i in downloaded] == \
         [(i.id, i.references[0].text, i.input) for i in mirrored]
     assert downloaded[0].references[0].text == "plan 0." and "\r" not in downloaded[0].input
+
+
+def test_skipped_notes_and_line_pairs_are_counted_in_one_line(tmp_path, caplog):
+    notes = tmp_path / "mtsamples_procedures/mtsample_procedure"
+    notes.mkdir(parents=True)
+    (notes / "a.txt").write_text("PROCEDURE: knee scope.\nPLAN: physiotherapy.\n")
+    (notes / "b.txt").write_text("PROCEDURE: no plan here.\n")
+    (notes / "c.txt").write_text("PROCEDURE: nor here.\n")
+    with caplog.at_level(logging.WARNING, logger="medhelm.data"):
+        _, instances = _load("mtsamples_procedures", tmp_path)
+    assert [i.id for i in instances] == ["a"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{notes}: skipped 2 notes (no PLAN, SUMMARY or FINDINGS section: no reference)"]

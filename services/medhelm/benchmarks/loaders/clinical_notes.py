@@ -9,7 +9,7 @@ from pathlib import Path
 from medhelm.benchmarks.base import LoadContext
 from medhelm.benchmarks.loaders.fetch import RemoteFile, download, fetch_all, mirror_candidates
 from medhelm.benchmarks.loaders.instances import text_instance
-from medhelm.benchmarks.loaders.readers import clean_text, read_json
+from medhelm.benchmarks.loaders.readers import clean_text, note_skipped, read_json
 from medhelm.errors import ConfigError, DataUnavailable
 from medhelm.specs import Instance
 
@@ -48,12 +48,16 @@ def split_note(text: str) -> tuple[str, str] | None:
 
 def load_mtsamples(ctx: LoadContext, entry) -> Iterator[Instance]:
     files = _mtsamples_files(ctx, entry)
+    skipped = 0
     for path in files:
         parsed = split_note(clean_text(path.read_text(encoding="utf-8-sig", errors="replace")))
         if parsed is None or not parsed[0]:
-            continue  # a note without PLAN/SUMMARY/FINDINGS has no reference: not part of the benchmark
+            skipped += 1  # a note without PLAN/SUMMARY/FINDINGS has no reference: not part of the benchmark
+            continue
         note, reference = parsed
         yield text_instance(path.stem, reference, context=note)
+    if files:
+        note_skipped(files[0].parent, skipped, "note", "no PLAN, SUMMARY or FINDINGS section: no reference")
 
 
 def _mtsamples_files(ctx: LoadContext, entry) -> list[Path]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from medhelm.benchmarks.base import LoadContext
 from medhelm.benchmarks.loaders.fetch import require_files, user_path
 from medhelm.benchmarks.loaders.instances import text_instance
-from medhelm.benchmarks.loaders.readers import iter_csv, read_arrow_table, read_jsonl
+from medhelm.benchmarks.loaders.readers import iter_csv, note_skipped, read_arrow_table, read_jsonl
 from medhelm.errors import ConfigError
 from medhelm.specs import Instance
 
@@ -68,9 +68,13 @@ def load_mimic_rrs(ctx: LoadContext, entry) -> Iterator[Instance]:
     if len(findings) != len(impressions):
         raise ConfigError(f"{len(findings)} findings but {len(impressions)} impressions (files must be "
                           f"line-aligned with {impression_p.name})", path=findings_p)
+    skipped = 0
     for i, (f, imp) in enumerate(zip(findings, impressions)):
         if f.strip() and imp.strip():
             yield text_instance(f"rrs-{i}", imp.strip(), context=f.strip())
+        else:
+            skipped += 1
+    note_skipped(findings_p, skipped, "blank line pair")
 
 
 def _file(ctx: LoadContext, entry, name: str) -> Path:

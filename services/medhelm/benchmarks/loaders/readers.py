@@ -77,9 +77,14 @@ class Table(list):
         return zip(self.lines, self)
 
 
-def _note_blank(path: Path, blank: int) -> None:
-    if blank:
-        log.warning("%s: skipped %d blank row%s", path, blank, "" if blank == 1 else "s")
+def _note_blank(path: Path, blank: int, what: str = "blank row") -> None:
+    note_skipped(path, blank, what)
+
+
+def note_skipped(path: Path, count: int, what: str, why: str = "") -> None:
+    """One line for rows/files a loader skipped on purpose: the file and the count, never their content."""
+    if count:
+        log.warning("%s: skipped %d %s%s%s", path, count, what, "" if count == 1 else "s", f" ({why})" if why else "")
 
 
 def _open_text(path: Path) -> io.TextIOBase:
@@ -198,6 +203,7 @@ def read_jsonl(path: Path, required: Sequence[str] = ()) -> Table:
                 raise ConfigError("each line must be a JSON object", path=path, line=n)
             rows.append(obj)
             lines.append(n)
+    _note_blank(path, blank)
     for n, row in zip(lines, rows):
         missing = [c for c in required if c not in row]
         if missing:
