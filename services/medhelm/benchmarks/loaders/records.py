@@ -56,7 +56,7 @@ def load_ehrshot(ctx: LoadContext, entry) -> Iterator[Instance]:
                 events.setdefault(e["subject_id"], []).append((e["time"], str(e["code"])))
     for timeline in events.values():
         timeline.sort(key=lambda te: te[0])
-    count = token_counter()
+    count = token_counter(ctx.offline)
     instruction = ehrshot_defs.task_instruction(task)
     seen: dict[str, int] = {}
     for r in labels:
@@ -70,8 +70,13 @@ def load_ehrshot(ctx: LoadContext, entry) -> Iterator[Instance]:
                               0 if r["boolean_value"] else 1, context=context)
 
 
-def token_counter():
-    """GPT-4's tokenizer when tiktoken is installed (upstream's count), else ``approx_tokens``."""
+def token_counter(offline: bool = False):
+    """GPT-4's tokenizer when tiktoken is installed (upstream's count), else ``approx_tokens``. Offline, the
+    estimate is used: tiktoken fetches its vocabulary file on first use, which an air-gapped network cannot."""
+    if offline:
+        from medhelm.benchmarks.base import approx_tokens
+
+        return approx_tokens
     try:
         import tiktoken
 
@@ -104,7 +109,7 @@ def load_medalign(ctx: LoadContext, entry) -> Iterator[Instance]:
     reference is Annotator_1's response in ``clinician-instruction-responses.tsv``. The EHR is cut from the
     left so that the prompt fits ``max_length`` tokens (default 40,000, as upstream's run spec)."""
     max_length = _positive_int(ctx.args.get("max_length"), MEDALIGN_MAX_LENGTH, "max_length", entry.name)
-    count = token_counter()
+    count = token_counter(ctx.offline)
     root = user_path(ctx, entry.name, entry.expected, entry.access_note)
     instr_p, resp_p = require_files(entry.name, root, ("clinician-reviewed-model-responses.tsv",
                                                        "clinician-instruction-responses.tsv"), entry.access_note)
