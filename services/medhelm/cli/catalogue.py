@@ -11,6 +11,7 @@ from pathlib import Path
 
 from medhelm.benchmarks.base import LoadContext
 from medhelm.benchmarks.catalogue import CatalogueEntry, all_entries, get_entry
+from medhelm.benchmarks.entry import PROMPT_PATH
 from medhelm.benchmarks.loaders.fetch import find_local, mirror_candidates
 from medhelm.specs import Access
 from medhelm.taxonomy import TAXONOMY
@@ -107,7 +108,7 @@ def main_describe(args: argparse.Namespace) -> int:
     print(f"  instances     {_counts(entry)}")
     if entry.left_out:
         print(wrap_field("left out", entry.left_out))
-    for a in entry.args:
+    for a in entry.args + (PROMPT_PATH,):
         extra = f" one of {', '.join(a.choices)}" if a.choices else ""
         need = "required" if a.required else f"default {a.default}" if a.default else "optional"
         print(f"  arg           {a.name}= ({need}) {a.help}{';' + extra if extra else ''}")
