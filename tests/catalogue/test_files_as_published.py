@@ -309,3 +309,60 @@ def test_skipped_notes_and_line_pairs_are_counted_in_one_line(tmp_path, caplog):
     assert [i.id for i in instances] == ["a"]
     assert [r.getMessage() for r in caplog.records] == [
         f"{notes}: skipped 2 notes (no PLAN, SUMMARY or FINDINGS section: no reference)"]
+
+
+# ---------------------------------------------------------------------------------------------- other public files
+
+def test_medbullets_op5_with_its_repeated_questions(tmp_path):
+    """medbullets_op5.csv (github.com/HanjieChen/ChallengeClinicalQA, medbullets/): question, answer, opa..ope,
+    answer_idx (letter), explanation, link; some questions repeat word for word under another link."""
+    row = {"question": "A 34-year-old woman presents with fatigue.\nWhat is the next best step?", "answer": "CBC",
+           "opa": "CBC", "opb": "MRI", "opc": "CT", "opd": "Biopsy", "ope": "Reassurance", "answer_idx": "A",
+           "explanation": "Start simple.", "link": "https://step2.medbullets.com/1"}
+    (tmp_path / "medbullets").mkdir()
+    path = tmp_path / "medbullets/medbullets_op5.csv"
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(row))
+        w.writeheader()
+        w.writerows([row, {**row, "link": "https://step2.medbullets.com/2", "answer_idx": "a"}])
+    bench, (first, repeat) = _load("medbullets", tmp_path)
+    assert first.choices == ("CBC", "MRI", "CT", "Biopsy", "Reassurance")
+    assert [r.correct for r in repeat.references] == [True, False, False, False, False] and first.id != repeat.id
+    assert bench.expected_count == 308
+
+
+def test_medmcqa_dev_jsonl(tmp_path):
+    """dev.json of the MedMCQA zip (Pal et al. 2022): JSON Lines with id, question, opa..opd, cop (1-4),
+    choice_type, exp, subject_name, topic_name."""
+    rows = [{"id": "e9ad821a-c438-4965-9f77-760819dfa155", "question": "Which of the following is not true?",
+             "opa": "None", "opb": "All", "opc": "None", "opd": "Some", "cop": 3, "choice_type": "single",
+             "exp": None, "subject_name": "Anatomy", "topic_name": None}]
+    (tmp_path / "medhelm_med_mcqa").mkdir()
+    (tmp_path / "medhelm_med_mcqa/dev.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    bench, (inst,) = _load("medhelm_med_mcqa", tmp_path)
+    assert inst.split == "valid" and bench.spec.main_split == "valid"
+    assert inst.choices == ("None", "All", "None", "Some")  # an option text "None" is text, not missing
+    assert [r.correct for r in inst.references] == [False, False, True, False]  # the third, not the first twin
+
+
+def test_med_dialog_and_mediqa_published_shapes(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    # MedDialog (BioBART splits, CodaLab bundle 0x82f0…/<subset>/test.json): {"data": [{"src", "tgt"}, ...]}
+    (tmp_path / "med_dialog/icliniq").mkdir(parents=True)
+    (tmp_path / "med_dialog/icliniq/test.json").write_text(json.dumps({"data": [
+        {"src": "Patient: I have a headache.\r\nDoctor: Since when?", "tgt": "Headache for two days."}]}))
+    bench, (dialog,) = _load("med_dialog", tmp_path, subset="icliniq")
+    assert dialog.references[0].text == "Headache for two days." and bench.expected_count == 3108
+    # MEDIQA QA (bigbio/mediqa_qa, config mediqa_qa_source, test parquet): QUESTION {QID, QuestionText,
+    # AnswerList [{Answer {AID, SystemRank, ReferenceRank, ReferenceScore, AnswerURL, AnswerText}}]}
+    out = tmp_path / "medi_qa/mediqa_qa_source/test/0000.parquet"
+    out.parent.mkdir(parents=True)
+    answer = lambda aid, rank, text: {"Answer": {"AID": aid, "SystemRank": 1, "ReferenceRank": rank,  # noqa: E731
+                                                 "ReferenceScore": 4, "AnswerURL": "https://x", "AnswerText": text}}
+    pq.write_table(pa.table({"QUESTION": [{"QID": "1", "QuestionText": "What is asthma?",
+                                           "AnswerList": [answer("1_a", 2, "Second."), answer("1_b", 1, "Best.")]}]}),
+                   out)
+    _, (qa,) = _load("medi_qa", tmp_path)
+    assert qa.references[0].text == "Best." and qa.input == "What is asthma?"
