@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from medhelm.benchmarks.entry import Arg, CatalogueEntry
 from medhelm.benchmarks.catalogue_common import (AW, CDS, CHOICE, CHOICE_MAIN, CNG, DATA_PATH, JURY_ARGS, JURY_MAIN,
                                                  MRA, jury)
+from medhelm.benchmarks.entry import Arg, CatalogueEntry
 from medhelm.benchmarks.loaders import physionet, records
 from medhelm.benchmarks.prompts import PromptStyle
 from medhelm.specs import Access, MetricSpec, TaskType

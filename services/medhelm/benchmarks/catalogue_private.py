@@ -4,9 +4,9 @@ in the documented columns (see docs/catalogue.md and the private run-entry templ
 
 from __future__ import annotations
 
-from medhelm.benchmarks.entry import Arg, CatalogueEntry
 from medhelm.benchmarks.catalogue_common import (AW, CDS, CHOICE, CHOICE_MAIN, CNG, DATA_PATH, JURY_ARGS, JURY_MAIN,
                                                  MRA, PCE, jury)
+from medhelm.benchmarks.entry import Arg, CatalogueEntry
 from medhelm.benchmarks.loaders import private
 from medhelm.benchmarks.prompts import PromptStyle
 from medhelm.specs import Access, TaskType

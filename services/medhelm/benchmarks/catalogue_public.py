@@ -3,9 +3,9 @@ commit/revision upstream HELM uses; where upstream is unpinned the source says s
 
 from __future__ import annotations
 
-from medhelm.benchmarks.entry import Arg, CatalogueEntry
 from medhelm.benchmarks.catalogue_common import (CDS, CHOICE, CHOICE_MAIN, CNG, EXACT, JURY_ARGS, JURY_MAIN, MRA,
                                                  PCE, jury)
+from medhelm.benchmarks.entry import Arg, CatalogueEntry
 from medhelm.benchmarks.loaders import calculation, clinical_notes, exams, literature, patient_questions
 from medhelm.benchmarks.loaders.fetch import RemoteFile
 from medhelm.benchmarks.prompts import PromptStyle
