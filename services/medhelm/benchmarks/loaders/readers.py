@@ -204,11 +204,14 @@ def read_jsonl(path: Path, required: Sequence[str] = ()) -> Table:
             rows.append(obj)
             lines.append(n)
     _note_blank(path, blank)
+    listed = text.lstrip().startswith("[")
     for n, row in zip(lines, rows):
         missing = [c for c in required if c not in row]
         if missing:
-            raise ConfigError(f"missing field(s) {', '.join(map(repr, missing))} (expected: {', '.join(required)})",
-                              path=path, line=n)
+            what = f"missing field(s) {', '.join(map(repr, missing))} (expected: {', '.join(required)})"
+            if listed:  # one JSON list: say which record, there are no meaningful lines
+                raise ConfigError(f"record {n}: {what}", path=path)
+            raise ConfigError(what, path=path, line=n)
     return Table(path, rows, lines, blank)
 
 
