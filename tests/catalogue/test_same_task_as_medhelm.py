@@ -254,3 +254,14 @@ def test_ehrshot_code_definitions_cover_every_new_diagnosis_task():
                                                     "new_hypertension": 26, "new_lupus": 53, "new_pancan": 63}
     assert "OMOP Extension/OMOP5166128" in task_instruction("new_lupus")
     assert "Medical Code Definition" not in task_instruction("guo_icu")  # as upstream's config: new_* only
+
+
+def test_chw_care_plan_jury_scores_structure_against_the_same_fields():
+    """The jury's "structure" criterion must know the required structure (upstream's judge saw it inside the
+    instance input); the built-in rubric states the same fields the model is asked for."""
+    from medhelm.scoring.jury import rubrics
+
+    template = rubrics.builtin("chw_care_plan").template
+    for field in ("Chief Complaint", "History of Present Illness", "Onset", "Provoking/Palliating Factors", "Quality",
+                  "Region/Radiation", "Severity", "Timing", "Related Symptoms", '"Not mentioned"'):
+        assert field in template, field
