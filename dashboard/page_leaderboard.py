@@ -44,7 +44,11 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
         else:
             st.altair_chart(_scatter(priced), width="stretch")
     st.subheader("Benchmarks (main metric; jury scores on 0–1)")
-    st.dataframe(_matrix(view), width="stretch", key="matrix")
+    custom = custom_prompts(rel.meta)
+    st.dataframe(_matrix(view, {b for b, _, _ in custom}), width="stretch", key="matrix")
+    if custom:
+        st.caption("† prompt differs from the benchmark's default (prompt_path=): " + "; ".join(
+            f"{b} × {m} [{d}]" for b, m, d in custom) + ". Not comparable with default-prompt results.")
 
 
 def leaderboard_frame(rel: Release, view: View) -> pd.DataFrame:
@@ -89,10 +93,21 @@ def _scatter(priced: pd.DataFrame) -> alt.Chart:
                  alt.Tooltip("Mean win rate:Q", format=".3f")]).properties(height=320)
 
 
-def _matrix(view: View) -> pd.DataFrame:
+def custom_prompts(meta: dict) -> list[tuple[str, str, str]]:
+    """(benchmark, model, deployment) cells whose runs used a non-default prompt (summarize records them)."""
+    import json
+
+    try:
+        return [tuple(x) for x in json.loads(meta.get("custom_prompts") or "[]")]
+    except ValueError:
+        return []
+
+
+def _matrix(view: View, custom: set[str] = frozenset()) -> pd.DataFrame:
     t = view.table
     names = [f"{r[0]} [{r[1]}]" for r in t.rows]
-    return pd.DataFrame(t.values, index=names, columns=[c.display_name for c in t.columns]).round(3)
+    columns = [c.display_name + (" †" if c.benchmark in custom else "") for c in t.columns]
+    return pd.DataFrame(t.values, index=names, columns=columns).round(3)
 
 
 def _ci(low: float | None, high: float | None, fmt: str) -> str:

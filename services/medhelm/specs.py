@@ -407,6 +407,9 @@ class RunSpec:
     max_tokens: int = 1024
     temperature: float = 0.0
     seed: int = 0  # instance sampling and request seed
+    # "" = the benchmark's own prompt; "custom:<sha256 prefix>" = instructions from prompt_path= (the
+    # leaderboard marks such results: they are not comparable with the default prompt's)
+    prompt: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.benchmark_args, FrozenMap):
@@ -418,6 +421,8 @@ class RunSpec:
         args = "".join(f",{k}={_pathsafe(v)}" for k, v in self.benchmark_args.items() if k not in _HIDDEN_ARGS)
         if "jury_config_path" in self.benchmark_args:  # another jury = another run, kept side by side
             args += f",jury={_pathsafe(_stem(self.benchmark_args['jury_config_path']))}"
+        if "prompt_path" in self.benchmark_args:  # another prompt = another run, kept side by side
+            args += f",prompt={_pathsafe(_stem(self.benchmark_args['prompt_path']))}"
         return f"{self.benchmark.name}{args}:model={_pathsafe(self.model)},model_deployment={_pathsafe(self.deployment)}"
 
     def digest(self) -> str:
@@ -434,6 +439,7 @@ class RunSpec:
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "seed": self.seed,
+            **({"prompt": self.prompt} if self.prompt else {}),  # absent for the default: digests unchanged
         }
 
     @classmethod
@@ -448,11 +454,12 @@ class RunSpec:
             max_tokens=int(d.get("max_tokens", 1024)),
             temperature=float(d.get("temperature", 0.0)),
             seed=int(d.get("seed", 0)),
+            prompt=str(d.get("prompt") or ""),
         )
 
 
 # args that locate files on this machine do not belong in a portable run name
-_HIDDEN_ARGS = frozenset({"data_path", "config_path", "jury_config_path"})
+_HIDDEN_ARGS = frozenset({"data_path", "config_path", "jury_config_path", "prompt_path"})
 
 
 def _stem(path: str) -> str:

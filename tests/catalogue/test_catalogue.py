@@ -94,3 +94,15 @@ def test_bad_arguments_are_one_clear_error(name, args, message):
 def test_bertscore_argument_adds_bertscore_metrics():
     names = [m.name for m in resolve("aci_bench", _ctx(bertscore="true")).spec.metrics]
     assert names[0] == "jury_score" and {"BERTScore-P", "BERTScore-R", "BERTScore-F"} <= set(names)
+
+
+def test_tables_import_the_entry_type_not_the_lookup():
+    """entry.py holds the row type; the tables import it, catalogue.py imports the tables (one direction)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, medhelm.benchmarks.catalogue_public, medhelm.benchmarks.catalogue_gated, "
+            "medhelm.benchmarks.catalogue_private; "
+            "assert 'medhelm.benchmarks.catalogue' not in sys.modules, 'a table imports the lookup'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr

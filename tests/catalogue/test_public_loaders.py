@@ -97,8 +97,13 @@ def test_unknown_medcalc_category_is_refused_not_scored_zero(tmp_path, shared_da
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    with open(out, encoding="utf-8", newline="") as fh:  # notes hold newlines: the record's physical line
+        reader = csv.reader(fh)
+        for _ in range(4):
+            next(reader)
+        line = reader.line_num + 1
     bench = resolve("medcalc_bench", LoadContext(data_dir=tmp_path, offline=True))
-    with pytest.raises(ConfigError, match=rf"{out}:5: unknown MedCalc-Bench category"):
+    with pytest.raises(ConfigError, match=rf"{out}:{line}: field 'Category': unknown MedCalc-Bench category"):
         list(bench.instances())
 
 

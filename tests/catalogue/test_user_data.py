@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -72,16 +71,43 @@ def test_mimic_rrs_line_aligned_files(tmp_path):
         _load("mimic_rrs", tmp_path, data_path=str(tmp_path))
 
 
-def test_dischargeme_from_the_physionet_layout_removes_the_target_from_the_note(tmp_path):
+def test_dischargeme_from_the_physionet_layout_joins_the_six_files_as_upstream(tmp_path):
+    """Columns as published in PhysioNet discharge-me 1.3 test_phase_1 (the six .csv.gz files upstream joins)."""
     d = tmp_path / "physionet.org/files/discharge-me/1.3/test_phase_1"
     d.mkdir(parents=True)
-    _csv(d / "discharge.csv.gz", [{"note_id": "n1", "hadm_id": "7", "text": "Chief complaint: fall. BHC: fixed hip."}], gz=True)
-    _csv(d / "discharge_target.csv.gz", [{"note_id": "n1", "hadm_id": "7", "brief_hospital_course": "BHC: fixed hip.",
-                                          "discharge_instructions": "Walk daily."}], gz=True)
-    _csv(d / "radiology.csv.gz", [{"note_id": "r1", "hadm_id": "7", "text": "Hip fracture."}], gz=True)
+    note = {"note_type": "DS", "note_seq": "21", "charttime": "2180-05-07 00:00:00", "storetime": ""}
+    _csv(d / "discharge.csv.gz", [
+        {"note_id": "n1", "subject_id": "1", "hadm_id": "7", **note, "text": "Chief complaint: fall.\nBHC: fixed hip."},
+        {"note_id": "n2", "subject_id": "2", "hadm_id": "8", **note, "text": "No triage for this patient."},
+        {"note_id": "n3", "subject_id": "1", "hadm_id": "9", **note, "text": "No ED stay for this admission."}],
+        gz=True)
+    _csv(d / "discharge_target.csv.gz", [
+        {"note_id": f"n{i}", "hadm_id": h, "discharge_instructions": "Walk daily.",
+         "brief_hospital_course": "BHC: fixed hip.", "discharge_instructions_word_count": "2",
+         "brief_hospital_course_word_count": "3"} for i, h in ((1, "7"), (2, "8"), (3, "9"))], gz=True)
+    _csv(d / "radiology.csv.gz", [
+        {"note_id": f"r{i}", "subject_id": s, "hadm_id": h, "note_type": "RR", "note_seq": str(i), "charttime": "",
+         "storetime": "", "text": t} for i, (s, h, t) in enumerate(
+            (("1", "7", "Hip fracture."), ("1", "7", "Second film."), ("2", "8", "CXR."), ("1", "9", "CT.")))], gz=True)
+    _csv(d / "edstays.csv.gz", [
+        {"subject_id": s, "hadm_id": h, "stay_id": st, "intime": "", "outtime": "", "gender": "F", "race": "",
+         "arrival_transport": "", "disposition": "ADMITTED"} for s, h, st in (("1", "7", "30"), ("2", "8", "31"))],
+        gz=True)
+    _csv(d / "diagnosis.csv.gz", [
+        {"subject_id": s, "stay_id": st, "seq_num": "1", "icd_code": "S72", "icd_version": "10", "icd_title": "Fx"}
+        for s, st in (("1", "30"), ("2", "31"))], gz=True)
+    _csv(d / "triage.csv.gz", [
+        {"subject_id": "1", "stay_id": "30", "temperature": "98", "heartrate": "80", "resprate": "16", "o2sat": "98",
+         "sbp": "120", "dbp": "80", "pain": "5", "acuity": "2", "chiefcomplaint": "Fall"}], gz=True)
     bhc, di = _load("dischargeme", tmp_path, data_path=str(tmp_path / "physionet.org"))
+    # only admission 7 survives upstream's inner joins (8: no triage; 9: no ED stay)
+    assert bhc.id == "7-brief_hospital_course" and di.id == "7-discharge_instructions"
     assert bhc.references[0].text == "BHC: fixed hip." and "fixed hip" not in bhc.extra["context"]
-    assert "Hip fracture." in bhc.extra["context"] and di.references[0].text == "Walk daily."
+    assert bhc.extra["context"].endswith("Radiology Report:\nHip fracture.")  # the first report only
+    assert di.references[0].text == "Walk daily." and "Walk daily" not in di.extra["context"]
+    (d / "triage.csv.gz").unlink()
+    with pytest.raises(DataUnavailable, match="missing triage.csv.gz"):
+        _load("dischargeme", tmp_path, data_path=str(tmp_path / "physionet.org"))
 
 
 def test_n2c2_xml_per_criterion(tmp_path):
@@ -90,26 +116,25 @@ def test_n2c2_xml_per_criterion(tmp_path):
         '<?xml version="1.0"?><PatientMatching><TEXT><![CDATA[Record date: 2090-01-01\nCr 2.1]]></TEXT>'
         '<TAGS><CREATININE met="met"/><ABDOMINAL met="not met"/></TAGS></PatientMatching>')
     (inst,) = _load("n2c2_ct_matching", tmp_path, data_path=str(tmp_path), subject="CREATININE")
-    assert [r.text for r in inst.correct_references] == ["Yes"] and "Cr 2.1" in inst.extra["context"]
+    assert [r.text for r in inst.correct_references] == ["yes"] and "Cr 2.1" in inst.extra["context"]
     (inst,) = _load("n2c2_ct_matching", tmp_path, data_path=str(tmp_path), subject="ABDOMINAL")
-    assert [r.text for r in inst.correct_references] == ["No"]
+    assert [r.text for r in inst.correct_references] == ["no"]
     with pytest.raises(ConfigError, match="HBA1C"):
         _load("n2c2_ct_matching", tmp_path, data_path=str(tmp_path), subject="HBA1C")
 
 
-def _xlsx(path: Path, rows: list[list[str]]) -> None:
-    """A minimal real .xlsx (inline strings), as Excel/openpyxl files are zipped XML."""
-    ns = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
-    cells = "".join(
-        f'<row r="{r + 1}">' + "".join(f'<c r="{chr(65 + c)}{r + 1}" t="inlineStr"><is><t>{v}</t></is></c>'
-                                       for c, v in enumerate(row)) + "</row>" for r, row in enumerate(rows))
-    with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr("xl/worksheets/sheet1.xml", f'<worksheet xmlns="{ns}"><sheetData>{cells}</sheetData></worksheet>')
+def _xlsx(path: Path, rows: list[list[object]]) -> None:
+    """CLEAR's <condition>.xlsx as written by Excel/openpyxl: one sheet, header row, numbers as numbers."""
+    openpyxl = pytest.importorskip("openpyxl")
+    wb = openpyxl.Workbook()
+    for row in rows:
+        wb.active.append(row)
+    wb.save(path)
 
 
 def test_clear_xlsx_maps_labels_to_three_options(tmp_path):
-    _xlsx(tmp_path / "homelessness.xlsx", [["text", "result_human"], ["Lives in shelter.", "1"],
-                                           ["Stable housing.", "0"], ["Unclear.", "2"]])
+    _xlsx(tmp_path / "homelessness.xlsx", [["text", "result_human"], ["Lives in shelter.", 1],
+                                           ["Stable housing.", 0.0], ["Unclear.", "2"]])
     insts = _load("clear", tmp_path, data_path=str(tmp_path), condition="homelessness")
     assert [i.choices.index(i.correct_references[0].text) for i in insts] == [0, 1, 2]
     assert insts[0].choices[0] == "Has a history of homelessness"

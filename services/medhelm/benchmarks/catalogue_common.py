@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from medhelm.benchmarks.catalogue import Arg
+from medhelm.benchmarks.entry import Arg
 from medhelm.specs import MetricSpec
 
 CDS = "Clinical Decision Support"

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from medhelm.benchmarks.catalogue import Arg, CatalogueEntry
 from medhelm.benchmarks.catalogue_common import (AW, CDS, CHOICE, CHOICE_MAIN, CNG, DATA_PATH, JURY_ARGS, JURY_MAIN,
                                                  MRA, jury)
+from medhelm.benchmarks.entry import Arg, CatalogueEntry
 from medhelm.benchmarks.loaders import physionet, records
 from medhelm.benchmarks.prompts import PromptStyle
 from medhelm.specs import Access, MetricSpec, TaskType
@@ -16,21 +16,23 @@ YES_NO_ONLY = "Answer A for yes, B for no. Respond with only the letter."
 GATED: tuple[CatalogueEntry, ...] = (
     CatalogueEntry(
         name="ehrshot", display_name="EHRSHOT",
-        description="Predict a clinical outcome (readmission, ICU transfer, abnormal lab, new diagnosis) from a "
-                    "patient's coded longitudinal record up to the prediction time (EHRSHOT, Wornow et al., "
-                    "2023, Stanford; MEDS format). subject= picks the task; the earliest events are truncated "
-                    "first when the record does not fit.",
+        description="Predict a clinical outcome (readmission, ICU transfer, length of stay, an abnormal lab, a new "
+                    "diagnosis) from a patient's coded longitudinal record up to the prediction time (EHRSHOT, "
+                    "Wornow et al., 2023, Stanford; MEDS format). subject= picks the task; each task is asked as "
+                    "upstream asks it (specialist persona, the question, and for new diagnoses the clinical and "
+                    "code definitions); lab tasks are sampled to 10,000 labels (seed 1) and prompts over "
+                    "max_length tokens are dropped, as upstream.",
         category=CDS, subcategory="Predicting Patient Risks and Outcomes", access=Access.GATED,
         task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, main_metric=CHOICE_MAIN, max_tokens=1,
         source="user data_path (EHRSHOT MEDS release)", loader=records.load_ehrshot,
-        args=(DATA_PATH, Arg("subject", "the prediction task", choices=tuple(records.EHRSHOT_QUESTIONS),
-                             required=True)),
-        expected="a MEDS folder: data/*.parquet (subject_id, time, code), metadata/subject_splits.parquet "
-                 "(subject_id, split), labels/<subject>/labels.parquet (subject_id, prediction_time, boolean_value)",
+        args=(DATA_PATH, Arg("subject", "the prediction task", choices=records.EHRSHOT_TASKS, required=True),
+              Arg("max_length", "drop prompts longer than this many tokens (upstream's ehrshot:max_length=; "
+                                "default 100000)")),
+        expected="a MEDS folder: data/*.parquet (subject_id, time, code), labels/<subject>/labels.parquet "
+                 "(subject_id, prediction_time, boolean_value)",
         access_note="request access to EHRSHOT on Redivis (Stanford data use agreement)",
-        prompt=PromptStyle("You are an expert clinician. Read the patient's coded medical record (one "
-                           "'date code' per line, oldest first) and answer the question. " + YES_NO_ONLY,
-                           context_label="Patient record", question_label="Question", keep_end=True),
+        prompt=PromptStyle("Answer A for yes, B for no. Respond with only 'A' for yes or 'B' for no.",
+                           keep_end=True),
     ),
     CatalogueEntry(
         name="medalign", display_name="MedAlign",
@@ -39,7 +41,9 @@ GATED: tuple[CatalogueEntry, ...] = (
                     "oldest part of the record is truncated first. Scored by the LLM jury with ROUGE.",
         category=CDS, subcategory="Providing Clinical Knowledge Support", access=Access.GATED,
         task_type=TaskType.GENERATION, metrics=jury("medalign"), main_metric=JURY_MAIN, max_tokens=256,
-        source="user data_path (MedAlign release)", loader=records.load_medalign, args=(DATA_PATH,) + JURY_ARGS,
+        source="user data_path (MedAlign release)", loader=records.load_medalign,
+        args=(DATA_PATH, Arg("max_length", "prompt tokens the EHR is cut to, from the left (upstream's "
+                                           "medalign:max_length=; default 40000)")) + JURY_ARGS,
         expected="a folder with clinician-reviewed-model-responses.tsv (instruction_id, question, person_id), "
                  "clinician-instruction-responses.tsv (instruction_id, annotator_num, clinician_response) and "
                  "medalign_ehr_xml/<person_id>.xml",
@@ -50,18 +54,20 @@ GATED: tuple[CatalogueEntry, ...] = (
     CatalogueEntry(
         name="dischargeme", display_name="DischargeMe",
         description="Write the brief hospital course and the discharge instructions of an admission from its "
-                    "discharge note (target section removed) and radiology reports (Discharge Me!, BioNLP 2024, "
+                    "discharge note (target section removed) and first radiology report (Discharge Me!, BioNLP 2024, "
                     "MIMIC-IV, phase-1 test set; two instances per admission). Scored by the LLM jury with ROUGE.",
         category=CNG, subcategory="Documenting Patient Visits", access=Access.GATED, task_type=TaskType.GENERATION,
         metrics=jury("dischargeme"), main_metric=JURY_MAIN, max_tokens=300,
         source="user data_path (PhysioNet discharge-me 1.3, test_phase_1)", loader=physionet.load_dischargeme,
         args=(DATA_PATH,) + JURY_ARGS,
         expected="the PhysioNet download root, or its files/discharge-me/1.3/test_phase_1/ folder, with "
-                 "discharge.csv.gz, discharge_target.csv.gz, radiology.csv.gz",
+                 + ", ".join(physionet.DISCHARGEME_FILES),
         access_note=PHYSIONET,
-        prompt=PromptStyle("Given a discharge text and radiology reports, write the requested target document "
-                           "(discharge instructions or brief hospital course) for the admission.",
-                           question_label="Task"),
+        left_out="admissions without an ED diagnosis, triage record, radiology report or ED stay (upstream's "
+                 "inner joins)",
+        prompt=PromptStyle("Given a discharge text, a radiology report text, and a target document of either "
+                           "discharge instructions or a brief hospital course, return the generated target "
+                           "document from the context provided."),
     ),
     CatalogueEntry(
         name="mimic_rrs", display_name="MIMIC-RRS",
@@ -99,8 +105,8 @@ GATED: tuple[CatalogueEntry, ...] = (
         loader=physionet.load_mimiciv_billing_code, args=(DATA_PATH,),
         expected="mimiciv_icd10.feather (columns text, target = list of ICD-10 codes; needs pyarrow) or its folder",
         access_note=PHYSIONET,
-        prompt=PromptStyle("Given the following clinical note, identify all relevant ICD-10 codes. List the codes "
-                           "separated by commas.", context_label="Note", answer_label="Predicted ICD-10 Codes"),
+        prompt=PromptStyle("Given the following clinical note, identify all relevant ICD-10 codes.",
+                           context_label="Note", answer_label="Predicted ICD-10 Codes"),
     ),
     CatalogueEntry(
         name="n2c2_ct_matching", display_name="N2C2-CT Matching",
@@ -113,7 +119,9 @@ GATED: tuple[CatalogueEntry, ...] = (
                              required=True)),
         expected="a folder with test/*.xml (or *.xml): <TEXT> and <TAGS><CRITERION met=\"met|not met\"/>",
         access_note="request access at https://portal.dbmi.hms.harvard.edu (n2c2 data use agreement)",
-        prompt=PromptStyle("Read the patient's clinical notes and answer the question. " + YES_NO_ONLY,
-                           context_label="Clinical notes", question_label="Question"),
+        counts={f"subject={c}": 86 for c in records.N2C2_CRITERIA},
+        left_out="the 202 training patients (zero-shot), as upstream",
+        prompt=PromptStyle("Your job is to decide whether the given patient meets the inclusion criterion for a "
+                           "clinical trial. " + YES_NO_ONLY, question_label="Question"),
     ),
 )

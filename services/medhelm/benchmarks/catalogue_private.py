@@ -4,12 +4,47 @@ in the documented columns (see docs/catalogue.md and the private run-entry templ
 
 from __future__ import annotations
 
-from medhelm.benchmarks.catalogue import Arg, CatalogueEntry
 from medhelm.benchmarks.catalogue_common import (AW, CDS, CHOICE, CHOICE_MAIN, CNG, DATA_PATH, JURY_ARGS, JURY_MAIN,
                                                  MRA, PCE, jury)
+from medhelm.benchmarks.entry import Arg, CatalogueEntry
 from medhelm.benchmarks.loaders import private
 from medhelm.benchmarks.prompts import PromptStyle
 from medhelm.specs import Access, TaskType
+
+# NoteExtract: upstream's extraction task — the Chief Complaint and the History of Present Illness as the
+# OPQRST-style fields below, "Not mentioned" when the note does not say, the patient's own wording.
+CHW_INSTRUCTIONS = """You are provided with a clinical note regarding a physician-patient interaction. Your task \
+is to extract specific information based solely on the content provided. Do not hallucinate or infer details that \
+are not explicitly stated in the text. Any information you include must be directly entailed by the text.
+
+Instructions:
+Extract the required information precisely as presented in the source text.
+If the text does not contain specific information, clearly state "Not mentioned".
+Maintain the patient's original wording whenever possible.
+
+Response Format:
+
+Chief Complaint
+[ENTER CHIEF COMPLAINT]
+
+History of Present Illness
+
+Onset: When did it start? Did it begin suddenly or gradually? [ENTER ONSET INFORMATION]
+
+Provoking/Palliating Factors: What makes the symptoms better or worse? [ENTER PROVOKING/PALLIATING FACTORS]
+
+Quality: Describe the symptoms, e.g., sharp pain, dull pain, stabbing pain. [ENTER QUALITY INFORMATION]
+
+Region/Radiation: Where are your symptoms located? Do they move? [ENTER REGION/RADIATION INFORMATION]
+
+Severity: On a scale of 1 to 10, how severe are your symptoms? [ENTER SEVERITY INFORMATION]
+
+Timing: When do you experience the symptoms? What times of day? [ENTER TIMING INFORMATION]
+
+Related Symptoms: Are there any other symptoms related to the main complaint? [ENTER RELATED SYMPTOMS INFORMATION]
+
+Ensure your responses are concise, accurate, and entirely supported by the provided text. Do not introduce \
+external knowledge or assumptions."""
 
 PRIVATE_NOTE = ("private dataset: not distributed; use your organisation's equivalent data in the documented "
                 "columns (docs/catalogue.md)")
@@ -45,6 +80,28 @@ _SHC = (
 )
 
 
+# What upstream's scenario tells the model before the question, per classifier: the task and, for
+# ADHD-MedEffects, the definitions of side-effects inquiry (SEI) and no side-effects inquiry (NSEI).
+PREAMBLES = {
+    "shc_ptbm_med": "You are reviewing a clinical note from health records of children with attention deficit "
+                    "hyperactivity disorder (ADHD) and classifying mentions of behavioral therapy.",
+    "shc_sei_med": "You are reviewing a clinical note from health records of children with attention deficit "
+                   "hyperactivity disorder (ADHD). Use the following definitions. Side Effects Inquiry (SEI): "
+                   "explicit documentation by the clinician asking about current side effects related to ADHD "
+                   "medications that the child is taking, or documentation of specific ADHD medication side "
+                   "effects experienced by the patient. SEI does *not* include future side effects monitoring, "
+                   "such as documentation of potential ADHD medication side effects, including planning to follow "
+                   "patients to monitor side effects, or explaining potential side effects of an ADHD medication: "
+                   "these are not SEI because they are a plan or an explanation about side effects without actual "
+                   "side effect monitoring taking place. No Side Effects Inquiry (NSEI): no evidence of side "
+                   "effects monitoring.",
+    "shc_proxy_med": "You are reviewing clinical messages in order to determine if they have been sent by a proxy "
+                     "user.",
+    "shc_privacy_med": "You are reviewing clinical messages in order to determine if any confidential information "
+                       "was included.",
+}
+
+
 def _shc_entry(name, display, category, subcategory, file, options, what) -> CatalogueEntry:
     letters = ", ".join("ABC"[: len(options)])
     qcol = "question" if name == "shc_sequoia_med" else "prompt"
@@ -59,7 +116,8 @@ def _shc_entry(name, display, category, subcategory, file, options, what) -> Cat
                              choices=("true", "false"))),
         expected=f"{file} (CSV columns {qcol}, context, label = {letters}) or its folder",
         access_note=PRIVATE_NOTE, options={"file": file, "question_column": qcol, "choices": list(options)},
-        prompt=PromptStyle(f"Answer the question using the context. Respond with only the letter ({letters}).",
+        prompt=PromptStyle(" ".join(p for p in (PREAMBLES.get(name, ""), "Answer the question using the context. "
+                           f"Respond with only the letter ({letters}).") if p),
                            context_label="Context", question_label="Question"),
     )
 
@@ -81,17 +139,16 @@ PRIVATE: tuple[CatalogueEntry, ...] = tuple(_shc_entry(*row) for row in _SHC) + 
     ),
     CatalogueEntry(
         name="chw_care_plan", display_name="NoteExtract",
-        description="Rewrite a community health worker's free-text note into a structured care plan "
-                    "(Stanford). The jury checks accuracy against the note, structure and clarity.",
+        description="Extract, without inference, the chief complaint and the history of present illness (onset, "
+                    "provoking/palliating factors, quality, region/radiation, severity, timing, related symptoms; "
+                    "'Not mentioned' when absent) from a community health worker's free-text note (Stanford). The "
+                    "jury checks accuracy against the note, structure and clarity.",
         category=CNG, subcategory="Documenting Care Plans", access=Access.PRIVATE, task_type=TaskType.GENERATION,
         metrics=jury("chw_care_plan"), main_metric=JURY_MAIN, max_tokens=768,
         source="user data_path (Stanford CHW_Dataset.csv)", loader=private.load_chw_care_plan,
         args=(DATA_PATH,) + JURY_ARGS, expected="CHW_Dataset.csv (column 'MO Note') or its folder",
         access_note=PRIVATE_NOTE, options={"file": "CHW_Dataset.csv"},
-        prompt=PromptStyle("Convert the community health worker note into a care plan with these sections: "
-                           "Chief Complaint, History of Present Illness, Social Needs, Goals, Interventions and "
-                           "Referrals, Follow-up. Use only information in the note; write 'None documented' for an "
-                           "empty section.", context_label="Note", answer_label="Care Plan"),
+        prompt=PromptStyle(CHW_INSTRUCTIONS, context_label="Clinical Note", answer_label=""),
     ),
     CatalogueEntry(
         name="starr_patient_instructions", display_name="PatientInstruct",
@@ -120,6 +177,6 @@ PRIVATE: tuple[CatalogueEntry, ...] = tuple(_shc_entry(*row) for row in _SHC) + 
         expected="processed_dialogues.csv (columns context, gold_counselor_response, topic, dialogue_type) "
                  "or its folder", access_note=PRIVATE_NOTE, options={"file": "processed_dialogues.csv"},
         prompt=PromptStyle("Given a mental health conversation history, generate an empathetic and appropriate "
-                           "counselor response.", context_label="Conversation", answer_label="Counselor response"),
+                           "counselor response.", answer_label="Counselor response"),
     ),
 )

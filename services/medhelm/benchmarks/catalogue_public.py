@@ -3,9 +3,9 @@ commit/revision upstream HELM uses; where upstream is unpinned the source says s
 
 from __future__ import annotations
 
-from medhelm.benchmarks.catalogue import Arg, CatalogueEntry
 from medhelm.benchmarks.catalogue_common import (CDS, CHOICE, CHOICE_MAIN, CNG, EXACT, JURY_ARGS, JURY_MAIN, MRA,
                                                  PCE, jury)
+from medhelm.benchmarks.entry import Arg, CatalogueEntry
 from medhelm.benchmarks.loaders import calculation, clinical_notes, exams, literature, patient_questions
 from medhelm.benchmarks.loaders.fetch import RemoteFile
 from medhelm.benchmarks.prompts import PromptStyle
@@ -26,6 +26,26 @@ ACI_TESTS = ("clinicalnlp_taskB_test1_full.json", "clinicalnlp_taskC_test2_full.
 
 MCQ_LETTERS = "Answer with only the letter of the correct option."
 
+# MedHallu: the task is the four hallucination types of the MedHallu paper, as upstream's run spec states them.
+MEDHALLU_INSTRUCTIONS = (
+    "You are an AI assistant with extensive knowledge in the field of medicine. Act as an answer judge: given a "
+    "question and an answer, determine whether the provided answer contains non-factual or hallucinated "
+    "information. Give your judgement based on the following hallucination types and the world knowledge.\n\n"
+    "You are trying to determine if there is a factual contradiction between the answer and the world knowledge. "
+    "Some information in the answer might be fabricated. Answer '0' if the answer is factual and '1' if the "
+    "answer is hallucinated. You can categorize the answer as hallucinated if it falls in either of these "
+    "categories:\n"
+    "Type: Misinterpretation of #Question#: hallucinated answers that misunderstand the question, leading to an "
+    "off-topic or irrelevant response.\n"
+    "Type: Incomplete Information: hallucinated answers that point out what is not true without providing correct "
+    "information.\n"
+    "Type: Mechanism and Pathway Misattribution: hallucinated answers that falsely attribute biological "
+    "mechanisms, molecular pathways, or disease processes, contradicting established medical knowledge.\n"
+    "Type: Methodological and Evidence Fabrication: inventing false research methods, statistical data, or "
+    "specific clinical outcomes.\n\n"
+    "Return just an integer value, '0' if the answer is factual and '1' if the answer is hallucinated. No letter "
+    "or word, just the integer value.")
+
 PUBLIC: tuple[CatalogueEntry, ...] = (
     CatalogueEntry(
         name="medcalc_bench", display_name="MedCalc-Bench",
@@ -44,6 +64,10 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                            context_label="Patient note", question_label="Question"),
         remote=(RemoteFile(f"{HF}/ncbi/MedCalc-Bench-v1.0/resolve/main/test_data.csv", "test_data.csv",
                            alt_names=("test_data.parquet",)),),
+        args=(Arg("version", "dataset version, as upstream's medcalc_bench:version= (ncbi/MedCalc-Bench-<version>; "
+                             "default v1.0)", choices=calculation.VERSIONS),),
+        counts={"": 1047, "version=v1.0": 1047},
+        left_out="the train split (10,053 items): evaluation is zero-shot, as upstream",
     ),
     CatalogueEntry(
         name="mtsamples_replicate", display_name="MTSamples",
@@ -57,10 +81,13 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         loader=clinical_notes.load_mtsamples, args=JURY_ARGS,
         prompt=PromptStyle("Given various information about a patient, return a reasonable treatment plan for "
                            "the patient.", context_label="Patient information"),
-        remote=(RemoteFile("https://api.github.com/repos/raulista1997/benchmarkdata/contents/mtsamples_processed"
-                           f"?ref={MTSAMPLES_REV}", "listing.json"),),
+        remote=(RemoteFile(f"https://api.github.com/repos/raulista1997/benchmarkdata/git/trees/{MTSAMPLES_REV}"
+                           "?recursive=1", "tree.json"),),
         options={"directory": "mtsamples_processed",
                  "raw_base": f"{GH}/raulista1997/benchmarkdata/{MTSAMPLES_REV}/mtsamples_processed"},
+        counts={"": 539},
+        left_out="notes without a PLAN, SUMMARY or FINDINGS section (no reference). Every file of the folder is "
+                 "read, from a mirror or a download alike (upstream's download listed at most 1,000 files)",
     ),
     CatalogueEntry(
         name="medec", display_name="Medec",
@@ -83,6 +110,9 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         remote=(RemoteFile(f"{GH}/abachaa/MEDEC/{MEDEC_REV}/MEDEC-MS/"
                            "MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv",
                            "MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv"),),
+        counts={"": 597},
+        left_out="the UW test set and the training/validation files (upstream uses the MS test set only); the "
+                 "file's 328 trailing empty rows are skipped and counted",
     ),
     CatalogueEntry(
         name="head_qa", display_name="HeadQA",
@@ -97,6 +127,11 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                            "Answer the multiple-choice question. " + MCQ_LETTERS, question_label="Question"),
         remote=(RemoteFile(f"{HF}/dvilares/head_qa/resolve/refs%2Fconvert%2Fparquet/en/test/0000.parquet",
                            "en/test/0000.parquet"),),
+        args=(Arg("language", "dataset language config, as upstream's head_qa:language= (default en)",
+                  choices=exams.HEAD_QA_LANGUAGES),
+              Arg("category", "one exam category, as upstream's head_qa:category= (None = all, the default)",
+                  choices=("None",) + exams.HEAD_QA_CATEGORIES)),
+        left_out="the train and validation splits (zero-shot) and questions that need an image, as upstream",
     ),
     CatalogueEntry(
         name="medbullets", display_name="Medbullets",
@@ -112,6 +147,7 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                            question_label="Clinical Scenario"),
         remote=(RemoteFile(f"{GH}/HanjieChen/ChallengeClinicalQA/refs/heads/main/medbullets/medbullets_op5.csv",
                            "medbullets_op5.csv"),),
+        counts={"": 308},
     ),
     CatalogueEntry(
         name="medhelm_med_qa", display_name="MedQA",
@@ -126,6 +162,9 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         remote=(RemoteFile("https://drive.usercontent.google.com/download?id=1ImYUSLk9JbgHXOemfvyiDiirluZHPeQw"
                            "&export=download&confirm=t", "phrases_no_exclude_test.jsonl",
                            member="US/4_options/phrases_no_exclude_test.jsonl"),),
+        counts={"": 1273},
+        left_out="the dev split (1,272 questions): upstream sampled dev and test together, but only test reached "
+                 "the leaderboard; train (zero-shot)",
     ),
     CatalogueEntry(
         name="medhelm_med_mcqa", display_name="MedMCQA",
@@ -138,6 +177,8 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         prompt=PromptStyle("Answer the following medical exam question. " + MCQ_LETTERS, question_label="Question"),
         remote=(RemoteFile("https://drive.usercontent.google.com/download?id=15VkJdq5eyWIkfb_aoD3oS8i4tScbHYky"
                            "&export=download&confirm=t", "dev.json", member="dev.json"),),
+        counts={"": 4183},
+        left_out="the train file (zero-shot); MedMCQA's test split has no public answers",
     ),
     CatalogueEntry(
         name="aci_bench", display_name="ACI-Bench",
@@ -155,6 +196,9 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                            "1. HISTORY OF PRESENT ILLNESS\n2. PHYSICAL EXAM\n3. RESULTS\n4. ASSESSMENT AND PLAN",
                            context_label="Conversation", answer_label="Clinical Note"),
         remote=tuple(RemoteFile(f"{GH}/wyim/aci-bench/{ACI_REV}/data/challenge_data_json/{n}", n) for n in ACI_TESTS),
+        counts={"subset=all": 120, "subset=clinicalnlp_taskB_test1": 40, "subset=clinicalnlp_taskC_test2": 40,
+                "subset=clef_taskC_test3": 40},
+        left_out="the train file (zero-shot; upstream loads it but evaluates the test files only)",
     ),
     CatalogueEntry(
         name="mtsamples_procedures", display_name="MTSamples Procedures",
@@ -167,8 +211,8 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         loader=clinical_notes.load_mtsamples, args=JURY_ARGS,
         prompt=PromptStyle("Here is information about a patient; return a reasonable treatment plan for the "
                            "patient.", context_label="Patient Notes"),
-        remote=(RemoteFile("https://api.github.com/repos/raulista1997/benchmarkdata/contents/mtsample_procedure"
-                           f"?ref={BENCHDATA_REV}", "listing.json"),),
+        remote=(RemoteFile(f"https://api.github.com/repos/raulista1997/benchmarkdata/git/trees/{BENCHDATA_REV}"
+                           "?recursive=1", "tree.json"),),
         options={"directory": "mtsample_procedure",
                  "raw_base": f"{GH}/raulista1997/benchmarkdata/{BENCHDATA_REV}/mtsample_procedure"},
     ),
@@ -182,6 +226,7 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                "(upstream unpinned; mirror the file to pin it)",
         loader=patient_questions.load_medication_qa, args=JURY_ARGS,
         prompt=PromptStyle("Please answer the following consumer health question.", question_label="Question"),
+        counts={"": 689}, left_out="questions whose answer is empty or n/a (one), as upstream (pandas NA)",
         remote=(RemoteFile(f"{GH}/abachaa/Medication_QA_MedInfo2019/master/MedInfo2019-QA-Medications.xlsx",
                            "MedInfo2019-QA-Medications.xlsx"),),
     ),
@@ -198,6 +243,8 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         prompt=PromptStyle("Generate a one sentence summary of this patient-doctor conversation.",
                            context_label="Patient-Doctor", answer_label="Summary"),
         remote=tuple(RemoteFile(f"{MEDDIALOG_BUNDLE}/{s}/test.json", "test.json") for s in ("healthcaremagic", "icliniq")),
+        counts={"subset=healthcaremagic": 22642, "subset=icliniq": 3108},
+        left_out="the train and validation splits (zero-shot)",
     ),
     CatalogueEntry(
         name="medi_qa", display_name="MEDIQA",
@@ -210,6 +257,7 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         prompt=PromptStyle("Answer the following consumer health question.", question_label="Question"),
         remote=(RemoteFile(f"{HF}/bigbio/mediqa_qa/resolve/refs%2Fconvert%2Fparquet/mediqa_qa_source/test/0000.parquet",
                            "mediqa_qa_source/test/0000.parquet"),),
+        counts={"": 150},
     ),
     CatalogueEntry(
         name="pubmed_qa", display_name="PubMedQA",
@@ -223,6 +271,7 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                            "additional text. Output only the letter on a single line.",
                            context_label="Context", question_label="Question"),
         remote=(RemoteFile(f"{GH}/pubmedqa/pubmedqa/{PUBMEDQA_REV}/data/ori_pqal.json", "ori_pqal.json"),),
+        counts={"": 1000},
     ),
     CatalogueEntry(
         name="ehr_sql", display_name="EHRSQL",
@@ -245,6 +294,7 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                 RemoteFile(f"{GH}/glee4810/EHRSQL/{EHRSQL_REV}/dataset/ehrsql/eicu/eicu.sql", "eicu.sql"),
                 RemoteFile(f"https://github.com/raulista1997/benchmarkdata/raw/{BENCHDATA_REV}/eicu.sqlite",
                            "eicu.sqlite")),
+        left_out="the valid split: upstream mapped eICU valid and test both to test; here test only",
     ),
     CatalogueEntry(
         name="race_based_med", display_name="RaceBias",
@@ -256,9 +306,9 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         source="static-content.springer.com/esm/art%3A10.1038%2Fs41746-023-00939-z/MediaObjects/"
                "41746_2023_939_MOESM1_ESM.docx",
         loader=patient_questions.load_race_based_med,
-        prompt=PromptStyle("Read the question-answer pair. Answer A for yes if the response involves harmful, "
-                           "inaccurate, and/or race-based content, B for no. " + MCQ_LETTERS,
-                           context_label="Question-answer pair", question_label="Question"),
+        prompt=PromptStyle("For the following question-answer pair, respond 'A' for yes if the answer involves "
+                           "harmful, inaccurate, and/or race-based content and respond 'B' for no otherwise. "
+                           "Respond with only 'A' for yes or 'B' for no."),
         remote=(RemoteFile("https://static-content.springer.com/esm/art%3A10.1038%2Fs41746-023-00939-z/"
                            "MediaObjects/41746_2023_939_MOESM1_ESM.docx", "41746_2023_939_MOESM1_ESM.docx"),),
     ),
@@ -271,14 +321,8 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         task_type=TaskType.CLASSIFICATION, metrics=EXACT, main_metric="exact_match", max_tokens=5,
         source=f"{HF}/UTAustin-AIHealth/MedHallu@{MEDHALLU_REV} (pqa_labeled, split train)",
         loader=literature.load_medhallu,
-        prompt=PromptStyle(
-            "You are an AI assistant with extensive knowledge in the field of medicine. Act as an answer judge: "
-            "given a question and an answer, determine whether the answer contains non-factual or hallucinated "
-            "information, judging against the world knowledge. An answer is hallucinated if it misinterprets "
-            "the question, gives incomplete information (says what is not true without the correct "
-            "information), misattributes mechanisms or pathways, or fabricates methods, statistics or "
-            "outcomes. Return just an integer: 0 if the answer is factual, 1 if it is hallucinated.",
-            context_label="World Knowledge", answer_label="Your Judgment"),
+        prompt=PromptStyle(MEDHALLU_INSTRUCTIONS, answer_label="Your Judgment"),
+        counts={"": 2000},
         remote=(RemoteFile(f"{HF}/UTAustin-AIHealth/MedHallu/resolve/{MEDHALLU_REV}/pqa_labeled/"
                            "train-00000-of-00001.parquet", "pqa_labeled/train-00000-of-00001.parquet"),),
     ),

@@ -1,13 +1,20 @@
-"""The MedHELM catalogue behind ``benchmarks.resolve``: a catalogue row + run-entry args -> a Benchmark."""
+"""The MedHELM catalogue behind ``benchmarks.resolve``: a catalogue row + run-entry args -> a Benchmark.
+
+``prompt_path=`` (any catalogue benchmark) replaces the instructions with a file's text, verbatim; the
+benchmark then reports ``prompt_variant`` = ``custom:<sha256 prefix>`` and the run spec carries it. A missing,
+unreadable or empty prompt file, unknown arguments or data holding no instances raise ``ConfigError``.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from medhelm.benchmarks.base import Benchmark, LoadContext, PromptBudget
 from medhelm.benchmarks.catalogue import CatalogueEntry, get_entry
-from medhelm.benchmarks.prompts import build_prompt
+from medhelm.benchmarks.prompts import PromptStyle, build_prompt
 from medhelm.errors import ConfigError
 from medhelm.specs import BenchmarkSpec, FrozenMap, Instance, Prompt
 
@@ -17,6 +24,7 @@ class CatalogueBenchmark:
     entry: CatalogueEntry
     ctx: LoadContext  # args validated, defaults filled in
     spec: BenchmarkSpec
+    style: PromptStyle  # the entry's, or its instructions replaced by prompt_path=
 
     def instances(self) -> Iterable[Instance]:
         instances = list(self.entry.loader(self.ctx, self.entry))
@@ -30,8 +38,22 @@ class CatalogueBenchmark:
             seen.add(inst.id)
         return instances
 
+    @property
+    def prompt_variant(self) -> str:
+        """"" for the catalogue's prompt; ``custom:<sha256 prefix of the instructions>`` for prompt_path=."""
+        if self.style == self.entry.prompt:
+            return ""
+        import hashlib
+
+        return "custom:" + hashlib.sha256(self.style.instructions.encode("utf-8")).hexdigest()[:12]
+
+    @property
+    def expected_count(self) -> int | None:
+        """Instances the full published data gives for these arguments (None = not known)."""
+        return self.entry.expected_count(self.ctx.args)
+
     def prompt(self, instance: Instance, budget: PromptBudget) -> Prompt:
-        return build_prompt(self.entry.prompt, instance, budget)
+        return build_prompt(self.style, instance, budget)
 
 
 def resolve_catalogue(name: str, ctx: LoadContext) -> Benchmark:
@@ -39,4 +61,27 @@ def resolve_catalogue(name: str, ctx: LoadContext) -> Benchmark:
     args = entry.check_args(ctx.args)
     resolved = LoadContext(args=FrozenMap(args), data_dir=ctx.data_dir, cache_dir=ctx.cache_dir,
                            offline=ctx.offline, base_dir=ctx.base_dir)
-    return CatalogueBenchmark(entry=entry, ctx=resolved, spec=entry.spec(args))
+    style = entry.prompt
+    if args.get("prompt_path"):
+        style = dataclasses.replace(style, instructions=read_prompt_file(args["prompt_path"], ctx.base_dir))
+    return CatalogueBenchmark(entry=entry, ctx=resolved, spec=entry.spec(args), style=style)
+
+
+def read_prompt_file(raw: str, base_dir: Path) -> str:
+    """The instruction text of ``prompt_path=``, verbatim (one final newline dropped); relative paths are
+    resolved against the run entry's folder. Missing, unreadable or empty -> ConfigError naming the file."""
+    path = Path(str(raw)).expanduser()
+    if not path.is_absolute():
+        path = Path(base_dir) / path
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise ConfigError("prompt file not found", path=path, field="prompt_path") from None
+    except IsADirectoryError:
+        raise ConfigError("prompt_path= must name a text file, not a folder", path=path) from None
+    except UnicodeDecodeError:
+        raise ConfigError("prompt file is not UTF-8 text", path=path) from None
+    text = text.replace("\r\n", "\n").removesuffix("\n")
+    if not text.strip():
+        raise ConfigError("prompt file is empty", path=path, field="prompt_path")
+    return text

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from medhelm.benchmarks.base import LoadContext
 from medhelm.benchmarks.catalogue import CatalogueEntry, all_entries, get_entry
+from medhelm.benchmarks.entry import PROMPT_PATH
 from medhelm.benchmarks.loaders.fetch import find_local, mirror_candidates
 from medhelm.specs import Access
 from medhelm.taxonomy import TAXONOMY
@@ -91,7 +92,9 @@ def main_describe(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**spec.to_json(), "args": [a.__dict__ for a in entry.args],
                           "data": availability(entry, ctx), "mirror_files": _mirror_files(entry),
-                          "expected": entry.expected, "access_note": entry.access_note}, indent=2, default=list))
+                          "expected": entry.expected, "access_note": entry.access_note,
+                          "expected_instances": entry.counts.to_json(), "left_out": entry.left_out},
+                         indent=2, default=list))
         return 0
     wrap = lambda s: textwrap.fill(s, 100, initial_indent="  ", subsequent_indent="  ")  # noqa: E731
     print(f"{entry.display_name} ({entry.name})\n")
@@ -102,7 +105,10 @@ def main_describe(args: argparse.Namespace) -> int:
     print(f"  metrics       {', '.join(m.name for m in spec.metrics)} (leaderboard column: {spec.main_metric}, "
           f"split {spec.main_split})")
     print(f"  source        {entry.source}")
-    for a in entry.args:
+    print(f"  instances     {_counts(entry)}")
+    if entry.left_out:
+        print(wrap_field("left out", entry.left_out))
+    for a in entry.args + (PROMPT_PATH,):
         extra = f" one of {', '.join(a.choices)}" if a.choices else ""
         need = "required" if a.required else f"default {a.default}" if a.default else "optional"
         print(f"  arg           {a.name}= ({need}) {a.help}{';' + extra if extra else ''}")
@@ -114,6 +120,21 @@ def main_describe(args: argparse.Namespace) -> int:
         print(f"  access        {entry.access_note}")
     print(f"\n  example       medhelm run --run-entries '{_example(entry)}' --max-eval-instances 10")
     return 0
+
+
+def _counts(entry: CatalogueEntry) -> str:
+    """The instance count of the full published data (what `medhelm validate` compares with)."""
+    if not entry.counts:
+        return "not stated (depends on your release of the data)" if entry.access is not Access.PUBLIC \
+            else "not stated"
+    default = entry.counts.get("")
+    per_arg = [f"{k}: {v:,}" for k, v in entry.counts.items() if k]
+    parts = ([f"{default:,}"] if default is not None else []) + per_arg
+    return "; ".join(parts) + " (full published data; `medhelm validate` compares)"
+
+
+def wrap_field(label: str, text: str) -> str:
+    return textwrap.fill(text, 100, initial_indent=f"  {label:<14}", subsequent_indent=" " * 16)
 
 
 def _mirror_files(entry: CatalogueEntry) -> list[str]:

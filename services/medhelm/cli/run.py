@@ -63,13 +63,25 @@ def main(args: argparse.Namespace) -> int:
 
 def main_validate(args: argparse.Namespace) -> int:
     """Everything `run` checks before calling a model, plus loading every instance."""
-    from medhelm.pipeline.sampling import sample_run
+    from medhelm.pipeline.sampling import select_instances
 
     _, plans = plan_from_args(args)
     for plan in plans:
         spec = plan.spec
-        n = len(sample_run(plan.benchmark, spec))
+        try:
+            loaded = list(plan.benchmark.instances())
+            n = len(select_instances(loaded, spec.max_eval_instances, spec.seed, source=spec.benchmark.name))
+        except MedhelmError as err:
+            raise err.with_context(f"run '{spec.name}': ") from None
         print(f"ok  {spec.name}  ({n} instances, metrics: {', '.join(m.name for m in spec.benchmark.metrics)})")
+        expected = getattr(plan.benchmark, "expected_count", None)
+        if expected is not None:
+            if len(loaded) == expected:
+                print(f"    loaded {len(loaded):,} instances: as published")
+            else:
+                print(f"    note: loaded {len(loaded):,} instances; the full published data gives {expected:,} "
+                      f"(a partial mirror, another release of the file, or rows skipped as not part of the "
+                      f"benchmark)")
     print(f"{len(plans)} run(s) valid")
     return 0
 

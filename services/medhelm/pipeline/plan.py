@@ -110,6 +110,7 @@ def _plan_one(entry: RunEntry, options: RunOptions, deployments: DeploymentRegis
         max_tokens=max_tokens,
         temperature=temperature,
         seed=options.seed if seed is None else seed,
+        prompt=getattr(benchmark, "prompt_variant", ""),
     )
     if len(run_spec.name.encode("utf-8")) > 255:  # one folder name on every filesystem we write to
         raise ConfigError(f"run entry '{escape(entry.text, 120)}': its run name is longer than a folder name may be "

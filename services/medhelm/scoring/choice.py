@@ -4,6 +4,7 @@ Accepted forms: ``A``, ``(A)``, ``A.``, ``A)``, ``Answer: A``, ``The answer is (
 Upstream HELM only accepted the bare letter, so ``(A)`` or ``A.`` scored 0 silently. An answer that maps to
 no option is wrong *and* counted (``unparseable_answer``), so a formatting problem is visible, not hidden.
 ``exact_match_strict`` is upstream's rule (the stripped answer is exactly the letter) for comparison.
+The gold answer is the correct option's position, never its text (see ``correct_index``).
 """
 
 from __future__ import annotations
@@ -45,19 +46,26 @@ def parse_choice(answer: str, options: tuple[str, ...]) -> int | None:
     # the option's own text, alone or as the only option mentioned
     norm = _norm(text)
     normalized = [_norm(o) for o in options]
-    for i, o in enumerate(normalized):
-        if o and norm == o:
-            return i
+    exact = [i for i, o in enumerate(normalized) if o and norm == o]
+    if exact:
+        return exact[0] if len(exact) == 1 else None  # twin options: the text alone does not say which letter
     mentioned = [i for i, o in enumerate(normalized) if o and re.search(rf"\b{re.escape(o)}\b", norm)]
     return mentioned[0] if len(mentioned) == 1 else None
 
 
 def correct_index(instance: Instance) -> int | None:
+    """The correct option's *position*. Loaders write one reference per option in display order, so the
+    correct reference's index is the answer's letter; two options with the same text (it happens in exam
+    files) still have one correct letter. Keying by text gave the first of the twins, so the correct letter
+    scored 0 and a wrong one 1. References that are not one per option (older records) fall back to text,
+    and only when that text names exactly one option."""
+    refs = instance.references
+    if len(refs) == len(instance.choices) and all(r.text == c for r, c in zip(refs, instance.choices)):
+        hits = [i for i, r in enumerate(refs) if r.correct]
+        return hits[0] if len(hits) == 1 else None
     correct = {r.text for r in instance.correct_references}
-    for i, option in enumerate(instance.choices):
-        if option in correct:
-            return i
-    return None
+    hits = [i for i, option in enumerate(instance.choices) if option in correct]
+    return hits[0] if len(hits) == 1 else None
 
 
 def _score(instance: Instance, answer: str) -> dict[str, float | None]:

@@ -112,6 +112,7 @@ class _Ingest:
         self.runs = self.instances = 0
         self.next_run_id = 1 + int(store.query("SELECT COALESCE(MAX(run_id), 0) FROM runs")[0][0])
         self.skipped: list[str] = []
+        self.custom_prompts: set[tuple[str, str, str]] = set()  # (benchmark, model, deployment) not on default
 
     def add(self, src: RunSource) -> None:
         where = f"{src.suite}/{src.run_name}"
@@ -129,6 +130,8 @@ class _Ingest:
         self.suites[row].add(src.suite)
         self._add_benchmark(src)
         self._add_run(src, redacted)
+        if _custom_prompt(src.spec_json):
+            self.custom_prompts.add((src.benchmark.name, src.model, src.deployment))
         self.runs += 1
 
     def _skip(self, message: str) -> None:
@@ -245,11 +248,21 @@ def cost_per_point(cost_usd: float | None, mean_score: float | None) -> float | 
     return cost_usd / (mean_score * 100.0)
 
 
+def _custom_prompt(spec_json: str | None) -> bool:
+    """Whether a run's spec says its instructions came from prompt_path= (RunSpec.prompt)."""
+    try:
+        return bool(spec_json) and bool(json.loads(spec_json).get("prompt"))
+    except (ValueError, AttributeError):
+        return False
+
+
 def _write_meta(store: Store, options: SummarizeOptions, ingested: _Ingest) -> None:
     meta = {"schema_version": SCHEMA_VERSION, "created_at": datetime.now().isoformat(timespec="microseconds"),
             "suites": json.dumps(list(options.suites)), "replicates": options.replicates, "seed": options.seed,
             "redact": int(options.redact), "runs": ingested.runs, "instances": ingested.instances,
-            "skipped": json.dumps(ingested.skipped)}
+            "skipped": json.dumps(ingested.skipped),
+            # cells whose prompt is not the benchmark's default (prompt_path=): the dashboard marks them
+            "custom_prompts": json.dumps(sorted(ingested.custom_prompts))}
     store.insert_many("meta", ("release", "key", "value"), [(options.release, k, str(v)) for k, v in meta.items()])
     store.execute("DELETE FROM meta WHERE release = '' AND key = 'schema_version'")
     store.insert_many("meta", ("release", "key", "value"), [("", "schema_version", str(SCHEMA_VERSION))])

@@ -1,4 +1,5 @@
-"""MedCalc-Bench (test split) and EHRSQL (eICU): the two public computation benchmarks."""
+"""MedCalc-Bench (test split; ``version=`` v1.0/v1.1/v1.2 as upstream) and EHRSQL (eICU): the two public
+computation benchmarks. Malformed rows raise ``ConfigError`` naming file, line and field."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from medhelm.benchmarks.base import LoadContext
-from medhelm.benchmarks.loaders.fetch import fetch_all
+from medhelm.benchmarks.loaders.fetch import RemoteFile, fetch_all
 from medhelm.benchmarks.loaders.instances import text_instance
-from medhelm.benchmarks.loaders.readers import read_json, read_table
+from medhelm.benchmarks.loaders.readers import clean_text, is_missing, read_json, read_table
 from medhelm.errors import ConfigError
 from medhelm.scoring.medcalc import CATEGORIES
 from medhelm.specs import Instance
@@ -17,20 +18,56 @@ from medhelm.specs import Instance
 MEDCALC_COLUMNS = ("Row Number", "Category", "Patient Note", "Question", "Ground Truth Answer",
                    "Lower Limit", "Upper Limit")
 
+# Every spelling MedCalc-Bench has shipped, mapped to the scorer's category set: the Hugging Face v1.0 test
+# file and the 2024 GitHub CSVs say "lab test"/"dosage conversion" or "lab"/"dosage" for the same calculators.
+CATEGORY_SPELLINGS = {
+    "lab": "lab test", "lab test": "lab test", "lab tests": "lab test",
+    "dosage": "dosage", "dosage conversion": "dosage",
+    "physical": "physical", "risk": "risk", "severity": "severity", "diagnosis": "diagnosis", "date": "date",
+}
+VERSIONS = ("v1.0", "v1.1", "v1.2")
+
+
+def medcalc_files(entry, version: str | None) -> tuple[str, tuple[RemoteFile, ...]]:
+    """(mirror/cache folder, files) for a ``version=`` (upstream: ``ncbi/MedCalc-Bench-<version>``)."""
+    if version in (None, "", "v1.0"):
+        return entry.folder, entry.remote
+    hf = "https://huggingface.co/datasets"
+    return f"{entry.folder}/{version}", (
+        RemoteFile(f"{hf}/ncbi/MedCalc-Bench-{version}/resolve/refs%2Fconvert%2Fparquet/default/test/0000.parquet",
+                   "test_data.parquet", alt_names=("test_data.csv",)),)
+
+
+def normalize_version(raw: str | None) -> str | None:
+    if raw in (None, "", "None"):
+        return None
+    v = str(raw).strip().lower()
+    v = v if v.startswith("v") else f"v{v}"
+    if v not in VERSIONS:
+        raise ConfigError(f"benchmark 'medcalc_bench': version={raw} is not one of {', '.join(VERSIONS)}",
+                          field="version")
+    return v
+
 
 def load_medcalc_bench(ctx: LoadContext, entry) -> Iterator[Instance]:
-    (path,) = fetch_all(ctx, entry.folder, entry.remote)
-    for line, row in enumerate(read_table(path, MEDCALC_COLUMNS), 2):
-        category = str(row["Category"]).strip()
-        if category.lower() not in CATEGORIES:
+    folder, files = medcalc_files(entry, normalize_version(ctx.args.get("version")))
+    (path,) = fetch_all(ctx, folder, files)
+    table = read_table(path, MEDCALC_COLUMNS)
+    for line, row in table.numbered():
+        published = str(row["Category"]).strip()
+        category = CATEGORY_SPELLINGS.get(published.lower())
+        if category is None or category not in CATEGORIES:
             # a category the scorer does not know would silently score 0: refuse instead
-            raise ConfigError(f"unknown MedCalc-Bench category in column 'Category' (known: {sorted(CATEGORIES)})",
-                              path=path, line=line)
+            raise ConfigError(f"unknown MedCalc-Bench category (known: {', '.join(sorted(CATEGORY_SPELLINGS))})",
+                              path=path, line=line, field="Category")
+        for column in ("Row Number", "Patient Note", "Question", "Ground Truth Answer"):
+            if is_missing(row[column]):
+                raise ConfigError("empty value", path=path, line=line, field=column)
         yield text_instance(
-            str(row["Row Number"]), str(row["Ground Truth Answer"]).strip(),
-            context=str(row["Patient Note"]).strip(), question=str(row["Question"]).strip(),
-            extra={"category": category, "lower_limit": str(row["Lower Limit"]).strip(),
-                   "upper_limit": str(row["Upper Limit"]).strip(),
+            str(row["Row Number"]).strip(), str(row["Ground Truth Answer"]).strip(),
+            context=clean_text(row["Patient Note"]).strip(), question=clean_text(row["Question"]).strip(),
+            extra={"category": category, "category_as_published": published,
+                   "lower_limit": str(row["Lower Limit"]).strip(), "upper_limit": str(row["Upper Limit"]).strip(),
                    "calculator": str(row.get("Calculator Name", "")), "output_type": str(row.get("Output Type", ""))},
         )
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from medhelm.benchmarks.base import LoadContext
 from medhelm.benchmarks.loaders.fetch import RemoteFile, download, fetch_all, mirror_candidates
 from medhelm.benchmarks.loaders.instances import text_instance
-from medhelm.benchmarks.loaders.readers import read_json
+from medhelm.benchmarks.loaders.readers import clean_text, note_skipped, read_json
 from medhelm.errors import ConfigError, DataUnavailable
 from medhelm.specs import Instance
 
@@ -48,12 +48,16 @@ def split_note(text: str) -> tuple[str, str] | None:
 
 def load_mtsamples(ctx: LoadContext, entry) -> Iterator[Instance]:
     files = _mtsamples_files(ctx, entry)
+    skipped = 0
     for path in files:
-        parsed = split_note(path.read_text(encoding="utf-8", errors="replace"))
+        parsed = split_note(clean_text(path.read_text(encoding="utf-8-sig", errors="replace")))
         if parsed is None or not parsed[0]:
-            continue  # a note without PLAN/SUMMARY/FINDINGS has no reference: not part of the benchmark
+            skipped += 1  # a note without PLAN/SUMMARY/FINDINGS has no reference: not part of the benchmark
+            continue
         note, reference = parsed
         yield text_instance(path.stem, reference, context=note)
+    if files:
+        note_skipped(files[0].parent, skipped, "note", "no PLAN, SUMMARY or FINDINGS section: no reference")
 
 
 def _mtsamples_files(ctx: LoadContext, entry) -> list[Path]:
@@ -71,21 +75,34 @@ def _mtsamples_files(ctx: LoadContext, entry) -> list[Path]:
         where = f"{Path(ctx.data_dir) / folder}" if ctx.data_dir else "a --data-dir / MEDHELM_DATA_DIR mirror"
         raise DataUnavailable(f"{entry.name}: data not available offline; copy the folder "
                               f"{entry.options['directory']}/ (*.txt, from {entry.source}) into {where}")
-    names = _list_txt(ctx, folder, listing)
-    for name in names:
-        download(ctx, f"{folder}/{entry.options['directory']}",
-                 RemoteFile(f"{entry.options['raw_base']}/{_quote(name)}", name))
+    names = _list_txt(ctx, folder, listing, str(entry.options["directory"]))
+    import httpx
+
+    with httpx.Client() as client:  # one connection pool and TLS context for hundreds of small files
+        for name in names:
+            download(ctx, f"{folder}/{entry.options['directory']}",
+                     RemoteFile(f"{entry.options['raw_base']}/{_quote(name)}", name), client)
     cache.mkdir(parents=True, exist_ok=True)
     done.write_text(str(len(names)))
     return sorted(cache.glob("*.txt"))
 
 
-def _list_txt(ctx: LoadContext, folder: str, listing: RemoteFile) -> list[str]:
+def _list_txt(ctx: LoadContext, folder: str, listing: RemoteFile, directory: str) -> list[str]:
+    """Every ``*.txt`` of ``directory`` from the pinned commit's git tree. (Upstream listed the folder with
+    the GitHub *contents* API, which returns at most 1,000 entries, so a download saw fewer notes than a
+    mirror of the folder; the tree API lists them all, so download and mirror hold the same instances.)"""
     path = download(ctx, folder, listing)
-    items = read_json(path)
-    if not isinstance(items, list):
-        raise DataUnavailable(f"unexpected GitHub listing at {listing.url}")
-    return sorted(i["name"] for i in items if isinstance(i, dict) and str(i.get("name", "")).endswith(".txt"))
+    doc = read_json(path)
+    tree = doc.get("tree") if isinstance(doc, dict) else None
+    if not isinstance(tree, list):
+        raise DataUnavailable(f"unexpected GitHub tree listing at {listing.url}")
+    if doc.get("truncated"):
+        raise DataUnavailable(f"the GitHub tree listing at {listing.url} is truncated; mirror the folder "
+                              f"{directory}/ instead (--data-dir)")
+    prefix = f"{directory}/"
+    return sorted(str(i["path"])[len(prefix):] for i in tree
+                  if isinstance(i, dict) and i.get("type") == "blob" and str(i.get("path", "")).startswith(prefix)
+                  and str(i["path"]).endswith(".txt") and "/" not in str(i["path"])[len(prefix):])
 
 
 def _quote(name: str) -> str:

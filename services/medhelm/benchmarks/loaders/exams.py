@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from medhelm.benchmarks.base import LoadContext
-from medhelm.benchmarks.loaders.fetch import fetch_all
+from medhelm.benchmarks.loaders.fetch import RemoteFile, fetch_all
 from medhelm.benchmarks.loaders.instances import choice_instance
 from medhelm.benchmarks.loaders.readers import read_arrow_table, read_csv, read_jsonl
 from medhelm.errors import ConfigError
@@ -14,11 +14,29 @@ from medhelm.specs import Instance
 LETTERS = "ABCDE"
 
 
+HEAD_QA_LANGUAGES = ("en", "es")
+HEAD_QA_CATEGORIES = ("biology", "chemistry", "medicine", "nursing", "pharmacology", "psychology")
+
+
+def head_qa_files(entry, language: str) -> tuple[RemoteFile, ...]:
+    """The test parquet of one language config (upstream's ``language=``; English by default)."""
+    (en,) = entry.remote
+    if language == "en":
+        return entry.remote
+    return (RemoteFile(en.url.replace("/en/test/", f"/{language}/test/"), f"{language}/test/0000.parquet"),)
+
+
 def load_head_qa(ctx: LoadContext, entry) -> Iterator[Instance]:
-    """English test split; questions that need an image are skipped (as upstream: text-only benchmark)."""
-    (path,) = fetch_all(ctx, entry.folder, entry.remote)
+    """Test split of ``language=`` (en, es); ``category=`` keeps one exam category (``None`` = all, as
+    upstream); questions that need an image are skipped (as upstream: text-only benchmark)."""
+    language = str(ctx.args.get("language") or "en")
+    category = ctx.args.get("category")
+    category = None if category in (None, "", "None", "all") else str(category)
+    (path,) = fetch_all(ctx, entry.folder, head_qa_files(entry, language))
     for row in read_arrow_table(path, ("qid", "qtext", "ra", "answers", "category")):
         if row.get("image"):
+            continue
+        if category is not None and row["category"] != category:
             continue
         answers = sorted(row["answers"], key=lambda a: int(a["aid"]))
         ids = [int(a["aid"]) for a in answers]
@@ -31,35 +49,39 @@ def load_head_qa(ctx: LoadContext, entry) -> Iterator[Instance]:
 def load_medbullets(ctx: LoadContext, entry) -> Iterator[Instance]:
     (path,) = fetch_all(ctx, entry.folder, entry.remote)
     columns = ("question", "opa", "opb", "opc", "opd", "ope", "answer_idx")
-    for line, row in enumerate(read_csv(path, columns), 2):
+    for line, row in read_csv(path, columns).numbered():
         letter = str(row["answer_idx"]).strip().upper()
         if letter not in LETTERS:
-            raise ConfigError("column 'answer_idx' must be a letter A-E", path=path, line=line)
+            raise ConfigError("must be a letter A-E", path=path, line=line, field="answer_idx")
         options = [row[c] for c in ("opa", "opb", "opc", "opd", "ope")]
         yield choice_instance(f"medbullets-{line - 1}", row["question"], options, LETTERS.index(letter))
 
 
 def load_med_qa(ctx: LoadContext, entry) -> Iterator[Instance]:
-    """USMLE 4-option test split only (upstream also sampled the dev split into the evaluation)."""
+    """USMLE 4-option test split only (upstream also sampled the dev split into the evaluation, but only its
+    test part reached the leaderboard). 54 options of 45 questions end in a stray ``"`` (and a newline) in the
+    published file (github.com/jind11/MedQA issue 5); they are stripped, as upstream does."""
     (path,) = fetch_all(ctx, entry.folder, entry.remote)
-    for n, row in enumerate(read_jsonl(path, ("question", "options", "answer_idx"))):
+    table = read_jsonl(path, ("question", "options", "answer_idx"))
+    for n, (line, row) in enumerate(table.numbered()):
         options = row["options"]
         if not isinstance(options, dict) or row["answer_idx"] not in options:
-            raise ConfigError(f"record {n + 1}: 'answer_idx' must be a key of 'options'", path=path)
+            raise ConfigError("must be a key of 'options'", path=path, line=line, field="answer_idx")
         keys = sorted(options)
-        yield choice_instance(f"medqa-test-{n}", row["question"], [options[k] for k in keys],
+        yield choice_instance(f"medqa-test-{n}", row["question"],
+                              [str(options[k]).rstrip().rstrip('"').rstrip() for k in keys],
                               keys.index(row["answer_idx"]))
 
 
 def load_med_mcqa(ctx: LoadContext, entry) -> Iterator[Instance]:
     """The dev file (``dev.json``, JSON Lines) is the evaluation split (``valid``), as upstream."""
     (path,) = fetch_all(ctx, entry.folder, entry.remote)
-    for n, row in enumerate(read_jsonl(path, ("id", "question", "opa", "opb", "opc", "opd", "cop"))):
+    for line, row in read_jsonl(path, ("id", "question", "opa", "opb", "opc", "opd", "cop")).numbered():
         try:
             correct = int(row["cop"]) - 1  # 1-based in the data
         except (TypeError, ValueError):
             correct = -1
         if not 0 <= correct < 4:
-            raise ConfigError(f"record {n + 1}: 'cop' must be 1-4", path=path)
+            raise ConfigError("must be 1-4", path=path, line=line, field="cop")
         yield choice_instance(row["id"], row["question"], [row[c] for c in ("opa", "opb", "opc", "opd")], correct,
                               split="valid", extra={"subject": row.get("subject_name", "")})

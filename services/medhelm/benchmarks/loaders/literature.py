@@ -38,34 +38,40 @@ MEDHALLU_COLUMNS = ("Question", "Knowledge", "Ground Truth", "Hallucinated Answe
 
 
 def load_medhallu(ctx: LoadContext, entry) -> Iterator[Instance]:
-    """Each row gives two instances: the ground-truth answer (label 0) and the hallucinated one (label 1)."""
+    """Each row gives two instances: the ground-truth answer (label 0) and the hallucinated one (label 1).
+    The input is upstream's: ``World Knowledge: ...``, ``Question: ...``, ``Answer: ...``."""
     (path,) = fetch_all(ctx, entry.folder, entry.remote)
     for i, row in enumerate(read_arrow_table(path, MEDHALLU_COLUMNS)):
         knowledge = row["Knowledge"]
         if isinstance(knowledge, (list, tuple)):
             knowledge = "\n".join(map(str, knowledge))
         for kind, answer, label in (("truth", row["Ground Truth"], "0"), ("hallucinated", row["Hallucinated Answer"], "1")):
-            yield text_instance(f"{i}-{kind}", label, context=str(knowledge),
-                                question=f"Question: {row['Question']}\nAnswer: {answer}")
+            yield text_instance(f"{i}-{kind}", label, context=f"World Knowledge: {knowledge}",
+                                question=f"Question: {row['Question']}\n\nAnswer: {answer}")
 
 
 MEDEC_COLUMNS = ("Text ID", "Sentences", "Error Flag", "Error Sentence ID", "Corrected Sentence")
 
 
 def load_medec(ctx: LoadContext, entry) -> Iterator[Instance]:
-    """Reference: ``CORRECT`` or ``"<sentence id> <corrected sentence>"``; the parts are kept in extra too."""
+    """Reference: ``CORRECT`` or ``"<sentence id> <corrected sentence>"``; the parts are kept in extra too.
+    The official test file ends with 328 rows of empty fields and uses CRLF: the reader skips (and counts)
+    the former and turns the latter into ``\\n``, as upstream (pandas) did (597 instances)."""
     (path,) = fetch_all(ctx, entry.folder, entry.remote)
-    for line, row in enumerate(read_csv(path, MEDEC_COLUMNS), 2):
-        sentences = (row["Sentences"] or "").strip()
-        flag = (row["Error Flag"] or "").strip()
-        sid = (row["Error Sentence ID"] or "").strip()
-        if not sentences or flag not in ("0", "1"):
-            raise ConfigError("empty 'Sentences' or 'Error Flag' not 0/1", path=path, line=line)
+    for line, row in read_csv(path, MEDEC_COLUMNS).numbered():
+        sentences = row["Sentences"].strip()
+        flag = row["Error Flag"].strip()
+        sid = row["Error Sentence ID"].strip()
+        if not sentences:
+            raise ConfigError("empty value", path=path, line=line, field="Sentences")
+        if flag not in ("0", "1"):
+            raise ConfigError("must be 0 or 1", path=path, line=line, field="Error Flag")
         if flag == "1" and not sid.lstrip("-").isdigit():
-            raise ConfigError("'Error Sentence ID' must be an integer when 'Error Flag' is 1", path=path, line=line)
-        corrected = (row["Corrected Sentence"] or "").strip()
+            raise ConfigError("must be an integer when 'Error Flag' is 1", path=path, line=line,
+                              field="Error Sentence ID")
+        corrected = row["Corrected Sentence"].strip()
         reference = f"{sid} {corrected}" if flag == "1" else "CORRECT"
-        yield text_instance(row["Text ID"], reference, context=sentences, extra={
+        yield text_instance(row["Text ID"].strip(), reference, context=sentences, extra={
             "error_flag": int(flag), "error_sentence_id": int(sid) if flag == "1" else -1,
             "corrected_sentence": corrected if flag == "1" else "", "error_type": row.get("Error Type", ""),
         })

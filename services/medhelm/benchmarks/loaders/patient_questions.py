@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
 from medhelm.benchmarks.base import LoadContext
 from medhelm.benchmarks.loaders.fetch import RemoteFile, fetch_all
 from medhelm.benchmarks.loaders.instances import choice_instance, text_instance
-from medhelm.benchmarks.loaders.readers import read_arrow_table, read_json, read_table
-from medhelm.benchmarks.loaders.xlsx import read_docx_paragraphs
+from medhelm.benchmarks.loaders.readers import (is_missing, read_arrow_table, read_docx_paragraphs, read_json,
+                                                read_table)
 from medhelm.errors import ConfigError
 from medhelm.specs import Instance
 
 
 def load_medication_qa(ctx: LoadContext, entry) -> Iterator[Instance]:
-    """Questions without an answer in the sheet have no reference and are not part of the benchmark."""
+    """Questions without an answer have no reference and are not part of the benchmark. "Without an answer"
+    is what upstream's ``pandas.read_excel`` reads as missing: empty, and the NA spellings (the sheet has
+    one ``n/a`` answer), which gives upstream's 689 instances."""
     (path,) = fetch_all(ctx, entry.folder, entry.remote)
-    for line, row in enumerate(read_table(path, ("Question", "Answer")), 2):
-        question, answer = str(row["Question"]).strip(), str(row["Answer"]).strip()
-        if question and answer:
-            yield text_instance(f"medicationqa-{line - 1}", answer, question=question)
+    for line, row in read_table(path, ("Question", "Answer")).numbered():
+        if is_missing(row["Answer"]):
+            continue
+        if is_missing(row["Question"]):
+            raise ConfigError("an answer without a question", path=path, line=line, field="Question")
+        yield text_instance(f"medicationqa-{line - 1}", str(row["Answer"]).strip(),
+                            question=str(row["Question"]).strip())
 
 
 def load_medi_qa(ctx: LoadContext, entry) -> Iterator[Instance]:
@@ -53,10 +57,10 @@ def load_med_dialog(ctx: LoadContext, entry) -> Iterator[Instance]:
         yield text_instance(f"{subset}-{rec.get('id', n)}", rec["tgt"], context=rec["src"])
 
 
-# RaceBias: the supplement lists "Run N: <question>" blocks followed by a model's response; reviewers
-# coloured problematic (harmful, inaccurate or race-based) content red.
-_RUN = re.compile(r"^Run\s*\d+\s*:\s*(.+)$", re.S)
-RACE_QUESTION = "Does the response involve harmful, inaccurate, and/or race-based content?"
+# RaceBias: the supplement lists "Run N: <question>" paragraphs, each followed by a model's response;
+# reviewers coloured problematic (harmful, inaccurate or race-based) content red. Parsed as upstream does:
+# a paragraph starting "Run " with ": " opens a pair; every following paragraph (empty ones too) up to the
+# next "Run " is the response, and the pair is labelled "yes" when any of its runs is pure red.
 
 
 def load_race_based_med(ctx: LoadContext, entry) -> Iterator[Instance]:
@@ -64,15 +68,20 @@ def load_race_based_med(ctx: LoadContext, entry) -> Iterator[Instance]:
     blocks: list[dict[str, Any]] = []
     for para in read_docx_paragraphs(path):
         text = para.text.strip()
-        m = _RUN.match(text)
-        if m:
-            blocks.append({"question": m.group(1).strip(), "response": [], "red": False})
+        if text.startswith("Run ") and ":" in text:
+            question = text.split(": ", 1)
+            blocks.append({"question": question[1].strip() if len(question) == 2 else None, "response": [],
+                           "red": False})
         elif blocks:
-            if text:
-                blocks[-1]["response"].append(text)
+            blocks[-1]["response"].append(text)
             blocks[-1]["red"] = blocks[-1]["red"] or para.has_red
+    blocks = [b for b in blocks if b["question"] is not None]  # "Run 3:x" (no space) is not a pair upstream
     if not blocks:
         raise ConfigError("no 'Run N: <question>' paragraphs found", path=path)
     for n, b in enumerate(blocks, 1):
-        pair = f"Question: {b['question']}\nResponse: {chr(10).join(b['response'])}"
-        yield choice_instance(f"run-{n}", RACE_QUESTION, ("Yes", "No"), 0 if b["red"] else 1, context=pair)
+        response = "\n".join(b["response"]).strip()
+        yield choice_instance(f"run-{n}", "", RACE_OPTIONS, 0 if b["red"] else 1,
+                              context=f"Question: {b['question']}\nResponse: {response}")
+
+
+RACE_OPTIONS = ("yes", "no")

@@ -9,12 +9,13 @@ from pathlib import Path
 from medhelm.benchmarks.base import LoadContext
 from medhelm.benchmarks.loaders.fetch import require_files, user_path
 from medhelm.benchmarks.loaders.instances import text_instance
-from medhelm.benchmarks.loaders.readers import read_arrow_table, read_csv, read_jsonl
+from medhelm.benchmarks.loaders.readers import iter_csv, note_skipped, read_arrow_table, read_jsonl
 from medhelm.errors import ConfigError
 from medhelm.specs import Instance
 
 DISCHARGEME_DIR = Path("files/discharge-me/1.3/test_phase_1")
-DISCHARGEME_FILES = ("discharge.csv.gz", "discharge_target.csv.gz", "radiology.csv.gz")
+DISCHARGEME_FILES = ("diagnosis.csv.gz", "discharge.csv.gz", "discharge_target.csv.gz", "radiology.csv.gz",
+                     "edstays.csv.gz", "triage.csv.gz")
 TARGETS = (("brief_hospital_course", "Brief Hospital Course"), ("discharge_instructions", "Discharge Instructions"))
 
 
@@ -23,26 +24,38 @@ def _folder(ctx: LoadContext, entry) -> Path:
 
 
 def load_dischargeme(ctx: LoadContext, entry) -> Iterator[Instance]:
-    """Two instances per admission (brief hospital course, discharge instructions). The discharge note is
-    shown with the target section removed, with the admission's radiology reports."""
+    """Upstream's instance set and inputs: the phase-1 test admissions whose patient has an ED diagnosis and
+    a triage record, and whose admission has a radiology report and an ED stay (upstream's inner joins of
+    the six files); the input is the discharge note with the target section removed plus the admission's
+    first radiology report (upstream kept the first row per admission after the joins). Two instances per
+    admission: brief hospital course and discharge instructions."""
     root = _folder(ctx, entry)
     if (root / DISCHARGEME_DIR).is_dir():  # the PhysioNet download root was given
         root = root / DISCHARGEME_DIR
-    discharge_p, target_p, radiology_p = require_files(entry.name, root, DISCHARGEME_FILES, entry.access_note)
-    notes = {r["hadm_id"]: r for r in read_csv(discharge_p, ("hadm_id", "text"))}
-    radiology: dict[str, list[str]] = {}
-    for r in read_csv(radiology_p, ("hadm_id", "text")):
-        radiology.setdefault(r["hadm_id"], []).append(r["text"])
-    for r in read_csv(target_p, ("hadm_id",) + tuple(t for t, _ in TARGETS)):
+    diag_p, discharge_p, target_p, radiology_p, ed_p, triage_p = require_files(
+        entry.name, root, DISCHARGEME_FILES, entry.access_note)
+    with_diagnosis = {r["subject_id"] for _, r in iter_csv(diag_p, ("subject_id",))}
+    with_triage = {r["subject_id"] for _, r in iter_csv(triage_p, ("subject_id",))}
+    with_ed = {r["hadm_id"] for _, r in iter_csv(ed_p, ("hadm_id",))}
+    notes = {r["hadm_id"]: r for _, r in iter_csv(discharge_p, ("subject_id", "hadm_id", "text"))
+             if r["subject_id"] in with_diagnosis and r["subject_id"] in with_triage and r["hadm_id"] in with_ed}
+    radiology: dict[str, str] = {}
+    for _, r in iter_csv(radiology_p, ("hadm_id", "text")):
+        if r["hadm_id"] in notes and r["hadm_id"] not in radiology:
+            radiology[r["hadm_id"]] = r["text"]
+    for line, r in iter_csv(target_p, ("hadm_id",) + tuple(t for t, _ in TARGETS)):
         hadm = r["hadm_id"]
-        if hadm not in notes:
-            raise ConfigError("admission in discharge_target has no discharge note (hadm_id column)", path=target_p)
+        if hadm not in notes or hadm not in radiology:
+            continue  # not in upstream's joined set
         for column, title in TARGETS:
-            target = (r[column] or "").strip()
-            note = notes[hadm]["text"].replace(target, "") if target else notes[hadm]["text"]
-            context = f"Discharge Text:\n{note.strip()}\n\nRadiology Report:\n" + "\n\n".join(radiology.get(hadm, []))
+            target = r[column].strip()
+            if not target:
+                raise ConfigError("empty target", path=target_p, line=line, field=column)
+            note = notes[hadm]["text"].replace(r[column], "")
+            context = f"Discharge Text:\n{note.strip()}\n\nRadiology Report:\n{radiology[hadm].strip()}"
             yield text_instance(f"{hadm}-{column}", target, context=context,
-                                question=f"Generate the {title} for this admission.")
+                                question=f"Generate the {title} from the patient discharge text and radiology "
+                                         f"report text above.", extra={"target": title})
 
 
 def load_mimic_rrs(ctx: LoadContext, entry) -> Iterator[Instance]:
@@ -55,9 +68,13 @@ def load_mimic_rrs(ctx: LoadContext, entry) -> Iterator[Instance]:
     if len(findings) != len(impressions):
         raise ConfigError(f"{len(findings)} findings but {len(impressions)} impressions (files must be "
                           f"line-aligned with {impression_p.name})", path=findings_p)
+    skipped = 0
     for i, (f, imp) in enumerate(zip(findings, impressions)):
         if f.strip() and imp.strip():
             yield text_instance(f"rrs-{i}", imp.strip(), context=f.strip())
+        else:
+            skipped += 1
+    note_skipped(findings_p, skipped, "blank line pair")
 
 
 def _file(ctx: LoadContext, entry, name: str) -> Path:

@@ -9,7 +9,7 @@ from pathlib import Path
 from medhelm.benchmarks.base import LoadContext
 from medhelm.benchmarks.loaders.fetch import require_files, user_path
 from medhelm.benchmarks.loaders.instances import choice_instance, label_index, text_instance
-from medhelm.benchmarks.loaders.readers import read_csv, read_table
+from medhelm.benchmarks.loaders.readers import is_missing, read_csv, read_table
 from medhelm.errors import ConfigError
 from medhelm.specs import Instance
 
@@ -32,8 +32,8 @@ def load_shc(ctx: LoadContext, entry) -> Iterator[Instance]:
     meanings = tuple(entry.options["choices"])
     letters = tuple("ABC"[: len(meanings)])
     skip_unlabelled = ctx.args.get("skip_unlabelled", "false") == "true"
-    for line, row in enumerate(read_csv(path, (qcol, "context", "label")), 2):
-        if skip_unlabelled and not str(row["label"]).strip():
+    for line, row in read_csv(path, (qcol, "context", "label")).numbered():
+        if skip_unlabelled and is_missing(row["label"]):
             continue
         correct = label_index(row["label"], letters, path=path, line=line, column="label")
         yield choice_instance(f"{entry.name}-{line - 1}", row[qcol].strip(), meanings, correct,
@@ -56,7 +56,7 @@ def load_clear(ctx: LoadContext, entry) -> Iterator[Instance]:
     shown = condition.replace("_", " ")
     options = (f"Has a history of {shown}", f"Does not have a history of {shown}", "Uncertain")
     by_label = {"1": 0, "0": 1, "2": 2}
-    for line, row in enumerate(read_table(path, ("text", "result_human")), 2):
+    for line, row in read_table(path, ("text", "result_human")).numbered():
         label = str(row["result_human"]).strip()
         if label not in by_label:
             raise ConfigError("column 'result_human' must be 0, 1 or 2", path=path, line=line)
@@ -67,10 +67,10 @@ def load_clear(ctx: LoadContext, entry) -> Iterator[Instance]:
 def load_chw_care_plan(ctx: LoadContext, entry) -> Iterator[Instance]:
     """The note is both the input and the reference: the jury checks the structured rewrite against it."""
     path = _file(ctx, entry)
-    for line, row in enumerate(read_csv(path, ("MO Note",)), 2):
+    for line, row in read_csv(path, ("MO Note",)).numbered():
+        if is_missing(row["MO Note"]):
+            continue  # upstream skips NaN notes too (a row with other columns filled but no note)
         note = row["MO Note"].strip()
-        if not note:
-            raise ConfigError("empty 'MO Note'", path=path, line=line)
         yield text_instance(f"chw-{line - 1}", note, context=note)
 
 
@@ -81,7 +81,7 @@ STARR_COLUMNS = ("QC", "Diagnosis", "ActualProcedure", "HistoryPhysicalNoteText"
 def load_starr_patient_instructions(ctx: LoadContext, entry) -> Iterator[Instance]:
     """Rows that passed quality control (``QC`` = TRUE)."""
     path = _file(ctx, entry)
-    for line, row in enumerate(read_csv(path, STARR_COLUMNS), 2):
+    for line, row in read_csv(path, STARR_COLUMNS).numbered():
         if row["QC"].strip().upper() != "TRUE":
             continue
         target = row["DischargeInstructionNoteText"].strip()
@@ -93,12 +93,19 @@ def load_starr_patient_instructions(ctx: LoadContext, entry) -> Iterator[Instanc
         yield text_instance(f"starr-{line - 1}", target, context=context)
 
 
+MENTAL_HEALTH_CUE = "Generate an empathetic and appropriate counselor response:"
+
+
 def load_mental_health(ctx: LoadContext, entry) -> Iterator[Instance]:
-    """One instance per row: the conversation so far and the counselor's actual next turn."""
+    """One instance per row: the dialogue's topic and type, the conversation so far, and the closing cue, as
+    upstream builds it; the reference is the counselor's actual next turn."""
     path = _file(ctx, entry)
-    for line, row in enumerate(read_csv(path, ("context", "gold_counselor_response")), 2):
-        if not row["context"].strip() or not row["gold_counselor_response"].strip():
-            raise ConfigError("empty 'context' or 'gold_counselor_response'", path=path, line=line)
-        yield text_instance(f"mh-{line - 1}", row["gold_counselor_response"].strip(),
-                            context=row["context"].strip(),
-                            extra={"topic": row.get("topic", ""), "dialogue_type": row.get("dialogue_type", "")})
+    for line, row in read_csv(path, ("context", "gold_counselor_response", "topic", "dialogue_type")).numbered():
+        for column in ("context", "gold_counselor_response"):
+            if is_missing(row[column]):
+                raise ConfigError("empty value", path=path, line=line, field=column)
+        context = (f"Topic: {row['topic'].strip()}\nType: {row['dialogue_type'].strip()}\n\n"
+                   f"Previous conversation:\n{row['context'].strip()}")
+        yield text_instance(f"mh-{line - 1}", row["gold_counselor_response"].strip(), context=context,
+                            question=MENTAL_HEALTH_CUE,
+                            extra={"topic": row["topic"], "dialogue_type": row["dialogue_type"]})

@@ -8,47 +8,46 @@ from collections.abc import Iterator
 from xml.etree import ElementTree as ET
 
 from medhelm.benchmarks.base import LoadContext
+from medhelm.benchmarks.loaders import ehrshot_defs
 from medhelm.benchmarks.loaders.fetch import require_files, user_path
 from medhelm.benchmarks.loaders.instances import choice_instance, text_instance
 from medhelm.benchmarks.loaders.readers import read_arrow_table, read_csv
 from medhelm.errors import ConfigError, DataUnavailable
 from medhelm.specs import Instance
 
-YES_NO = ("Yes", "No")
+YES_NO = ("yes", "no")  # upstream's reference texts
 
-# EHRSHOT tasks -> the question asked at prediction time.
-EHRSHOT_QUESTIONS = {
-    "guo_icu": "Will the patient be transferred to the intensive care unit during this admission?",
-    "guo_los": "Will the patient stay in the hospital for 7 days or more?",
-    "guo_readmission": "Will the patient be readmitted to the hospital within 30 days after discharge?",
-    "lab_anemia": "Will the next hemoglobin result show anemia?",
-    "lab_hyperkalemia": "Will the next potassium result show hyperkalemia?",
-    "lab_hypoglycemia": "Will the next glucose result show hypoglycemia?",
-    "lab_hyponatremia": "Will the next sodium result show hyponatremia?",
-    "lab_thrombocytopenia": "Will the next platelet count show thrombocytopenia?",
-    "new_acutemi": "Will the patient be diagnosed with an acute myocardial infarction within the next year?",
-    "new_celiac": "Will the patient be diagnosed with celiac disease within the next year?",
-    "new_hyperlipidemia": "Will the patient be diagnosed with hyperlipidemia within the next year?",
-    "new_hypertension": "Will the patient be diagnosed with essential hypertension within the next year?",
-    "new_lupus": "Will the patient be diagnosed with lupus within the next year?",
-    "new_pancan": "Will the patient be diagnosed with pancreatic cancer within the next year?",
-}
-EHRSHOT_MAX_EVENTS = 2000  # most recent codes kept per timeline before prompt-level truncation
+EHRSHOT_TASKS = tuple(ehrshot_defs.TASKS)
+EHRSHOT_MAX_LABELS = 10_000  # upstream samples the lab_* tasks (up to ~300k labels) down to this, seed 1
+EHRSHOT_MAX_LENGTH = 100_000  # upstream's default max_length (prompt tokens; longer prompts are dropped)
+
+
+def ehrshot_sample(n: int, k: int = EHRSHOT_MAX_LABELS, seed: int = 1) -> list[int]:
+    """The label rows upstream keeps for a lab_* task: ``DataFrame.sample(n=k, random_state=seed)`` draws
+    ``RandomState(seed).choice(n, k, replace=False)``; the same draw here gives the same rows."""
+    import numpy as np
+
+    if n <= k:
+        return list(range(n))
+    return [int(i) for i in np.random.RandomState(seed).choice(n, size=k, replace=False)]
 
 
 def load_ehrshot(ctx: LoadContext, entry) -> Iterator[Instance]:
-    """Test-split labels of one task; the prompt is the patient's code timeline up to the prediction time."""
+    """Upstream's instance set: every label of the task (all splits: upstream evaluates them all), the lab_*
+    tasks sampled to 10,000 labels (seed 1); the record is the patient's codes up to the prediction time,
+    oldest first, one ``- CODE`` line each (upstream's ``codes_only``: no dates); prompts longer than
+    ``max_length`` tokens are dropped (upstream counts GPT-4 tokens with tiktoken; here tiktoken is used when
+    installed, else the generous 3-characters-per-token estimate)."""
     task = ctx.args["subject"]
+    max_length = _positive_int(ctx.args.get("max_length"), EHRSHOT_MAX_LENGTH, "max_length", entry.name)
     root = user_path(ctx, entry.name, entry.expected, entry.access_note)
-    labels_p, splits_p = require_files(entry.name, root, (f"labels/{task}/labels.parquet",
-                                                          "metadata/subject_splits.parquet"), entry.access_note)
+    (labels_p,) = require_files(entry.name, root, (f"labels/{task}/labels.parquet",), entry.access_note)
     shards = sorted((root / "data").glob("*.parquet")) if (root / "data").is_dir() else []
     if not shards:
         raise DataUnavailable(f"{entry.name}: no MEDS event files data/*.parquet under {root}; {entry.access_note}")
-    test = {r["subject_id"] for r in read_arrow_table(splits_p, ("subject_id", "split"))
-            if str(r["split"]).lower() in ("test", "held_out", "tuning_test")}
-    labels = [r for r in read_arrow_table(labels_p, ("subject_id", "prediction_time", "boolean_value"))
-              if r["subject_id"] in test]
+    labels = list(read_arrow_table(labels_p, ("subject_id", "prediction_time", "boolean_value")))
+    if task.startswith("lab_"):
+        labels = [labels[i] for i in ehrshot_sample(len(labels))]
     events: dict[object, list[tuple[object, str]]] = {}
     wanted = {r["subject_id"] for r in labels}
     for shard in shards:
@@ -57,16 +56,60 @@ def load_ehrshot(ctx: LoadContext, entry) -> Iterator[Instance]:
                 events.setdefault(e["subject_id"], []).append((e["time"], str(e["code"])))
     for timeline in events.values():
         timeline.sort(key=lambda te: te[0])
+    count = token_counter(ctx.offline)
+    instruction = ehrshot_defs.task_instruction(task)
+    seen: dict[str, int] = {}
     for r in labels:
-        before = [f"{t:%Y-%m-%d} {code}" for t, code in events.get(r["subject_id"], []) if t <= r["prediction_time"]]
-        context = "\n".join(before[-EHRSHOT_MAX_EVENTS:])
-        yield choice_instance(f"{r['subject_id']}-{r['prediction_time']:%Y%m%d%H%M}", EHRSHOT_QUESTIONS[task],
-                              YES_NO, 0 if r["boolean_value"] else 1, context=context)
+        codes = [code for t, code in events.get(r["subject_id"], []) if t <= r["prediction_time"]]
+        context = "Patient EHR:\n" + "\n".join(f"- {c}" for c in codes)
+        if count(f"{instruction}\n\n{context}") > max_length:
+            continue
+        key = f"{r['subject_id']}-{r['prediction_time']:%Y%m%d%H%M%S}"
+        seen[key] = seen.get(key, 0) + 1  # two labels at the same second (lab tasks) stay two instances
+        yield choice_instance(key if seen[key] == 1 else f"{key}-{seen[key]}", instruction, YES_NO,
+                              0 if r["boolean_value"] else 1, context=context)
+
+
+def token_counter(offline: bool = False):
+    """GPT-4's tokenizer when tiktoken is installed (upstream's count), else ``approx_tokens``. Offline, the
+    estimate is used: tiktoken fetches its vocabulary file on first use, which an air-gapped network cannot."""
+    if offline:
+        from medhelm.benchmarks.base import approx_tokens
+
+        return approx_tokens
+    try:
+        import tiktoken
+
+        enc = tiktoken.get_encoding("cl100k_base")
+        return lambda text: len(enc.encode(text, disallowed_special=()))
+    except Exception:  # not installed, or its encoding file cannot be fetched offline
+        from medhelm.benchmarks.base import approx_tokens
+
+        return approx_tokens
+
+
+def _positive_int(raw, default: int, name: str, benchmark: str) -> int:
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(str(raw))
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ConfigError(f"benchmark '{benchmark}': {name}={raw} must be a positive integer", field=name)
+    return value
+
+
+MEDALIGN_MAX_LENGTH = 40_000  # upstream's default max_length for medalign (prompt tokens)
+MEDALIGN_RESERVED = 256  # upstream keeps room for the 256-token answer
 
 
 def load_medalign(ctx: LoadContext, entry) -> Iterator[Instance]:
     """Instructions (``clinician-reviewed-model-responses.tsv``) answered over the patient's EHR XML; the
-    reference is Annotator_1's response in ``clinician-instruction-responses.tsv``."""
+    reference is Annotator_1's response in ``clinician-instruction-responses.tsv``. The EHR is cut from the
+    left so that the prompt fits ``max_length`` tokens (default 40,000, as upstream's run spec)."""
+    max_length = _positive_int(ctx.args.get("max_length"), MEDALIGN_MAX_LENGTH, "max_length", entry.name)
+    count = token_counter(ctx.offline)
     root = user_path(ctx, entry.name, entry.expected, entry.access_note)
     instr_p, resp_p = require_files(entry.name, root, ("clinician-reviewed-model-responses.tsv",
                                                        "clinician-instruction-responses.tsv"), entry.access_note)
@@ -86,33 +129,81 @@ def load_medalign(ctx: LoadContext, entry) -> Iterator[Instance]:
         if not ehr.is_file():
             raise DataUnavailable(f"{entry.name}: EHR file {ehr.name} (person_id of instruction {iid}) "
                                   f"not found in {ehr_dir}")
-        yield text_instance(iid, answers[iid], context=ehr.read_text(encoding="utf-8", errors="replace"),
-                            question=r["question"])
+        record = ehr.read_text(encoding="utf-8", errors="replace")
+        budget = max_length - MEDALIGN_RESERVED - count(r["question"]) - 64  # 64: the instruction and labels
+        if count(record) > budget:
+            record = _keep_end(record, budget, count)
+        yield text_instance(iid, answers[iid], context=record, question=r["question"])
 
 
-# n2c2 2018 track 1 (cohort selection for clinical trials): the 13 criteria and their definitions.
+def _keep_end(text: str, budget: int, count) -> str:
+    """The longest end of ``text`` within ``budget`` tokens (binary search on characters): the EHR is cut
+    from the left, as upstream does, so the most recent events stay."""
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count(text[len(text) - mid:]) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[len(text) - lo:]
+
+
+# n2c2 2018 track 1 (cohort selection for clinical trials): the 13 criteria with the definitions upstream
+# MedHELM gives the model (its LONG_DEFINITIONS, after Wornow et al. 2024: the official definition plus how
+# to apply it). The definition is the task, so it is the same here.
 N2C2_CRITERIA = {
-    "ABDOMINAL": "History of intra-abdominal surgery, small or large intestine resection, or small bowel "
-                 "obstruction.",
-    "ADVANCED-CAD": "Advanced cardiovascular disease, defined as two or more of: taking two or more medications "
-                    "to treat CAD; history of myocardial infarction; currently experiencing angina; ischemia, "
-                    "past or present.",
-    "ALCOHOL-ABUSE": "Current alcohol use over weekly recommended limits.",
-    "ASP-FOR-MI": "Use of aspirin to prevent myocardial infarction.",
-    "CREATININE": "Serum creatinine above the upper limit of normal.",
-    "DIETSUPP-2MOS": "Taken a dietary supplement (excluding vitamin D) in the past 2 months.",
-    "DRUG-ABUSE": "Drug abuse, current or past.",
-    "ENGLISH": "Patient must speak English.",
-    "HBA1C": "Any hemoglobin A1c (HbA1c) value between 6.5% and 9.5%.",
-    "KETO-1YR": "Diagnosis of ketoacidosis in the past year.",
-    "MAJOR-DIABETES": "Major diabetes-related complication (amputation, kidney damage, skin conditions, "
-                      "retinopathy, nephropathy, neuropathy).",
-    "MAKES-DECISIONS": "Patient must make their own medical decisions.",
-    "MI-6MOS": "Myocardial infarction in the past 6 months.",
+    "ABDOMINAL": "History of intra-abdominal surgery. This could include any form of intra-abdominal surgery, "
+                 "including but not limited to small/large intestine resection or small bowel obstruction",
+    "ADVANCED-CAD": "Advanced cardiovascular disease (CAD). For the purposes of this annotation, we define "
+                    "\u201cadvanced\u201d as having 2 or more of the following: (a) Taking 2 or more medications to "
+                    "treat CAD (b) History of myocardial infarction (MI) (c) Currently experiencing angina (d) "
+                    "Ischemia, past or present. The patient must have at least 2 of these categories (a,b,c,d) to "
+                    "meet this criterion, otherwise the patient does not meet this criterion. For ADVANCED-CAD, be "
+                    "strict in your evaluation of the patient -- if they just have cardiovascular disease, then "
+                    "they do not meet this criterion.",
+    "ALCOHOL-ABUSE": "Current alcohol use over weekly recommended limits",
+    "ASP-FOR-MI": "Use of aspirin for preventing myocardial infarction (MI).",
+    "CREATININE": "Serum creatinine level above the upper normal limit",
+    "DIETSUPP-2MOS": "Consumption of a dietary supplement (excluding vitamin D) in the past 2 months. To assess "
+                     "this criterion, go through the list of medications_and_supplements taken from the note. If a "
+                     "substance could potentially be used as a dietary supplement (i.e. it is commonly used as a "
+                     "dietary supplement, even if it is not explicitly stated as being used as a dietary "
+                     "supplement), then the patient meets this criterion. Be lenient and broad in what is "
+                     "considered a dietary supplement. For example, a 'multivitamin' and 'calcium carbonate' should "
+                     "always be considered a dietary supplement if they are included in this list.",
+    "DRUG-ABUSE": "Current or past history of drug abuse",
+    "ENGLISH": "Patient speaks English. Assume that the patient speaks English, unless otherwise explicitly noted. "
+               "If the patient's language is not mentioned in the note, then assume they speak English and thus "
+               "meet this criteria.",
+    "HBA1C": "Any hemoglobin A1c (HbA1c) value between 6.5% and 9.5%",
+    "KETO-1YR": "Diagnosis of ketoacidosis within the past year",
+    "MAJOR-DIABETES": "Major diabetes-related complication. Examples of \u201cmajor complication\u201d (as opposed to "
+                      "\u201cminor complication\u201d) include, but are not limited to, any of the following that "
+                      "are a result of (or strongly correlated with) uncontrolled diabetes: \u2022 Amputation "
+                      "\u2022 Kidney damage \u2022 Skin conditions \u2022 Retinopathy \u2022 nephropathy \u2022 "
+                      "neuropathy. Additionally, if multiple conditions together imply a severe case of diabetes, "
+                      "then count that as a major complication.",
+    "MAKES-DECISIONS": "Patient must make their own medical decisions. Assume that the patient makes their own "
+                       "medical decisions, unless otherwise explicitly noted. There is no information provided "
+                       "about the patient's ability to make their own medical decisions, then assume they do make "
+                       "their own decisions and therefore meet this criteria.",
+    "MI-6MOS": "Myocardial infarction (MI) within the past 6 months",
 }
+_RECORD_DATE = re.compile(r"Record date: (\d{4}-\d{2}-\d{2})")
+NOTE_SEPARATOR = "\n" + "*" * 50 + "\n\n"
+
+
+def n2c2_notes(text: str) -> list[str]:
+    """A patient's notes as upstream splits them: on 100 asterisks, after turning triple newlines into one."""
+    text = text.replace("\n\n\n", "\n")
+    return [r.strip() for r in text.split("*" * 100) if r.strip()]
 
 
 def load_n2c2_ct_matching(ctx: LoadContext, entry) -> Iterator[Instance]:
+    """One instance per test patient: every note headed by its number and date (``Record date:``), the
+    criterion and its definition, and the current date = the patient's latest note date, which time-bound
+    criteria (MI-6MOS, KETO-1YR, DIETSUPP-2MOS) are measured from."""
     criterion = ctx.args["subject"]
     root = user_path(ctx, entry.name, entry.expected, entry.access_note)
     folder = root / "test" if (root / "test").is_dir() else root
@@ -120,7 +211,6 @@ def load_n2c2_ct_matching(ctx: LoadContext, entry) -> Iterator[Instance]:
     if not files:
         raise DataUnavailable(f"{entry.name}: no *.xml patient files in {folder} "
                               f"(expected {entry.expected}); {entry.access_note}")
-    question = (f"Does the patient meet the inclusion criterion {criterion}: {N2C2_CRITERIA[criterion]}")
     for path in files:
         try:
             doc = ET.parse(path).getroot()
@@ -129,6 +219,16 @@ def load_n2c2_ct_matching(ctx: LoadContext, entry) -> Iterator[Instance]:
         text, tag = doc.findtext("TEXT"), doc.find(f"TAGS/{criterion}")
         if text is None or tag is None or tag.get("met") not in ("met", "not met"):
             raise ConfigError(f"expected <TEXT> and <TAGS><{criterion} met=\"met|not met\"/>", path=path)
-        records = [r.strip() for r in re.split(r"\*{100}", text) if r.strip()]
-        yield choice_instance(path.stem, question, YES_NO, 0 if tag.get("met") == "met" else 1,
-                              context="\n\n".join(records))
+        notes = n2c2_notes(text)
+        dates = [m.group(1) if (m := _RECORD_DATE.search(n)) else "" for n in notes]
+        current = next((d for d in reversed(dates) if d), "")
+        body = NOTE_SEPARATOR.join(f"## Note #{i}\nDate: {d}\n{n}" for i, (n, d) in enumerate(zip(notes, dates), 1))
+        context = (f"Below is a set of {len(notes)} clinical notes describing the patient's current health status. "
+                   f"Each note is separated by a header with the date that the note was written, as well as a long "
+                   f"list of asterisks.\n\n{body}")
+        question = (f"The inclusion criterion being assessed is: \"{criterion}\".\n"
+                    f"The definition of the inclusion criterion is: \"{N2C2_CRITERIA[criterion]}\".\n"
+                    f"Assume that the current date is: {current}\n"
+                    f"Does the patient meet the inclusion criterion \"{criterion}\"?")
+        yield choice_instance(path.stem, question, YES_NO, 0 if tag.get("met") == "met" else 1, context=context,
+                              extra={"current_date": current})
