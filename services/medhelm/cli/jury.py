@@ -92,16 +92,26 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _est(e: dict) -> str:
-    return str(ag.Estimate(e["value"], e["low"], e["high"], e["n"]))
+    return str(ag.Estimate.from_json(e))
 
 
 def _agreement_text(a: dict, indent: str = "  ") -> list[str]:
-    lines = [f"{indent}agreement between judges ({', '.join(a['judges'])}; 0-1 scores; 95% bootstrap CI):",
-             f"{indent}  ICC(2,1) {_est(a['icc2_1'])}   ICC(2,k) {_est(a['icc2_k'])}   ICC(3,k) {_est(a['icc3_k'])}",
-             f"{indent}  Krippendorff alpha (ordinal) {_est(a['alpha_ordinal'])}   targets {a['targets']}"]
+    methods = a.get("methods") or {}
+    lines = [f"{indent}agreement between judges ({', '.join(a['judges'])}; 0-1 scores; 95% CI):",
+             f"{indent}  (ICC intervals: {methods.get('icc', ag.F_METHOD)}; "
+             f"alpha, Spearman and the rest: {methods.get('other', ag.BOOTSTRAP_METHOD)})"]
+    lines += [f"{indent}  note: {note}" for note in a.get("notes", ())]
+    lines += [f"{indent}  ICC(2,1) {_est(a['icc2_1'])}   ICC(2,k) {_est(a['icc2_k'])}   ICC(3,k) {_est(a['icc3_k'])}",
+              f"{indent}  Krippendorff alpha ({a.get('alpha_level', 'ordinal')}) "
+              f"{_est(a.get('alpha') or a['alpha_ordinal'])}   targets {a['targets']}"]
     lines += [f"{indent}  Spearman {p['a']} vs {p['b']}: {_est(p['spearman'])}" for p in a["pairs"]]
-    lines += [f"{indent}  {c['criterion']:<14} ICC(2,1) {_est(c['icc2_1'])}  mean |diff| "
-              f"{_est(c['mean_abs_difference'])}  exact agreement {_est(c['exact_agreement'])}" for c in a["criteria"]]
+    for c in a["criteria"]:
+        lo, hi = c.get("scale") or (None, None)
+        scale = "" if lo is None else f" ({lo:g}-{hi:g})"
+        lines += [f"{indent}  {c['criterion'] + scale:<20} ICC(2,1) {_est(c['icc2_1'])}  "
+                  f"alpha ({c.get('alpha_level', 'ordinal')}) {_est(c['alpha'])}",
+                  f"{indent}  {'':<20} mean |diff| {_est(c['mean_abs_difference'])}  "
+                  f"exact agreement {_est(c['exact_agreement'])}"]
     return lines
 
 
