@@ -94,14 +94,83 @@ def test_local_runs_rank_beside_imported_models(helm_suite: Path, tmp_path: Path
     assert all(r["win_rate"] is not None for r in board)
 
 
-def test_import_errors_are_one_line(tmp_path: Path, helm_suite: Path) -> None:
-    code, _, err = run_cli("import-helm", str(helm_suite.parent.parent), "-o", str(tmp_path / "o"))
-    assert code == 2 and "benchmark_output root" in err
+def _one_line_error(*argv: str) -> str:
+    code, out, err = run_cli("import-helm", *argv)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("medhelm: error: ") and "Traceback" not in err, err
+    return err
+
+
+def test_import_errors_are_one_line_and_nothing_is_half_imported(tmp_path: Path, helm_suite: Path) -> None:
+    out = str(tmp_path / "o")
+    assert run_cli("import-helm", str(helm_suite), "-o", out, "--release", "kept", "--bootstrap", "10")[0] == 0
+    assert "not found" in _one_line_error(str(tmp_path / "nope"), "-o", out)
     empty = tmp_path / "empty"
     empty.mkdir()
-    code, _, err = run_cli("import-helm", str(empty), "-o", str(tmp_path / "o"))
-    assert code == 2 and "no run directories" in err
-    bad = next(helm_suite.iterdir()) / "per_instance_stats.json"
-    bad.write_text("{not json")
-    code, _, err = run_cli("import-helm", str(helm_suite), "-o", str(tmp_path / "o"))
-    assert code == 2 and f"{bad}:1: corrupt JSON" in err and err.count("\n") == 1
+    assert "no HELM run directories" in _one_line_error(str(empty), "-o", out)
+    run = sorted(helm_suite.iterdir())[0]
+    stats, per_instance = run / "stats.json", run / "per_instance_stats.json"
+    original_stats, original_pi = stats.read_text(), per_instance.read_text()
+
+    per_instance.write_text("[{not json")
+    assert f"{per_instance}: corrupt JSON" in _one_line_error(str(helm_suite), "-o", out, "--release", "kept")
+    per_instance.write_text(json.dumps({"instance_id": "x"}))
+    assert "not a list of per-instance stats" in _one_line_error(str(helm_suite), "-o", out, "--release", "kept")
+    per_instance.write_text(original_pi)
+
+    stats.write_text(json.dumps({"name": {"name": "exact_match"}}))
+    assert f"{stats}: expected a list of stats, found a JSON dict" in _one_line_error(str(helm_suite), "-o", out)
+    stats.write_text(json.dumps([{"count": 1, "sum": 1.0}]))
+    assert f"{stats}: stat #0 has no name.name" in _one_line_error(str(helm_suite), "-o", out)
+    stats.write_text(json.dumps([_stat("num_prompt_tokens", 1.0)]))
+    per_instance.unlink()
+    assert "_accuracy' stat (the main metric" in _one_line_error(str(helm_suite), "-o", out)
+    stats.unlink()
+    assert "not a finished HELM run" in _one_line_error(str(helm_suite), "-o", out)
+    # the release imported first is untouched by every failed attempt
+    with open_store(tmp_path / "o" / "results.sqlite") as store:
+        assert store.releases() == ["kept"] and len(read.cells(store, "kept")) == 5
+    stats.write_text(original_stats)
+    per_instance.write_text(original_pi)
+
+
+def test_benchmark_output_root_with_several_suites_asks_which(tmp_path: Path, helm_suite: Path) -> None:
+    other = helm_suite.parent / "v1.0.0"
+    _helm_run(other, "pubmed_qa", "openai/gpt-4o", [1, 0], "exact_match", ["pubmed_qa"])
+    err = _one_line_error(str(helm_suite.parent.parent), "-o", str(tmp_path / "o"))
+    assert "several releases/suites here (v1.0.0, v2.0.0)" in err
+    code, out, err = run_cli("import-helm", str(helm_suite.parent.parent), "--release", "v1.0.0", "-o",
+                             str(tmp_path / "o"), "--bootstrap", "10")
+    assert code == 0 and "release 'v1.0.0': 1 runs" in out, err
+
+
+def test_jury_run_with_summarization_metrics_listed_first(tmp_path: Path) -> None:
+    """MedHELM's jury run specs list SummarizationMetric before the jury metric: HELM's runner then writes one
+    per-instance entry per metric group, the jury value in the last one. Every entry is read."""
+    suite = tmp_path / "runs" / "s"
+    name = "med_dialog,subset=icliniq:model=openai_gpt-4o,model_deployment=openai_gpt-4o"
+    d = suite / name
+    d.mkdir(parents=True)
+    (d / "run_spec.json").write_text(json.dumps({
+        "name": name, "adapter_spec": {"method": "generation", "model": "openai/gpt-4o",
+                                       "model_deployment": "openai/gpt-4o", "max_tokens": 80},
+        "metric_specs": [{"class_name": "helm.benchmark.metrics.summarization_metrics.SummarizationMetric",
+                          "args": {"task": "med_dialog"}},
+                         {"class_name": "helm.benchmark.metrics.med_dialog_metrics.MedDialogMetric", "args": {}}],
+        "groups": ["med_dialog"]}))
+    scores = [3.0, 5.0, 4.0]
+    (d / "stats.json").write_text(json.dumps([_stat("med_dialog_accuracy", 4.0) | {"count": 3, "sum": 12.0}]))
+    entries = [{"instance_id": f"id{i}", "train_trial_index": 0,
+                "stats": [_stat("rouge_l", 0.2), _stat("num_prompt_tokens", 50.0 + i)]} for i in range(3)]
+    entries += [{"instance_id": f"id{i}", "train_trial_index": 0, "stats": [_stat("med_dialog_accuracy", v)]}
+                for i, v in enumerate(scores)]
+    (d / "per_instance_stats.json").write_text(json.dumps(entries))
+    code, out, err = run_cli("import-helm", str(suite), "-o", str(tmp_path / "o"), "--bootstrap", "50")
+    assert code == 0, err
+    with open_store(tmp_path / "o" / "results.sqlite") as store:
+        [cell] = read.cells(store, "s")
+        [bench] = read.benchmarks(store, "s")
+        [model] = read.models(store, "s")
+    assert cell["value"] == pytest.approx(((3 - 1) / 4 + (5 - 1) / 4 + (4 - 1) / 4) / 3)
+    assert cell["n_instances"] == 3 and cell["n_unscored"] == 0 and cell["ci_low"] < cell["value"] < cell["ci_high"]
+    assert model["prompt_tokens"] == 50 + 51 + 52
+    assert bench["task_type"] == "generation"

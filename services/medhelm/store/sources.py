@@ -51,6 +51,7 @@ class RunSource:
     spec_json: str
     source: str  # "medhelm" | "helm"
     rows: Callable[[bool], Iterator[InstanceRow]] = field(compare=False)  # rows(with_text)
+    summary: Any = field(default=None, compare=False)  # HELM imports: a RunSummary, filled while rows are read
 
     @property
     def stratum(self) -> str:
@@ -67,9 +68,10 @@ def leaderboard_stat(spec: BenchmarkSpec) -> str:
     return JURY_STAT_NORMALIZED if spec.main_metric == JURY_STAT else spec.main_metric
 
 
-def find_run_dirs(suite_dir: Path) -> list[Path]:
+def find_run_dirs(suite_dir: Path, missing: str = "suite folder not found (run `medhelm run --suite ...` first)"
+                  ) -> list[Path]:
     if not suite_dir.is_dir():
-        raise ConfigError("suite folder not found (run `medhelm run --suite ...` first)", path=suite_dir)
+        raise ConfigError(missing, path=suite_dir)
     return sorted(p.parent for p in suite_dir.glob("*/run_spec.json"))
 
 
