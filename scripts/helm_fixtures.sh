@@ -112,5 +112,23 @@ done
 cp -r "$SRC/groups" "$OUT/runs/$SUITE/groups"
 cp "$SRC/schema.json" "$OUT/runs/$SUITE/schema.json"
 cp "$WORK"/yesno.yaml "$WORK"/summary.yaml "$OUT/"
+
+step "a built-in MedHELM jury run (med_dialog) in crfm-helm 0.5.16's layout, from the real jury runs"
+LAYOUT=$ROOT/tests/data/helm/medhelm_layout
+rm -rf "$LAYOUT" benchmark_output/runs/layout
+mkdir -p "$LAYOUT/runs/layout" benchmark_output/runs/layout
+for run in $(grep -l LLMJuryMetric "$SRC"/*/run_spec.json | xargs -n1 dirname); do
+  "$VENV/bin/python" "$ROOT/scripts/helm_fixtures/medhelm_jury_layout.py" "$run" benchmark_output/runs/layout
+done
+# helm-summarize on it too: its groups/*.json are what HELM would show for these runs
+"$HELM_VENV/bin/helm-summarize" --suite layout --output-path benchmark_output --auto-generate-schema \
+  >"$WORK/helm-summarize-layout.log" 2>&1 || { tail -20 "$WORK/helm-summarize-layout.log"; exit 1; }
+for run in benchmark_output/runs/layout/*/; do
+  [ -f "$run/run_spec.json" ] || continue
+  mkdir -p "$LAYOUT/runs/layout/$(basename "$run")"
+  cp "$run"/{run_spec,stats,per_instance_stats,scenario_state}.json "$LAYOUT/runs/layout/$(basename "$run")/"
+done
+cp -r benchmark_output/runs/layout/groups "$LAYOUT/runs/layout/groups"
+cp benchmark_output/runs/layout/schema.json "$LAYOUT/runs/layout/schema.json"
 "$HELM_VENV/bin/python" -c "import helm, importlib.metadata as m; print('crfm-helm', m.version('crfm-helm'))" >"$OUT/VERSION"
-echo "done: $(find "$OUT" -type f | wc -l) files in $OUT (work dir: $WORK)"
+echo "done: $(find "$OUT" "$LAYOUT" -type f | wc -l) files in $OUT and $LAYOUT (work dir: $WORK)"
