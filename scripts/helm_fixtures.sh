@@ -12,6 +12,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 source scripts/_env.sh
 ensure_venv  # our own venv: the mock server
+"$VENV/bin/python" -c "import medhelm" 2>/dev/null || pip_install -e .
+VENV=$(cd "$VENV" && pwd)
 PORT=${1:-28080}
 HELM_VENV=${HELM_VENV:-$HOME/.cache/medhelm/helm-0.5.16-venv}
 WORK=${HELM_FIXTURE_WORK:-$(mktemp -d /tmp/helm-fixtures.XXXXXX)}
@@ -82,20 +84,28 @@ YAML
 } >"$WORK/run_entries.conf"
 
 step "mock OpenAI server on 127.0.0.1:$PORT"
-PYTHONPATH="$ROOT/scripts/helm_fixtures${PYTHONPATH:+:$PYTHONPATH}" "$VENV/bin/python" -m medhelm.devtools.mock_openai \
+# imported, not `-m`: the responder's MockHTTPError must be the server module's own class (not __main__'s)
+PYTHONPATH="$ROOT/scripts/helm_fixtures${PYTHONPATH:+:$PYTHONPATH}" "$VENV/bin/python" -c \
+  "import sys; from medhelm.devtools.mock_openai import main; sys.exit(main(sys.argv[1:]))" \
   --port "$PORT" --responder responder:respond >"$WORK/mock.log" 2>&1 &
 MOCK=$!
 trap 'kill $MOCK 2>/dev/null || true' EXIT
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break; sleep 0.2; done
 
 step "helm-run + helm-summarize (offline)"
+# helm-summarize --num-threads 1: its threads compile Mako templates in parallel, which trips a CPython 3.11 race
+# ("AST constructor recursion depth mismatch")
 cd "$WORK"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 NO_PROXY=127.0.0.1 no_proxy=127.0.0.1
 "$HELM_VENV/bin/helm-run" --conf-paths run_entries.conf --suite "$SUITE" --max-eval-instances 100 \
   --local-path prod_env --output-path benchmark_output -n 1 >"$WORK/helm-run.log" 2>&1 \
   || { tail -40 "$WORK/helm-run.log"; exit 1; }
-"$HELM_VENV/bin/helm-summarize" --suite "$SUITE" --output-path benchmark_output --auto-generate-schema \
+"$HELM_VENV/bin/helm-summarize" --num-threads 1 --suite "$SUITE" --output-path benchmark_output --auto-generate-schema \
   >"$WORK/helm-summarize.log" 2>&1 || { tail -40 "$WORK/helm-summarize.log"; exit 1; }
+# ... and as a release (releases/<release>/: runs_to_run_suites.json, schema.json, groups/), the public layout
+"$HELM_VENV/bin/helm-summarize" --num-threads 1 --release "$SUITE-release" --suites "$SUITE" --output-path benchmark_output \
+  --auto-generate-schema >"$WORK/helm-summarize-release.log" 2>&1 \
+  || { tail -40 "$WORK/helm-summarize-release.log"; exit 1; }
 
 step "copying the fixture to $OUT"
 rm -rf "$OUT"
@@ -109,8 +119,12 @@ for run in "$SRC"/*/; do
     cp "$run/$f" "$OUT/runs/$SUITE/$name/$f"
   done
 done
-cp -r "$SRC/groups" "$OUT/runs/$SUITE/groups"
+mkdir -p "$OUT/runs/$SUITE/groups" "$OUT/releases/$SUITE-release/groups"
+cp "$SRC"/groups/*.json "$OUT/runs/$SUITE/groups/"
 cp "$SRC/schema.json" "$OUT/runs/$SUITE/schema.json"
+REL=benchmark_output/releases/$SUITE-release
+cp "$REL"/groups/*.json "$OUT/releases/$SUITE-release/groups/"
+cp "$REL/schema.json" "$REL/runs_to_run_suites.json" "$OUT/releases/$SUITE-release/"
 cp "$WORK"/yesno.yaml "$WORK"/summary.yaml "$OUT/"
 
 step "a built-in MedHELM jury run (med_dialog) in crfm-helm 0.5.16's layout, from the real jury runs"
@@ -118,17 +132,21 @@ LAYOUT=$ROOT/tests/data/helm/medhelm_layout
 rm -rf "$LAYOUT" benchmark_output/runs/layout
 mkdir -p "$LAYOUT/runs/layout" benchmark_output/runs/layout
 for run in $(grep -l LLMJuryMetric "$SRC"/*/run_spec.json | xargs -n1 dirname); do
-  "$VENV/bin/python" "$ROOT/scripts/helm_fixtures/medhelm_jury_layout.py" "$run" benchmark_output/runs/layout
+  "$HELM_VENV/bin/python" "$ROOT/scripts/helm_fixtures/medhelm_jury_layout.py" "$run" benchmark_output/runs/layout
 done
-# helm-summarize on it too: its groups/*.json are what HELM would show for these runs
-"$HELM_VENV/bin/helm-summarize" --suite layout --output-path benchmark_output --auto-generate-schema \
+# helm-summarize on it too, with MedHELM's own schema (auto-generating one would load the summarization metrics,
+# i.e. bert_score): its groups/*.json are what the MedHELM leaderboard would show for these runs
+MEDHELM_SCHEMA=$("$HELM_VENV/bin/python" -c \
+  'import helm, os; print(os.path.join(os.path.dirname(helm.__file__), "benchmark/static/schema_medhelm.yaml"))')
+"$HELM_VENV/bin/helm-summarize" --num-threads 1 --suite layout --output-path benchmark_output --schema-path "$MEDHELM_SCHEMA" \
   >"$WORK/helm-summarize-layout.log" 2>&1 || { tail -20 "$WORK/helm-summarize-layout.log"; exit 1; }
 for run in benchmark_output/runs/layout/*/; do
   [ -f "$run/run_spec.json" ] || continue
   mkdir -p "$LAYOUT/runs/layout/$(basename "$run")"
   cp "$run"/{run_spec,stats,per_instance_stats,scenario_state}.json "$LAYOUT/runs/layout/$(basename "$run")/"
 done
-cp -r benchmark_output/runs/layout/groups "$LAYOUT/runs/layout/groups"
+mkdir -p "$LAYOUT/runs/layout/groups"
+cp benchmark_output/runs/layout/groups/*.json "$LAYOUT/runs/layout/groups/"
 cp benchmark_output/runs/layout/schema.json "$LAYOUT/runs/layout/schema.json"
 "$HELM_VENV/bin/python" -c "import helm, importlib.metadata as m; print('crfm-helm', m.version('crfm-helm'))" >"$OUT/VERSION"
 echo "done: $(find "$OUT" "$LAYOUT" -type f | wc -l) files in $OUT and $LAYOUT (work dir: $WORK)"

@@ -20,7 +20,7 @@ metric entries and request states are kept as HELM wrote them; judge scores move
 ``gpt`` and (shifted by one point on odd instances) ``claude``, judge-2 becomes ``llama``. Summarization values
 are deterministic stand-ins (this fixture is about the layout, not ROUGE).
 
-Usage: python medhelm_jury_layout.py <real jury run dir> <output suite dir>
+Usage (with crfm-helm 0.5.16 importable): python medhelm_jury_layout.py <real jury run dir> <output suite dir>
 """
 
 from __future__ import annotations
@@ -58,19 +58,16 @@ def main(src: Path, suite: Path) -> None:
     name = HEAD + ":" + spec["name"].split(":", 1)[1]  # HELM's own spelling of the model part, kept
     dst = suite / (HEAD + ":" + src.name.split(":", 1)[1])
     dst.mkdir(parents=True, exist_ok=True)
-    spec = {**spec, "name": name, "groups": ["med_dialog"],
-            "scenario_spec": {"class_name": "helm.benchmark.scenarios.med_dialog_scenario.MedDialogScenario",
-                              "args": {"subset": "healthcaremagic"}},
-            "annotators": [{"class_name": "helm.benchmark.annotation.med_dialog_annotator.MedDialogAnnotator",
-                            "args": {}}],
-            "metric_specs": [
-                {"class_name": "helm.benchmark.metrics.summarization_metrics.SummarizationMetric",
-                 "args": {"task": "med_dialog", "device": "cpu", "bertscore_model": "distilbert-base-uncased",
-                          "rescale_with_baseline": False}},
-                {"class_name": "helm.benchmark.metrics.basic_metrics.BasicGenerationMetric", "args": {"names": []}},
-                {"class_name": "helm.benchmark.metrics.basic_metrics.BasicReferenceMetric", "args": {}},
-                {"class_name": "helm.benchmark.metrics.basic_metrics.InstancesPerSplitMetric", "args": {}},
-                {"class_name": "helm.benchmark.metrics.med_dialog_metrics.MedDialogMetric", "args": {}}]}
+    # the run spec exactly as crfm-helm 0.5.16 builds and writes it (runner.py: asdict_without_nones)
+    from dataclasses import replace
+
+    from helm.benchmark.run_specs.medhelm_run_specs import get_med_dialog_spec
+    from helm.common.general import asdict_without_nones
+
+    helm_spec = get_med_dialog_spec(subset="healthcaremagic")
+    adapter = replace(helm_spec.adapter_spec, model=spec["adapter_spec"]["model"],
+                      model_deployment=spec["adapter_spec"]["model_deployment"])
+    spec = asdict_without_nones(replace(helm_spec, name=name, adapter_spec=adapter))
     (dst / "run_spec.json").write_text(json.dumps(spec, indent=2))
 
     state = json.loads((src / "scenario_state.json").read_text())
@@ -103,7 +100,7 @@ def main(src: Path, suite: Path) -> None:
     values: dict[str, list[float]] = {}
     for e in entries:
         for s in e["stats"]:
-            if s["mean"] is not None:
+            if s.get("mean") is not None:
                 values.setdefault(s["name"]["name"], []).append(s["mean"])
     (dst / "stats.json").write_text(json.dumps([stat(n, v) for n, v in values.items()], indent=2))
 

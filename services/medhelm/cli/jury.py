@@ -138,6 +138,7 @@ def _stats_text(out: dict) -> str:
 def _calibration_text(r: dict) -> str:
     lines = [f"clinicians: {', '.join(r['clinicians'])}; rated targets in the run: {r['targets']} "
              f"(ratings not in the run: {r['unmatched']})",
+             f"95% CI: ICC by {ag.F_METHOD}; bias, alpha and Spearman by {ag.BOOTSTRAP_METHOD}",
              f"clinician-clinician  ICC(2,1) {_est(r['clinician_icc2_1'])}  ICC(2,k) {_est(r['clinician_icc2_k'])}  "
              f"alpha(ordinal) {_est(r['clinician_alpha_ordinal'])}",
              f"jury-clinician       ICC(2,1) {_est(r['jury_icc2_1'])}  Spearman {_est(r['jury_spearman'])}  "

@@ -194,10 +194,12 @@ def _benchmark_of(run_name: str, groups: list[str], spec: Mapping[str, Any]) -> 
     for candidate in (head, *groups):
         if candidate in BY_NAME:
             return BY_NAME[candidate]
-    # Not a MedHELM leaf (a configurable benchmark: its YAML `name` is the run group): kept, unclassified.
-    name = groups[0] if head == "medhelm_configurable_benchmark" and groups else head
-    return HelmBenchmark(name, name, "", "", "private" if head == "medhelm_configurable_benchmark" else "public",
-                         "")
+    # Not a MedHELM leaf: kept, unclassified. A configurable benchmark (its YAML `name` is the run name and group)
+    # runs on the user's own data: private.
+    scenario = str((spec.get("scenario_spec") or {}).get("class_name") or "")
+    configurable = "Configurable" in scenario or head == "medhelm_configurable_benchmark"
+    name = groups[0] if groups and head == "medhelm_configurable_benchmark" else head
+    return HelmBenchmark(name, name, "", "", "private" if configurable else "public", "")
 
 
 def _metric_specs(spec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
@@ -351,7 +353,8 @@ class _RunReader:
         merged = _per_instance(self.path / PER_INSTANCE)
         state = _scenario_state(self.path / SCENARIO_STATE, self.main) if (self.path / SCENARIO_STATE).is_file() \
             else {}
-        s = self.summary = RunSummary()
+        s = self.summary  # the object the RunSource holds: filled in place
+        s.__dict__.update(vars(RunSummary()))
         helm_total = total = 0.0
         helm_n = n = 0
         for position, (instance_id, stats) in enumerate(merged.items()):
