@@ -223,3 +223,37 @@ def test_icc_f_intervals_cover_the_true_value_and_the_item_bootstrap_does_not():
 def test_alpha_level_fits_the_rubric_scale():
     assert ag.alpha_level(0, 1) == "nominal" and ag.alpha_level(1, 5) == "ordinal"
     assert ag.alpha_level(0, 10) == "ordinal" and ag.alpha_level(0, 100) == "interval"
+
+
+def _records(n: int, scores_by_judge: dict[str, list[float | None]], *, lo: float = 1, hi: float = 5) -> list:
+    from medhelm.specs import Completion, Instance, InstanceResult, JudgeScore, Prompt
+
+    out = []
+    for i in range(n):
+        judgements = tuple(
+            JudgeScore(judge, "accuracy", s[i], lo, hi, status="ok" if s[i] is not None else "error")
+            for judge, s in scores_by_judge.items())
+        out.append(InstanceResult(run="r", instance=Instance(f"i{i}", "synthetic"), prompt=Prompt.user("q"),
+                                  completion=Completion("a"), stats={}, judgements=judgements))
+    return out
+
+
+def test_a_judge_without_any_valid_score_is_dropped_with_a_note():
+    from medhelm.scoring.jury.summary import judge_agreement
+
+    rng = np.random.default_rng(3)
+    truth = rng.integers(1, 6, 40)
+    a = [float(t) for t in truth]
+    b = [float(min(5, max(1, t + rng.integers(-1, 2)))) for t in truth]
+    report = judge_agreement(_records(40, {"judge-a": a, "judge-b": b, "judge-dead": [None] * 40}), n_boot=100)
+    assert report.judges == ("judge-a", "judge-b")
+    assert report.notes == ("judge judge-dead has no valid score here: left out of the agreement",)
+    assert report.icc2_1.value == pytest.approx(ag.icc_value((np.array([a, b]).T - 1) / 4, "2,1"))
+    assert report.icc2_1.low is not None and report.icc2_1.method == ag.F_METHOD
+    [criterion] = report.criteria
+    assert criterion.alpha_level == "ordinal" and criterion.scale == (1, 5)
+    binary = judge_agreement(_records(40, {"a": [float(t > 3) for t in truth], "b": [float(t > 2) for t in truth]},
+                                      lo=0, hi=1), n_boot=100)
+    assert binary.alpha_level == "nominal" and binary.criteria[0].alpha_level == "nominal"
+    assert binary.alpha.value == pytest.approx(ag.krippendorff_alpha(
+        np.array([[float(t > 3) for t in truth], [float(t > 2) for t in truth]]), "nominal"))
