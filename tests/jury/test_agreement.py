@@ -1,4 +1,5 @@
-"""Agreement statistics against published worked examples, and against exact rational arithmetic."""
+"""Agreement statistics against published worked examples, exact rational arithmetic, a reference
+implementation's documented output (pingouin), and a seeded coverage simulation of the ICC intervals."""
 
 from __future__ import annotations
 
@@ -128,6 +129,131 @@ def test_bootstrap_ci_is_seeded_and_brackets_the_estimate():
     stat = lambda rows: ag.icc_value(rows, "3,k")  # noqa: E731
     a = ag.bootstrap(stat, m, n_boot=500, seed=3)
     assert a == ag.bootstrap(stat, m, n_boot=500, seed=3)
-    assert a.low <= a.value <= a.high and a.n == 6 and a.high - a.low > 0.01
+    assert a.low <= a.value <= a.high and a.n == 6 and a.high - a.low > 0.01 and a.method == ag.BOOTSTRAP_METHOD
     assert ag.bootstrap(stat, m, n_boot=0).low is None
     assert str(ag.Estimate(None)) == "n/a"
+    few = ag.bootstrap(ag.mean_or_none, np.array([1.0, 2.0, 3.0]), n_boot=200)
+    assert few.value == 2.0 and few.low is None and "too few" in few.reason and "no CI: 3 targets" in str(few)
+
+
+# pingouin's documented example (pingouin.intraclass_corr docstring, dataset "icc": 8 wines x 4 judges), whose
+# ICCs pingouin validated against R psych's ICC: the published CI95 column, two decimals.
+WINES = np.array([[1, 2, 0, 1], [1, 3, 3, 2], [3, 8, 1, 4], [6, 4, 3, 3],
+                  [6, 5, 5, 6], [7, 5, 6, 2], [8, 7, 7, 9], [9, 9, 9, 8]], dtype=float)
+PINGOUIN_WINES = {"1,1": (0.728, 0.43, 0.93), "2,1": (0.728, 0.43, 0.93), "3,1": (0.729, 0.43, 0.93),
+                  "1,k": (0.914, 0.75, 0.98), "2,k": (0.914, 0.75, 0.98), "3,k": (0.915, 0.75, 0.98)}
+
+
+@pytest.mark.parametrize("form", ag.ICC_FORMS)
+def test_icc_f_intervals_match_pingouins_documented_example(form):
+    e = ag.icc_estimate(WINES, form)
+    value, low, high = PINGOUIN_WINES[form]
+    assert round(e.value, 3) == value and (round(e.low, 2), round(e.high, 2)) == (low, high)
+    assert e.method == ag.F_METHOD and e.reason is None and e.n == 8
+
+
+def test_icc_f_intervals_on_shrout_fleiss_bracket_and_stay_in_range():
+    # Shrout & Fleiss's 6 x 4 table: every form gets an interval that holds its estimate
+    for form in ag.ICC_FORMS:
+        e = ag.icc_estimate(np.array(SHROUT_FLEISS, dtype=float), form)
+        assert e.low is not None and -1 <= e.low <= e.value <= e.high <= 1, form
+    # ICC(3,1): exact F interval by hand (F = BMS/EMS with 5 and 15 df; scipy's quantiles)
+    from scipy.stats import f
+    r = ag.icc(np.array(SHROUT_FLEISS))
+    f_obs = r.bms / r.ems
+    fl, fu = f_obs / f.ppf(0.975, 5, 15), f_obs * f.ppf(0.975, 15, 5)
+    e = ag.icc_estimate(np.array(SHROUT_FLEISS), "3,1")
+    assert e.low == pytest.approx((fl - 1) / (fl + 3)) and e.high == pytest.approx((fu - 1) / (fu + 3))
+
+
+def test_no_interval_where_the_data_cannot_support_one():
+    tiny = np.array([[1.0, 1.1], [2.0, 2.0]])
+    e = ag.icc_estimate(tiny, "2,1")
+    assert e.value is not None and e.low is None and "too few" in e.reason
+    exact = np.array([[1.0, 2.0], [2.0, 3.0], [4.0, 5.0], [3.0, 4.0]])  # rater B = rater A + 1: no residual
+    e = ag.icc_estimate(exact, "3,1")
+    assert e.value == pytest.approx(1.0) and e.low is None and "no residual variance" in e.reason
+    assert ag.icc_estimate(np.full((5, 3), 2.0), "2,1") == ag.Estimate(None, n=5)  # undefined: no reason needed
+    # many tiny random tables (4 targets, 2-3 raters): every interval given is finite, in [-1, 1], holds the value
+    rng = np.random.default_rng(7)
+    given = 0
+    for _ in range(400):
+        m = rng.integers(1, 6, size=(4, int(rng.integers(2, 4)))).astype(float)
+        for form in ag.ICC_FORMS:
+            e = ag.icc_estimate(m, form)
+            if e.value is None:
+                continue
+            if e.low is None:
+                assert e.reason
+            else:
+                given += 1
+                assert -1 <= e.low <= e.value <= e.high <= 1
+    assert given > 100
+
+
+def _simulate(rng, n, k, var_t, var_r, var_e):
+    return (rng.normal(0, var_t ** 0.5, (n, 1)) + rng.normal(0, var_r ** 0.5, (1, k))
+            + rng.normal(0, var_e ** 0.5, (n, k)))
+
+
+def test_icc_f_intervals_cover_the_true_value_and_the_item_bootstrap_does_not():
+    """Two-way random model with a known ICC: F intervals cover ~95 %; resampling items only (judges fixed)
+    leaves out the judge variance and covers far less (the interval this module used to give)."""
+    rng = np.random.default_rng(2024)
+    n, k, var_t, var_r, var_e = 30, 3, 1.0, 0.5, 1.0
+    truth = {"2,1": var_t / (var_t + var_r + var_e), "3,1": var_t / (var_t + var_e)}
+    truth["2,k"] = k * truth["2,1"] / (1 + (k - 1) * truth["2,1"])
+    hits = {form: 0 for form in truth}
+    reps = 400
+    for _ in range(reps):
+        m = _simulate(rng, n, k, var_t, var_r, var_e)
+        for form, true_value in truth.items():
+            e = ag.icc_estimate(m, form)
+            hits[form] += e.low <= true_value <= e.high
+    for form, h in hits.items():
+        assert 0.90 <= h / reps <= 0.99, (form, h / reps)
+    boot_hits, boot_reps = 0, 120
+    for i in range(boot_reps):
+        m = _simulate(rng, n, k, var_t, var_r, var_e)
+        e = ag.bootstrap(lambda rows: ag.icc_value(rows, "2,1"), m, n_boot=200, seed=i)
+        boot_hits += e.low <= truth["2,1"] <= e.high
+    assert boot_hits / boot_reps < 0.90
+
+
+def test_alpha_level_fits_the_rubric_scale():
+    assert ag.alpha_level(0, 1) == "nominal" and ag.alpha_level(1, 5) == "ordinal"
+    assert ag.alpha_level(0, 10) == "ordinal" and ag.alpha_level(0, 100) == "interval"
+
+
+def _records(n: int, scores_by_judge: dict[str, list[float | None]], *, lo: float = 1, hi: float = 5) -> list:
+    from medhelm.specs import Completion, Instance, InstanceResult, JudgeScore, Prompt
+
+    out = []
+    for i in range(n):
+        judgements = tuple(
+            JudgeScore(judge, "accuracy", s[i], lo, hi, status="ok" if s[i] is not None else "error")
+            for judge, s in scores_by_judge.items())
+        out.append(InstanceResult(run="r", instance=Instance(f"i{i}", "synthetic"), prompt=Prompt.user("q"),
+                                  completion=Completion("a"), stats={}, judgements=judgements))
+    return out
+
+
+def test_a_judge_without_any_valid_score_is_dropped_with_a_note():
+    from medhelm.scoring.jury.summary import judge_agreement
+
+    rng = np.random.default_rng(3)
+    truth = rng.integers(1, 6, 40)
+    a = [float(t) for t in truth]
+    b = [float(min(5, max(1, t + rng.integers(-1, 2)))) for t in truth]
+    report = judge_agreement(_records(40, {"judge-a": a, "judge-b": b, "judge-dead": [None] * 40}), n_boot=100)
+    assert report.judges == ("judge-a", "judge-b")
+    assert report.notes == ("judge judge-dead has no valid score here: left out of the agreement",)
+    assert report.icc2_1.value == pytest.approx(ag.icc_value((np.array([a, b]).T - 1) / 4, "2,1"))
+    assert report.icc2_1.low is not None and report.icc2_1.method == ag.F_METHOD
+    [criterion] = report.criteria
+    assert criterion.alpha_level == "ordinal" and criterion.scale == (1, 5)
+    binary = judge_agreement(_records(40, {"a": [float(t > 3) for t in truth], "b": [float(t > 2) for t in truth]},
+                                      lo=0, hi=1), n_boot=100)
+    assert binary.alpha_level == "nominal" and binary.criteria[0].alpha_level == "nominal"
+    assert binary.alpha.value == pytest.approx(ag.krippendorff_alpha(
+        np.array([[float(t > 3) for t in truth], [float(t > 2) for t in truth]]), "nominal"))

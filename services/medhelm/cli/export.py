@@ -27,11 +27,17 @@ def main_export(args: argparse.Namespace) -> int:
 
     with open_store(store_location(args)) as store:
         release = resolve_release(store, args.release)
-        if not args.redact:
-            print("warning: without --redact the bundle holds prompts and outputs (PHI for private data); "
-                  "share it only inside your organisation", file=sys.stderr)
         report = write_bundle(store, release, args.bundle, redact=args.redact)
-    kind = "aggregates only" if report.redacted else f"{report.instances} instances included"
+    if not args.redact and report.with_text:
+        print(f"warning: without --redact the bundle holds the prompts and outputs of {report.with_text} instances "
+              "(PHI for private data); share it only inside your organisation", file=sys.stderr)
+    if report.redacted:
+        kind = "aggregates only"
+    elif report.with_text == report.instances:
+        kind = f"{report.instances} instances included"
+    else:
+        kind = (f"{report.instances} instance scores included, {report.with_text} with prompt and output "
+                "(imported HELM runs carry scores only)")
     print(f"wrote {report.path} (release '{report.release}', {kind}); view it with: "
           f"medhelm serve --store {Path(report.path).with_suffix('') / 'results.sqlite'}")
     return 0
@@ -39,32 +45,36 @@ def main_export(args: argparse.Namespace) -> int:
 
 def add_import_helm_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", type=Path,
-                   help="a HELM suite folder (benchmark_output/runs/<suite>) holding run directories")
-    p.add_argument("--release", help="leaderboard name (default: the HELM suite's folder name)")
+                   help="a HELM suite folder (benchmark_output/runs/<suite>), a release folder "
+                        "(benchmark_output/releases/<release>) or a benchmark_output root")
+    p.add_argument("--release", help="leaderboard name; with a benchmark_output root, also which release/suite to "
+                                     "import (default: the only one there, or the suite's folder name)")
     p.add_argument("--suites", nargs="+", default=[], metavar="SUITE",
                    help="local suites (under --output-path/runs) to rank beside the imported models")
+    p.add_argument("--failed-as-zero", action="store_true",
+                   help="keep HELM's 0 for failed requests and unjudged instances (default: no value, counted as "
+                        "errors, as our own runs)")
     add_summarize_options(p)
     add_store_arguments(p)
 
 
 def main_import_helm(args: argparse.Namespace) -> int:
-    from medhelm.store import suite_sources
-    from medhelm.store.helm_runs import is_helm_run, read_helm_run
-    from medhelm.store.sources import find_run_dirs, read_medhelm_run
-
     from medhelm.files import plain_name
+    from medhelm.store import suite_sources
+    from medhelm.store.helm_runs import find_helm_release, is_helm_run, read_helm_run
+    from medhelm.store.sources import read_medhelm_run
 
     for suite in args.suites:
         plain_name(suite, what="--suites")
-    path = Path(args.path)
-    if (path / "runs").is_dir() and not any(path.glob("*/run_spec.json")):
-        raise ConfigError("this is a benchmark_output root; give one suite folder, e.g. runs/v2.0.0", path=path)
-    run_dirs = find_run_dirs(path)
-    if not run_dirs:
-        raise ConfigError("no run directories (folders with run_spec.json) here", path=path)
-    suite = path.resolve().name
-    imported = [read_helm_run(d, suite) if is_helm_run(d) else read_medhelm_run(d, suite) for d in run_dirs]
-    options = summarize_options(args, args.release or suite, [*args.suites, suite])
+    found = find_helm_release(Path(args.path), args.release)
+    # every run spec and stats file is read (and checked) before the store is opened
+    imported = [read_helm_run(d, suite, found.schema, failed_as_zero=args.failed_as_zero) if is_helm_run(d)
+                else read_medhelm_run(d, suite) for d, suite in found.runs]
+    suites = sorted({suite for _, suite in found.runs})
+    options = summarize_options(args, args.release or found.name, [*args.suites, *suites])
+    for suite in args.suites:
+        if not (Path(args.output_path) / "runs" / suite).is_dir():
+            raise ConfigError("suite folder not found", path=Path(args.output_path) / "runs" / suite)
     with writable_store(store_location(args)) as store:
         # local suites first: they win over an imported run of the same model and benchmark
         sources = [*suite_sources(args.output_path, args.suites), *imported]

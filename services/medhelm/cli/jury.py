@@ -95,16 +95,26 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _est(e: dict) -> str:
-    return str(ag.Estimate(e["value"], e["low"], e["high"], e["n"]))
+    return str(ag.Estimate.from_json(e))
 
 
 def _agreement_text(a: dict, indent: str = "  ") -> list[str]:
-    lines = [f"{indent}agreement between judges ({', '.join(a['judges'])}; 0-1 scores; 95% bootstrap CI):",
-             f"{indent}  ICC(2,1) {_est(a['icc2_1'])}   ICC(2,k) {_est(a['icc2_k'])}   ICC(3,k) {_est(a['icc3_k'])}",
-             f"{indent}  Krippendorff alpha (ordinal) {_est(a['alpha_ordinal'])}   targets {a['targets']}"]
+    methods = a.get("methods") or {}
+    lines = [f"{indent}agreement between judges ({', '.join(a['judges'])}; 0-1 scores; 95% CI):",
+             f"{indent}  (ICC intervals: {methods.get('icc', ag.F_METHOD)}; "
+             f"alpha, Spearman and the rest: {methods.get('other', ag.BOOTSTRAP_METHOD)})"]
+    lines += [f"{indent}  note: {note}" for note in a.get("notes", ())]
+    lines += [f"{indent}  ICC(2,1) {_est(a['icc2_1'])}   ICC(2,k) {_est(a['icc2_k'])}   ICC(3,k) {_est(a['icc3_k'])}",
+              f"{indent}  Krippendorff alpha ({a.get('alpha_level', 'ordinal')}) "
+              f"{_est(a.get('alpha') or a['alpha_ordinal'])}   targets {a['targets']}"]
     lines += [f"{indent}  Spearman {p['a']} vs {p['b']}: {_est(p['spearman'])}" for p in a["pairs"]]
-    lines += [f"{indent}  {c['criterion']:<14} ICC(2,1) {_est(c['icc2_1'])}  mean |diff| "
-              f"{_est(c['mean_abs_difference'])}  exact agreement {_est(c['exact_agreement'])}" for c in a["criteria"]]
+    for c in a["criteria"]:
+        lo, hi = c.get("scale") or (None, None)
+        scale = "" if lo is None else f" ({lo:g}-{hi:g})"
+        lines += [f"{indent}  {c['criterion'] + scale:<20} ICC(2,1) {_est(c['icc2_1'])}  "
+                  f"alpha ({c.get('alpha_level', 'ordinal')}) {_est(c['alpha'])}",
+                  f"{indent}  {'':<20} mean |diff| {_est(c['mean_abs_difference'])}  "
+                  f"exact agreement {_est(c['exact_agreement'])}"]
     return lines
 
 
@@ -131,6 +141,7 @@ def _stats_text(out: dict) -> str:
 def _calibration_text(r: dict) -> str:
     lines = [f"clinicians: {', '.join(r['clinicians'])}; rated targets in the run: {r['targets']} "
              f"(ratings not in the run: {r['unmatched']})",
+             f"95% CI: ICC by {ag.F_METHOD}; bias, alpha and Spearman by {ag.BOOTSTRAP_METHOD}",
              f"clinician-clinician  ICC(2,1) {_est(r['clinician_icc2_1'])}  ICC(2,k) {_est(r['clinician_icc2_k'])}  "
              f"alpha(ordinal) {_est(r['clinician_alpha_ordinal'])}",
              f"jury-clinician       ICC(2,1) {_est(r['jury_icc2_1'])}  Spearman {_est(r['jury_spearman'])}  "

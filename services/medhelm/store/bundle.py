@@ -28,6 +28,7 @@ class BundleReport:
     release: str
     instances: int
     redacted: bool
+    with_text: int = 0  # instances whose record (prompt, output) is in the bundle; imported HELM runs carry none
 
 
 def write_bundle(source: Store, release: str, out: Path, *, redact: bool) -> BundleReport:
@@ -37,7 +38,7 @@ def write_bundle(source: Store, release: str, out: Path, *, redact: bool) -> Bun
     if folder.exists() and any(folder.iterdir()):
         raise ConfigError("already exists and is not empty; choose a new bundle path", path=folder)
     folder.mkdir(parents=True, exist_ok=True)
-    instances = 0
+    instances = with_text = 0
     with open_store(folder / "results.sqlite", create=True) as target:
         with target.transaction():
             for table in AGGREGATES:
@@ -52,6 +53,7 @@ def write_bundle(source: Store, release: str, out: Path, *, redact: bool) -> Bun
                     rows = source.query_dicts("SELECT * FROM instances WHERE run_id = ?", (r["run_id"],))
                     _insert(target, "instances", rows)
                     instances += len(rows)
+                    with_text += sum(1 for row in rows if row.get("record_json"))
         for table in CSV_TABLES:
             _write_csv(target, table, release, folder / f"{table}.csv")
     (folder / "manifest.json").write_text(json.dumps(
@@ -62,7 +64,7 @@ def write_bundle(source: Store, release: str, out: Path, *, redact: bool) -> Bun
     if as_zip:
         shutil.make_archive(str(folder), "zip", root_dir=folder)
         shutil.rmtree(folder)
-    return BundleReport(out, release, instances, redact)
+    return BundleReport(out, release, instances, redact, with_text)
 
 
 def _copy(source: Store, target: Store, table: str, sql: str, params: tuple) -> None:

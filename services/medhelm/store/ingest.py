@@ -25,7 +25,7 @@ from medhelm.errors import ConfigError, escape
 from medhelm.store.backends import Store
 from medhelm.store.cells import write_cells
 from medhelm.store.costs import PriceTable, Usage
-from medhelm.store.helm_runs import is_helm_run, read_helm_run
+from medhelm.store.helm_runs import HelmSchema, is_helm_run, read_helm_run
 from medhelm.store.read import load_cells
 from medhelm.store.schema import SCHEMA_VERSION
 from medhelm.store.sources import RunSource, list_suite, read_medhelm_run
@@ -61,12 +61,14 @@ class SummaryReport:
 def suite_sources(output_path: Path, suites: Iterable[str], note: Note | None = None) -> Iterator[RunSource]:
     """Every run directory of the suites, the LAST suite first (a run repeated in a later suite wins)."""
     for suite in reversed(list(suites)):
-        runs, others = list_suite(Path(output_path) / "runs" / suite)
+        suite_dir = Path(output_path) / "runs" / suite
+        runs, others = list_suite(suite_dir)
         for other in others:
             if note is not None:
                 note(f"skipped {suite}/{escape(other.name)}: no run_spec.json (not a run folder, or a damaged one)")
+        schema = HelmSchema.load(suite_dir / "schema.json") if any(map(is_helm_run, runs)) else None
         for run_dir in runs:
-            yield read_helm_run(run_dir, suite) if is_helm_run(run_dir) else read_medhelm_run(run_dir, suite)
+            yield read_helm_run(run_dir, suite, schema) if is_helm_run(run_dir) else read_medhelm_run(run_dir, suite)
 
 
 def summarize(store: Store, sources: Iterable[RunSource], options: SummarizeOptions,
@@ -133,6 +135,9 @@ class _Ingest:
         if _custom_prompt(src.spec_json):
             self.custom_prompts.add((src.benchmark.name, src.model, src.deployment))
         self.runs += 1
+        note = src.summary.note() if src.summary is not None else None
+        if note:
+            self.note(f"{where}: {note}")
 
     def _skip(self, message: str) -> None:
         self.skipped.append(message)
@@ -164,24 +169,28 @@ class _Ingest:
             [(release, src.suite, src.run_name, s.name, s.split, s.count, s.sum, s.sum_squared, s.min, s.max,
               s.unscored) for s in {(s.name, s.split): s for s in src.stats}.values()])
         totals = self.usage[(src.model, src.deployment)]
-        ids, values, latency = self._add_instances(src, run_id, redacted, totals)
+        ids, values, latency, errors = self._add_instances(src, run_id, redacted, totals)
         self.store.execute("UPDATE runs SET value_ids = ?, value_blob = ? WHERE run_id = ?",
                            (json.dumps(ids), np.asarray(values, dtype=np.float64).tobytes(), run_id))
+        if st.get("errors") is None:  # imported runs: the errored instances their records name
+            self.store.execute("UPDATE runs SET errors = ? WHERE run_id = ?", (errors, run_id))
         wall = st.get("wall_time_s")
         totals["gpu_s"] += float(wall) if isinstance(wall, (int, float)) and wall > 0 else latency
 
     def _add_instances(self, src: RunSource, run_id: int, redacted: bool, totals: dict[str, float]
-                       ) -> tuple[list[str], list[float], float]:
+                       ) -> tuple[list[str], list[float], float, int]:
         columns = ("run_id", "instance_id", "position", "main_value", "error", "stats_json", "record_json")
         batch: list[tuple] = []
         seen: set[str] = set()
         ids: list[str] = []
         values: list[float] = []
         latency = 0.0
+        errors = 0
         for r in src.rows(not redacted):
             if r.instance_id in seen:
                 continue  # one value per instance (a finished run has no repeats; HELM trials)
             seen.add(r.instance_id)
+            errors += r.error is not None
             ids.append(r.instance_id)
             values.append(np.nan if r.main_value is None else r.main_value)
             batch.append((run_id, r.instance_id, r.position, r.main_value, r.error, r.stats_json, r.record_json))
@@ -202,7 +211,7 @@ class _Ingest:
         totals["inference_s"] += latency
         totals["n_instances"] += len(seen)
         self.instances += len(seen)
-        return ids, values, latency
+        return ids, values, latency, errors
 
 
 def _count(value: object) -> int | None:

@@ -52,6 +52,7 @@ class RunSource:
     spec_json: str
     source: str  # "medhelm" | "helm"
     rows: Callable[[bool], Iterator[InstanceRow]] = field(compare=False)  # rows(with_text)
+    summary: Any = field(default=None, compare=False)  # HELM imports: a RunSummary, filled while rows are read
 
     @property
     def stratum(self) -> str:

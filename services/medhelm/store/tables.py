@@ -99,7 +99,7 @@ def group_scores(table: CellTable, level: str) -> list[GroupScore]:
     for group, (mean, count) in point.items():
         low, high = interval(reps[group][0]) if group in reps else (mean * np.nan, mean * np.nan)
         out += [GroupScore(level, group, m, d, _f(mean[i]), _f(low[i]), _f(high[i]), int(count[i]))
-                for i, (m, d) in enumerate(table.rows)]
+                for i, (m, d) in enumerate(table.rows) if count[i] > 0]  # no run in the group: no row
     return out
 
 

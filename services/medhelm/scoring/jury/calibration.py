@@ -131,20 +131,18 @@ def _report(clinician: list[Rating], jury: list[Rating], unmatched: int, *, n_bo
     clinician_mean = _nanmean_rows(cm)
     jury_mean = _nanmean_rows(jm)
     both = np.column_stack([jury_mean, clinician_mean])
-    icc_of = lambda form: lambda rows: ag.icc_value(rows, form)  # noqa: E731
-    boot = lambda fn, rows: ag.bootstrap(fn, rows, n_boot=n_boot, seed=seed)  # noqa: E731
+    boot = lambda fn, rows, **kw: ag.bootstrap(fn, rows, n_boot=n_boot, seed=seed, **kw)  # noqa: E731
     judge_bias = []
     for i, name in enumerate(judges):
         pair = ag.complete_rows(np.column_stack([jm[:, i], clinician_mean]))
-        judge_bias.append(JudgeBias(name, boot(_mean_difference, pair), boot(icc_of("2,1"), pair)))
+        judge_bias.append(JudgeBias(name, boot(_mean_difference, pair), ag.icc_estimate(pair, "2,1")))
     pair = ag.complete_rows(both)
     return CalibrationReport(
         clinicians=tuple(clinicians), targets=len(targets), unmatched=unmatched,
-        clinician_icc2_1=boot(icc_of("2,1"), ag.complete_rows(cm)),
-        clinician_icc2_k=boot(icc_of("2,k"), ag.complete_rows(cm)),
-        clinician_alpha_ordinal=boot(lambda rows: ag.krippendorff_alpha(rows.T, "ordinal"), cm),
-        jury_icc2_1=boot(icc_of("2,1"), pair),
-        jury_spearman=boot(lambda rows: ag.spearman(rows[:, 0], rows[:, 1]), pair),
+        clinician_icc2_1=ag.icc_estimate(cm, "2,1"), clinician_icc2_k=ag.icc_estimate(cm, "2,k"),
+        clinician_alpha_ordinal=boot(lambda rows: ag.krippendorff_alpha(rows.T, "ordinal"), cm, bounds=(-1.0, 1.0)),
+        jury_icc2_1=ag.icc_estimate(pair, "2,1"),
+        jury_spearman=boot(lambda rows: ag.spearman(rows[:, 0], rows[:, 1]), pair, bounds=(-1.0, 1.0)),
         jury_bias=boot(_mean_difference, pair),
         judges=tuple(judge_bias))
 

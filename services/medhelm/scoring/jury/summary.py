@@ -103,12 +103,16 @@ class PairAgreement:
 @dataclass(frozen=True)
 class CriterionAgreement:
     criterion: str
+    scale: tuple[float, float]  # the rubric's (min, max) score
+    alpha_level: str  # the Krippendorff level that fits the scale (ag.alpha_level)
+    alpha: ag.Estimate  # Krippendorff's alpha at that level
     icc2_1: ag.Estimate
     mean_abs_difference: ag.Estimate  # mean |a - b| over judge pairs, 0-1 units (0 = always agree)
     exact_agreement: ag.Estimate  # share of targets where every judge gave the same score
 
     def to_json(self) -> dict:
-        return {"criterion": self.criterion, "icc2_1": self.icc2_1.to_json(),
+        return {"criterion": self.criterion, "scale": list(self.scale), "alpha_level": self.alpha_level,
+                "alpha": self.alpha.to_json(), "icc2_1": self.icc2_1.to_json(),
                 "mean_abs_difference": self.mean_abs_difference.to_json(),
                 "exact_agreement": self.exact_agreement.to_json()}
 
@@ -123,39 +127,62 @@ class AgreementReport:
     alpha_ordinal: ag.Estimate
     pairs: tuple[PairAgreement, ...]
     criteria: tuple[CriterionAgreement, ...]
+    alpha_level: str = "ordinal"  # the level that fits every criterion's scale (ordinal when they differ)
+    alpha: ag.Estimate = ag.Estimate(None)  # Krippendorff's alpha at alpha_level, all criteria pooled
+    notes: tuple[str, ...] = ()  # e.g. a judge dropped because it has no valid score here
 
     def to_json(self) -> dict:
         return {"judges": list(self.judges), "targets": self.targets, "icc2_1": self.icc2_1.to_json(),
                 "icc2_k": self.icc2_k.to_json(), "icc3_k": self.icc3_k.to_json(),
-                "alpha_ordinal": self.alpha_ordinal.to_json(), "pairs": [p.to_json() for p in self.pairs],
-                "criteria": [c.to_json() for c in self.criteria]}
+                "alpha_ordinal": self.alpha_ordinal.to_json(), "alpha_level": self.alpha_level,
+                "alpha": self.alpha.to_json(), "pairs": [p.to_json() for p in self.pairs],
+                "criteria": [c.to_json() for c in self.criteria], "notes": list(self.notes),
+                "methods": {"icc": ag.F_METHOD, "other": ag.BOOTSTRAP_METHOD}}
 
 
-def judge_agreement(records: Iterable[InstanceResult], *, n_boot: int = ag.DEFAULT_BOOTSTRAP, seed: int = 0
-                    ) -> AgreementReport:
-    """Agreement between judges on 0-1-normalised scores; targets are (run, instance, criterion)."""
+def judge_agreement(records: Iterable[InstanceResult], *, n_boot: int = ag.DEFAULT_BOOTSTRAP, seed: int = 0,
+                    judges: Iterable[str] = ()) -> AgreementReport:
+    """Agreement between judges on 0-1-normalised scores; targets are (run, instance, criterion).
+
+    ICCs carry F-distribution intervals; alpha, Spearman and the rest a percentile bootstrap over targets.
+    ``judges``: judges expected here (a pooled jury config); one without a single valid score is dropped with
+    a note (it would leave no complete row and turn every ICC into None)."""
+    records = list(records)
+    asked = {j.judge for r in judged(records) for j in r.judgements if j.judge != EMPTY_RESPONSE_JUDGE}
     ratings = judge_ratings(records)
-    targets, judges, m = pivot(ratings)
-    icc_of = lambda form: lambda rows: ag.icc_value(rows, form)  # noqa: E731
+    targets, all_judges, m = pivot(ratings, raters=sorted({r.rater for r in ratings} | asked | set(judges)))
+    rated = ~np.isnan(m).all(axis=0) if m.size else np.zeros(len(all_judges), bool)
+    notes = tuple(f"judge {j} has no valid score here: left out of the agreement" for j, ok in
+                  zip(all_judges, rated) if not ok)
+    m = m[:, rated] if m.size else m.reshape(len(targets), int(rated.sum()))
+    judge_names = [j for j, ok in zip(all_judges, rated) if ok]
+    scales = {r.target[2]: (r.min_score, r.max_score) for r in ratings}
     complete = ag.complete_rows(m)
-    pairs = tuple(PairAgreement(judges[a], judges[b], ag.bootstrap(_spearman_cols, ag.complete_rows(m[:, [a, b]]),
-                                                                  n_boot=n_boot, seed=seed))
-                  for a, b in combinations(range(len(judges)), 2))
+    if len(judge_names) >= 2 and complete.shape[0] == 0:
+        notes += ("no target was rated by every judge (pooled runs with different juries?): no ICC",)
+    boot = lambda fn, rows, **kw: ag.bootstrap(fn, rows, n_boot=n_boot, seed=seed, **kw)  # noqa: E731
+    alpha_of = lambda level: lambda rows: ag.krippendorff_alpha(rows.T, level)  # noqa: E731
+    pairs = tuple(PairAgreement(judge_names[a], judge_names[b],
+                                boot(_spearman_cols, ag.complete_rows(m[:, [a, b]]), bounds=(-1.0, 1.0)))
+                  for a, b in combinations(range(len(judge_names)), 2))
     criteria = []
     for criterion in sorted({t[2] for t in targets}):
-        rows = ag.complete_rows(m[[i for i, t in enumerate(targets) if t[2] == criterion]])
+        block = m[[i for i, t in enumerate(targets) if t[2] == criterion]]
+        rows = ag.complete_rows(block)
+        lo, hi = scales[criterion]
+        level = ag.alpha_level(lo, hi)
         criteria.append(CriterionAgreement(
-            criterion, ag.bootstrap(icc_of("2,1"), rows, n_boot=n_boot, seed=seed),
-            ag.bootstrap(_mean_abs_difference, rows, n_boot=n_boot, seed=seed),
-            ag.bootstrap(_exact_agreement, rows, n_boot=n_boot, seed=seed)))
+            criterion, (lo, hi), level, boot(alpha_of(level), block, bounds=(-1.0, 1.0)),
+            ag.icc_estimate(rows, "2,1"), boot(_mean_abs_difference, rows), boot(_exact_agreement, rows)))
+    levels = {c.alpha_level for c in criteria}
+    level = levels.pop() if len(levels) == 1 else "ordinal"
+    ordinal = boot(alpha_of("ordinal"), m, bounds=(-1.0, 1.0))
     return AgreementReport(
-        judges=tuple(judges), targets=len(targets),
-        icc2_1=ag.bootstrap(icc_of("2,1"), complete, n_boot=n_boot, seed=seed),
-        icc2_k=ag.bootstrap(icc_of("2,k"), complete, n_boot=n_boot, seed=seed),
-        icc3_k=ag.bootstrap(icc_of("3,k"), complete, n_boot=n_boot, seed=seed),
-        alpha_ordinal=ag.bootstrap(lambda rows: ag.krippendorff_alpha(rows.T, "ordinal"), m, n_boot=n_boot,
-                                   seed=seed),
-        pairs=pairs, criteria=tuple(criteria))
+        judges=tuple(judge_names), targets=len(targets),
+        icc2_1=ag.icc_estimate(complete, "2,1"), icc2_k=ag.icc_estimate(complete, "2,k"),
+        icc3_k=ag.icc_estimate(complete, "3,k"), alpha_ordinal=ordinal,
+        pairs=pairs, criteria=tuple(criteria), alpha_level=level,
+        alpha=ordinal if level == "ordinal" else boot(alpha_of(level), m, bounds=(-1.0, 1.0)), notes=notes)
 
 
 def _spearman_cols(rows: np.ndarray) -> float | None:
