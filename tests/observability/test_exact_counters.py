@@ -28,7 +28,9 @@ PHI_MARKER = "ZEBRA-PATIENT-7731"  # planted in every note: must never reach a s
 
 
 def _marker(i: int) -> str:
-    return {2: "FAULT400", 5: "FAULT503", 6: "FAULTJUDGE", 4: "JUDGE503"}.get(i % 8, "")
+    if i == 4:
+        return "JUDGE503"  # one instance whose judge stays down (the service retries with its own back-off)
+    return {2: "FAULT400", 5: "FAULT503", 6: "FAULTJUDGE"}.get(i % 8, "")
 
 
 def responder(body: dict) -> str:
@@ -43,7 +45,7 @@ def responder(body: dict) -> str:
 @pytest.fixture(scope="module")
 def servers():
     with MockOpenAIServer(responder=responder, latency_s=0.01) as mock:
-        with FaultProxy(mock.base_url, error_rate=0.05, rate_limit_rate=0.03, retry_after_s=0.02, seed=7,
+        with FaultProxy(mock.base_url, error_rate=0.1, rate_limit_rate=0.1, retry_after_s=0.02, seed=7,
                         bad_request_marker="FAULT400", unavailable_marker="FAULT503",
                         unparseable_marker="FAULTJUDGE", unparseable_models={"judge"}) as proxy:
             yield proxy
@@ -77,7 +79,8 @@ def _setup(tmp_path: Path, proxy: FaultProxy, *, judge_down_marker: bool = False
     return entry, local, tmp_path / "out"
 
 
-FAST = ("--max-attempts", "4", "--retry-base-delay", "0.01", "-n", "4", "-q")
+ATTEMPTS = 6
+FAST = ("--max-attempts", str(ATTEMPTS), "--retry-base-delay", "0.01", "-n", "4", "-q")
 
 
 def _watch(proc: MedhelmProcess, promtool: Path, done_text: str) -> tuple[dict, list[str]]:
@@ -131,11 +134,11 @@ def test_run_counters_equal_the_proxy_truth_and_a_cached_rerun_adds_nothing(serv
     finally:
         code = proc.stop(wait=60)
     cand, judge = proxy.truth("cand"), proxy.truth("judge")
-    assert cand["status_400"] == 3 and cand["status_503"] == 3 * 4 and cand.get("status_500", 0) > 0
+    assert cand["status_400"] == 3 and cand["status_503"] == 3 * ATTEMPTS and cand.get("status_500", 0) > 0
     assert cand.get("status_429", 0) + judge.get("status_429", 0) > 0 and judge["unparseable"] == 3 * 2
 
-    _assert_model_counters(scrape, cand, "mock/cand", "candidate", 4)
-    _assert_model_counters(scrape, judge, "mock/judge", "judge", 4)
+    _assert_model_counters(scrape, cand, "mock/cand", "candidate", ATTEMPTS)
+    _assert_model_counters(scrape, judge, "mock/judge", "judge", ATTEMPTS)
     run = {"deployment": "mock/cand", "benchmark": "OBS"}
     assert value(scrape, "medhelm_instances_planned_total", **run) == ROWS
     assert value(scrape, "medhelm_instances_resumed_total", **run) == 0
@@ -216,7 +219,7 @@ def test_job_shard_with_a_failing_judge_behind_the_jury_service(servers, tmp_pat
     down = judge["status_503"] // 6  # the service's own retry policy: 6 attempts
     assert down >= 1 and judge["status_503"] == down * 6
 
-    _assert_model_counters(job_scrape, cand, "mock/cand", "candidate", 4)
+    _assert_model_counters(job_scrape, cand, "mock/cand", "candidate", ATTEMPTS)
     assert value(job_scrape, "medhelm_model_attempts_total", role="judge") == 0  # asked by the service
     _assert_model_counters(service, judge, "mock/judge", "judge", 6)
     assert value(service, "medhelm_rpc_requests_total", method="JudgeOne", code="UNAVAILABLE") == down
@@ -224,7 +227,7 @@ def test_job_shard_with_a_failing_judge_behind_the_jury_service(servers, tmp_pat
     owned = len(range(0, ROWS, 2))
     assert value(job_scrape, "medhelm_instances_planned_total", **run) == owned
     failed_for_good = cand.get("status_400", 0)
-    exhausted = cand.get("status_503", 0) // 4 + down
+    exhausted = cand.get("status_503", 0) // ATTEMPTS + down
     assert value(job_scrape, "medhelm_instances_failed_total", reason="retries_exhausted", **run) == exhausted
     assert value(job_scrape, "medhelm_instances_done_total", **run) == owned - failed_for_good - exhausted
     unparseable = judge["unparseable"] // 2
