@@ -185,3 +185,60 @@ def test_k8s_status_shows_each_shards_progress(tmp_path):
     shard1 = next(line for line in lines if "eval-s-1-abc" in line)
     assert "Succeeded" in shard1 and "done=40 total=40" in shard1
     assert "get --raw /api/v1/namespaces/ns/pods/eval-s-0-xyz:9090/proxy/metrics" in calls.read_text()
+
+
+@pytest.mark.slow
+def test_dashboard_queries_run_on_a_real_prometheus(rendered, tmp_path):
+    """A real Prometheus (Debian's binary) scrapes a real `medhelm run` every second; every dashboard query
+    evaluates without error, and suite progress reaches 100 % with the run's instance counts."""
+    import socket
+    import urllib.parse
+
+    from .conftest import prometheus_tool
+
+    exe = prometheus_tool("prometheus")
+    if exe is None:
+        pytest.skip("prometheus missing: scripts/_env.sh unpacks it from Debian's prometheus package")
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    metrics_port, prom_port = free_port(), free_port()
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [{"job_name": "medhelm", "static_configs": [{
+            "targets": [f"127.0.0.1:{metrics_port}"], "labels": {"namespace": "ns", "pod": "eval-0"}}]}]}))
+    prom = subprocess.Popen([str(exe), f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    api = f"http://127.0.0.1:{prom_port}/api/v1/query"
+
+    def query(expr: str) -> dict:
+        return json.loads(fetch(api + "?" + urllib.parse.urlencode({"query": expr})))
+
+    try:
+        with MockOpenAIServer(responder=responder, latency_s=0.2) as mock, \
+                FaultProxy(mock.base_url, unparseable_marker="FAULTJUDGE", unparseable_models={"judge"}) as proxy:
+            entry, local, out = _setup(tmp_path, proxy)
+            proc = MedhelmProcess("run", "-r", entry, "-o", str(out), "--local-path", str(local), "-q", "-n", "2",
+                                  "--metrics-port", str(metrics_port), "--metrics-linger", "4")
+            try:
+                proc.wait_for("Results:")
+            finally:
+                assert proc.stop(wait=60) == 0, proc.stderr
+        dash = _dashboard(rendered)
+        for panel in dash["panels"]:
+            for target in panel["targets"]:
+                expr = target["expr"].replace("$__range", "10m").replace("$namespace", "ns")
+                answer = query(expr)
+                assert answer["status"] == "success", (panel["title"], expr, answer)
+        progress = next(p for p in dash["panels"] if p["title"] == "Suite progress")["targets"][0]["expr"]
+        result = query(progress.replace("$__range", "10m").replace("$namespace", "ns"))["data"]["result"]
+        assert len(result) == 1 and float(result[0]["value"][1]) == 1.0
+        tokens = query('sum(last_over_time(medhelm_tokens_total{namespace="ns"}[10m]))')["data"]["result"]
+        assert tokens and float(tokens[0]["value"][1]) > 0
+    finally:
+        prom.terminate()
+        prom.wait(timeout=30)
