@@ -1,3 +1,7 @@
+"""Writes helm-charts/medhelm/files/grafana-dashboard.json, the platform team's Grafana dashboard (run from the
+repo root: `python scripts/gen_grafana_dashboard.py`). Queries only metrics of medhelm/telemetry.py; the tests
+check every name exists in a real scrape and every query runs on a real Prometheus (docs/observability.md).
+Progress, ETA and cost use last_over_time over the dashboard's range so finished shards keep counting."""
 import json
 NS = '{namespace=~"$namespace"}'
 def sel(extra=""):
