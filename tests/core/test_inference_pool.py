@@ -259,32 +259,49 @@ def test_one_client_per_deployment_and_separate_counters():
     assert pool.total() == ClientStats(requests=3)
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict]] = []
-
-    def on_request(self, deployment: str, **kw) -> None:
-        self.calls.append((deployment, kw))
+def _samples(telemetry) -> dict[tuple[str, tuple], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in telemetry.registry.collect() for s in fam.samples}
 
 
-def test_observer_sees_numbers_never_text(tmp_path):
-    obs = Recorder()
+def test_telemetry_sees_numbers_never_text(tmp_path):
+    """Per attempt and per request, through the pool: retries, codes, cache hits apart, tokens only of requests
+    that reached the model; no label carries prompt or answer text."""
+    from medhelm.telemetry import Telemetry
+
+    t = Telemetry("test")
     with MockOpenAIServer(rate_limit_rate=0.5, retry_after_s=0.001, seed=1) as srv:
-        pool = ClientPool(cache=RequestCache(tmp_path / "c.sqlite"), retry=FAST, observer=obs)
-        run_requests(pool, deployment(srv.base_url), [request(i) for i in range(10)])
-        pool2 = ClientPool(cache=RequestCache(tmp_path / "c.sqlite"), retry=FAST, observer=obs)
+        pool = ClientPool(cache=RequestCache(tmp_path / "c.sqlite"), retry=FAST, observer=t)
+        done = run_requests(pool, deployment(srv.base_url), [request(i) for i in range(10)])
+        sent = srv.request_count
+        pool2 = ClientPool(cache=RequestCache(tmp_path / "c.sqlite"), retry=FAST, observer=t)
         run_requests(pool2, deployment(srv.base_url), [request(0)])
+        assert srv.request_count == sent  # the cache answered
     with MockOpenAIServer(error_rate=1.0) as srv:
         with pytest.raises(InferenceError):
-            run_requests(ClientPool(retry=RetryPolicy(max_attempts=1), observer=obs), deployment(srv.base_url),
+            run_requests(ClientPool(retry=RetryPolicy(max_attempts=1), observer=t), deployment(srv.base_url),
                          [request()])
-    assert len(obs.calls) == 12
-    assert sum(kw["attempts"] for _, kw in obs.calls[:10]) == pool.stats["mock/model"].requests
-    assert obs.calls[10][1]["cached"] is True and obs.calls[11][1]["error"] == "InferenceError:500"
-    for name, kw in obs.calls:
-        assert name == "mock/model"
-        texts = [v for k, v in kw.items() if isinstance(v, str) and k != "error"]
-        assert texts == []
+    got = _samples(t)
+    lab = (("deployment", "mock/model"), ("role", "candidate"))
+
+    def value(name: str, *extra: tuple[str, str]) -> float:
+        return got.get((name, tuple(sorted(lab + extra))), 0.0)
+
+    assert value("medhelm_model_requests_total", ("outcome", "ok")) == 10
+    assert value("medhelm_model_requests_total", ("outcome", "cached")) == 1
+    assert value("medhelm_model_requests_total", ("outcome", "error")) == 1
+    assert value("medhelm_model_attempts_total", ("code", "429")) == sent - 10
+    assert value("medhelm_model_attempts_total", ("code", "200")) == 10
+    assert value("medhelm_model_attempts_total", ("code", "500")) == 1
+    assert value("medhelm_model_retries_total") == sent - 10 == pool.stats["mock/model"].retries
+    assert value("medhelm_model_attempt_duration_seconds_count") == sent + 1
+    assert value("medhelm_model_request_duration_seconds_count") == 11  # cache hits are not timed
+    assert value("medhelm_model_request_duration_seconds_sum") > 0
+    assert value("medhelm_tokens_total", ("kind", "prompt")) == sum(c.usage.prompt_tokens for c in done)
+    assert value("medhelm_cached_tokens_total", ("kind", "prompt")) == done[0].usage.prompt_tokens
+    assert value("medhelm_model_requests_in_flight") == 0
+    texts = {v for (_, labels), _ in got.items() for _, v in labels}
+    assert not any("lesion" in v or "Case" in v or v in ("Yes", "No") for v in texts)
 
 
 def test_kserve_v2_without_its_module_is_a_config_error(monkeypatch):

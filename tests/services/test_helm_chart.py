@@ -71,7 +71,7 @@ def test_inference_services_and_job_from_values(chart, helm_bin):
     assert judge["resources"]["requests"]["nvidia.com/gpu"] == "2"
     assert judge["env"][0]["valueFrom"]["secretKeyRef"] == {"name": "hf-token", "key": "HF_TOKEN"}
     # the Job and the jury reach each model through KServe's OpenAI route
-    cm = next(d for d in docs if d["kind"] == "ConfigMap")
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and "model_deployments.yaml" in d.get("data", {}))
     deployments = yaml.safe_load(cm["data"]["model_deployments.yaml"])["model_deployments"]
     assert deployments[0] == {"name": "kserve/qwen25-7b", "model_name": "qwen/qwen2.5-7b-instruct", "kind": "openai",
                               "base_url": "http://qwen25-7b-predictor.clinical-ai.svc.cluster.local/openai/v1",

@@ -77,4 +77,5 @@ def test_status_and_logs_drive_kubectl(tmp_path):
     assert done.returncode == 0 and "shard 1/3 done" in done.stdout
     assert calls.read_text().splitlines() == [
         "-n clinical-ai get job medhelm-eval-s -o json",
+        "-n clinical-ai get pods -l batch.kubernetes.io/job-name=medhelm-eval-s -o json",
         "logs -l batch.kubernetes.io/job-name=medhelm-eval-s --prefix --all-containers --tail=200"]

@@ -74,15 +74,32 @@ def main_job(args: argparse.Namespace) -> int:
                                                                   p.max_prompt_tokens))
                  for p in plans]
     scoring = RemoteScoring(jury=endpoint["jury"], metrics=endpoint["metrics"])
-    outcomes = asyncio.run(run_suite(plans, options, shard=shard, build_metrics=scoring))
-    failed = [o for o in outcomes if o.error]
-    for o in outcomes:
-        st = o.status
-        print(f"shard {shard.index}/{shard.count}  {o.plan.spec.name}  "
-              f"{st.get('instances_done', 0)}/{st.get('instances_total', '?')}  {st.get('status', '?')}")
-    for o in failed:
-        print(f"medhelm: error: {o.plan.spec.name}: {o.error}", file=sys.stderr)
-    return 2 if failed else 0
+    grouping = {"suite": options.suite, "shard": str(shard.index)}
+    with run_cli.MetricsExport(args, service="job", grouping=grouping) as telemetry:
+        outcomes = asyncio.run(run_suite(plans, options, shard=shard, build_metrics=scoring, telemetry=telemetry))
+        for o in outcomes:
+            st = o.status
+            print(f"shard {shard.index}/{shard.count}  {o.plan.spec.name}  "
+                  f"{st.get('instances_done', 0)}/{st.get('instances_total', '?')}  {st.get('status', '?')}")
+        _termination_message(shard, outcomes)
+        return run_cli.report(outcomes, options)  # the same summary and error lines as `medhelm run`
+
+
+def _termination_message(shard, outcomes) -> None:
+    """The shard's final counts in the pod's termination message (``medhelm k8s status`` reads it after the
+    pod is gone from the scrape). Counts only; written only where Kubernetes asked for it."""
+    path = os.environ.get("MEDHELM_TERMINATION_LOG")
+    if not path:
+        return
+    done = sum(o.status.get("instances_done", 0) for o in outcomes)
+    total = sum(o.status.get("instances_total", 0) for o in outcomes if isinstance(o.status.get("instances_total"), int))
+    failed = sum(o.transient_failures for o in outcomes)
+    try:
+        Path(path).write_text(f"shard {shard.index}/{shard.count} done={done} total={total} failed={failed} "
+                              f"runs={len(outcomes)} stopped={sum(1 for o in outcomes if o.error)}\n",
+                              encoding="utf-8")
+    except OSError:
+        pass  # not in a pod (or a read-only path): the message is a convenience
 
 
 def main_collect(args: argparse.Namespace) -> int:

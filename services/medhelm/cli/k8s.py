@@ -21,6 +21,7 @@ from medhelm import files
 from medhelm.errors import ConfigError, MedhelmError
 
 MOUNT = "/data"
+METRICS_LINGER_S = 45  # the chart's monitoring.jobMetrics.lingerSeconds
 CONF_DIR = "/etc/medhelm/conf"
 _DNS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -46,7 +47,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             a.add_argument("--no-services", action="store_true", help="compute everything inside the shards")
             a.add_argument("--tls", choices=("off", "on", "mutual"), default="off", help="TLS to the services")
             a.add_argument("--tls-secret", default="", help="the chart's tls.secretName (default: <release>-medhelm-tls)")
+            a.add_argument("--metrics-port", type=int, default=9090,
+                           help="shards serve /metrics here (chart: metricsPort); 0 = off (default: %(default)s)")
+            a.add_argument("--pushgateway", default="", help="shards push final metrics here (chart: "
+                                                                 "monitoring.pushgateway.url)")
             a.add_argument("--dry-run", action="store_true", help="print the manifests; apply nothing")
+        if name == "status":
+            a.add_argument("--metrics-port", type=int, default=9090, help="the shards' /metrics port (default: %(default)s)")
         if name == "logs":
             a.add_argument("--tail", type=int, default=200, help="lines per shard (default: %(default)s)")
         if name == "collect":
@@ -78,14 +85,21 @@ def _fullname(release: str) -> str:
 
 def eval_job(*, release: str, suite: str, image: str, args: list[str], completions: int, parallelism: int,
              use_services: bool, tls: str = "off", tls_secret: str = "", conf_map: str | None = None,
-             suffix: str = "") -> dict:
+             suffix: str = "", metrics_port: int = 0, pushgateway: str = "") -> dict:
     """The Indexed Job of one suite (``suffix`` names one-off companions such as ``-collect``)."""
     full = _fullname(release)
     labels = {"app.kubernetes.io/name": "medhelm", "app.kubernetes.io/instance": release,
               "app.kubernetes.io/component": "job", "medhelm.io/suite": suite}
     env = [{"name": "HOME", "value": "/tmp"}, {"name": "MEDHELM_OFFLINE", "value": "1"},
-           {"name": "MEDHELM_DATA_DIR", "value": f"{MOUNT}/data"},
-           {"name": "MEDHELM_SHARD_COUNT", "value": str(completions)}]
+           {"name": "MEDHELM_DATA_DIR", "value": f"{MOUNT}/data"}]
+    if metrics_port:  # as the chart's medhelm.jobMetricsEnv (templates/_monitoring.tpl)
+        env += [{"name": "MEDHELM_METRICS_PORT", "value": str(metrics_port)},
+                {"name": "MEDHELM_METRICS_HOST", "value": "0.0.0.0"},
+                {"name": "MEDHELM_METRICS_LINGER_S", "value": str(METRICS_LINGER_S)}]
+    if pushgateway:
+        env.append({"name": "MEDHELM_PUSHGATEWAY", "value": pushgateway})
+    env += [{"name": "MEDHELM_TERMINATION_LOG", "value": "/dev/termination-log"},
+            {"name": "MEDHELM_SHARD_COUNT", "value": str(completions)}]
     if use_services:
         env += [{"name": f"MEDHELM_{var}_SERVICE", "value": f"{full}-{svc}:50051"}
                 for var, svc in (("SCENARIO", "scenarios"), ("JURY", "jury"), ("METRICS", "metrics"))]
@@ -114,6 +128,8 @@ def eval_job(*, release: str, suite: str, image: str, args: list[str], completio
         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
         "volumeMounts": mounts,
     }
+    if metrics_port:
+        container["ports"] = [{"name": "metrics", "containerPort": metrics_port}]
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": job_name(release, suite, suffix), "labels": labels},
@@ -157,7 +173,7 @@ def submit_manifests(args: argparse.Namespace, image: str) -> list[dict]:
     docs.append(eval_job(release=args.release, suite=args.suite, image=image, args=job_args,
                          completions=args.shards, parallelism=args.parallelism or args.shards,
                          use_services=not args.no_services, tls=args.tls, tls_secret=args.tls_secret,
-                         conf_map=conf_map))
+                         conf_map=conf_map, metrics_port=args.metrics_port, pushgateway=args.pushgateway))
     return docs
 
 
@@ -187,10 +203,69 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  done indexes:   {st['completedIndexes']}")
     if st.get("failedIndexes"):
         print(f"  failed indexes: {st['failedIndexes']} (re-submit to resume them: finished instances are kept)")
+    for line in shard_progress(args, job["metadata"]["name"]):
+        print(line)
     conditions = {c["type"]: c.get("status") for c in st.get("conditions", [])}
     if conditions.get("Failed") == "True":
         return 2
     return 0
+
+
+def shard_progress(args: argparse.Namespace, job: str) -> list[str]:
+    """One line per shard pod: a running shard's counters from its /metrics (through the API server's pod
+    proxy), a finished shard's from its termination message. Counts only, never instance text."""
+    listed = _kubectl(args, "get", "pods", "-l", f"batch.kubernetes.io/job-name={job}", "-o", "json", check=False)
+    try:
+        pods = json.loads(listed) if listed.strip() else {}
+    except ValueError:
+        return ["  (could not list the shard pods)"]
+    lines = []
+    for pod in sorted(pods.get("items", []), key=_pod_index):
+        meta, status = pod.get("metadata", {}), pod.get("status", {})
+        phase = status.get("phase", "?")
+        index = _pod_index(pod)
+        terminated = next((cs.get("state", {}).get("terminated") for cs in status.get("containerStatuses", [])
+                           if cs.get("state", {}).get("terminated")), None)
+        detail = ""
+        if terminated and terminated.get("message"):
+            detail = terminated["message"].strip().splitlines()[-1]
+        elif phase == "Running" and args.metrics_port:
+            path = (f"/api/v1/namespaces/{meta.get('namespace', 'default')}/pods/"
+                    f"{meta.get('name')}:{args.metrics_port}/proxy/metrics")
+            scrape = _kubectl(args, "get", "--raw", path, check=False)
+            detail = progress_line(scrape) if scrape else "(no metrics yet)"
+        lines.append(f"  shard {index:>3}  {phase:<9}  {meta.get('name', '?')}  {detail}".rstrip())
+    return lines
+
+
+def _pod_index(pod: dict) -> int:
+    meta = pod.get("metadata", {})
+    raw = (meta.get("annotations", {}) or {}).get("batch.kubernetes.io/job-completion-index") \
+        or (meta.get("labels", {}) or {}).get("batch.kubernetes.io/job-completion-index") or "-1"
+    try:
+        return int(raw)
+    except ValueError:
+        return -1
+
+
+def progress_line(scrape: str) -> str:
+    """``done 40/100 (3 failed, 10 resumed), 2 retries`` from a shard's Prometheus text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sums: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(scrape):
+            for sample in family.samples:
+                sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
+    except ValueError:
+        return "(unreadable metrics)"
+    planned = int(sums.get("medhelm_instances_planned_total", 0))
+    done = int(sums.get("medhelm_instances_done_total", 0))
+    failed = int(sums.get("medhelm_instances_failed_total", 0))
+    resumed = int(sums.get("medhelm_instances_resumed_total", 0))
+    retries = int(sums.get("medhelm_model_retries_total", 0))
+    return (f"done {done + resumed}/{planned} ({failed} failed, {resumed} resumed), {retries} retries, "
+            f"{int(sums.get('medhelm_model_requests_in_flight', 0))} requests in flight")
 
 
 def _logs(args: argparse.Namespace) -> int:

@@ -41,6 +41,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     how.add_argument("--offline", action="store_true", default=os.environ.get("MEDHELM_OFFLINE") == "1",
                      help="never download data (env MEDHELM_OFFLINE=1)")
     how.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    how.add_argument("--max-attempts", type=_positive, default=6, metavar="N",
+                     help="tries per model request, retries included (default: %(default)s)")
+    how.add_argument("--retry-base-delay", type=_non_negative, default=0.5, metavar="SECONDS",
+                     help="first retry back-off ceiling, doubled per retry, full jitter (default: %(default)s)")
+    obs = p.add_argument_group("metrics (Prometheus; docs/observability.md)")
+    obs.add_argument("--metrics-port", type=_port, default=_env_int("MEDHELM_METRICS_PORT"), metavar="PORT",
+                     help="serve /metrics on this port while running; 0 = any free port (env MEDHELM_METRICS_PORT)")
+    obs.add_argument("--metrics-host", default=os.environ.get("MEDHELM_METRICS_HOST", "127.0.0.1"),
+                     help="address for /metrics (default: %(default)s; env MEDHELM_METRICS_HOST, 0.0.0.0 in pods)")
+    obs.add_argument("--metrics-linger", type=_non_negative, default=_env_float("MEDHELM_METRICS_LINGER_S", 0.0),
+                     metavar="SECONDS", help="keep serving /metrics this long after the end, for a last scrape "
+                                             "(env MEDHELM_METRICS_LINGER_S)")
+    obs.add_argument("--pushgateway", default=os.environ.get("MEDHELM_PUSHGATEWAY") or None, metavar="URL",
+                     help="also push the final values to this Prometheus Pushgateway (env MEDHELM_PUSHGATEWAY)")
+    obs.add_argument("--prices", type=Path, default=None,
+                     help="prices YAML for the cost counters (default: <local-path>/prices.yaml if present)")
 
 
 add_validate_arguments = add_arguments
@@ -53,12 +69,63 @@ def main(args: argparse.Namespace) -> int:
     if args.dry_run:
         print_dry_run(plans)
         return 0
-    outcomes = asyncio.run(run_suite(plans, options))
+    with MetricsExport(args, service="run", grouping={"suite": options.suite}) as telemetry:
+        outcomes = asyncio.run(run_suite(plans, options, telemetry=telemetry))
+        return report(outcomes, options)  # before lingering: the summary does not wait for the last scrape
+
+
+def report(outcomes, options) -> int:
+    """The summary table, then one error line per run that stopped or left instances failing (run and job)."""
     _print_summary(outcomes, options)
     failed = [o for o in outcomes if o.error]
     for o in failed:
         print(f"medhelm: error: {o.plan.spec.name}: {o.error}", file=sys.stderr)
     return 2 if failed else 0
+
+
+class MetricsExport:
+    """``--metrics-port`` / ``--pushgateway``: a Telemetry served while the block runs (None when neither is
+    asked for: no metric work at all), lingering ``--metrics-linger`` seconds, then pushed once."""
+
+    def __init__(self, args: argparse.Namespace, *, service: str, grouping: dict[str, str]) -> None:
+        self._args, self._service, self._grouping = args, service, grouping
+        self._server = None
+        self.port: int | None = None
+        self.telemetry = None
+
+    def __enter__(self):
+        args = self._args
+        if args.metrics_port is None and not args.pushgateway:
+            return None
+        from medhelm.store.costs import PriceTable
+        from medhelm.telemetry import Telemetry, serve_http
+
+        prices_path = args.prices or (Path(args.local_path) / "prices.yaml")
+        prices = PriceTable.load(prices_path) if args.prices or prices_path.is_file() else None
+        self.telemetry = Telemetry(self._service, prices=prices)
+        if args.metrics_port is not None:
+            self._server, self.port = serve_http(self.telemetry, args.metrics_port, args.metrics_host)
+            print(f"medhelm {self._service}: metrics http://{args.metrics_host}:{self.port}/metrics",
+                  file=sys.stderr, flush=True)
+        return self.telemetry
+
+    def __exit__(self, *exc: object) -> None:
+        if self.telemetry is None:
+            return
+        args = self._args
+        if args.pushgateway:
+            from medhelm.telemetry import push_final
+
+            problem = push_final(self.telemetry, args.pushgateway, job=f"medhelm-{self._service}",
+                                 grouping=self._grouping)
+            if problem:
+                print(f"medhelm: warning: {problem}", file=sys.stderr)
+        if self._server is not None:
+            if args.metrics_linger > 0 and exc[0] is None:
+                import time
+
+                time.sleep(args.metrics_linger)
+            self._server.shutdown()
 
 
 def main_validate(args: argparse.Namespace) -> int:
@@ -106,7 +173,9 @@ def plan_from_args(args: argparse.Namespace):
                          dry_run=getattr(args, "dry_run", False),
                          skip_completed=getattr(args, "skip_completed_runs", False), data_dir=args.data_dir,
                          offline=args.offline, use_cache=not args.disable_cache, seed=args.seed,
-                         num_output_tokens=args.num_output_tokens, progress=not args.quiet)
+                         num_output_tokens=args.num_output_tokens, progress=not args.quiet,
+                         max_attempts=getattr(args, "max_attempts", 6),
+                         retry_base_delay_s=getattr(args, "retry_base_delay", 0.5))
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise ConfigError("--data-dir is not a directory", path=args.data_dir)
     return options, plan_runs(entries, options)
@@ -165,6 +234,46 @@ def _positive(value: str) -> int:
     if n <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got '{value}'")
     return n
+
+
+def _non_negative(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got '{value}'") from None
+    if not x >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got '{value}'")
+    return x
+
+
+def _port(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got '{value}'") from None
+    if not 0 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got '{value}'")
+    return n
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        return _port(value)
+    except argparse.ArgumentTypeError as err:
+        raise ConfigError(str(err), field=name) from None
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        return _non_negative(value)
+    except argparse.ArgumentTypeError as err:
+        raise ConfigError(str(err), field=name) from None
 
 
 def _env_path(name: str) -> Path | None:

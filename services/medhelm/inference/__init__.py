@@ -1,20 +1,24 @@
 """Model clients for every deployment kind, composed with cache, retries and accounting by ``ClientPool``.
 
-    pool = ClientPool(cache=RequestCache(path), retry=RetryPolicy(), observer=NullObserver())
-    client = pool.get(deployment)          # one client per deployment, reused
+    pool = ClientPool(cache=RequestCache(path), retry=RetryPolicy(), observer=telemetry)  # or NullObserver()
+    client = pool.get(deployment)          # one client per (deployment, role), reused
+    judge = pool.get(judge_deployment, role="judge")
     completion = await client.generate(request)
     pool.stats["vllm/qwen2.5-7b-instruct"].retries
     await pool.aclose()
 
 Order per request: cache lookup (a hit never waits for a slot) -> retries -> per-deployment
 concurrency slot (held for one attempt, released during backoff) -> the kind's client.
-Candidate models and judges share one pool, so they share connections, cache and counters.
+Candidate models and judges share one pool, so they share connections, cache and counters. The
+observer (``medhelm.telemetry.Telemetry``) is bound once per (deployment, role): per request it costs a
+few counter increments (attempt code and latency, retries, in-flight, tokens, cache hits apart).
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import time
 from dataclasses import dataclass
 
 from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
@@ -68,10 +72,10 @@ class _Counters:
 
 
 class _Slots:
-    """Counts every call and holds a concurrency slot (if the deployment caps it) while it runs."""
+    """Counts and times every attempt and holds a concurrency slot (if the deployment caps it) while it runs."""
 
-    def __init__(self, inner: ModelClient, counters: _Counters, limit: int | None) -> None:
-        self._inner, self._counters = inner, counters
+    def __init__(self, inner: ModelClient, counters: _Counters, limit: int | None, metrics) -> None:
+        self._inner, self._counters, self._metrics = inner, counters, metrics
         self._semaphore = asyncio.Semaphore(limit) if limit else None
 
     @property
@@ -79,11 +83,26 @@ class _Slots:
         return self._inner.deployment
 
     async def generate(self, request: GenerationRequest) -> Completion:
-        self._counters.requests += 1
         if self._semaphore is None:
-            return await self._inner.generate(request)
+            return await self._attempt(request)
         async with self._semaphore:
-            return await self._inner.generate(request)
+            return await self._attempt(request)
+
+    async def _attempt(self, request: GenerationRequest) -> Completion:
+        self._counters.requests += 1
+        metrics = self._metrics
+        metrics.attempt_started()
+        started = time.perf_counter()
+        try:
+            completion = await self._inner.generate(request)
+        except InferenceError as err:
+            metrics.attempt_finished(time.perf_counter() - started, err)
+            raise
+        except BaseException:
+            metrics.attempt_cancelled()
+            raise
+        metrics.attempt_finished(time.perf_counter() - started, None)
+        return completion
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -92,11 +111,13 @@ class _Slots:
 class PooledClient:
     """A deployment's client with the pool's cache, retries, concurrency cap and accounting."""
 
-    def __init__(self, inner: ModelClient, pool: ClientPool, counters: _Counters) -> None:
+    def __init__(self, inner: ModelClient, pool: ClientPool, counters: _Counters, role: str = "candidate") -> None:
         self._raw, self._pool, self._counters = inner, pool, counters
         self._deployment = inner.deployment
-        self._client = RetryingClient(_Slots(inner, counters, self._deployment.max_concurrency), pool.retry,
-                                      on_retry=self._count_retry)
+        self.role = role
+        self._metrics = pool.observer.bind_client(self._deployment, role)
+        self._client = RetryingClient(_Slots(inner, counters, self._deployment.max_concurrency, self._metrics),
+                                      pool.retry, on_retry=self._count_retry)
 
     @property
     def deployment(self) -> Deployment:
@@ -114,41 +135,26 @@ class PooledClient:
             hit = cache.get(key)
             if hit is not None:
                 self._counters.cache_hits += 1
-                self._observe(hit, error=None)
+                self._metrics.cache_hit(hit)
                 return hit
+        started = time.perf_counter()
         try:
             completion = await self._client.generate(request)
-        except InferenceError as err:
+        except InferenceError:
             self._counters.errors += 1
-            self._observe(None, error=_error_label(err))
+            self._metrics.request_finished(time.perf_counter() - started, None)
             raise
+        self._metrics.request_finished(time.perf_counter() - started, completion)
         if cache is not None:
             cache.put_nowait(key, completion)
-        self._observe(completion, error=None)
         return completion
 
     def _count_retry(self, err: InferenceError, retry: int, wait: float) -> None:
         self._counters.retries += 1
-
-    def _observe(self, completion: Completion | None, *, error: str | None) -> None:
-        usage = completion.usage if completion is not None else None
-        self._pool.observer.on_request(
-            self._deployment.name,
-            cached=bool(usage and usage.cached),
-            attempts=usage.attempts if usage else 0,
-            latency_s=usage.latency_s if usage else 0.0,
-            prompt_tokens=usage.prompt_tokens if usage else None,
-            completion_tokens=usage.completion_tokens if usage else None,
-            error=error,
-        )
+        self._metrics.retried()
 
     async def aclose(self) -> None:
         await self._raw.aclose()
-
-
-def _error_label(err: InferenceError) -> str:
-    """What the observer may see of an error: its class and status, never its message."""
-    return type(err).__name__ + (f":{err.status}" if err.status is not None else "")
 
 
 class ClientPool:
@@ -157,15 +163,18 @@ class ClientPool:
         self.cache = cache
         self.retry = retry or RetryPolicy()
         self.observer = observer or NullObserver()
-        self._clients: dict[Deployment, PooledClient] = {}
+        self._clients: dict[tuple[Deployment, str], PooledClient] = {}
         self._counters: dict[str, _Counters] = {}
 
-    def get(self, deployment: Deployment) -> PooledClient:
-        client = self._clients.get(deployment)
+    def get(self, deployment: Deployment, role: str = "candidate") -> PooledClient:
+        """The pooled client of ``deployment``; ``role`` (candidate | judge) labels its metrics only."""
+        client = self._clients.get((deployment, role))
         if client is None:
             counters = self._counters.setdefault(deployment.name, _Counters())
-            client = PooledClient(make_client(deployment), self, counters)
-            self._clients[deployment] = client
+            same = next((c for (d, _), c in self._clients.items() if d == deployment), None)
+            raw = same._raw if same is not None else make_client(deployment)  # one connection pool per deployment
+            client = PooledClient(raw, self, counters, role)
+            self._clients[(deployment, role)] = client
         return client
 
     @property
@@ -179,7 +188,10 @@ class ClientPool:
 
     async def aclose(self) -> None:
         clients, self._clients = list(self._clients.values()), {}
+        closed: set[int] = set()
         for client in clients:
-            await client.aclose()
+            if id(client._raw) not in closed:  # a deployment used in two roles shares one raw client
+                closed.add(id(client._raw))
+                await client.aclose()
         if self.cache is not None:
             await self.cache.aflush()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from medhelm.specs import Completion, Deployment, GenerationRequest
+from medhelm.telemetry import NULL_CLIENT_METRICS, ClientMetrics
 
 
 class ModelClient(Protocol):
@@ -22,12 +23,12 @@ class ModelClient(Protocol):
 
 
 class InferenceObserver(Protocol):
-    """Hook for telemetry (Prometheus in the services). Must never receive prompt/completion text."""
+    """Hook for telemetry (``medhelm.telemetry.Telemetry``): bound once per (deployment, role); the bound
+    handle gets numbers and error codes per attempt and request, never prompt/completion text."""
 
-    def on_request(self, deployment: str, *, cached: bool, attempts: int, latency_s: float,
-                   prompt_tokens: int | None, completion_tokens: int | None, error: str | None) -> None: ...
+    def bind_client(self, deployment: Deployment, role: str) -> ClientMetrics: ...
 
 
 class NullObserver:
-    def on_request(self, deployment: str, **_: object) -> None:
-        return None
+    def bind_client(self, deployment: Deployment, role: str) -> ClientMetrics:
+        return NULL_CLIENT_METRICS

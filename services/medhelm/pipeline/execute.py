@@ -10,6 +10,10 @@ Failure semantics, per instance:
 * a retryable failure that outlasts the retries -> not recorded (retried on the next run);
 * the server cannot be reached -> the run stops (its finished instances are kept) and the suite goes on
   with its other runs; the CLI reports it and exits 2.
+
+Every instance and request is counted in the process's ``medhelm.telemetry.Telemetry`` when one is given
+(``medhelm run/job --metrics-port``); the retries of every request of a run (finished or not) are written
+to the run directory and summed into run.json.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from medhelm.pipeline.sampling import sample_run
 from medhelm.scoring import registry as metric_registry
 from medhelm.scoring.base import Metric, MetricResult, ScoringContext, ScoringItem
 from medhelm.specs import GenerationRequest, Instance, InstanceResult, JudgeScore, MetricSpec, Usage
+from medhelm.telemetry import NULL_RUN_METRICS, Telemetry
 
 # How a run gets its metrics: the registry here; `medhelm job` passes one that reaches the gRPC services.
 MetricsBuilder = Callable[[Sequence[MetricSpec], ScoringContext], list[Metric]]
@@ -59,19 +64,24 @@ class RunOutcome:
     wall_time_s: float = 0.0
     evaluated: int = 0  # instances evaluated in this invocation
     transient_failures: int = 0  # instances left for the next run after exhausting retries
+    retries: int = 0  # retried attempts of the evaluated model's requests in this invocation (all instances)
+    judge_retries: int = 0  # retried attempts of in-process judges / other deployments in this invocation
 
 
 async def run_suite(plans: Sequence[RunPlan], options: RunOptions, *, pool=None,
                     deployments: DeploymentRegistry | None = None, shard: Shard | None = None,
                     progress: Progress | bool | None = None,
-                    build_metrics: MetricsBuilder | None = None) -> list[RunOutcome]:
+                    build_metrics: MetricsBuilder | None = None,
+                    telemetry: Telemetry | None = None) -> list[RunOutcome]:
     from medhelm.inference import ClientPool, RequestCache, RetryPolicy
 
     deployments = deployments or DeploymentRegistry.load(options.local_path)
     own_pool = pool is None
     if own_pool:
         cache = RequestCache(options.cache_path) if options.use_cache else None
-        pool = ClientPool(cache=cache, retry=RetryPolicy())
+        pool = ClientPool(cache=cache, retry=RetryPolicy(max_attempts=options.max_attempts,
+                                                         base_delay_s=options.retry_base_delay_s),
+                          observer=telemetry)
     if not isinstance(progress, Progress):
         progress = Progress(enabled=options.progress if progress is None else bool(progress))
     outcomes = []
@@ -79,7 +89,7 @@ async def run_suite(plans: Sequence[RunPlan], options: RunOptions, *, pool=None,
         for i, plan in enumerate(plans):
             progress.begin_run(i + 1, len(plans), plan.spec.name)
             outcome = await run_one(plan, options, pool=pool, deployments=deployments, shard=shard,
-                                    progress=progress, build_metrics=build_metrics)
+                                    progress=progress, build_metrics=build_metrics, telemetry=telemetry)
             progress.end_run(outcome)
             outcomes.append(outcome)
     finally:
@@ -90,7 +100,7 @@ async def run_suite(plans: Sequence[RunPlan], options: RunOptions, *, pool=None,
 
 async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: DeploymentRegistry,
                   shard: Shard | None = None, progress: Progress | None = None,
-                  build_metrics: MetricsBuilder | None = None) -> RunOutcome:
+                  build_metrics: MetricsBuilder | None = None, telemetry: Telemetry | None = None) -> RunOutcome:
     started = time.perf_counter()
     spec = plan.spec
     run_dir = RunDir(plan.run_dir)
@@ -105,6 +115,9 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
     mine = sum(1 for pos in range(len(instances)) if shard is None or shard.owns(pos))
     progress = progress or Progress(enabled=False)
     progress.set_total(mine, already_done=mine - len(todo))
+    measure = telemetry.bind_run(plan.deployment.name, spec.benchmark.name) if telemetry else NULL_RUN_METRICS
+    main_stat = spec.benchmark.main_metric
+    retries_before = _retries(pool)
 
     metrics = (build_metrics or metric_registry.build_all)(spec.benchmark.metrics, ScoringContext(
         deployments=deployments, clients=pool, evaluated_deployment=plan.deployment.name))
@@ -124,7 +137,7 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
             except asyncio.QueueEmpty:
                 return
             try:
-                record = await _evaluate(plan, position, instance, client, metrics, budget)
+                record, judged_here = await _evaluate(plan, position, instance, client, metrics, budget)
             except ServerUnreachable as err:
                 outcome.error = outcome.error or str(err)
                 stop.set()
@@ -133,12 +146,17 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
                 if not err.retryable:
                     raise
                 outcome.transient_failures += 1
+                measure.retries_exhausted()
                 progress.advance(failed=True)
                 continue
             writer.write(record)
             outcome.evaluated += 1
+            measure.recorded(error=record.error is not None, unscored=record.stats.get(main_stat) is None)
+            if judged_here:
+                measure.judgements(judged_here)
             progress.advance(failed=record.error is not None)
 
+    measure.started(mine, mine - len(todo))
     try:
         workers = [asyncio.create_task(worker()) for _ in range(max(1, min(options.max_concurrency, len(todo))))]
         try:
@@ -150,9 +168,12 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
             await asyncio.gather(*workers, return_exceptions=True)
             raise
     finally:
+        measure.finished()
         writer.close()
         for m in metrics:
             await m.aclose()
+        outcome.retries, outcome.judge_retries = _retries_since(pool, retries_before, plan.deployment.name)
+        run_dir.add_retries(outcome.retries, outcome.judge_retries, shard=(shard.index, shard.count) if shard else None)
 
     outcome.wall_time_s = time.perf_counter() - started
     if shard is None:
@@ -167,7 +188,9 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
 
 
 async def _evaluate(plan: RunPlan, position: int, instance: Instance, client, metrics: Sequence[Metric],
-                    budget: PromptBudget) -> InstanceResult:
+                    budget: PromptBudget) -> tuple[InstanceResult, list[JudgeScore]]:
+    """The instance's record, and the judgements made in this process (a remote metric's are counted by
+    the service that asked the judges)."""
     spec = plan.spec
     prompt = plan.benchmark.prompt(instance, budget)
     request = GenerationRequest(messages=prompt.messages, max_tokens=spec.max_tokens,
@@ -178,12 +201,28 @@ async def _evaluate(plan: RunPlan, position: int, instance: Instance, client, me
         if err.retryable:
             raise
         return InstanceResult(run=spec.name, instance=instance, prompt=prompt, completion=None,
-                              stats={}, error=str(err), position=position)
+                              stats={}, error=str(err), position=position), []
     item = ScoringItem(run=spec, instance=instance, prompt=prompt, completion=completion)
-    merged = merge_results(await asyncio.gather(*(m.score(item) for m in metrics)))
+    results = await asyncio.gather(*(m.score(item) for m in metrics))
+    merged = merge_results(results)
+    here = [j for m, r in zip(metrics, results) if r.judgements and not getattr(m, "remote", False)
+            for j in r.judgements]
     return InstanceResult(run=spec.name, instance=instance, prompt=prompt, completion=completion,
                           stats=merged.stats, judgements=merged.judgements, judge_usage=merged.judge_usage,
-                          position=position)
+                          position=position), here
+
+
+def _retries(pool) -> dict[str, int]:
+    stats = getattr(pool, "stats", None)
+    return {name: s.retries for name, s in stats.items()} if stats is not None else {}
+
+
+def _retries_since(pool, before: dict[str, int], candidate: str) -> tuple[int, int]:
+    """(the evaluated deployment's, every other deployment's) retries since ``before`` (runs go one at a time)."""
+    after = _retries(pool)
+    delta = {name: n - before.get(name, 0) for name, n in after.items()}
+    own = delta.pop(candidate, 0)
+    return own, sum(delta.values())
 
 
 def merge_results(results: Sequence[MetricResult]) -> MetricResult:

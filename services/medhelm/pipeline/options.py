@@ -21,6 +21,8 @@ class RunOptions:
     seed: int = 0
     num_output_tokens: int | None = None  # overrides every benchmark's max_tokens
     progress: bool = True
+    max_attempts: int = 6  # per model request: 1 try + retries (429, 5xx, timeouts, malformed bodies)
+    retry_base_delay_s: float = 0.5  # first back-off ceiling; doubles per retry (full jitter), capped at 30 s
 
     @property
     def suite_dir(self) -> Path:

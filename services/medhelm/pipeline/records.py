@@ -7,6 +7,8 @@ Layout of ``<output>/runs/<suite>/<run name>/`` (see docs/output-format.md):
 * ``instances.jsonl`` one InstanceResult per line. While a run is going, lines are appended as instances
   finish (flushed at once, fsync'd at least every second); once finished it is rewritten in position order.
 * ``shards/shard-<i>-of-<n>.jsonl`` the same, one file per shard of a sharded run (merged by ``collect``)
+* ``retries*.jsonl`` one line per invocation (``retries.jsonl``; a shard writes ``retries-shard-<i>-of-<n>.jsonl``):
+  the retried attempts of every request the run made, finished instance or not (summed into run.json)
 * ``stats.json``     aggregates per stat and split (derived; rebuildable)
 * ``run.json``       status and accounting (derived; rebuildable)
 
@@ -129,6 +131,8 @@ class RunDir:
             old = self.spec()
             if compat_digest(old) != compat_digest(spec):
                 self._supersede(keep=set())
+                for f in self.path.glob("retries*.jsonl"):  # they counted the superseded records' requests
+                    f.unlink()
             (self.path / "run.json").unlink(missing_ok=True)  # no longer complete until finalized
         write_atomic(self.path / "run_spec.json", _dump(spec.to_json()))
         selection = self.path / "selection.json"
@@ -149,6 +153,27 @@ class RunDir:
         write_atomic(self.path / RECORDS, "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in kept))
         for shard in (self.path / "shards").glob("shard-*.jsonl") if (self.path / "shards").is_dir() else ():
             shard.unlink()
+
+    def add_retries(self, retries: int, judge_retries: int, *, shard: tuple[int, int] | None = None) -> None:
+        """Append one invocation's retry counts (one file per shard: shards share the volume, not the file)."""
+        name = "retries.jsonl" if shard is None else f"retries-shard-{shard[0]:05d}-of-{shard[1]:05d}.jsonl"
+        with open(self.path / name, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"retries": retries, "judge_retries": judge_retries}) + "\n")
+
+    def retry_counts(self) -> tuple[int, int] | None:
+        """(retries, judge_retries) of every invocation so far; None for a run directory from before they were kept."""
+        files = sorted(self.path.glob("retries*.jsonl"))
+        if not files:
+            return None
+        own = judges = 0
+        for f in files:
+            for line in f.read_text(encoding="utf-8").splitlines():
+                try:
+                    d = json.loads(line)
+                    own, judges = own + int(d.get("retries", 0)), judges + int(d.get("judge_retries", 0))
+                except (ValueError, TypeError, AttributeError):
+                    continue  # a torn line from a killed process: those retries are not known
+        return own, judges
 
     def writer(self, shard: tuple[int, int] | None = None) -> RecordWriter:
         if shard is None:
@@ -179,6 +204,9 @@ class RunDir:
         stats = aggregate(ordered)
         write_atomic(self.path / "stats.json", _dump([s.to_json() for s in stats]))
         status = run_status(spec, ordered, len(selection))
+        counted = self.retry_counts()
+        if counted is not None:  # every retry of every invocation, not only the finished records' attempts
+            status["retries"], status["judge_retries"] = counted
         status.update(extra_status or {})
         write_atomic(self.path / "run.json", _dump(status))
         return status

@@ -112,6 +112,8 @@ class RemoteBenchmark:
 class RemoteMetric:
     """Some of a run's metrics, scored by a JuryService or MetricsService (one unary call per instance)."""
 
+    remote = True  # the service counts the judgements it made (medhelm_judge_failures_total), not the shard
+
     def __init__(self, specs: Sequence[MetricSpec], endpoint: Endpoint, *, jury: bool) -> None:
         self._specs = tuple(specs)
         self._endpoint = endpoint

@@ -75,6 +75,14 @@ def build_servicer(config: ServerConfig, telemetry: Telemetry) -> tuple[object, 
     return MetricsServicer(telemetry, host, output_path=config.output_path), [host, pool]
 
 
+def _prices(local_path: Path):
+    """``<local-path>/prices.yaml`` for the cost counters (as `medhelm summarize`); None when there is none."""
+    from medhelm.store.costs import PriceTable
+
+    path = Path(local_path) / "prices.yaml"
+    return PriceTable.load(path) if path.is_file() else None
+
+
 def _register(service: str, servicer: object, server: grpc.aio.Server) -> None:
     from medhelm.v1 import jury_pb2_grpc, metrics_pb2_grpc, scenarios_pb2_grpc
 
@@ -89,7 +97,7 @@ async def serve(config: ServerConfig, *, on_ready: Callable[[int, int | None], N
     """Run until SIGTERM/SIGINT (or ``stop`` is set), then drain gracefully.
 
     ``on_ready(grpc_port, metrics_port)`` is called once the server accepts calls."""
-    telemetry = Telemetry(config.service)
+    telemetry = Telemetry(config.service, prices=_prices(config.local_path))
     servicer, closables = build_servicer(config, telemetry)
     limit = config.max_message_mb * 1024 * 1024
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),

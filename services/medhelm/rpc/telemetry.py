@@ -1,4 +1,5 @@
-"""Prometheus metrics of one service process (its own registry: no global state).
+"""Prometheus metrics of one service process: the RPCs, plus every model/judge request its pool makes
+(``medhelm.telemetry``, shared with ``medhelm run``/``job``). Its own registry: no global state.
 
 Labels are service/method/status/deployment names only: never prompt, completion or patient text.
 """
@@ -14,56 +15,33 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from medhelm.errors import MedhelmError
-from medhelm.rpc.status import code_for
+from medhelm.rpc.status import code_for, upstream_metadata
 from medhelm.scoring.base import MetricResult
+from medhelm.telemetry import Telemetry as ProcessTelemetry
 
 log = logging.getLogger("medhelm.rpc")
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
-class Telemetry:
-    def __init__(self, service: str) -> None:
-        self.service = service
-        self.registry = CollectorRegistry()
+class Telemetry(ProcessTelemetry):
+    """The process's model/judge metrics (``medhelm.telemetry``) plus the RPC layer's own."""
+
+    def __init__(self, service: str, *, prices: object | None = None) -> None:
+        super().__init__(service, prices=prices)
         r = self.registry
         self.requests = Counter("medhelm_rpc_requests", "RPCs handled", ["service", "method", "code"], registry=r)
         self.latency = Histogram("medhelm_rpc_latency_seconds", "RPC wall time", ["service", "method"],
                                  buckets=_LATENCY_BUCKETS, registry=r)
-        self.in_flight = Gauge("medhelm_rpc_in_flight", "RPCs being handled", ["service", "method"], registry=r)
+        self.rpc_in_flight = Gauge("medhelm_rpc_in_flight", "RPCs being handled", ["service", "method"], registry=r)
         self.items = Counter("medhelm_items", "instances streamed or scored", ["service", "method"], registry=r)
-        self.inference = Counter("medhelm_inference_requests", "model/judge requests",
-                                 ["deployment", "outcome"], registry=r)
-        self.cache_hits = Counter("medhelm_cache_hits", "requests answered by the request cache",
-                                  ["deployment"], registry=r)
-        self.tokens = Counter("medhelm_tokens", "tokens used", ["deployment", "kind"], registry=r)
-        self.inference_latency = Histogram("medhelm_inference_latency_seconds", "model/judge request wall time",
-                                           ["deployment"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.judge_failures = Counter("medhelm_judge_failures", "judge scores that are not ok",
-                                      ["judge", "status"], registry=r)
-
-    # -- InferenceObserver (the ClientPool calls this for every candidate/judge request) --------
-    def on_request(self, deployment: str, *, cached: bool, attempts: int, latency_s: float,
-                   prompt_tokens: int | None, completion_tokens: int | None, error: str | None,
-                   **_: object) -> None:
-        self.inference.labels(deployment, "error" if error else "ok").inc()
-        if cached:
-            self.cache_hits.labels(deployment).inc()
-        else:
-            self.inference_latency.labels(deployment).observe(latency_s)
-        if prompt_tokens:
-            self.tokens.labels(deployment, "prompt").inc(prompt_tokens)
-        if completion_tokens:
-            self.tokens.labels(deployment, "completion").inc(completion_tokens)
 
     def on_scored(self, method: str, result: MetricResult) -> None:
         self.items.labels(self.service, method).inc()
-        for j in result.judgements:
-            if j.status.value != "ok":
-                self.judge_failures.labels(j.judge, j.status.value).inc()
+        self.on_judgements(result.judgements)
 
 
 def rpc_method(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -91,7 +69,7 @@ def rpc_method(func: Callable[..., Any]) -> Callable[..., Any]:
 
 @contextlib.asynccontextmanager
 async def _guard(t: Telemetry, method: str, context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
-    t.in_flight.labels(t.service, method).inc()
+    t.rpc_in_flight.labels(t.service, method).inc()
     start = time.perf_counter()
     code = grpc.StatusCode.OK
     try:
@@ -100,17 +78,23 @@ async def _guard(t: Telemetry, method: str, context: grpc.aio.ServicerContext) -
         code = _context_code(context)
         raise
     except Exception as err:  # noqa: BLE001 - every failure becomes a status, never a traceback
+        trailing: tuple[tuple[str, str], ...] = ()
         if isinstance(err, MedhelmError):
-            code, details = code_for(err), str(err)
+            code, details, trailing = code_for(err), str(err), upstream_metadata(err)
         else:
             code, details = grpc.StatusCode.INTERNAL, f"internal error ({type(err).__name__}); see the server log"
             log.error("%s.%s failed: %s", t.service, method, type(err).__name__)
-        await context.abort(code, details)
+        if trailing:
+            # The service already retried the model server: commit the call (headers sent) so the client's
+            # transparent gRPC retries, meant for a restarting service, do not multiply those retries.
+            with contextlib.suppress(Exception):
+                await context.send_initial_metadata(())
+        await context.abort(code, details, trailing_metadata=trailing)
     except BaseException:  # cancelled by the client or by shutdown
         code = grpc.StatusCode.CANCELLED
         raise
     finally:
-        t.in_flight.labels(t.service, method).dec()
+        t.rpc_in_flight.labels(t.service, method).dec()
         t.latency.labels(t.service, method).observe(time.perf_counter() - start)
         t.requests.labels(t.service, method, code.name).inc()
 
