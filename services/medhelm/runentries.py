@@ -90,6 +90,7 @@ def read_conf(path: str | Path) -> list[RunEntry]:
     if not isinstance(entries, list):
         raise ConfigError("expected 'entries: [ {description: \"...\", priority: N}, ... ]'", path=path)
     out: list[RunEntry] = []
+    base_dir = path.parent.resolve()
     for i, item in enumerate(entries):
         if not isinstance(item, dict) or not isinstance(item.get("description"), str):
             raise ConfigError("each entry needs a string 'description'", path=path, field=f"entries[{i}]")
@@ -98,8 +99,7 @@ def read_conf(path: str | Path) -> list[RunEntry]:
                                                                         re.fullmatch(r"-?\d{1,9}", prio.strip())):
             raise ConfigError("priority must be an integer", path=path, field=f"entries[{i}].priority")
         prio = int(prio)
-        out.append(parse_run_entry(item["description"], source=str(path), priority=prio,
-                                   base_dir=path.parent.resolve()))
+        out.append(parse_run_entry(item["description"], source=str(path), priority=prio, base_dir=base_dir))
     return out
 
 

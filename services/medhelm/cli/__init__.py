@@ -114,6 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("medhelm: interrupted; finished instances are saved, run again to resume", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `medhelm list | head`: the reader left; not a bug
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 141
     except BaseException as err:  # noqa: BLE001 - the last resort: a bug must not look like a user error
         if isinstance(err, SystemExit):
             raise

@@ -43,12 +43,16 @@ def plan_runs(entries: Sequence[RunEntry], options: RunOptions, *,
     warn = warn or (lambda msg: print(f"medhelm: warning: {msg}", file=sys.stderr))
     plans: dict[str, RunPlan] = {}
     cache: dict[tuple, object] = {}  # a .conf of 20,000 entries reads each benchmark's files once
+    planned: set[tuple[str, Path]] = set()  # an entry repeated verbatim plans to the same run
     for entry in entries:
+        if (entry.text, entry.base_dir) in planned:
+            continue
+        planned.add((entry.text, entry.base_dir))
         plan = _plan_one(entry, options, deployments, warn, cache)
-        if plan.spec.name in plans and plans[plan.spec.name].spec != plan.spec:
-            raise ConfigError(f"two run entries map to run '{plan.spec.name}' with different settings",
-                              path=entry.source)
-        plans.setdefault(plan.spec.name, plan)
+        name = plan.run_dir.name
+        if name in plans and plans[name].spec != plan.spec:
+            raise ConfigError(f"two run entries map to run '{name}' with different settings", path=entry.source)
+        plans.setdefault(name, plan)
     return list(plans.values())
 
 
@@ -59,9 +63,10 @@ def _plan_one(entry: RunEntry, options: RunOptions, deployments: DeploymentRegis
         deployment = deployments.resolve(entry.model, entry.deployment)
     except ConfigError as err:
         raise ConfigError(f"run entry '{escape(entry.text)}': {err}", path=_where(entry)) from None
-    ctx = LoadContext(args=entry.benchmark_args, data_dir=options.data_dir, cache_dir=options.scenarios_dir,
+    bargs = entry.benchmark_args
+    ctx = LoadContext(args=bargs, data_dir=options.data_dir, cache_dir=options.scenarios_dir,
                       offline=options.offline, base_dir=entry.base_dir)
-    key = ("benchmark", entry.name, entry.benchmark_args, entry.base_dir)
+    key = ("benchmark", entry.name, bargs, entry.base_dir)
     if key not in cache:
         try:
             cache[key] = benchmarks.resolve(entry.name, ctx)
@@ -71,7 +76,7 @@ def _plan_one(entry: RunEntry, options: RunOptions, deployments: DeploymentRegis
     spec = benchmark.spec
     metrics_key = ("metrics", *key[1:], deployment.name)
     if metrics_key not in cache:
-        rctx = metric_registry.ResolveContext(benchmark_args=entry.benchmark_args, base_dir=entry.base_dir,
+        rctx = metric_registry.ResolveContext(benchmark_args=bargs, base_dir=entry.base_dir,
                                               deployments=deployments, evaluated_deployment=deployment.name,
                                               warn=warn)
         metrics = metric_registry.resolve_all(spec.metrics, rctx)
@@ -103,7 +108,7 @@ def _plan_one(entry: RunEntry, options: RunOptions, deployments: DeploymentRegis
     run_spec = RunSpec(
         entry=entry.text,
         benchmark=spec,
-        benchmark_args=FrozenMap(entry.benchmark_args),
+        benchmark_args=bargs,
         model=deployment.model_name,
         deployment=deployment.name,
         max_eval_instances=max_eval,
@@ -112,11 +117,11 @@ def _plan_one(entry: RunEntry, options: RunOptions, deployments: DeploymentRegis
         seed=options.seed if seed is None else seed,
         prompt=getattr(benchmark, "prompt_variant", ""),
     )
-    if len(run_spec.name.encode("utf-8")) > 255:  # one folder name on every filesystem we write to
+    name = run_spec.name
+    if len(name.encode("utf-8")) > 255:  # one folder name on every filesystem we write to
         raise ConfigError(f"run entry '{escape(entry.text, 120)}': its run name is longer than a folder name may be "
                           "(255 bytes); shorten the benchmark arguments or the deployment name", path=_where(entry))
-    return RunPlan(spec=run_spec, deployment=deployment, benchmark=benchmark,
-                   run_dir=options.suite_dir / run_spec.name)
+    return RunPlan(spec=run_spec, deployment=deployment, benchmark=benchmark, run_dir=options.suite_dir / name)
 
 
 def _judges(metrics: Sequence[object]) -> list[str]:
