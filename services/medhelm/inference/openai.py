@@ -74,6 +74,19 @@ class OpenAIClient:
             raise self._http_error(response, request)
         return _parse(response, latency, self._where())
 
+    async def context_window(self) -> int | None:
+        """The served model's context length as the server states it: vLLM lists ``max_model_len`` for
+        each model in ``GET <base_url>/models``. None when the server does not say (or cannot be asked)."""
+        data = await self._transport.get_json(self._deployment.base_url.rstrip("/") + "/models")
+        models = data.get("data") if isinstance(data, Mapping) else None
+        if not isinstance(models, list):
+            return None
+        for entry in models:
+            if isinstance(entry, Mapping) and entry.get("id") == self._model:
+                value = entry.get("max_model_len")
+                return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+        return None
+
     async def post(self, url: str, body: dict[str, Any]) -> tuple[HttpReply, float]:
         """POST JSON on a kept-alive connection -> (reply, seconds); transport failures are InferenceErrors."""
         return await self._transport.post(url, body, self._where())

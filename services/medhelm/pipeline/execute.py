@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from medhelm.benchmarks.base import PromptBudget, approx_tokens
 from medhelm.deployments import DeploymentRegistry
 from medhelm.errors import InferenceError, MedhelmError, ServerUnreachable
+from medhelm.inference.base import CHAT_TEMPLATE_TOKENS
 from medhelm.pipeline.options import RunOptions
 from medhelm.pipeline.plan import RunPlan
 from medhelm.pipeline.progress import Progress
@@ -109,7 +110,7 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
     metrics = (build_metrics or metric_registry.build_all)(spec.benchmark.metrics, ScoringContext(
         deployments=deployments, clients=pool, evaluated_deployment=plan.deployment.name))
     client = pool.get(plan.deployment)
-    budget = PromptBudget(max_prompt_tokens=plan.max_prompt_tokens, count_tokens=_token_counter(client))
+    budget = PromptBudget(max_prompt_tokens=await _prompt_limit(plan, client), count_tokens=_token_counter(client))
     writer = run_dir.writer((shard.index, shard.count) if shard else None)
     outcome = RunOutcome(plan)
     queue: asyncio.Queue[tuple[int, Instance]] = asyncio.Queue()
@@ -160,6 +161,9 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
     else:
         outcome.status = {"status": "shard-done" if not outcome.error else "partial",
                           "instances_total": mine, "instances_done": mine - len(todo) + outcome.evaluated}
+    if outcome.status.get("status") == "failed" and not outcome.error:
+        first = next((r.error for r in run_dir.latest_records().values() if r.error), "")
+        outcome.error = f"every instance failed (first error: {first})"
     if outcome.transient_failures and not outcome.error:
         outcome.error = (f"{outcome.transient_failures} instance(s) still failing after retries "
                          f"({plan.deployment.base_url or plan.deployment.name}); run again to resume")
@@ -198,6 +202,16 @@ def merge_results(results: Sequence[MetricResult]) -> MetricResult:
         judge_completion += r.judge_usage.completion_tokens or 0
     judge_usage = Usage(prompt_tokens=judge_prompt, completion_tokens=judge_completion) if judgements else Usage()
     return MetricResult(stats=stats, judgements=tuple(judgements), judge_usage=judge_usage)
+
+
+async def _prompt_limit(plan: RunPlan, client) -> int | None:
+    """Prompt tokens that fit: the deployment's ``max_sequence_length``, else the context length the server
+    reports (vLLM ``/v1/models`` ``max_model_len``), minus the output tokens; None when nobody says."""
+    if plan.max_prompt_tokens is not None:
+        return plan.max_prompt_tokens
+    ask = getattr(client, "context_window", None)
+    window = await ask() if ask is not None else None
+    return max(window - plan.spec.max_tokens - CHAT_TEMPLATE_TOKENS, 1) if window else None
 
 
 def _token_counter(client) -> Callable[[str], int]:

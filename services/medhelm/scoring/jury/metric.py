@@ -14,8 +14,9 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from medhelm.benchmarks.base import approx_tokens
 from medhelm.errors import InferenceError
-from medhelm.inference.base import ModelClient
+from medhelm.inference.base import CHAT_TEMPLATE_TOKENS, ModelClient
 from medhelm.scoring.base import MetricResult, ScoringItem
 from medhelm.scoring.jury.config import Judge
 from medhelm.scoring.jury.parse import Judgement, Quoted, parse_judgement
@@ -27,6 +28,9 @@ EMPTY_RESPONSE_JUDGE = "rule:empty-response"  # not a deployment: marks scores n
 EMPTY_RESPONSE_REASON = "the candidate's output was empty: scored as the rubric minimum, no judge asked"
 REASK_NOTE = ("\n\nYour previous reply could not be read ({problem}). Reply again with only the JSON object "
               "inside <rubric_criteria> tags: every criterion, each with an integer score from {lo} to {hi}.")
+REASK_NOTE_STRUCTURED = ("\n\nYour previous reply could not be used ({problem}). Judge the response above "
+                         "yourself: for every criterion write your own explanation and an integer score "
+                         "from {lo} to {hi}; do not copy the example.")
 REASK_SEED_OFFSET = 1  # the re-ask differs from the first ask in seed and text: a distinct cache entry
 
 
@@ -56,14 +60,39 @@ class JuryMetric:
         if not response.strip():
             return _empty_response(self.rubric)
         gold = next((r.text for r in item.instance.correct_references), "")
-        prompt = self.rubric.render(question=item.instance.input, response=response, gold=gold)
-        quoted = Quoted(prompt)
-        outcomes = await asyncio.gather(*(self._ask(call, prompt, quoted) for call in self.calls))
+        outcomes = await asyncio.gather(*(self._ask(call, item.instance.input, response, gold)
+                                          for call in self.calls))
         scores = tuple(s for judge_scores, _ in outcomes for s in judge_scores)
         return MetricResult(stats=jury_stats(scores), judgements=scores,
                             judge_usage=_sum_usage([u for _, usages in outcomes for u in usages]))
 
-    async def _ask(self, call: JudgeCall, prompt: str, quoted: Quoted) -> tuple[list[JudgeScore], list[Usage]]:
+    async def _judge_prompt(self, call: JudgeCall, question: str, response: str, gold: str) -> str | None:
+        """The rubric filled for this judge, fitted to the judge's OWN context window (its deployment's
+        ``max_sequence_length``, else what its server reports) minus its output tokens and room for the
+        re-ask note; None when not even the bare rubric fits."""
+        window_of = getattr(call.client, "context_window", None)
+        window = await window_of() if window_of is not None else None
+        limit = None
+        if window:
+            limit = window - self.max_tokens - CHAT_TEMPLATE_TOKENS - approx_tokens(self._note("x" * 80))
+        exact = getattr(call.client, "count_tokens", None)
+
+        def count(text: str) -> int:
+            n = exact(text) if exact is not None else None
+            return approx_tokens(text) if n is None else n
+
+        fitted = self.rubric.render_within(question=question, response=response, gold=gold, limit=limit,
+                                           count=count)
+        return None if fitted is None else fitted[0]
+
+    async def _ask(self, call: JudgeCall, question: str, response: str,
+                   gold: str) -> tuple[list[JudgeScore], list[Usage]]:
+        prompt = await self._judge_prompt(call, question, response, gold)
+        if prompt is None:
+            return self._failed(call.judge, JudgeStatus.ERROR,
+                                "the rubric alone does not fit the judge's context window: give the judge "
+                                "a larger max_sequence_length or fewer max_tokens"), []
+        quoted = Quoted(prompt)
         request = GenerationRequest(messages=(Message("user", prompt),), max_tokens=self.max_tokens,
                                     temperature=0.0, seed=0, json_schema=self.schema)
         try:
@@ -89,12 +118,17 @@ class JuryMetric:
                     judgement = again
         return self._scores(call.judge, judgement), usages
 
+    def _note(self, problem: str) -> str:
+        # Under guided decoding (json_schema) the judge can only emit the bare JSON object: asking for
+        # <rubric_criteria> tags there would ask for what the grammar cannot produce.
+        template = REASK_NOTE_STRUCTURED if self.schema is not None else REASK_NOTE
+        return template.format(problem=problem, lo=self.rubric.min_score, hi=self.rubric.max_score)
+
     def _reask(self, request: GenerationRequest, prompt: str, judgement: Judgement) -> GenerationRequest:
         problem = next(v.problem for v in judgement.verdicts if v.score is None)
-        note = REASK_NOTE.format(problem=problem, lo=self.rubric.min_score, hi=self.rubric.max_score)
-        return GenerationRequest(messages=(Message("user", prompt + note),), max_tokens=request.max_tokens,
-                                 temperature=0.0, seed=(request.seed or 0) + REASK_SEED_OFFSET,
-                                 json_schema=request.json_schema)
+        return GenerationRequest(messages=(Message("user", prompt + self._note(problem)),),
+                                 max_tokens=request.max_tokens, temperature=0.0,
+                                 seed=(request.seed or 0) + REASK_SEED_OFFSET, json_schema=request.json_schema)
 
     def _scores(self, judge: Judge, judgement: Judgement) -> list[JudgeScore]:
         return [JudgeScore(judge=judge.name, criterion=v.criterion, score=v.score, min_score=self.rubric.min_score,
