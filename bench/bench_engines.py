@@ -63,8 +63,9 @@ def write_deployment(local: Path, kind: str, base_url: str) -> str:
 
 
 def medhelm_run(cfg: Path, local: Path, deployment: str, concurrency: int, out: Path) -> tuple[float, list[dict]]:
-    cmd = [sys.executable, "-m", "medhelm", "run", "-r",
-           f"{cfg}:model=huggingface/smollm2-135m-instruct,model_deployment={deployment}", "-o", str(out),
+    entry = (f"medhelm_configurable_benchmark:config_path={cfg},model=huggingface/smollm2-135m-instruct,"
+             f"model_deployment={deployment}")
+    cmd = [sys.executable, "-m", "medhelm", "run", "-r", entry, "-o", str(out),
            "--local-path", str(local), "--max-concurrency", str(concurrency), "--disable-cache", "-q"]
     started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -124,9 +125,9 @@ async def time_to_first_request(target: str, cfg: Path, local: Path, out: Path) 
         port = free_port()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         deployment = write_deployment(local, "openai", f"http://127.0.0.1:{port}/v1")
-        cmd = [sys.executable, "-m", "medhelm", "run", "-r",
-               f"{cfg}:model=huggingface/smollm2-135m-instruct,model_deployment={deployment},max_eval_instances=4",
-               "-o", str(out), "--local-path", str(local), "--disable-cache", "-q"]
+        entry = (f"medhelm_configurable_benchmark:config_path={cfg},model=huggingface/smollm2-135m-instruct,"
+                 f"model_deployment={deployment},max_eval_instances=4")
+        cmd = [sys.executable, "-m", "medhelm", "run", "-r", entry, "-o", str(out), "--local-path", str(local), "--disable-cache", "-q"]
         started = time.perf_counter()
         proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.DEVNULL,
                                                     stderr=asyncio.subprocess.DEVNULL)

@@ -55,7 +55,8 @@ def test_configurable_benchmark_resumes_after_vllm_is_killed(vllm, tmp_path):
     local = tmp_path / "env"
     write_deployments(local, [vllm_deployment(vllm)])
     out = tmp_path / "out"
-    args = [sys.executable, "-m", "medhelm", "run", "-r", f"{cfg}:model=huggingface/smollm2-135m-instruct",
+    entry = f"medhelm_configurable_benchmark:model=huggingface/smollm2-135m-instruct,config_path={cfg}"
+    args = [sys.executable, "-m", "medhelm", "run", "-r", entry,
             "-o", str(out), "--local-path", str(local), "--max-concurrency", "4", "-q"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -11,6 +11,7 @@ the same bad answer); what is still invalid is recorded as ``unscored`` with its
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,9 +20,9 @@ from medhelm.errors import InferenceError
 from medhelm.inference.base import CHAT_TEMPLATE_TOKENS, ModelClient
 from medhelm.scoring.base import MetricResult, ScoringItem
 from medhelm.scoring.jury.config import Judge
-from medhelm.scoring.jury.parse import Judgement, Quoted, parse_judgement
+from medhelm.scoring.jury.parse import NO_VERDICT, Judgement, Quoted, parse_judgement
 from medhelm.scoring.jury.rubrics import Rubric
-from medhelm.specs import GenerationRequest, JudgeScore, JudgeStatus, Message, Usage
+from medhelm.specs import Completion, GenerationRequest, JudgeScore, JudgeStatus, Message, Usage
 
 STATS = ("jury_score", "jury_score_normalized", "jury_coverage")
 EMPTY_RESPONSE_JUDGE = "rule:empty-response"  # not a deployment: marks scores no judge was asked for
@@ -102,7 +103,7 @@ class JuryMetric:
                 raise  # still failing after the pool's retries: the instance is retried on resume
             return self._failed(call.judge, JudgeStatus.ERROR, _error_text(err)), []
         usages = [first.usage]
-        judgement = parse_judgement(first.text, self.rubric, quoted)
+        judgement = self._read(first, quoted)
         if not judgement.complete:
             retry = self._reask(request, prompt, judgement)
             try:
@@ -113,10 +114,21 @@ class JuryMetric:
                 second = None
             if second is not None:
                 usages.append(second.usage)
-                again = parse_judgement(second.text, self.rubric, quoted)
+                again = self._read(second, quoted)
                 if again.valid >= judgement.valid:  # the better-read of the two attempts, whole
                     judgement = again
         return self._scores(call.judge, judgement), usages
+
+    def _read(self, completion: Completion, quoted: Quoted) -> Judgement:
+        """The verdict in a judge's output; when none was found because the output hit ``max_tokens``
+        (finish_reason "length"), the problem says so instead of blaming the judge's format."""
+        judgement = parse_judgement(completion.text, self.rubric, quoted)
+        if completion.finish_reason != "length":
+            return judgement
+        cut = (f"the judge's output was cut at max_tokens ({self.max_tokens}) before its JSON was complete: "
+               f"raise the jury's max_tokens")
+        return Judgement(tuple(dataclasses.replace(v, problem=cut) if v.problem == NO_VERDICT else v
+                               for v in judgement.verdicts))
 
     def _note(self, problem: str) -> str:
         # Under guided decoding (json_schema) the judge can only emit the bare JSON object: asking for

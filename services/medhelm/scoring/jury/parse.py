@@ -34,6 +34,7 @@ _SPECIAL = re.compile(r'[{}"\\]')
 _WORD = re.compile(r"[a-z0-9]+")
 _MIN_COPY_CHARS = 10  # shorter explanations ("Accurate.") are not taken as copies
 _MAX_DEPTH = 32
+NO_VERDICT = "no JSON object with the rubric's criteria in the judge's own output"
 QUOTED_ONLY = ("the judge's JSON only repeated an object shown in its prompt (the rubric's example or the "
                "response), not a verdict of its own")  # no verdict nests deeper; bounds the work on hostile input
 
@@ -89,8 +90,7 @@ def _plain(text: str) -> str:
 def parse_judgement(output: str, rubric: Rubric, quoted: Quoted | None = None) -> Judgement:
     verdict_obj, skipped_quotes = _pick(output, rubric, quoted)
     if verdict_obj is None:
-        reason = (QUOTED_ONLY if skipped_quotes else
-                  "no JSON object with the rubric's criteria in the judge's own output")
+        reason = QUOTED_ONLY if skipped_quotes else NO_VERDICT
         return Judgement(tuple(Verdict(c, None, problem=reason) for c in rubric.criteria))
     by_key = {str(k).strip().lower(): v for k, v in verdict_obj.items()}
     return Judgement(tuple(_verdict(c, by_key.get(c.lower()), rubric, quoted) for c in rubric.criteria))
