@@ -9,8 +9,9 @@ on the same fp32 weights vLLM serves, so records can be compared with the vLLM p
 
 Failure semantics (what KServe makes of them): a prompt longer than ``--max_model_len`` minus the
 requested ``max_tokens`` raises ``kserve.errors.InvalidInput`` (HTTP 400 / gRPC INVALID_ARGUMENT); a
-request before the weights are loaded gets KServe's own "model not ready" answer (HTTP 503);
-``--load_delay`` postpones loading so tests can see that state.
+request while the model is not ready gets KServe's own "model not ready" answer (HTTP 503).
+``--load_delay S`` keeps the model not ready for S seconds after the server starts (as while weights are
+(re)loaded; KServe itself refuses to start with no ready model), so tests can see that state.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
 class SmolLM(Model):
-    def __init__(self, name: str, model_dir: str, max_model_len: int) -> None:
+    def __init__(self, name: str, model_dir: str, max_model_len: int, load_delay: float = 0.0) -> None:
         super().__init__(name)
-        self.model_dir, self.max_model_len = model_dir, max_model_len
+        self.model_dir, self.max_model_len, self.load_delay = model_dir, max_model_len, load_delay
         self.ready = False
         self._lock = threading.Lock()  # one generate at a time: transformers on 2 cores, no batching
 
@@ -40,6 +41,18 @@ class SmolLM(Model):
         self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, torch_dtype=torch.float32).eval()
         self.ready = True
         return True
+
+    def start(self) -> None:
+        """Called by ModelServer after registering the model: with --load_delay, not ready for a while."""
+        super().start()
+        if self.load_delay > 0:
+            self.ready = False
+
+            def ready_later() -> None:
+                time.sleep(self.load_delay)
+                self.ready = True
+
+            threading.Thread(target=ready_later, daemon=True).start()
 
     async def predict(self, payload: InferRequest, headers=None, response_headers=None) -> InferResponse:
         if not isinstance(payload, InferRequest):
@@ -90,14 +103,8 @@ def main() -> None:
     parser.add_argument("--max_model_len", type=int, default=1024)
     parser.add_argument("--load_delay", type=float, default=0.0, help="seconds before loading (tests)")
     args, _ = parser.parse_known_args()
-    model = SmolLM(args.model_name, args.model_dir, args.max_model_len)
-    if args.load_delay > 0:
-        def late() -> None:
-            time.sleep(args.load_delay)
-            model.load()
-        threading.Thread(target=late, daemon=True).start()
-    else:
-        model.load()
+    model = SmolLM(args.model_name, args.model_dir, args.max_model_len, args.load_delay)
+    model.load()
     ModelServer(http_port=args.http_port, grpc_port=args.grpc_port).start([model])
 
 

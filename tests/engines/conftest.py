@@ -99,10 +99,13 @@ def vllm(engines_built) -> Engine:
 
 @pytest.fixture(scope="session")
 def kserve(engines_built) -> Engine:
-    engine = Engine("kserve", free_port(), free_port())
-    engine.start()
+    reuse = os.environ.get("MEDHELM_TEST_KSERVE_PORT")  # a server already started by `engines.sh start` (dev)
+    engine = Engine("kserve", int(reuse) if reuse else free_port(), None if reuse else free_port())
+    if not reuse:
+        engine.start()
     yield engine
-    engine.stop()
+    if not reuse:
+        engine.stop()
 
 
 @pytest.fixture(scope="session")
