@@ -56,7 +56,8 @@ build_model() {
   [ -f "$m/.ok" ] && return 0
   say "converting SmolLM2-135M-Instruct GGUF -> HF safetensors (once, ~30 s)"
   rm -rf "$m" && mkdir -p "$m"
-  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$DIR/vllm/bin/python" - "$m" <<'PY'
+  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$DIR/vllm/bin/python" - "$m" >"$DIR/model/convert.log" 2>&1 <<'PY' \
+    || { cat "$DIR/model/convert.log" >&2; return 1; }
 import importlib.util, pathlib, sys
 from transformers import AutoModelForCausalLM, AutoTokenizer
 out = pathlib.Path(sys.argv[1])

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
 ROWS = 4
 JURY = ("  - name: jury_score\n    rubric: aci_bench\n    max_tokens: 200\n    structured_output: true\n"
-        "    judges:\n      - {name: vllm/judge}\n")
+        "    judges:\n      - {name: vllm/judge, model_name: huggingface/smollm2-135m-instruct}\n")
 
 
 def _served(svc: Service, method: str) -> float:
