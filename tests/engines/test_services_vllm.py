@@ -14,13 +14,37 @@ import pytest
 
 from medhelm.devtools.fixtures import write_configurable_benchmark
 from tests.engines.conftest import records, vllm_deployment, write_deployments
-from tests.services.conftest import Service
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
 ROWS = 4
 JURY = ("  - name: jury_score\n    rubric: aci_bench\n    max_tokens: 200\n    structured_output: true\n"
         "    judges:\n      - {name: vllm/judge, model_name: huggingface/smollm2-135m-instruct}\n")
+
+
+class Service:
+    """A `medhelm serve <name>` child process on 127.0.0.1 with free ports (as in tests/services)."""
+
+    def __init__(self, name: str, *args: str, env: dict) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "medhelm", "serve", name, "--port", "0",
+                                      "--metrics-port", "0", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=env)
+        line = self.proc.stdout.readline()
+        if "listening on" not in line:
+            self.proc.kill()
+            raise RuntimeError(f"service {name} did not start: {line!r} {self.proc.stderr.read()[-2000:]}")
+        words = line.split()
+        self.address = words[words.index("on") + 1]
+        self.metrics_url = next(w for w in words if w.startswith("http://"))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        finally:
+            self.proc.stdout.close()
+            self.proc.stderr.close()
 
 
 def _served(svc: Service, method: str) -> float:
