@@ -9,7 +9,8 @@ Deployment ``options`` understood here:
 * ``headers`` — extra, non-secret headers (e.g. a KServe ``Host`` override);
 * ``ca_bundle`` — a PEM file of the CA that signed an internal HTTPS endpoint.
 
-The API key is read from the environment variable *named* by ``deployment.api_key_env``; it is never part
+``context_window()`` reads the served model's ``max_model_len`` from ``GET <base_url>/models`` (vLLM) for
+deployments that do not state ``max_sequence_length``. The API key is read from the environment variable *named* by ``deployment.api_key_env``; it is never part
 of a spec, a log or an error. Error messages name the deployment and URL, never the prompt.
 """
 

@@ -1,6 +1,8 @@
 """Execute planned runs: prompts -> inference -> metrics -> durable records, with bounded concurrency.
 
-Each run keeps ``max_concurrency`` instances in flight (a fixed set of worker tasks pulling from a
+Prompts are fitted to the deployment's ``max_sequence_length``, else to the context length the server
+reports (vLLM ``GET /v1/models`` ``max_model_len``), minus the output tokens. Each run keeps
+``max_concurrency`` instances in flight (a fixed set of worker tasks pulling from a
 queue, so memory does not grow with the benchmark). Every finished instance is appended to the run's
 records at once; a run that is stopped at any point resumes without redoing finished instances.
 
@@ -8,6 +10,8 @@ Failure semantics, per instance:
 * the server refuses the request for good (non-retryable, e.g. prompt too long) -> recorded with an
   ``error`` and no scores (counted in run.json; retried on the next run);
 * a retryable failure that outlasts the retries -> not recorded (retried on the next run);
+* every instance refused for good -> the run's status is ``failed`` (not ``complete``) and the CLI exits 2
+  naming the first error;
 * the server cannot be reached -> the run stops (its finished instances are kept) and the suite goes on
   with its other runs; the CLI reports it and exits 2.
 """

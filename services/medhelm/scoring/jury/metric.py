@@ -4,7 +4,9 @@ Judges of one instance are asked concurrently (and instances run concurrently in
 through the shared ClientPool: same cache, retries and per-deployment caps as inference. The judge's
 deployment identity and the rubric-filled prompt are in the request, so they key the cache.
 
-An unparseable or invalid verdict gets one re-ask (a changed request, so the cache cannot hand back
+Each judge's prompt is fitted to that judge's own context window (``Rubric.render_within``; the window is
+its deployment's ``max_sequence_length`` or what its server reports), so a long dialogue never makes every
+judgement an HTTP 400. An unparseable or invalid verdict gets one re-ask (a changed request, so the cache cannot hand back
 the same bad answer); what is still invalid is recorded as ``unscored`` with its reason, never 0.
 """
 

@@ -33,10 +33,10 @@ _WS = re.compile(r"\s+")
 _SPECIAL = re.compile(r'[{}"\\]')
 _WORD = re.compile(r"[a-z0-9]+")
 _MIN_COPY_CHARS = 10  # shorter explanations ("Accurate.") are not taken as copies
-_MAX_DEPTH = 32
+_MAX_DEPTH = 32  # no verdict nests deeper; bounds the work on hostile input
 NO_VERDICT = "no JSON object with the rubric's criteria in the judge's own output"
 QUOTED_ONLY = ("the judge's JSON only repeated an object shown in its prompt (the rubric's example or the "
-               "response), not a verdict of its own")  # no verdict nests deeper; bounds the work on hostile input
+               "response), not a verdict of its own")
 
 
 @dataclass(frozen=True)
