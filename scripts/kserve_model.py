@@ -1,4 +1,5 @@
-"""A real KServe ModelServer serving SmolLM2-135M-Instruct over the Open Inference Protocol v2.
+"""A real KServe ModelServer serving SmolLM2-135M-Instruct over the Open Inference Protocol v2 (REST, bound
+to 127.0.0.1).
 
 Run by ``scripts/engines.sh start kserve`` inside the engines' own kserve venv (kserve 0.21 SDK, torch
 CPU, transformers), never imported by medhelm. It is the kind of custom predictor a hospital platform
@@ -22,6 +23,7 @@ import threading
 import time
 
 import kserve
+import kserve.protocol.rest.server as kserve_rest
 import torch
 from kserve import InferOutput, InferRequest, InferResponse, Model, ModelServer
 from kserve.errors import InvalidInput
@@ -97,15 +99,32 @@ class SmolLM(Model):
         return (text, n), finish
 
 
+def _bind_rest_to(host: str) -> None:
+    """kserve 0.21 hard-codes ``host="0.0.0.0"`` for its REST server (protocol/rest/server.py); tests and
+    benchmarks must listen on loopback only, so the uvicorn Config it builds gets ``host`` instead."""
+    config = kserve_rest.uvicorn.Config
+
+    class LoopbackConfig(config):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs) -> None:
+            kwargs["host"] = host
+            super().__init__(*args, **kwargs)
+
+    kserve_rest.uvicorn.Config = LoopbackConfig
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(parents=[kserve.model_server.parser])
     parser.add_argument("--model_dir", required=True)
     parser.add_argument("--max_model_len", type=int, default=1024)
-    parser.add_argument("--load_delay", type=float, default=0.0, help="seconds before loading (tests)")
+    parser.add_argument("--load_delay", type=float, default=0.0, help="seconds not ready after start (tests)")
+    parser.add_argument("--host", default="127.0.0.1", help="REST bind address (KServe's own default: 0.0.0.0)")
     args, _ = parser.parse_known_args()
     model = SmolLM(args.model_name, args.model_dir, args.max_model_len, args.load_delay)
     model.load()
-    ModelServer(http_port=args.http_port, grpc_port=args.grpc_port).start([model])
+    _bind_rest_to(args.host)
+    # gRPC v2 stays off: kserve binds it to [::] (all interfaces, hard-coded) and medhelm has no gRPC v2
+    # client yet; REST v2 is what the kserve_v2 deployment kind speaks.
+    ModelServer(http_port=args.http_port, grpc_port=args.grpc_port, enable_grpc=False).start([model])
 
 
 if __name__ == "__main__":
