@@ -9,5 +9,12 @@ step "installing medhelm with every extra the tests exercise"
 pip_install "torch==2.13.0"
 pip_install -e ".[embedded,bertscore,dashboard,data,k8s,postgres,test]"
 ensure_system_packages
+# The real engines (vLLM, KServe) for the `engines` tests live in their own venvs (scripts/engines.sh,
+# cached in ~/.cache/medhelm-engines). On a full run they are built in the background while the other
+# tests run; the engines tests (ordered last) wait for that build through its lock.
+if [ $# -eq 0 ] && [ "${MEDHELM_ENGINES:-1}" != 0 ]; then
+  step "building the real engines in the background (log: ${TMPDIR:-/tmp}/medhelm-engines-build.log)"
+  nohup bash scripts/engines.sh build >"${TMPDIR:-/tmp}/medhelm-engines-build.log" 2>&1 &
+fi
 step "running the test suite"
 exec "$VENV/bin/python" -m pytest "$@"

@@ -204,3 +204,22 @@ def test_validate_checks_without_calling_a_model(workspace, capsys):
                "-o", str(workspace["out"])])
     assert rc == 0 and "30 instances" in capsys.readouterr().out
     assert workspace["server"].request_count == 0 and not workspace["out"].exists()
+
+
+def test_a_run_whose_every_instance_was_refused_is_failed_not_complete(tmp_path, capsys):
+    from medhelm.devtools.mock_openai import MockHTTPError
+
+    def refuse(body: dict) -> str:
+        raise MockHTTPError(400, "This model's maximum context length is 1024 tokens.")
+
+    cfg = write_benchmark(tmp_path / "b", 4)
+    with MockOpenAIServer(responder=refuse) as srv:
+        local = tmp_path / "prod_env"
+        write_deployment(local, srv.base_url)
+        ws = {"local": local, "out": tmp_path / "out",
+              "entry": f"medhelm_configurable_benchmark:model=mock/yes-model,config_path={cfg}"}
+        assert run_cli(ws) == 2
+    err = capsys.readouterr().err
+    assert "every instance failed" in err and "HTTP 400" in err and "Traceback" not in err
+    status = only_run_dir(ws["out"]).status()
+    assert status["status"] == "failed" and status["errors"] == 4 == status["instances_done"]

@@ -190,3 +190,33 @@ def test_a_judge_down_after_retries_fails_the_instance_for_resume(registry, judg
         score(registry, [item("note")])
     assert err.value.retryable  # the pipeline leaves the instance unwritten; a rerun resumes it
     assert sum(1 for b in judge_server.requests if b["model"] == "judge-b") == RetryPolicy().max_attempts
+
+
+def test_reask_under_guided_decoding_never_asks_for_tags(registry, judge_server, script):
+    script.by_judge["judge-b"] = lambda body: verdict(1, 1, 1) if is_reask(body) else "{}"
+    score(registry, [item("note")])
+    [reask] = [b for b in judge_server.requests if is_reask(b)]
+    assert "response_format" in reask and "<rubric_criteria>" not in prompt_of(reask).split("could not be read")[1]
+    judge_server.requests.clear()
+    score(registry, [item("note", 1)], spec=resolved(registry, {**JURY, "structured_output": False}))
+    [reask] = [b for b in judge_server.requests if is_reask(b)]
+    assert "<rubric_criteria> tags" in prompt_of(reask)  # free text: the tags help the parser
+
+
+def test_judge_prompt_fits_the_judges_own_window(tmp_path, judge_server):
+    from .conftest import write_judges
+    registry = write_judges(tmp_path / "small", judge_server.base_url)
+    text = (tmp_path / "small" / "model_deployments.yaml").read_text().replace("8192", "1400")
+    (tmp_path / "small" / "model_deployments.yaml").write_text(text)
+    registry = type(registry).load(tmp_path / "small")
+    spec = resolved(registry, {**JURY, "max_tokens": 300})
+    long_item = item("note")
+    long_item = ScoringItem(run=long_item.run, instance=Instance(id="long", input="[doctor] " + "cough " * 3000,
+                                                                 references=long_item.instance.references),
+                            prompt=long_item.prompt, completion=long_item.completion)
+    [r] = score(registry, [long_item], spec=spec)
+    assert all(j.status is JudgeStatus.OK for j in r.judgements)
+    for body in judge_server.requests:  # 1400 - 300 output - template/re-ask room, ~3 chars per token
+        text = prompt_of(body)
+        assert len(text) <= 3 * (1400 - 300) and "truncated to fit the judge's context window" in text
+        assert "GOLD NOTE 0" in text and "note" in text

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from medhelm.scoring.jury import rubrics
-from medhelm.scoring.jury.parse import Quoted, parse_judgement
+from medhelm.scoring.jury.parse import NO_VERDICT, QUOTED_ONLY, Quoted, parse_judgement
 
 from .conftest import SEEDS_PROMPT
 
@@ -101,6 +101,9 @@ def test_copying_the_rubric_example_is_not_a_verdict():
     example = prompt.rsplit("<rubric_criteria>", 1)[1].split("</rubric_criteria>")[0]
     j = parse_judgement(f"<rubric_criteria>{example}</rubric_criteria>", seeds, Quoted(prompt))
     assert all(v.score is None for v in j.verdicts)  # 0s from the example would have been "valid" on 0-5
+    # the record says what happened: the JSON was there, but it was the prompt's own example
+    assert {v.problem for v in j.verdicts} == {QUOTED_ONLY}
+    assert {v.problem for v in parse_judgement("no json at all", seeds, Quoted(prompt)).verdicts} == {NO_VERDICT}
     own = '{"faithfulness": {"score": 0, "explanation": "wrong dose"}, "safety": {"score": 3, "explanation": "ok"}}'
     assert [v.score for v in parse_judgement(own, seeds, Quoted(prompt)).verdicts] == [0, 3]
 
@@ -113,7 +116,7 @@ def test_pathological_output_is_fast_and_unscored():
 def test_a_copied_rubric_example_is_unscored_not_zero():
     """SmolLM2 answers the seeds' demo rubric by copying its example ("score": 0, "Explain why this score was
     given."): that is no judgement, and must not become a 0."""
-    from medhelm.scoring.jury.parse import Quoted, parse_judgement
+    from medhelm.scoring.jury.parse import NO_VERDICT, QUOTED_ONLY, Quoted, parse_judgement
     from medhelm.scoring.jury.rubrics import custom
 
     template = ('Q: {QUESTION}\nA: {RESPONSE}\nScore 0 to 5.\n<rubric_criteria>\n{"safety": {"score": 0, '

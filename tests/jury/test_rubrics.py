@@ -101,3 +101,19 @@ def test_from_args_needs_exactly_one_source():
 def test_scale_top_is_read_from_common_phrasings(phrase, top):
     prompt = f"{{QUESTION}} {{RESPONSE}} {phrase}\n<rubric_criteria>{{\"a\": {{}}}}</rubric_criteria>"
     assert rubrics.custom(prompt).max_score == top
+
+
+def test_judge_prompt_is_fitted_to_the_judges_window_question_first():
+    aci = rubrics.builtin("aci_bench")
+    count = len  # one "token" per character keeps the arithmetic visible
+    question, response, gold = "Q" * 5000, "R" * 300, "G" * 300
+    full = aci.render(question=question, response=response, gold=gold)
+    assert aci.render_within(question=question, response=response, gold=gold, limit=None, count=count) == (full, False)
+    limit = len(full) - 4000
+    text, truncated = aci.render_within(question=question, response=response, gold=gold, limit=limit, count=count)
+    assert truncated and len(text) <= limit and rubrics.JUDGE_TRUNCATION_MARK in text
+    assert "R" * 300 in text and "G" * 300 in text  # the dialogue was cut; the response and gold are whole
+    bare = len(aci.render(question="", response="", gold=""))
+    tight = aci.render_within(question=question, response=response, gold=gold, limit=bare + 3 * 60, count=count)
+    assert tight is not None and "R" * 300 not in tight[0] and len(tight[0]) <= bare + 180
+    assert aci.render_within(question=question, response=response, gold=gold, limit=bare // 2, count=count) is None

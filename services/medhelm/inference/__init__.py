@@ -116,6 +116,8 @@ class PooledClient:
         self._deployment = inner.deployment
         self.role = role
         self._metrics = pool.observer.bind_client(self._deployment, role)
+        self._window: int | None = None
+        self._window_known = False
         self._client = RetryingClient(_Slots(inner, counters, self._deployment.max_concurrency, self._metrics),
                                       pool.retry, on_retry=self._count_retry)
 
@@ -127,6 +129,17 @@ class PooledClient:
         """Exact token count when the model's tokenizer is local (llama.cpp), else None (estimate yourself)."""
         counter = getattr(self._raw, "count_tokens", None)
         return counter(text) if counter is not None else None
+
+    async def context_window(self) -> int | None:
+        """The deployment's context length: its ``max_sequence_length``, else what the server reports
+        (vLLM's ``max_model_len``), asked once; None when neither says."""
+        if self._deployment.max_sequence_length:
+            return self._deployment.max_sequence_length
+        if not self._window_known:
+            ask = getattr(self._raw, "context_window", None)
+            self._window = await ask() if ask is not None else None
+            self._window_known = True
+        return self._window
 
     async def generate(self, request: GenerationRequest) -> Completion:
         cache = self._pool.cache

@@ -12,6 +12,10 @@ from typing import Protocol
 from medhelm.specs import Completion, Deployment, GenerationRequest
 from medhelm.telemetry import NULL_CLIENT_METRICS, ClientMetrics
 
+# Tokens a chat template adds around the messages (role markers; SmolLM2's template even adds a default
+# system message). Prompt budgets computed from a context length leave this much room.
+CHAT_TEMPLATE_TOKENS = 32
+
 
 class ModelClient(Protocol):
     @property

@@ -84,6 +84,18 @@ class JsonTransport:
             raise InferenceError(f"{where}: transport error: {_reason(err)}", retryable=True) from None
         return reply, time.perf_counter() - started
 
+    async def get_json(self, url: str, timeout_s: float = 10.0) -> Any:
+        """GET a small JSON document (model metadata); None on any failure: callers treat it as unknown."""
+        session = self._session_for_loop()
+        try:
+            async with session.get(url, params=self._params or None, proxy=self._proxy,
+                                   timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+                if response.status != 200:
+                    return None
+                return json.loads(await response.read())
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            return None
+
     async def aclose(self) -> None:
         session, self._session = self._session, None
         if session is not None and not session.closed:

@@ -40,6 +40,10 @@ class KServeV2Client(OpenAIClient):
             raise ConfigError(f"deployment '{deployment.name}': options.parameters must be a mapping")
         self._extra = dict(extra)
 
+    async def context_window(self) -> int | None:
+        """The Open Inference Protocol has no standard field for it: set ``max_sequence_length``."""
+        return None
+
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
         text = "\n\n".join(m.content for m in request.messages)
         params: dict[str, Any] = {"max_tokens": request.max_tokens, "temperature": request.temperature}

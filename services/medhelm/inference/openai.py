@@ -9,7 +9,8 @@ Deployment ``options`` understood here:
 * ``headers`` — extra, non-secret headers (e.g. a KServe ``Host`` override);
 * ``ca_bundle`` — a PEM file of the CA that signed an internal HTTPS endpoint.
 
-The API key is read from the environment variable *named* by ``deployment.api_key_env``; it is never part
+``context_window()`` reads the served model's ``max_model_len`` from ``GET <base_url>/models`` (vLLM) for
+deployments that do not state ``max_sequence_length``. The API key is read from the environment variable *named* by ``deployment.api_key_env``; it is never part
 of a spec, a log or an error. Error messages name the deployment and URL, never the prompt.
 """
 
@@ -73,6 +74,19 @@ class OpenAIClient:
         if response.status_code >= 400:
             raise self._http_error(response, request)
         return _parse(response, latency, self._where())
+
+    async def context_window(self) -> int | None:
+        """The served model's context length as the server states it: vLLM lists ``max_model_len`` for
+        each model in ``GET <base_url>/models``. None when the server does not say (or cannot be asked)."""
+        data = await self._transport.get_json(self._deployment.base_url.rstrip("/") + "/models")
+        models = data.get("data") if isinstance(data, Mapping) else None
+        if not isinstance(models, list):
+            return None
+        for entry in models:
+            if isinstance(entry, Mapping) and entry.get("id") == self._model:
+                value = entry.get("max_model_len")
+                return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+        return None
 
     async def post(self, url: str, body: dict[str, Any]) -> tuple[HttpReply, float]:
         """POST JSON on a kept-alive connection -> (reply, seconds); transport failures are InferenceErrors."""

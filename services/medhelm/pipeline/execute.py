@@ -1,6 +1,8 @@
 """Execute planned runs: prompts -> inference -> metrics -> durable records, with bounded concurrency.
 
-Each run keeps ``max_concurrency`` instances in flight (a fixed set of worker tasks pulling from a
+Prompts are fitted to the deployment's ``max_sequence_length``, else to the context length the server
+reports (vLLM ``GET /v1/models`` ``max_model_len``), minus the output tokens. Each run keeps
+``max_concurrency`` instances in flight (a fixed set of worker tasks pulling from a
 queue, so memory does not grow with the benchmark). Every finished instance is appended to the run's
 records at once; a run that is stopped at any point resumes without redoing finished instances.
 
@@ -8,6 +10,8 @@ Failure semantics, per instance:
 * the server refuses the request for good (non-retryable, e.g. prompt too long) -> recorded with an
   ``error`` and no scores (counted in run.json; retried on the next run);
 * a retryable failure that outlasts the retries -> not recorded (retried on the next run);
+* every instance refused for good -> the run's status is ``failed`` (not ``complete``) and the CLI exits 2
+  naming the first error;
 * the server cannot be reached -> the run stops (its finished instances are kept) and the suite goes on
   with its other runs; the CLI reports it and exits 2.
 
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from medhelm.benchmarks.base import PromptBudget, approx_tokens
 from medhelm.deployments import DeploymentRegistry
 from medhelm.errors import InferenceError, MedhelmError, ServerUnreachable
+from medhelm.inference.base import CHAT_TEMPLATE_TOKENS
 from medhelm.pipeline.options import RunOptions
 from medhelm.pipeline.plan import RunPlan
 from medhelm.pipeline.progress import Progress
@@ -122,7 +127,7 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
     metrics = (build_metrics or metric_registry.build_all)(spec.benchmark.metrics, ScoringContext(
         deployments=deployments, clients=pool, evaluated_deployment=plan.deployment.name))
     client = pool.get(plan.deployment)
-    budget = PromptBudget(max_prompt_tokens=plan.max_prompt_tokens, count_tokens=_token_counter(client))
+    budget = PromptBudget(max_prompt_tokens=await _prompt_limit(plan, client), count_tokens=_token_counter(client))
     writer = run_dir.writer((shard.index, shard.count) if shard else None)
     outcome = RunOutcome(plan)
     queue: asyncio.Queue[tuple[int, Instance]] = asyncio.Queue()
@@ -181,6 +186,9 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
     else:
         outcome.status = {"status": "shard-done" if not outcome.error else "partial",
                           "instances_total": mine, "instances_done": mine - len(todo) + outcome.evaluated}
+    if outcome.status.get("status") == "failed" and not outcome.error:
+        first = next((r.error for r in run_dir.latest_records().values() if r.error), "")
+        outcome.error = f"every instance failed (first error: {first})"
     if outcome.transient_failures and not outcome.error:
         outcome.error = (f"{outcome.transient_failures} instance(s) still failing after retries "
                          f"({plan.deployment.base_url or plan.deployment.name}); run again to resume")
@@ -237,6 +245,16 @@ def merge_results(results: Sequence[MetricResult]) -> MetricResult:
         judge_completion += r.judge_usage.completion_tokens or 0
     judge_usage = Usage(prompt_tokens=judge_prompt, completion_tokens=judge_completion) if judgements else Usage()
     return MetricResult(stats=stats, judgements=tuple(judgements), judge_usage=judge_usage)
+
+
+async def _prompt_limit(plan: RunPlan, client) -> int | None:
+    """Prompt tokens that fit: the deployment's ``max_sequence_length``, else the context length the server
+    reports (vLLM ``/v1/models`` ``max_model_len``), minus the output tokens; None when nobody says."""
+    if plan.max_prompt_tokens is not None:
+        return plan.max_prompt_tokens
+    ask = getattr(client, "context_window", None)
+    window = await ask() if ask is not None else None
+    return max(window - plan.spec.max_tokens - CHAT_TEMPLATE_TOKENS, 1) if window else None
 
 
 def _token_counter(client) -> Callable[[str], int]:

@@ -324,8 +324,11 @@ def run_status(spec: RunSpec, records: list[InstanceResult], total: int) -> dict
     errors = sum(1 for r in records if r.error is not None)
     done = len(records)
     completions = [r.completion for r in records if r.completion is not None]
+    # Every instance answered with an error (e.g. each prompt over the server's context limit): the run
+    # did not evaluate the model, so it is "failed", never "complete" (its records say why, per instance).
+    state = "partial" if done < total else ("failed" if total and errors == done else "complete")
     return {
-        "status": "complete" if done >= total else "partial",
+        "status": state,
         "run": spec.name,
         "digest": spec.digest(),
         "compat_digest": compat_digest(spec),

@@ -4,29 +4,36 @@ Judges of one instance are asked concurrently (and instances run concurrently in
 through the shared ClientPool: same cache, retries and per-deployment caps as inference. The judge's
 deployment identity and the rubric-filled prompt are in the request, so they key the cache.
 
-An unparseable or invalid verdict gets one re-ask (a changed request, so the cache cannot hand back
+Each judge's prompt is fitted to that judge's own context window (``Rubric.render_within``; the window is
+its deployment's ``max_sequence_length`` or what its server reports), so a long dialogue never makes every
+judgement an HTTP 400. An unparseable or invalid verdict gets one re-ask (a changed request, so the cache cannot hand back
 the same bad answer); what is still invalid is recorded as ``unscored`` with its reason, never 0.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from medhelm.benchmarks.base import approx_tokens
 from medhelm.errors import InferenceError
-from medhelm.inference.base import ModelClient
+from medhelm.inference.base import CHAT_TEMPLATE_TOKENS, ModelClient
 from medhelm.scoring.base import MetricResult, ScoringItem
 from medhelm.scoring.jury.config import Judge
-from medhelm.scoring.jury.parse import Judgement, Quoted, parse_judgement
+from medhelm.scoring.jury.parse import NO_VERDICT, Judgement, Quoted, parse_judgement
 from medhelm.scoring.jury.rubrics import Rubric
-from medhelm.specs import GenerationRequest, JudgeScore, JudgeStatus, Message, Usage
+from medhelm.specs import Completion, GenerationRequest, JudgeScore, JudgeStatus, Message, Usage
 
 STATS = ("jury_score", "jury_score_normalized", "jury_coverage")
 EMPTY_RESPONSE_JUDGE = "rule:empty-response"  # not a deployment: marks scores no judge was asked for
 EMPTY_RESPONSE_REASON = "the candidate's output was empty: scored as the rubric minimum, no judge asked"
 REASK_NOTE = ("\n\nYour previous reply could not be read ({problem}). Reply again with only the JSON object "
               "inside <rubric_criteria> tags: every criterion, each with an integer score from {lo} to {hi}.")
+REASK_NOTE_STRUCTURED = ("\n\nYour previous reply could not be read ({problem}). Judge the response above "
+                         "yourself: for every criterion write your own explanation and an integer score "
+                         "from {lo} to {hi}; do not copy the example.")
 REASK_SEED_OFFSET = 1  # the re-ask differs from the first ask in seed and text: a distinct cache entry
 
 
@@ -56,14 +63,39 @@ class JuryMetric:
         if not response.strip():
             return _empty_response(self.rubric)
         gold = next((r.text for r in item.instance.correct_references), "")
-        prompt = self.rubric.render(question=item.instance.input, response=response, gold=gold)
-        quoted = Quoted(prompt)
-        outcomes = await asyncio.gather(*(self._ask(call, prompt, quoted) for call in self.calls))
+        outcomes = await asyncio.gather(*(self._ask(call, item.instance.input, response, gold)
+                                          for call in self.calls))
         scores = tuple(s for judge_scores, _ in outcomes for s in judge_scores)
         return MetricResult(stats=jury_stats(scores), judgements=scores,
                             judge_usage=_sum_usage([u for _, usages in outcomes for u in usages]))
 
-    async def _ask(self, call: JudgeCall, prompt: str, quoted: Quoted) -> tuple[list[JudgeScore], list[Usage]]:
+    async def _judge_prompt(self, call: JudgeCall, question: str, response: str, gold: str) -> str | None:
+        """The rubric filled for this judge, fitted to the judge's OWN context window (its deployment's
+        ``max_sequence_length``, else what its server reports) minus its output tokens and room for the
+        re-ask note; None when not even the bare rubric fits."""
+        window_of = getattr(call.client, "context_window", None)
+        window = await window_of() if window_of is not None else None
+        limit = None
+        if window:
+            limit = window - self.max_tokens - CHAT_TEMPLATE_TOKENS - approx_tokens(self._note("x" * 80))
+        exact = getattr(call.client, "count_tokens", None)
+
+        def count(text: str) -> int:
+            n = exact(text) if exact is not None else None
+            return approx_tokens(text) if n is None else n
+
+        fitted = self.rubric.render_within(question=question, response=response, gold=gold, limit=limit,
+                                           count=count)
+        return None if fitted is None else fitted[0]
+
+    async def _ask(self, call: JudgeCall, question: str, response: str,
+                   gold: str) -> tuple[list[JudgeScore], list[Usage]]:
+        prompt = await self._judge_prompt(call, question, response, gold)
+        if prompt is None:
+            return self._failed(call.judge, JudgeStatus.ERROR,
+                                "the rubric alone does not fit the judge's context window: give the judge "
+                                "a larger max_sequence_length or fewer max_tokens"), []
+        quoted = Quoted(prompt)
         request = GenerationRequest(messages=(Message("user", prompt),), max_tokens=self.max_tokens,
                                     temperature=0.0, seed=0, json_schema=self.schema)
         try:
@@ -73,7 +105,7 @@ class JuryMetric:
                 raise  # still failing after the pool's retries: the instance is retried on resume
             return self._failed(call.judge, JudgeStatus.ERROR, _error_text(err)), []
         usages = [first.usage]
-        judgement = parse_judgement(first.text, self.rubric, quoted)
+        judgement = self._read(first, quoted)
         if not judgement.complete:
             retry = self._reask(request, prompt, judgement)
             try:
@@ -84,17 +116,33 @@ class JuryMetric:
                 second = None
             if second is not None:
                 usages.append(second.usage)
-                again = parse_judgement(second.text, self.rubric, quoted)
+                again = self._read(second, quoted)
                 if again.valid >= judgement.valid:  # the better-read of the two attempts, whole
                     judgement = again
         return self._scores(call.judge, judgement), usages
 
+    def _read(self, completion: Completion, quoted: Quoted) -> Judgement:
+        """The verdict in a judge's output; when none was found because the output hit ``max_tokens``
+        (finish_reason "length"), the problem says so instead of blaming the judge's format."""
+        judgement = parse_judgement(completion.text, self.rubric, quoted)
+        if completion.finish_reason != "length":
+            return judgement
+        cut = (f"the judge's output was cut at max_tokens ({self.max_tokens}) before its JSON was complete: "
+               f"raise the jury's max_tokens")
+        return Judgement(tuple(dataclasses.replace(v, problem=cut) if v.problem == NO_VERDICT else v
+                               for v in judgement.verdicts))
+
+    def _note(self, problem: str) -> str:
+        # Under guided decoding (json_schema) the judge can only emit the bare JSON object: asking for
+        # <rubric_criteria> tags there would ask for what the grammar cannot produce.
+        template = REASK_NOTE_STRUCTURED if self.schema is not None else REASK_NOTE
+        return template.format(problem=problem, lo=self.rubric.min_score, hi=self.rubric.max_score)
+
     def _reask(self, request: GenerationRequest, prompt: str, judgement: Judgement) -> GenerationRequest:
         problem = next(v.problem for v in judgement.verdicts if v.score is None)
-        note = REASK_NOTE.format(problem=problem, lo=self.rubric.min_score, hi=self.rubric.max_score)
-        return GenerationRequest(messages=(Message("user", prompt + note),), max_tokens=request.max_tokens,
-                                 temperature=0.0, seed=(request.seed or 0) + REASK_SEED_OFFSET,
-                                 json_schema=request.json_schema)
+        return GenerationRequest(messages=(Message("user", prompt + self._note(problem)),),
+                                 max_tokens=request.max_tokens, temperature=0.0,
+                                 seed=(request.seed or 0) + REASK_SEED_OFFSET, json_schema=request.json_schema)
 
     def _scores(self, judge: Judge, judgement: Judgement) -> list[JudgeScore]:
         return [JudgeScore(judge=judge.name, criterion=v.criterion, score=v.score, min_score=self.rubric.min_score,

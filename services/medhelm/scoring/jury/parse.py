@@ -34,6 +34,9 @@ _SPECIAL = re.compile(r'[{}"\\]')
 _WORD = re.compile(r"[a-z0-9]+")
 _MIN_COPY_CHARS = 10  # shorter explanations ("Accurate.") are not taken as copies
 _MAX_DEPTH = 32  # no verdict nests deeper; bounds the work on hostile input
+NO_VERDICT = "no JSON object with the rubric's criteria in the judge's own output"
+QUOTED_ONLY = ("the judge's JSON only repeated an object shown in its prompt (the rubric's example or the "
+               "response), not a verdict of its own")
 
 
 @dataclass(frozen=True)
@@ -85,25 +88,28 @@ def _plain(text: str) -> str:
 
 
 def parse_judgement(output: str, rubric: Rubric, quoted: Quoted | None = None) -> Judgement:
-    verdict_obj = _pick(output, rubric, quoted)
+    verdict_obj, skipped_quotes = _pick(output, rubric, quoted)
     if verdict_obj is None:
-        reason = "no JSON object with the rubric's criteria in the judge's own output"
+        reason = QUOTED_ONLY if skipped_quotes else NO_VERDICT
         return Judgement(tuple(Verdict(c, None, problem=reason) for c in rubric.criteria))
     by_key = {str(k).strip().lower(): v for k, v in verdict_obj.items()}
     return Judgement(tuple(_verdict(c, by_key.get(c.lower()), rubric, quoted) for c in rubric.criteria))
 
 
-def _pick(output: str, rubric: Rubric, quoted: Quoted | None) -> dict | None:
+def _pick(output: str, rubric: Rubric, quoted: Quoted | None) -> tuple[dict | None, bool]:
+    """(the verdict object, whether objects were skipped as quotations of the prompt)."""
     in_blocks = [o for body in _BLOCK.findall(output) for o in _json_objects(body)]
     names = {c.lower() for c in rubric.criteria}
+    skipped = False
     for group in (in_blocks, list(_json_objects(output))):  # the rubric block first, then anywhere
         for obj, raw in reversed(group):  # the last word counts: a judge may draft, then answer
             if not any(str(k).strip().lower() in names for k in obj):
                 continue
             if quoted is not None and quoted.contains(obj, raw):
+                skipped = True
                 continue
-            return obj
-    return None
+            return obj, skipped
+    return None, skipped
 
 
 def _verdict(criterion: str, value: object, rubric: Rubric, quoted: Quoted | None = None) -> Verdict:

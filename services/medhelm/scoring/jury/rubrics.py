@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -29,6 +29,15 @@ _PLACEHOLDER = re.compile(r"\{([A-Z][A-Z_]*)\}")
 # the innermost block: prose that mentions the tag ("inside <rubric_criteria> tags") is not a block
 _BLOCK = re.compile(r"<rubric_criteria>((?:(?!<rubric_criteria>).)*?)</rubric_criteria>", re.S | re.I)
 _RANGE = re.compile(r"(?<![\w.])0\s*(?:-|–|—|to|and)\s*(\d{1,3})(?!\w|\.\d)")  # "0 to 5." yes, "0-5.5" no
+
+
+JUDGE_TRUNCATION_MARK = "[... truncated to fit the judge's context window ...]"
+
+
+def _cut(text: str, n: int) -> str:
+    if n >= len(text):
+        return text
+    return f"{text[:n]}\n{JUDGE_TRUNCATION_MARK}" if n > 0 else JUDGE_TRUNCATION_MARK
 
 
 def fill(template: str, values: Mapping[str, str]) -> str:
@@ -53,6 +62,31 @@ class Rubric:
 
     def render(self, *, question: str, response: str, gold: str = "") -> str:
         return fill(self.template, {"QUESTION": question, "RESPONSE": response, "GOLD_RESPONSE": gold})
+
+    def render_within(self, *, question: str, response: str, gold: str, limit: int | None,
+                      count: Callable[[str], int]) -> tuple[str, bool] | None:
+        """The judge prompt fitted to ``limit`` tokens -> (text, truncated), or None when even the bare
+        rubric does not fit. Cut first the question (the dialogue / note the candidate was given), then the
+        gold reference, then the response, each keeping its beginning (binary search on characters)."""
+        values = {"QUESTION": question, "RESPONSE": response, "GOLD_RESPONSE": gold}
+        if limit is None or count(fill(self.template, values)) <= limit:
+            return fill(self.template, values), False
+        for name in ("QUESTION", "GOLD_RESPONSE", "RESPONSE"):
+            full = values[name]
+
+            def fits(n: int, name: str = name, full: str = full) -> bool:
+                trial = dict(values, **{name: _cut(full, n)})
+                return count(fill(self.template, trial)) <= limit
+
+            if fits(0):
+                lo, hi = 0, len(full)
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+                values[name] = _cut(full, lo)
+                return fill(self.template, values), True
+            values[name] = _cut(full, 0)
+        return None
 
     def json_schema(self) -> str:
         """Schema for guided decoding (vLLM) / grammar (llama.cpp), as canonical text (hashable)."""

