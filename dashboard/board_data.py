@@ -28,9 +28,28 @@ class Settings:
 
 
 def settings() -> Settings:
+    _serve_metrics()
     return Settings(store=os.environ.get("MEDHELM_STORE", "benchmark_output/results.sqlite"),
                     release=os.environ.get("MEDHELM_RELEASE") or None,
                     redacted=os.environ.get("MEDHELM_REDACTED", "") not in ("", "0", "false"))
+
+
+_METRICS: list[object] = []  # the /metrics server, started once per process (the module outlives reruns)
+
+
+def _serve_metrics() -> None:
+    """Prometheus /metrics of the dashboard process (audit counters) when MEDHELM_METRICS_PORT is set.
+    A port in use is not fatal: the leaderboard matters more than its counters."""
+    port = os.environ.get("MEDHELM_METRICS_PORT")
+    if _METRICS or not port:
+        return
+    _METRICS.append(port)
+    try:
+        from prometheus_client import start_http_server
+
+        start_http_server(int(port), addr=os.environ.get("MEDHELM_METRICS_ADDR", "127.0.0.1"))
+    except (OSError, ValueError):
+        pass
 
 
 def releases(store: str, principal: Principal) -> list[tuple[str, str]]:

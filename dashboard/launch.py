@@ -127,6 +127,9 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
         env["MEDHELM_AUTH"] = "oidc"
     if getattr(args, "access_policy", None) is not None:
         env["MEDHELM_ACCESS_POLICY"] = str(Path(args.access_policy).resolve())
+    if (getattr(args, "metrics_port", None) or -1) > 0:  # audit counters (docs/access.md)
+        env["MEDHELM_METRICS_PORT"] = str(args.metrics_port)
+        env["MEDHELM_METRICS_ADDR"] = getattr(args, "host", None) or "127.0.0.1"
     if getattr(args, "release", None):
         env["MEDHELM_RELEASE"] = args.release
     if getattr(args, "redacted", False):

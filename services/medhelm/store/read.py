@@ -121,37 +121,33 @@ def paired_instances(store: Store, left: int, right: int, *, principal: Principa
 
 
 def _guard(store: Store, principal: Principal, run_ids: list[int], action: str) -> str:
-    """The runs' release, once ``principal`` may read their text; a refusal is audited as denied."""
-    releases = {_refuse_redacted(store, [r]) for r in run_ids}
-    release = sorted(releases)[0]
+    """The runs' release, once ``principal`` may read their text (a refusal is audited as denied) and
+    no run is redacted."""
+    found = {}
+    for run_id in run_ids:
+        rows = store.query("SELECT release, redacted, suite, run_name FROM runs WHERE run_id = ?", (int(run_id),))
+        if not rows:
+            raise ConfigError(f"unknown run id {run_id}")
+        found[run_id] = rows[0]
+    releases = sorted({row[0] for row in found.values()})
     try:
         if len(releases) != 1:
             raise AccessDenied("runs of different releases cannot be shown together")
-        principal.require_text(release)
+        principal.require_text(releases[0])
     except AccessDenied:
         try:
-            audit.record(store, principal, "denied", release=release, run_ids=run_ids, detail=action)
+            audit.record(store, principal, "denied", release=releases[0], run_ids=run_ids, detail=action)
         except audit.AuditError:
             pass  # refused either way
         raise
-    return release
+    for _, redacted, suite, run_name in found.values():
+        if redacted:
+            raise RedactedError(f"run '{suite}/{run_name}' is redacted: aggregates only")
+    return releases[0]
 
 
 class RedactedError(ConfigError):
     """Instance text was asked for a redacted run."""
-
-
-def _refuse_redacted(store: Store, run_ids: list[int]) -> str:
-    """The release of the (last) run; ``RedactedError`` for a redacted run."""
-    release = ""
-    for run_id in run_ids:
-        found = store.query("SELECT redacted, suite, run_name, release FROM runs WHERE run_id = ?", (int(run_id),))
-        if not found:
-            raise ConfigError(f"unknown run id {run_id}")
-        if found[0][0]:
-            raise RedactedError(f"run '{found[0][1]}/{found[0][2]}' is redacted: aggregates only")
-        release = found[0][3]
-    return release
 
 
 def _decoded(r: dict[str, Any]) -> dict[str, Any]:
