@@ -74,7 +74,7 @@ class App:
 @pytest.fixture(scope="module")
 def oidc_app(tmp_path_factory: pytest.TempPathFactory, marked_output: Path) -> Iterator[tuple[App, object]]:
     """The real dashboard with sign-in against the real test provider; yields (app, provider)."""
-    pytest.importorskip("authlib")
+    pytest.importorskip("joserfc")
     from tests.access.oidc_provider import Provider, User
     from tests.leaderboard import browser
 

@@ -3,7 +3,7 @@ the dashboard talks to it over HTTP exactly as to Entra ID, Okta or Keycloak).
 
 Discovery document, JWKS, the authorization endpoint (a login form: the test types a user name), the
 token endpoint (authorization code, client_secret_basic/post, PKCE S256 enforced, one-time codes) and
-RS256 ID tokens signed with Authlib's jose carrying ``groups``, ``email``, ``nonce``. ``mode`` makes it
+RS256 ID tokens signed with joserfc (Authlib's JOSE library, which it depends on) carrying ``groups``, ``email``, ``nonce``. ``mode`` makes it
 misbehave on purpose: ``forged`` signs with a key that is not in its JWKS, ``expired`` issues a token
 that expired an hour ago, ``short`` one that expires ``short_s`` seconds after sign-in.
 """
@@ -21,7 +21,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from authlib.jose import JsonWebKey, jwt
+from joserfc import jwt
+from joserfc.jwk import RSAKey
 
 
 @dataclass
@@ -44,9 +45,9 @@ class Provider:
     pkce_checked: int = 0
 
     def __post_init__(self) -> None:
-        self.key = JsonWebKey.generate_key("RSA", 2048, is_private=True)
         self.kid = "k1"
-        self.rogue = JsonWebKey.generate_key("RSA", 2048, is_private=True)  # same kid, not published
+        self.key = RSAKey.generate_key(2048, parameters={"kid": self.kid})
+        self.rogue = RSAKey.generate_key(2048, parameters={"kid": self.kid})  # same kid, not published
         self.codes: dict[str, dict] = {}
         self.lock = threading.Lock()
         self.server: ThreadingHTTPServer | None = None
@@ -84,7 +85,7 @@ class Provider:
                 "code_challenge_methods_supported": ["S256"], "claims_supported": ["sub", "email", "name", "groups"]}
 
     def jwks(self) -> dict:
-        return {"keys": [{**self.key.as_dict(is_private=False), "kid": self.kid, "use": "sig", "alg": "RS256"}]}
+        return {"keys": [{**self.key.as_dict(private=False), "kid": self.kid, "use": "sig", "alg": "RS256"}]}
 
     def id_token(self, user: User, nonce: str | None) -> str:
         now = int(time.time())
@@ -95,7 +96,7 @@ class Provider:
             claims["nonce"] = nonce
         self.issued.append(claims)
         key = self.rogue if self.mode == "forged" else self.key
-        return jwt.encode({"alg": "RS256", "kid": self.kid}, claims, key).decode("ascii")
+        return jwt.encode({"alg": "RS256", "kid": self.kid}, claims, key)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -7,7 +7,7 @@ const { chromium } = require("playwright-core");
 
 async function main() {
   const opts = JSON.parse(process.argv[2]);
-  const timeout = opts.timeoutMs || 60000;
+  const timeout = opts.timeoutMs || 120000; // generous: CI machines have 2 busy cores
   const markers = opts.markers.map((m) => [m, Buffer.from(m, "utf8")]);
   const out = { login_page: false, signed_in: false, drilldown: "none", in_dom: {}, in_network: {},
                 network_bytes: 0, expired_screen: null, texts: [] };
@@ -21,6 +21,8 @@ async function main() {
     out.network_bytes += buf.length;
     for (const [m, b] of markers) if (buf.indexOf(b) >= 0) out.in_network[m] = true;
   };
+  let step = "start";
+  let page = null;
   try {
     const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
     if (opts.forgeCookie) {
@@ -28,7 +30,7 @@ async function main() {
       await context.addCookies([{ name: "_streamlit_user", domain: host, path: "/",
         value: "2|1:0|10:1700000000|15:_streamlit_user|80:eyJlbWFpbCI6ImFuYWx5c3RAaG9zcGl0YWwuZXhhbXBsZSIsImlzX2xvZ2dlZF9pbiI6dHJ1ZX0=|forged" }]);
     }
-    const page = await context.newPage();
+    page = await context.newPage();
     page.on("websocket", (ws) => {
       ws.on("framereceived", (f) => note(Buffer.isBuffer(f.payload) ? f.payload : Buffer.from(String(f.payload))));
     });
@@ -37,10 +39,12 @@ async function main() {
     });
     const signInButton = page.getByRole("button", { name: "Sign in", exact: true });
     const table = page.locator('[data-testid="stDataFrame"]').first();
+    step = "open";
     await page.goto(opts.url, { waitUntil: "domcontentloaded", timeout });
     await Promise.race([signInButton.waitFor({ timeout }), table.waitFor({ timeout })]);
     out.login_page = await signInButton.isVisible();
     if (opts.user) {
+      step = "sign-in";
       await signInButton.click();
       await page.locator("#username").waitFor({ timeout });
       await page.fill("#username", opts.user);
@@ -54,6 +58,7 @@ async function main() {
       out.signed_in = await table.isVisible();
     }
     if (out.signed_in) {
+      step = "drill-down";
       await page.locator('[data-testid="stSidebar"]').getByText("Benchmark", { exact: true }).click();
       const hidden = page.getByText("Instance text is hidden", { exact: false }).first();
       const expander = page.locator('[data-testid="stExpander"]').first();
@@ -68,6 +73,7 @@ async function main() {
       }
     }
     if (opts.expireWaitS) {
+      step = "expiry";
       await page.waitForTimeout(opts.expireWaitS * 1000);
       await page.reload({ waitUntil: "domcontentloaded", timeout });
       await Promise.race([signInButton.waitFor({ timeout }), table.waitFor({ timeout })]);
@@ -76,6 +82,10 @@ async function main() {
     const dom = (await page.content()) + (await page.locator("body").innerText());
     for (const [m] of markers) out.in_dom[m] = dom.includes(m);
     out.texts = (await page.locator("h1, [data-testid='stAlert']").allInnerTexts()).slice(0, 6);
+  } catch (err) {
+    const texts = page ? await page.locator("h1, h2, h3, [data-testid='stAlert']").allInnerTexts().catch(() => []) : [];
+    if (page && opts.failShot) await page.screenshot({ path: opts.failShot, fullPage: true }).catch(() => {});
+    throw new Error(`${step}: ${String(err && err.message || err).split("\n")[0]} | page: ${texts.join(" / ")}`);
   } finally {
     await browser.close();
   }

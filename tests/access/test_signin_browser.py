@@ -25,7 +25,7 @@ def drive(url: str, user: str = "", **opts: object) -> dict:
     env = {**os.environ, "NODE_PATH": str(NODE_CACHE / "node_modules"), "CHROMIUM": CHROMIUM}
     done = subprocess.run(["node", str(FLOW), json.dumps({"url": url, "user": user, "markers": [MARKER, MODEL],
                                                           **opts})],
-                          capture_output=True, text=True, env=env, timeout=240)
+                          capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-800:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
