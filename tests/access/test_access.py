@@ -198,3 +198,34 @@ def test_sign_in_settings_never_come_from_flags(tmp_path, access_yaml):
         shutil.rmtree(path.parent)
     env = launch.environment(argparse.Namespace(store="x.sqlite", oidc_issuer="https://i", access_policy=access_yaml))
     assert env["MEDHELM_AUTH"] == "oidc" and "MEDHELM_OIDC_CLIENT_SECRET" not in env
+
+
+def test_the_dashboard_data_layer_hides_restricted_releases(tmp_path, policy):
+    board_data = pytest.importorskip("medhelm_dashboard.board_data")
+    out = tmp_path / "out"
+    for suite in ("local", "private-onc"):
+        write_suite(out, suite, default_models(2), catalogue(1), 3)
+        assert run_cli("summarize", "--suites", suite, "-o", str(out), "--release", suite, "--bootstrap", "10")[0] == 0
+    store = str(out / "results.sqlite")
+    p = _people(policy)
+    assert [r for r, _ in board_data.releases(store, p["viewer"])] == ["local"]
+    assert {r for r, _ in board_data.releases(store, p["oncologist"])} == {"local", "private-onc"}
+    with pytest.raises(AccessDenied):
+        board_data.load_release(store, "private-onc", "", p["analyst"])
+    with open_store(store) as s:
+        run_id = read.runs(s, "local", read.benchmarks(s, "local")[0]["benchmark"])[0]["run_id"]
+    with pytest.raises(AccessDenied):  # the drill-down's reader refuses a viewer whatever the page shows
+        board_data.instances(store, run_id, 0, 5, p["viewer"])
+    assert len(board_data.instances(store, run_id, 0, 5, p["analyst"])) == 3
+
+
+def test_k8s_submitted_jobs_carry_only_the_jobs_token():
+    from medhelm.cli.k8s import eval_job
+
+    job = eval_job(release="rel", suite="s", image="i", args=["job"], completions=2, parallelism=2,
+                   use_services=True, service_token_secret="medhelm-callers")
+    pod = job["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["MEDHELM_SERVICE_TOKEN_FILE"] == "/etc/medhelm/callers/job"
+    vol = next(v for v in pod["volumes"] if v["name"] == "callers")
+    assert vol["secret"] == {"secretName": "medhelm-callers", "items": [{"key": "job", "path": "job"}]}
