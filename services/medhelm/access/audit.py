@@ -21,8 +21,8 @@ from typing import Any
 from prometheus_client import Counter
 
 from medhelm.access.roles import Principal
-from medhelm.errors import MedhelmError
-from medhelm.store.backends import Store
+from medhelm.errors import ConfigError, MedhelmError
+from medhelm.store.backends import Store, _without_password
 
 TABLE = "audit"
 DDL = (f"CREATE TABLE IF NOT EXISTS {TABLE} (at TEXT NOT NULL, actor TEXT NOT NULL, role TEXT NOT NULL, "
@@ -88,7 +88,11 @@ def events(store: Store, *, since: str | None = None, until: str | None = None, 
            release: str | None = None, action: str | None = None, run_id: int | None = None,
            limit: int = 1000) -> list[Event]:
     """Audit rows, newest first, filtered (``since``/``until``: ISO dates or times, UTC)."""
-    ensure_table(store)
+    try:
+        ensure_table(store)
+    except Exception as err:  # noqa: BLE001 - a read-only login on a store that never had the table
+        raise ConfigError(f"cannot open the audit trail in {_without_password(store.url)} "
+                          f"({type(err).__name__})") from None
     where, params = [], []  # type: ignore[var-annotated]
     for column, op, value in (("at", ">=", since), ("at", "<", until), ("actor", "=", actor),
                               ("release", "=", release), ("action", "=", action)):
