@@ -31,6 +31,7 @@ async function main() {
         value: "2|1:0|10:1700000000|15:_streamlit_user|80:eyJlbWFpbCI6ImFuYWx5c3RAaG9zcGl0YWwuZXhhbXBsZSIsImlzX2xvZ2dlZF9pbiI6dHJ1ZX0=|forged" }]);
     }
     page = await context.newPage();
+    page.setDefaultTimeout(timeout); // clicks too, not only waits: a busy CI machine renders slowly
     page.on("websocket", (ws) => {
       ws.on("framereceived", (f) => note(Buffer.isBuffer(f.payload) ? f.payload : Buffer.from(String(f.payload))));
     });

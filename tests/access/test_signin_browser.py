@@ -23,6 +23,8 @@ MODEL = "org/model-00"  # a leaderboard row: proves data did reach a signed-in p
 
 def drive(url: str, user: str = "", **opts: object) -> dict:
     env = {**os.environ, "NODE_PATH": str(NODE_CACHE / "node_modules"), "CHROMIUM": CHROMIUM}
+    if os.environ.get("MEDHELM_SCREENSHOT_DIR"):  # a picture of the page when a step fails
+        opts = {**opts, "failShot": str(Path(os.environ["MEDHELM_SCREENSHOT_DIR"]) / f"signin-{user or 'anon'}.png")}
     done = subprocess.run(["node", str(FLOW), json.dumps({"url": url, "user": user, "markers": [MARKER, MODEL],
                                                           **opts})],
                           capture_output=True, text=True, env=env, timeout=600)
