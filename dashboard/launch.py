@@ -89,9 +89,14 @@ def oidc_settings(args: argparse.Namespace, env: dict[str, str] | None = None) -
     client_id = getattr(args, "oidc_client_id", None)
     if not client_id:
         raise ConfigError("sign-in needs --oidc-client-id (or MEDHELM_OIDC_CLIENT_ID)")
-    redirect = getattr(args, "oidc_redirect_uri", None) or (
-        f"http://{_url_host(getattr(args, 'host', None) or '127.0.0.1')}:"
-        f"{getattr(args, 'port', None) or DEFAULT_PORT}/oauth2callback")
+    from medhelm.access.exposure import is_loopback
+
+    host = getattr(args, "host", None) or "127.0.0.1"
+    redirect = getattr(args, "oidc_redirect_uri", None)
+    if not redirect and not is_loopback(host):
+        raise ConfigError("sign-in on a non-loopback address needs --oidc-redirect-uri "
+                          "(the URL users reach the dashboard at + /oauth2callback)")
+    redirect = redirect or f"http://{_url_host(host)}:{getattr(args, 'port', None) or DEFAULT_PORT}/oauth2callback"
     if getattr(args, "access_policy", None) is None:
         raise ConfigError("sign-in needs --access-policy access.yaml (which groups are viewer/analyst/admin)")
     return Oidc(issuer, client_id, redirect, _secret(env, "MEDHELM_OIDC_CLIENT_SECRET"),
