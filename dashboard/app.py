@@ -1,5 +1,7 @@
 """MedHELM leaderboard (Streamlit). Run it with ``medhelm serve``; settings come from the environment
-(see launch.py). Pages: the leaderboard, one benchmark with instance drill-down, two models compared."""
+(see launch.py). Pages: the leaderboard, one benchmark with instance drill-down, two models compared.
+The session's principal is settled first (signin.py): nothing is read before it, and every read of
+instance text goes through the store with it (refused below analyst, audited otherwise)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,15 @@ import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling modules, however the app is started
 
+import dataclasses  # noqa: E402
+
 import board_data  # noqa: E402 - after the sys.path line
 import page_benchmark  # noqa: E402
 import page_compare  # noqa: E402
 import page_leaderboard  # noqa: E402
+import signin  # noqa: E402
 from filters import sidebar_filters  # noqa: E402
+from medhelm.access import Role  # noqa: E402
 from medhelm.errors import MedhelmError  # noqa: E402
 
 PAGES = {"Leaderboard": page_leaderboard.render, "Benchmark": page_benchmark.render, "Compare": page_compare.render}
@@ -22,9 +28,11 @@ TITLES = {"Leaderboard": "MedHELM leaderboard", "Benchmark": "Benchmark", "Compa
 
 st.set_page_config(page_title="MedHELM leaderboard", layout="wide")
 cfg = board_data.settings()
+principal = signin.current_principal(cfg.redacted, "MedHELM leaderboard")  # stops here when not signed in
+cfg = dataclasses.replace(cfg, principal=principal)
 heading = st.empty()  # the page title goes out before any data is read
 try:
-    known = board_data.releases(cfg.store)
+    known = board_data.releases(cfg.store, principal)
 except MedhelmError as err:
     st.error(str(err))
     st.stop()
@@ -36,9 +44,14 @@ default = names.index(cfg.release) if cfg.release in names else 0
 release = st.sidebar.selectbox("Release", names, index=default, key="release")
 page = st.sidebar.radio("Page", list(PAGES), key="page")
 heading.title(TITLES[page])
-rel = board_data.load_release(cfg.store, release, dict(known)[release])
-redacted = cfg.redacted or rel.meta.get("redact") == "1"
+signin.sidebar_identity(principal)
+rel = board_data.load_release(cfg.store, release, dict(known)[release], principal)
+redacted = cfg.redacted or rel.meta.get("redact") == "1" or principal.role < Role.ANALYST
 if redacted:
-    st.sidebar.info("Redacted mode: aggregates only, no instance text.")
+    st.sidebar.info("Redacted mode: aggregates only, no instance text." if principal.role >= Role.ANALYST
+                    or not signin.auth_enabled() else "Your role (viewer) shows aggregates only, no instance text.")
 view = sidebar_filters(rel)
-PAGES[page](cfg, rel, view, redacted)
+try:
+    PAGES[page](cfg, rel, view, redacted)
+except MedhelmError as err:  # refused (role, release), or the audit row could not be written: no text
+    st.error(str(err))

@@ -1,6 +1,9 @@
 """What the pages read, cached per (store, release, summarize time) so a re-summarised release reloads.
 
-Only pre-aggregated tables are read here; instance pages are fetched on demand, one page at a time.
+Only pre-aggregated tables are read here; instance pages are fetched on demand, one page at a time,
+through ``store.read`` with the session's ``Principal``: a viewer's request for text is refused there
+(and audited as denied), an analyst's is audited before the text comes back. Releases restricted to
+other groups are neither listed nor loaded.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
+from medhelm.access import Principal
 from medhelm.store import open_store, read
 from medhelm.store.tables import CellTable
 
@@ -20,18 +24,39 @@ class Settings:
     store: str
     release: str | None
     redacted: bool  # the whole app shows aggregates only
+    principal: Principal | None = None  # who is looking (set by app.py once signed in)
 
 
 def settings() -> Settings:
+    _serve_metrics()
     return Settings(store=os.environ.get("MEDHELM_STORE", "benchmark_output/results.sqlite"),
                     release=os.environ.get("MEDHELM_RELEASE") or None,
                     redacted=os.environ.get("MEDHELM_REDACTED", "") not in ("", "0", "false"))
 
 
-def releases(store: str) -> list[tuple[str, str]]:
-    """(release, created_at), newest first. Not cached: one small query, and a new summarize shows at once."""
+_METRICS: list[object] = []  # the /metrics server, started once per process (the module outlives reruns)
+
+
+def _serve_metrics() -> None:
+    """Prometheus /metrics of the dashboard process (audit counters) when MEDHELM_METRICS_PORT is set.
+    A port in use is not fatal: the leaderboard matters more than its counters."""
+    port = os.environ.get("MEDHELM_METRICS_PORT")
+    if _METRICS or not port:
+        return
+    _METRICS.append(port)
+    try:
+        from prometheus_client import start_http_server
+
+        start_http_server(int(port), addr=os.environ.get("MEDHELM_METRICS_ADDR", "127.0.0.1"))
+    except (OSError, ValueError):
+        pass
+
+
+def releases(store: str, principal: Principal) -> list[tuple[str, str]]:
+    """(release, created_at) the principal may see, newest first. Not cached: one small query, and a new
+    summarize shows at once."""
     with open_store(store) as s:
-        return [(r, read.meta(s, r).get("created_at", "")) for r in s.releases()]
+        return [(r, read.meta(s, r).get("created_at", "")) for r in s.releases() if principal.may_see_release(r)]
 
 
 @dataclass(frozen=True)
@@ -46,8 +71,13 @@ class Release:
     models: pd.DataFrame
 
 
+def load_release(store: str, release: str, stamp: str, principal: Principal) -> Release:
+    principal.require_release(release)
+    return _load_release(store, release, stamp)
+
+
 @st.cache_data(show_spinner="Loading the leaderboard…", max_entries=8)
-def load_release(store: str, release: str, stamp: str) -> Release:  # stamp: created_at, invalidates the cache
+def _load_release(store: str, release: str, stamp: str) -> Release:  # stamp: created_at, invalidates the cache
     with open_store(store) as s:
         return Release(release, read.meta(s, release), read.load_cells(s, release), pd.DataFrame(read.cells(s, release)),
                        pd.DataFrame(read.benchmarks(s, release)), pd.DataFrame(read.models(s, release)))
@@ -59,14 +89,16 @@ def runs(store: str, release: str, stamp: str, benchmark: str) -> pd.DataFrame:
         return pd.DataFrame(read.runs(s, release, benchmark))
 
 
-def instances(store: str, run_id: int, offset: int, limit: int) -> list[dict]:
+def instances(store: str, run_id: int, offset: int, limit: int, principal: Principal) -> list[dict]:
+    """One page of instance text (never cached: each view is audited, and a viewer is refused)."""
     with open_store(store) as s:
-        return read.instances_page(s, run_id, offset=offset, limit=limit)
+        return read.instances_page(s, run_id, principal=principal, offset=offset, limit=limit)
 
 
-def paired(store: str, left: int, right: int, offset: int, limit: int) -> list[tuple[dict, dict]]:
+def paired(store: str, left: int, right: int, offset: int, limit: int, principal: Principal
+           ) -> list[tuple[dict, dict]]:
     with open_store(store) as s:
-        return read.paired_instances(s, left, right, offset=offset, limit=limit)
+        return read.paired_instances(s, left, right, principal=principal, offset=offset, limit=limit)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

@@ -1,15 +1,28 @@
 """Start the leaderboard: ``streamlit run app.py`` headless on 127.0.0.1, no usage statistics.
 
 The app's settings travel as environment variables (``MEDHELM_STORE``, ``MEDHELM_RELEASE``,
-``MEDHELM_REDACTED``), which Streamlit passes to the script untouched and tests can set directly.
+``MEDHELM_REDACTED``, ``MEDHELM_AUTH``, ``MEDHELM_ACCESS_POLICY``), which Streamlit passes to the script
+untouched and tests can set directly.
+
+Sign-in (OpenID Connect, Streamlit's own ``st.login``; see docs/access.md): issuer, client id and
+redirect URI come from flags or ``MEDHELM_OIDC_*``; the client secret and the cookie secret only from
+the environment or files (a mounted Kubernetes Secret), never from a flag or a log line. They are
+written to a private ``secrets.toml`` (0600, in a 0700 temp folder, removed on exit) that Streamlit
+reads via ``--secrets.files``. Serving on a non-loopback address without sign-in is refused unless
+``--insecure-no-auth`` says so explicitly. Failure semantics: every missing or bad setting is one
+``ConfigError`` line before Streamlit starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 APP = Path(__file__).with_name("app.py")
@@ -25,12 +38,103 @@ def add_dashboard_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup
                         "helm-server --suite does (default: the latest summarised)")
     p.add_argument("--redacted", action="store_true",
                    help="aggregates only: never show instance text (for sharing outside the organisation)")
+    env = os.environ.get
+    p.add_argument("--oidc-issuer", default=env("MEDHELM_OIDC_ISSUER"),
+                   help="sign in with this OpenID Connect issuer (URL; env MEDHELM_OIDC_ISSUER); the client "
+                        "secret and cookie secret come from MEDHELM_OIDC_CLIENT_SECRET[_FILE] and "
+                        "MEDHELM_OIDC_COOKIE_SECRET[_FILE]")
+    p.add_argument("--oidc-client-id", default=env("MEDHELM_OIDC_CLIENT_ID"),
+                   help="the dashboard's client id at the issuer (env MEDHELM_OIDC_CLIENT_ID)")
+    p.add_argument("--oidc-redirect-uri", default=env("MEDHELM_OIDC_REDIRECT_URI"),
+                   help="this dashboard's public URL + /oauth2callback (env MEDHELM_OIDC_REDIRECT_URI; "
+                        "default http://HOST:PORT/oauth2callback)")
+    p.add_argument("--access-policy", type=Path, default=Path(env("MEDHELM_ACCESS_POLICY"))
+                   if env("MEDHELM_ACCESS_POLICY") else None,
+                   help="access.yaml: identity-provider groups -> viewer/analyst/admin, restricted releases "
+                        "(env MEDHELM_ACCESS_POLICY; needed with --oidc-issuer)")
+
+
+SECRET_VARS = ("MEDHELM_OIDC_CLIENT_SECRET", "MEDHELM_OIDC_COOKIE_SECRET")
+
+
+@dataclass(frozen=True)
+class Oidc:
+    """Sign-in settings; ``secrets_toml()`` is what Streamlit's ``st.login`` reads (``[auth]``)."""
+
+    issuer: str
+    client_id: str
+    redirect_uri: str
+    client_secret: str
+    cookie_secret: str
+    scopes: str = "openid email profile"
+
+    def secrets_toml(self) -> str:
+        metadata = self.issuer.rstrip("/") + "/.well-known/openid-configuration"
+        q = json.dumps  # a JSON string is a valid TOML basic string
+        return (f"[auth]\nredirect_uri = {q(self.redirect_uri)}\ncookie_secret = {q(self.cookie_secret)}\n"
+                f"client_id = {q(self.client_id)}\nclient_secret = {q(self.client_secret)}\n"
+                f"server_metadata_url = {q(metadata)}\n\n[auth.client_kwargs]\nscope = {q(self.scopes)}\n")
+
+
+def oidc_settings(args: argparse.Namespace, env: dict[str, str] | None = None) -> Oidc | None:
+    """The sign-in settings from flags and the environment; None when no issuer is configured."""
+    from medhelm.errors import ConfigError
+
+    env = dict(os.environ if env is None else env)
+    issuer = getattr(args, "oidc_issuer", None)
+    if not issuer:
+        return None
+    if not issuer.startswith(("https://", "http://")):
+        raise ConfigError("--oidc-issuer must be an http(s) URL", field="--oidc-issuer")
+    client_id = getattr(args, "oidc_client_id", None)
+    if not client_id:
+        raise ConfigError("sign-in needs --oidc-client-id (or MEDHELM_OIDC_CLIENT_ID)")
+    from medhelm.access.exposure import is_loopback
+
+    host = getattr(args, "host", None) or "127.0.0.1"
+    redirect = getattr(args, "oidc_redirect_uri", None)
+    if not redirect and not is_loopback(host):
+        raise ConfigError("sign-in on a non-loopback address needs --oidc-redirect-uri "
+                          "(the URL users reach the dashboard at + /oauth2callback)")
+    redirect = redirect or f"http://{_url_host(host)}:{getattr(args, 'port', None) or DEFAULT_PORT}/oauth2callback"
+    if getattr(args, "access_policy", None) is None:
+        raise ConfigError("sign-in needs --access-policy access.yaml (which groups are viewer/analyst/admin)")
+    return Oidc(issuer, client_id, redirect, _secret(env, "MEDHELM_OIDC_CLIENT_SECRET"),
+                _secret(env, "MEDHELM_OIDC_COOKIE_SECRET"), env.get("MEDHELM_OIDC_SCOPES") or "openid email profile")
+
+
+def _secret(env: dict[str, str], name: str) -> str:
+    from medhelm.errors import ConfigError
+
+    if env.get(name):
+        return env[name]
+    path = env.get(f"{name}_FILE")
+    if path:
+        try:
+            value = Path(path).read_text(encoding="utf-8").strip()
+        except OSError as err:
+            raise ConfigError(f"cannot read {name}_FILE ({err.strerror})", path=path) from None
+        if value:
+            return value
+    raise ConfigError(f"sign-in needs {name} or {name}_FILE (from a Kubernetes Secret; never a flag)")
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def environment(args: argparse.Namespace) -> dict[str, str]:
     store = getattr(args, "store", None) or str(Path(getattr(args, "output_path", None) or "benchmark_output")
                                                / "results.sqlite")
-    env = {**os.environ, "MEDHELM_STORE": store}
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_VARS}  # the app never needs them
+    env["MEDHELM_STORE"] = store
+    if getattr(args, "oidc_issuer", None):
+        env["MEDHELM_AUTH"] = "oidc"
+    if getattr(args, "access_policy", None) is not None:
+        env["MEDHELM_ACCESS_POLICY"] = str(Path(args.access_policy).resolve())
+    if (getattr(args, "metrics_port", None) or -1) > 0:  # audit counters (docs/access.md)
+        env["MEDHELM_METRICS_PORT"] = str(args.metrics_port)
+        env["MEDHELM_METRICS_ADDR"] = getattr(args, "host", None) or "127.0.0.1"
     if getattr(args, "release", None):
         env["MEDHELM_RELEASE"] = args.release
     if getattr(args, "redacted", False):
@@ -38,23 +142,63 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
-def command(args: argparse.Namespace) -> list[str]:
+def command(args: argparse.Namespace, secrets: Path | None = None) -> list[str]:
     host = getattr(args, "host", None) or "127.0.0.1"
     port = getattr(args, "port", None)
-    return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
+    cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
             "--server.address", host, "--server.port", str(DEFAULT_PORT if port is None else port),
             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-            "--global.developmentMode", "false", "--client.toolbarMode", "viewer"]
+            "--global.developmentMode", "false", "--client.toolbarMode", "viewer",
+            "--client.showErrorDetails", "type"]  # an unexpected error's text may quote patient data
+    return cmd + (["--secrets.files", str(secrets)] if secrets is not None else [])
+
+
+def write_secrets(oidc: Oidc) -> Path:
+    """A private secrets.toml for Streamlit (0600 in a fresh 0700 folder); the caller removes the folder."""
+    folder = Path(tempfile.mkdtemp(prefix="medhelm-oidc-"))
+    path = folder / "secrets.toml"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(oidc.secrets_toml())
+    return path
+
+
+def check_exposure(args: argparse.Namespace, oidc: Oidc | None) -> None:
+    """Refuse a non-loopback address without sign-in unless the operator said --insecure-no-auth."""
+    from medhelm.access.exposure import is_loopback
+    from medhelm.errors import ConfigError
+
+    host = getattr(args, "host", None) or "127.0.0.1"
+    if oidc is None and not is_loopback(host) and not getattr(args, "insecure_no_auth", False):
+        raise ConfigError(f"refusing to serve the leaderboard on {host} without sign-in: configure OpenID Connect "
+                          "(--oidc-issuer, see docs/access.md) or pass --insecure-no-auth to run it open")
 
 
 def main(args: argparse.Namespace) -> int:
     from medhelm.store import open_store
 
+    from medhelm.access import AccessPolicy
+
+    oidc = oidc_settings(args)
+    check_exposure(args, oidc)
+    if oidc is not None:
+        AccessPolicy.load(args.access_policy)  # a bad access.yaml is one line now
     env = environment(args)
     open_store(env["MEDHELM_STORE"]).close()  # a wrong path or URL is one line now, not a page later
     print(f"medhelm: leaderboard at http://{getattr(args, 'host', None) or '127.0.0.1'}:"
-          f"{getattr(args, 'port', None) or DEFAULT_PORT} (store {env['MEDHELM_STORE']})", file=sys.stderr)
+          f"{getattr(args, 'port', None) or DEFAULT_PORT} (store {_shown(env['MEDHELM_STORE'])}; "
+          f"{'sign-in ' + oidc.issuer if oidc else 'no sign-in'})", file=sys.stderr)
+    secrets = write_secrets(oidc) if oidc is not None else None
     try:
-        return subprocess.call(command(args), env=env)
+        return subprocess.call(command(args, secrets), env=env)
     except KeyboardInterrupt:
         return 0
+    finally:
+        if secrets is not None:
+            shutil.rmtree(secrets.parent, ignore_errors=True)
+
+
+def _shown(store: str) -> str:
+    from medhelm.store.backends import _without_password
+
+    return _without_password(store)

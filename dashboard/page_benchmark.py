@@ -48,7 +48,7 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
         st.info("Instance text is hidden: " + ("redacted mode." if redacted else "this deployment is redacted."))
         return
     page = st.number_input("Page", min_value=1, value=1, step=1, key="bench_page")
-    items = board_data.instances(cfg.store, run_id, (int(page) - 1) * PAGE_SIZE, PAGE_SIZE)
+    items = board_data.instances(cfg.store, run_id, (int(page) - 1) * PAGE_SIZE, PAGE_SIZE, cfg.principal)
     if not items:
         st.info("No instance records for this run (imported aggregates).")
     for item in items:

@@ -47,7 +47,8 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
         st.info("Instance text is hidden (redacted). The counts above use scores only.")
         return
     page = st.number_input("Page", min_value=1, value=1, step=1, key="cmp_page")
-    for item_a, item_b in board_data.paired(cfg.store, left, right, (int(page) - 1) * PAGE_SIZE, PAGE_SIZE):
+    for item_a, item_b in board_data.paired(cfg.store, left, right, (int(page) - 1) * PAGE_SIZE, PAGE_SIZE,
+                                            cfg.principal):
         with st.expander(f"{item_a['instance_id']} · A {_v(item_a)} · B {_v(item_b)}"):
             st.text(item_a["prompt"] or "(not stored)")
             ca, cb = st.columns(2)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from medhelm.access import Principal
 from medhelm.devtools.mock_openai import MockOpenAIServer
 from medhelm.store import open_store, read
 from tests.leaderboard.helpers import run_cli
@@ -88,13 +89,13 @@ def test_pipeline_runs_summarize_into_the_expected_leaderboard(pipeline_output: 
         writer = next(r for r in board if r["deployment"] == "mock/writer")
         assert writer["win_rate"] is None and writer["rank"] is None  # alone on its benchmark: not ranked
         run = read.runs(store, "e2e", jury)[0]
-        item = read.instances_page(store, run["run_id"], limit=1)[0]
+        item = read.instances_page(store, run["run_id"], principal=Principal.local(), limit=1)[0]
         assert item["output"] == "Take your medicines and come back in a week."
         assert {(j["judge"], j["score"]) for j in item["judgements"]} >= {("mock/judge-a", 4.0),
                                                                         ("mock/judge-b", 2.0)}
         assert any("judge-a gives 4" in (j.get("explanation") or "") for j in item["judgements"])
         assert "discharge summary" in item["prompt"]
         em_run = next(r for r in read.runs(store, "e2e", em) if r["deployment"] == "mock/yes-model")
-        em_item = read.instances_page(store, em_run["run_id"], limit=1)[0]
+        em_item = read.instances_page(store, em_run["run_id"], principal=Principal.local(), limit=1)[0]
         gold = next(r["text"] for r in em_item["references"] if r["correct"])
         assert em_item["output"] == "Yes" and em_item["main_value"] == (1.0 if gold == "Yes" else 0.0)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from medhelm.access import Principal
 from medhelm.store import Store, open_store, read
 from tests.leaderboard.helpers import run_cli
 
@@ -26,7 +27,7 @@ def test_sqlite_and_postgres_stores_give_the_same_leaderboard(small_output: Path
         assert a == b
         assert len(a["leaderboard"]) == 4 and len(a["cells"]) == 24
         run_id = read.runs(pg, "local", a["cells"][0]["benchmark"])[0]["run_id"]
-        page = read.instances_page(pg, run_id, limit=2)
+        page = read.instances_page(pg, run_id, principal=Principal.local(), limit=2)
         assert page and page[0]["prompt"].startswith("Synthetic question")
         assert pg.releases() == ["local"]
     # summarising again replaces the release (no duplicate keys, same numbers)

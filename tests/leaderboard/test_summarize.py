@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from medhelm.access import Principal
 from medhelm.store import open_store, read
 from medhelm.store.read import RedactedError
 from medhelm.store.synthetic import catalogue, default_models, write_suite
@@ -85,8 +86,8 @@ def test_redacted_deployment_and_redact_flag_keep_no_text(tmp_path: Path) -> Non
         assert store.query("SELECT COUNT(*) FROM instances WHERE run_id = ? AND record_json IS NOT NULL",
                            (hidden["run_id"],))[0][0] == 0
         with pytest.raises(RedactedError):
-            read.instances_page(store, hidden["run_id"])
-        page = read.instances_page(store, shown["run_id"], limit=3)
+            read.instances_page(store, hidden["run_id"], principal=Principal.local())
+        page = read.instances_page(store, shown["run_id"], principal=Principal.local(), limit=3)
         assert len(page) == 3 and page[0]["prompt"].startswith("Synthetic question 0")
         assert page[0]["references"][0]["text"] == "B"
     assert run_cli("summarize", "--suites", "s", "--release", "red", "-o", str(tmp_path), "--redact")[0] == 0

@@ -85,9 +85,10 @@ def test_inference_services_and_job_from_values(chart, helm_bin):
 
 
 def test_network_policy_keeps_egress_in_namespace(chart, helm_bin):
-    (policy,) = [d for d in _render(helm_bin, chart, []) if d["kind"] == "NetworkPolicy"]
+    (policy,) = [d for d in _render(helm_bin, chart, []) if d["kind"] == "NetworkPolicy"
+                 and "Egress" in d["spec"]["policyTypes"]]  # ingress rules: tests/access/test_chart_access.py
     spec = policy["spec"]
-    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec["policyTypes"] == ["Egress"]
     assert spec["egress"][0] == {"to": [{"podSelector": {}}]}  # same namespace only
     dns = spec["egress"][1]
     assert {p["port"] for p in dns["ports"]} == {53}

@@ -32,6 +32,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "k8s": ("medhelm.cli.k8s", "submit / watch / collect an evaluation Job on a cluster (kubectl)"),
     "export": ("medhelm.cli.export", "write a shareable bundle (use --redact for aggregates only)"),
     "import-helm": ("medhelm.cli.export", "import a HELM benchmark_output suite"),
+    "audit": ("medhelm.cli.audit", "list the audit trail: who saw instance text, every export"),
 }
 
 

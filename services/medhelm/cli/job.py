@@ -44,6 +44,9 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
                      help="client certificate for mutual TLS (env MEDHELM_TLS_CERT)")
     svc.add_argument("--tls-key", type=Path, default=_env_path("MEDHELM_TLS_KEY"),
                      help="client key for mutual TLS (env MEDHELM_TLS_KEY)")
+    svc.add_argument("--service-token-file", type=Path, default=_env_path("MEDHELM_SERVICE_TOKEN_FILE"),
+                     help="file holding this caller's bearer token for the services' caller authorization "
+                          "(env MEDHELM_SERVICE_TOKEN_FILE; mount it from a Kubernetes Secret)")
 
 
 def add_collect_arguments(p: argparse.ArgumentParser) -> None:
@@ -62,7 +65,10 @@ def main_job(args: argparse.Namespace) -> int:
         return 0
     if bool(args.tls_cert) != bool(args.tls_key) or (args.tls_cert and not args.tls_ca):
         raise ConfigError("mutual TLS needs --tls-ca, --tls-cert and --tls-key together")
-    endpoint = {name: Endpoint(addr, ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key) if addr else None
+    from medhelm.rpc.authz import read_token
+
+    token = read_token(args.service_token_file) if getattr(args, "service_token_file", None) else None
+    endpoint = {name: Endpoint(addr, ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key, token=token) if addr else None
                 for name, addr in (("scenarios", args.scenario_service), ("jury", args.jury_service),
                                    ("metrics", args.metrics_service))}
     if endpoint["scenarios"] is not None:

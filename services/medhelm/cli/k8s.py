@@ -51,6 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                            help="shards serve /metrics here (chart: metricsPort); 0 = off (default: %(default)s)")
             a.add_argument("--pushgateway", default="", help="shards push final metrics here (chart: "
                                                                  "monitoring.pushgateway.url)")
+            a.add_argument("--service-token-secret", default="",
+                           help="the chart's auth.callers.tokenSecret: the Job sends its key `job` as bearer token")
             a.add_argument("--dry-run", action="store_true", help="print the manifests; apply nothing")
         if name == "status":
             a.add_argument("--metrics-port", type=int, default=9090, help="the shards' /metrics port (default: %(default)s)")
@@ -85,7 +87,8 @@ def _fullname(release: str) -> str:
 
 def eval_job(*, release: str, suite: str, image: str, args: list[str], completions: int, parallelism: int,
              use_services: bool, tls: str = "off", tls_secret: str = "", conf_map: str | None = None,
-             suffix: str = "", metrics_port: int = 0, pushgateway: str = "") -> dict:
+             suffix: str = "", metrics_port: int = 0, pushgateway: str = "",
+             service_token_secret: str = "") -> dict:
     """The Indexed Job of one suite (``suffix`` names one-off companions such as ``-collect``)."""
     full = _fullname(release)
     labels = {"app.kubernetes.io/name": "medhelm", "app.kubernetes.io/instance": release,
@@ -118,6 +121,11 @@ def eval_job(*, release: str, suite: str, image: str, args: list[str], completio
     if tls != "off":
         mounts.append({"name": "tls", "mountPath": "/etc/medhelm/tls", "readOnly": True})
         volumes.append({"name": "tls", "secret": {"secretName": tls_secret or f"{full}-tls"}})
+    if service_token_secret and use_services:  # caller authorization (docs/access.md): only the Job's own key
+        env.append({"name": "MEDHELM_SERVICE_TOKEN_FILE", "value": "/etc/medhelm/callers/job"})
+        mounts.append({"name": "callers", "mountPath": "/etc/medhelm/callers", "readOnly": True})
+        volumes.append({"name": "callers", "secret": {"secretName": service_token_secret,
+                                                      "items": [{"key": "job", "path": "job"}]}})
     if conf_map:
         mounts.append({"name": "conf", "mountPath": CONF_DIR, "readOnly": True})
         volumes.append({"name": "conf", "configMap": {"name": conf_map}})
@@ -173,6 +181,7 @@ def submit_manifests(args: argparse.Namespace, image: str) -> list[dict]:
     docs.append(eval_job(release=args.release, suite=args.suite, image=image, args=job_args,
                          completions=args.shards, parallelism=args.parallelism or args.shards,
                          use_services=not args.no_services, tls=args.tls, tls_secret=args.tls_secret,
+                         service_token_secret=getattr(args, "service_token_secret", ""),
                          conf_map=conf_map, metrics_port=args.metrics_port, pushgateway=args.pushgateway))
     return docs
 

@@ -29,6 +29,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tls-cert", type=Path, help="server certificate (PEM); with --tls-key enables TLS")
     g.add_argument("--tls-key", type=Path, help="server private key (PEM)")
     g.add_argument("--tls-client-ca", type=Path, help="CA for client certificates: enables mutual TLS")
+    a = p.add_argument_group("who may call / see (docs/access.md)")
+    a.add_argument("--allow-client", action="append", default=[], metavar="IDENTITY",
+                   help="gRPC: a client certificate identity (CN or SAN) allowed to call; repeatable; needs "
+                        "--tls-client-ca")
+    a.add_argument("--caller-tokens", type=Path, default=Path(os.environ["MEDHELM_CALLER_TOKENS"])
+                   if os.environ.get("MEDHELM_CALLER_TOKENS") else None,
+                   help="gRPC: file of '<caller> <bearer token>' lines allowed to call (env MEDHELM_CALLER_TOKENS)")
+    a.add_argument("--insecure-no-auth", action="store_true",
+                   default=os.environ.get("MEDHELM_INSECURE_NO_AUTH") == "1",
+                   help="serve on a non-loopback address without sign-in (dashboard) or caller authorization "
+                        "(gRPC): anyone who reaches the port sees patient text (env MEDHELM_INSECURE_NO_AUTH=1)")
     w = p.add_argument_group("where")
     w.add_argument("-o", "--output-path", type=Path, default=Path("benchmark_output"), help="results root")
     w.add_argument("--local-path", type=Path, default=Path("prod_env"),
@@ -63,11 +74,30 @@ def main(args: argparse.Namespace) -> int:
     if args.max_message_mb <= 0:
         raise ConfigError("--max-message-mb must be positive")
     tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
+    callers = _callers(args)
     config = ServerConfig(service=args.target, host=args.host, port=50051 if args.port is None else args.port,
                           metrics_port=None if args.metrics_port < 0 else args.metrics_port,
                           max_message_mb=args.max_message_mb, grace_s=args.grace_s, tls=tls,
                           local_path=args.local_path, output_path=args.output_path, data_dir=args.data_dir,
                           offline=args.offline, use_cache=not args.disable_cache,
-                          max_concurrency=args.max_concurrency)
+                          max_concurrency=args.max_concurrency, callers=callers)
     asyncio.run(serve(config))
     return 0
+
+
+def _callers(args: argparse.Namespace):  # noqa: ANN202 - CallerPolicy | None (imported lazily)
+    """Who may call the gRPC methods; refuses a non-loopback address with nobody named unless
+    --insecure-no-auth."""
+    from medhelm.rpc.authz import CallerPolicy
+    from medhelm.access.exposure import is_loopback
+
+    if args.allow_client and not args.tls_client_ca:
+        raise ConfigError("--allow-client (certificate identities) needs mutual TLS: --tls-client-ca")
+    policy = CallerPolicy.build(args.allow_client, args.caller_tokens)
+    if policy.empty:
+        if not is_loopback(args.host) and not args.insecure_no_auth:
+            raise ConfigError(f"refusing to serve {args.target} on {args.host} without caller authorization: "
+                              "pass --caller-tokens and/or --allow-client (see docs/access.md), or "
+                              "--insecure-no-auth to let anyone who reaches the port call it")
+        return None
+    return policy

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 
 from medhelm.benchmarks.base import PromptBudget
 from medhelm.rpc import codec
+from medhelm.rpc.authz import BearerToken, aio_bearer_interceptors
 from medhelm.rpc.scoring import JURY_METRICS
 from medhelm.rpc.status import error_from
 from medhelm.rpc.tls import read_pem
@@ -40,6 +41,7 @@ class Endpoint:
     key: Path | None = None
     max_message_mb: int = 64
     timeout_s: float = 600.0
+    token: str | None = field(default=None, repr=False)  # bearer token sent on every call (caller authorization)
 
     def _options(self) -> list[tuple[str, object]]:
         limit = self.max_message_mb * 1024 * 1024
@@ -56,15 +58,18 @@ class Endpoint:
 
     def aio_channel(self) -> grpc.aio.Channel:
         creds = self._credentials()
+        extra = aio_bearer_interceptors(self.token) if self.token else None
         if creds is None:
-            return grpc.aio.insecure_channel(self.address, options=self._options())
-        return grpc.aio.secure_channel(self.address, creds, options=self._options())
+            return grpc.aio.insecure_channel(self.address, options=self._options(), interceptors=extra)
+        return grpc.aio.secure_channel(self.address, creds, options=self._options(), interceptors=extra)
 
     def channel(self) -> grpc.Channel:
         creds = self._credentials()
         if creds is None:
-            return grpc.insecure_channel(self.address, options=self._options())
-        return grpc.secure_channel(self.address, creds, options=self._options())
+            channel = grpc.insecure_channel(self.address, options=self._options())
+        else:
+            channel = grpc.secure_channel(self.address, creds, options=self._options())
+        return grpc.intercept_channel(channel, BearerToken(self.token)) if self.token else channel
 
 
 class RemoteBenchmark:

@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from medhelm.errors import ConfigError
+from medhelm.rpc.authz import CallerAuthorization, CallerPolicy
 from medhelm.rpc.telemetry import Telemetry
 from medhelm.rpc.tls import TlsFiles
 
@@ -43,6 +44,7 @@ class ServerConfig:
     offline: bool = False
     use_cache: bool = True
     max_concurrency: int = 16  # items scored at once per stream
+    callers: CallerPolicy | None = None  # who may call the medhelm.v1 methods; None = anyone (loopback)
 
     def __post_init__(self) -> None:
         if self.service not in SERVICES:
@@ -100,7 +102,9 @@ async def serve(config: ServerConfig, *, on_ready: Callable[[int, int | None], N
     telemetry = Telemetry(config.service, prices=_prices(config.local_path))
     servicer, closables = build_servicer(config, telemetry)
     limit = config.max_message_mb * 1024 * 1024
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
+    guard = [CallerAuthorization(config.callers, config.service, telemetry.registry)] \
+        if config.callers is not None and not config.callers.empty else []
+    server = grpc.aio.server(interceptors=guard, options=[("grpc.max_receive_message_length", limit),
                                       ("grpc.max_send_message_length", limit),
                                       ("grpc.so_reuseport", 0)])
     _register(config.service, servicer, server)
@@ -131,7 +135,7 @@ async def serve(config: ServerConfig, *, on_ready: Callable[[int, int | None], N
     # One machine-readable line: tests and scripts read the bound ports from it.
     print(f"medhelm serve {config.service}: listening on {config.host}:{port}"
           + (f" metrics http://{config.host}:{metrics_port}/metrics" if metrics_port is not None else "")
-          + (" tls" if config.tls else ""), flush=True)
+          + (" tls" if config.tls else "") + (" callers-authorized" if guard else ""), flush=True)
     if on_ready is not None:
         on_ready(port, metrics_port)
     try:

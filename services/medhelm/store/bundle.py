@@ -4,7 +4,8 @@
 Redacted (``--redact``): aggregates only. No instances, no instance ids (private datasets may use
 record numbers as ids), no run specs (they hold local data paths). Without it the bundle also
 carries the instance records of runs that are not redacted — prompts and outputs, PHI for private
-data — and the caller warns.
+data — and the caller warns. Every export, redacted or not, is written to the source store's audit
+trail (who, release, run ids) before the bundle is; if that fails (``AuditError``) no bundle is written.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from medhelm.access import Principal, audit
 from medhelm.errors import ConfigError
 from medhelm.store.backends import Store, open_store
 
@@ -31,12 +33,16 @@ class BundleReport:
     with_text: int = 0  # instances whose record (prompt, output) is in the bundle; imported HELM runs carry none
 
 
-def write_bundle(source: Store, release: str, out: Path, *, redact: bool) -> BundleReport:
+def write_bundle(source: Store, release: str, out: Path, *, redact: bool, principal: Principal | None = None
+                 ) -> BundleReport:
     out = Path(out)
     as_zip = out.suffix == ".zip"
     folder = out.with_suffix("") if as_zip else out
     if folder.exists() and any(folder.iterdir()):
         raise ConfigError("already exists and is not empty; choose a new bundle path", path=folder)
+    run_ids = [r[0] for r in source.query("SELECT run_id FROM runs WHERE release = ?", (release,))]
+    audit.record(source, principal or Principal.local(source="cli"), "export-redacted" if redact else "export",
+                 release=release, run_ids=run_ids, detail=f"bundle {out.name}")  # no audit row, no bundle
     folder.mkdir(parents=True, exist_ok=True)
     instances = with_text = 0
     with open_store(folder / "results.sqlite", create=True) as target:

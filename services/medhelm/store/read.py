@@ -1,7 +1,10 @@
 """Reading the store: what the dashboard, ``export`` and the tests ask of it.
 
 Only pre-aggregated tables are read here, except ``instances_page``/``paired_instances`` (the
-drill-down), which read one page of one run and refuse redacted rows.
+drill-down), which read one page of one run and refuse redacted rows. Those two take the ``Principal``
+asking: below analyst, or a release restricted to other groups, is ``AccessDenied`` (and audited as
+denied); otherwise the page's ids are written to the audit trail before the text is returned, and if
+that write fails (``AuditError``) nothing is returned.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from medhelm.access import audit
+from medhelm.access.roles import AccessDenied, Principal
 from medhelm.errors import ConfigError
 from medhelm.store.backends import Store
 from medhelm.store.tables import CellTable, Column
@@ -85,40 +90,64 @@ def run_values(store: Store, run_id: int) -> tuple[list[str], np.ndarray]:
     return json.loads(found[0][0]), np.frombuffer(found[0][1], dtype=np.float64)
 
 
-def instances_page(store: Store, run_id: int, *, offset: int = 0, limit: int = 20) -> list[dict[str, Any]]:
-    """One page of a run's instances with text, judgements and per-metric values (refused when redacted)."""
-    _refuse_redacted(store, [run_id])
+def instances_page(store: Store, run_id: int, *, principal: Principal, offset: int = 0, limit: int = 20
+                   ) -> list[dict[str, Any]]:
+    """One page of a run's instances with text, judgements and per-metric values (refused when redacted,
+    or when ``principal`` may not read the run's text; audited before it is returned)."""
+    release = _guard(store, principal, [run_id], "view-instances")
     rows = store.query_dicts("SELECT instance_id, main_value, error, stats_json, record_json FROM instances "
                              "WHERE run_id = ? ORDER BY position, instance_id LIMIT ? OFFSET ?",
                              (int(run_id), int(limit), int(offset)))
+    audit.record(store, principal, "view-instances", release=release, run_ids=[run_id],
+                 instance_ids=[r["instance_id"] for r in rows], detail=f"offset={int(offset)} limit={int(limit)}")
     return [_decoded(r) for r in rows]
 
 
-def paired_instances(store: Store, left: int, right: int, *, offset: int = 0, limit: int = 20
-                     ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """Two runs' answers to the same instances, side by side (joined on the instance id)."""
-    _refuse_redacted(store, [left, right])
+def paired_instances(store: Store, left: int, right: int, *, principal: Principal, offset: int = 0,
+                     limit: int = 20) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Two runs' answers to the same instances, side by side (joined on the instance id); guarded and
+    audited as ``instances_page``."""
+    release = _guard(store, principal, [left, right], "view-paired")
     rows = store.query(
         "SELECT a.instance_id, a.main_value, a.error, a.stats_json, a.record_json, "
         "b.instance_id, b.main_value, b.error, b.stats_json, b.record_json "
         "FROM instances a JOIN instances b ON b.run_id = ? AND b.instance_id = a.instance_id "
         "WHERE a.run_id = ? ORDER BY a.position, a.instance_id LIMIT ? OFFSET ?",
         (int(right), int(left), int(limit), int(offset)))
+    audit.record(store, principal, "view-paired", release=release, run_ids=[left, right],
+                 instance_ids=[r[0] for r in rows], detail=f"offset={int(offset)} limit={int(limit)}")
     keys = ("instance_id", "main_value", "error", "stats_json", "record_json")
     return [(_decoded(dict(zip(keys, r[:5]))), _decoded(dict(zip(keys, r[5:])))) for r in rows]
 
 
+def _guard(store: Store, principal: Principal, run_ids: list[int], action: str) -> str:
+    """The runs' release, once ``principal`` may read their text (a refusal is audited as denied) and
+    no run is redacted."""
+    found = {}
+    for run_id in run_ids:
+        rows = store.query("SELECT release, redacted, suite, run_name FROM runs WHERE run_id = ?", (int(run_id),))
+        if not rows:
+            raise ConfigError(f"unknown run id {run_id}")
+        found[run_id] = rows[0]
+    releases = sorted({row[0] for row in found.values()})
+    try:
+        if len(releases) != 1:
+            raise AccessDenied("runs of different releases cannot be shown together")
+        principal.require_text(releases[0])
+    except AccessDenied:
+        try:
+            audit.record(store, principal, "denied", release=releases[0], run_ids=run_ids, detail=action)
+        except audit.AuditError:
+            pass  # refused either way
+        raise
+    for _, redacted, suite, run_name in found.values():
+        if redacted:
+            raise RedactedError(f"run '{suite}/{run_name}' is redacted: aggregates only")
+    return releases[0]
+
+
 class RedactedError(ConfigError):
     """Instance text was asked for a redacted run."""
-
-
-def _refuse_redacted(store: Store, run_ids: list[int]) -> None:
-    for run_id in run_ids:
-        found = store.query("SELECT redacted, suite, run_name FROM runs WHERE run_id = ?", (int(run_id),))
-        if not found:
-            raise ConfigError(f"unknown run id {run_id}")
-        if found[0][0]:
-            raise RedactedError(f"run '{found[0][1]}/{found[0][2]}' is redacted: aggregates only")
 
 
 def _decoded(r: dict[str, Any]) -> dict[str, Any]:

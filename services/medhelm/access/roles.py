@@ -1,0 +1,164 @@
+"""Roles, principals and the access policy (``access.yaml``): who may see what.
+
+* **viewer** — aggregates only: leaderboard, intervals, heatmap, costs (what redacted mode shows).
+* **analyst** — also instance text: prompts, answers, references, judge rationales (audited).
+* **admin** — everything an analyst may, plus the audit trail in the dashboard.
+
+The identity provider's group (or role) claim maps to roles in ``access.yaml``; the highest role of
+any matching group applies. A signed-in user in no listed group gets ``default_role`` (``none`` =
+refused). A release listed under ``releases`` is visible only to members of its groups (and admins).
+
+Failure semantics: a bad ``access.yaml`` is a ``ConfigError`` naming the file and field; a refused
+action is ``AccessDenied`` (one line naming the role or release, never patient text).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import getpass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+from medhelm.errors import ConfigError, MedhelmError
+
+
+class Role(IntEnum):
+    NONE = 0
+    VIEWER = 1
+    ANALYST = 2
+    ADMIN = 3
+
+    @classmethod
+    def parse(cls, text: str, *, path: Path | None = None, field_name: str = "role") -> Role:
+        try:
+            return cls[str(text).strip().upper()]
+        except KeyError:
+            raise ConfigError(f"unknown role '{text}' (one of none, viewer, analyst, admin)", path=path,
+                              field=field_name) from None
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class AccessDenied(MedhelmError):
+    """The principal may not do this (wrong role, or a release restricted to other groups)."""
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is asking: the identity provider's subject (or the local OS user), its groups and its role.
+
+    ``restricted`` carries the policy's release restrictions ((release pattern, groups), ...) so the
+    store's readers can decide without the policy object."""
+
+    subject: str
+    role: Role
+    groups: tuple[str, ...] = ()
+    source: str = "oidc"  # oidc | local (auth off, loopback) | cli
+    name: str = ""
+    restricted: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @classmethod
+    def local(cls, role: Role = Role.ADMIN, source: str = "local") -> Principal:
+        """The person at this machine (auth off on loopback, or the CLI): named by the OS user."""
+        try:
+            user = getpass.getuser()
+        except Exception:  # noqa: BLE001 - no passwd entry in a container
+            user = "unknown"
+        return cls(subject=f"{source}:{user}", role=role, source=source, name=user)
+
+    def capped(self, role: Role) -> Principal:
+        """The same principal with at most ``role`` (redacted mode caps everyone at viewer)."""
+        return replace(self, role=min(self.role, role))
+
+    def may_see_release(self, release: str) -> bool:
+        if self.role >= Role.ADMIN:
+            return True
+        for pattern, groups in self.restricted:
+            if fnmatch.fnmatchcase(release, pattern):
+                return bool(set(groups) & set(self.groups))
+        return True
+
+    def require(self, role: Role, what: str) -> None:
+        if self.role < role:
+            raise AccessDenied(f"{what} needs the {role.label} role; {self.subject} has "
+                               f"{self.role.label if self.role else 'no role'}")
+
+    def require_release(self, release: str) -> None:
+        if not self.may_see_release(release):
+            raise AccessDenied(f"release '{release}' is restricted to named groups; {self.subject} is in none of them")
+
+    def require_text(self, release: str) -> None:
+        """Instance text of ``release``: analyst or admin, and the release visible to this principal."""
+        self.require(Role.ANALYST, "instance text")
+        self.require_release(release)
+
+
+@dataclass(frozen=True)
+class AccessPolicy:
+    """``access.yaml``: which claim holds the groups, group -> role, release -> groups."""
+
+    groups_claim: str = "groups"
+    roles: Mapping[str, Role] = field(default_factory=dict)  # group name -> role
+    default_role: Role = Role.NONE
+    releases: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (release name or glob, groups)
+    subject_claim: str = "email"  # what the audit trail names a user by (falls back to sub)
+
+    @classmethod
+    def load(cls, path: Path) -> AccessPolicy:
+        from medhelm.files import load_yaml
+
+        raw = load_yaml(path, missing="access policy file not found") or {}
+        if not isinstance(raw, dict):
+            raise ConfigError("expected a mapping (groups_claim, roles, default_role, releases)", path=path)
+        return cls.from_dict(raw, path=path)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], *, path: Path | None = None) -> AccessPolicy:
+        known = {"groups_claim", "subject_claim", "roles", "default_role", "releases"}
+        for key in raw:
+            if key not in known:
+                raise ConfigError(f"unknown key (known: {', '.join(sorted(known))})", path=path, field=str(key))
+        roles: dict[str, Role] = {}
+        for role_name, groups in (raw.get("roles") or {}).items():
+            role = Role.parse(role_name, path=path, field_name=f"roles.{role_name}")
+            for g in _names(groups, path, f"roles.{role_name}"):
+                roles[g] = max(role, roles.get(g, Role.NONE))
+        releases = tuple((str(name), tuple(_names(groups, path, f"releases.{name}")))
+                         for name, groups in (raw.get("releases") or {}).items())
+        return cls(groups_claim=str(raw.get("groups_claim", "groups")), roles=roles,
+                   default_role=Role.parse(raw.get("default_role", "none"), path=path, field_name="default_role"),
+                   releases=releases, subject_claim=str(raw.get("subject_claim", "email")))
+
+    def principal(self, claims: Mapping[str, Any]) -> Principal:
+        """The principal an ID token's claims describe (role NONE when no group maps to a role)."""
+        groups = _claim_list(claims.get(self.groups_claim))
+        role = max([self.roles.get(g, Role.NONE) for g in groups] + [self.default_role])
+        subject = str(claims.get(self.subject_claim) or claims.get("sub") or "unknown")
+        return Principal(subject=subject, role=role, groups=tuple(groups), source="oidc",
+                         name=str(claims.get("name") or ""), restricted=self.releases)
+
+
+def _names(value: Any, path: Path | None, where: str) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Iterable) and not isinstance(value, Mapping):
+        out = [str(v) for v in value]
+        if all(out):
+            return out
+    raise ConfigError("expected a group name or a list of group names", path=path, field=where)
+
+
+def _claim_list(value: Any) -> list[str]:
+    """A group claim as a list: providers send a list, a space/comma-separated string, or nothing."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [v for v in value.replace(",", " ").split() if v]
+    if isinstance(value, Iterable):
+        return [str(v) for v in value]
+    return [str(value)]

@@ -1,0 +1,130 @@
+"""Access fixtures: a results store whose instances carry a planted marker string, a real OIDC provider
+on 127.0.0.1, and the dashboard started as `medhelm serve` starts it with sign-in on."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from medhelm.store.synthetic import catalogue, default_models, write_suite
+from tests.leaderboard.browser import free_port, launch_module
+from tests.leaderboard.conftest import postgres_url  # noqa: F401 - the shared scratch PostgreSQL fixture
+from tests.leaderboard.helpers import run_cli
+
+# Stands for patient text: it must reach an analyst's page and nothing else.
+MARKER = "ZQX-PATIENT-7731-MARKER"
+
+ACCESS_YAML = """\
+groups_claim: groups
+roles:
+  viewer: [medhelm-viewers]
+  analyst: [medhelm-analysts]
+  admin: [medhelm-admins]
+default_role: none
+releases:
+  private-*: [oncology-team]
+"""
+
+
+def plant_marker(output: Path, suite: str) -> None:
+    """Put MARKER into every instance's question, prompt and answer of a written suite."""
+    for f in (output / "runs" / suite).glob("*/instances.jsonl"):
+        text = f.read_text(encoding="utf-8")
+        f.write_text(text.replace("Synthetic question", f"{MARKER} question")
+                     .replace("A synthetic clinical answer", f"A {MARKER} answer"), encoding="utf-8")
+
+
+@pytest.fixture(scope="session")
+def marked_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """3 models x 2 benchmarks x 8 instances, the marker in every instance; release 'local'."""
+    out = tmp_path_factory.mktemp("access_out")
+    write_suite(out, "local", default_models(3), catalogue(2), 8)
+    plant_marker(out, "local")
+    code, _, err = run_cli("summarize", "--suites", "local", "-o", str(out), "--bootstrap", "50")
+    assert code == 0, err
+    return out
+
+
+@pytest.fixture
+def access_yaml(tmp_path: Path) -> Path:
+    p = tmp_path / "access.yaml"
+    p.write_text(ACCESS_YAML)
+    return p
+
+
+@dataclass
+class App:
+    url: str
+    proc: subprocess.Popen
+    log: Path
+
+    def stderr(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+
+@pytest.fixture(scope="module")
+def oidc_app(tmp_path_factory: pytest.TempPathFactory, marked_output: Path) -> Iterator[tuple[App, object]]:
+    """The real dashboard with sign-in against the real test provider; yields (app, provider)."""
+    pytest.importorskip("joserfc")
+    from tests.access.oidc_provider import Provider, User
+    from tests.leaderboard import browser
+
+    why = browser.missing_tools()
+    if why:
+        pytest.skip(why)
+    work = tmp_path_factory.mktemp("oidc_app")
+    port = free_port()
+    redirect = f"http://127.0.0.1:{port}/oauth2callback"
+    provider = Provider(client_id="medhelm-dashboard", client_secret="s3cret-client-" + os.urandom(8).hex(),
+                        redirect_uris=[redirect], users={
+                            "vera": User("u-vera", "vera@hospital.example", "Vera Viewer", ["medhelm-viewers"]),
+                            "anna": User("u-anna", "anna@hospital.example", "Anna Analyst",
+                                         ["medhelm-analysts", "staff"]),
+                            "nobody": User("u-nobody", "nobody@hospital.example", "No Body", ["staff"])})
+    issuer = provider.start()
+    policy = work / "access.yaml"
+    policy.write_text(ACCESS_YAML)
+    (work / "client_secret").write_text(provider.client_secret)
+    launch = launch_module()
+    args = argparse.Namespace(store=str(marked_output / "results.sqlite"), host="127.0.0.1", port=port, release=None,
+                              redacted=False, output_path=None, oidc_issuer=issuer,
+                              oidc_client_id=provider.client_id, oidc_redirect_uri=redirect, access_policy=policy)
+    secret_env = {"MEDHELM_OIDC_CLIENT_SECRET_FILE": str(work / "client_secret"),
+                  "MEDHELM_OIDC_COOKIE_SECRET": os.urandom(24).hex()}
+    oidc = launch.oidc_settings(args, {**os.environ, **secret_env})
+    secrets = launch.write_secrets(oidc)
+    log = work / "streamlit.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(launch.command(args, secrets), env=launch.environment(args),
+                                stdout=subprocess.DEVNULL, stderr=err, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.read().decode().strip() == "ok":
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not start: {log.read_text()[-800:]}")
+            time.sleep(0.3)
+        yield App(url, proc, log), provider
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        provider.stop()
+        shutil.rmtree(secrets.parent, ignore_errors=True)

@@ -1,0 +1,96 @@
+// Sign in to the dashboard through the test OIDC provider in headless Debian chromium (playwright-core),
+// open the benchmark page's drill-down, and report what the page and the wire carried.
+// usage: node signin_flow.js '{"url":..., "markers":[...], "user":..., "forgeCookie":bool, "expireWaitS":n}'
+// Prints one JSON line: login_page, signed_in, drilldown (refused|shown|none), in_dom and in_network
+// (marker -> seen), network_bytes, expired_screen, texts (a few visible strings, for failure messages).
+const { chromium } = require("playwright-core");
+
+async function main() {
+  const opts = JSON.parse(process.argv[2]);
+  const timeout = opts.timeoutMs || 120000; // generous: CI machines have 2 busy cores
+  const markers = opts.markers.map((m) => [m, Buffer.from(m, "utf8")]);
+  const out = { login_page: false, signed_in: false, drilldown: "none", in_dom: {}, in_network: {},
+                network_bytes: 0, expired_screen: null, texts: [] };
+  for (const [m] of markers) { out.in_dom[m] = false; out.in_network[m] = false; }
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+           "--disable-component-update", "--disable-sync", "--no-first-run"],
+  });
+  const note = (buf) => {
+    out.network_bytes += buf.length;
+    for (const [m, b] of markers) if (buf.indexOf(b) >= 0) out.in_network[m] = true;
+  };
+  let step = "start";
+  let page = null;
+  try {
+    const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+    if (opts.forgeCookie) {
+      const host = new URL(opts.url).hostname;
+      await context.addCookies([{ name: "_streamlit_user", domain: host, path: "/",
+        value: "2|1:0|10:1700000000|15:_streamlit_user|80:eyJlbWFpbCI6ImFuYWx5c3RAaG9zcGl0YWwuZXhhbXBsZSIsImlzX2xvZ2dlZF9pbiI6dHJ1ZX0=|forged" }]);
+    }
+    page = await context.newPage();
+    page.setDefaultTimeout(timeout); // clicks too, not only waits: a busy CI machine renders slowly
+    page.on("websocket", (ws) => {
+      ws.on("framereceived", (f) => note(Buffer.isBuffer(f.payload) ? f.payload : Buffer.from(String(f.payload))));
+    });
+    page.on("response", async (r) => {
+      try { note(await r.body()); } catch (e) { /* redirects and aborted bodies have none */ }
+    });
+    const signInButton = page.getByRole("button", { name: "Sign in", exact: true });
+    const table = page.locator('[data-testid="stDataFrame"]').first();
+    step = "open";
+    await page.goto(opts.url, { waitUntil: "domcontentloaded", timeout });
+    await Promise.race([signInButton.waitFor({ timeout }), table.waitFor({ timeout })]);
+    out.login_page = await signInButton.isVisible();
+    if (opts.user) {
+      step = "sign-in";
+      await signInButton.click();
+      await page.locator("#username").waitFor({ timeout });
+      await page.fill("#username", opts.user);
+      await Promise.all([page.waitForURL((u) => u.toString().startsWith(opts.url), { timeout }),
+                         page.click("#login")]);
+      await Promise.race([signInButton.waitFor({ timeout }), table.waitFor({ timeout }),
+                          page.getByText("has no MedHELM role").waitFor({ timeout })]);
+      out.signed_in = await table.isVisible();
+    } else {
+      await page.waitForTimeout(3000); // give a wrongly accepted session time to draw data
+      out.signed_in = await table.isVisible();
+    }
+    if (out.signed_in) {
+      step = "drill-down";
+      await page.locator('[data-testid="stSidebar"]').getByText("Benchmark", { exact: true }).click();
+      const hidden = page.getByText("Instance text is hidden", { exact: false }).first();
+      const expander = page.locator('[data-testid="stExpander"]').first();
+      await Promise.race([hidden.waitFor({ timeout }), expander.waitFor({ timeout })]);
+      if (await expander.isVisible()) {
+        out.drilldown = "shown";
+        await expander.locator("summary").first().click();
+        await page.waitForTimeout(1000);
+      } else {
+        out.drilldown = "refused";
+        await page.waitForTimeout(1500); // anything sent after the refusal would land now
+      }
+    }
+    if (opts.expireWaitS) {
+      step = "expiry";
+      await page.waitForTimeout(opts.expireWaitS * 1000);
+      await page.reload({ waitUntil: "domcontentloaded", timeout });
+      await Promise.race([signInButton.waitFor({ timeout }), table.waitFor({ timeout })]);
+      out.expired_screen = (await page.getByText("Your sign-in has expired").count()) > 0 && !(await table.isVisible());
+    }
+    const dom = (await page.content()) + (await page.locator("body").innerText());
+    for (const [m] of markers) out.in_dom[m] = dom.includes(m);
+    out.texts = (await page.locator("h1, [data-testid='stAlert']").allInnerTexts()).slice(0, 6);
+  } catch (err) {
+    const texts = page ? await page.locator("h1, h2, h3, [data-testid='stAlert']").allInnerTexts().catch(() => []) : [];
+    if (page && opts.failShot) await page.screenshot({ path: opts.failShot, fullPage: true }).catch(() => {});
+    throw new Error(`${step}: ${String(err && err.message || err).split("\n")[0]} | page: ${texts.join(" / ")}`);
+  } finally {
+    await browser.close();
+  }
+  console.log(JSON.stringify(out));
+}
+
+main().catch((err) => { console.error(String(err && err.message || err).split("\n")[0]); process.exit(1); });

@@ -1,0 +1,231 @@
+"""Roles from claims, the store's guarded readers, the audit trail (SQLite and PostgreSQL), `medhelm audit`,
+audited exports, and `medhelm serve` refusing a non-loopback address without sign-in."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+
+from medhelm.access import AccessDenied, AccessPolicy, Principal, Role, audit
+from medhelm.errors import ConfigError
+from medhelm.store import open_store, read
+from medhelm.store.synthetic import catalogue, default_models, write_suite
+from tests.access.conftest import MARKER, plant_marker
+from tests.leaderboard.browser import launch_module
+from tests.leaderboard.helpers import run_cli
+
+
+@pytest.fixture
+def policy(access_yaml: Path) -> AccessPolicy:
+    return AccessPolicy.load(access_yaml)
+
+
+def _people(policy: AccessPolicy) -> dict[str, Principal]:
+    return {"viewer": policy.principal({"sub": "1", "email": "v@h.org", "groups": ["medhelm-viewers"]}),
+            "analyst": policy.principal({"sub": "2", "email": "a@h.org", "groups": ["staff", "medhelm-analysts"]}),
+            "oncologist": policy.principal({"sub": "3", "email": "o@h.org",
+                                            "groups": "medhelm-analysts oncology-team"}),
+            "admin": policy.principal({"sub": "4", "email": "ad@h.org", "groups": ["medhelm-admins"]}),
+            "nobody": policy.principal({"sub": "5", "groups": ["staff"]})}
+
+
+def test_claims_map_to_the_highest_role_and_releases_restrict(policy):
+    p = _people(policy)
+    assert [p[k].role for k in ("viewer", "analyst", "oncologist", "admin", "nobody")] == \
+        [Role.VIEWER, Role.ANALYST, Role.ANALYST, Role.ADMIN, Role.NONE]
+    assert p["nobody"].subject == "5"  # no e-mail claim: the subject
+    assert p["analyst"].may_see_release("local") and not p["analyst"].may_see_release("private-onc")
+    assert p["oncologist"].may_see_release("private-onc") and p["admin"].may_see_release("private-onc")
+    with pytest.raises(AccessDenied, match="analyst role"):
+        p["viewer"].require_text("local")
+    assert p["admin"].capped(Role.VIEWER).role == Role.VIEWER
+
+
+@pytest.mark.parametrize("text,message", [
+    ("roles: {superuser: [x]}\n", "field 'roles.superuser': unknown role 'superuser'"),
+    ("roles: {viewer: [x]}\nextra: 1\n", "field 'extra': unknown key"),
+    ("roles: {viewer: {a: 1}}\n", "field 'roles.viewer': expected a group name"),
+    ("roles: [\n", "invalid YAML"),
+])
+def test_a_bad_policy_is_one_line_naming_the_file(tmp_path, text, message):
+    p = tmp_path / "access.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        AccessPolicy.load(p)
+    assert str(err.value).startswith(str(p)) and message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.fixture
+def store_url(request, marked_output, tmp_path) -> str:
+    """The marked release in SQLite, or copied into the scratch PostgreSQL server."""
+    if request.param == "sqlite":
+        return str(marked_output / "results.sqlite")
+    url = request.getfixturevalue("postgres_url")
+    code, _, err = run_cli("summarize", "--suites", "local", "-o", str(marked_output), "--store", url,
+                           "--bootstrap", "50")
+    assert code == 0, err
+    return url
+
+
+@pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)
+def test_text_only_for_analysts_and_every_read_is_audited(store_url, policy):
+    p = _people(policy)
+    before = REGISTRY.get_sample_value("medhelm_audit_events_total", {"action": "view-instances", "role": "analyst"})
+    with open_store(store_url) as s:
+        run_id = read.runs(s, "local", read.benchmarks(s, "local")[0]["benchmark"])[0]["run_id"]
+        with pytest.raises(AccessDenied) as denied:
+            read.instances_page(s, run_id, principal=p["viewer"], limit=3)
+        assert MARKER not in str(denied.value)
+        page = read.instances_page(s, run_id, principal=p["analyst"], offset=2, limit=3)
+        assert [i["instance_id"] for i in page] == ["id00002", "id00003", "id00004"]
+        assert MARKER in page[0]["prompt"]  # the text itself reached the analyst
+        pairs = read.paired_instances(s, run_id, run_id, principal=p["admin"], limit=2)
+        assert len(pairs) == 2
+        trail = audit.events(s, release="local")
+    mine = {(e.actor, e.action) for e in trail}
+    assert {("v@h.org", "denied"), ("a@h.org", "view-instances"), ("ad@h.org", "view-paired")} <= mine
+    viewed = next(e for e in trail if e.actor == "a@h.org")
+    assert viewed.run_ids == (run_id,) and viewed.instance_ids == ("id00002", "id00003", "id00004")
+    assert viewed.role == "analyst" and viewed.detail == "offset=2 limit=3"
+    assert MARKER not in json.dumps([e.__dict__ for e in trail])
+    after = REGISTRY.get_sample_value("medhelm_audit_events_total", {"action": "view-instances", "role": "analyst"})
+    assert after == (before or 0) + 1
+
+
+def test_no_audit_row_no_text(marked_output, tmp_path, policy):
+    """The audit table refuses writes (a trigger, as a full disk or a revoked grant would): nothing is shown."""
+    db = tmp_path / "copy.sqlite"
+    db.write_bytes((marked_output / "results.sqlite").read_bytes())
+    with open_store(db) as s:
+        audit.ensure_table(s)
+    con = sqlite3.connect(db)
+    con.execute("CREATE TRIGGER no_audit BEFORE INSERT ON audit BEGIN SELECT RAISE(ABORT, 'disk full'); END")
+    con.commit()
+    con.close()
+    failures = REGISTRY.get_sample_value("medhelm_audit_failures_total") or 0
+    with open_store(db) as s:
+        run_id = s.query("SELECT MIN(run_id) FROM runs")[0][0]
+        with pytest.raises(audit.AuditError, match="instance text withheld") as err:
+            read.instances_page(s, run_id, principal=_people(policy)["analyst"])
+    assert MARKER not in str(err.value)
+    assert REGISTRY.get_sample_value("medhelm_audit_failures_total") == failures + 1
+
+
+def test_a_restricted_release_is_invisible_to_other_groups(tmp_path, policy):
+    out = tmp_path / "out"
+    write_suite(out, "private-onc", default_models(2), catalogue(1), 4)
+    plant_marker(out, "private-onc")
+    assert run_cli("summarize", "--suites", "private-onc", "-o", str(out), "--bootstrap", "20")[0] == 0
+    p = _people(policy)
+    with open_store(out / "results.sqlite") as s:
+        run_id = s.query("SELECT MIN(run_id) FROM runs")[0][0]
+        with pytest.raises(AccessDenied, match="restricted"):
+            read.instances_page(s, run_id, principal=p["analyst"])
+        assert read.instances_page(s, run_id, principal=p["oncologist"], limit=1)
+
+
+def test_audit_cli_lists_and_filters(marked_output, policy):
+    store = str(marked_output / "results.sqlite")
+    with open_store(store) as s:
+        run_id = s.query("SELECT MIN(run_id) FROM runs")[0][0]
+        read.instances_page(s, run_id, principal=_people(policy)["analyst"], limit=1)
+    code, out, err = run_cli("audit", "--store", store, "--actor", "a@h.org", "--json")
+    assert code == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert rows and all(r["actor"] == "a@h.org" for r in rows)
+    code, out, _ = run_cli("audit", "--store", store, "--run-id", str(run_id), "--since", "2000-01-01")
+    assert code == 0 and "a@h.org" in out and "view-instances" in out
+    assert run_cli("audit", "--store", store, "--since", "2099-01-01")[1].strip() == "no audit events match"
+    code, _, err = run_cli("audit", "--store", store, "--since", "last tuesday")
+    assert code == 2 and err.count("\n") == 1 and "--since" in err
+
+
+def test_exports_are_audited_and_redacted_bundles_hold_no_text(marked_output, tmp_path):
+    store = str(marked_output / "results.sqlite")
+    code, _, err = run_cli("export", str(tmp_path / "shared"), "--redact", "--store", store)
+    assert code == 0, err
+    for f in (tmp_path / "shared").iterdir():
+        assert MARKER.encode() not in f.read_bytes(), f.name
+    code, _, err = run_cli("export", str(tmp_path / "internal"), "--store", store)
+    assert code == 0 and MARKER.encode() in (tmp_path / "internal" / "results.sqlite").read_bytes()
+    with open_store(store) as s:
+        actions = [e.action for e in audit.events(s, release="local") if e.source == "cli"]
+    assert actions[:2] == ["export", "export-redacted"]  # newest first
+
+
+def test_serve_refuses_a_public_address_without_sign_in(marked_output, tmp_path, capsys):
+    from medhelm.cli import main
+
+    store = str(marked_output / "results.sqlite")
+    assert main(["serve", "--host", "0.0.0.0", "--store", store]) == 2
+    err = capsys.readouterr().err
+    assert "without sign-in" in err and "--insecure-no-auth" in err and err.count("\n") == 1
+    assert main(["serve", "scenarios", "--host", "0.0.0.0", "--port", "0", "--metrics-port", "-1"]) == 2
+    assert "without caller authorization" in capsys.readouterr().err
+    launch = launch_module()
+    ok = argparse.Namespace(host="0.0.0.0", insecure_no_auth=True)
+    launch.check_exposure(ok, None)  # explicit: allowed
+    launch.check_exposure(argparse.Namespace(host="127.0.0.1"), None)  # loopback: as simple as before
+    launch.check_exposure(argparse.Namespace(host="::1"), None)
+
+
+def test_sign_in_settings_never_come_from_flags(tmp_path, access_yaml):
+    launch = launch_module()
+    args = argparse.Namespace(oidc_issuer="https://login.example/tenant/v2.0", oidc_client_id="cid",
+                              oidc_redirect_uri=None, access_policy=access_yaml, host="127.0.0.1", port=8600)
+    with pytest.raises(ConfigError, match="MEDHELM_OIDC_CLIENT_SECRET or MEDHELM_OIDC_CLIENT_SECRET_FILE"):
+        launch.oidc_settings(args, {})
+    (tmp_path / "cs").write_text("the-client-secret\n")
+    oidc = launch.oidc_settings(args, {"MEDHELM_OIDC_CLIENT_SECRET_FILE": str(tmp_path / "cs"),
+                                       "MEDHELM_OIDC_COOKIE_SECRET": "c" * 32})
+    assert oidc.redirect_uri == "http://127.0.0.1:8600/oauth2callback" and oidc.client_secret == "the-client-secret"
+    path = launch.write_secrets(oidc)
+    try:
+        assert oct(path.stat().st_mode & 0o777) == "0o600" and oct(path.parent.stat().st_mode & 0o777) == "0o700"
+        import tomllib
+
+        auth = tomllib.loads(path.read_text())["auth"]
+        assert auth["server_metadata_url"] == "https://login.example/tenant/v2.0/.well-known/openid-configuration"
+        assert auth["client_secret"] == "the-client-secret" and auth["client_kwargs"]["scope"] == "openid email profile"
+    finally:
+        import shutil
+
+        shutil.rmtree(path.parent)
+    env = launch.environment(argparse.Namespace(store="x.sqlite", oidc_issuer="https://i", access_policy=access_yaml))
+    assert env["MEDHELM_AUTH"] == "oidc" and "MEDHELM_OIDC_CLIENT_SECRET" not in env
+
+
+def test_the_dashboard_data_layer_hides_restricted_releases(tmp_path, policy):
+    board_data = pytest.importorskip("medhelm_dashboard.board_data")
+    out = tmp_path / "out"
+    for suite in ("local", "private-onc"):
+        write_suite(out, suite, default_models(2), catalogue(1), 3)
+        assert run_cli("summarize", "--suites", suite, "-o", str(out), "--release", suite, "--bootstrap", "10")[0] == 0
+    store = str(out / "results.sqlite")
+    p = _people(policy)
+    assert [r for r, _ in board_data.releases(store, p["viewer"])] == ["local"]
+    assert {r for r, _ in board_data.releases(store, p["oncologist"])} == {"local", "private-onc"}
+    with pytest.raises(AccessDenied):
+        board_data.load_release(store, "private-onc", "", p["analyst"])
+    with open_store(store) as s:
+        run_id = read.runs(s, "local", read.benchmarks(s, "local")[0]["benchmark"])[0]["run_id"]
+    with pytest.raises(AccessDenied):  # the drill-down's reader refuses a viewer whatever the page shows
+        board_data.instances(store, run_id, 0, 5, p["viewer"])
+    assert len(board_data.instances(store, run_id, 0, 5, p["analyst"])) == 3
+
+
+def test_k8s_submitted_jobs_carry_only_the_jobs_token():
+    from medhelm.cli.k8s import eval_job
+
+    job = eval_job(release="rel", suite="s", image="i", args=["job"], completions=2, parallelism=2,
+                   use_services=True, service_token_secret="medhelm-callers")
+    pod = job["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["MEDHELM_SERVICE_TOKEN_FILE"] == "/etc/medhelm/callers/job"
+    vol = next(v for v in pod["volumes"] if v["name"] == "callers")
+    assert vol["secret"] == {"secretName": "medhelm-callers", "items": [{"key": "job", "path": "job"}]}

@@ -1,0 +1,109 @@
+"""Sign-in end to end: the real dashboard (`streamlit run`, st.login/Authlib) against a real OIDC provider on
+127.0.0.1, driven by headless chromium. A marker planted in every instance stands for patient text."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from medhelm.access import audit
+from medhelm.store import open_store
+from tests.access.conftest import MARKER
+from tests.leaderboard.browser import CHROMIUM, NODE_CACHE
+
+pytestmark = pytest.mark.slow
+
+FLOW = Path(__file__).with_name("signin_flow.js")
+MODEL = "org/model-00"  # a leaderboard row: proves data did reach a signed-in page
+
+
+def drive(url: str, user: str = "", **opts: object) -> dict:
+    env = {**os.environ, "NODE_PATH": str(NODE_CACHE / "node_modules"), "CHROMIUM": CHROMIUM}
+    if os.environ.get("MEDHELM_SCREENSHOT_DIR"):  # a picture of the page when a step fails
+        opts = {**opts, "failShot": str(Path(os.environ["MEDHELM_SCREENSHOT_DIR"]) / f"signin-{user or 'anon'}.png")}
+    done = subprocess.run(["node", str(FLOW), json.dumps({"url": url, "user": user, "markers": [MARKER, MODEL],
+                                                          **opts})],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-800:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _audit_rows(store: Path, actor: str) -> list[audit.Event]:
+    with open_store(store) as s:
+        return audit.events(s, actor=actor)
+
+
+def test_unauthenticated_gets_the_login_page_and_never_data(oidc_app):
+    app, provider = oidc_app
+    r = drive(app.url)
+    assert r["login_page"] and not r["signed_in"], r
+    assert not any(r["in_network"].values()) and not any(r["in_dom"].values()), r
+    assert r["network_bytes"] > 10_000  # the app itself did load
+
+
+def test_viewer_sees_the_leaderboard_but_never_instance_text(oidc_app, marked_output):
+    app, provider = oidc_app
+    provider.mode = "normal"
+    r = drive(app.url, "vera")
+    assert r["login_page"] and r["signed_in"], r
+    assert r["in_network"][MODEL]  # the leaderboard's data arrived ...
+    assert r["drilldown"] == "refused", r  # ... the drill-down did not
+    assert not r["in_network"][MARKER] and not r["in_dom"][MARKER], r
+    assert provider.pkce_checked >= 1 and provider.issued[-1]["groups"] == ["medhelm-viewers"]
+    assert not [e for e in _audit_rows(marked_output / "results.sqlite", "vera@hospital.example")
+                if e.action.startswith("view")]
+
+
+def test_analyst_drills_down_and_is_audited(oidc_app, marked_output):
+    app, provider = oidc_app
+    provider.mode = "normal"
+    r = drive(app.url, "anna")
+    assert r["signed_in"] and r["drilldown"] == "shown", r
+    assert r["in_dom"][MARKER] and r["in_network"][MARKER]  # the capture sees text when text is sent
+    rows = [e for e in _audit_rows(marked_output / "results.sqlite", "anna@hospital.example")
+            if e.action == "view-instances"]
+    assert rows and rows[0].role == "analyst" and rows[0].source == "oidc" and rows[0].release == "local"
+    assert rows[0].run_ids and rows[0].instance_ids[0] == "id00000"
+    assert MARKER not in json.dumps([e.__dict__ for e in rows])  # ids, never text
+    assert MARKER not in app.stderr()  # nor in the server's log
+
+
+@pytest.mark.parametrize("mode", ["forged", "expired"])
+def test_forged_or_expired_id_token_is_refused(oidc_app, mode):
+    app, provider = oidc_app
+    provider.mode = mode
+    try:
+        r = drive(app.url, "anna")
+    finally:
+        provider.mode = "normal"
+    assert provider.issued[-1]["email"] == "anna@hospital.example"  # the provider did issue the bad token
+    assert not r["signed_in"] and r["drilldown"] == "none", r
+    assert not r["in_network"][MARKER] and not r["in_network"][MODEL], r
+
+
+def test_forged_session_cookie_is_refused(oidc_app):
+    app, _ = oidc_app
+    r = drive(app.url, forgeCookie=True)
+    assert r["login_page"] and not r["signed_in"], r
+    assert not any(r["in_network"].values()), r
+
+
+def test_a_session_ends_when_its_id_token_expires(oidc_app):
+    app, provider = oidc_app
+    provider.mode, provider.short_s = "short", 20
+    try:
+        r = drive(app.url, "vera", expireWaitS=21)
+    finally:
+        provider.mode = "normal"
+    assert r["signed_in"] and r["expired_screen"] is True, r
+
+
+def test_signed_in_without_a_role_sees_nothing(oidc_app):
+    app, provider = oidc_app
+    r = drive(app.url, "nobody")
+    assert not r["signed_in"] and any("no MedHELM role" in t for t in r["texts"]), r
+    assert not any(r["in_network"].values()), r
