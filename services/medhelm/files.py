@@ -9,6 +9,10 @@ bounds nesting; ``load_json`` bounds size and nesting and turns a 5,000-digit in
 
 Failure semantics: every problem is a ``ConfigError`` naming the file (and line where known); nothing
 here ever echoes the file's content, which may be patient text. Nothing is written.
+
+Why our own code: the guard is a few system calls (open non-blocking, fstat, bounded read) that no library
+offers as one call; YAML stays PyYAML's safe loader (the parser is not ours) with two small hooks, because
+ruamel.yaml (which refuses duplicate keys itself) would be a second YAML library with other semantics.
 """
 
 from __future__ import annotations
