@@ -14,14 +14,14 @@
 #                                                 (GRPC: its gRPC port, reserved; gRPC v2 is off, see there)
 #   scripts/engines.sh stop PORT                  stop the server started on PORT (by its pid file)
 #   scripts/engines.sh path                       print the cache folder
-# Environment: MEDHELM_ENGINES_DIR (default ~/.cache/medhelm-engines), MEDHELM_ENGINE_START_TIMEOUT (s, 240).
+# Environment: MEDHELM_ENGINES_DIR (default ~/.cache/medhelm-engines), MEDHELM_ENGINE_START_TIMEOUT (s, 600).
 # Servers bind 127.0.0.1 only; waits are bounded; a server that does not come up is killed and its log tail
 # printed, exit 1.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 DIR=${MEDHELM_ENGINES_DIR:-$HOME/.cache/medhelm-engines}
 PY=${PYTHON:-python3}
-TIMEOUT=${MEDHELM_ENGINE_START_TIMEOUT:-240}
+TIMEOUT=${MEDHELM_ENGINE_START_TIMEOUT:-600}  # vLLM: ~30 s idle, ~4 min on a busy 2-core box
 VLLM_VERSION=0.32.0
 KSERVE_VERSION=0.21.0
 TORCH="torch==2.13.0"
@@ -155,15 +155,21 @@ stop() {
   rm -f "$f"
 }
 
-case "${1:-}" in
-  build)
-    mkdir -p "$DIR"
-    exec 9>"$DIR/.build.lock"; flock 9     # one build at a time (background CI build + a test run)
-    build_vllm; build_model; build_kserve
-    say "ready in $DIR"
-    ;;
-  start) shift; start "$@" ;;
-  stop) stop "$2" ;;
-  path) echo "$DIR" ;;
-  *) sed -n '2,20p' "$0" >&2; exit 2 ;;
-esac
+main() {
+  case "${1:-}" in
+    build)
+      mkdir -p "$DIR"
+      exec 9>"$DIR/.build.lock"; flock 9     # one build at a time (background CI build + a test run)
+      build_vllm; build_model; build_kserve
+      say "ready in $DIR"
+      ;;
+    start) shift; start "$@" ;;
+    stop) stop "$2" ;;
+    path) echo "$DIR" ;;
+    *) sed -n '2,20p' "$0" >&2; exit 2 ;;
+  esac
+}
+
+# One line, parsed before it runs: bash reads scripts as it goes, so an edit of this file during a long
+# `start` (a checkout, a pull) cannot make it run half-old, half-new code.
+main "$@"; exit $?

@@ -59,7 +59,7 @@ class Engine:
         args = ["bash", str(ENGINES), "start", self.kind, str(self.port)]
         if self.grpc_port:
             args.append(str(self.grpc_port))
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=600,
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=700,
                               env={**os.environ, **(self.env or {})})
         if proc.returncode != 0:
             pytest.fail(f"{self.kind} did not start: {proc.stderr[-3000:]}")
