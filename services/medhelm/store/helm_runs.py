@@ -475,9 +475,11 @@ def _load(path: Path) -> Any:
 
 
 def _peek_keys(path: Path) -> set[str]:
+    """The top-level keys of a run spec, through the guarded reader (a damaged file has none: the caller
+    that reads it for real names the problem)."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        doc = files.load_json(path)
+    except ConfigError:
         return set()
     return set(doc) if isinstance(doc, dict) else set()
 
