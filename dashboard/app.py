@@ -15,6 +15,7 @@ import page_benchmark  # noqa: E402
 import page_compare  # noqa: E402
 import page_leaderboard  # noqa: E402
 from filters import sidebar_filters  # noqa: E402
+from safe_text import no_addresses  # noqa: E402
 from medhelm.errors import MedhelmError  # noqa: E402
 
 PAGES = {"Leaderboard": page_leaderboard.render, "Benchmark": page_benchmark.render, "Compare": page_compare.render}
@@ -26,7 +27,7 @@ heading = st.empty()  # the page title goes out before any data is read
 try:
     known = board_data.releases(cfg.store)
 except MedhelmError as err:
-    st.error(str(err))
+    st.text(no_addresses(err))  # plain text: an error may quote a store's data; no server addresses
     st.stop()
 if not known:
     st.warning("The results store holds no release yet: run `medhelm summarize --suites ...`.")
@@ -36,7 +37,11 @@ default = names.index(cfg.release) if cfg.release in names else 0
 release = st.sidebar.selectbox("Release", names, index=default, key="release")
 page = st.sidebar.radio("Page", list(PAGES), key="page")
 heading.title(TITLES[page])
-rel = board_data.load_release(cfg.store, release, dict(known)[release])
+try:
+    rel = board_data.load_release(cfg.store, release, dict(known)[release])
+except MedhelmError as err:
+    st.text(no_addresses(err))
+    st.stop()
 redacted = cfg.redacted or rel.meta.get("redact") == "1"
 if redacted:
     st.sidebar.info("Redacted mode: aggregates only, no instance text.")

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 APP = Path(__file__).with_name("app.py")
+CSP = Path(__file__).with_name("csp.py")  # streamlit run, with a Content-Security-Policy on every response
 DEFAULT_PORT = 8501
 
 
@@ -41,10 +42,11 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
 def command(args: argparse.Namespace) -> list[str]:
     host = getattr(args, "host", None) or "127.0.0.1"
     port = getattr(args, "port", None)
-    return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
+    return [sys.executable, str(CSP), "run", str(APP), "--server.headless", "true",
             "--server.address", host, "--server.port", str(DEFAULT_PORT if port is None else port),
             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-            "--global.developmentMode", "false", "--client.toolbarMode", "viewer"]
+            "--global.developmentMode", "false", "--client.toolbarMode", "viewer",
+            "--client.showErrorDetails", "false"]  # viewers never see tracebacks (server paths)
 
 
 def main(args: argparse.Namespace) -> int:

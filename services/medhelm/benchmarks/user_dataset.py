@@ -84,10 +84,18 @@ def _columns(header: list[str], path: Path) -> list[str]:
     return columns
 
 
+def _column_list(columns: list[str]) -> str:
+    """The header's names for an error, only when they look like column names: a file that is not the
+    dataset (a mistyped dataset_file) must not have its first line printed."""
+    if len(columns) <= 40 and all(len(c) <= 40 and c.isprintable() and ":" not in c for c in columns):
+        return "columns: " + ", ".join(columns)
+    return f"{len(columns)} column(s) whose names do not look like a dataset header"
+
+
 def _check_columns(columns: list[str], path: Path, template: PromptTemplate, answer_required: bool) -> None:
     for field in template.fields:
         if field not in columns:
-            raise ConfigError(f"placeholder {{{field}}} has no column in {path} (columns: {', '.join(columns)})",
+            raise ConfigError(f"placeholder {{{field}}} has no column in {path} ({_column_list(columns)})",
                               path=template.path, line=template.line_of(field), field=field)
     if answer_required and ANSWER not in columns:
         raise ConfigError(f"no '{ANSWER}' column; it holds the gold answer and is required unless jury_score "

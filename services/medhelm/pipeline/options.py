@@ -21,6 +21,8 @@ class RunOptions:
     seed: int = 0
     num_output_tokens: int | None = None  # overrides every benchmark's max_tokens
     progress: bool = True
+    data_roots: tuple[Path, ...] = ()  # --data-root: folders a benchmark YAML may name files in (besides its own)
+    any_data_path: bool = False  # --allow-any-data-path: a benchmark YAML may name files anywhere
 
     @property
     def suite_dir(self) -> Path:

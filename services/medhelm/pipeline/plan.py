@@ -58,7 +58,8 @@ def _plan_one(entry: RunEntry, options: RunOptions, deployments: DeploymentRegis
     except ConfigError as err:
         raise ConfigError(f"run entry '{entry.text}': {err}", path=_where(entry)) from None
     ctx = LoadContext(args=entry.benchmark_args, data_dir=options.data_dir, cache_dir=options.scenarios_dir,
-                      offline=options.offline, base_dir=entry.base_dir)
+                      offline=options.offline, base_dir=entry.base_dir, data_roots=tuple(options.data_roots),
+                      any_path=options.any_data_path)
     try:
         benchmark = benchmarks.resolve(entry.name, ctx)
     except MedhelmError as err:

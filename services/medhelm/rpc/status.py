@@ -7,7 +7,13 @@ import grpc
 from medhelm.errors import ConfigError, DataUnavailable, InferenceError, MedhelmError, ServerUnreachable
 
 
+class LimitExceeded(MedhelmError):
+    """A call asked for more than the server's limits allow (RESOURCE_EXHAUSTED)."""
+
+
 def code_for(err: MedhelmError) -> grpc.StatusCode:
+    if isinstance(err, LimitExceeded):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
     if isinstance(err, ServerUnreachable):
         return grpc.StatusCode.UNAVAILABLE  # a judge/model server is down: retry later
     if isinstance(err, (DataUnavailable, InferenceError)):
