@@ -46,7 +46,18 @@ def command(args: argparse.Namespace) -> list[str]:
             "--server.address", host, "--server.port", str(DEFAULT_PORT if port is None else port),
             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
             "--global.developmentMode", "false", "--client.toolbarMode", "viewer",
-            "--client.showErrorDetails", "false"]  # viewers never see tracebacks (server paths)
+            "--client.showErrorDetails", _no_error_details()]  # viewers never see tracebacks (server paths)
+
+
+def _no_error_details() -> str:
+    """Streamlit >= 1.46 takes a level ("none"); older ones a boolean (false = no tracebacks)."""
+    import importlib.metadata
+
+    try:
+        major, minor = (int(x) for x in importlib.metadata.version("streamlit").split(".")[:2])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return "none"
+    return "none" if (major, minor) >= (1, 46) else "false"
 
 
 def main(args: argparse.Namespace) -> int:

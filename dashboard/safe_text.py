@@ -2,9 +2,11 @@
 goes through here before a Streamlit element that renders Markdown (expander labels, captions, alerts).
 
 ``literal(s)`` backslash-escapes every ASCII punctuation character (CommonMark allows it for all of them),
-so Markdown, Streamlit's directives (``:red[...]``, ``:material/...:``), LaTeX (``$...$``), GFM autolinks
-(``http://...``, ``www.``) and inline HTML render as the literal characters: nothing from data can make a
-link, load an image or colour the page. Newlines become spaces (a label is one line). ``no_addresses(s)``
+so Markdown, Streamlit's directives (``:red[...]``, ``:material/...:``), LaTeX (``$...$``) and inline
+HTML render as the literal characters. GFM autolinks (``http://...``, ``www.``, ``a@b.org``) are found
+after escapes are resolved, so an invisible WORD JOINER (U+2060) is put inside ``://``, ``www.`` and
+after ``@``: the text reads the same, and nothing from data can make a link, load an image or colour
+the page. Newlines become spaces (a label is one line). ``no_addresses(s)``
 replaces URLs and host:port pairs with a placeholder: viewers do not see internal model server addresses.
 
 Prefer ``st.text`` / ``st.dataframe`` (never Markdown) for data; use these only where Streamlit offers no
@@ -31,9 +33,15 @@ def one_line(text: object, limit: int | None = None) -> str:
     return flat
 
 
+_JOIN = "\u2060"
+_AUTOLINK = re.compile(r"(?i)(:)(//)|(www)(\.)|(@)")
+
+
 def literal(text: object, limit: int | None = MAX_LABEL) -> str:
-    """``text`` for a Markdown-rendering element: shown exactly as written, one line, at most ``limit``."""
-    return one_line(text, limit).translate(_ESCAPE)
+    """``text`` for a Markdown-rendering element: shown as written (plus invisible joiners), one line."""
+    flat = _AUTOLINK.sub(lambda m: _JOIN.join(g for g in m.groups() if g) + (_JOIN if m.group(5) else ""),
+                         one_line(text, limit))
+    return flat.translate(_ESCAPE)
 
 
 def no_addresses(text: object) -> str:

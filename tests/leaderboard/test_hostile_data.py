@@ -77,7 +77,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory):
     ids = [f"![i]({L}/id)", *[f.format(L=L) for f in FORMULAS], f"<img src={L}/idimg>", ":red[id]"]
     with open(bench / "dataset.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["patient_id", "note", "correct_answer"])
+        w.writerow(["id", "note", "correct_answer"])
         for i, ident in enumerate(ids):
             w.writerow([ident, f"{'ERR ' if i % 2 else ''}note {i}", FORMULAS[i % len(FORMULAS)].format(L=L)])
     desc = f"![d]({L}/desc) =HYPERLINK(\"{L}/h\") :red[BANNER] <img src={L}/descimg> {L}/descauto"
@@ -126,7 +126,7 @@ def _check_csv(name: str, raw: bytes) -> int:
 
 def test_exports_are_formula_safe_and_never_overwrite(hostile):
     out = hostile["out"]
-    folder, archive = out / "bundle", out / "bundle.zip"
+    folder, archive = out / "bundle", out / "shared.zip"
     code, _, err = run_cli("export", str(folder), "-o", str(out))
     assert code == 0, err
     rows = {p.name: _check_csv(p.name, p.read_bytes()) for p in folder.glob("*.csv")}
@@ -170,9 +170,9 @@ def test_dashboard_shows_hostile_data_as_text_and_sends_nothing(hostile):
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert "default-src 'self'" in csp and "img-src 'self' data: blob:" in csp
     assert listener.hits == []  # not one request from the viewer's browser reached the listener
-    assert seen["pointing"] == 0  # no element points at it either (CSP aside, nothing became markup)
+    assert seen["pointing"] == []  # no element points at it either (CSP aside, nothing became markup)
     assert seen["expanders"] >= 4
-    page = "\n".join(seen["texts"])
+    page = "\n".join(seen["texts"]).replace("\u2060", "")  # labels carry invisible joiners inside URLs
     assert f"![i]({listener.origin}/id)" in page  # an instance id, shown literally
     assert ":red[BANNER]" in page and f"![d]({listener.origin}/desc)" in page  # the description, literally
     assert "leak?d=" not in page  # the hostile error body was defanged before it was stored
