@@ -15,7 +15,7 @@ import page_benchmark  # noqa: E402
 import page_compare  # noqa: E402
 import page_leaderboard  # noqa: E402
 from filters import sidebar_filters  # noqa: E402
-from safe_text import no_addresses  # noqa: E402
+from safe_text import literal, no_addresses  # noqa: E402
 from medhelm.errors import MedhelmError  # noqa: E402
 
 PAGES = {"Leaderboard": page_leaderboard.render, "Benchmark": page_benchmark.render, "Compare": page_compare.render}
@@ -27,7 +27,7 @@ heading = st.empty()  # the page title goes out before any data is read
 try:
     known = board_data.releases(cfg.store)
 except MedhelmError as err:
-    st.text(no_addresses(err))  # plain text: an error may quote a store's data; no server addresses
+    st.error(literal(no_addresses(err), 500))  # escaped: an error may quote a store's data; no server addresses
     st.stop()
 if not known:
     st.warning("The results store holds no release yet: run `medhelm summarize --suites ...`.")
@@ -40,7 +40,7 @@ heading.title(TITLES[page])
 try:
     rel = board_data.load_release(cfg.store, release, dict(known)[release])
 except MedhelmError as err:
-    st.text(no_addresses(err))
+    st.error(literal(no_addresses(err), 500))
     st.stop()
 redacted = cfg.redacted or rel.meta.get("redact") == "1"
 if redacted:

@@ -177,3 +177,25 @@ def test_dashboard_shows_hostile_data_as_text_and_sends_nothing(hostile):
     assert ":red[BANNER]" in page and f"![d]({listener.origin}/desc)" in page  # the description, literally
     assert "leak?d=" not in page  # the hostile error body was defanged before it was stored
     assert hostile["model_address"] not in page and "[address hidden]" in page  # no internal model URL
+
+
+def test_store_values_are_capped_before_they_size_an_allocation(hostile, tmp_path):
+    """meta.replicates = 1e8 would ask numpy for gigabytes: one line on the page instead, no traceback."""
+    import os
+    import shutil
+    import sqlite3
+
+    from streamlit.testing.v1 import AppTest
+
+    store = tmp_path / "results.sqlite"
+    shutil.copy(hostile["out"] / "results.sqlite", store)
+    with sqlite3.connect(store) as conn:
+        assert conn.execute("UPDATE meta SET value = '100000000' WHERE key = 'replicates'").rowcount == 1
+    saved = os.environ.get("MEDHELM_STORE")
+    os.environ["MEDHELM_STORE"] = str(store)
+    try:
+        at = AppTest.from_file(str(Path(__file__).parents[2] / "dashboard" / "app.py"), default_timeout=60).run()
+    finally:
+        os.environ.pop("MEDHELM_STORE") if saved is None else os.environ.__setitem__("MEDHELM_STORE", saved)
+    assert not at.exception
+    assert "replicates" in at.error[0].value and "out of range" in at.error[0].value
