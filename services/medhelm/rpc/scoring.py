@@ -32,7 +32,7 @@ from medhelm.v1 import common_pb2
 
 JURY_METRICS = frozenset({"jury_score"})  # registry names whose factory calls judge models
 SQL_METRICS = frozenset({"ehr_sql_execution_accuracy"})  # registry names that open a database
-MAX_ITEM_BYTES = 4 * 1024 * 1024  # one instance + prompt + completion; far above any real clinical note
+MAX_ITEM_BYTES = 1024 * 1024  # one instance + prompt + completion; far above any real clinical note
 log = logging.getLogger("medhelm.rpc")
 
 
