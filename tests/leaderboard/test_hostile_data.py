@@ -179,6 +179,25 @@ def test_dashboard_shows_hostile_data_as_text_and_sends_nothing(hostile):
     assert hostile["model_address"] not in page and "[address hidden]" in page  # no internal model URL
 
 
+def test_dashboard_tables_download_formula_safe(hostile):
+    """The grids' "Download as CSV" writes what the grid holds: hostile names arrive neutralised."""
+    import os
+
+    from streamlit.testing.v1 import AppTest
+
+    saved = os.environ.get("MEDHELM_STORE")
+    os.environ["MEDHELM_STORE"] = str(hostile["out"] / "results.sqlite")
+    try:
+        at = AppTest.from_file(str(Path(__file__).parents[2] / "dashboard" / "app.py"), default_timeout=60).run()
+    finally:
+        os.environ.pop("MEDHELM_STORE") if saved is None else os.environ.__setitem__("MEDHELM_STORE", saved)
+    assert not at.exception
+    cells = [str(c) for df in (d.value for d in at.dataframe) for c in
+             [*df.columns, *df.index, *(v for row in df.itertuples(index=False) for v in row if isinstance(v, str))]]
+    assert "'@HOSTILE(1+1)" in cells
+    assert not [c for c in cells if c.startswith(TRIGGERS)]
+
+
 def test_store_values_are_capped_before_they_size_an_allocation(hostile, tmp_path):
     """meta.replicates = 1e8 would ask numpy for gigabytes: one line on the page instead, no traceback."""
     import os
