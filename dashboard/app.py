@@ -21,6 +21,7 @@ import page_leaderboard  # noqa: E402
 import signin  # noqa: E402
 from filters import sidebar_filters  # noqa: E402
 from medhelm.access import Role  # noqa: E402
+from safe_text import literal, no_addresses  # noqa: E402
 from medhelm.errors import MedhelmError  # noqa: E402
 
 PAGES = {"Leaderboard": page_leaderboard.render, "Benchmark": page_benchmark.render, "Compare": page_compare.render}
@@ -34,7 +35,7 @@ heading = st.empty()  # the page title goes out before any data is read
 try:
     known = board_data.releases(cfg.store, principal)
 except MedhelmError as err:
-    st.error(str(err))
+    st.error(literal(no_addresses(err), 500))  # escaped: an error may quote a store's data; no server addresses
     st.stop()
 if not known:
     st.warning("The results store holds no release yet: run `medhelm summarize --suites ...`.")
@@ -45,7 +46,11 @@ release = st.sidebar.selectbox("Release", names, index=default, key="release")
 page = st.sidebar.radio("Page", list(PAGES), key="page")
 heading.title(TITLES[page])
 signin.sidebar_identity(principal)
-rel = board_data.load_release(cfg.store, release, dict(known)[release], principal)
+try:
+    rel = board_data.load_release(cfg.store, release, dict(known)[release], principal)
+except MedhelmError as err:
+    st.error(literal(no_addresses(err), 500))
+    st.stop()
 redacted = cfg.redacted or rel.meta.get("redact") == "1" or principal.role < Role.ANALYST
 if redacted:
     st.sidebar.info("Redacted mode: aggregates only, no instance text." if principal.role >= Role.ANALYST

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 APP = Path(__file__).with_name("app.py")
+CSP = Path(__file__).with_name("csp.py")  # streamlit run, with a Content-Security-Policy on every response
 DEFAULT_PORT = 8501
 
 
@@ -145,12 +146,23 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
 def command(args: argparse.Namespace, secrets: Path | None = None) -> list[str]:
     host = getattr(args, "host", None) or "127.0.0.1"
     port = getattr(args, "port", None)
-    cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
-            "--server.address", host, "--server.port", str(DEFAULT_PORT if port is None else port),
-            "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-            "--global.developmentMode", "false", "--client.toolbarMode", "viewer",
-            "--client.showErrorDetails", "type"]  # an unexpected error's text may quote patient data
+    cmd = [sys.executable, str(CSP), "run", str(APP), "--server.headless", "true",
+           "--server.address", host, "--server.port", str(DEFAULT_PORT if port is None else port),
+           "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+           "--global.developmentMode", "false", "--client.toolbarMode", "viewer",
+           "--client.showErrorDetails", _no_error_details()]  # viewers never see tracebacks (server paths)
     return cmd + (["--secrets.files", str(secrets)] if secrets is not None else [])
+
+
+def _no_error_details() -> str:
+    """Streamlit >= 1.46 takes a level ("none"); older ones a boolean (false = no tracebacks)."""
+    import importlib.metadata
+
+    try:
+        major, minor = (int(x) for x in importlib.metadata.version("streamlit").split(".")[:2])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return "none"
+    return "none" if (major, minor) >= (1, 46) else "false"
 
 
 def write_secrets(oidc: Oidc) -> Path:

@@ -8,6 +8,8 @@ import streamlit as st
 import board_data
 from board_data import Release, Settings
 from filters import View
+from safe_text import literal, no_addresses
+from safe_frames import safe_frame
 
 PAGE_SIZE = 10
 
@@ -26,13 +28,13 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
     if bench is None:
         return
     info = rel.benchmarks.set_index("benchmark").loc[bench]
-    st.caption(f"{info['category'] or 'Unclassified'} › {info['subcategory'] or '—'} · access {info['access']} · "
-               f"main metric `{info['main_metric']}`" + (" (lower is better)" if info["lower_is_better"] else ""))
+    st.text(f"{info['category'] or 'Unclassified'} › {info['subcategory'] or '—'} · access {info['access']} · "
+            f"main metric {info['main_metric']}" + (" (lower is better)" if info["lower_is_better"] else ""))
     if info.get("description"):
-        st.write(info["description"])
+        st.text(str(info["description"]))  # data: plain text, never Markdown
     cells = rel.cell_rows[rel.cell_rows["benchmark"] == bench]
     shown = cells.assign(CI=[_ci(lo, hi) for lo, hi in zip(cells["ci_low"], cells["ci_high"])])
-    shown = shown[["model", "deployment", "value", "CI", "n_instances", "n_unscored", "n_runs", "suites"]]
+    shown = safe_frame(shown[["model", "deployment", "value", "CI", "n_instances", "n_unscored", "n_runs", "suites"]])
     st.dataframe(shown.sort_values("value", ascending=bool(info["lower_is_better"])), hide_index=True,
                  width="stretch", key="bench_cells", column_config={
                      "value": st.column_config.NumberColumn("Score", format="%.3f"),
@@ -53,11 +55,15 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
         st.info("No instance records for this run (imported aggregates).")
     for item in items:
         value = "unscored" if item["main_value"] is None else f"{item['main_value']:.3f}"
-        with st.expander(f"{item['instance_id']} · {value}" + (f" · error: {item['error']}" if item["error"] else "")):
+        # the label renders Markdown: the id is escaped; the error text is shown inside, as plain text
+        with st.expander(f"{literal(item['instance_id'], 80)} · {value}" + (" · error" if item["error"] else "")):
             show_instance(item)
 
 
 def show_instance(item: dict, *, with_prompt: bool = True) -> None:
+    if item.get("error"):
+        st.markdown("**Error**")
+        st.text(no_addresses(item["error"]))
     if with_prompt:
         st.markdown("**Prompt**")
         st.text(item["prompt"] or "(not stored)")
@@ -66,12 +72,13 @@ def show_instance(item: dict, *, with_prompt: bool = True) -> None:
     st.markdown("**Output**")
     st.text(item["output"] if item["output"] is not None else "(no output)")
     st.markdown("**Metrics**")
-    st.dataframe(pd.DataFrame([{"stat": k, "value": v} for k, v in sorted(item["stats"].items())]), hide_index=True)
+    st.dataframe(safe_frame(pd.DataFrame([{"stat": k, "value": v} for k, v in sorted(item["stats"].items())])),
+                 hide_index=True)
     if item["judgements"]:
         st.markdown("**Judges**")
-        st.dataframe(pd.DataFrame([{"judge": j.get("judge"), "criterion": j.get("criterion"), "score": j.get("score"),
+        st.dataframe(safe_frame(pd.DataFrame([{"judge": j.get("judge"), "criterion": j.get("criterion"), "score": j.get("score"),
                                     "scale": f"{j.get('min_score')}–{j.get('max_score')}", "status": j.get("status"),
-                                    "explanation": j.get("explanation")} for j in item["judgements"]]),
+                                    "explanation": j.get("explanation")} for j in item["judgements"]])),
                      hide_index=True, width="stretch")
 
 

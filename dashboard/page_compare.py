@@ -9,6 +9,7 @@ import board_data
 from board_data import Release, Settings
 from filters import View
 from page_benchmark import PAGE_SIZE, pick_benchmark, show_instance
+from safe_text import literal
 
 
 def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
@@ -49,7 +50,7 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
     page = st.number_input("Page", min_value=1, value=1, step=1, key="cmp_page")
     for item_a, item_b in board_data.paired(cfg.store, left, right, (int(page) - 1) * PAGE_SIZE, PAGE_SIZE,
                                             cfg.principal):
-        with st.expander(f"{item_a['instance_id']} · A {_v(item_a)} · B {_v(item_b)}"):
+        with st.expander(f"{literal(item_a['instance_id'], 80)} · A {_v(item_a)} · B {_v(item_b)}"):
             st.text(item_a["prompt"] or "(not stored)")
             ca, cb = st.columns(2)
             with ca:

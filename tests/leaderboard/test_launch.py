@@ -18,7 +18,8 @@ def test_command_is_headless_loopback_without_usage_stats() -> None:
     args = argparse.Namespace(host=None, port=None, store=None, output_path=Path("out"), release="r1", redacted=True)
     cmd = launch.command(args)
     flags = dict(zip(cmd[cmd.index(str(launch.APP)) + 1::2], cmd[cmd.index(str(launch.APP)) + 2::2]))
-    assert cmd[1:4] == ["-m", "streamlit", "run"]
+    assert cmd[1:3] == [str(launch.CSP), "run"]  # streamlit run, wrapped to send a Content-Security-Policy
+    assert "--client.showErrorDetails" in cmd  # no tracebacks (server paths) for viewers
     assert flags["--server.headless"] == "true" and flags["--server.address"] == "127.0.0.1"
     assert flags["--server.port"] == "8501" and flags["--browser.gatherUsageStats"] == "false"
     env = launch.environment(args)

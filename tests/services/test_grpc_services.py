@@ -46,7 +46,8 @@ def _answer(i: int) -> str:
 
 
 def test_scenario_shards_partition_the_runs_selection(plan, start_service, tmp_path):
-    svc = start_service("scenarios", "--output-path", str(tmp_path / "out"), "--offline")
+    svc = start_service("scenarios", "--output-path", str(tmp_path / "out"), "--offline",
+                        "--benchmark-root", str(tmp_path / "bench"))
     spec = plan.spec
     budget = PromptBudget(max_prompt_tokens=60)
     local = select_instances(list(plan.benchmark.instances()), spec.max_eval_instances, spec.seed)
@@ -73,7 +74,8 @@ def test_scenario_shards_partition_the_runs_selection(plan, start_service, tmp_p
 
 
 def test_metrics_service_scores_and_aggregates_like_the_registry(plan, start_service, tmp_path):
-    svc = start_service("metrics", "--output-path", str(tmp_path / "out"), "--local-path", str(tmp_path / "prod_env"))
+    svc = start_service("metrics", "--output-path", str(tmp_path / "out"), "--local-path", str(tmp_path / "prod_env"),
+                        "--benchmark-root", str(tmp_path / "bench"))
     spec = plan.spec
     instances = select_instances(list(plan.benchmark.instances()), spec.max_eval_instances, spec.seed)
     items = [ScoringItem(spec, inst, plan.benchmark.prompt(inst, PromptBudget()), Completion(_answer(i)))

@@ -110,7 +110,7 @@ def test_sharded_cluster_equals_single_process_and_survives_kill(tmp_path, mock_
     assert len(_records(single)) == ROWS
 
     svc = {name: start_service(name, "--local-path", str(cluster_local), "--output-path", str(out_cluster),
-                               "--offline", env=_env())
+                               "--offline", "--benchmark-root", str(tmp_path / "bench"), env=_env())
            for name in ("scenarios", "jury", "metrics")}
     common = ["-r", entry, "--suite", "s", "-o", str(out_cluster), "--local-path", str(cluster_local), "-q",
               "--max-concurrency", "1", "--scenario-service", svc["scenarios"].address,

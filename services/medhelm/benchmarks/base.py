@@ -41,6 +41,12 @@ class LoadContext:
     cache_dir: Path = Path("benchmark_output/scenarios")  # downloads land here, once
     offline: bool = False  # never reach the network (MEDHELM_OFFLINE=1); missing data -> DataUnavailable
     base_dir: Path = Path(".")  # for relative paths given by the user (run entry / conf file folder)
+    # Files a benchmark YAML names (dataset_file, prompt_file) must lie under the YAML's folder, the working
+    # directory (cwd_allowed: the CLI user's own choice; never in a service) or one of these roots
+    # (--data-root), unless any_path (--allow-any-data-path, the user's explicit choice).
+    data_roots: tuple[Path, ...] = ()
+    any_path: bool = False
+    cwd_allowed: bool = True
 
 
 class Benchmark(Protocol):

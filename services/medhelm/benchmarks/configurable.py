@@ -25,6 +25,7 @@ from medhelm import files, taxonomy
 from medhelm.benchmarks.base import LoadContext, PromptBudget
 from medhelm.benchmarks.template import PromptTemplate
 from medhelm.benchmarks.user_dataset import read_dataset
+from medhelm.confine import inside, real, roots_of, shown
 from medhelm.errors import ConfigError
 from medhelm.scoring import registry
 from medhelm.scoring.exact import STATS as EXACT_STATS
@@ -65,14 +66,19 @@ def load_configurable(ctx: LoadContext) -> ConfigurableBenchmark:
         raise ConfigError("medhelm_configurable_benchmark needs config_path=<benchmark .yaml>", field="config_path")
     config_path = _locate(ctx.args["config_path"], (ctx.base_dir, Path.cwd()), field="config_path",
                           where="the .conf's folder" if ctx.base_dir != Path(".") else "")
-    return _Loader(config_path).load()
+    roots = (config_path.parent, *((Path.cwd(),) if ctx.cwd_allowed else ()), *ctx.data_roots)
+    return _Loader(config_path, None if ctx.any_path else roots).load()
 
 
 class _Loader:
-    """Reads one benchmark YAML and the files it names; errors carry the YAML's path and line."""
+    """Reads one benchmark YAML and the files it names; errors carry the YAML's path and line.
 
-    def __init__(self, path: Path) -> None:
+    ``roots``: where the files it names may be (its own folder and --data-root folders, symlinks
+    followed); None = anywhere (--allow-any-data-path)."""
+
+    def __init__(self, path: Path, roots: Sequence[Path] | None = None) -> None:
         self.path = path
+        self.roots = None if roots is None else roots_of(roots)
         parsed = files.load_yaml_doc(path)  # duplicate keys refused, aliases bounded
         self.doc, self.node = parsed.data, parsed.node  # the node tree: line numbers in errors
         if not isinstance(self.doc, dict):
@@ -98,9 +104,13 @@ class _Loader:
         if not isinstance(value, str) or not value.strip():
             raise self.fail("must be a file path", field, item=item)
         try:
-            return _locate(value, (self.path.parent, Path.cwd()), field=field, where="the YAML's folder")
+            found = _locate(value, (self.path.parent, Path.cwd()), field=field, where="the YAML's folder")
+            if self.roots is not None and not any(inside(real(found), r) for r in self.roots):
+                raise ConfigError(f"'{shown(value)}' is outside the benchmark's folder, the working directory and "
+                                  f"the --data-root folders (use --allow-any-data-path to allow it)", field=field)
         except ConfigError as err:
             raise self.fail(str(err).removeprefix(f"field '{field}': "), field, item=item) from None
+        return real(found) if self.roots is not None else found
 
     def load(self) -> ConfigurableBenchmark:
         doc = self.doc

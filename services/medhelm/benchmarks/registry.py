@@ -60,7 +60,8 @@ def resolve_catalogue(name: str, ctx: LoadContext) -> Benchmark:
     entry = get_entry(name)
     args = entry.check_args(ctx.args)
     resolved = LoadContext(args=FrozenMap(args), data_dir=ctx.data_dir, cache_dir=ctx.cache_dir,
-                           offline=ctx.offline, base_dir=ctx.base_dir)
+                           offline=ctx.offline, base_dir=ctx.base_dir, data_roots=ctx.data_roots,
+                           any_path=ctx.any_path, cwd_allowed=ctx.cwd_allowed)
     style = entry.prompt
     if args.get("prompt_path"):
         style = dataclasses.replace(style, instructions=read_prompt_file(args["prompt_path"], ctx.base_dir))

@@ -13,7 +13,8 @@ from medhelm.errors import ConfigError
 
 
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("bundle", type=Path, help="folder (or .zip) to write; must not exist yet")
+    p.add_argument("bundle", type=Path, help="folder (or .zip) to write; must not exist yet (see --force)")
+    p.add_argument("--force", action="store_true", help="replace an existing bundle at that path")
     p.add_argument("--release", help="release to export (default: the latest summarised)")
     p.add_argument("--redact", action="store_true",
                    help="aggregates only: no instances, instance ids or run specs (for sharing outside)")
@@ -27,7 +28,7 @@ def main_export(args: argparse.Namespace) -> int:
 
     with open_store(store_location(args)) as store:
         release = resolve_release(store, args.release)
-        report = write_bundle(store, release, args.bundle, redact=args.redact)
+        report = write_bundle(store, release, args.bundle, redact=args.redact, force=args.force)
     if not args.redact and report.with_text:
         print(f"warning: without --redact the bundle holds the prompts and outputs of {report.with_text} instances "
               "(PHI for private data); share it only inside your organisation", file=sys.stderr)

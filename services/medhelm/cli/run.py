@@ -32,6 +32,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="model_deployments.yaml and request cache (default: %(default)s)")
     where.add_argument("--data-dir", type=Path, default=_env_path("MEDHELM_DATA_DIR"),
                        help="local mirror of benchmark files (air-gapped networks; env MEDHELM_DATA_DIR)")
+    where.add_argument("--data-root", dest="data_roots", action="append", type=Path, default=[], metavar="DIR",
+                       help="a folder a benchmark YAML may name its dataset_file/prompt_file in, besides the YAML's "
+                            "own folder (repeatable)")
+    where.add_argument("--allow-any-data-path", action="store_true",
+                       help="let a benchmark YAML name files anywhere on this machine (off: only under its folder "
+                            "or a --data-root)")
     how = p.add_argument_group("how")
     how.add_argument("-n", "--max-concurrency", "--num-threads", dest="max_concurrency", type=int_in(1, 10_000),
                      default=8, metavar="N", help="requests in flight per run (default: %(default)s)")
@@ -175,7 +181,8 @@ def plan_from_args(args: argparse.Namespace):
                          offline=args.offline, use_cache=not args.disable_cache, seed=args.seed,
                          num_output_tokens=args.num_output_tokens, progress=not args.quiet,
                          max_attempts=getattr(args, "max_attempts", 6),
-                         retry_base_delay_s=getattr(args, "retry_base_delay", 0.5))
+                         retry_base_delay_s=getattr(args, "retry_base_delay", 0.5),
+                         data_roots=tuple(args.data_roots), any_data_path=args.allow_any_data_path)
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise ConfigError("--data-dir is not a directory", path=args.data_dir)
     return options, plan_runs(entries, options)

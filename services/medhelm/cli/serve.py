@@ -23,9 +23,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="port (gRPC default 50051; 0 = any free port; the dashboard has its own default)")
     g.add_argument("--metrics-port", type=int_in(-1, 65535), default=9090,
                    help="Prometheus /metrics HTTP port; -1 = off; 0 = any free port (default: %(default)s)")
-    g.add_argument("--max-message-mb", type=int_in(1, 2047), default=64, help="largest gRPC message (default: %(default)s)")
+    g.add_argument("--max-message-mb", type=int_in(1, 2047), default=16, help="largest gRPC message (default: %(default)s)")
     g.add_argument("--grace-s", type=float_in(0, 3600), default=20.0, help="SIGTERM drain time (default: %(default)s)")
     g.add_argument("--max-concurrency", type=int_in(1, 10_000), default=16, help="items scored at once per stream")
+    g.add_argument("--max-calls", type=int_in(1, 100_000), default=32,
+                   help="calls handled at once; more are refused RESOURCE_EXHAUSTED (health is never refused; "
+                        "default: %(default)s)")
+    g.add_argument("--max-call-s", type=float_in(0.001, 86_400), default=900.0,
+                   help="longest a call may run before DEADLINE_EXCEEDED (default: %(default)s)")
+    g.add_argument("--max-query-s", type=float_in(0.001, 3600), default=10.0,
+                   help="cap on a metric's own database time limit, e.g. EHRSQL's (default: %(default)s)")
+    g.add_argument("--max-aggregate-records", type=int_in(1, 10**9), default=1_000_000,
+                   help="most records one AggregateRun call may stream (default: %(default)s)")
     g.add_argument("--tls-cert", type=Path, help="server certificate (PEM); with --tls-key enables TLS")
     g.add_argument("--tls-key", type=Path, help="server private key (PEM)")
     g.add_argument("--tls-client-ca", type=Path, help="CA for client certificates: enables mutual TLS")
@@ -49,6 +58,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--offline", action="store_true", default=os.environ.get("MEDHELM_OFFLINE") == "1",
                    help="never download data (env MEDHELM_OFFLINE=1)")
     w.add_argument("--disable-cache", action="store_true", help="do not use the request cache")
+    w.add_argument("--benchmark-root", dest="benchmark_roots", action="append", type=Path,
+                   default=[Path(p) for p in os.environ.get("MEDHELM_BENCHMARK_ROOTS", "").split(os.pathsep) if p],
+                   metavar="DIR", help="a folder whose benchmark files callers may name (config_path=, data_path=, "
+                                       "jury_config_path=); repeatable; none = no path accepted from callers "
+                                       "(env MEDHELM_BENCHMARK_ROOTS, ':'-separated)")
+    w.add_argument("--allow-caller-metrics", action="store_true",
+                   help="jury/metrics: score with the caller's metric specs (judges, prompt templates) instead of "
+                        "the benchmark's as this server resolves it (off by default)")
     try:  # the leaderboard's own flags (--store, --release, --redacted), when the dashboard is installed
         from medhelm_dashboard.launch import add_dashboard_arguments
     except ImportError:
@@ -71,8 +88,9 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("--tls-cert and --tls-key go together")
     if args.tls_client_ca and not args.tls_cert:
         raise ConfigError("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key")
-    if args.max_message_mb <= 0:
-        raise ConfigError("--max-message-mb must be positive")
+    for flag in ("max_message_mb", "max_calls", "max_call_s", "max_query_s", "max_aggregate_records"):
+        if getattr(args, flag) <= 0:
+            raise ConfigError(f"--{flag.replace('_', '-')} must be positive")
     tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
     callers = _callers(args)
     config = ServerConfig(service=args.target, host=args.host, port=50051 if args.port is None else args.port,
@@ -80,7 +98,12 @@ def main(args: argparse.Namespace) -> int:
                           max_message_mb=args.max_message_mb, grace_s=args.grace_s, tls=tls,
                           local_path=args.local_path, output_path=args.output_path, data_dir=args.data_dir,
                           offline=args.offline, use_cache=not args.disable_cache,
-                          max_concurrency=args.max_concurrency, callers=callers)
+                          max_concurrency=args.max_concurrency, callers=callers,
+                          max_calls=args.max_calls,
+                          max_call_s=args.max_call_s, max_query_s=args.max_query_s,
+                          max_aggregate_records=args.max_aggregate_records,
+                          benchmark_roots=tuple(args.benchmark_roots),
+                          allow_caller_metrics=args.allow_caller_metrics)
     asyncio.run(serve(config))
     return 0
 

@@ -169,7 +169,17 @@ def _server_message(response: HttpReply, request: GenerationRequest) -> str:
     message = " ".join(str(message).split())[:_SERVER_MESSAGE_CHARS]
     if _quotes_prompt(message, request):
         return "[server message withheld: it quotes the prompt]"
-    return message
+    return _defanged(message)
+
+
+_LINK = re.compile(r"(?i)(?:[a-z][a-z0-9+.\-]*://|www\.)\S+|!?\[[^\]]*\]\([^)]*\)?|<[^>]*>")
+_BLOB = re.compile(r"[A-Za-z0-9+/=_%\-]{32,}")
+
+
+def _defanged(message: str) -> str:
+    """A server's error text without links, markup or long encoded runs: a hostile endpoint can put the
+    prompt in base64 or a URL, which the literal-quote check above cannot see; none of it is kept."""
+    return _BLOB.sub("[…]", _LINK.sub("[…]", message))
 
 
 def _find_message(data: Any) -> str:

@@ -23,6 +23,8 @@ class RunOptions:
     progress: bool = True
     max_attempts: int = 6  # per model request: 1 try + retries (429, 5xx, timeouts, malformed bodies)
     retry_base_delay_s: float = 0.5  # first back-off ceiling; doubles per retry (full jitter), capped at 30 s
+    data_roots: tuple[Path, ...] = ()  # --data-root: folders a benchmark YAML may name files in (besides its own)
+    any_data_path: bool = False  # --allow-any-data-path: a benchmark YAML may name files anywhere
 
     @property
     def suite_dir(self) -> Path:

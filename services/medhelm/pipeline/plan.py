@@ -65,7 +65,8 @@ def _plan_one(entry: RunEntry, options: RunOptions, deployments: DeploymentRegis
         raise ConfigError(f"run entry '{escape(entry.text)}': {err}", path=_where(entry)) from None
     bargs = entry.benchmark_args
     ctx = LoadContext(args=bargs, data_dir=options.data_dir, cache_dir=options.scenarios_dir,
-                      offline=options.offline, base_dir=entry.base_dir)
+                      offline=options.offline, base_dir=entry.base_dir, data_roots=tuple(options.data_roots),
+                      any_path=options.any_data_path)
     key = ("benchmark", entry.name, bargs, entry.base_dir)
     if key not in cache:
         try:

@@ -21,7 +21,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -300,12 +300,25 @@ def instance_stats(record: InstanceResult) -> dict[str, float | None]:
 
 
 def aggregate(records: Iterable[InstanceResult]) -> list[Stat]:
+    return aggregate_rows(scored_row(rec) for rec in records)
+
+
+def scored_row(rec: InstanceResult) -> tuple[str, Mapping[str, float | None]] | None:
+    """What aggregation needs of one record: its split and per-instance stats (None: has no scores)."""
+    if rec.error is not None and rec.completion is None:
+        return None  # counted in run.json errors; has no scores
+    return rec.instance.split, instance_stats(rec)
+
+
+def aggregate_rows(rows: Iterable[tuple[str, Mapping[str, float | None]] | None]) -> list[Stat]:
+    """``aggregate`` over ``scored_row`` values (a service keeps only these, not whole records)."""
     acc: dict[tuple[str, str], list[float]] = {}  # [count, sum, sum_sq, min, max, unscored]
-    for rec in records:
-        if rec.error is not None and rec.completion is None:
-            continue  # counted in run.json errors; has no scores
-        for name, value in instance_stats(rec).items():
-            a = acc.setdefault((name, rec.instance.split), [0, 0.0, 0.0, float("inf"), float("-inf"), 0])
+    for row in rows:
+        if row is None:
+            continue
+        split, stats = row
+        for name, value in stats.items():
+            a = acc.setdefault((name, split), [0, 0.0, 0.0, float("inf"), float("-inf"), 0])
             if value is None:
                 a[5] += 1
                 continue

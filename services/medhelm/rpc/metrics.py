@@ -11,9 +11,10 @@ from pathlib import Path
 import grpc
 
 from medhelm.errors import ConfigError
-from medhelm.pipeline.records import RunDir, aggregate
+from medhelm.pipeline.records import RunDir, aggregate, aggregate_rows, scored_row
 from medhelm.rpc import codec
 from medhelm.rpc.scoring import MetricHost
+from medhelm.rpc.status import LimitExceeded
 from medhelm.rpc.telemetry import Telemetry, rpc_method
 from medhelm.specs import InstanceResult, RunSpec
 from medhelm.v1 import common_pb2, metrics_pb2, metrics_pb2_grpc
@@ -22,8 +23,10 @@ _SUITE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
 class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
-    def __init__(self, telemetry: Telemetry, host: MetricHost, *, output_path: Path) -> None:
+    def __init__(self, telemetry: Telemetry, host: MetricHost, *, output_path: Path,
+                 max_records: int = 1_000_000) -> None:
         self.telemetry, self._host, self._output = telemetry, host, Path(output_path)
+        self._max_records = max_records
 
     @rpc_method
     async def Score(self, request: common_pb2.ScoreRequest,
@@ -41,17 +44,24 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
     async def AggregateRun(self, request_iterator: AsyncIterator[metrics_pb2.AggregateRunRequest],
                            context: grpc.aio.ServicerContext) -> metrics_pb2.RunStats:
         spec: RunSpec | None = None
-        records: list[InstanceResult] = []
+        # Only (position, split, stats) of each record is kept: memory grows with the number of records,
+        # never with their text, and past max_records the call is refused.
+        rows: list[tuple[int, tuple | None]] = []
         async for msg in request_iterator:
             if spec is None:
                 spec = codec.run_spec(msg.run_spec_json)
-            records.extend(codec.loads(line, InstanceResult.from_json, "instance_result_json")
-                           for line in msg.instance_result_json)
+            if len(rows) + len(msg.instance_result_json) > self._max_records:
+                raise LimitExceeded(f"more than {self._max_records} records in one AggregateRun call "
+                                    f"(the server's --max-aggregate-records)")
+            for line in msg.instance_result_json:
+                rec = codec.loads(line, InstanceResult.from_json, "instance_result_json")
+                rows.append((rec.position, scored_row(rec)))
         if spec is None:
             raise ConfigError("empty stream: the first message must carry run_spec_json", field="run_spec_json")
-        stats = aggregate(sorted(records, key=lambda r: r.position))
+        rows.sort(key=lambda r: r[0])
+        stats = aggregate_rows(row for _, row in rows)
         return metrics_pb2.RunStats(run=spec.name, stats_json=codec.dumps([s.to_json() for s in stats]),
-                                    instances=len(records))
+                                    instances=len(rows))
 
     @rpc_method
     async def AggregateSuite(self, request: metrics_pb2.AggregateSuiteRequest,

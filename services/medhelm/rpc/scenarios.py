@@ -1,23 +1,26 @@
 """ScenarioService: the catalogue, one benchmark's spec, and the instances (with prompts) of a run's shard.
 
 Selection and sharding are the pipeline's (``sample_run``, ``Shard``): a shard streamed from here
-holds exactly the positions ``medhelm run`` would evaluate in that shard."""
+holds exactly the positions ``medhelm run`` would evaluate in that shard.
+
+Callers name benchmarks; file arguments are confined to the operator's roots (``owned.py``). A stream
+builds each prompt as it is sent and waits for the client to take it (gRPC flow control), so a stalled
+client holds one shared copy of the benchmark and a message, not the whole shard."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import grpc
 
-from medhelm import benchmarks
-from medhelm.benchmarks.base import Benchmark, LoadContext, PromptBudget
+from medhelm.benchmarks.base import Benchmark, PromptBudget
 from medhelm.errors import ConfigError, DataUnavailable
 from medhelm.pipeline import Shard
 from medhelm.pipeline.sampling import sample_run
 from medhelm.rpc import codec
+from medhelm.rpc.owned import ServerBenchmarks
 from medhelm.rpc.telemetry import Telemetry, rpc_method
 from medhelm.runentries import parse_run_entry
 from medhelm.specs import BenchmarkSpec, FrozenMap, RunSpec
@@ -25,10 +28,9 @@ from medhelm.v1 import scenarios_pb2, scenarios_pb2_grpc
 
 
 class ScenarioServicer(scenarios_pb2_grpc.ScenarioServiceServicer):
-    def __init__(self, telemetry: Telemetry, *, data_dir: Path | None, cache_dir: Path, offline: bool,
-                 base_dir: Path = Path(".")) -> None:
+    def __init__(self, telemetry: Telemetry, *, benchmarks: ServerBenchmarks) -> None:
         self.telemetry = telemetry
-        self._data_dir, self._cache_dir, self._offline, self._base_dir = data_dir, cache_dir, offline, base_dir
+        self._benchmarks = benchmarks
 
     @rpc_method
     async def ListBenchmarks(self, request: scenarios_pb2.ListBenchmarksRequest,
@@ -65,9 +67,7 @@ class ScenarioServicer(scenarios_pb2_grpc.ScenarioServiceServicer):
                                                  prompt_json=codec.dumps(prompt.to_json()))
 
     def _resolve(self, name: str, args: FrozenMap) -> Benchmark:
-        ctx = LoadContext(args=args, data_dir=self._data_dir, cache_dir=self._cache_dir, offline=self._offline,
-                          base_dir=self._base_dir)
-        return benchmarks.resolve(name, ctx)
+        return self._benchmarks.resolve(name, args)  # paths confined to the operator's roots
 
     def _for_run(self, spec: RunSpec) -> Benchmark:
         bench = self._resolve(parse_run_entry(spec.entry).name, spec.benchmark_args)

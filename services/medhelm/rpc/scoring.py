@@ -1,46 +1,64 @@
 """What the Jury and Metrics servicers share: build a run's metrics once, score items with them.
 
 The metrics are the registry's own (``scoring.registry.build_all``), reached through one ClientPool,
-so a remote score is the same computation as a local one."""
+so a remote score is the same computation as a local one.
+
+The server owns what a metric may reach (``owned.py``): with ``benchmarks`` set, the run's benchmark is
+resolved on the server and the caller's metric specs must be among the ones the server resolves for it
+(its judges, rubrics, prompt templates and arguments), otherwise INVALID_ARGUMENT; the EHRSQL database
+is the server's copy's, opened read-only with the server's time limit as a cap. ``benchmarks=None``
+(``--allow-caller-metrics``) trusts the caller's specs, still without caller database paths."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from medhelm.deployments import DeploymentRegistry
-from medhelm.errors import ConfigError
+from medhelm.errors import ConfigError, DataUnavailable
 from medhelm.pipeline.execute import merge_results
 from medhelm.rpc import codec
+from medhelm.rpc.owned import ServerBenchmarks
+from medhelm.rpc.status import LimitExceeded
+from medhelm.runentries import parse_run_entry
 from medhelm.scoring import registry
 from medhelm.scoring.base import Metric, MetricResult, ScoringContext, ScoringItem
 from medhelm.specs import MetricSpec, RunSpec
 from medhelm.v1 import common_pb2
 
 JURY_METRICS = frozenset({"jury_score"})  # registry names whose factory calls judge models
+SQL_METRICS = frozenset({"ehr_sql_execution_accuracy"})  # registry names that open a database
+MAX_ITEM_BYTES = 1024 * 1024  # one instance + prompt + completion; far above any real clinical note
+log = logging.getLogger("medhelm.rpc")
 
 
 @dataclass(frozen=True)
 class Setup:
     spec: RunSpec
     metrics: tuple[MetricSpec, ...]
+    database: Path | None = None  # the EHRSQL database the server chose for this run's benchmark
 
 
 class MetricHost:
     def __init__(self, deployments: DeploymentRegistry, pool: object, *, base_dir: Path = Path("."),
                  accept: Callable[[MetricSpec], bool] = lambda spec: True, what: str = "metric",
-                 max_runs: int = 16, max_concurrency: int = 16) -> None:
+                 max_runs: int = 16, max_concurrency: int = 16,
+                 benchmarks: ServerBenchmarks | None = None, max_query_s: float = 10.0,
+                 max_item_bytes: int = MAX_ITEM_BYTES) -> None:
         self._deployments, self._pool, self._base_dir = deployments, pool, base_dir
         self._accept, self._what = accept, what
-        self._built: OrderedDict[tuple[tuple[MetricSpec, ...], str], list[Metric]] = OrderedDict()
+        self._built: OrderedDict[tuple, list[Metric]] = OrderedDict()
         self._max_runs = max_runs
         self._lock = asyncio.Lock()
         self.max_concurrency = max_concurrency
+        self._benchmarks, self._max_query_s, self._max_item_bytes = benchmarks, max_query_s, max_item_bytes
+        self._owned: OrderedDict[tuple, tuple[tuple[MetricSpec, ...], Path | None]] = OrderedDict()
 
-    def setup(self, msg: common_pb2.ScoringSetup) -> Setup:
+    async def setup(self, msg: common_pb2.ScoringSetup) -> Setup:
         spec = codec.run_spec(msg.run_spec_json, "setup.run_spec_json")
         metrics = codec.metric_specs(msg.metric_spec_json, "setup.metric_spec_json") or \
             tuple(m for m in spec.benchmark.metrics if self._accept(m))
@@ -50,7 +68,55 @@ class MetricHost:
             if not self._accept(m):
                 raise ConfigError(f"'{m.name}' is not a {self._what}", field="setup.metric_spec_json")
             registry.lookup(m).validate(m)
-        return Setup(spec, metrics)
+        database = None
+        if self._benchmarks is not None:
+            allowed, database = await self._server_metrics(spec)
+            for m in metrics:
+                if m not in allowed:
+                    raise ConfigError(f"metric '{m.name}' differs from benchmark '{spec.benchmark.name}' as configured "
+                                      f"on this server (judges, prompts and arguments are the server's)",
+                                      field="setup.metric_spec_json")
+        elif any(m.name in SQL_METRICS for m in metrics):
+            raise ConfigError("EHRSQL is scored only against the server's own copy of the benchmark "
+                              "(start the service without --allow-caller-metrics)", field="setup.metric_spec_json")
+        return Setup(spec, metrics, database)
+
+    async def _server_metrics(self, spec: RunSpec) -> tuple[tuple[MetricSpec, ...], Path | None]:
+        """The run's metrics as the server resolves them (its files, deployments and jury), and its database."""
+        key = (parse_run_entry(spec.entry).name, tuple(sorted(spec.benchmark_args.items())), spec.deployment)
+        if key in self._owned:
+            return self._owned[key]
+        assert self._benchmarks is not None
+        found = await asyncio.to_thread(self._resolve_metrics, key[0], spec)
+        self._owned[key] = found
+        while len(self._owned) > self._max_runs:
+            self._owned.popitem(last=False)
+        return found
+
+    def _resolve_metrics(self, name: str, spec: RunSpec) -> tuple[tuple[MetricSpec, ...], Path | None]:
+        assert self._benchmarks is not None
+        args = self._benchmarks.args(spec.benchmark_args)
+        bench = self._benchmarks.resolve(name, args)
+        rctx = registry.ResolveContext(benchmark_args=args, base_dir=self._base_dir, deployments=self._deployments,
+                                       evaluated_deployment=spec.deployment,
+                                       warn=lambda msg: log.warning("%s", msg))
+        metrics = registry.resolve_all(bench.spec.metrics, rctx)
+        database = None
+        if any(m.name in SQL_METRICS for m in metrics):
+            first = next(iter(bench.instances()), None)
+            raw = first.extra.get("db_path") if first is not None else None
+            database = Path(str(raw)) if raw else None
+            if database is None or not database.is_file():
+                raise DataUnavailable(f"benchmark '{bench.spec.name}': its database is not on this server")
+        return metrics, database
+
+    def item(self, setup: Setup, msg: common_pb2.ScoringItem) -> ScoringItem:
+        """Decode one item, refused past the per-item cap (scoring work grows with its text)."""
+        size = msg.ByteSize()
+        if size > self._max_item_bytes:
+            raise LimitExceeded(f"item at position {msg.position} is {size:,} bytes; this server scores items of at "
+                                f"most {self._max_item_bytes:,} bytes")
+        return codec.scoring_item(setup.spec, msg)
 
     async def score(self, setup: Setup, item: ScoringItem) -> MetricResult:
         metrics = await self._metrics(setup)
@@ -60,8 +126,8 @@ class MetricHost:
     async def score_request(self, request: common_pb2.ScoreRequest,
                             on_result: Callable[[MetricResult], None]) -> common_pb2.MetricResult:
         """A unary call: decode, score, report, encode."""
-        setup = self.setup(request.setup)
-        result = await self.score(setup, codec.scoring_item(setup.spec, request.item))
+        setup = await self.setup(request.setup)
+        result = await self.score(setup, self.item(setup, request.item))
         on_result(result)
         return codec.result_message(result, request.item.position)
 
@@ -73,13 +139,13 @@ class MetricHost:
             return
         if first.WhichOneof("body") != "setup":
             raise ConfigError("the first message of a stream must be a setup", field="setup")
-        setup = self.setup(first.setup)
+        setup = await self.setup(first.setup)
         queue: asyncio.Queue[common_pb2.MetricResult | BaseException | None] = asyncio.Queue()
         gate = asyncio.Semaphore(self.max_concurrency)
 
         async def one(msg: common_pb2.ScoringItem) -> None:
             try:
-                result = await self.score(setup, codec.scoring_item(setup.spec, msg))
+                result = await self.score(setup, self.item(setup, msg))
                 on_result(result)
                 await queue.put(codec.result_message(result, msg.position))
             except BaseException as err:  # noqa: BLE001 - handed to the reader, which raises it
@@ -114,13 +180,14 @@ class MetricHost:
             feeder.cancel()
 
     async def _metrics(self, setup: Setup) -> list[Metric]:
-        key = (setup.metrics, setup.spec.deployment)
+        key = (setup.metrics, setup.spec.deployment, setup.database)
         async with self._lock:
             if key in self._built:
                 self._built.move_to_end(key)
                 return self._built[key]
             ctx = ScoringContext(deployments=self._deployments, clients=self._pool,  # type: ignore[arg-type]
-                                 evaluated_deployment=setup.spec.deployment, base_dir=self._base_dir)
+                                 evaluated_deployment=setup.spec.deployment, base_dir=self._base_dir,
+                                 untrusted_items=True, sql_database=setup.database, max_query_s=self._max_query_s)
             built = await asyncio.to_thread(registry.build_all, setup.metrics, ctx)
             self._built[key] = built
             while len(self._built) > self._max_runs:

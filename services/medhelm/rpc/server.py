@@ -19,7 +19,7 @@ from prometheus_client import start_http_server
 
 from medhelm.errors import ConfigError
 from medhelm.rpc.authz import CallerAuthorization, CallerPolicy
-from medhelm.rpc.telemetry import Telemetry
+from medhelm.rpc.telemetry import CallLimits, Telemetry
 from medhelm.rpc.tls import TlsFiles
 
 log = logging.getLogger("medhelm.rpc")
@@ -35,7 +35,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 50051  # 0 = any free port (printed on start)
     metrics_port: int | None = 9090  # Prometheus /metrics over HTTP; None = off; 0 = any free port
-    max_message_mb: int = 64
+    max_message_mb: int = 16  # well below a pod's memory: one message is decoded whole
     grace_s: float = 20.0  # SIGTERM: stop taking calls, let running ones finish this long
     tls: TlsFiles | None = None
     local_path: Path = Path("prod_env")  # model_deployments.yaml (judges) and the request cache
@@ -45,6 +45,12 @@ class ServerConfig:
     use_cache: bool = True
     max_concurrency: int = 16  # items scored at once per stream
     callers: CallerPolicy | None = None  # who may call the medhelm.v1 methods; None = anyone (loopback)
+    max_calls: int = 32  # calls handled at once (health excluded); more get RESOURCE_EXHAUSTED
+    max_call_s: float = 900.0  # a call running longer gets DEADLINE_EXCEEDED
+    max_query_s: float = 10.0  # cap on a metric's own database time limit (EHRSQL timeout_s)
+    max_aggregate_records: int = 1_000_000  # AggregateRun: more records get RESOURCE_EXHAUSTED
+    benchmark_roots: tuple[Path, ...] = ()  # folders whose files callers may name; () = none
+    allow_caller_metrics: bool = False  # trust callers' metric specs (judges, templates)
 
     def __post_init__(self) -> None:
         if self.service not in SERVICES:
@@ -53,11 +59,14 @@ class ServerConfig:
 
 def build_servicer(config: ServerConfig, telemetry: Telemetry) -> tuple[object, list]:
     """The servicer for ``config.service`` and what to close when the server stops."""
+    from medhelm.rpc.owned import ServerBenchmarks, places_from
+
+    owned = ServerBenchmarks(places_from(config.benchmark_roots, data_dir=config.data_dir,
+                                         cache_dir=config.output_path / "scenarios", offline=config.offline))
     if config.service == "scenarios":
         from medhelm.rpc.scenarios import ScenarioServicer
 
-        return ScenarioServicer(telemetry, data_dir=config.data_dir, cache_dir=config.output_path / "scenarios",
-                                offline=config.offline), []
+        return ScenarioServicer(telemetry, benchmarks=owned), []
     from medhelm.deployments import DeploymentRegistry
     from medhelm.inference import ClientPool, RequestCache, RetryPolicy
     from medhelm.rpc.scoring import JURY_METRICS, MetricHost
@@ -65,16 +74,19 @@ def build_servicer(config: ServerConfig, telemetry: Telemetry) -> tuple[object, 
     cache = RequestCache(config.local_path / "cache" / "requests.sqlite") if config.use_cache else None
     pool = ClientPool(cache=cache, retry=RetryPolicy(), observer=telemetry)
     deployments = DeploymentRegistry.load(config.local_path)
+    served = None if config.allow_caller_metrics else owned
     if config.service == "jury":
         from medhelm.rpc.jury import JuryServicer
 
         host = MetricHost(deployments, pool, accept=lambda m: m.name in JURY_METRICS, what="jury metric",
-                          max_concurrency=config.max_concurrency)
+                          max_concurrency=config.max_concurrency, benchmarks=served, max_query_s=config.max_query_s)
         return JuryServicer(telemetry, host), [host, pool]
     from medhelm.rpc.metrics import MetricsServicer
 
-    host = MetricHost(deployments, pool, max_concurrency=config.max_concurrency)
-    return MetricsServicer(telemetry, host, output_path=config.output_path), [host, pool]
+    host = MetricHost(deployments, pool, max_concurrency=config.max_concurrency, benchmarks=served,
+                      max_query_s=config.max_query_s)
+    return MetricsServicer(telemetry, host, output_path=config.output_path,
+                           max_records=config.max_aggregate_records), [host, pool]
 
 
 def _prices(local_path: Path):
@@ -100,6 +112,10 @@ async def serve(config: ServerConfig, *, on_ready: Callable[[int, int | None], N
 
     ``on_ready(grpc_port, metrics_port)`` is called once the server accepts calls."""
     telemetry = Telemetry(config.service, prices=_prices(config.local_path))
+    telemetry.limits = CallLimits(max_calls=config.max_calls, max_call_s=config.max_call_s)
+    # Scoring threads (ROUGE, SQL, long exact matches) hold the GIL in 5 ms slices by default; shorter slices
+    # let the event loop (health, new calls) in sooner while they run.
+    sys.setswitchinterval(0.0005)
     servicer, closables = build_servicer(config, telemetry)
     limit = config.max_message_mb * 1024 * 1024
     guard = [CallerAuthorization(config.callers, config.service, telemetry.registry)] \

@@ -16,7 +16,13 @@ from medhelm.errors import ConfigError, DataUnavailable, InferenceError, Medhelm
 UPSTREAM_KEY = "medhelm-upstream"  # trailing metadata: "retryable" | "unreachable" (the model server behind us)
 
 
+class LimitExceeded(MedhelmError):
+    """A call asked for more than the server's limits allow (RESOURCE_EXHAUSTED)."""
+
+
 def code_for(err: MedhelmError) -> grpc.StatusCode:
+    if isinstance(err, LimitExceeded):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
     if isinstance(err, InferenceError):  # ServerUnreachable included
         # a judge/model server is down or throttling (retryable: try later); a 400 is the request's fault
         return grpc.StatusCode.UNAVAILABLE if err.retryable else grpc.StatusCode.INVALID_ARGUMENT

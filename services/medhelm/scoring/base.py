@@ -52,3 +52,7 @@ class ScoringContext:
     clients: ClientPool
     evaluated_deployment: str = ""  # the model under evaluation (self-preference guard)
     base_dir: Path = Path(".")
+    # A service scores items its callers sent: nothing in them (an instance's db_path) names a file.
+    untrusted_items: bool = False
+    sql_database: Path | None = None  # the EHRSQL database the server chose (overrides the instance's)
+    max_query_s: float | None = None  # the server's cap on a metric's own query time limit

@@ -8,6 +8,7 @@ floats rounded to 6 digits). A question the gold marks unanswerable is correct i
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sqlite3
 import time
@@ -15,7 +16,9 @@ from collections import Counter
 from pathlib import Path
 from urllib.parse import quote
 
-from medhelm.scoring.instance_scorer import arg_float, instance_metric_factory
+from medhelm.errors import DataUnavailable
+from medhelm.scoring.base import ScoringContext
+from medhelm.scoring.instance_scorer import InstanceMetric, arg_float, instance_metric_factory
 from medhelm.specs import Instance, MetricSpec
 
 NAMES = ("ehr_sql_execution_accuracy", "ehr_sql_query_validity", "ehr_sql_unanswerable_accuracy")
@@ -76,13 +79,14 @@ def _norm(value: object) -> str:
     return str(value)
 
 
-def score_sql(instance: Instance, answer: str, timeout_s: float) -> dict[str, float | None]:
+def score_sql(instance: Instance, answer: str, timeout_s: float,
+              database: Path | None = None) -> dict[str, float | None]:
     predicted = extract_sql(answer)
     gold = instance.correct_references[0].text.strip() if instance.correct_references else ""
     if instance.extra.get("is_impossible") or not gold:
         ok = float(not predicted)
         return {NAMES[0]: ok, NAMES[1]: None, NAMES[2]: ok}
-    db = str(instance.extra.get("db_path", ""))
+    db = str(database) if database is not None else str(instance.extra.get("db_path", ""))
     try:
         expected = run_query(db, gold, timeout_s)
     except QueryFailed:
@@ -101,8 +105,20 @@ def _bind(spec: MetricSpec):
     return lambda instance, answer: score_sql(instance, answer, timeout)
 
 
-FACTORIES = {
-    "ehr_sql_execution_accuracy": instance_metric_factory(
-        NAMES, lambda i, a: score_sql(i, a, 10.0), arg_names=("timeout_s",), bind=_bind, threaded=True,
-        description="EHRSQL: gold vs generated query results on a read-only SQLite database with a time limit"),
-}
+def _build(spec: MetricSpec, ctx: ScoringContext) -> InstanceMetric:
+    """In a service (``untrusted_items``) the database is the server's choice and the time limit is capped;
+    an item's own ``db_path`` (sent by a caller) is never opened."""
+    timeout = arg_float(spec, "timeout_s", 10.0)
+    if ctx.max_query_s is not None:
+        timeout = min(timeout, ctx.max_query_s)
+    database = ctx.sql_database
+    if ctx.untrusted_items and database is None:
+        raise DataUnavailable("EHRSQL needs the server's own copy of the benchmark's database")
+    return InstanceMetric(NAMES, lambda instance, answer: score_sql(instance, answer, timeout, database),
+                          threaded=True)
+
+
+_FACTORY = instance_metric_factory(
+    NAMES, lambda i, a: score_sql(i, a, 10.0), arg_names=("timeout_s",), bind=_bind, threaded=True,
+    description="EHRSQL: gold vs generated query results on a read-only SQLite database with a time limit")
+FACTORIES = {"ehr_sql_execution_accuracy": dataclasses.replace(_FACTORY, build=_build)}

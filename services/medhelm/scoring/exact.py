@@ -12,6 +12,8 @@ answered nothing); an instance without a correct reference is unscored (``None``
 
 from __future__ import annotations
 
+import asyncio
+
 import re
 import string
 from collections.abc import Callable
@@ -59,14 +61,21 @@ def score_text(prediction: str, golds: tuple[str, ...] | list[str]) -> dict[str,
     return {name: float(any(match(gold, prediction) for gold in golds)) for name, match in _MATCHERS.items()}
 
 
+_ON_LOOP_CHARS = 20_000  # longer outputs are normalised in a thread (seconds for megabytes)
+
+
 class ExactMatch:
-    """Pure string comparison: cheap enough to run on the event loop."""
+    """Pure string comparison: cheap enough to run on the event loop for ordinary outputs; a very long
+    output (a hostile caller's, or a runaway model) is scored in a thread so the loop keeps serving."""
 
     stat_names = STATS
 
     async def score(self, item: ScoringItem) -> MetricResult:
         golds = [r.text for r in item.instance.correct_references]
-        return MetricResult(stats=score_text(item.completion.text, golds))
+        text = item.completion.text
+        if len(text) > _ON_LOOP_CHARS:
+            return MetricResult(stats=await asyncio.to_thread(score_text, text, golds))
+        return MetricResult(stats=score_text(text, golds))
 
     async def aclose(self) -> None:
         return None

@@ -6,16 +6,20 @@ record numbers as ids), no run specs (they hold local data paths). Without it th
 carries the instance records of runs that are not redacted — prompts and outputs, PHI for private
 data — and the caller warns. Every export, redacted or not, is written to the source store's audit
 trail (who, release, run ids) before the bundle is; if that fails (``AuditError``) no bundle is written.
+
+The CSVs are formula-safe (``safecsv``: every field quoted, text starting with = + - @ tab CR prefixed
+with '), so names and descriptions from data open in a spreadsheet as text. An existing bundle (folder
+with files, or .zip) is never overwritten unless ``force``.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from medhelm import safecsv
 from medhelm.access import Principal, audit
 from medhelm.errors import ConfigError
 from medhelm.store.backends import Store, open_store
@@ -33,16 +37,27 @@ class BundleReport:
     with_text: int = 0  # instances whose record (prompt, output) is in the bundle; imported HELM runs carry none
 
 
-def write_bundle(source: Store, release: str, out: Path, *, redact: bool, principal: Principal | None = None
-                 ) -> BundleReport:
+def write_bundle(source: Store, release: str, out: Path, *, redact: bool, principal: Principal | None = None,
+                 force: bool = False) -> BundleReport:
     out = Path(out)
     as_zip = out.suffix == ".zip"
     folder = out.with_suffix("") if as_zip else out
-    if folder.exists() and any(folder.iterdir()):
-        raise ConfigError("already exists and is not empty; choose a new bundle path", path=folder)
+    taken = [p for p in ((out,) if as_zip else ()) + (folder,)
+             if p.is_file() or p.is_symlink() or (p.is_dir() and any(p.iterdir()))]
+    if taken and not force:
+        raise ConfigError("already exists; choose a new bundle path or pass --force to replace it", path=taken[0])
+    for p in taken:
+        if p.is_dir() and not p.is_symlink() and not (p / "manifest.json").is_file():
+            # --force replaces a bundle, never some other folder
+            raise ConfigError("exists and is not a bundle (no manifest.json); --force will not replace it", path=p)
     run_ids = [r[0] for r in source.query("SELECT run_id FROM runs WHERE release = ?", (release,))]
     audit.record(source, principal or Principal.local(source="cli"), "export-redacted" if redact else "export",
                  release=release, run_ids=run_ids, detail=f"bundle {out.name}")  # no audit row, no bundle
+    for p in taken:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
     folder.mkdir(parents=True, exist_ok=True)
     instances = with_text = 0
     with open_store(folder / "results.sqlite", create=True) as target:
@@ -87,6 +102,6 @@ def _write_csv(store: Store, table: str, release: str, path: Path) -> None:
     rows = store.query_dicts(f"SELECT * FROM {table} WHERE release = ?", (release,))
     columns = [c for c in (rows[0] if rows else {}) if c != "boot"]
     with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
+        w = safecsv.writer(f)
         w.writerow(columns)
         w.writerows([[r[c] for c in columns] for r in rows])

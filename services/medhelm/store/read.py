@@ -62,7 +62,7 @@ def load_cells(store: Store, release: str) -> CellTable:
                    b["access"] or "", bool(b["lower_is_better"])) for b in benchmarks(store, release)]
     rows = [(m, d) for m, d in store.query("SELECT model, deployment FROM models WHERE release = ? "
                                            "ORDER BY model, deployment", (release,))]
-    replicates = int(meta(store, release).get("replicates", "0") or 0)
+    replicates = _replicates(meta(store, release).get("replicates", "0"), len(rows) * len(cols), release)
     ci, ri = {c.benchmark: j for j, c in enumerate(cols)}, {r: i for i, r in enumerate(rows)}
     values = np.full((len(rows), len(cols)), np.nan)
     reps = np.full((replicates, len(rows), len(cols)), np.nan)
@@ -72,8 +72,27 @@ def load_cells(store: Store, release: str) -> CellTable:
         if i is None or j is None or value is None:
             continue
         values[i, j] = value
+        if boot and len(boot) != 4 * replicates:
+            raise ConfigError(f"release '{release}': a cell's bootstrap replicates do not match meta.replicates "
+                              f"(damaged store? re-run `medhelm summarize`)")
         reps[:, i, j] = np.frombuffer(boot, dtype=np.float32) if boot else value
     return CellTable(tuple(rows), tuple(cols), values, reps)
+
+
+MAX_REPLICATES = 100_000  # summarize's default is 1,000
+MAX_REPLICATE_CELLS = 50_000_000  # replicates x models x benchmarks held at once (~400 MB of float64)
+
+
+def _replicates(raw: object, cells: int, release: str) -> int:
+    """meta.replicates, checked before it sizes an array: a store is data, and data can be hostile."""
+    try:
+        n = int(str(raw or "0"))
+    except ValueError:
+        raise ConfigError(f"release '{release}': meta.replicates is not a whole number (damaged store?)") from None
+    if not 0 <= n <= MAX_REPLICATES or n * max(cells, 1) > MAX_REPLICATE_CELLS:
+        raise ConfigError(f"release '{release}': meta.replicates = {n} is out of range (0 to {MAX_REPLICATES}, "
+                          f"at most {MAX_REPLICATE_CELLS:,} replicate values in all); re-run `medhelm summarize`")
+    return n
 
 
 def runs(store: Store, release: str, benchmark: str) -> list[dict[str, Any]]:
