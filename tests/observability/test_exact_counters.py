@@ -202,7 +202,8 @@ def test_job_shard_with_a_failing_judge_behind_the_jury_service(servers, tmp_pat
     proxy.unavailable_marker, proxy.unavailable_models = "JUDGE503", frozenset({"judge"})
     try:
         entry, local, out = _setup(tmp_path, proxy, judge_down_marker=True)
-        jury = start_service("jury", "--local-path", str(local), "--output-path", str(out))
+        jury = start_service("jury", "--local-path", str(local), "--output-path", str(out),
+                             "--benchmark-root", str(tmp_path))  # the service resolves the benchmark itself
         shard = MedhelmProcess("job", "-r", entry, "-o", str(out), "--local-path", str(local), *FAST,
                                "--suite", "j", "--shard-index", "0", "--shard-count", "2",
                                "--jury-service", jury.address, "--metrics-port", "0", "--metrics-linger", "5")
