@@ -18,8 +18,9 @@ DEFAULT_PORT = 8501
 
 def add_dashboard_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """The dashboard's own flags (``medhelm serve`` adds --host, --port and --output-path itself)."""
-    p.add_argument("--store", help="results store: sqlite:///path or postgresql://... "
-                                   "(default: <output-path>/results.sqlite)")
+    p.add_argument("--store", default=os.environ.get("MEDHELM_STORE_URL") or None,
+                   help="results store: sqlite:///path or postgresql://... (default: env MEDHELM_STORE_URL, "
+                        "so a password never sits in argv; else <output-path>/results.sqlite)")
     p.add_argument("--release", "--suite", dest="release",
                    help="release to open first; --suite S opens what `medhelm summarize --suite S` built, as "
                         "helm-server --suite does (default: the latest summarised)")
@@ -53,8 +54,15 @@ def main(args: argparse.Namespace) -> int:
     env = environment(args)
     open_store(env["MEDHELM_STORE"]).close()  # a wrong path or URL is one line now, not a page later
     print(f"medhelm: leaderboard at http://{getattr(args, 'host', None) or '127.0.0.1'}:"
-          f"{getattr(args, 'port', None) or DEFAULT_PORT} (store {env['MEDHELM_STORE']})", file=sys.stderr)
+          f"{getattr(args, 'port', None) or DEFAULT_PORT} (store {_no_password(env['MEDHELM_STORE'])})", file=sys.stderr)
     try:
         return subprocess.call(command(args), env=env)
     except KeyboardInterrupt:
         return 0
+
+
+def _no_password(url: str) -> str:
+    """The store URL for a log line: ``postgresql://user:***@host/db`` (a password never reaches logs)."""
+    import re
+
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)

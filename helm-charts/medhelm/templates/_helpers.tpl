@@ -33,6 +33,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   value: "1"
 - name: MEDHELM_DATA_DIR
   value: {{ .Values.storage.mountPath }}/data
+{{- end -}}
+
+{{/* The results store's URL: only for the pods that read or write the store (dashboard, summarize),
+     from the Secret, as an env var (never in argv, where `ps` and the pod spec's args would show it). */}}
+{{- define "medhelm.storeEnv" -}}
 {{- if eq .Values.resultsStore.kind "postgres" }}
 - name: MEDHELM_STORE_URL
   valueFrom:
@@ -51,10 +56,33 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   readOnly: true
 - name: tmp
   mountPath: /tmp
-{{- if .Values.tls.enabled }}
+{{- end -}}
+
+{{/* TLS material: the services mount the server Secret; the Job mounts its own client Secret
+     (tls.clientSecretName) and never sees the server's key. Call with (dict "root" $ "side" "server"|"client"). */}}
+{{- define "medhelm.tlsMount" -}}
+{{- if .root.Values.tls.enabled }}
 - name: tls
   mountPath: /etc/medhelm/tls
   readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "medhelm.tlsVolume" -}}
+{{- $tls := .root.Values.tls -}}
+{{- if $tls.enabled }}
+- name: tls
+  secret:
+    {{- if eq .side "server" }}
+    secretName: {{ required "tls.secretName is required when tls.enabled" $tls.secretName }}
+    {{- else if $tls.mutual }}
+    secretName: {{ required "tls.clientSecretName is required when tls.mutual (the Job's own client certificate)" $tls.clientSecretName }}
+    {{- else }}
+    secretName: {{ $tls.clientSecretName | default $tls.secretName }}
+    items:
+      - key: ca.crt
+        path: ca.crt
+    {{- end }}
 {{- end }}
 {{- end -}}
 
@@ -67,11 +95,6 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
     name: {{ include "medhelm.fullname" . }}-deployments
 - name: tmp
   emptyDir: {}
-{{- if .Values.tls.enabled }}
-- name: tls
-  secret:
-    secretName: {{ required "tls.secretName is required when tls.enabled" .Values.tls.secretName }}
-{{- end }}
 {{- end -}}
 
 {{- define "medhelm.podSpecCommon" -}}

@@ -22,6 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="port (gRPC default 50051; 0 = any free port; the dashboard has its own default)")
     g.add_argument("--metrics-port", type=int, default=9090,
                    help="Prometheus /metrics HTTP port; -1 = off; 0 = any free port (default: %(default)s)")
+    g.add_argument("--health-port", type=int, default=None,
+                   help="also answer plaintext grpc.health.v1 (only) on this port, off the event loop: "
+                        "for kubelet gRPC probes when TLS is on (default: off; 0 = any free port)")
     g.add_argument("--max-message-mb", type=int, default=64, help="largest gRPC message (default: %(default)s)")
     g.add_argument("--grace-s", type=float, default=20.0, help="SIGTERM drain time (default: %(default)s)")
     g.add_argument("--max-concurrency", type=int, default=16, help="items scored at once per stream")
@@ -67,6 +70,6 @@ def main(args: argparse.Namespace) -> int:
                           max_message_mb=args.max_message_mb, grace_s=args.grace_s, tls=tls,
                           local_path=args.local_path, output_path=args.output_path, data_dir=args.data_dir,
                           offline=args.offline, use_cache=not args.disable_cache,
-                          max_concurrency=args.max_concurrency)
+                          max_concurrency=args.max_concurrency, health_port=args.health_port)
     asyncio.run(serve(config))
     return 0
