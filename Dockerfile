@@ -23,17 +23,26 @@ ARG PIP_EXTRA_INDEX_URL=""
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_INDEX_URL=${PIP_INDEX_URL} \
     PIP_EXTRA_INDEX_URL=${PIP_EXTRA_INDEX_URL} PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
-COPY services/ services/
-COPY dashboard/ dashboard/
-# hadolint ignore=SC1091
+# Dependencies first (from pyproject.toml alone), so a change to the sources reuses this layer.
+COPY pyproject.toml ./
 RUN --mount=type=secret,id=pip_ca \
     if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
  && python3 -m venv /opt/medhelm \
- && /opt/medhelm/bin/python -m pip install --no-compile ".[${EXTRAS}]" \
+ && python3 -c 'import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+extras = [e for e in sys.argv[1].split(",") if e]; \
+print("\n".join(p["dependencies"] + [d for e in extras for d in p["optional-dependencies"][e]]))' "${EXTRAS}" \
+    > /tmp/requirements.txt \
+ && /opt/medhelm/bin/python -m pip install --no-compile -r /tmp/requirements.txt
+COPY setup.py README.md ./
+COPY services/ services/
+COPY dashboard/ dashboard/
+RUN --mount=type=secret,id=pip_ca \
+    if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+ && /opt/medhelm/bin/python -m pip install --no-compile --no-deps . \
+ && /opt/medhelm/bin/python -m pip check \
  && /opt/medhelm/bin/python -m pip uninstall --yes pip \
  && /opt/medhelm/bin/python -m compileall -q /opt/medhelm/lib \
- && rm -rf /src
+ && rm -rf /src /tmp/requirements.txt
 
 FROM ${BASE_IMAGE} AS runtime
 ARG VERSION=0.1.0

@@ -55,10 +55,20 @@ def test_lint_template_and_validate_strict(values, chart, helm_bin, kubernetes_v
                 assert c["securityContext"]["allowPrivilegeEscalation"] is False
 
 
+def _quantity(q) -> float:
+    """A Kubernetes quantity as a number (cpu in cores, memory in bytes)."""
+    q = str(q)
+    units = {"m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9}
+    for suffix, factor in sorted(units.items(), key=lambda kv: -len(kv[0])):
+        if q.endswith(suffix):
+            return float(q[: -len(suffix)]) * factor
+    return float(q)
+
+
 def test_inference_services_and_job_from_values(chart, helm_bin):
     docs = _render(helm_bin, chart, VALUE_SETS["full"])
     isvcs = {d["metadata"]["name"]: d for d in docs if d["kind"] == "InferenceService"}
-    assert set(isvcs) == {"qwen25-7b", "llama31-8b-judge"}
+    assert set(isvcs) == {"qwen25-7b", "qwen2-5-7b-instruct", "llama-3-1-8b-instruct"}
     cand = isvcs["qwen25-7b"]
     assert cand["apiVersion"] == "serving.kserve.io/v1beta1"
     model = cand["spec"]["predictor"]["model"]
@@ -67,11 +77,17 @@ def test_inference_services_and_job_from_values(chart, helm_bin):
     assert model["args"] == ["--model_name=qwen25-7b", "--backend=vllm", "--max-model-len=16384",
                              "--gpu-memory-utilization=0.90", "--enable-prefix-caching"]
     assert model["resources"]["limits"]["nvidia.com/gpu"] == "1" and model["resources"]["limits"]["memory"] == "32Gi"
-    judge = isvcs["llama31-8b-judge"]["spec"]["predictor"]["model"]
+    judge = isvcs["llama-3-1-8b-instruct"]["spec"]["predictor"]["model"]
     assert judge["resources"]["requests"]["nvidia.com/gpu"] == "2"
     assert judge["env"][0]["valueFrom"]["secretKeyRef"] == {"name": "hf-token", "key": "HF_TOKEN"}
+    # complete resources: KServe would merge its runtime defaults (cpu 1 / 2Gi) into any gap
+    for name, isvc in isvcs.items():
+        res = isvc["spec"]["predictor"]["model"]["resources"]
+        for what in ("cpu", "memory", "nvidia.com/gpu"):
+            assert what in res["requests"] and what in res["limits"], (name, what)
+            assert _quantity(res["requests"][what]) <= _quantity(res["limits"][what]), (name, what)
     # the Job and the jury reach each model through KServe's OpenAI route
-    cm = next(d for d in docs if d["kind"] == "ConfigMap")
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-deployments"))
     deployments = yaml.safe_load(cm["data"]["model_deployments.yaml"])["model_deployments"]
     assert deployments[0] == {"name": "kserve/qwen25-7b", "model_name": "qwen/qwen2.5-7b-instruct", "kind": "openai",
                               "base_url": "http://qwen25-7b-predictor.clinical-ai.svc.cluster.local/openai/v1",
@@ -82,6 +98,35 @@ def test_inference_services_and_job_from_values(chart, helm_bin):
     env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["MEDHELM_SHARD_COUNT"] == "4" and env["MEDHELM_JURY_SERVICE"] == "rel-medhelm-jury:50051"
     assert env["MEDHELM_TLS_CERT"] == "/etc/medhelm/tls/tls.crt"
+
+
+def test_default_jury_reaches_judges_in_the_cluster(chart, helm_bin):
+    """Every judge of the built-in default jury resolves (user file over built-ins, as DeploymentRegistry
+    merges them) to a deployment whose URL is a predictor Service of a rendered InferenceService and whose
+    served_model_name is exactly the runtime's --model_name."""
+    from medhelm.deployments import DeploymentRegistry
+
+    docs = _render(helm_bin, chart, VALUE_SETS["full"])
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-deployments"))
+    served = {}
+    for d in docs:
+        if d["kind"] == "InferenceService":
+            args = d["spec"]["predictor"]["model"]["args"]
+            served[f"{d['metadata']['name']}-predictor.clinical-ai.svc.cluster.local"] = next(
+                a.split("=", 1)[1] for a in args if a.startswith("--model_name="))
+    jury = yaml.safe_load((Path(__file__).resolve().parents[2] / "services/medhelm/config/jury_default.yaml")
+                          .read_text())
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "model_deployments.yaml").write_text(cm["data"]["model_deployments.yaml"])
+        registry = DeploymentRegistry.load(Path(tmp))
+    assert jury["judges"]
+    for judge in jury["judges"]:
+        dep = registry.get(judge["name"])
+        host = dep.base_url.split("//", 1)[1].split("/", 1)[0]
+        assert host in served, (judge["name"], dep.base_url)
+        assert dep.served_model_name == served[host], judge["name"]
 
 
 def test_network_policy_keeps_egress_in_namespace(chart, helm_bin):
@@ -123,7 +168,8 @@ def test_every_value_is_documented(chart):
             yield path
             if isinstance(value, dict) and value and not path.endswith(("resources", "Context", "labels",
                                                                          "requests", "limits", "seccompProfile",
-                                                                         "capabilities")):
+                                                                         "capabilities", "Selector",
+                                                                         "defaultResources")):
                 yield from paths(value, path + ".")
 
     generic = {re.sub(r"^services\.(scenarios|jury|metrics)", "services.<name>", p) for p in paths(values)}

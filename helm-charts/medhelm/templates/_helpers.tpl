@@ -97,7 +97,20 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   emptyDir: {}
 {{- end -}}
 
+{{- define "medhelm.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}{{ .Values.serviceAccount.name | default (include "medhelm.fullname" .) }}
+{{- else -}}{{ .Values.serviceAccount.name | default "default" }}{{- end -}}
+{{- end -}}
+
+{{/* Pod annotations that roll the pods when the model registry changes (it is mounted with subPath,
+     which a running pod never sees updated). */}}
+{{- define "medhelm.podAnnotations" -}}
+checksum/model-deployments: {{ include "medhelm.modelDeployments" . | sha256sum }}
+{{- end -}}
+
 {{- define "medhelm.podSpecCommon" -}}
+serviceAccountName: {{ include "medhelm.serviceAccountName" . }}
+automountServiceAccountToken: false
 securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
 {{- with .Values.imagePullSecrets }}
@@ -116,4 +129,25 @@ tolerations:
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end -}}
+
+{{/* model_deployments.yaml: .Values.modelDeployments, or generated from .Values.inferenceServices
+     (KServe's OpenAI-compatible route of each one). */}}
+{{- define "medhelm.modelDeployments" -}}
+{{- if .Values.modelDeployments -}}
+{{ .Values.modelDeployments }}
+{{- else -}}
+# generated from .Values.inferenceServices: KServe's OpenAI-compatible route of each one
+model_deployments:
+{{- range .Values.inferenceServices }}
+  - name: {{ .deploymentName | default (printf "kserve/%s" .name) }}
+    model_name: {{ .modelName }}
+    kind: openai
+    base_url: http://{{ .name }}-predictor.{{ $.Release.Namespace }}.svc.cluster.local/openai/v1
+    served_model_name: {{ .servedModelName | default .name | quote }}
+    max_sequence_length: {{ .maxModelLen | default 8192 }}
+{{- else }}
+  []
+{{- end }}
+{{- end -}}
 {{- end -}}
