@@ -52,7 +52,8 @@ ENV PATH=/opt/medhelm/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 LANG=C.UTF-8 \
     HOME=/tmp MEDHELM_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 RUN groupadd --system --gid 10001 medhelm \
- && useradd --system --uid 10001 --gid medhelm --home-dir /nonexistent --shell /usr/sbin/nologin medhelm
+ && useradd --system --uid 10001 --gid medhelm --home-dir /nonexistent --shell /usr/sbin/nologin medhelm \
+ && install -d -o 10001 -g 10001 /data
 COPY --from=build /opt/medhelm /opt/medhelm
 WORKDIR /data
 USER 10001:10001

@@ -24,6 +24,9 @@ def add_dashboard_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup
     p.add_argument("--release", "--suite", dest="release",
                    help="release to open first; --suite S opens what `medhelm summarize --suite S` built, as "
                         "helm-server --suite does (default: the latest summarised)")
+    p.add_argument("--create-store", action="store_true",
+                   help="create an empty results store when there is none yet (a deployment whose leaderboard "
+                        "comes up before the first `medhelm summarize`)")
     p.add_argument("--redacted", action="store_true",
                    help="aggregates only: never show instance text (for sharing outside the organisation)")
 
@@ -50,19 +53,14 @@ def command(args: argparse.Namespace) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     from medhelm.store import open_store
+    from medhelm.store.backends import _without_password
 
     env = environment(args)
-    open_store(env["MEDHELM_STORE"]).close()  # a wrong path or URL is one line now, not a page later
+    open_store(env["MEDHELM_STORE"], create=bool(getattr(args, "create_store", False))).close()  # a wrong path or URL is one line now, not a page later
     print(f"medhelm: leaderboard at http://{getattr(args, 'host', None) or '127.0.0.1'}:"
-          f"{getattr(args, 'port', None) or DEFAULT_PORT} (store {_no_password(env['MEDHELM_STORE'])})", file=sys.stderr)
+          f"{getattr(args, 'port', None) or DEFAULT_PORT} (store {_without_password(env['MEDHELM_STORE'])})", file=sys.stderr)
     try:
         return subprocess.call(command(args), env=env)
     except KeyboardInterrupt:
         return 0
 
-
-def _no_password(url: str) -> str:
-    """The store URL for a log line: ``postgresql://user:***@host/db`` (a password never reaches logs)."""
-    import re
-
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)

@@ -3,11 +3,16 @@
 Shape (HELM's, so existing prod_env files carry over): a list under ``model_deployments``; each item has
 ``name``, ``model_name``, ``kind`` (openai | llamacpp | kserve_v2) and per kind ``base_url``,
 ``served_model_name``, ``api_key_env``, ``max_sequence_length`` or ``gguf_path``.
+
+``MEDHELM_MODEL_DEPLOYMENTS`` (paths separated by ``os.pathsep``) adds files read after the user's: the
+Helm chart mounts its ConfigMap as a folder and names the file there (a ``subPath`` mount never sees an
+update). A named file that does not exist is a one-line ConfigError.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +23,7 @@ from medhelm.specs import Deployment, DeploymentKind, FrozenMap
 
 BUILTIN_PATH = Path(__file__).parent / "config" / "model_deployments.yaml"
 USER_FILE = "model_deployments.yaml"
+ENV_FILES = "MEDHELM_MODEL_DEPLOYMENTS"
 DEFAULT_DEPLOYMENT = "local/smollm2-135m-instruct"
 
 _FIELDS = {"name", "model_name", "kind", "base_url", "served_model_name", "api_key_env", "max_sequence_length",
@@ -35,7 +41,7 @@ class DeploymentRegistry:
     @classmethod
     def load(cls, local_path: Path | None = None, *, extra_files: Sequence[Path] = ()) -> DeploymentRegistry:
         items = list(_read(BUILTIN_PATH))
-        files = list(extra_files)
+        files = list(extra_files) + [Path(f) for f in os.environ.get(ENV_FILES, "").split(os.pathsep) if f]
         if local_path is not None and (Path(local_path) / USER_FILE).is_file():
             files.insert(0, Path(local_path) / USER_FILE)
         for f in files:

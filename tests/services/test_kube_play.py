@@ -126,7 +126,7 @@ def test_chart_workloads_come_up_and_a_job_shard_writes_records(mode, image, clu
         "image": {"repository": IMAGE.rsplit(":", 1)[0], "tag": IMAGE.rsplit(":", 1)[1], "pullPolicy": "Never"},
         "modelDeployments": DEPLOYMENTS,
         "job": {"enabled": True, "suite": "kp", "completions": SHARDS, "parallelism": SHARDS, "maxConcurrency": 2,
-                "runEntries": ["medhelm_configurable_benchmark:model=mock/svc-model,config_path=/data/bench/bench.yaml"]},
+                "runEntries": ["medhelm_configurable_benchmark:model=test/svc-model,config_path=/data/bench/bench.yaml"]},
     }
     tls = None
     if mode == "mutual-tls":
@@ -146,15 +146,20 @@ def test_chart_workloads_come_up_and_a_job_shard_writes_records(mode, image, clu
     (claim,) = by_kind["PersistentVolumeClaim"]
     volume = cluster.volume(claim["metadata"]["name"])
     subprocess.run(["cp", "-r", str(bench), str(volume / "bench")], check=True)
-    for sub in ("prod_env", "benchmark_output"):
-        (volume / sub).mkdir()
+    (volume / "prod_env").mkdir()  # the rest is made by the pods' prepare-volume init container
     subprocess.run(["chown", "-R", "10001:10001", str(volume)], check=True)
 
     mock = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mock-openai"}, "spec": {
         "containers": [{"name": "server", "image": IMAGE, "command": ["python", "-m", "medhelm.devtools.mock_openai"],
                         "args": ["--host", "0.0.0.0", "--port", "8000", "--latency-ms", "20"],
                         "securityContext": {"runAsUser": 10001, "readOnlyRootFilesystem": True}}]}}
-    cluster.play("services", [*by_kind["ConfigMap"], *by_kind["Deployment"], mock])
+    # containerPort is informational in Kubernetes, but podman 4.3 publishes each one on the host (0.0.0.0):
+    # the played copies leave it out; the pods are reached on their own IPs, as in a cluster
+    played = copy.deepcopy(by_kind["Deployment"])
+    for dep in played:
+        for c in dep["spec"]["template"]["spec"]["containers"]:
+            c.pop("ports", None)
+    cluster.play("services", [*by_kind["ConfigMap"], *played, mock])
 
     # the chart's probes, from the host, against each pod's IP (the kubelet's view)
     pods = {}

@@ -31,8 +31,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   value: /tmp
 - name: MEDHELM_OFFLINE
   value: "1"
-- name: MEDHELM_DATA_DIR
-  value: {{ .Values.storage.mountPath }}/data
+{{- with .Values.storage.dataDir }}
+- name: MEDHELM_DATA_DIR  # the local mirror of benchmark files (must exist on the volume)
+  value: {{ $.Values.storage.mountPath }}/{{ . }}
+{{- end }}
+- name: MEDHELM_MODEL_DEPLOYMENTS  # the chart's registry, read after <local-path>/model_deployments.yaml
+  value: /etc/medhelm/deployments/model_deployments.yaml
 {{- end -}}
 
 {{/* The results store's URL: only for the pods that read or write the store (dashboard, summarize),
@@ -50,9 +54,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "medhelm.volumeMounts" -}}
 - name: data
   mountPath: {{ .Values.storage.mountPath }}
-- name: model-deployments
-  mountPath: {{ .Values.storage.mountPath }}/prod_env/model_deployments.yaml
-  subPath: model_deployments.yaml
+- name: model-deployments  # a folder, not a subPath: running pods see updates
+  mountPath: /etc/medhelm/deployments
   readOnly: true
 - name: tmp
   mountPath: /tmp
@@ -102,8 +105,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- else -}}{{ .Values.serviceAccount.name | default "default" }}{{- end -}}
 {{- end -}}
 
-{{/* Pod annotations that roll the pods when the model registry changes (it is mounted with subPath,
-     which a running pod never sees updated). */}}
+{{/* Pod annotations that roll the pods when the model registry changes (clients and caches are built
+     from it at start). */}}
 {{- define "medhelm.podAnnotations" -}}
 checksum/model-deployments: {{ include "medhelm.modelDeployments" . | sha256sum }}
 {{- end -}}
@@ -151,3 +154,4 @@ model_deployments:
 {{- end }}
 {{- end -}}
 {{- end -}}
+
