@@ -11,7 +11,6 @@ NetworkPolicies and KServe CRDs are not played."""
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
 import os
@@ -56,8 +55,10 @@ class Cluster:
         return Path(run("podman", "volume", "inspect", "--format", "{{.Mountpoint}}", name).stdout.strip())
 
     def secret(self, name: str, files: dict[str, Path]) -> None:
-        # podman's kube play reads a Secret as a podman secret holding a JSON map of key -> base64 value
-        data = json.dumps({k: base64.b64encode(p.read_bytes()).decode() for k, p in files.items()})
+        # podman 4.3's kube play reads a secret volume from a podman secret holding a Secret object whose
+        # data values are the files' raw text (it writes them as they are, without base64-decoding)
+        data = json.dumps({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+                           "data": {k: p.read_text() for k, p in files.items()}})
         run("podman", "secret", "create", name, "-", input_text=data)
         self.secrets.append(name)
 

@@ -76,6 +76,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if $tls.enabled }}
 - name: tls
   secret:
+    optional: false  # explicit (the default): no pod starts without its certificates
     {{- if eq .side "server" }}
     secretName: {{ required "tls.secretName is required when tls.enabled" $tls.secretName }}
     {{- else if $tls.mutual }}
