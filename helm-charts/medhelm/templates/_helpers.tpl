@@ -156,3 +156,80 @@ model_deployments:
 {{- end -}}
 {{- end -}}
 
+
+{{/* The evaluation Job's manifest (templates/job.yaml and the job-template ConfigMap). */}}
+{{- define "medhelm.jobManifest" -}}
+{{- $full := include "medhelm.fullname" . -}}
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ $full }}-eval-{{ .Values.job.suite }}
+  labels:
+    {{- include "medhelm.labels" . | nindent 4 }}
+    app.kubernetes.io/component: job
+    medhelm.io/suite: {{ .Values.job.suite }}
+spec:
+  completionMode: Indexed
+  completions: {{ .Values.job.completions }}
+  parallelism: {{ .Values.job.parallelism }}
+  backoffLimitPerIndex: {{ .Values.job.backoffLimitPerIndex }}
+  ttlSecondsAfterFinished: {{ .Values.job.ttlSecondsAfterFinished }}
+  template:
+    metadata:
+      annotations:
+        {{- include "medhelm.podAnnotations" . | nindent 8 }}
+      labels:
+        {{- include "medhelm.labels" . | nindent 8 }}
+        app.kubernetes.io/component: job
+        medhelm.io/suite: {{ .Values.job.suite }}
+    spec:
+      restartPolicy: Never
+      {{- include "medhelm.podSpecCommon" . | nindent 6 }}
+      containers:
+        - name: shard
+          image: {{ include "medhelm.image" . }}
+          imagePullPolicy: {{ .Values.image.pullPolicy }}
+          args:
+            - job
+            - --suite={{ .Values.job.suite }}
+            - --max-concurrency={{ .Values.job.maxConcurrency }}
+            - --quiet
+            {{- include "medhelm.pathArgs" . | nindent 12 }}
+            {{- with .Values.job.runEntries }}
+            - --run-entries
+            {{- range . }}
+            - {{ . | quote }}
+            {{- end }}
+            {{- end }}
+          env:
+            {{- include "medhelm.env" . | nindent 12 }}
+            - name: MEDHELM_SHARD_COUNT
+              value: {{ .Values.job.completions | quote }}
+            {{- if .Values.job.useServices }}
+            {{- range $name := list "scenario" "jury" "metrics" }}
+            {{- $svc := index $.Values.services (ternary "scenarios" $name (eq $name "scenario")) }}
+            - name: MEDHELM_{{ upper $name }}_SERVICE
+              value: {{ printf "%s-%s:%v" $full (ternary "scenarios" $name (eq $name "scenario")) $svc.port | quote }}
+            {{- end }}
+            {{- end }}
+            {{- if .Values.tls.enabled }}
+            - name: MEDHELM_TLS_CA
+              value: /etc/medhelm/tls/ca.crt
+            {{- if .Values.tls.mutual }}
+            - name: MEDHELM_TLS_CERT  # the Job's own client certificate (tls.clientSecretName)
+              value: /etc/medhelm/tls/tls.crt
+            - name: MEDHELM_TLS_KEY
+              value: /etc/medhelm/tls/tls.key
+            {{- end }}
+            {{- end }}
+          securityContext:
+            {{- toYaml .Values.containerSecurityContext | nindent 12 }}
+          resources:
+            {{- toYaml .Values.job.resources | nindent 12 }}
+          volumeMounts:
+            {{- include "medhelm.volumeMounts" . | nindent 12 }}
+            {{- include "medhelm.tlsMount" (dict "root" .) | nindent 12 }}
+      volumes:
+        {{- include "medhelm.volumes" . | nindent 8 }}
+        {{- include "medhelm.tlsVolume" (dict "root" . "side" "client") | nindent 8 }}
+{{- end -}}
