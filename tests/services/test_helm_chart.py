@@ -143,7 +143,16 @@ def test_network_policy_keeps_egress_in_namespace(chart, helm_bin):
 def test_broken_template_or_value_fails(chart, helm_bin, kubernetes_validate, tmp_path):
     broken = tmp_path / "medhelm"
     shutil.copytree(chart, broken)
-    bad_value = tmp_path / "bad.yaml"
+    # values.schema.json refuses a wrong type or an unknown kind at render time, naming the value
+    for bad, field in (("services:\n  jury:\n    replicas: two\n", "services.jury.replicas"),
+                       ("resultsStore:\n  kind: postgress\n", "resultsStore.kind"),
+                       ("tls:\n  enabld: true\n", "enabld")):
+        bad_value = tmp_path / "bad.yaml"
+        bad_value.write_text(bad)
+        done = _helm(helm_bin, broken, "template", "rel", ".", "-f", str(bad_value))
+        assert done.returncode != 0 and field in done.stderr, done.stderr
+    # without the schema the manifest validation still catches the wrong type
+    (broken / "values.schema.json").unlink()
     bad_value.write_text("services:\n  jury:\n    replicas: two\n")
     docs = _render(helm_bin, broken, ["-f", str(bad_value)])
     rendered = tmp_path / "rendered.yaml"

@@ -37,6 +37,18 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 - name: MEDHELM_MODEL_DEPLOYMENTS  # the chart's registry, read after <local-path>/model_deployments.yaml
   value: /etc/medhelm/deployments/model_deployments.yaml
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* envFrom for the containers that call models (the jury and metrics services, the Job): the Secrets
+     holding the API keys model_deployments.yaml names in api_key_env. */}}
+{{- define "medhelm.envFrom" -}}
+{{- with .Values.envFrom }}
+envFrom:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{/* The results store's URL: only for the pods that read or write the store (dashboard, summarize),
@@ -201,6 +213,7 @@ spec:
             - {{ . | quote }}
             {{- end }}
             {{- end }}
+          {{- include "medhelm.envFrom" . | nindent 10 }}
           env:
             {{- include "medhelm.env" . | nindent 12 }}
             - name: MEDHELM_SHARD_COUNT
