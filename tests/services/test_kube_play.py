@@ -190,6 +190,17 @@ def test_chart_workloads_come_up_and_a_job_shard_writes_records(mode, image, clu
         assert len(selected) == 1, (svc["metadata"]["name"], selected)
         aliases.append({"ip": pods[selected[0]], "hostnames": [svc["metadata"]["name"]]})
 
+    # `helm test`: the chart's test hook Pod checks every Service from inside the network (plaintext health
+    # port, in TLS mode too)
+    (hook,) = [d for d in by_kind["Pod"] if d["metadata"]["annotations"].get("helm.sh/hook") == "test"]
+    hook = copy.deepcopy(hook)
+    hook["spec"]["hostAliases"] = aliases
+    cluster.play("helm-test", [hook])
+    hook_container = f"{hook['metadata']['name']}-{hook['spec']['containers'][0]['name']}"
+    code = run("podman", "wait", hook_container, timeout=300).stdout.strip()
+    logs = run("podman", "logs", hook_container).stdout
+    assert code == "0" and logs.count("ok  ") == 4, logs
+
     # the Job: its pod template as one Pod per completion index
     (job,) = by_kind["Job"]
     assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == SHARDS
