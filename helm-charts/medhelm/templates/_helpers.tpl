@@ -216,6 +216,7 @@ spec:
           {{- include "medhelm.envFrom" . | nindent 10 }}
           env:
             {{- include "medhelm.env" . | nindent 12 }}
+            {{- include "medhelm.cacheEnv" . | nindent 12 }}
             - name: MEDHELM_SHARD_COUNT
               value: {{ .Values.job.completions | quote }}
             {{- if .Values.job.useServices }}
@@ -245,4 +246,13 @@ spec:
       volumes:
         {{- include "medhelm.volumes" . | nindent 8 }}
         {{- include "medhelm.tlsVolume" (dict "root" . "side" "client") | nindent 8 }}
+{{- end -}}
+
+{{/* One request-cache file per writer on the shared (network) volume, with a rollback journal: SQLite's
+     WAL cannot work across hosts. {writer} = shard-<index> in the Job, the pod's name in a service. */}}
+{{- define "medhelm.cacheEnv" -}}
+- name: MEDHELM_CACHE_FILE
+  value: {{ .Values.storage.mountPath }}/prod_env/cache/requests-{writer}.sqlite
+- name: MEDHELM_CACHE_JOURNAL
+  value: delete
 {{- end -}}

@@ -67,9 +67,10 @@ def build_servicer(config: ServerConfig, telemetry: Telemetry) -> tuple[object, 
                                 offline=config.offline), []
     from medhelm.deployments import DeploymentRegistry
     from medhelm.inference import ClientPool, RequestCache, RetryPolicy
+    from medhelm.inference.cache import cache_file
     from medhelm.rpc.scoring import JURY_METRICS, MetricHost
 
-    cache = RequestCache(config.local_path / "cache" / "requests.sqlite") if config.use_cache else None
+    cache = RequestCache(cache_file(config.local_path)) if config.use_cache else None
     pool = ClientPool(cache=cache, retry=RetryPolicy(), observer=telemetry)
     deployments = DeploymentRegistry.load(config.local_path)
     if config.service == "jury":
