@@ -176,6 +176,9 @@ apiVersion: batch/v1
 kind: Job
 metadata:
   name: {{ $full }}-eval-{{ .Values.job.suite }}
+  annotations:
+    checkov.io/skip1: CKV_K8S_8=a shard runs to completion; a hung shard is bounded by request timeouts and retries
+    checkov.io/skip2: CKV_K8S_9=no traffic is routed to a shard
   labels:
     {{- include "medhelm.labels" . | nindent 4 }}
     app.kubernetes.io/component: job
