@@ -62,3 +62,16 @@ def test_health_port_follows_the_event_loop(tmp_path, capsys):
     thread.join(30)
     assert not thread.is_alive()
     assert _check(port, "medhelm.v1.ScenarioService", timeout=0.5) in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
+
+def test_reflection_describes_every_service(start_service, tmp_path):
+    """grpcurl-style reflection resolves each service's own symbol (JuryService was NOT_FOUND before)."""
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+    for name, full in (("jury", "medhelm.v1.JuryService"), ("metrics", "medhelm.v1.MetricsService"),
+                       ("scenarios", "medhelm.v1.ScenarioService")):
+        svc = start_service(name, "--output-path", str(tmp_path / "out"), "--local-path", str(tmp_path / "env"))
+        with grpc.insecure_channel(svc.address) as ch:
+            db = ProtoReflectionDescriptorDatabase(ch)
+            assert db.FindFileContainingSymbol(full).name == f"medhelm/v1/{name}.proto"
+        svc.stop()
