@@ -120,3 +120,12 @@ def checkov_bin() -> Path:
         if done.returncode != 0:
             pytest.fail(f"cannot install checkov: {done.stderr.strip().splitlines()[-1:]}")
     return exe
+
+
+@pytest.fixture(scope="session")
+def image() -> str:
+    """The repository's image built with podman from its Dockerfile, once per session (tests/services/podman.py;
+    skips with the reason where podman cannot run)."""
+    from tests.services.podman import build_image
+
+    return build_image()

@@ -64,12 +64,6 @@ def build_image(tag: str = IMAGE) -> str:
     return tag
 
 
-@pytest.fixture(scope="session")
-def image() -> str:
-    """The repository's image, built once per session (podman's layer cache makes rebuilds quick)."""
-    return build_image()
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

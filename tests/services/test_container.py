@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from tests.services.podman import free_port, grpc_probe, image, make_tls, run, wait_for  # noqa: F401 (fixture)
+from tests.services.podman import free_port, grpc_probe, make_tls, run, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(2400)]
 
