@@ -75,7 +75,9 @@ class Cluster:
     def close(self) -> None:
         for path in reversed(self.played):
             run("podman", "kube", "down", str(path), check=False, timeout=120)
-        for v in self.volumes:
+        # kube play also makes a volume per ConfigMap and secret volume, which kube down leaves behind
+        names = run("podman", "volume", "ls", "--format", "{{.Name}}", check=False).stdout.split()
+        for v in {*self.volumes, *(n for n in names if n.startswith(self.release))}:
             run("podman", "volume", "rm", "--force", v, check=False)
         for s in self.secrets:
             run("podman", "secret", "rm", s, check=False)
