@@ -32,11 +32,15 @@ DEFAULT_PORT = 8501
 
 def add_dashboard_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """The dashboard's own flags (``medhelm serve`` adds --host, --port and --output-path itself)."""
-    p.add_argument("--store", help="results store: sqlite:///path or postgresql://... "
-                                   "(default: <output-path>/results.sqlite)")
+    p.add_argument("--store", default=os.environ.get("MEDHELM_STORE_URL") or None,
+                   help="results store: sqlite:///path or postgresql://... (default: env MEDHELM_STORE_URL, "
+                        "so a password never sits in argv; else <output-path>/results.sqlite)")
     p.add_argument("--release", "--suite", dest="release",
                    help="release to open first; --suite S opens what `medhelm summarize --suite S` built, as "
                         "helm-server --suite does (default: the latest summarised)")
+    p.add_argument("--create-store", action="store_true",
+                   help="create an empty results store when there is none yet (a deployment whose leaderboard "
+                        "comes up before the first `medhelm summarize`)")
     p.add_argument("--redacted", action="store_true",
                    help="aggregates only: never show instance text (for sharing outside the organisation)")
     env = os.environ.get
@@ -196,7 +200,7 @@ def main(args: argparse.Namespace) -> int:
     if oidc is not None:
         AccessPolicy.load(args.access_policy)  # a bad access.yaml is one line now
     env = environment(args)
-    open_store(env["MEDHELM_STORE"]).close()  # a wrong path or URL is one line now, not a page later
+    open_store(env["MEDHELM_STORE"], create=bool(getattr(args, "create_store", False))).close()  # a wrong path or URL is one line now, not a page later
     print(f"medhelm: leaderboard at http://{getattr(args, 'host', None) or '127.0.0.1'}:"
           f"{getattr(args, 'port', None) or DEFAULT_PORT} (store {_shown(env['MEDHELM_STORE'])}; "
           f"{'sign-in ' + oidc.issuer if oidc else 'no sign-in'})", file=sys.stderr)

@@ -26,12 +26,17 @@ pip_install() {
 }
 
 # Debian packages and the npm package some tests drive: PostgreSQL (store parity), Chromium + Playwright
-# (the browser test of the dashboard). Installed when missing and we are root; otherwise those tests skip
-# with a reason.
+# (the browser test of the dashboard), podman/buildah/runc/debootstrap (the image built and the chart's
+# workloads played for real; scripts/container_base.sh then makes the base image once). Installed when
+# missing and we are root; otherwise those tests skip with a reason.
 ensure_system_packages() {
   local need=()
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+  local tool
+  for tool in podman buildah runc debootstrap; do
+    command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || need+=("$tool")
+  done
   if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     step "installing Debian packages: ${need[*]}"
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null

@@ -8,6 +8,10 @@ Each file is checked against a typed schema (``schemas.py``, pydantic) when read
 http(s) URLs, environment-variable names, finite positive numbers, no deployment defined twice in a file.
 ``check_usable`` is what planning adds for the deployments a run uses (key variable set, GGUF present).
 A problem is a ConfigError naming the file, line and field.
+
+``MEDHELM_MODEL_DEPLOYMENTS`` (paths separated by ``os.pathsep``) adds files read after the user's: the
+Helm chart mounts its ConfigMap as a folder and names the file there (a ``subPath`` mount never sees an
+update). A named file that does not exist is a one-line ConfigError.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from medhelm.specs import Deployment, DeploymentKind, FrozenMap
 
 BUILTIN_PATH = Path(__file__).parent / "config" / "model_deployments.yaml"
 USER_FILE = "model_deployments.yaml"
+ENV_FILES = "MEDHELM_MODEL_DEPLOYMENTS"
 DEFAULT_DEPLOYMENT = "local/smollm2-135m-instruct"
 
 _REQUIRED_BY_KIND = {DeploymentKind.OPENAI: ("base_url",), DeploymentKind.LLAMACPP: ("gguf_path",),
@@ -45,7 +50,7 @@ class DeploymentRegistry:
     @classmethod
     def load(cls, local_path: Path | None = None, *, extra_files: Sequence[Path] = ()) -> DeploymentRegistry:
         items = list(_read(BUILTIN_PATH))
-        extra = list(extra_files)
+        extra = list(extra_files) + [Path(f) for f in os.environ.get(ENV_FILES, "").split(os.pathsep) if f]
         hint = ""
         if local_path is not None:
             if Path(local_path).exists() and not Path(local_path).is_dir():

@@ -98,3 +98,34 @@ def kubernetes_validate() -> list[str]:
     if not exe.is_file():
         pytest.skip("kubernetes-validate not installed (test extra)")
     return [str(exe), "-k", "1.30.0", "--strict", "--quiet"]
+
+
+CHECKOV_VERSION = "3.3.30"
+
+
+@pytest.fixture(scope="session")
+def checkov_bin() -> Path:
+    """checkov (the maintained IaC policy scanner, from PyPI) in its own venv under the tools cache: its many
+    pins stay out of the project's venv. Installed on first use (~2-5 min on a fresh machine), then reused."""
+    venv = TOOLS / "checkov"
+    exe = venv / "bin" / "checkov"
+    have = subprocess.run([str(exe), "--version"], capture_output=True, text=True).stdout.strip() \
+        if exe.is_file() else ""
+    if have != CHECKOV_VERSION:
+        done = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
+        if done.returncode == 0:
+            done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+                                   "--disable-pip-version-check", f"checkov=={CHECKOV_VERSION}"],
+                                  capture_output=True, text=True, timeout=1200)
+        if done.returncode != 0:
+            pytest.fail(f"cannot install checkov: {done.stderr.strip().splitlines()[-1:]}")
+    return exe
+
+
+@pytest.fixture(scope="session")
+def image() -> str:
+    """The repository's image built with podman from its Dockerfile, once per session (tests/services/podman.py;
+    skips with the reason where podman cannot run)."""
+    from tests.services.podman import build_image
+
+    return build_image()

@@ -53,3 +53,20 @@ def test_dockerignore_keeps_secrets_and_results_out(repo_root: Path) -> None:
     rules = [line for line in lines if line and not line.startswith("#")]
     assert rules[0] == "**"  # deny everything, then allow-list what the image needs
     assert {"!services/", "!pyproject.toml"} <= set(lines) and "**/*.key" in lines and "**/.env" in lines
+
+
+def test_build_context_and_build_args(repo_root: Path) -> None:
+    ins = _instructions((repo_root / "Dockerfile").read_text())
+    copied = [rest.split()[:-1] for word, rest in ins if word == "COPY" and "--from" not in rest]
+    sources = {src.rstrip("/") for srcs in copied for src in srcs}
+    assert {"pyproject.toml", "setup.py", "services", "dashboard"} <= sources  # setup.py: the package layout
+    allowed = {line[1:].rstrip("/") for line in (repo_root / ".dockerignore").read_text().splitlines()
+               if line.startswith("!")}
+    assert sources <= allowed  # every COPY source survives .dockerignore
+    args = {rest.split("=")[0] for word, rest in ins if word == "ARG"}
+    assert {"BASE_IMAGE", "PIP_INDEX_URL", "EXTRAS"} <= args
+    assert [rest for word, rest in ins if word == "FROM"][0].startswith("${BASE_IMAGE}")
+    runs = " ".join(rest for word, rest in ins if word == "RUN")
+    assert "--mount=type=secret,id=pip_ca" in runs  # the index's CA: a build secret, never a layer
+    final = ins[max(i for i, (w, _) in enumerate(ins) if w == "FROM"):]
+    assert not any(w == "RUN" and "pip install" in r for w, r in final)  # the venv is copied, no wheels left

@@ -3,11 +3,13 @@ own Job template; status/logs drive kubectl (a recording stand-in: no API server
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 ENTRIES = ["pubmed_qa:model=qwen/qwen2.5-7b-instruct,max_eval_instances=100",
@@ -19,11 +21,25 @@ def _medhelm(*args: str, env: dict | None = None) -> subprocess.CompletedProcess
                           env={**os.environ, **(env or {})})
 
 
-def test_submit_dry_run_validates_and_matches_the_chart(repo_root, tmp_path, helm_bin, kubernetes_validate):
+def _helm_template(helm_bin, repo_root, tmp_path, values_file: str | None, *sets: str) -> str:
+    extra = ["-f", values_file] if values_file else []
+    done = subprocess.run([str(helm_bin), "template", "rel", ".", "--namespace", "clinical-ai", *extra, *sets],
+                          cwd=repo_root / "helm-charts" / "medhelm", capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("values_file", [None, "ci/full-values.yaml"])
+def test_submit_renders_the_charts_own_job(values_file, repo_root, tmp_path, helm_bin, kubernetes_validate):
+    """The submitted Job is the chart's Job (from its job-template ConfigMap) with only the suite, entries,
+    shard counts and name replaced: with default values and with every option on (pull secrets, node
+    selector, tolerations, mutual TLS with the Job's own client certificate, PostgreSQL, ServiceAccount)."""
+    release_yaml = tmp_path / "release.yaml"
+    release_yaml.write_text(_helm_template(helm_bin, repo_root, tmp_path, values_file))
     conf = tmp_path / "suite.conf"
     conf.write_text('entries: [{description: "pubmed_qa:model=qwen/qwen2.5-7b-instruct", priority: 1}]\n')
     done = _medhelm("k8s", "submit", "--release", "rel", "--suite", "nightly", "--shards", "4", "--parallelism", "2",
-                    "--image", "registry.local/medhelm-k8s:0.1.0", "-r", *ENTRIES, "-c", str(conf), "--dry-run")
+                    "--job-template", str(release_yaml), "-r", *ENTRIES, "-c", str(conf), "--dry-run")
     assert done.returncode == 0, done.stderr
     (tmp_path / "out.yaml").write_text(done.stdout)
     check = subprocess.run([*kubernetes_validate, str(tmp_path / "out.yaml")], capture_output=True, text=True)
@@ -33,25 +49,72 @@ def test_submit_dry_run_validates_and_matches_the_chart(repo_root, tmp_path, hel
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--conf-paths") + 1] == "/etc/medhelm/conf/suite.conf"
 
-    # the chart's Job for the same suite: same pod, same arguments (minus the conf file), same env
-    rendered = subprocess.run(
-        [str(helm_bin), "template", "rel", ".", "--set", "job.enabled=true", "--set", "job.suite=nightly",
-         "--set", "job.completions=4", "--set", "job.parallelism=2", "--set", "image.repository=registry.local/medhelm-k8s",
-         "--set", "image.tag=0.1.0", "--set-json", f"job.runEntries={json.dumps(ENTRIES)}"],
-        cwd=repo_root / "helm-charts" / "medhelm", capture_output=True, text=True, check=True).stdout
+    # the chart's own Job for the same suite, rendered with the same values
+    rendered = _helm_template(helm_bin, repo_root, tmp_path, values_file, "--set", "job.enabled=true",
+                              "--set", "job.suite=nightly", "--set", "job.completions=4", "--set", "job.parallelism=2",
+                              "--set-json", f"job.runEntries={json.dumps(ENTRIES)}")
     chart_job = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Job")
     assert chart_job["metadata"]["name"] == job["metadata"]["name"] == "rel-medhelm-eval-nightly"
-    for key in ("completionMode", "completions", "parallelism", "backoffLimitPerIndex", "ttlSecondsAfterFinished"):
-        assert chart_job["spec"][key] == job["spec"][key], key
-    ours, theirs = job["spec"]["template"]["spec"], chart_job["spec"]["template"]["spec"]
-    assert ours["securityContext"] == theirs["securityContext"] and ours["restartPolicy"] == theirs["restartPolicy"]
-    assert ours["volumes"][:3] == theirs["volumes"]
-    c_ours, c_theirs = ours["containers"][0], theirs["containers"][0]
-    for key in ("image", "env", "securityContext", "resources"):
-        assert c_ours[key] == c_theirs[key], key
-    assert c_ours["volumeMounts"][:3] == c_theirs["volumeMounts"]
-    conf_args = ["--conf-paths", "/etc/medhelm/conf/suite.conf"]
-    assert [a for a in c_ours["args"] if a not in conf_args] == c_theirs["args"]
+    ours = copy.deepcopy(job)
+    ours_pod = ours["spec"]["template"]["spec"]
+    c = ours_pod["containers"][0]
+    c["args"] = [a for a in c["args"] if a not in ("--conf-paths", "/etc/medhelm/conf/suite.conf")]
+    c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] != "conf"]
+    ours_pod["volumes"] = [v for v in ours_pod["volumes"] if v["name"] != "conf"]
+    assert ours == chart_job  # everything else identical, field by field
+    pod = chart_job["spec"]["template"]["spec"]
+    if values_file:  # non-default values really reached the submitted Job
+        assert pod["imagePullSecrets"] == [{"name": "regcred"}] and pod["nodeSelector"] == {"medhelm.io/pool": "eval"}
+        assert pod["tolerations"][0]["key"] == "dedicated"
+        assert {"name": "tls", "secret": {"optional": False, "secretName": "medhelm-job-tls"}} in pod["volumes"]
+        assert c["image"] == "registry.hospital.internal/medhelm-k8s:0.1.0"
+    assert pod["automountServiceAccountToken"] is False and pod["serviceAccountName"] == "rel-medhelm"
+    assert not any(e["name"] == "MEDHELM_STORE_URL" for e in c["env"])  # shards never see the store's password
+
+
+def test_collect_job_summarizes_with_the_store_secret(repo_root, tmp_path, helm_bin):
+    release_yaml = tmp_path / "release.yaml"
+    release_yaml.write_text(_helm_template(helm_bin, repo_root, tmp_path, "ci/full-values.yaml"))
+    calls = tmp_path / "calls.txt"
+    fake = tmp_path / "kubectl"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {calls}\ncase \"$*\" in\n"
+                    f"  apply*) cat > {tmp_path}/applied.yaml ;;\n  wait*) echo 'condition met' ;;\n"
+                    f"  logs*) echo 'complete 4/4 run' ;;\nesac\n")
+    fake.chmod(0o755)
+    done = _medhelm("k8s", "collect", "--release", "rel", "--suite", "nightly", "--kubectl", str(fake),
+                    "--job-template", str(release_yaml))
+    assert done.returncode == 0, done.stderr
+    job = yaml.safe_load((tmp_path / "applied.yaml").read_text())
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    assert job["metadata"]["name"] == "rel-medhelm-eval-nightly-collect"
+    assert c["args"] == ["collect", "--suite=nightly", "--output-path=/data/benchmark_output", "--summarize"]
+    store = [e for e in c["env"] if e["name"] == "MEDHELM_STORE_URL"]
+    assert store == [{"name": "MEDHELM_STORE_URL",
+                      "valueFrom": {"secretKeyRef": {"name": "medhelm-postgres", "key": "url"}}}]
+    assert calls.read_text().splitlines()[0] == "delete job rel-medhelm-eval-nightly-collect --ignore-not-found --wait=true"
+
+
+def test_resubmit_replaces_a_finished_job_and_refuses_a_running_one(repo_root, tmp_path, helm_bin):
+    release_yaml = tmp_path / "release.yaml"
+    release_yaml.write_text(_helm_template(helm_bin, repo_root, tmp_path, None))
+    calls = tmp_path / "calls.txt"
+    for active, expect in ((0, 0), (2, 2)):
+        calls.write_text("")
+        status = {"status": {"active": active, "failed": 1, "failedIndexes": "1"}}
+        fake = tmp_path / "kubectl"
+        fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {calls}\ncase \"$*\" in\n"
+                        f"  'get job'*) echo '{json.dumps(status)}' ;;\n  apply*) cat > /dev/null ;;\nesac\n")
+        fake.chmod(0o755)
+        done = _medhelm("k8s", "submit", "--release", "rel", "--suite", "s", "--kubectl", str(fake),
+                        "--job-template", str(release_yaml), "-r", ENTRIES[0])
+        assert done.returncode == expect, done.stderr
+        lines = calls.read_text().splitlines()
+        if active:
+            assert "still has 2 shard(s) running" in done.stderr and not any(x.startswith("apply") for x in lines)
+        else:  # the failed Job is deleted and created again: its shards resume from the volume
+            assert lines == ["get job rel-medhelm-eval-s -o json --ignore-not-found",
+                             "delete job rel-medhelm-eval-s --wait=true --ignore-not-found", "apply -f -"]
+            assert "shards resume" in done.stdout
 
 
 def test_submit_errors_are_one_line(tmp_path):

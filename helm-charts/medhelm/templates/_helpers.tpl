@@ -31,8 +31,29 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   value: /tmp
 - name: MEDHELM_OFFLINE
   value: "1"
-- name: MEDHELM_DATA_DIR
-  value: {{ .Values.storage.mountPath }}/data
+{{- with .Values.storage.dataDir }}
+- name: MEDHELM_DATA_DIR  # the local mirror of benchmark files (must exist on the volume)
+  value: {{ $.Values.storage.mountPath }}/{{ . }}
+{{- end }}
+- name: MEDHELM_MODEL_DEPLOYMENTS  # the chart's registry, read after <local-path>/model_deployments.yaml
+  value: /etc/medhelm/deployments/model_deployments.yaml
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* envFrom for the containers that call models (the jury and metrics services, the Job): the Secrets
+     holding the API keys model_deployments.yaml names in api_key_env. */}}
+{{- define "medhelm.envFrom" -}}
+{{- with .Values.envFrom }}
+envFrom:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The results store's URL: only for the pods that read or write the store (dashboard, summarize),
+     from the Secret, as an env var (never in argv, where `ps` and the pod spec's args would show it). */}}
+{{- define "medhelm.storeEnv" -}}
 {{- if eq .Values.resultsStore.kind "postgres" }}
 - name: MEDHELM_STORE_URL
   valueFrom:
@@ -45,16 +66,39 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "medhelm.volumeMounts" -}}
 - name: data
   mountPath: {{ .Values.storage.mountPath }}
-- name: model-deployments
-  mountPath: {{ .Values.storage.mountPath }}/prod_env/model_deployments.yaml
-  subPath: model_deployments.yaml
+- name: model-deployments  # a folder, not a subPath: running pods see updates
+  mountPath: /etc/medhelm/deployments
   readOnly: true
 - name: tmp
   mountPath: /tmp
-{{- if .Values.tls.enabled }}
+{{- end -}}
+
+{{/* TLS material: the services mount the server Secret; the Job mounts its own client Secret
+     (tls.clientSecretName) and never sees the server's key. Call with (dict "root" $ "side" "server"|"client"). */}}
+{{- define "medhelm.tlsMount" -}}
+{{- if .root.Values.tls.enabled }}
 - name: tls
   mountPath: /etc/medhelm/tls
   readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "medhelm.tlsVolume" -}}
+{{- $tls := .root.Values.tls -}}
+{{- if $tls.enabled }}
+- name: tls
+  secret:
+    optional: false  # explicit (the default): no pod starts without its certificates
+    {{- if eq .side "server" }}
+    secretName: {{ required "tls.secretName is required when tls.enabled" $tls.secretName }}
+    {{- else if $tls.mutual }}
+    secretName: {{ required "tls.clientSecretName is required when tls.mutual (the Job's own client certificate)" $tls.clientSecretName }}
+    {{- else }}
+    secretName: {{ $tls.clientSecretName | default $tls.secretName }}
+    items:
+      - key: ca.crt
+        path: ca.crt
+    {{- end }}
 {{- end }}
 {{- end -}}
 
@@ -67,14 +111,22 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
     name: {{ include "medhelm.fullname" . }}-deployments
 - name: tmp
   emptyDir: {}
-{{- if .Values.tls.enabled }}
-- name: tls
-  secret:
-    secretName: {{ required "tls.secretName is required when tls.enabled" .Values.tls.secretName }}
-{{- end }}
+{{- end -}}
+
+{{- define "medhelm.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}{{ .Values.serviceAccount.name | default (include "medhelm.fullname" .) }}
+{{- else -}}{{ .Values.serviceAccount.name | default "default" }}{{- end -}}
+{{- end -}}
+
+{{/* Pod annotations that roll the pods when the model registry changes (clients and caches are built
+     from it at start). */}}
+{{- define "medhelm.podAnnotations" -}}
+checksum/model-deployments: {{ include "medhelm.modelDeployments" . | sha256sum }}
 {{- end -}}
 
 {{- define "medhelm.podSpecCommon" -}}
+serviceAccountName: {{ include "medhelm.serviceAccountName" . }}
+automountServiceAccountToken: false
 securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
 {{- with .Values.imagePullSecrets }}
@@ -93,4 +145,122 @@ tolerations:
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end -}}
+
+{{/* model_deployments.yaml: .Values.modelDeployments, or generated from .Values.inferenceServices
+     (KServe's OpenAI-compatible route of each one). */}}
+{{- define "medhelm.modelDeployments" -}}
+{{- if .Values.modelDeployments -}}
+{{ .Values.modelDeployments }}
+{{- else -}}
+# generated from .Values.inferenceServices: KServe's OpenAI-compatible route of each one
+model_deployments:
+{{- range .Values.inferenceServices }}
+  - name: {{ .deploymentName | default (printf "kserve/%s" .name) }}
+    model_name: {{ .modelName }}
+    kind: openai
+    base_url: http://{{ .name }}-predictor.{{ $.Release.Namespace }}.svc.cluster.local/openai/v1
+    served_model_name: {{ .servedModelName | default .name | quote }}
+    max_sequence_length: {{ .maxModelLen | default 8192 }}
+{{- else }}
+  []
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+
+{{/* The evaluation Job's manifest (templates/job.yaml and the job-template ConfigMap). */}}
+{{- define "medhelm.jobManifest" -}}
+{{- $full := include "medhelm.fullname" . -}}
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ $full }}-eval-{{ .Values.job.suite }}
+  annotations:
+    checkov.io/skip1: CKV_K8S_8=a shard runs to completion; a hung shard is bounded by request timeouts and retries
+    checkov.io/skip2: CKV_K8S_9=no traffic is routed to a shard
+  labels:
+    {{- include "medhelm.labels" . | nindent 4 }}
+    app.kubernetes.io/component: job
+    medhelm.io/suite: {{ .Values.job.suite }}
+spec:
+  completionMode: Indexed
+  completions: {{ .Values.job.completions }}
+  parallelism: {{ .Values.job.parallelism }}
+  backoffLimitPerIndex: {{ .Values.job.backoffLimitPerIndex }}
+  ttlSecondsAfterFinished: {{ .Values.job.ttlSecondsAfterFinished }}
+  template:
+    metadata:
+      annotations:
+        {{- include "medhelm.podAnnotations" . | nindent 8 }}
+      labels:
+        {{- include "medhelm.labels" . | nindent 8 }}
+        app.kubernetes.io/component: job
+        medhelm.io/suite: {{ .Values.job.suite }}
+    spec:
+      restartPolicy: Never
+      {{- include "medhelm.podSpecCommon" . | nindent 6 }}
+      containers:
+        - name: shard
+          image: {{ include "medhelm.image" . }}
+          imagePullPolicy: {{ .Values.image.pullPolicy }}
+          args:
+            - job
+            - --suite={{ .Values.job.suite }}
+            - --max-concurrency={{ .Values.job.maxConcurrency }}
+            - --quiet
+            {{- include "medhelm.pathArgs" . | nindent 12 }}
+            {{- with .Values.job.runEntries }}
+            - --run-entries
+            {{- range . }}
+            - {{ . | quote }}
+            {{- end }}
+            {{- end }}
+          {{- include "medhelm.envFrom" . | nindent 10 }}
+          env:
+            {{- include "medhelm.env" . | nindent 12 }}
+            {{- include "medhelm.cacheEnv" . | nindent 12 }}
+            {{- include "medhelm.jobMetricsEnv" . | nindent 12 }}
+            - name: MEDHELM_SHARD_COUNT
+              value: {{ .Values.job.completions | quote }}
+            {{- include "medhelm.jobAuthEnv" . | nindent 12 }}
+            {{- if .Values.job.useServices }}
+            {{- range $name := list "scenario" "jury" "metrics" }}
+            {{- $svc := index $.Values.services (ternary "scenarios" $name (eq $name "scenario")) }}
+            - name: MEDHELM_{{ upper $name }}_SERVICE
+              value: {{ printf "%s-%s:%v" $full (ternary "scenarios" $name (eq $name "scenario")) $svc.port | quote }}
+            {{- end }}
+            {{- end }}
+            {{- if .Values.tls.enabled }}
+            - name: MEDHELM_TLS_CA
+              value: /etc/medhelm/tls/ca.crt
+            {{- if .Values.tls.mutual }}
+            - name: MEDHELM_TLS_CERT  # the Job's own client certificate (tls.clientSecretName)
+              value: /etc/medhelm/tls/tls.crt
+            - name: MEDHELM_TLS_KEY
+              value: /etc/medhelm/tls/tls.key
+            {{- end }}
+            {{- end }}
+          {{- include "medhelm.jobMetricsPorts" . | nindent 10 }}
+          securityContext:
+            {{- toYaml .Values.containerSecurityContext | nindent 12 }}
+          resources:
+            {{- toYaml .Values.job.resources | nindent 12 }}
+          volumeMounts:
+            {{- include "medhelm.volumeMounts" . | nindent 12 }}
+            {{- include "medhelm.tlsMount" (dict "root" .) | nindent 12 }}
+            {{- include "medhelm.serviceAuthMounts" . | nindent 12 }}
+      volumes:
+        {{- include "medhelm.volumes" . | nindent 8 }}
+        {{- include "medhelm.tlsVolume" (dict "root" . "side" "client") | nindent 8 }}
+        {{- include "medhelm.jobAuthVolumes" . | nindent 8 }}
+{{- end -}}
+
+{{/* One request-cache file per writer on the shared (network) volume, with a rollback journal: SQLite's
+     WAL cannot work across hosts. {writer} = shard-<index> in the Job, the pod's name in a service. */}}
+{{- define "medhelm.cacheEnv" -}}
+- name: MEDHELM_CACHE_FILE
+  value: {{ .Values.storage.mountPath }}/prod_env/cache/requests-{writer}.sqlite
+- name: MEDHELM_CACHE_JOURNAL
+  value: delete
 {{- end -}}

@@ -3,7 +3,8 @@
 A shard is ``medhelm run`` restricted to the positions ``position % count == index``: the same plan,
 the same pipeline, the same records — written to ``shards/`` of each run directory on the shared
 volume. Scenarios, jury and metrics may come from the gRPC services (``--*-service``) or be computed
-in-process; the records are identical either way. ``medhelm collect`` merges the shards.
+in-process; the records are identical either way. ``medhelm collect`` merges the shards (and with
+``--summarize`` then aggregates the suite into the results store the dashboard reads).
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
 def add_collect_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", default="default", help="suite to merge (default: %(default)s)")
     p.add_argument("-o", "--output-path", type=Path, default=Path("benchmark_output"), help="results root")
+    p.add_argument("--summarize", action="store_true",
+                   help="then `medhelm summarize` the suite into the results store (env MEDHELM_STORE_URL or "
+                        "<output-path>/results.sqlite), so the dashboard shows it")
 
 
 def main_job(args: argparse.Namespace) -> int:
@@ -129,6 +133,12 @@ def main_collect(args: argparse.Namespace) -> int:
         print(f"medhelm: error: {incomplete} run(s) incomplete; re-run the listed shard indexes, then collect again",
               file=sys.stderr)
         return 2
+    if getattr(args, "summarize", False):
+        from medhelm.cli import summarize as summarize_cli
+
+        parser = argparse.ArgumentParser(prog="medhelm summarize")
+        summarize_cli.add_arguments(parser)
+        return summarize_cli.main(parser.parse_args(["--suite", args.suite, "-o", str(args.output_path)]))
     return 0
 
 

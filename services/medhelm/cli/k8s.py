@@ -1,13 +1,18 @@
 """`medhelm k8s submit|status|logs|collect` — drive an evaluation Job on a cluster with kubectl.
 
-`submit` builds the same Indexed Job as the chart's ``templates/job.yaml`` (the tests keep the two in
-step) for a release installed with ``helm install``: the release's volume, model registry, services and
-image. ``--dry-run`` prints the manifests instead of applying them.
+One source for the Job: the chart publishes its own Job manifest (the helper that also renders
+``templates/job.yaml``, with the release's values: image, pull secrets, node selector, tolerations, TLS,
+volume, services, ServiceAccount) in the ConfigMap ``<release>-medhelm-job-template``. ``submit`` reads
+it (or ``--job-template FILE``, e.g. ``helm template`` output) and replaces only the suite, the run
+entries, the shard counts and the name. Re-submitting a suite whose Job has finished or failed deletes the
+old Job and creates it again: finished instances stay on the volume, so the shards resume where they
+stopped. ``--dry-run`` prints the manifests instead of applying them. Errors are one line, exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import re
 import shutil
@@ -20,21 +25,27 @@ import yaml
 from medhelm import files
 from medhelm.errors import ConfigError, MedhelmError
 
-MOUNT = "/data"
-METRICS_LINGER_S = 45  # the chart's monitoring.jobMetrics.lingerSeconds
 CONF_DIR = "/etc/medhelm/conf"
+TEMPLATE_KEY = "job.yaml"
 _DNS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SERVICE_ENV = ("MEDHELM_SCENARIO_SERVICE", "MEDHELM_JURY_SERVICE", "MEDHELM_METRICS_SERVICE")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     for name, text in (("submit", "start a suite as an Indexed Job"), ("status", "shards done / running / failed"),
-                       ("logs", "the shards' logs"), ("collect", "merge the shards (a one-off Job, or --local)")):
+                       ("logs", "the shards' logs"),
+                       ("collect", "merge the shards and summarize them into the results store")):
         a = sub.add_parser(name, help=text, description=text)
         a.add_argument("--release", default="medhelm", help="helm release name (default: %(default)s)")
         a.add_argument("-n", "--namespace", default=None, help="namespace (default: kubectl's current)")
         a.add_argument("--suite", default="default", help="suite name (default: %(default)s)")
         a.add_argument("--kubectl", default="kubectl", help="kubectl executable (default: %(default)s)")
+        if name in ("submit", "collect"):
+            a.add_argument("--job-template", type=Path, metavar="FILE",
+                           help="the release's Job from a file (`helm template` output, the job-template "
+                                "ConfigMap, or a Job) instead of the cluster's ConfigMap")
+            a.add_argument("--image", help="image (default: the release's)")
         if name == "submit":
             a.add_argument("-r", "--run-entries", nargs="+", default=[], metavar="ENTRY")
             a.add_argument("-c", "--conf-paths", nargs="+", default=[], type=Path, metavar="CONF",
@@ -43,16 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             a.add_argument("--parallelism", type=int, help="shards at once (default: all)")
             a.add_argument("--max-concurrency", type=int, default=8, help="requests in flight per shard")
             a.add_argument("-m", "--max-eval-instances", type=int, help="sample at most N instances per run")
-            a.add_argument("--image", help="image (default: the release's scenarios Deployment's image)")
             a.add_argument("--no-services", action="store_true", help="compute everything inside the shards")
-            a.add_argument("--tls", choices=("off", "on", "mutual"), default="off", help="TLS to the services")
-            a.add_argument("--tls-secret", default="", help="the chart's tls.secretName (default: <release>-medhelm-tls)")
-            a.add_argument("--metrics-port", type=int, default=9090,
-                           help="shards serve /metrics here (chart: metricsPort); 0 = off (default: %(default)s)")
-            a.add_argument("--pushgateway", default="", help="shards push final metrics here (chart: "
-                                                                 "monitoring.pushgateway.url)")
-            a.add_argument("--service-token-secret", default="",
-                           help="the chart's auth.callers.tokenSecret: the Job sends its key `job` as bearer token")
+            a.add_argument("--replace", action="store_true",
+                           help="replace the suite's Job even while shards still run (default: only a "
+                                "finished or failed Job is replaced; its shards resume)")
             a.add_argument("--dry-run", action="store_true", help="print the manifests; apply nothing")
         if name == "status":
             a.add_argument("--metrics-port", type=int, default=9090, help="the shards' /metrics port (default: %(default)s)")
@@ -61,8 +66,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         if name == "collect":
             a.add_argument("--local", type=Path, metavar="OUTPUT_PATH",
                            help="the results volume is mounted here: collect in this process")
-            a.add_argument("--image", help="image (default: the release's)")
             a.add_argument("--timeout", default="600s", help="how long to wait for the collect Job")
+            a.add_argument("--no-summarize", action="store_true",
+                           help="merge only (default: then `medhelm summarize` the suite for the dashboard)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -85,86 +91,69 @@ def _fullname(release: str) -> str:
     return (release if "medhelm" in release else f"{release}-medhelm")[:50].rstrip("-")
 
 
-def eval_job(*, release: str, suite: str, image: str, args: list[str], completions: int, parallelism: int,
-             use_services: bool, tls: str = "off", tls_secret: str = "", conf_map: str | None = None,
-             suffix: str = "", metrics_port: int = 0, pushgateway: str = "",
-             service_token_secret: str = "") -> dict:
-    """The Indexed Job of one suite (``suffix`` names one-off companions such as ``-collect``)."""
-    full = _fullname(release)
-    labels = {"app.kubernetes.io/name": "medhelm", "app.kubernetes.io/instance": release,
-              "app.kubernetes.io/component": "job", "medhelm.io/suite": suite}
-    env = [{"name": "HOME", "value": "/tmp"}, {"name": "MEDHELM_OFFLINE", "value": "1"},
-           {"name": "MEDHELM_DATA_DIR", "value": f"{MOUNT}/data"}]
-    if metrics_port:  # as the chart's medhelm.jobMetricsEnv (templates/_monitoring.tpl)
-        env += [{"name": "MEDHELM_METRICS_PORT", "value": str(metrics_port)},
-                {"name": "MEDHELM_METRICS_HOST", "value": "0.0.0.0"},
-                {"name": "MEDHELM_METRICS_LINGER_S", "value": str(METRICS_LINGER_S)}]
-    if pushgateway:
-        env.append({"name": "MEDHELM_PUSHGATEWAY", "value": pushgateway})
-    env += [{"name": "MEDHELM_TERMINATION_LOG", "value": "/dev/termination-log"},
-            {"name": "MEDHELM_SHARD_COUNT", "value": str(completions)}]
-    if use_services:
-        env += [{"name": f"MEDHELM_{var}_SERVICE", "value": f"{full}-{svc}:50051"}
-                for var, svc in (("SCENARIO", "scenarios"), ("JURY", "jury"), ("METRICS", "metrics"))]
-    if tls != "off":
-        env.append({"name": "MEDHELM_TLS_CA", "value": "/etc/medhelm/tls/ca.crt"})
-    if tls == "mutual":
-        env += [{"name": "MEDHELM_TLS_CERT", "value": "/etc/medhelm/tls/tls.crt"},
-                {"name": "MEDHELM_TLS_KEY", "value": "/etc/medhelm/tls/tls.key"}]
-    mounts = [{"name": "data", "mountPath": MOUNT},
-              {"name": "model-deployments", "mountPath": f"{MOUNT}/prod_env/model_deployments.yaml",
-               "subPath": "model_deployments.yaml", "readOnly": True},
-              {"name": "tmp", "mountPath": "/tmp"}]
-    volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": f"{full}-data"}},
-               {"name": "model-deployments", "configMap": {"name": f"{full}-deployments"}},
-               {"name": "tmp", "emptyDir": {}}]
-    if tls != "off":
-        mounts.append({"name": "tls", "mountPath": "/etc/medhelm/tls", "readOnly": True})
-        volumes.append({"name": "tls", "secret": {"secretName": tls_secret or f"{full}-tls"}})
-    if service_token_secret and use_services:  # caller authorization (docs/access.md): only the Job's own key
-        env.append({"name": "MEDHELM_SERVICE_TOKEN_FILE", "value": "/etc/medhelm/callers/job"})
-        mounts.append({"name": "callers", "mountPath": "/etc/medhelm/callers", "readOnly": True})
-        volumes.append({"name": "callers", "secret": {"secretName": service_token_secret,
-                                                      "items": [{"key": "job", "path": "job"}]}})
+def template_name(release: str) -> str:
+    return f"{_fullname(release)}-job-template"
+
+
+def parse_template(docs: list, source: str) -> tuple[dict, list]:
+    """(the Job, the store env) from the job-template ConfigMap, `helm template` output or a bare Job."""
+    for doc in docs:
+        if isinstance(doc, dict) and doc.get("kind") == "ConfigMap" and TEMPLATE_KEY in (doc.get("data") or {}):
+            job = yaml.safe_load(doc["data"][TEMPLATE_KEY])
+            store_env = yaml.safe_load(doc["data"].get("store-env.yaml") or "[]") or []
+            return job, store_env
+    jobs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "Job"]
+    if len(jobs) == 1:
+        return jobs[0], []
+    raise ConfigError(f"no job template (a ConfigMap with '{TEMPLATE_KEY}' or one Job) in {source}")
+
+
+def _container(job: dict) -> dict:
+    try:
+        return job["spec"]["template"]["spec"]["containers"][0]
+    except (KeyError, IndexError, TypeError):
+        raise ConfigError("the job template has no container") from None
+
+
+def build_job(template: dict, *, release: str, suite: str, args: list[str], completions: int, parallelism: int,
+              image: str | None = None, use_services: bool = True, extra_env: list | None = None,
+              conf_map: str | None = None, suffix: str = "") -> dict:
+    """The release's Job with this suite's name, labels, arguments and shard counts."""
+    job = copy.deepcopy(template)
+    name = job_name(release, suite, suffix)
+    job["metadata"]["name"] = name
+    for meta in (job["metadata"], job["spec"]["template"]["metadata"]):
+        meta.setdefault("labels", {})["medhelm.io/suite"] = suite
+    job["spec"]["completions"], job["spec"]["parallelism"] = completions, parallelism
+    c = _container(job)
+    c["args"] = args
+    if image:
+        c["image"] = image
+    env = [e for e in c.get("env", []) if use_services or e["name"] not in _SERVICE_ENV]
+    for e in env:
+        if e["name"] == "MEDHELM_SHARD_COUNT":
+            e["value"] = str(completions)
+    c["env"] = env + list(extra_env or [])
     if conf_map:
-        mounts.append({"name": "conf", "mountPath": CONF_DIR, "readOnly": True})
-        volumes.append({"name": "conf", "configMap": {"name": conf_map}})
-    container = {
-        "name": "shard", "image": image, "imagePullPolicy": "IfNotPresent", "args": args, "env": env,
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "capabilities": {"drop": ["ALL"]}},
-        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
-        "volumeMounts": mounts,
-    }
-    if metrics_port:
-        container["ports"] = [{"name": "metrics", "containerPort": metrics_port}]
-    return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": job_name(release, suite, suffix), "labels": labels},
-        "spec": {
-            "completionMode": "Indexed", "completions": completions, "parallelism": parallelism,
-            "backoffLimitPerIndex": 2, "ttlSecondsAfterFinished": 86400,
-            "template": {"metadata": {"labels": dict(labels)}, "spec": {
-                "restartPolicy": "Never",
-                "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
-                                    "seccompProfile": {"type": "RuntimeDefault"}},
-                "containers": [container], "volumes": volumes}},
-        },
-    }
+        c.setdefault("volumeMounts", []).append({"name": "conf", "mountPath": CONF_DIR, "readOnly": True})
+        job["spec"]["template"]["spec"].setdefault("volumes", []).append(
+            {"name": "conf", "configMap": {"name": conf_map}})
+    return job
 
 
-def _paths() -> list[str]:
-    return [f"--output-path={MOUNT}/benchmark_output", f"--local-path={MOUNT}/prod_env"]
+def _path_args(template: dict) -> list[str]:
+    return [a for a in _container(template).get("args", []) if a.startswith(("--output-path=", "--local-path="))]
 
 
-def submit_manifests(args: argparse.Namespace, image: str) -> list[dict]:
+def submit_manifests(args: argparse.Namespace, template: dict) -> list[dict]:
     if not args.run_entries and not args.conf_paths:
         raise MedhelmError("nothing to run: give --run-entries and/or --conf-paths")
     if args.shards < 1 or (args.parallelism is not None and args.parallelism < 1):
         raise ConfigError("must be at least 1", field="--shards/--parallelism")
     docs: list[dict] = []
     conf_map = None
-    job_args = ["job", f"--suite={args.suite}", f"--max-concurrency={args.max_concurrency}", "--quiet", *_paths()]
+    job_args = ["job", f"--suite={args.suite}", f"--max-concurrency={args.max_concurrency}", "--quiet",
+                *_path_args(template)]
     if args.max_eval_instances:
         job_args.append(f"--max-eval-instances={args.max_eval_instances}")
     if args.conf_paths:
@@ -173,17 +162,43 @@ def submit_manifests(args: argparse.Namespace, image: str) -> list[dict]:
         for path in args.conf_paths:
             data[path.name] = files.read_text(path, what=".conf file")
         docs.append({"apiVersion": "v1", "kind": "ConfigMap",
-                     "metadata": {"name": conf_map, "labels": {"app.kubernetes.io/instance": args.release}},
+                     "metadata": {"name": conf_map, "labels": {"app.kubernetes.io/instance": args.release,
+                                                               "medhelm.io/suite": args.suite}},
                      "data": data})
         job_args += ["--conf-paths", *(f"{CONF_DIR}/{name}" for name in data)]
     if args.run_entries:
         job_args += ["--run-entries", *args.run_entries]
-    docs.append(eval_job(release=args.release, suite=args.suite, image=image, args=job_args,
-                         completions=args.shards, parallelism=args.parallelism or args.shards,
-                         use_services=not args.no_services, tls=args.tls, tls_secret=args.tls_secret,
-                         service_token_secret=getattr(args, "service_token_secret", ""),
-                         conf_map=conf_map, metrics_port=args.metrics_port, pushgateway=args.pushgateway))
+    docs.append(build_job(template, release=args.release, suite=args.suite, args=job_args, image=args.image,
+                          completions=args.shards, parallelism=args.parallelism or args.shards,
+                          use_services=not args.no_services, conf_map=conf_map))
     return docs
+
+
+def collect_job(args: argparse.Namespace, template: dict, store_env: list) -> dict:
+    out = next((a.split("=", 1)[1] for a in _path_args(template) if a.startswith("--output-path=")),
+               "/data/benchmark_output")
+    cmd = ["collect", f"--suite={args.suite}", f"--output-path={out}"]
+    if not args.no_summarize:
+        cmd.append("--summarize")
+    job = build_job(template, release=args.release, suite=args.suite, args=cmd, image=args.image, completions=1,
+                    parallelism=1, use_services=False, extra_env=store_env if not args.no_summarize else [],
+                    suffix="-collect")
+    job["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] = "job"
+    return job
+
+
+def load_template(args: argparse.Namespace) -> tuple[dict, list]:
+    if args.job_template is not None:
+        try:
+            docs = list(yaml.safe_load_all(args.job_template.read_text(encoding="utf-8")))
+        except OSError as err:
+            raise ConfigError(f"cannot read ({err.strerror})", path=args.job_template) from None
+        except yaml.YAMLError as err:
+            raise ConfigError(f"not YAML ({str(err).splitlines()[0]})", path=args.job_template) from None
+        return parse_template(docs, str(args.job_template))
+    name = template_name(args.release)
+    doc = json.loads(_kubectl(args, "get", "configmap", name, "-o", "json"))
+    return parse_template([doc], f"ConfigMap {name} (is the release '{args.release}' installed?)")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -191,14 +206,28 @@ def submit_manifests(args: argparse.Namespace, image: str) -> list[dict]:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    image = args.image or ("medhelm-k8s:" + _version() if args.dry_run else _release_image(args))
-    docs = submit_manifests(args, image)
+    if not args.run_entries and not args.conf_paths:  # what needs no cluster is checked first
+        raise MedhelmError("nothing to run: give --run-entries and/or --conf-paths")
+    job_name(args.release, args.suite)
+    template, _ = load_template(args)
+    docs = submit_manifests(args, template)
     text = yaml.safe_dump_all(docs, sort_keys=False)
     if args.dry_run:
         print(text, end="")
         return 0
+    name = docs[-1]["metadata"]["name"]
+    existing = _kubectl(args, "get", "job", name, "-o", "json", "--ignore-not-found")
+    if existing.strip():
+        status = json.loads(existing).get("status", {})
+        if status.get("active") and not args.replace:
+            raise MedhelmError(f"job {name} still has {status['active']} shard(s) running; wait for it "
+                               f"(medhelm k8s status) or pass --replace")
+        # Job specs are immutable and a finished Job never re-runs: delete it; the records stay on the
+        # volume, so the new Job's shards skip what is done and resume the rest.
+        _kubectl(args, "delete", "job", name, "--wait=true", "--ignore-not-found")
+        print(f"replaced {name}: finished instances are kept, its shards resume")
     _kubectl(args, "apply", "-f", "-", input_text=text)
-    print(f"submitted {docs[-1]['metadata']['name']}: {args.shards} shard(s); "
+    print(f"submitted {name}: {args.shards} shard(s); "
           f"follow with `medhelm k8s status --release {args.release} --suite {args.suite}`")
     return 0
 
@@ -288,24 +317,17 @@ def _collect(args: argparse.Namespace) -> int:
     if args.local is not None:
         from medhelm.cli.job import main_collect
 
-        return main_collect(argparse.Namespace(suite=args.suite, output_path=args.local / "benchmark_output"
-                                               if (args.local / "benchmark_output").is_dir() else args.local))
-    image = args.image or _release_image(args)
-    job = eval_job(release=args.release, suite=args.suite, image=image, completions=1, parallelism=1,
-                   use_services=False, args=["collect", f"--suite={args.suite}", f"--output-path={MOUNT}/benchmark_output"],
-                   suffix="-collect")
+        out = args.local / "benchmark_output" if (args.local / "benchmark_output").is_dir() else args.local
+        return main_collect(argparse.Namespace(suite=args.suite, output_path=out, summarize=not args.no_summarize))
+    template, store_env = load_template(args)
+    job = collect_job(args, template, store_env)
     name = job["metadata"]["name"]
-    _kubectl(args, "delete", "job", name, "--ignore-not-found")
+    _kubectl(args, "delete", "job", name, "--ignore-not-found", "--wait=true")
     _kubectl(args, "apply", "-f", "-", input_text=yaml.safe_dump(job, sort_keys=False))
     waited = _kubectl(args, "wait", "--for=condition=complete", f"job/{name}", f"--timeout={args.timeout}",
                       check=False)
     print(_kubectl(args, "logs", f"job/{name}", check=False), end="")
     return 0 if "condition met" in waited else 2
-
-
-def _release_image(args: argparse.Namespace) -> str:
-    return _kubectl(args, "get", "deployment", f"{_fullname(args.release)}-scenarios",
-                    "-o", "jsonpath={.spec.template.spec.containers[0].image}").strip()
 
 
 def _kubectl(args: argparse.Namespace, *cmd: str, input_text: str | None = None, check: bool = True) -> str:
@@ -322,8 +344,3 @@ def _kubectl(args: argparse.Namespace, *cmd: str, input_text: str | None = None,
         print(done.stderr, end="", file=sys.stderr)
     return done.stdout
 
-
-def _version() -> str:
-    from medhelm.version import __version__
-
-    return __version__

@@ -23,6 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="port (gRPC default 50051; 0 = any free port; the dashboard has its own default)")
     g.add_argument("--metrics-port", type=int_in(-1, 65535), default=9090,
                    help="Prometheus /metrics HTTP port; -1 = off; 0 = any free port (default: %(default)s)")
+    g.add_argument("--health-port", type=int_in(0, 65535), default=None,
+                   help="also answer plaintext grpc.health.v1 (only) on this port, off the event loop: "
+                        "for kubelet gRPC probes when TLS is on (default: off; 0 = any free port)")
     g.add_argument("--max-message-mb", type=int_in(1, 2047), default=16, help="largest gRPC message (default: %(default)s)")
     g.add_argument("--grace-s", type=float_in(0, 3600), default=20.0, help="SIGTERM drain time (default: %(default)s)")
     g.add_argument("--max-concurrency", type=int_in(1, 10_000), default=16, help="items scored at once per stream")
@@ -98,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
                           max_message_mb=args.max_message_mb, grace_s=args.grace_s, tls=tls,
                           local_path=args.local_path, output_path=args.output_path, data_dir=args.data_dir,
                           offline=args.offline, use_cache=not args.disable_cache,
-                          max_concurrency=args.max_concurrency, callers=callers,
+                          max_concurrency=args.max_concurrency, callers=callers, health_port=args.health_port,
                           max_calls=args.max_calls,
                           max_call_s=args.max_call_s, max_query_s=args.max_query_s,
                           max_aggregate_records=args.max_aggregate_records,

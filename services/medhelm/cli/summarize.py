@@ -6,6 +6,7 @@ leaderboard tables the dashboard reads. helm-summarize compatible: ``--suite``/`
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -52,11 +53,12 @@ def add_store_arguments(p: argparse.ArgumentParser) -> None:
     where.add_argument("-o", "--output-path", type=Path, default=Path("benchmark_output"),
                        help="results root holding runs/<suite>/ (default: %(default)s)")
     where.add_argument("--store", help="results store: sqlite:///path or postgresql://user@host/db "
-                                       "(default: <output-path>/results.sqlite)")
+                                       "(default: env MEDHELM_STORE_URL, else <output-path>/results.sqlite)")
 
 
 def store_location(args: argparse.Namespace) -> str:
-    return args.store or str(Path(args.output_path) / "results.sqlite")
+    # env MEDHELM_STORE_URL: how the chart hands a PostgreSQL URL over (a password never sits in argv)
+    return args.store or os.environ.get("MEDHELM_STORE_URL") or str(Path(args.output_path) / "results.sqlite")
 
 
 def main(args: argparse.Namespace) -> int:

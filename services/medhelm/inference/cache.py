@@ -3,7 +3,12 @@
 PHI: the cache holds every prompt and answer in clear text. It lives on the machine (or the Job's
 PVC) next to the results, is never uploaded or exported, and is deleted with the results.
 
-Concurrency: WAL mode lets readers run while one writer commits; ``busy_timeout`` makes writers from
+Where: ``cache_file(local_path)`` = ``<local-path>/cache/requests.sqlite``, or env ``MEDHELM_CACHE_FILE``.
+SQLite's WAL needs shared memory between all its users, which a network filesystem (the cluster's
+ReadWriteMany volume) cannot give, so the Helm chart gives every writer (each service pod, each shard
+index) its own file and sets ``MEDHELM_CACHE_JOURNAL=delete`` (rollback journal, one process per file).
+
+Concurrency: WAL mode (the default) lets readers run while one writer commits; ``busy_timeout`` makes writers from
 several processes (the shards of one suite share a PVC) wait for each other instead of failing.
 Reads are single primary-key lookups (tens of microseconds) done inline; writes are queued and committed
 by a worker thread in batches gathered over ``commit_interval_s``, so the event loop never waits for a
@@ -17,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
+import socket
 import sqlite3
 import threading
 import time
@@ -24,15 +31,40 @@ from pathlib import Path
 
 from medhelm.specs import Completion
 
+ENV_FILE, ENV_JOURNAL = "MEDHELM_CACHE_FILE", "MEDHELM_CACHE_JOURNAL"
+JOURNAL_MODES = ("wal", "delete", "truncate")
 BUSY_TIMEOUT_MS = 60_000
 COMMIT_INTERVAL_S = 0.25
 _SCHEMA = "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
+
+
+def cache_file(local_path: str | Path) -> Path:
+    """This process's cache file: env MEDHELM_CACHE_FILE, else ``<local-path>/cache/requests.sqlite``.
+
+    ``{writer}`` in MEDHELM_CACHE_FILE becomes ``shard-<JOB_COMPLETION_INDEX>`` in a Job's shard (the same
+    file when the index is retried) and the host name (the pod's name) anywhere else."""
+    template = os.environ.get(ENV_FILE)
+    if not template:
+        return Path(local_path) / "cache" / "requests.sqlite"
+    index = os.environ.get("JOB_COMPLETION_INDEX")
+    writer = f"shard-{index}" if index else socket.gethostname()
+    return Path(template.replace("{writer}", writer))
+
+
+def journal_mode() -> str:
+    from medhelm.errors import ConfigError
+
+    mode = (os.environ.get(ENV_JOURNAL) or "wal").lower()
+    if mode not in JOURNAL_MODES:
+        raise ConfigError(f"{ENV_JOURNAL}={mode!r} is not one of {', '.join(JOURNAL_MODES)}")
+    return mode
 
 
 class RequestCache:
     def __init__(self, path: str | Path, *, commit_interval_s: float = COMMIT_INTERVAL_S) -> None:
         self.path = Path(path)
         self.commit_interval_s = commit_interval_s
+        self.journal = journal_mode()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._reader = self._connect()
         self._writer: sqlite3.Connection | None = None
@@ -47,8 +79,9 @@ class RequestCache:
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable at checkpoints, never corrupt
+        conn.execute(f"PRAGMA journal_mode = {self.journal.upper()}")
+        # WAL + NORMAL: durable at checkpoints, never corrupt; a rollback journal needs FULL for that
+        conn.execute("PRAGMA synchronous = NORMAL" if self.journal == "wal" else "PRAGMA synchronous = FULL")
         conn.execute(_SCHEMA)
         return conn
 

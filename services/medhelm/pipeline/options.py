@@ -32,7 +32,9 @@ class RunOptions:
 
     @property
     def cache_path(self) -> Path:
-        return Path(self.local_path) / "cache" / "requests.sqlite"
+        from medhelm.inference.cache import cache_file
+
+        return cache_file(self.local_path)
 
     @property
     def scenarios_dir(self) -> Path:

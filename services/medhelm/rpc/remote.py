@@ -24,7 +24,9 @@ from medhelm.specs import BenchmarkSpec, Instance, MetricSpec, Prompt, RunSpec
 from medhelm.v1 import common_pb2, jury_pb2_grpc, metrics_pb2_grpc, scenarios_pb2, scenarios_pb2_grpc
 
 # Services restart (rolling updates, node drains): retry UNAVAILABLE a few times before giving up.
-_SERVICE_CONFIG = json.dumps({"methodConfig": [{
+# round_robin over every address the name resolves to: behind the chart's headless Services that is every
+# replica, so one shard's channel spreads its calls instead of pinning to one pod.
+_SERVICE_CONFIG = json.dumps({"loadBalancingConfig": [{"round_robin": {}}], "methodConfig": [{
     "name": [{}],
     "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.5s", "maxBackoff": "8s", "backoffMultiplier": 2,
                     "retryableStatusCodes": ["UNAVAILABLE"]},

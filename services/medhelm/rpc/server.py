@@ -1,6 +1,13 @@
 """One gRPC service process: the servicer plus health, reflection, Prometheus, TLS, limits, SIGTERM.
 
-``medhelm serve scenarios|jury|metrics`` builds a ``ServerConfig`` and calls ``run(config)``."""
+``medhelm serve scenarios|jury|metrics`` builds a ``ServerConfig`` and calls ``serve(config)``.
+
+Health is answered twice: on the service's own port (``grpc.health.v1``, behind TLS when TLS is on) and,
+with ``health_port``, by a second, plaintext gRPC server that carries nothing but ``grpc.health.v1``. The
+kubelet's gRPC probe speaks plaintext only, so the chart points its probes there; that server runs on its
+own threads, off the scoring event loop, so a busy loop does not time probes out. It still reports
+NOT_SERVING when the loop has not ticked for ``stall_s`` seconds (a wedged loop gets restarted) and from the
+moment SIGTERM arrives. No patient data ever crosses the health port."""
 
 from __future__ import annotations
 
@@ -51,6 +58,8 @@ class ServerConfig:
     max_aggregate_records: int = 1_000_000  # AggregateRun: more records get RESOURCE_EXHAUSTED
     benchmark_roots: tuple[Path, ...] = ()  # folders whose files callers may name; () = none
     allow_caller_metrics: bool = False  # trust callers' metric specs (judges, templates)
+    health_port: int | None = None  # plaintext grpc.health.v1 only (kubelet probes); None = off; 0 = any
+    stall_s: float = 30.0  # the health port answers NOT_SERVING when the event loop stalls this long
 
     def __post_init__(self) -> None:
         if self.service not in SERVICES:
@@ -69,9 +78,10 @@ def build_servicer(config: ServerConfig, telemetry: Telemetry) -> tuple[object, 
         return ScenarioServicer(telemetry, benchmarks=owned), []
     from medhelm.deployments import DeploymentRegistry
     from medhelm.inference import ClientPool, RequestCache, RetryPolicy
+    from medhelm.inference.cache import cache_file
     from medhelm.rpc.scoring import JURY_METRICS, MetricHost
 
-    cache = RequestCache(config.local_path / "cache" / "requests.sqlite") if config.use_cache else None
+    cache = RequestCache(cache_file(config.local_path)) if config.use_cache else None
     pool = ClientPool(cache=cache, retry=RetryPolicy(), observer=telemetry)
     deployments = DeploymentRegistry.load(config.local_path)
     served = None if config.allow_caller_metrics else owned
@@ -98,6 +108,9 @@ def _prices(local_path: Path):
 
 
 def _register(service: str, servicer: object, server: grpc.aio.Server) -> None:
+    # The *_pb2 modules put each service's descriptor in the default pool, which reflection reads
+    # (jury_pb2_grpc alone imports only common_pb2: JuryService was NOT_FOUND by reflection).
+    from medhelm.v1 import jury_pb2, metrics_pb2, scenarios_pb2  # noqa: F401
     from medhelm.v1 import jury_pb2_grpc, metrics_pb2_grpc, scenarios_pb2_grpc
 
     adders = {"scenarios": scenarios_pb2_grpc.add_ScenarioServiceServicer_to_server,
@@ -138,9 +151,14 @@ async def serve(config: ServerConfig, *, on_ready: Callable[[int, int | None], N
     if config.metrics_port is not None:
         http, _ = start_http_server(config.metrics_port, addr=config.host, registry=telemetry.registry)
         metrics_port = http.server_port
+    probe = _HealthPort(config, FULL_NAMES[config.service]) if config.health_port is not None else None
     await server.start()
     for name in ("", FULL_NAMES[config.service]):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    ticker = None
+    if probe is not None:
+        ticker = asyncio.create_task(probe.tick_forever())
+        probe.start()
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -151,18 +169,66 @@ async def serve(config: ServerConfig, *, on_ready: Callable[[int, int | None], N
     # One machine-readable line: tests and scripts read the bound ports from it.
     print(f"medhelm serve {config.service}: listening on {config.host}:{port}"
           + (f" metrics http://{config.host}:{metrics_port}/metrics" if metrics_port is not None else "")
-          + (" tls" if config.tls else "") + (" callers-authorized" if guard else ""), flush=True)
+          + (" tls" if config.tls else "") + (" callers-authorized" if guard else "")
+          + (f" health {config.host}:{probe.port}" if probe is not None else ""), flush=True)
     if on_ready is not None:
         on_ready(port, metrics_port)
     try:
         await stop.wait()
     finally:
         # Health goes NOT_SERVING first so load balancers stop routing, then running calls get grace_s.
+        if probe is not None:
+            probe.draining = True
         await health_servicer.enter_graceful_shutdown()
         await server.stop(config.grace_s)
+        if ticker is not None:
+            ticker.cancel()
+        if probe is not None:
+            probe.stop()
         for c in closables:
             await c.aclose()
         if http is not None:
             http.shutdown()
         print(f"medhelm serve {config.service}: stopped", file=sys.stderr, flush=True)
 
+
+
+class _HealthPort(health.HealthServicer):
+    """Plaintext ``grpc.health.v1`` on its own port and threads (see the module docstring)."""
+
+    def __init__(self, config: ServerConfig, full_name: str) -> None:
+        import time
+        from concurrent import futures
+
+        super().__init__()
+        self._clock = time.monotonic
+        self.beat = self._clock()
+        self.stall_s = config.stall_s
+        self.draining = False
+        self.names = {"", full_name}
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="health"),
+                                  options=[("grpc.so_reuseport", 0)])
+        health_pb2_grpc.add_HealthServicer_to_server(self, self.server)
+        address = f"{config.host}:{config.health_port}"
+        self.port = self.server.add_insecure_port(address)
+        if self.port == 0:
+            raise ConfigError(f"cannot listen on {address} (health port in use?)")
+
+    def start(self) -> None:
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop(0)
+
+    async def tick_forever(self) -> None:
+        while True:
+            self.beat = self._clock()
+            await asyncio.sleep(1.0)
+
+    def Check(self, request, context):  # noqa: N802 (gRPC's name)
+        if request.service not in self.names:
+            context.set_code(grpc.StatusCode.NOT_FOUND)
+            return health_pb2.HealthCheckResponse()
+        ok = not self.draining and self._clock() - self.beat < self.stall_s
+        return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING if ok
+                                              else health_pb2.HealthCheckResponse.NOT_SERVING)

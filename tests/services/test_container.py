@@ -1,0 +1,131 @@
+"""The image for real: the repository's Dockerfile built with `podman build` (on a Debian bookworm base made
+with debootstrap: no Docker Hub here), then run as the non-root user with a read-only root filesystem:
+`medhelm --help`, the three gRPC services answering health from the host (the service port, and the
+plaintext health port the kubelet's probes use, in TLS mode too), Prometheus /metrics and the dashboard."""
+
+from __future__ import annotations
+
+import os
+import urllib.request
+
+import pytest
+
+from tests.services.podman import free_port, grpc_probe, make_tls, run, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(2400)]
+
+FULL = {"scenarios": "medhelm.v1.ScenarioService", "jury": "medhelm.v1.JuryService",
+        "metrics": "medhelm.v1.MetricsService"}
+
+
+@pytest.fixture
+def containers():
+    names: list[str] = []
+    yield names
+    for name in names:
+        run("podman", "rm", "--force", "--time", "2", name, check=False, timeout=60)
+
+
+def _data_dir(tmp_path):
+    data = tmp_path / "data"
+    (data / "prod_env").mkdir(parents=True)
+    os.chown(data, 10001, 10001) if os.geteuid() == 0 else data.chmod(0o777)
+    os.chown(data / "prod_env", 10001, 10001) if os.geteuid() == 0 else (data / "prod_env").chmod(0o777)
+    return data
+
+
+def test_image_runs_as_non_root_on_a_read_only_root(image):
+    done = run("podman", "run", "--rm", "--read-only", image, "--help")
+    assert "serve" in done.stdout and "run" in done.stdout
+    who = run("podman", "run", "--rm", "--read-only", "--entrypoint", "id", image)
+    assert who.stdout.split()[0] == "uid=10001(medhelm)"
+    # nothing but the venv came from the build stage: no wheels, no pip, no build tree, in any layer
+    # (/usr/share/python-wheels is the base image's own: Debian's python3-venv bundles pip for ensurepip)
+    found = run("podman", "run", "--rm", "--read-only", "--entrypoint", "sh", image, "-c",
+                "find / -xdev \\( -name '*.whl' -o -path /src \\) -not -path '/usr/share/python-wheels/*' -print;"
+                " ls /opt/medhelm/bin/ | grep -x pip; true")
+    assert found.stdout.strip() == ""
+    history = run("podman", "history", "--no-trunc", "--format", "{{.CreatedBy}}", image).stdout
+    assert "/wheels" not in history and "pip install" not in history  # the runtime stage never ran pip
+    # writing outside the mounted volumes fails: the root filesystem is read-only
+    denied = run("podman", "run", "--rm", "--read-only", "--entrypoint", "sh", image, "-c", "touch /opt/x",
+                 check=False)
+    assert denied.returncode != 0 and "Read-only file system" in denied.stderr
+
+
+def test_services_answer_health_from_the_host(image, containers, tmp_path):
+    data = _data_dir(tmp_path)
+    tls = make_tls(tmp_path / "tls", ["localhost", "127.0.0.1"])
+    ports = {}
+    for name in FULL:
+        grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
+        ports[name] = (grpc_port, health_port, metrics_port)
+        cname = f"medhelm-test-{name}-{os.getpid()}"
+        args = ["serve", name, "--host=0.0.0.0", "--port=50051", "--health-port=8086", "--metrics-port=9090",
+                "--output-path=/data/benchmark_output", "--local-path=/data/prod_env"]
+        mounts = ["-v", f"{data}:/data"]
+        if name == "metrics":  # TLS mode: the kubelet's plaintext probe must still pass on the health port
+            args += ["--tls-cert=/tls/tls.crt", "--tls-key=/tls/tls.key", "--tls-client-ca=/tls/ca.crt"]
+            mounts += ["-v", f"{tls['ca.crt'].parent}:/tls:ro"]
+        run("podman", "run", "-d", "--name", cname, "--read-only", "--cap-drop=ALL",
+            "--security-opt=no-new-privileges", "-p", f"127.0.0.1:{grpc_port}:50051",
+            "-p", f"127.0.0.1:{health_port}:8086", "-p", f"127.0.0.1:{metrics_port}:9090", *mounts, image, *args)
+        containers.append(cname)
+    for name, (grpc_port, health_port, metrics_port) in ports.items():
+        wait_for(lambda: grpc_probe(health_port, FULL[name]) == "SERVING", f"{name} health port", timeout_s=120)
+        assert grpc_probe(health_port) == "SERVING"  # the probe with no service name too
+        assert grpc_probe(health_port, "medhelm.v1.Nope") == "NOT_FOUND"
+        if name == "metrics":  # plaintext on the TLS port fails the handshake
+            assert grpc_probe(grpc_port, FULL[name], timeout_s=3) in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+        else:
+            assert grpc_probe(grpc_port, FULL[name]) == "SERVING"
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as reply:
+            assert b"python_info" in reply.read() or reply.status == 200
+    # mutual TLS from the host with the separate client certificate
+    from medhelm.rpc.remote import Endpoint
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    ep = Endpoint(f"localhost:{ports['metrics'][0]}", ca=tls["ca.crt"], cert=tls["client.crt"], key=tls["client.key"])
+    with ep.channel() as ch:
+        reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=FULL["metrics"]),
+                                                     timeout=10)
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    # SIGTERM: the health port turns NOT_SERVING (or goes away) and the process exits cleanly
+    cname = containers[0]
+    run("podman", "stop", "--time", "30", cname, timeout=90)
+    state = run("podman", "inspect", "--format", "{{.State.ExitCode}}", cname).stdout.strip()
+    assert state == "0"
+    logs = run("podman", "logs", cname).stderr
+    assert "stopped" in logs
+
+
+def test_summarize_then_dashboard_answers_http(image, containers, tmp_path):
+    from medhelm.store.synthetic import catalogue, default_models, write_suite
+
+    data = _data_dir(tmp_path)
+    write_suite(data / "benchmark_output", "nightly", default_models(3), catalogue(3), 5)
+    os.system(f"chown -R 10001:10001 {data}") if os.geteuid() == 0 else None
+    done = run("podman", "run", "--rm", "--read-only", "-v", f"{data}:/data", image, "summarize", "--suite", "nightly",
+               "--output-path=/data/benchmark_output", "--local-path=/data/prod_env")
+    assert (data / "benchmark_output" / "results.sqlite").is_file(), done.stdout + done.stderr
+    port = free_port()
+    cname = f"medhelm-test-dashboard-{os.getpid()}"
+    run("podman", "run", "-d", "--name", cname, "--read-only", "--cap-drop=ALL", "--security-opt=no-new-privileges",
+        "-p", f"127.0.0.1:{port}:8501", "-v", f"{data}:/data", image, "serve", "dashboard", "--host=0.0.0.0",
+        "--port=8501", "--output-path=/data/benchmark_output", "--local-path=/data/prod_env")
+    containers.append(cname)
+
+    def health():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=3) as reply:
+                return reply.read().decode()
+        except OSError:
+            return None
+
+    try:
+        assert wait_for(health, "dashboard /_stcore/health", timeout_s=120) == "ok"
+    except AssertionError:
+        logs = run("podman", "logs", cname, check=False)
+        raise AssertionError(logs.stdout[-2000:] + logs.stderr[-2000:]) from None
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as reply:
+        assert reply.status == 200 and b"<html" in reply.read().lower()

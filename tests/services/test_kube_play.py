@@ -1,0 +1,247 @@
+"""The chart's own workloads in real containers: `helm template` → `podman kube play` of the rendered
+Deployments and ConfigMaps (the PVC as a podman volume, the TLS Secrets as podman secrets), the chart's
+probes run from the host against the pod IPs the way the kubelet runs them, then the Job's pod template
+played as one Pod per completion index (JOB_COMPLETION_INDEX set as an Indexed Job sets it) against the
+services and the mock OpenAI server (in a pod of the same image): the shards write their records to the
+shared volume and `medhelm collect` merges them. Plaintext and mutual TLS.
+
+What kube play cannot emulate stays in render-and-check tests (test_helm_chart.py): a Service is emulated
+by a hostAliases entry mapping its name to the pod its selector selects (as cluster DNS + kube-proxy would);
+NetworkPolicies and KServe CRDs are not played."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from medhelm.devtools.fixtures import write_configurable_benchmark
+from tests.services.podman import IMAGE, grpc_probe, make_tls, run, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(2400)]
+
+ROWS, SHARDS = 12, 2
+JURY = "  - name: jury_score\n    rubric: aci_bench\n    judges:\n      - {name: mock/judge, model_name: test/judge}\n"
+DEPLOYMENTS = "model_deployments:\n" + "".join(
+    f"  - name: mock/{n}\n    model_name: test/{n}\n    kind: openai\n    base_url: http://mock-openai:8000/v1\n"
+    f"    served_model_name: {n}\n    max_sequence_length: 2048\n" for n in ("svc-model", "judge"))
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+class Cluster:
+    """Everything one test plays, torn down (pods, volume, network, secrets) whatever happens."""
+
+    def __init__(self, release: str, tmp: Path) -> None:
+        self.release, self.tmp = release, tmp
+        self.network = f"{release}-net"
+        self.played: list[Path] = []
+        self.secrets: list[str] = []
+        self.volumes: list[str] = []
+        run("podman", "network", "create", self.network)
+
+    def volume(self, name: str) -> Path:
+        run("podman", "volume", "create", name)
+        self.volumes.append(name)
+        return Path(run("podman", "volume", "inspect", "--format", "{{.Mountpoint}}", name).stdout.strip())
+
+    def secret(self, name: str, files: dict[str, Path]) -> None:
+        # podman 4.3's kube play reads a secret volume from a podman secret holding a Secret object whose
+        # data values are the files' raw text (it writes them as they are, without base64-decoding)
+        data = json.dumps({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+                           "data": {k: p.read_text() for k, p in files.items()}})
+        run("podman", "secret", "create", name, "-", input_text=data)
+        self.secrets.append(name)
+
+    def play(self, name: str, docs: list[dict]) -> None:
+        path = self.tmp / f"{name}.yaml"
+        path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        self.played.append(path)
+        run("podman", "kube", "play", "--network", self.network, str(path), timeout=300)
+
+    def pod_ip(self, pod: str) -> str:
+        infra = run("podman", "pod", "inspect", "--format", "{{.InfraContainerID}}", pod).stdout.strip()
+        return run("podman", "inspect", "--format",
+                   f'{{{{(index .NetworkSettings.Networks "{self.network}").IPAddress}}}}', infra).stdout.strip()
+
+    def close(self) -> None:
+        for path in reversed(self.played):
+            run("podman", "kube", "down", str(path), check=False, timeout=120)
+        # kube play also makes a volume per ConfigMap and secret volume, which kube down leaves behind
+        names = run("podman", "volume", "ls", "--format", "{{.Name}}", check=False).stdout.split()
+        for v in {*self.volumes, *(n for n in names if n.startswith(self.release))}:
+            run("podman", "volume", "rm", "--force", v, check=False)
+        for s in self.secrets:
+            run("podman", "secret", "rm", s, check=False)
+        run("podman", "network", "rm", "--force", self.network, check=False)
+
+
+@pytest.fixture
+def cluster(tmp_path, request):
+    c = Cluster(f"kp{os.getpid() % 100000}{request.node.callspec.id[:1]}", tmp_path)
+    yield c
+    c.close()
+
+
+def _render(helm_bin: Path, repo: Path, release: str, values: dict, tmp: Path) -> list[dict]:
+    vf = tmp / "values.yaml"
+    vf.write_text(yaml.safe_dump(values))
+    done = subprocess.run([str(helm_bin), "template", release, str(repo / "helm-charts" / "medhelm"),
+                           "--namespace", "clinical-ai", "-f", str(vf)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def _probe(spec: dict, container: dict, ip: str) -> bool:
+    """One kubelet probe (grpc or httpGet) against the pod IP, with the probe's own timeout."""
+    timeout = spec.get("timeoutSeconds", 1)
+    ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    if "grpc" in spec:
+        return grpc_probe(spec["grpc"]["port"], spec["grpc"].get("service", ""), timeout_s=timeout,
+                          host=ip) == "SERVING"
+    get = spec["httpGet"]
+    port = ports.get(get["port"], get["port"])
+    try:
+        with urllib.request.urlopen(f"http://{ip}:{port}{get['path']}", timeout=timeout) as reply:
+            return 200 <= reply.status < 400
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("mode", ["plaintext", "mutual-tls"])
+def test_chart_workloads_come_up_and_a_job_shard_writes_records(mode, image, cluster, helm_bin, repo_root, tmp_path):
+    release = cluster.release
+    full = f"{release}-medhelm"
+    bench = tmp_path / "bench"
+    cfg = write_configurable_benchmark(bench, ROWS, name="KP", answers=("Yes", "No", "Maybe"),
+                                       metrics=("exact_match", "rouge_l"), max_tokens=4)
+    cfg.write_text(cfg.read_text() + JURY)
+    values = {
+        "image": {"repository": IMAGE.rsplit(":", 1)[0], "tag": IMAGE.rsplit(":", 1)[1], "pullPolicy": "Never"},
+        "modelDeployments": DEPLOYMENTS,
+        "job": {"enabled": True, "suite": "kp", "completions": SHARDS, "parallelism": SHARDS, "maxConcurrency": 2,
+                "runEntries": ["medhelm_configurable_benchmark:model=test/svc-model,config_path=/data/bench/bench.yaml"]},
+    }
+    tls = None
+    if mode == "mutual-tls":
+        tls = make_tls(tmp_path / "pki", [f"{full}-scenarios", f"{full}-jury", f"{full}-metrics", "localhost"])
+        cluster.secret(f"{release}-server-tls", {"tls.crt": tls["tls.crt"], "tls.key": tls["tls.key"],
+                                                 "ca.crt": tls["ca.crt"]})
+        cluster.secret(f"{release}-job-tls", {"tls.crt": tls["client.crt"], "tls.key": tls["client.key"],
+                                              "ca.crt": tls["ca.crt"]})
+        values["tls"] = {"enabled": True, "secretName": f"{release}-server-tls", "mutual": True,
+                         "clientSecretName": f"{release}-job-tls"}
+    docs = _render(helm_bin, repo_root, release, values, tmp_path)
+    by_kind: dict[str, list[dict]] = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], []).append(d)
+
+    # the PVC becomes a podman volume of the claim's name, seeded with the benchmark (as a data team would)
+    (claim,) = by_kind["PersistentVolumeClaim"]
+    volume = cluster.volume(claim["metadata"]["name"])
+    subprocess.run(["cp", "-r", str(bench), str(volume / "bench")], check=True)
+    (volume / "prod_env").mkdir()  # the rest is made by the pods' prepare-volume init container
+    subprocess.run(["chown", "-R", "10001:10001", str(volume)], check=True)
+
+    mock = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mock-openai"}, "spec": {
+        "containers": [{"name": "server", "image": IMAGE, "command": ["python", "-m", "medhelm.devtools.mock_openai"],
+                        "args": ["--host", "0.0.0.0", "--port", "8000", "--latency-ms", "20"],
+                        "securityContext": {"runAsUser": 10001, "readOnlyRootFilesystem": True}}]}}
+    # containerPort is informational in Kubernetes, but podman 4.3 publishes each one on the host (0.0.0.0):
+    # the played copies leave it out; the pods are reached on their own IPs, as in a cluster
+    played = copy.deepcopy(by_kind["Deployment"])
+    for dep in played:
+        for c in dep["spec"]["template"]["spec"]["containers"]:
+            c.pop("ports", None)
+    cluster.play("services", [*by_kind["ConfigMap"], *played, mock])
+
+    # the chart's probes, from the host, against each pod's IP (the kubelet's view)
+    pods = {}
+    for dep in by_kind["Deployment"]:
+        pod_name = f"{dep['metadata']['name']}-pod-0"
+        pods[dep["metadata"]["name"]] = ip = cluster.pod_ip(pod_name)
+        (container,) = dep["spec"]["template"]["spec"]["containers"]
+        for kind in ("readinessProbe", "livenessProbe"):
+            if kind in container:
+                wait_for(lambda: _probe(container[kind], container, ip), f"{pod_name} {kind}", timeout_s=180,
+                         every_s=2)
+        # the chart's security context and env, as podman applied them
+        facts = run("podman", "inspect", "--format", "{{.Config.User}}|{{.HostConfig.ReadonlyRootfs}}|{{.Config.Env}}",
+                    f"{pod_name}-{container['name']}").stdout.strip().split("|")
+        assert facts[0].startswith("10001") and facts[1] == "true", facts
+        assert "MEDHELM_OFFLINE=1" in facts[2]
+        if tls is not None and container["name"] != "dashboard":  # the service port itself speaks TLS only
+            grpc_port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
+            assert grpc_probe(grpc_port, host=ip, timeout_s=2) in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
+    # Services: each name maps to the pod its selector selects (what cluster DNS + kube-proxy would do)
+    aliases = []
+    for svc in by_kind["Service"]:
+        selected = [d["metadata"]["name"] for d in by_kind["Deployment"]
+                    if _selects(svc["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])]
+        assert len(selected) == 1, (svc["metadata"]["name"], selected)
+        aliases.append({"ip": pods[selected[0]], "hostnames": [svc["metadata"]["name"]]})
+
+    # `helm test`: the chart's test hook Pod checks every Service from inside the network (plaintext health
+    # port, in TLS mode too)
+    (hook,) = [d for d in by_kind["Pod"] if d["metadata"]["annotations"].get("helm.sh/hook") == "test"]
+    hook = copy.deepcopy(hook)
+    hook["spec"]["hostAliases"] = aliases
+    cluster.play("helm-test", [hook])
+    hook_container = f"{hook['metadata']['name']}-{hook['spec']['containers'][0]['name']}"
+    code = run("podman", "wait", hook_container, timeout=300).stdout.strip()
+    logs = run("podman", "logs", hook_container).stdout
+    assert code == "0" and logs.count("ok  ") == 4, logs
+
+    # the Job: its pod template as one Pod per completion index
+    (job,) = by_kind["Job"]
+    assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == SHARDS
+    shard_pods = []
+    for index in range(SHARDS):
+        template = copy.deepcopy(job["spec"]["template"])
+        spec = template["spec"]
+        spec["hostAliases"] = aliases
+        spec["containers"][0]["env"].append({"name": "JOB_COMPLETION_INDEX", "value": str(index)})
+        name = f"{job['metadata']['name']}-{index}"
+        shard_pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": name, "labels": {**template["metadata"]["labels"],
+                                     "batch.kubernetes.io/job-completion-index": str(index)}}, "spec": spec})
+    cluster.play("job", [*by_kind["ConfigMap"], *shard_pods])
+    for pod in shard_pods:
+        cname = f"{pod['metadata']['name']}-shard"
+        code = run("podman", "wait", cname, timeout=600).stdout.strip()
+        logs = run("podman", "logs", cname)
+        assert code == "0", logs.stdout[-2000:] + logs.stderr[-3000:]
+        assert f"shard {pod['metadata']['name'][-1]}/{SHARDS}" in logs.stdout
+
+    # the records are on the shared volume, one shard file per index; collect merges them
+    (run_dir,) = [p for p in (volume / "benchmark_output" / "runs" / "kp").iterdir() if p.is_dir()]
+    counts = [len((run_dir / "shards" / f"shard-{i:05d}-of-{SHARDS:05d}.jsonl").read_text().splitlines())
+              for i in range(SHARDS)]
+    assert sum(counts) >= ROWS and all(counts), counts
+    collect = run("podman", "run", "--rm", "--read-only", "--network", cluster.network, "-v",
+                  f"{claim['metadata']['name']}:/data", IMAGE, "collect", "--suite", "kp",
+                  "--output-path", "/data/benchmark_output")
+    assert "complete" in collect.stdout and f"{ROWS}/{ROWS}" in collect.stdout, collect.stdout
+    records = [json.loads(line) for line in (run_dir / "instances.jsonl").read_text().splitlines()]
+    assert len({r["instance"]["id"] for r in records}) == ROWS and not any(r.get("error") for r in records)
+
+    # the shards really went through the services (their own Prometheus counters say so)
+    def served(deployment: str, method: str) -> float:
+        with urllib.request.urlopen(f"http://{pods[deployment]}:9090/metrics", timeout=10) as reply:
+            for line in reply.read().decode().splitlines():
+                if line.startswith("medhelm_rpc_requests_total{") and f'method="{method}"' in line \
+                        and 'code="OK"' in line:
+                    return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    assert served(f"{full}-scenarios", "StreamInstances") >= SHARDS
+    assert served(f"{full}-metrics", "Score") >= ROWS and served(f"{full}-jury", "JudgeOne") >= ROWS
