@@ -217,15 +217,3 @@ def test_the_dashboard_data_layer_hides_restricted_releases(tmp_path, policy):
     with pytest.raises(AccessDenied):  # the drill-down's reader refuses a viewer whatever the page shows
         board_data.instances(store, run_id, 0, 5, p["viewer"])
     assert len(board_data.instances(store, run_id, 0, 5, p["analyst"])) == 3
-
-
-def test_k8s_submitted_jobs_carry_only_the_jobs_token():
-    from medhelm.cli.k8s import eval_job
-
-    job = eval_job(release="rel", suite="s", image="i", args=["job"], completions=2, parallelism=2,
-                   use_services=True, service_token_secret="medhelm-callers")
-    pod = job["spec"]["template"]["spec"]
-    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
-    assert env["MEDHELM_SERVICE_TOKEN_FILE"] == "/etc/medhelm/callers/job"
-    vol = next(v for v in pod["volumes"] if v["name"] == "callers")
-    assert vol["secret"] == {"secretName": "medhelm-callers", "items": [{"key": "job", "path": "job"}]}

@@ -53,10 +53,13 @@ def test_default_dashboard_is_redacted_and_says_auth_is_off(chart, helm_bin):
     assert not [d for d in docs if d["kind"] == "Ingress"]
     policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "NetworkPolicy"}
     egress = policies["rel-medhelm-egress"]
-    assert egress["spec"]["policyTypes"] == ["Egress"]  # ingress is per component now
+    # ingress is per component now; the egress policy adds only Prometheus's namespace on the metrics port
+    assert [r["ports"] for r in egress["spec"].get("ingress", [])] == [[{"protocol": "TCP", "port": 9090}]]
     scen = policies["rel-medhelm-scenarios-ingress"]["spec"]["ingress"][0]
     assert {p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in scen["from"]} == {"job", "dashboard"}
-    assert policies["rel-medhelm-job-ingress"]["spec"].get("ingress") is None
+    # nothing connects to a shard but a scrape of its /metrics (no PHI there)
+    assert [r["ports"] for r in policies["rel-medhelm-job-ingress"]["spec"]["ingress"]] == \
+        [[{"protocol": "TCP", "port": 9090}]]
 
 
 def test_access_values_wire_oidc_roles_callers_and_ingress(chart, helm_bin):
@@ -100,3 +103,18 @@ def test_an_open_text_dashboard_behind_an_ingress_is_refused(chart, helm_bin):
                  "ingress.host=x.example", "--set", "ingress.tls.secretName=t", "--set",
                  "auth.openDashboardShowsText=true")
     assert done.returncode != 0 and "without sign-in" in done.stderr
+
+
+def test_k8s_submitted_jobs_carry_only_the_jobs_token(helm_bin, chart):  # noqa: F811
+    """`medhelm k8s submit` builds its Job from the chart's own job template: with auth.callers the shard gets
+    the Job's token (key `job` of the Secret) and nothing else of it."""
+    from medhelm.cli.k8s import build_job, parse_template
+
+    docs = _render(helm_bin, chart, "--set", "auth.callers.tokenSecret=medhelm-callers")
+    template, _ = parse_template(docs, "helm template")
+    job = build_job(template, release="rel", suite="s", args=["job"], completions=2, parallelism=2)
+    pod = job["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["MEDHELM_SERVICE_TOKEN_FILE"] == "/etc/medhelm/callers/job"
+    vol = next(v for v in pod["volumes"] if v["name"] == "callers")
+    assert vol["secret"] == {"secretName": "medhelm-callers", "items": [{"key": "job", "path": "job"}]}
