@@ -122,7 +122,8 @@ def test_an_allowed_job_streams_instances_with_its_token(tokens, tmp_path):
     write_deployment(local, "http://127.0.0.1:9/v1")
     entry = parse_run_entry(f"medhelm_configurable_benchmark:model=mock/svc-model,config_path={cfg},max_eval_instances=6")
     plan = plan_runs([entry], RunOptions(local_path=local, output_path=tmp_path / "out"))[0]
-    svc = Service("scenarios", "--caller-tokens", str(token_file), "--output-path", str(tmp_path / "out"), "--offline")
+    svc = Service("scenarios", "--caller-tokens", str(token_file), "--output-path", str(tmp_path / "out"), "--offline",
+                  "--benchmark-root", str(tmp_path / "bench"))
     try:
         expected = select_instances(list(plan.benchmark.instances()), 6, plan.spec.seed)
         assert list(RemoteBenchmark(plan.spec, Endpoint(svc.address, token=job_token), None).instances()) == expected
