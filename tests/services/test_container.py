@@ -61,8 +61,10 @@ def test_services_answer_health_from_the_host(image, containers, tmp_path):
         grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
         ports[name] = (grpc_port, health_port, metrics_port)
         cname = f"medhelm-test-{name}-{os.getpid()}"
+        # 0.0.0.0 inside the container, published on the host's 127.0.0.1 only: no caller authorization here
+        # (tests/access covers it), so the operator's explicit flag that says so
         args = ["serve", name, "--host=0.0.0.0", "--port=50051", "--health-port=8086", "--metrics-port=9090",
-                "--output-path=/data/benchmark_output", "--local-path=/data/prod_env"]
+                "--output-path=/data/benchmark_output", "--local-path=/data/prod_env", "--insecure-no-auth"]
         mounts = ["-v", f"{data}:/data"]
         if name == "metrics":  # TLS mode: the kubelet's plaintext probe must still pass on the health port
             args += ["--tls-cert=/tls/tls.crt", "--tls-key=/tls/tls.key", "--tls-client-ca=/tls/ca.crt"]
@@ -112,7 +114,8 @@ def test_summarize_then_dashboard_answers_http(image, containers, tmp_path):
     cname = f"medhelm-test-dashboard-{os.getpid()}"
     run("podman", "run", "-d", "--name", cname, "--read-only", "--cap-drop=ALL", "--security-opt=no-new-privileges",
         "-p", f"127.0.0.1:{port}:8501", "-v", f"{data}:/data", image, "serve", "dashboard", "--host=0.0.0.0",
-        "--port=8501", "--output-path=/data/benchmark_output", "--local-path=/data/prod_env")
+        "--port=8501", "--output-path=/data/benchmark_output", "--local-path=/data/prod_env", "--insecure-no-auth",
+        "--redacted")
     containers.append(cname)
 
     def health():
