@@ -74,7 +74,7 @@ def suite_sources(output_path: Path, suites: Iterable[str], note: Note | None = 
 def summarize(store: Store, sources: Iterable[RunSource], options: SummarizeOptions,
               note: Note = lambda msg: None) -> SummaryReport:
     started = time.perf_counter()
-    with store.transaction():
+    with store.transaction(exclusive=True):  # a concurrent summarize into this store waits here
         before = int(store.query("SELECT COUNT(*) FROM runs WHERE release = ?", (options.release,))[0][0])
         store.delete_release(options.release)
         ingested = _Ingest(store, options, note)
