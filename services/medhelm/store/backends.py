@@ -22,7 +22,7 @@ from typing import Any
 
 from medhelm import files
 from medhelm.errors import ConfigError
-from medhelm.store.schema import SCHEMA_VERSION, TABLES, ddl
+from medhelm.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, TABLES, ddl
 
 DEFAULT_FILENAME = "results.sqlite"
 BUSY_TIMEOUT_S = 1800.0  # a second summarize waits this long for the first (a nightly 50-benchmark load)
@@ -114,6 +114,17 @@ class Store:
         with self.transaction(exclusive=True):
             for stmt in ddl(self.blob_type):
                 self.execute(stmt)
+            for table, column, kind in ADDED_COLUMNS:
+                if column not in self.columns(table):
+                    self.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+
+    def columns(self, table: str) -> list[str]:
+        with self._damaged():
+            cur = self._conn.cursor()
+            cur.execute(f"SELECT * FROM {table} WHERE 1 = 0")
+            names = [d[0] for d in cur.description]
+            cur.close()
+        return names
 
     def delete_release(self, release: str) -> None:
         self.execute("DELETE FROM instances WHERE run_id IN (SELECT run_id FROM runs WHERE release = ?)", (release,))

@@ -37,6 +37,7 @@ class InstanceRow(NamedTuple):
     latency_s: float
     judge_prompt_tokens: int
     judge_completion_tokens: int
+    judges: tuple[str, ...] = ()  # deployments of the judges whose tokens these are (priced apart as jury cost)
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,8 @@ def _parse_rows(f: Any, main: str, with_text: bool, path: Path, limit: int | Non
                 None if with_text else dumps(stats), line.rstrip("\n") if with_text else None,
                 usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0,
                 usage.get("latency_s") or 0.0, judge.get("prompt_tokens") or 0,
-                judge.get("completion_tokens") or 0)
+                judge.get("completion_tokens") or 0,
+                tuple({str(j.get("judge", "")): 0 for j in d.get("judgements") or ()}) if judge else ())
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             raise ConfigError(f"bad instance record ({type(e).__name__})", path=path, line=lineno) from None
         yield lineno, row
