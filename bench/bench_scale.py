@@ -81,8 +81,8 @@ def measure(cases: list[tuple[int, float, int]]) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix="bench_scale_"))
     rows = []
     try:
-        cfg = write_benchmark(work / "bench", max(n for n, _, _ in cases))
         for n, latency, in_flight in cases:
+            cfg = write_benchmark(work / f"bench{n}", n)  # the dataset holds exactly n rows (as in bench_core)
             server, base_url = start_mock(latency)
             try:
                 floor = bare_client(base_url, n, in_flight)
