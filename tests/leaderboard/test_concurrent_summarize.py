@@ -36,7 +36,7 @@ def _summarize_twice_at_once(output: Path, store: str) -> list[subprocess.Comple
 
 def _check(store_location: str) -> None:
     with open_store(store_location) as store:
-        assert store.releases().count("nightly") == 1  # the PostgreSQL server is shared with other tests
+        assert store.releases() == ["nightly"]
         assert len(read.stored_leaderboard(store, "nightly")) == MODELS
         assert store.query("SELECT COUNT(*) FROM runs WHERE release = 'nightly'")[0][0] == MODELS * BENCHMARKS
         assert store.query("SELECT COUNT(*) FROM instances WHERE run_id IN "
@@ -55,10 +55,16 @@ def test_two_summarize_into_one_sqlite_store_both_succeed(suite_output: Path, tm
 
 
 def test_two_summarize_into_one_postgres_store_both_succeed(suite_output: Path, postgres_url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:  # a database of its own on the shared server
+        conn.execute("DROP DATABASE IF EXISTS concurrent_summarize")
+        conn.execute("CREATE DATABASE concurrent_summarize")
+    url = postgres_url.rsplit("/", 1)[0] + "/concurrent_summarize"
     for _ in (1, 2):  # empty database (tables created concurrently), then replacing the release concurrently
-        results = _summarize_twice_at_once(suite_output, postgres_url)
+        results = _summarize_twice_at_once(suite_output, url)
         assert [r.returncode for r in results] == [0, 0], [r.stderr[-500:] for r in results]
-        _check(postgres_url)
+        _check(url)
 
 
 def test_a_run_resumed_while_summarize_reads_it_contributes_only_its_finished_instances(tmp_path: Path) -> None:
