@@ -6,7 +6,8 @@ and exits 2; every other door (gRPC, Job, dashboard) maps it to its own error ch
 Messages never contain patient text: name the file, line and field, not the cell's value. User values
 that do appear (a path, a field name, a run entry) go through ``escape``: control characters are shown
 as ``\\n``-style escapes and long values are cut, so a message stays one line whatever the input.
-A full or read-only output folder is ``OutputUnwritable`` (exit 74). Anything else escaping a door is a bug: the CLI logs its traceback and exits 70 (``INTERNAL_EXIT``).
+A full or read-only output folder is ``OutputUnwritable`` (exit 74).
+Anything else escaping a door is a bug: the CLI logs its traceback and exits 70 (``INTERNAL_EXIT``).
 """
 
 from __future__ import annotations

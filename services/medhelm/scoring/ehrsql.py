@@ -39,7 +39,8 @@ _LIMITS = ((sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES), (sqlite3.SQLITE_LIMIT
 # "select" in prose is rare in answers and errs on the side of SQL (scored as an invalid query).
 _STATEMENT = re.compile(
     r"\bselect\b|\bpragma\b|\bvacuum\b|\bdelete\s+from\b|\binsert\s+(?:or\s+\w+\s+)?into\b"
-    r"|\breplace\s+into\b|\bupdate\s+\S+\s+set\b|\bvalues\s*\(|\balter\s+table\b|\battach\s+(?:database\s+)?\S"
+    r"|\breplace\s+into\b|\bupdate\s+\S+\s+set\b|\bvalues\s*\(|\balter\s+table\b"
+    r"|\battach\s+(?:database\s+)?\S"
     r"|\bdetach\s+(?:database\s+)?\w|\b(?:create|drop)\s+(?:temp\w*\s+|unique\s+|virtual\s+)?(?:table|view|index|trigger)\b"
     r"|\bwith\s+(?:recursive\s+)?\w+\s*(?:\([^)]*\))?\s*as\s*(?:(?:not\s+)?materialized\s*)?\(",
     re.I)
