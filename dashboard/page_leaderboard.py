@@ -12,7 +12,7 @@ from board_data import Release, Settings
 from filters import View
 from safe_frames import safe_frame
 from safe_text import literal
-from medhelm.store.ingest import cost_per_point
+from medhelm.store.ingest import cost_per_point, total_cost
 from medhelm.store.tables import CellTable, group_scores, leaderboard
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,6 +32,8 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
         "Mean win rate": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.3f"),
         "Mean score": st.column_config.NumberColumn(format="%.3f"),
         "Cost (USD)": st.column_config.NumberColumn(format="$%.2f"),
+        "Candidate USD": st.column_config.NumberColumn(format="$%.2f", help="the model's own requests"),
+        "Jury USD": st.column_config.NumberColumn(format="$%.2f", help="its judges' tokens, same price table"),
         "USD per point": st.column_config.NumberColumn(format="$%.4f"),
         "s / instance": st.column_config.NumberColumn(format="%.3f")})
     left, right = st.columns(2)
@@ -58,11 +60,12 @@ def leaderboard_frame(rel: Release, view: View) -> pd.DataFrame:
     out = []
     for r in leaderboard(view.table):
         m = models.loc[(r.model, r.deployment)] if (r.model, r.deployment) in models.index else {}
-        cost = _num(m.get("cost_usd"))
+        own, jury = _num(m.get("cost_usd")), _num(m.get("jury_cost_usd"))
+        cost = total_cost(own, jury)
         out.append({"Rank": r.rank, "Model": r.model, "Deployment": r.deployment, "Mean win rate": r.win_rate,
                     "Win rate 95% CI": _ci(r.win_rate_low, r.win_rate_high, "{:.2f}"),
                     "Rank 95% CI": _ci(r.rank_low, r.rank_high, "{:.0f}"), "Mean score": r.mean_score,
-                    "Benchmarks": r.n_benchmarks, "Cost (USD)": cost,
+                    "Benchmarks": r.n_benchmarks, "Cost (USD)": cost, "Candidate USD": own, "Jury USD": jury,
                     "USD per point": cost_per_point(cost, r.mean_score),
                     "Prompt tokens": _int(m.get("prompt_tokens")), "Output tokens": _int(m.get("completion_tokens")),
                     "Inference s": _num(m.get("inference_s")),

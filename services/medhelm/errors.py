@@ -6,12 +6,14 @@ and exits 2; every other door (gRPC, Job, dashboard) maps it to its own error ch
 Messages never contain patient text: name the file, line and field, not the cell's value. User values
 that do appear (a path, a field name, a run entry) go through ``escape``: control characters are shown
 as ``\\n``-style escapes and long values are cut, so a message stays one line whatever the input.
+A full or read-only output folder is ``OutputUnwritable`` (exit 74).
 Anything else escaping a door is a bug: the CLI logs its traceback and exits 70 (``INTERNAL_EXIT``).
 """
 
 from __future__ import annotations
 
 import copy
+import errno
 import re
 from pathlib import Path
 
@@ -60,6 +62,28 @@ class ConfigError(MedhelmError):
             where = f"field '{escape(field, 120)}': "
         super().__init__(where + message)
         self.path, self.line, self.field = path, line, field
+
+
+class OutputUnwritable(MedhelmError):
+    """The output folder is full, read-only or not ours to write: the run stops, its finished records kept.
+    Exit 74 (EX_IOERR): not the user's input, and a Job may retry once space is back."""
+
+    exit_code = 74
+
+    # errno values meaning "this folder cannot take more writes now" (not a bug in medhelm)
+    ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG})
+
+    @classmethod
+    def from_os_error(cls, err: OSError, folder: str | Path) -> OutputUnwritable | None:
+        """The one-line error for ``err`` when it says the folder is full/read-only; None for anything else."""
+        if err.errno not in cls.ERRNOS:
+            return None
+        reason = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+                  errno.EROFS: "read-only file system", errno.EFBIG: "file too large for the file system",
+                  }.get(err.errno, "permission denied")
+        return cls(f"cannot write to the output folder {escape(folder, 1000)} ({reason}); the run stopped and every "
+                   "instance already written is kept: free space or make the folder writable, then run the same "
+                   "command again to resume")
 
 
 class DataUnavailable(MedhelmError):

@@ -70,3 +70,56 @@ def test_a_failing_gold_query_is_unscored_not_zero(db):
 def test_sql_extraction():
     assert extract_sql("SQL Query: select 1; -- done") == "select 1;"
     assert extract_sql("<think>hmm</think>```sqlite\nselect 2\n```") == "select 2"
+
+
+def test_prose_without_sql_abstains_like_an_empty_answer(db):
+    unanswerable = _inst(db, "", impossible=True)
+    answerable = _inst(db, "select count(*) from patient")
+    for prose in ("I cannot answer this question.", "I'm sorry, the schema has no column with that, "
+                  "so the values cannot be found."):
+        assert score_sql(unanswerable, prose, 5)["ehr_sql_unanswerable_accuracy"] == 1.0
+        assert score_sql(answerable, prose, 5) == {
+            "ehr_sql_execution_accuracy": 0.0, "ehr_sql_query_validity": 0.0, "ehr_sql_unanswerable_accuracy": None}
+    for sql in ("select 1;", "DELETE FROM patient;", "with c as (select 1) select * from c;", "pragma foo;"):
+        assert score_sql(unanswerable, sql, 5)["ehr_sql_unanswerable_accuracy"] == 0.0
+
+
+_RSS_PROBE = r"""
+import sys, sqlite3
+from medhelm.scoring.ehrsql import score_sql
+from medhelm.specs import FrozenMap, Instance, Reference
+
+def hwm_kib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+
+inst = Instance(id="q", input="q", references=(Reference("select count(*) from patient"),),
+                extra=FrozenMap({"db_path": sys.argv[1], "is_impossible": False}))
+score_sql(inst, "select 1;", 5)  # warm up: imports, first connection
+before = hwm_kib()
+results = [score_sql(inst, attack, 5) for attack in (
+    "SELECT length(randomblob(900000000));", "select length(zeroblob(900000000));",
+    "with recursive c(x) as (select 1 union all select x + 1 from c where x < 100) "
+    "select length(group_concat(hex(randomblob(100000)))) from c;")]
+score_sql(inst, "select length(printf('%.*c', 900000000, 'x'));", 5)  # SQLite answers NULL past the cap
+print(all(r["ehr_sql_query_validity"] == 0.0 for r in results), hwm_kib() - before)
+"""
+
+
+def test_a_huge_blob_fails_as_an_invalid_query_within_50_mb(db):
+    """Peak RSS of a fresh scorer process grows < 50 MB while model SQL asks for ~900 MB strings/blobs."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _RSS_PROBE, str(db)], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    assert out[0] == "True"
+    assert int(out[1]) < 50 * 1024, f"peak RSS grew by {int(out[1]) // 1024} MB"
+
+
+def test_a_large_result_is_refused(db):
+    inst = _inst(db, "select count(*) from patient")
+    wide = ("with recursive c(x) as (select 1 union all select x + 1 from c where x < 20) "
+            "select hex(randomblob(4000000)) from c;")  # 20 rows × 8 MB of text = over the result cap
+    assert score_sql(inst, wide, 10)["ehr_sql_query_validity"] == 0.0

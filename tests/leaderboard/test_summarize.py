@@ -122,6 +122,62 @@ def test_costs_from_prices_yaml(tmp_path: Path) -> None:
     assert row["cost_per_point"] == pytest.approx(api["cost_usd"] / (row["mean_score"] * 100))
 
 
+def test_judge_tokens_are_priced_as_the_models_jury_cost_and_shown_apart(tmp_path: Path) -> None:
+    from medhelm.store.synthetic import JUDGES
+
+    models = default_models(2)
+    benchmarks = [b for b in catalogue(37) if b.main_metric == "jury_score"][:1] + catalogue(1)
+    write_suite(tmp_path, "s", models, benchmarks, 10)
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("prices:\n" + "".join(f"  - deployment: {m.deployment}\n    input_per_million: 1.0\n"
+                                            f"    output_per_million: 2.0\n" for m in models)
+                      + "".join(f"  - deployment: {j}\n    input_per_million: {3.0 * (i + 1)}\n"
+                                f"    output_per_million: {10.0 * (i + 1)}\n" for i, j in enumerate(JUDGES)))
+    code, out, err = run_cli("summarize", "--suites", "s", "-o", str(tmp_path), "--prices", str(prices),
+                             "--bootstrap", "0")
+    assert code == 0, err
+    with open_store(tmp_path / "results.sqlite") as store:
+        m = {r["deployment"]: r for r in read.models(store, "s")}
+        board = {r["deployment"]: r for r in read.stored_leaderboard(store, "s")}
+    for model in models:
+        row = m[model.deployment]
+        assert row["judge_prompt_tokens"] > 0
+        own = (row["prompt_tokens"] * 1.0 + row["completion_tokens"] * 2.0) / 1e6
+        # the judges share each record's jury usage equally, each at its own price
+        jury = sum((row["judge_prompt_tokens"] * 3.0 * (i + 1) + row["judge_completion_tokens"] * 10.0 * (i + 1))
+                   / len(JUDGES) / 1e6 for i in range(len(JUDGES)))
+        assert row["cost_usd"] == pytest.approx(own) and row["jury_cost_usd"] == pytest.approx(jury, rel=1e-3)
+        lb = board[model.deployment]
+        assert lb["cost_per_point"] == pytest.approx((own + jury) / (lb["mean_score"] * 100), rel=1e-3)
+        assert f"{own:.4f} {jury:.4f}".replace(" ", "") in out.replace(" ", "")
+    assert "candidate USD" in out and "jury USD" in out
+    # a judge without a price: the jury cost is unknown, never 0, and the candidate cost still counts
+    prices.write_text("prices:\n" + "".join(f"  - deployment: {m.deployment}\n    input_per_million: 1.0\n"
+                                            for m in models))
+    code, out, err = run_cli("summarize", "--suites", "s", "-o", str(tmp_path), "--prices", str(prices),
+                             "--bootstrap", "0")
+    assert code == 0, err
+    with open_store(tmp_path / "results.sqlite") as store:
+        assert all(r["jury_cost_usd"] is None and r["cost_usd"] > 0 for r in read.models(store, "s"))
+    assert "no price" in out
+
+
+def test_an_older_store_gains_the_jury_cost_column_on_its_next_summarize(tmp_path: Path) -> None:
+    import sqlite3
+
+    write_suite(tmp_path, "s", default_models(2), catalogue(2), 5)
+    assert run_cli("summarize", "--suites", "s", "-o", str(tmp_path), "--bootstrap", "0")[0] == 0
+    conn = sqlite3.connect(tmp_path / "results.sqlite")
+    conn.execute("ALTER TABLE models DROP COLUMN jury_cost_usd")  # as written before the column existed
+    conn.commit()
+    conn.close()
+    with open_store(tmp_path / "results.sqlite") as store:
+        assert "jury_cost_usd" not in store.columns("models")
+    assert run_cli("summarize", "--suites", "s", "-o", str(tmp_path), "--bootstrap", "0")[0] == 0
+    with open_store(tmp_path / "results.sqlite") as store:
+        assert "jury_cost_usd" in store.columns("models")
+
+
 @pytest.mark.parametrize("content, message", [
     ("prices: [{deployment: x}]\n", "needs input_per_million"),
     ("prices: [{deployment: x, gpu_hour: -1}]\n", "prices[0].gpu_hour': must be a non-negative number"),

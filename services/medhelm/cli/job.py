@@ -86,7 +86,9 @@ def main_job(args: argparse.Namespace) -> int:
     scoring = RemoteScoring(jury=endpoint["jury"], metrics=endpoint["metrics"])
     grouping = {"suite": options.suite, "shard": str(shard.index)}
     with run_cli.MetricsExport(args, service="job", grouping=grouping) as telemetry:
-        outcomes = asyncio.run(run_suite(plans, options, shard=shard, build_metrics=scoring, telemetry=telemetry))
+        with run_cli.output_errors(options.output_path, options.cache_path.parent):
+            outcomes = asyncio.run(run_suite(plans, options, shard=shard, build_metrics=scoring,
+                                             telemetry=telemetry))
         for o in outcomes:
             st = o.status
             print(f"shard {shard.index}/{shard.count}  {o.plan.spec.name}  "

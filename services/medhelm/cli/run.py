@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -76,8 +77,47 @@ def main(args: argparse.Namespace) -> int:
         print_dry_run(plans)
         return 0
     with MetricsExport(args, service="run", grouping={"suite": options.suite}) as telemetry:
-        outcomes = asyncio.run(run_suite(plans, options, telemetry=telemetry))
+        with output_errors(options.output_path, options.cache_path.parent):
+            outcomes = asyncio.run(run_suite(plans, options, telemetry=telemetry))
         return report(outcomes, options)  # before lingering: the summary does not wait for the last scrape
+
+
+@contextlib.contextmanager
+def output_errors(folder, cache_folder=None):
+    """A full or read-only output folder (or request-cache folder): one line naming it (exit 74), not a crash."""
+    import errno
+    import sqlite3
+
+    from medhelm.errors import OutputUnwritable
+
+    try:
+        yield
+    except OSError as err:
+        mapped = OutputUnwritable.from_os_error(err, folder)
+        if mapped is None:
+            raise
+        raise mapped from None
+    except sqlite3.OperationalError as err:  # the request cache: SQLite's own codes, not errno
+        primary = getattr(err, "sqlite_errorcode", 0) & 0xFF
+        code = {sqlite3.SQLITE_FULL: errno.ENOSPC, sqlite3.SQLITE_READONLY: errno.EROFS}.get(primary)
+        if code is None and primary in (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN) and cache_folder is not None:
+            code = _folder_trouble(cache_folder)  # e.g. WAL's shared memory file cannot grow on a full disk
+        if code is None or cache_folder is None:
+            raise
+        raise OutputUnwritable.from_os_error(OSError(code, "sqlite"), cache_folder) from None
+
+
+def _folder_trouble(folder) -> int | None:
+    """ENOSPC/EROFS when the folder's file system is (nearly) full or read-only, else None."""
+    import errno
+
+    try:
+        fs = os.statvfs(folder)
+    except OSError:
+        return None
+    if fs.f_flag & os.ST_RDONLY:
+        return errno.EROFS
+    return errno.ENOSPC if fs.f_bavail * fs.f_frsize < 1024 * 1024 else None
 
 
 def report(outcomes, options) -> int:

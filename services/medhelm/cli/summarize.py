@@ -143,10 +143,22 @@ def print_report(store: Store, report: SummaryReport, top: int = 10) -> None:
     rows = read.stored_leaderboard(store, report.release)
     if not rows:
         return
-    print(f"  {'rank':>4}  {'mean win rate (95% CI)':<24} model [deployment]")
+    costs = {(m["model"], m["deployment"]): (m.get("cost_usd"), m.get("jury_cost_usd"))
+             for m in read.models(store, report.release)}
+    priced = any(c is not None for pair in costs.values() for c in pair)
+    money = f"{'candidate USD':>13} {'jury USD':>10}  " if priced else ""
+    print(f"  {'rank':>4}  {'mean win rate (95% CI)':<24} {money}model [deployment]")
     for r in rows[:top]:
         wr = "-" if r["win_rate"] is None else f"{r['win_rate']:.3f}"
         ci = "" if r["win_rate_low"] is None else f" ({r['win_rate_low']:.2f}-{r['win_rate_high']:.2f})"
-        print(f"  {r['rank'] if r['rank'] is not None else '-':>4}  {wr + ci:<24} {r['model']} [{r['deployment']}]")
+        if priced:
+            own, jury = costs.get((r["model"], r["deployment"]), (None, None))
+            money = f"{_usd(own):>13} {_usd(jury):>10}  "
+        print(f"  {r['rank'] if r['rank'] is not None else '-':>4}  {wr + ci:<24} {money}{r['model']} "
+              f"[{r['deployment']}]")
     if len(rows) > top:
         print(f"  ... {len(rows) - top} more: medhelm serve --store {store.url} --release {report.release}")
+
+
+def _usd(value: float | None) -> str:
+    return "no price" if value is None else f"{value:.4f}"

@@ -17,6 +17,7 @@ Records are the source of truth; a torn last line (a kill during a write) is ign
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -260,19 +261,33 @@ class RecordWriter:
 
     def write(self, record: InstanceResult) -> None:
         f = self._file
-        f.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
-        f.flush()  # in the OS from here on: survives kill -9
-        now = time.monotonic()
-        if now - self._last_sync >= self.sync_every_s:
-            os.fsync(f.fileno())  # on disk: survives a node crash
-            self._last_sync = now
+        try:
+            f.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
+            f.flush()  # in the OS from here on: survives kill -9
+            now = time.monotonic()
+            if now - self._last_sync >= self.sync_every_s:
+                os.fsync(f.fileno())  # on disk: survives a node crash
+                self._last_sync = now
+        except OSError:
+            self._abandon()  # disk full / read-only: drop the unwritten line, keep every whole one
+            raise
+
+    def _abandon(self) -> None:
+        with contextlib.suppress(OSError):
+            self._file.close()  # closes the descriptor even when flushing the rest fails
+        with contextlib.suppress(OSError):
+            self._repair_torn_tail()  # cut a partly written last line (truncating frees space)
 
     def close(self) -> None:
         f = self._file
         if not f.closed:
-            f.flush()
-            os.fsync(f.fileno())
-            f.close()
+            try:
+                f.flush()
+                os.fsync(f.fileno())
+                f.close()
+            except OSError:
+                self._abandon()
+                raise
 
 
 def collect_shards(run_dir: Path) -> dict:

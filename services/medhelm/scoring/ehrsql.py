@@ -2,8 +2,13 @@
 
 Safety: the database is opened read-only (``mode=ro`` + ``PRAGMA query_only``), an authorizer refuses
 anything but reading (no ATTACH, no PRAGMA, no writes), and a progress handler aborts a query after the
-time limit (``timeout_s``, default 10 s). Results are compared as multisets of rows (order-insensitive;
-floats rounded to 6 digits). A question the gold marks unanswerable is correct iff the model returns no SQL.
+time limit (``timeout_s``, default 10 s). Memory is bounded per connection: strings/blobs are capped at
+``MAX_VALUE_BYTES`` (``SQLITE_LIMIT_LENGTH``, so ``randomblob(900000000)`` fails before allocating), the page
+cache at ``CACHE_KIB``, the statement length and nesting by SQLite limits, and the fetched result at
+``MAX_ROWS`` rows and ``MAX_RESULT_BYTES``; any cap hit makes the query invalid (``QueryFailed``), never an
+exhausted pod. Results are compared as multisets of rows (order-insensitive; floats rounded to 6 digits).
+A question the gold marks unanswerable is correct iff the model returns no SQL: an empty answer or one with
+no SQL statement at all ("I cannot answer this question.") abstains (``has_statement``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,22 @@ _FENCE = re.compile(r"```(?:sqlite|sql)?\s*(.*?)```", re.S | re.I)
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)
 _READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
 MAX_ROWS = 100_000
+MAX_VALUE_BYTES = 8 * 1024 * 1024     # longest string/blob a scorer query may build (SQLITE_LIMIT_LENGTH)
+MAX_RESULT_BYTES = 32 * 1024 * 1024   # total text fetched from one query
+CACHE_KIB = 8 * 1024                  # page cache per scorer connection
+_LIMITS = ((sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES), (sqlite3.SQLITE_LIMIT_SQL_LENGTH, 1_000_000),
+           (sqlite3.SQLITE_LIMIT_EXPR_DEPTH, 200), (sqlite3.SQLITE_LIMIT_COMPOUND_SELECT, 100),
+           (sqlite3.SQLITE_LIMIT_ATTACHED, 0))
+# A statement's opening words (SELECT, PRAGMA, VACUUM alone; the others with the word that must follow them,
+# WITH only as a common-table expression). Text without any is prose, i.e. the model abstained. English
+# "select" in prose is rare in answers and errs on the side of SQL (scored as an invalid query).
+_STATEMENT = re.compile(
+    r"\bselect\b|\bpragma\b|\bvacuum\b|\bdelete\s+from\b|\binsert\s+(?:or\s+\w+\s+)?into\b"
+    r"|\breplace\s+into\b|\bupdate\s+\S+\s+set\b|\bvalues\s*\(|\balter\s+table\b"
+    r"|\battach\s+(?:database\s+)?\S"
+    r"|\bdetach\s+(?:database\s+)?\w|\b(?:create|drop)\s+(?:temp\w*\s+|unique\s+|virtual\s+)?(?:table|view|index|trigger)\b"
+    r"|\bwith\s+(?:recursive\s+)?\w+\s*(?:\([^)]*\))?\s*as\s*(?:(?:not\s+)?materialized\s*)?\(",
+    re.I)
 
 
 class QueryFailed(Exception):
@@ -43,6 +64,11 @@ def extract_sql(text: str) -> str:
     return sql.strip()
 
 
+def has_statement(sql: str) -> bool:
+    """Whether extracted text contains an SQL statement at all (no statement = the model abstained)."""
+    return bool(_STATEMENT.search(sql))
+
+
 def _authorizer(action: int, *_: object) -> int:
     return sqlite3.SQLITE_OK if action in _READ_ACTIONS else sqlite3.SQLITE_DENY
 
@@ -57,13 +83,26 @@ def run_query(db_path: str, sql: str, timeout_s: float) -> Counter[tuple[str, ..
     deadline = time.monotonic() + timeout_s
     try:
         conn.execute("PRAGMA query_only = ON")
+        conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+        conn.execute("PRAGMA temp_store = FILE")  # sorts/temp b-trees spill to disk, not to the heap
+        for limit, value in _LIMITS:
+            conn.setlimit(limit, value)
         conn.set_authorizer(_authorizer)
         conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
         cursor = conn.execute(sql)
-        rows = cursor.fetchmany(MAX_ROWS + 1)
-        if len(rows) > MAX_ROWS:
-            raise QueryFailed("result too large")
-        return Counter(tuple(_norm(v) for v in row) for row in rows)
+        result: Counter[tuple[str, ...]] = Counter()
+        fetched = size = 0
+        while batch := cursor.fetchmany(1000):
+            fetched += len(batch)
+            if fetched > MAX_ROWS:
+                raise QueryFailed("result too large")
+            for row in batch:
+                key = tuple(_norm(v) for v in row)
+                size += sum(len(v) for v in key)
+                result[key] += 1
+            if size > MAX_RESULT_BYTES:
+                raise QueryFailed("result too large")
+        return result
     except sqlite3.Error as err:
         reason = "time limit exceeded" if time.monotonic() > deadline else type(err).__name__
         raise QueryFailed(reason) from None
@@ -82,6 +121,8 @@ def _norm(value: object) -> str:
 def score_sql(instance: Instance, answer: str, timeout_s: float,
               database: Path | None = None) -> dict[str, float | None]:
     predicted = extract_sql(answer)
+    if not has_statement(predicted):
+        predicted = ""  # prose only ("I cannot answer this question."): abstains, like an empty answer
     gold = instance.correct_references[0].text.strip() if instance.correct_references else ""
     if instance.extra.get("is_impossible") or not gold:
         ok = float(not predicted)

@@ -3,11 +3,18 @@
 SQL is written once with ``?`` placeholders; the PostgreSQL backend rewrites them to ``%s``. Both
 backends create the same tables (``schema.py``) and answer the same queries, so every leaderboard
 number is computed by the same code whichever backend holds the rows.
+
+Concurrency: writers that replace a release or create tables (``transaction(exclusive=True)``) run one at a
+time per store — SQLite by ``BEGIN IMMEDIATE`` with a long busy timeout (``BUSY_TIMEOUT_S``), PostgreSQL by
+a transaction-scoped advisory lock — so a second ``summarize`` into the same store waits for the first and
+then replaces the release itself; it never fails on a lock or a duplicate key, and readers see either
+release whole (one transaction each). Past the timeout it is the one-line "locked" error.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,9 +22,11 @@ from typing import Any
 
 from medhelm import files
 from medhelm.errors import ConfigError
-from medhelm.store.schema import SCHEMA_VERSION, TABLES, ddl
+from medhelm.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, TABLES, ddl
 
 DEFAULT_FILENAME = "results.sqlite"
+BUSY_TIMEOUT_S = 1800.0  # a second summarize waits this long for the first (a nightly 50-benchmark load)
+_PG_WRITE_LOCK = 0x6D6564686C6D  # advisory lock key ("medhlm"): one release writer at a time per database
 
 
 class Store:
@@ -72,9 +81,14 @@ class Store:
         yield
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self, *, exclusive: bool = False) -> Iterator[None]:
+        """Commit on success, roll back on any error. ``exclusive``: wait until no other exclusive writer of
+        this store is running (summarize, schema creation), then hold that right until the commit."""
         self._in_transaction = True
         try:
+            if exclusive:
+                with self._damaged():
+                    self._begin_exclusive()
             yield
         except BaseException:
             self._conn.rollback()
@@ -88,15 +102,29 @@ class Store:
     def _after_commit(self) -> None:
         return None
 
+    def _begin_exclusive(self) -> None:
+        return None
+
     def _end_read(self) -> None:
         # a long-lived reader (the dashboard) must not hold a PostgreSQL transaction open
         if not self._in_transaction:
             self._conn.commit()
 
     def create_schema(self) -> None:
-        with self.transaction():
+        with self.transaction(exclusive=True):
             for stmt in ddl(self.blob_type):
                 self.execute(stmt)
+            for table, column, kind in ADDED_COLUMNS:
+                if column not in self.columns(table):
+                    self.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+
+    def columns(self, table: str) -> list[str]:
+        with self._damaged():
+            cur = self._conn.cursor()
+            cur.execute(f"SELECT * FROM {table} WHERE 1 = 0")
+            names = [d[0] for d in cur.description]
+            cur.close()
+        return names
 
     def delete_release(self, release: str) -> None:
         self.execute("DELETE FROM instances WHERE run_id IN (SELECT run_id FROM runs WHERE release = ?)", (release,))
@@ -138,12 +166,12 @@ class SqliteStore(Store):
             if _head(path) != b"SQLite format 3\x00":
                 raise ConfigError("not a SQLite file (a results store is made by `medhelm summarize`)", path=path)
         with self._damaged():
-            conn = sqlite3.connect(str(path), check_same_thread=False)
+            conn = sqlite3.connect(str(path), check_same_thread=False, timeout=BUSY_TIMEOUT_S)
             tables = set() if self._new_file else \
                 {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             self.foreign_tables = 0 if not tables or "meta" in tables else len(tables)
             if not self.foreign_tables:  # never touch someone else's database, not even its journal mode
-                conn.execute(f"PRAGMA journal_mode={'DELETE' if self._new_file else 'WAL'}")
+                _journal_mode(conn, 'DELETE' if self._new_file else 'WAL')
                 conn.execute("PRAGMA synchronous=NORMAL")
         super().__init__(conn)
 
@@ -159,9 +187,15 @@ class SqliteStore(Store):
                               "MedHELM store? Give another --store, or restore it from a backup", path=self.path) \
                 from None
 
+    def _begin_exclusive(self) -> None:
+        # the write lock from the start: a deferred transaction that reads, then writes, can hit a stale
+        # snapshot (SQLITE_BUSY at once, no waiting) when another summarize committed in between
+        if not self._conn.in_transaction:
+            self._conn.execute("BEGIN IMMEDIATE")
+
     def _after_commit(self) -> None:
         if self._new_file and self.query("SELECT COUNT(*) FROM meta")[0][0]:  # the first real load is done
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            _journal_mode(self._conn, "WAL")
             self._new_file = False
 
 
@@ -181,12 +215,30 @@ class PostgresStore(Store):
         super().__init__(conn)
         self.url = url
 
+    def _begin_exclusive(self) -> None:
+        self.execute(f"SELECT pg_advisory_xact_lock({_PG_WRITE_LOCK})")  # released by commit/rollback
+
     def _sql(self, sql: str) -> str:
         return sql.replace("%", "%%").replace("?", "%s")
 
     def _rows(self, rows: list[tuple]) -> list[tuple]:
         # bytea arrives as memoryview; callers get bytes from either backend
         return [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows]
+
+
+def _journal_mode(conn: sqlite3.Connection, mode: str) -> None:
+    """Switch the journal mode, waiting (as for any lock) while another summarize holds the file: SQLite
+    answers "locked" at once here instead of calling the busy handler."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).upper() != mode:
+                conn.execute(f"PRAGMA journal_mode={mode}")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def _head(path: Path) -> bytes:

@@ -74,7 +74,7 @@ def suite_sources(output_path: Path, suites: Iterable[str], note: Note | None = 
 def summarize(store: Store, sources: Iterable[RunSource], options: SummarizeOptions,
               note: Note = lambda msg: None) -> SummaryReport:
     started = time.perf_counter()
-    with store.transaction():
+    with store.transaction(exclusive=True):  # a concurrent summarize into this store waits here
         before = int(store.query("SELECT COUNT(*) FROM runs WHERE release = ?", (options.release,))[0][0])
         store.delete_release(options.release)
         ingested = _Ingest(store, options, note)
@@ -109,6 +109,9 @@ class _Ingest:
         self.benchmarks: dict[str, str] = {}  # name -> suite it was first described in
         self.seen: dict[tuple[str, str, str, str], str] = {}
         self.usage: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        # (model, deployment) -> judge deployment -> [prompt, completion] tokens its judges spent on it
+        self.judge_tokens: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(
+            lambda: defaultdict(lambda: [0.0, 0.0]))
         self.redacted: dict[tuple[str, str], bool] = {}
         self.suites: dict[tuple[str, str], set[str]] = defaultdict(set)
         self.runs = self.instances = 0
@@ -169,7 +172,8 @@ class _Ingest:
             [(release, src.suite, src.run_name, s.name, s.split, s.count, s.sum, s.sum_squared, s.min, s.max,
               s.unscored) for s in {(s.name, s.split): s for s in src.stats}.values()])
         totals = self.usage[(src.model, src.deployment)]
-        ids, values, latency, errors = self._add_instances(src, run_id, redacted, totals)
+        ids, values, latency, errors = self._add_instances(src, run_id, redacted, totals,
+                                                           self.judge_tokens[(src.model, src.deployment)])
         self.store.execute("UPDATE runs SET value_ids = ?, value_blob = ? WHERE run_id = ?",
                            (json.dumps(ids), np.asarray(values, dtype=np.float64).tobytes(), run_id))
         if st.get("errors") is None:  # imported runs: the errored instances their records name
@@ -177,8 +181,8 @@ class _Ingest:
         wall = st.get("wall_time_s")
         totals["gpu_s"] += float(wall) if isinstance(wall, (int, float)) and wall > 0 else latency
 
-    def _add_instances(self, src: RunSource, run_id: int, redacted: bool, totals: dict[str, float]
-                       ) -> tuple[list[str], list[float], float, int]:
+    def _add_instances(self, src: RunSource, run_id: int, redacted: bool, totals: dict[str, float],
+                       judge_tokens: dict[str, list[float]]) -> tuple[list[str], list[float], float, int]:
         columns = ("run_id", "instance_id", "position", "main_value", "error", "stats_json", "record_json")
         batch: list[tuple] = []
         seen: set[str] = set()
@@ -198,6 +202,13 @@ class _Ingest:
             totals["completion_tokens"] += r.completion_tokens
             totals["judge_prompt_tokens"] += r.judge_prompt_tokens
             totals["judge_completion_tokens"] += r.judge_completion_tokens
+            if r.judge_prompt_tokens or r.judge_completion_tokens:
+                # records keep one usage for the whole jury: each judge saw the same prompt, so share it equally
+                judges = r.judges or ("",)
+                for j in judges:
+                    t = judge_tokens[j]
+                    t[0] += r.judge_prompt_tokens / len(judges)
+                    t[1] += r.judge_completion_tokens / len(judges)
             latency += r.latency_s
             if len(batch) >= self.options.batch_size:
                 self.store.insert_many("instances", columns, batch)
@@ -228,16 +239,36 @@ def _write_models(store: Store, options: SummarizeOptions, ingested: _Ingest) ->
         out.append((options.release, model, dep, int(ingested.redacted[(model, dep)]),
                     ",".join(sorted(ingested.suites[(model, dep)])), int(t["n_instances"]), int(t["prompt_tokens"]),
                     int(t["completion_tokens"]), int(t["judge_prompt_tokens"]), int(t["judge_completion_tokens"]),
-                    t["inference_s"], t["gpu_s"], cost.usd, cost.basis))
+                    t["inference_s"], t["gpu_s"], cost.usd, cost.basis,
+                    jury_cost(options.prices, ingested.judge_tokens.get((model, dep), {}))))
     store.insert_many("models", ("release", "model", "deployment", "redacted", "suites", "n_instances",
                                  "prompt_tokens", "completion_tokens", "judge_prompt_tokens",
-                                 "judge_completion_tokens", "inference_s", "gpu_s", "cost_usd", "cost_basis"), out)
+                                 "judge_completion_tokens", "inference_s", "gpu_s", "cost_usd", "cost_basis",
+                                 "jury_cost_usd"), out)
+
+
+def jury_cost(prices: PriceTable, judge_tokens: dict[str, list[float]]) -> float | None:
+    """USD the judges spent scoring one model, each judge priced by its deployment's token price; None when a
+    judge that spent tokens has no token price (unknown, never 0; a GPU-hour judge's time is not attributable
+    to one candidate). 0.0 when no judge spent any token."""
+    total = 0.0
+    for judge, (prompt, completion) in judge_tokens.items():
+        cost = prices.cost(judge, judge, Usage(round(prompt), round(completion), 0.0))
+        if cost.basis != "api tokens" or cost.usd is None:
+            return None
+        total += cost.usd
+    return total
+
+
+def total_cost(candidate_usd: float | None, jury_usd: float | None) -> float | None:
+    """Candidate plus jury cost; None without a candidate price (an unpriced jury adds nothing)."""
+    return None if candidate_usd is None else candidate_usd + (jury_usd or 0.0)
 
 
 def _write_leaderboard(store: Store, release: str) -> None:
     table = load_cells(store, release)
-    costs = {(m, d): c for m, d, c in store.query("SELECT model, deployment, cost_usd FROM models WHERE release = ?",
-                                                  (release,))}
+    costs = {(m, d): total_cost(c, j) for m, d, c, j in store.query(
+        "SELECT model, deployment, cost_usd, jury_cost_usd FROM models WHERE release = ?", (release,))}
     store.insert_many("leaderboard", ("release", "model", "deployment", "win_rate", "win_rate_low", "win_rate_high",
                                       "rank", "rank_low", "rank_high", "mean_score", "n_benchmarks", "cost_per_point"),
                       [(release, r.model, r.deployment, r.win_rate, r.win_rate_low, r.win_rate_high, r.rank,

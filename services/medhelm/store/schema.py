@@ -47,7 +47,7 @@ TABLES: dict[str, str] = {
         release TEXT NOT NULL, model TEXT NOT NULL, deployment TEXT NOT NULL, redacted INTEGER NOT NULL,
         suites TEXT, n_instances BIGINT, prompt_tokens BIGINT, completion_tokens BIGINT,
         judge_prompt_tokens BIGINT, judge_completion_tokens BIGINT, inference_s DOUBLE PRECISION,
-        gpu_s DOUBLE PRECISION, cost_usd DOUBLE PRECISION, cost_basis TEXT,
+        gpu_s DOUBLE PRECISION, cost_usd DOUBLE PRECISION, cost_basis TEXT, jury_cost_usd DOUBLE PRECISION,
         PRIMARY KEY (release, model, deployment)""",
     "leaderboard": """
         release TEXT NOT NULL, model TEXT NOT NULL, deployment TEXT NOT NULL,
@@ -61,6 +61,10 @@ TABLES: dict[str, str] = {
         n_benchmarks BIGINT,
         PRIMARY KEY (release, level, grp, model, deployment)""",
 }
+
+# Columns added after a table first shipped: (table, column, type), added to an existing store on its next
+# summarize (readers of an older store see the column missing and show "no value").
+ADDED_COLUMNS = (("models", "jury_cost_usd", "DOUBLE PRECISION"),)
 
 INDEXES = (
     "CREATE INDEX IF NOT EXISTS runs_by_benchmark ON runs (release, benchmark)",

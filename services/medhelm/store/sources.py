@@ -37,6 +37,7 @@ class InstanceRow(NamedTuple):
     latency_s: float
     judge_prompt_tokens: int
     judge_completion_tokens: int
+    judges: tuple[str, ...] = ()  # deployments of the judges whose tokens these are (priced apart as jury cost)
 
 
 @dataclass(frozen=True)
@@ -114,29 +115,42 @@ def read_medhelm_run(path: Path, suite: str) -> RunSource:
     return RunSource(suite=suite, run_name=path.name, benchmark=spec.benchmark, model=spec.model,
                      deployment=spec.deployment, main_stat=main, status=status, stats=stats,
                      spec_json=json.dumps(spec_json, ensure_ascii=False), source="medhelm",
-                     rows=lambda with_text: _medhelm_rows(path / RECORDS, main, with_text))
+                     rows=lambda with_text: _medhelm_rows(path / RECORDS, main, with_text, _done(status)))
 
 
-def _medhelm_rows(path: Path, main: str, with_text: bool) -> Iterator[InstanceRow]:
+def _done(status: Mapping[str, Any]) -> int | None:
+    done = status.get("instances_done")
+    return done if isinstance(done, int) and not isinstance(done, bool) and done >= 0 else None
+
+
+def _medhelm_rows(path: Path, main: str, with_text: bool, limit: int | None = None) -> Iterator[InstanceRow]:
     # The raw line is stored as is (no re-encoding): summarize's cost is one json.loads per instance.
     # This loop runs once per instance of a release (370k in the bench): keep it flat.
+    # A `medhelm run` may resume this run while summarize reads it (after summarize read run.json): its new
+    # records are appended after the finalized ones, the last maybe torn. Only the first ``limit`` lines
+    # (run.json's instances_done) are the finished run, and a line without its newline is never a record.
     if not path.exists():
         raise ConfigError("missing (the run has no records)", path=path)
     files.check_regular(path, what="records file (JSON lines)")
     with open(path, encoding="utf-8") as f:
         lineno = 0
         try:
-            for lineno, row in _parse_rows(f, main, with_text, path):  # noqa: B007 - lineno: the error's line
+            for lineno, row in _parse_rows(f, main, with_text, path, limit):  # noqa: B007 - the error's line
                 yield row
         except UnicodeDecodeError:
             raise ConfigError("not UTF-8 text", path=path, line=lineno + 1) from None
 
 
-def _parse_rows(f: Any, main: str, with_text: bool, path: Path) -> Iterator[tuple[int, InstanceRow]]:
+def _parse_rows(f: Any, main: str, with_text: bool, path: Path, limit: int | None = None
+                ) -> Iterator[tuple[int, InstanceRow]]:
     loads, dumps = json.loads, json.dumps
+    left = -1 if limit is None else limit
     for lineno, line in enumerate(f, 1):
         if line.isspace():
             continue
+        if not left or not line.endswith("\n"):
+            return  # past the finished run, or a torn line being written right now
+        left -= 1
         try:
             d = loads(line)
             stats = d["stats"] or {}
@@ -147,7 +161,8 @@ def _parse_rows(f: Any, main: str, with_text: bool, path: Path) -> Iterator[tupl
                 None if with_text else dumps(stats), line.rstrip("\n") if with_text else None,
                 usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0,
                 usage.get("latency_s") or 0.0, judge.get("prompt_tokens") or 0,
-                judge.get("completion_tokens") or 0)
+                judge.get("completion_tokens") or 0,
+                tuple({str(j.get("judge", "")): 0 for j in d.get("judgements") or ()}) if judge else ())
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             raise ConfigError(f"bad instance record ({type(e).__name__})", path=path, line=lineno) from None
         yield lineno, row

@@ -1,0 +1,153 @@
+"""Issue 11's scale rows, measured (not optimised): `medhelm run` beside the bare-client floor, and its RSS.
+
+For each case (instances, mock latency, requests in flight) the same mock OpenAI server (own process) gets
+1. the **bare client**: a plain aiohttp loop posting the same chat-completion bodies at the same concurrency
+   (no cache, no records, no scoring): the floor any client on this machine pays;
+2. **`medhelm run`** in a fresh process with an empty request cache (the same workload as bench_core):
+   wall time, CPU time and peak RSS (`os.wait4` rusage of exactly that child).
+Writes section `scale` of docs/benchmarks.md with the ratio to the floor and the issue's targets.
+
+    python bench/bench_scale.py [--cases 1000:50:16,10000:50:64,10000:0:64,100000:0:256] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_core import start_mock, timed_child, write_benchmark  # noqa: E402
+from doc_sections import write_section  # noqa: E402
+
+# the issue's targets per case: (wall s or None, ratio to the bare client or None, peak RSS MB or None)
+TARGETS = {(1000, 50.0, 16): (1000 * 0.05 / 16 * 1.1 + 0.5, None, None),
+           (10000, 50.0, 64): (None, 1 / 0.95, None),
+           (10000, 0.0, 64): (1.6, None, None),
+           (100000, 0.0, 256): (20.0, None, 200.0)}
+
+
+def bare_client(base_url: str, n: int, in_flight: int) -> float:
+    """Seconds for n chat completions through one aiohttp session, ``in_flight`` at a time."""
+    import aiohttp
+
+    async def go() -> float:
+        sem = asyncio.Semaphore(in_flight)
+        url = base_url.rstrip("/") + "/chat/completions"
+        connector = aiohttp.TCPConnector(limit=in_flight)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async def one(i: int) -> None:
+                body = {"model": "mock/bench-model", "max_tokens": 4, "temperature": 0.0,
+                        "messages": [{"role": "user", "content": f"Synthetic note {i}: answer Yes or No."}]}
+                async with sem, session.post(url, json=body) as resp:
+                    await resp.json()
+
+            await one(-1)  # connect once before the clock starts
+            started = time.perf_counter()
+            await asyncio.gather(*(one(i) for i in range(n)))
+            return time.perf_counter() - started
+
+    return asyncio.run(go())
+
+
+def medhelm_run(work: Path, base_url: str, cfg: Path, n: int, in_flight: int, tag: str) -> dict:
+    env_dir = work / f"env-{tag}"
+    env_dir.mkdir()
+    (env_dir / "model_deployments.yaml").write_text(
+        "model_deployments:\n  - name: mock/bench\n    model_name: mock/bench-model\n    kind: openai\n"
+        f"    base_url: {base_url}\n    max_sequence_length: 4096\n")
+    entry = f"medhelm_configurable_benchmark:model=mock/bench,config_path={cfg}"
+    cmd = [sys.executable, "-m", "medhelm", "run", "--run-entries", entry, "--suite", tag,
+           "--max-eval-instances", str(n), "--output-path", str(work / "out"), "--local-path", str(env_dir),
+           "--max-concurrency", str(in_flight), "-q"]
+    wall, cpu, rss_kib, result = timed_child(cmd)
+    if result.returncode != 0:
+        raise SystemExit(f"run {tag} failed ({result.returncode}): {result.stderr[-2000:]}")
+    [run_json] = (work / "out" / "runs" / tag).glob("*/run.json")
+    status = json.loads(run_json.read_text())
+    shutil.rmtree(run_json.parent, ignore_errors=True)  # 100k records are ~100 MB: free them at once
+    return {"wall_s": wall, "cpu_s": cpu, "rss_mb": rss_kib / 1024, "done": status["instances_done"]}
+
+
+def measure(cases: list[tuple[int, float, int]]) -> list[dict]:
+    work = Path(tempfile.mkdtemp(prefix="bench_scale_"))
+    rows = []
+    try:
+        for n, latency, in_flight in cases:
+            cfg = write_benchmark(work / f"bench{n}", n)  # the dataset holds exactly n rows (as in bench_core)
+            server, base_url = start_mock(latency)
+            try:
+                floor = bare_client(base_url, n, in_flight)
+                run = medhelm_run(work, base_url, cfg, n, in_flight, f"c{n}-{int(latency)}-{in_flight}")
+            finally:
+                server.terminate()
+                server.wait(10)
+            rows.append({"n": n, "latency_ms": latency, "in_flight": in_flight, "bare_s": floor, **run,
+                         "ideal_s": n * latency / 1000 / in_flight})
+            print(json.dumps(rows[-1]), file=sys.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def render(rows: list[dict], load: tuple[float, float]) -> str:
+    lines = [f"Measured by `bench/bench_scale.py` on {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC "
+             f"({os.cpu_count()} cores, Python {platform.python_version()}, load average {load[0]:.1f} before / "
+             f"{load[1]:.1f} after; other work shared the machine). Mock OpenAI server in its own process; "
+             "`medhelm run` is a fresh process with an empty request cache (its wall time includes start-up); the bare client is one aiohttp "
+             "session posting the same bodies at the same concurrency. Measurement only: the targets are "
+             "issue 11's, and a row that misses one says so.", "",
+             "| instances | latency | in flight | bare client | medhelm run | vs bare | CPU / inst. | peak RSS "
+             "| target | met |", "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        wall_t, ratio_t, rss_t = TARGETS.get((r["n"], r["latency_ms"], r["in_flight"]), (None, None, None))
+        ratio = r["wall_s"] / r["bare_s"] if r["bare_s"] else float("inf")
+        checks, met = [], []
+        if wall_t is not None:
+            checks.append(f"≤ {wall_t:.2f} s")
+            met.append(r["wall_s"] <= wall_t)
+        if ratio_t is not None:
+            checks.append(f"≤ {ratio_t:.3f} × bare")
+            met.append(ratio <= ratio_t)
+        if rss_t is not None:
+            checks.append(f"≤ {rss_t:.0f} MB")
+            met.append(r["rss_mb"] <= rss_t)
+        lines.append(f"| {r['n']:,} | {r['latency_ms']:.0f} ms | {r['in_flight']} | {r['bare_s']:.2f} s "
+                     f"| {r['wall_s']:.2f} s | {ratio:.2f} × | {1000 * r['cpu_s'] / r['n']:.2f} ms "
+                     f"| {r['rss_mb']:.0f} MB | {', '.join(checks) or '-'} "
+                     f"| {('yes' if all(met) else '**no**') if met else '-'} |")
+    rss = {r["n"]: r["rss_mb"] for r in rows}
+    if len(rss) > 1:
+        sizes = ", ".join(f"{n:,} → {mb:.0f} MB" for n, mb in sorted(rss.items()))
+        lines += ["", "Peak RSS by suite size: " + sizes
+                  + " (issue 11 wants it flat; it is not yet: instances are loaded and queued up front and "
+                  "records are read back to aggregate)."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cases", default="1000:50:16,10000:50:64,10000:0:64,100000:0:256",
+                        help="instances:latency_ms:in_flight, comma-separated")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    args = parser.parse_args()
+    cases = [(int(n), float(ms), int(k)) for n, ms, k in (c.split(":") for c in args.cases.split(","))]
+    before = os.getloadavg()[0]
+    rows = measure(cases)
+    body = render(rows, (before, os.getloadavg()[0]))
+    print(body)
+    if not args.no_write:
+        write_section("scale", "Scale: medhelm run vs the bare-client floor, and its memory", body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
