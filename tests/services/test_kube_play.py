@@ -210,6 +210,7 @@ def test_chart_workloads_come_up_and_a_job_shard_writes_records(mode, image, clu
         spec = template["spec"]
         spec["hostAliases"] = aliases
         spec["containers"][0]["env"].append({"name": "JOB_COMPLETION_INDEX", "value": str(index)})
+        spec["containers"][0].pop("ports", None)  # the metrics port: podman would publish it on the host (above)
         name = f"{job['metadata']['name']}-{index}"
         shard_pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": {
             "name": name, "labels": {**template["metadata"]["labels"],
