@@ -66,7 +66,7 @@ def test_job_through_scenarios_jury_and_metrics_services_with_a_vllm_judge(vllm,
     try:
         for name in ("scenarios", "jury", "metrics"):
             services[name] = Service(name, "--local-path", str(local), "--output-path", str(out), "--offline",
-                                     env=env)
+                                     "--benchmark-root", str(cfg.parent), env=env)  # services own their paths
         entry = f"medhelm_configurable_benchmark:model=huggingface/smollm2-135m-instruct,config_path={cfg}"
         job = subprocess.run(
             [sys.executable, "-m", "medhelm", "job", "-r", entry, "--suite", "s", "-o", str(out), "--local-path",
