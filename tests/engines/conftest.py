@@ -18,16 +18,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.catalogue.conftest import mirror  # noqa: F401 - the data mirror of ../shared/data (one place)
 
 ENGINES = REPO_ROOT / "scripts" / "engines.sh"
 SERVED = "smollm2-135m"
 MAX_MODEL_LEN = 1024
-MIRROR_LINKS = {
-    "pubmed_qa/ori_pqal.json": "pubmedqa/ori_pqal_sample.json",
-    "aci_bench/clinicalnlp_taskB_test1_full.json": "aci_bench/clinicalnlp_taskB_test1_full.json",
-}
-
-
 def pytest_collection_modifyitems(items):
     # engines tests last: on a full run scripts/test.sh builds the engines in the background meanwhile
     items.sort(key=lambda item: "engines" in item.keywords)
@@ -106,15 +101,6 @@ def kserve(engines_built) -> Engine:
     yield engine
     if not reuse:
         engine.stop()
-
-
-@pytest.fixture(scope="session")
-def mirror(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("mirror")
-    for link, target in MIRROR_LINKS.items():
-        (root / link).parent.mkdir(parents=True, exist_ok=True)
-        (root / link).symlink_to(shared_data / target)
-    return root
 
 
 def write_deployments(local: Path, entries: list[dict]) -> None:
