@@ -100,6 +100,19 @@ def test_describe_states_the_published_count_and_what_is_left_out(capsys):
     assert "valid" in json.loads(capsys.readouterr().out)["left_out"]
 
 
+def test_every_public_benchmark_states_its_count_or_why_not(capsys):
+    from medhelm.benchmarks.catalogue import all_entries
+    from medhelm.benchmarks.entry import Access
+    public = [e for e in all_entries() if e.access is Access.PUBLIC]
+    assert len(public) >= 15
+    unknown = sorted(e.name for e in public if not e.counts)
+    assert all(e.count_note for e in public if not e.counts), unknown
+    assert unknown == ["ehr_sql", "head_qa", "mtsamples_procedures", "race_based_med"]
+    assert main(["describe", "ehr_sql"]) == 0
+    out = capsys.readouterr().out
+    assert "not known here: the number of eICU questions" in out and "not stated" not in out
+
+
 def test_validate_compares_loaded_and_published_counts(mirror, tmp_path):
     env = tmp_path / "prod_env"
     proc = subprocess.run([sys.executable, "-m", "medhelm", "validate", "--offline", "--data-dir", str(mirror),

@@ -132,6 +132,8 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
               Arg("category", "one exam category, as upstream's head_qa:category= (None = all, the default)",
                   choices=("None",) + exams.HEAD_QA_CATEGORIES)),
         left_out="the train and validation splits (zero-shot) and questions that need an image, as upstream",
+        count_note="the parquet conversion is not pinned upstream (MedHELM loads dvilares/head_qa without a "
+                   "revision), and how many test questions need an image was not recorded offline",
     ),
     CatalogueEntry(
         name="medbullets", display_name="Medbullets",
@@ -215,6 +217,8 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                            "?recursive=1", "tree.json"),),
         options={"directory": "mtsample_procedure",
                  "raw_base": f"{GH}/raulista1997/benchmarkdata/{BENCHDATA_REV}/mtsample_procedure"},
+        count_note="the file listing is read from the pinned git tree at run time; the number of .txt files "
+                   "in it was not recorded offline",
     ),
     CatalogueEntry(
         name="medication_qa", display_name="MedicationQA",
@@ -295,6 +299,8 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                 RemoteFile(f"https://github.com/raulista1997/benchmarkdata/raw/{BENCHDATA_REV}/eicu.sqlite",
                            "eicu.sqlite")),
         left_out="the valid split: upstream mapped eICU valid and test both to test; here test only",
+        count_note="the number of eICU questions in test.json at the pinned revision was not recorded "
+                   "offline (later EHRSQL releases changed the files)",
     ),
     CatalogueEntry(
         name="race_based_med", display_name="RaceBias",
@@ -311,6 +317,8 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                            "Respond with only 'A' for yes or 'B' for no."),
         remote=(RemoteFile("https://static-content.springer.com/esm/art%3A10.1038%2Fs41746-023-00939-z/"
                            "MediaObjects/41746_2023_939_MOESM1_ESM.docx", "41746_2023_939_MOESM1_ESM.docx"),),
+        count_note="the number of question-answer pairs depends on how the supplement's tables parse; not "
+                   "recorded offline",
     ),
     CatalogueEntry(
         name="medhallu", display_name="MedHallu",

@@ -66,6 +66,9 @@ class CatalogueEntry:
     # value; absent = not known for this source (gated/private data vary by release)
     counts: FrozenMap = field(default_factory=FrozenMap)
     left_out: str = ""  # a split or part of the source dropped on purpose, and why (``medhelm describe``)
+    # public sources whose full count is not recorded here: why (``describe`` says it; ``validate`` says what it
+    # loaded instead of comparing). Every public entry has ``counts`` or this (tests/catalogue checks).
+    count_note: str = ""
 
     def __post_init__(self) -> None:
         for name in ("options", "counts"):

@@ -93,7 +93,8 @@ def main_describe(args: argparse.Namespace) -> int:
         print(json.dumps({**spec.to_json(), "args": [a.__dict__ for a in entry.args],
                           "data": availability(entry, ctx), "mirror_files": _mirror_files(entry),
                           "expected": entry.expected, "access_note": entry.access_note,
-                          "expected_instances": entry.counts.to_json(), "left_out": entry.left_out},
+                          "expected_instances": entry.counts.to_json(), "left_out": entry.left_out,
+                          "count_note": entry.count_note},
                          indent=2, default=list))
         return 0
     wrap = lambda s: textwrap.fill(s, 100, initial_indent="  ", subsequent_indent="  ")  # noqa: E731
@@ -125,8 +126,9 @@ def main_describe(args: argparse.Namespace) -> int:
 def _counts(entry: CatalogueEntry) -> str:
     """The instance count of the full published data (what `medhelm validate` compares with)."""
     if not entry.counts:
-        return "not stated (depends on your release of the data)" if entry.access is not Access.PUBLIC \
-            else "not stated"
+        if entry.access is not Access.PUBLIC:
+            return "not stated (depends on your release of the data; `medhelm validate` prints what it loaded)"
+        return f"not known here: {entry.count_note}; `medhelm validate` prints what it loaded"
     default = entry.counts.get("")
     per_arg = [f"{k}: {v:,}" for k, v in entry.counts.items() if k]
     parts = ([f"{default:,}"] if default is not None else []) + per_arg

@@ -195,6 +195,9 @@ def main_validate(args: argparse.Namespace) -> int:
                 print(f"    note: loaded {len(loaded):,} instances; the full published data gives {expected:,} "
                       f"(a partial mirror, another release of the file, or rows skipped as not part of the "
                       f"benchmark)")
+        else:
+            print(f"    loaded {len(loaded):,} instances (no published count to compare with: "
+                  f"`medhelm describe {spec.benchmark.name}` says why)")
     print(f"{len(plans)} run(s) valid")
     return 0
 
