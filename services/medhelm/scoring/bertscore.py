@@ -27,7 +27,7 @@ from typing import Any
 from medhelm.errors import ConfigError
 from medhelm.scoring.base import MetricResult, ScoringContext, ScoringItem
 from medhelm.scoring.family import family_factories
-from medhelm.scoring.registry import ResolveContext
+from medhelm.scoring.factory import ResolveContext
 from medhelm.specs import MetricSpec
 
 STATS = ("BERTScore-P", "BERTScore-R", "BERTScore-F")

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from medhelm.errors import ConfigError
 from medhelm.scoring.base import Metric, ScoringContext
-from medhelm.scoring.registry import MetricFactory, ResolveContext
+from medhelm.scoring.factory import MetricFactory, ResolveContext
 from medhelm.specs import MetricSpec
 
 

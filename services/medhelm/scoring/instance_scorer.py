@@ -11,7 +11,7 @@ from typing import Any
 
 from medhelm.errors import ConfigError
 from medhelm.scoring.base import MetricResult, ScoringContext, ScoringItem
-from medhelm.scoring.registry import MetricFactory
+from medhelm.scoring.factory import MetricFactory
 from medhelm.specs import Instance, MetricSpec
 
 ScoreFn = Callable[[Instance, str], Mapping[str, float | None]]

@@ -1,4 +1,5 @@
-"""Metric registry: name -> factory. Each metric module exposes ``FACTORIES``; this merges them.
+"""Metric registry: name -> factory. Each metric module exposes ``FACTORIES``; this merges them (the
+factory types live in ``factory.py``, below both, so the scorer modules never import this one).
 
 A factory validates its ``MetricSpec`` at plan time (before anything is written) and builds the
 metric at run time. Several names may share a *family* (e.g. rouge_1/rouge_2/rouge_l are computed
@@ -7,38 +8,15 @@ together): ``build_all`` builds each family once per distinct argument set.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
 
 from medhelm.errors import ConfigError
 from medhelm.scoring.base import Metric, ScoringContext
-from medhelm.specs import FrozenMap, MetricSpec
+from medhelm.scoring.factory import MetricFactory, ResolveContext
+from medhelm.specs import MetricSpec
 
-if TYPE_CHECKING:  # pragma: no cover
-    from medhelm.deployments import DeploymentRegistry
-
-
-@dataclass(frozen=True)
-class MetricFactory:
-    build: Callable[[MetricSpec, ScoringContext], Metric]
-    stat_names: Callable[[MetricSpec], tuple[str, ...]]  # what the metric will emit (first = main)
-    validate: Callable[[MetricSpec], None] = lambda spec: None  # raise ConfigError on bad args
-    family: str = ""  # names with the same family and args are built once
-    description: str = ""
-    # plan time: fill in arguments that depend on the run (e.g. the jury's judges from
-    # jury_config_path= or the default jury); must be pure and deterministic.
-    resolve: Callable[[MetricSpec, ResolveContext], MetricSpec] = lambda spec, ctx: spec
-
-
-@dataclass(frozen=True)
-class ResolveContext:
-    benchmark_args: FrozenMap  # the run entry's benchmark args (jury_config_path=, ...)
-    base_dir: Path  # folder relative paths are resolved against
-    deployments: DeploymentRegistry
-    evaluated_deployment: str  # the candidate model's deployment (self-preference guard)
-    warn: Callable[[str], None] = lambda msg: None
+__all__ = ["MetricFactory", "ResolveContext", "build_all", "factories", "lookup", "resolve_all", "stat_names",
+           "validate"]
 
 
 def factories() -> dict[str, MetricFactory]:

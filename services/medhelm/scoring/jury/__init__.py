@@ -11,7 +11,7 @@ from __future__ import annotations
 from medhelm.scoring.base import ScoringContext
 from medhelm.scoring.jury import config, rubrics
 from medhelm.scoring.jury.metric import STATS, JudgeCall, JuryMetric
-from medhelm.scoring.registry import MetricFactory, ResolveContext
+from medhelm.scoring.factory import MetricFactory, ResolveContext
 from medhelm.specs import MetricSpec
 
 
