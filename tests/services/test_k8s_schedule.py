@@ -123,7 +123,8 @@ def test_chart_schedule_and_cli_schedule_are_the_same_cronjob(values_file, repo_
     docs = _template(helm_bin, repo_root, values_file, *sets)
     _validate(kubernetes_validate, docs, tmp_path / "chart.yaml")
     chart_cron = next(d for d in docs if d["kind"] == "CronJob" and d["metadata"]["name"] == "rel-medhelm-cron-nightly")
-    chart_conf = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "rel-medhelm-cron-nightly-conf")
+    chart_conf = next(d for d in docs if d["kind"] == "ConfigMap"
+                      and d["metadata"]["name"] == "rel-medhelm-cron-nightly-conf")
     assert chart_conf["data"] == {"nightly.conf": CONF}
 
     release_yaml = tmp_path / "release.yaml"

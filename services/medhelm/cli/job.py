@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from medhelm.cli import int_in
 from medhelm.cli import run as run_cli
 from medhelm.errors import ConfigError, MedhelmError
+from medhelm.files import plain_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from medhelm.pipeline import RunDir
@@ -89,6 +90,11 @@ def main_job(args: argparse.Namespace) -> int:
     if args.suite_date:
         args.suite = scheduled_suite(args.suite, os.environ.get("MEDHELM_JOB_NAME"), tz=args.timezone,
                                      date_format=args.date_format)
+    if args.summarize_when_complete and (Path(args.output_path) / "runs" / plain_name(args.suite, what="--suite")
+                                         / SUMMARIZED).is_file():
+        # a late retry or a duplicate pod of a summarized run: leave the finished suite as it is
+        print(f"suite {args.suite}: already summarized; nothing to do")
+        return 0
     options, plans = run_cli.plan_from_args(args)
     if args.dry_run:
         run_cli.print_dry_run(plans)
@@ -202,6 +208,9 @@ def finalize_when_complete(suite: str, output_path: Path, local_path: Path | Non
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(json.dumps({"holder": socket.gethostname(), "since": time.time()}) + "\n")
     try:
+        if (suite_dir / SUMMARIZED).is_file():  # a shard that held the lock just before us finished it
+            print(f"suite {suite}: already summarized")
+            return 0
         code = main_collect(argparse.Namespace(suite=suite, output_path=Path(output_path), summarize=True,
                                                local_path=local_path))
         if code == 0:
