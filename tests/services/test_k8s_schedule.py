@@ -170,6 +170,14 @@ def test_chart_schedule_and_cli_schedule_are_the_same_cronjob(values_file, repo_
     del ours["template"]["metadata"]["labels"]["medhelm.io/schedule"]
     assert ours == submitted["spec"]
     assert chart_cron["spec"]["jobTemplate"]["metadata"]["labels"]["medhelm.io/schedule"] == "nightly"
+    # the shards carry the Job's pod labels: the same NetworkPolicy rules and PodMonitor select them
+    policies = [d for d in docs if d["kind"] in ("NetworkPolicy", "PodMonitor")]
+    job_labels = {k: v for k, v in job_spec["template"]["metadata"]["labels"].items() if k != "medhelm.io/schedule"}
+    assert job_labels == submitted["spec"]["template"]["metadata"]["labels"]
+    for pol in policies:
+        sel = (pol["spec"].get("podSelector") or pol["spec"].get("selector") or {}).get("matchLabels", {})
+        labels = job_spec["template"]["metadata"]["labels"]
+        assert all(labels.get(k) == v for k, v in sel.items()) == all(job_labels.get(k) == v for k, v in sel.items())
 
 
 def test_chart_schedule_values_are_checked(repo_root, helm_bin):
