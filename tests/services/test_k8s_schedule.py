@@ -306,3 +306,18 @@ def test_schedule_errors_are_one_line(args, expect, repo_root, tmp_path, helm_bi
                     "--dry-run", "--kubectl", "/nonexistent/kubectl")
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and expect in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_finalize_leaves_a_suite_with_a_run_being_prepared(tmp_path, capsys):
+    """A shard that finishes while another shard is still creating a run (run_spec.json written, its
+    selection not yet) does not summarize and does not fail: that run is owed."""
+    from medhelm.cli.job import finalize_when_complete, owed_shards
+
+    run = tmp_path / "runs" / "s" / "r"
+    run.mkdir(parents=True)
+    (run / "run_spec.json").write_text("{}")
+    assert owed_shards(tmp_path / "runs" / "s") == {"r": [-1]}
+    assert owed_shards(tmp_path / "runs" / "nothing") is None
+    assert finalize_when_complete("s", tmp_path) == 0
+    assert "still owe instances" in capsys.readouterr().out
+    assert not (tmp_path / "runs" / "s" / ".finalize.lock").exists() and not (tmp_path / "results.sqlite").exists()

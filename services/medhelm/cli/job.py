@@ -168,8 +168,13 @@ def owed_shards(suite_dir: Path) -> dict[str, list[int]] | None:
         counts = {int(f.stem.rsplit("-of-", 1)[1]) for f in (path / "shards").glob("shard-*-of-*.jsonl")} \
             if (path / "shards").is_dir() else set()
         count = max(counts) if counts else 1
+        try:
+            selection = run.selection()
+        except MedhelmError:  # another shard is preparing this run right now: it is not done
+            owed[path.name] = [-1]
+            continue
         done = {iid for iid, rec in run.latest_records().items() if rec.error is None}
-        missing = sorted({pos % count for pos, iid in enumerate(run.selection()) if iid not in done})
+        missing = sorted({pos % count for pos, iid in enumerate(selection) if iid not in done})
         if missing:
             owed[path.name] = missing
     return owed
@@ -188,7 +193,7 @@ def finalize_when_complete(suite: str, output_path: Path, local_path: Path | Non
         return 0
     owed = owed_shards(suite_dir)
     if owed is None or owed:
-        waiting = sorted({i for idx in (owed or {}).values() for i in idx})
+        waiting = sorted({i for idx in (owed or {}).values() for i in idx if i >= 0})
         print(f"suite {suite}: shard(s) {', '.join(map(str, waiting)) or '?'} still owe instances; "
               f"the last shard to finish summarizes")
         return 0
