@@ -169,7 +169,9 @@ model_deployments:
 {{- end -}}
 
 
-{{/* The evaluation Job's manifest (templates/job.yaml and the job-template ConfigMap). */}}
+{{/* The evaluation Job's manifest (templates/job.yaml, the job-template ConfigMap, and each schedule's
+     CronJob in templates/cronjobs.yaml, which passes .medhelmSchedule: extra args after the path args, the
+     Job's name from the downward API, the store env for the last shard's summarize, a run-entries .conf). */}}
 {{- define "medhelm.jobManifest" -}}
 {{- $full := include "medhelm.fullname" . -}}
 apiVersion: batch/v1
@@ -183,6 +185,9 @@ metadata:
     {{- include "medhelm.labels" . | nindent 4 }}
     app.kubernetes.io/component: job
     medhelm.io/suite: {{ .Values.job.suite }}
+    {{- with .medhelmSchedule }}
+    medhelm.io/schedule: {{ .name }}
+    {{- end }}
 spec:
   completionMode: Indexed
   completions: {{ .Values.job.completions }}
@@ -197,6 +202,9 @@ spec:
         {{- include "medhelm.labels" . | nindent 8 }}
         app.kubernetes.io/component: job
         medhelm.io/suite: {{ .Values.job.suite }}
+        {{- with .medhelmSchedule }}
+        medhelm.io/schedule: {{ .name }}
+        {{- end }}
     spec:
       restartPolicy: Never
       {{- include "medhelm.podSpecCommon" . | nindent 6 }}
@@ -210,6 +218,11 @@ spec:
             - --max-concurrency={{ .Values.job.maxConcurrency }}
             - --quiet
             {{- include "medhelm.pathArgs" . | nindent 12 }}
+            {{- with .medhelmSchedule }}
+            {{- range .args }}
+            - {{ . | quote }}
+            {{- end }}
+            {{- end }}
             {{- with .Values.job.runEntries }}
             - --run-entries
             {{- range . }}
@@ -241,6 +254,13 @@ spec:
               value: /etc/medhelm/tls/tls.key
             {{- end }}
             {{- end }}
+            {{- if .medhelmSchedule }}
+            - name: MEDHELM_JOB_NAME  # <cronjob>-<scheduled minute>: the suite's date (medhelm/schedules.py)
+              valueFrom:
+                fieldRef:
+                  fieldPath: metadata.labels['batch.kubernetes.io/job-name']
+            {{- include "medhelm.storeEnv" . | nindent 12 }}
+            {{- end }}
           {{- include "medhelm.jobMetricsPorts" . | nindent 10 }}
           securityContext:
             {{- toYaml .Values.containerSecurityContext | nindent 12 }}
@@ -250,10 +270,20 @@ spec:
             {{- include "medhelm.volumeMounts" . | nindent 12 }}
             {{- include "medhelm.tlsMount" (dict "root" .) | nindent 12 }}
             {{- include "medhelm.serviceAuthMounts" . | nindent 12 }}
+            {{- with .medhelmSchedule }}{{ if .confMap }}
+            - name: conf
+              mountPath: /etc/medhelm/conf
+              readOnly: true
+            {{- end }}{{ end }}
       volumes:
         {{- include "medhelm.volumes" . | nindent 8 }}
         {{- include "medhelm.tlsVolume" (dict "root" . "side" "client") | nindent 8 }}
         {{- include "medhelm.jobAuthVolumes" . | nindent 8 }}
+        {{- with .medhelmSchedule }}{{ if .confMap }}
+        - name: conf
+          configMap:
+            name: {{ .confMap }}
+        {{- end }}{{ end }}
 {{- end -}}
 
 {{/* One request-cache file per writer on the shared (network) volume, with a rollback journal: SQLite's

@@ -5,6 +5,17 @@ the same pipeline, the same records — written to ``shards/`` of each run direc
 volume. Scenarios, jury and metrics may come from the gRPC services (``--*-service``) or be computed
 in-process; the records are identical either way. ``medhelm collect`` merges the shards (and with
 ``--summarize`` then aggregates the suite into the results store the dashboard reads).
+
+A scheduled run (a CronJob's Indexed Job, docs/kubernetes.md "Schedules") adds ``--suite-date``: the suite
+is ``<--suite>-<the CronJob's scheduled date>`` (medhelm/schedules.py), the same for every shard and retry;
+and ``--summarize-when-complete``: after its own shard succeeded, each shard checks whether every shard's
+instances are recorded on the shared volume; the one that finds the suite complete (records are written and
+closed before the check, so at least the last shard to finish sees all of them) takes an exclusive lock file
+(``O_CREAT|O_EXCL``, atomic on NFSv3+/CephFS/local disks) and runs ``collect --summarize`` into the release
+of the suite's name. No shard waits for another (no deadlock with parallelism < completions) and no pod
+needs the Kubernetes API. A shard that finds the suite incomplete exits 0; a failed summarize releases the
+lock and fails the pod (its retry finalizes again); a lock left by a killed pod is broken after
+``--finalize-stale-minutes``; ``.summarized`` records the release so a late retry does not redo it.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ from typing import TYPE_CHECKING
 from medhelm.cli import int_in
 from medhelm.cli import run as run_cli
 from medhelm.errors import ConfigError, MedhelmError
+from medhelm.files import plain_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from medhelm.pipeline import RunDir
@@ -48,6 +60,18 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     svc.add_argument("--service-token-file", type=Path, default=_env_path("MEDHELM_SERVICE_TOKEN_FILE"),
                      help="file holding this caller's bearer token for the services' caller authorization "
                           "(env MEDHELM_SERVICE_TOKEN_FILE; mount it from a Kubernetes Secret)")
+    sched = p.add_argument_group("scheduled runs (a CronJob's Job: docs/kubernetes.md)")
+    sched.add_argument("--suite-date", action="store_true",
+                       help="append the scheduled date to --suite: <suite>-<date> from the CronJob's scheduled "
+                            "time in the Job's name (env MEDHELM_JOB_NAME, from the downward API)")
+    sched.add_argument("--date-format", default=None,
+                       help="strftime format of that date (default: %%Y-%%m-%%d)")
+    sched.add_argument("--timezone", default=None, help="IANA time zone of that date (default: UTC)")
+    sched.add_argument("--summarize-when-complete", action="store_true",
+                       help="after this shard: if every shard is done, collect and summarize the suite into "
+                            "the release of its name (env MEDHELM_STORE_URL or <output-path>/results.sqlite)")
+    sched.add_argument("--finalize-stale-minutes", type=int_in(1, 10_000), default=120,
+                       help="break a finalize lock older than this (its pod was killed; default %(default)s)")
 
 
 def add_collect_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,6 +87,14 @@ def main_job(args: argparse.Namespace) -> int:
     from medhelm.rpc.remote import Endpoint, RemoteBenchmark, RemoteScoring
 
     shard = _shard(args)
+    if args.suite_date:
+        args.suite = scheduled_suite(args.suite, os.environ.get("MEDHELM_JOB_NAME"), tz=args.timezone,
+                                     date_format=args.date_format)
+    if args.summarize_when_complete and (Path(args.output_path) / "runs" / plain_name(args.suite, what="--suite")
+                                         / SUMMARIZED).is_file():
+        # a late retry or a duplicate pod of a summarized run: leave the finished suite as it is
+        print(f"suite {args.suite}: already summarized; nothing to do")
+        return 0
     options, plans = run_cli.plan_from_args(args)
     if args.dry_run:
         run_cli.print_dry_run(plans)
@@ -94,7 +126,106 @@ def main_job(args: argparse.Namespace) -> int:
             print(f"shard {shard.index}/{shard.count}  {o.plan.spec.name}  "
                   f"{st.get('instances_done', 0)}/{st.get('instances_total', '?')}  {st.get('status', '?')}")
         _termination_message(shard, outcomes)
-        return run_cli.report(outcomes, options)  # the same summary and error lines as `medhelm run`
+        code = run_cli.report(outcomes, options)  # the same summary and error lines as `medhelm run`
+    if code == 0 and args.summarize_when_complete:
+        return finalize_when_complete(options.suite, options.output_path, options.local_path,
+                                      stale_minutes=args.finalize_stale_minutes)
+    return code
+
+
+def scheduled_suite(prefix: str, job_name: str | None, *, tz: str | None = None,
+                    date_format: str | None = None) -> str:
+    """The dated suite of a scheduled run (medhelm/schedules.py): from the CronJob's scheduled time, else
+    (a Job started by hand from the CronJob) from now, with a note."""
+    from datetime import datetime, timezone
+
+    from medhelm import schedules
+
+    when = schedules.scheduled_time(job_name)
+    if when is None:
+        when = datetime.now(timezone.utc)
+        print("note: the Job's name carries no scheduled time (started by hand?): the suite takes today's date",
+              file=sys.stderr)
+    suite = schedules.dated_suite(prefix, when, tz=tz, date_format=date_format or schedules.DEFAULT_DATE_FORMAT)
+    print(f"scheduled suite {suite}", flush=True)
+    return suite
+
+
+SUMMARIZED, LOCK = ".summarized", ".finalize.lock"
+
+
+def owed_shards(suite_dir: Path) -> dict[str, list[int]] | None:
+    """Per run of the suite, the shard indexes still owing instances (read only: the shard files as they
+    are). None when the suite has no run yet. The shard count is the one in the shard files' names."""
+    from medhelm.pipeline import RunDir
+
+    runs = sorted(p for p in suite_dir.iterdir() if RunDir(p).exists()) if suite_dir.is_dir() else []
+    if not runs:
+        return None
+    owed: dict[str, list[int]] = {}
+    for path in runs:
+        run = RunDir(path)
+        counts = {int(f.stem.rsplit("-of-", 1)[1]) for f in (path / "shards").glob("shard-*-of-*.jsonl")} \
+            if (path / "shards").is_dir() else set()
+        count = max(counts) if counts else 1
+        try:
+            selection = run.selection()
+        except MedhelmError:  # another shard is preparing this run right now: it is not done
+            owed[path.name] = [-1]
+            continue
+        done = {iid for iid, rec in run.latest_records().items() if rec.error is None}
+        missing = sorted({pos % count for pos, iid in enumerate(selection) if iid not in done})
+        if missing:
+            owed[path.name] = missing
+    return owed
+
+
+def finalize_when_complete(suite: str, output_path: Path, local_path: Path | None = None, *,
+                           stale_minutes: int = 120) -> int:
+    """Collect and summarize the suite if every shard is done and no other shard is doing it (module doc)."""
+    import json
+    import socket
+    import time
+
+    suite_dir = Path(output_path) / "runs" / suite
+    if (suite_dir / SUMMARIZED).is_file():
+        print(f"suite {suite}: already summarized")
+        return 0
+    owed = owed_shards(suite_dir)
+    if owed is None or owed:
+        waiting = sorted({i for idx in (owed or {}).values() for i in idx if i >= 0})
+        print(f"suite {suite}: shard(s) {', '.join(map(str, waiting)) or '?'} still owe instances; "
+              f"the last shard to finish summarizes")
+        return 0
+    lock = suite_dir / LOCK
+    try:
+        age = time.time() - lock.stat().st_mtime
+        if age > stale_minutes * 60:  # its pod was killed mid-summarize: move it aside (one mover wins)
+            os.replace(lock, suite_dir / f"{LOCK}.stale-{socket.gethostname()}")
+            print(f"suite {suite}: broke a finalize lock {int(age // 60)} min old")
+    except FileNotFoundError:
+        pass
+    try:
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        print(f"suite {suite}: another shard is summarizing it")
+        return 0
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"holder": socket.gethostname(), "since": time.time()}) + "\n")
+    try:
+        if (suite_dir / SUMMARIZED).is_file():  # a shard that held the lock just before us finished it
+            print(f"suite {suite}: already summarized")
+            return 0
+        code = main_collect(argparse.Namespace(suite=suite, output_path=Path(output_path), summarize=True,
+                                               local_path=local_path))
+        if code == 0:
+            from medhelm.pipeline.records import write_atomic
+
+            write_atomic(suite_dir / SUMMARIZED, json.dumps({"release": suite, "at": time.time()}) + "\n")
+            print(f"suite {suite}: all shards done; summarized into release {suite}")
+        return code
+    finally:
+        lock.unlink(missing_ok=True)
 
 
 def _termination_message(shard, outcomes) -> None:
@@ -140,7 +271,8 @@ def main_collect(args: argparse.Namespace) -> int:
 
         parser = argparse.ArgumentParser(prog="medhelm summarize")
         summarize_cli.add_arguments(parser)
-        return summarize_cli.main(parser.parse_args(["--suite", args.suite, "-o", str(args.output_path)]))
+        local = ["--local-path", str(args.local_path)] if getattr(args, "local_path", None) else []
+        return summarize_cli.main(parser.parse_args(["--suite", args.suite, "-o", str(args.output_path), *local]))
     return 0
 
 

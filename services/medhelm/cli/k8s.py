@@ -1,4 +1,4 @@
-"""`medhelm k8s submit|status|logs|collect` — drive an evaluation Job on a cluster with kubectl.
+"""`medhelm k8s submit|status|logs|collect|schedule` — drive evaluation Jobs on a cluster with kubectl.
 
 One source for the Job: the chart publishes its own Job manifest (the helper that also renders
 ``templates/job.yaml``, with the release's values: image, pull secrets, node selector, tolerations, TLS,
@@ -7,6 +7,12 @@ it (or ``--job-template FILE``, e.g. ``helm template`` output) and replaces only
 entries, the shard counts and the name. Re-submitting a suite whose Job has finished or failed deletes the
 old Job and creates it again: finished instances stay on the volume, so the shards resume where they
 stopped. ``--dry-run`` prints the manifests instead of applying them. Errors are one line, exit 2.
+
+``schedule create`` wraps the same Job (the same ``build_job``) in a CronJob ``<release>-medhelm-cron-<name>``
+— exactly what the chart renders for an entry of ``values.schedules`` — whose shards write the suite
+``<name>-<scheduled date>`` and whose last shard summarizes it (medhelm/cli/job.py, medhelm/schedules.py);
+``schedule list`` shows each schedule with its last run's suite, ``schedule delete`` removes it (a running
+Job finishes; the chart's own schedules are refused: remove them from the values).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from medhelm import files
+from medhelm import files, schedules
 from medhelm.errors import ConfigError, MedhelmError
 
 CONF_DIR = "/etc/medhelm/conf"
@@ -71,7 +77,60 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                            help="merge only (default: then `medhelm summarize` the suite for the dashboard)")
 
 
+    add_schedule_arguments(sub.add_parser("schedule", help="evaluation schedules (CronJobs): create, list, delete",
+                                          description="evaluation schedules (CronJobs): create, list, delete"))
+
+
+def add_schedule_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="schedule_action", metavar="ACTION", required=True)
+    for name, text in (("create", "create or update a schedule (a CronJob launching the release's Job)"),
+                       ("list", "the release's schedules and their last runs"),
+                       ("delete", "delete a schedule (a running Job finishes; results stay)")):
+        a = sub.add_parser(name, help=text, description=text)
+        a.add_argument("--release", default="medhelm", help="helm release name (default: %(default)s)")
+        a.add_argument("-n", "--namespace", default=None, help="namespace (default: kubectl's current)")
+        a.add_argument("--kubectl", default="kubectl", help="kubectl executable (default: %(default)s)")
+        if name != "list":
+            a.add_argument("name", help="schedule name (lowercase, digits, '-'); suites are <name>-<date>")
+        if name == "delete":
+            a.add_argument("--stop-running", action="store_true",
+                           help="also delete a running Job of the schedule (default: it finishes)")
+        if name != "create":
+            continue
+        a.add_argument("--schedule", required=True, metavar="CRON", help="cron expression, e.g. '0 2 * * *'")
+        a.add_argument("--timezone", help="IANA time zone of the schedule and of the suite's date (default UTC)")
+        a.add_argument("--job-template", type=Path, metavar="FILE",
+                       help="the release's Job from a file (`helm template` output, the job-template ConfigMap, or "
+                            "a Job) instead of the cluster's ConfigMap")
+        a.add_argument("--image", help="image (default: the release's)")
+        a.add_argument("-r", "--run-entries", nargs="+", default=[], metavar="ENTRY")
+        a.add_argument("-c", "--conf-paths", nargs="+", default=[], type=Path, metavar="CONF",
+                       help="run-entry files (shipped to the Job in a ConfigMap)")
+        a.add_argument("--models-to-run", nargs="+", default=[], metavar="MODEL",
+                       help="only the entries for these models")
+        a.add_argument("--shards", type=int, default=3, help="completions = shards (default: %(default)s)")
+        a.add_argument("--parallelism", type=int, help="shards at once (default: all)")
+        a.add_argument("--max-concurrency", type=int, default=8, help="requests in flight per shard")
+        a.add_argument("-m", "--max-eval-instances", type=int, help="sample at most N instances per run")
+        a.add_argument("--no-services", action="store_true", help="compute everything inside the shards")
+        a.add_argument("--date-format", default=schedules.DEFAULT_DATE_FORMAT,
+                       help="strftime of the suite's date (default: %%Y-%%m-%%d; %%Y-%%m-%%d-%%H%%M for several "
+                            "runs a day)")
+        a.add_argument("--concurrency-policy", choices=("Forbid", "Allow", "Replace"), default="Forbid",
+                       help="a run due while the last still runs: Forbid skips it (default), Replace stops the "
+                            "last, Allow runs both")
+        a.add_argument("--suspend", action="store_true", help="create it suspended (start nothing)")
+        a.add_argument("--starting-deadline", type=int, default=3600, metavar="SECONDS",
+                       help="skip a run missed by longer than this (default: %(default)s)")
+        a.add_argument("--keep-successful", type=int, default=3, metavar="N", help="finished Jobs kept (default 3)")
+        a.add_argument("--keep-failed", type=int, default=3, metavar="N", help="failed Jobs kept (default 3)")
+        a.add_argument("--dry-run", action="store_true", help="print the manifests; apply nothing")
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.action == "schedule":
+        return {"create": _schedule_create, "list": _schedule_list,
+                "delete": _schedule_delete}[args.schedule_action](args)
     return {"submit": _submit, "status": _status, "logs": _logs, "collect": _collect}[args.action](args)
 
 
@@ -187,6 +246,65 @@ def collect_job(args: argparse.Namespace, template: dict, store_env: list) -> di
     return job
 
 
+def schedule_manifests(args: argparse.Namespace, template: dict, store_env: list) -> list[dict]:
+    """[the .conf ConfigMap,] the CronJob: the release's Job (``build_job``, as ``submit``) with the dated suite,
+    the last shard's summarize and the store env it needs, wrapped as the chart's templates/cronjobs.yaml does."""
+    if not args.run_entries and not args.conf_paths:
+        raise MedhelmError("nothing to run: give --run-entries and/or --conf-paths")
+    if args.shards < 1 or (args.parallelism is not None and args.parallelism < 1) or args.max_concurrency < 1:
+        raise ConfigError("must be at least 1", field="--shards/--parallelism/--max-concurrency")
+    if min(args.keep_successful, args.keep_failed) < 0 or args.starting_deadline < 10:
+        raise ConfigError("history limits must be >= 0 and the starting deadline >= 10 s",
+                          field="--keep-successful/--keep-failed/--starting-deadline")
+    cron = schedules.cronjob_name(_fullname(args.release), args.name)
+    expr = schedules.check_cron(args.schedule)
+    schedules.zone(args.timezone)
+    schedules.check_date_format(args.date_format)
+    job_args = ["job", f"--suite={args.name}", f"--max-concurrency={args.max_concurrency}", "--quiet",
+                *_path_args(template), "--suite-date", f"--date-format={args.date_format}"]
+    if args.timezone:
+        job_args.append(f"--timezone={args.timezone}")
+    job_args.append("--summarize-when-complete")
+    if args.max_eval_instances:
+        job_args.append(f"--max-eval-instances={args.max_eval_instances}")
+    if args.models_to_run:
+        job_args += ["--models-to-run", *args.models_to_run]
+    labels = {"app.kubernetes.io/name": "medhelm", "app.kubernetes.io/instance": args.release,
+              "app.kubernetes.io/managed-by": "medhelm-k8s-schedule", "app.kubernetes.io/component": "schedule",
+              "medhelm.io/schedule": args.name}
+    docs: list[dict] = []
+    conf_map = None
+    if args.conf_paths:
+        conf_map = f"{cron}-conf"
+        data = {path.name: files.read_text(path, what=".conf file") for path in args.conf_paths}
+        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": conf_map, "labels": labels},
+                     "data": data})
+        job_args += ["--conf-paths", *(f"{CONF_DIR}/{name}" for name in data)]
+    if args.run_entries:
+        job_args += ["--run-entries", *args.run_entries]
+    job_name_env = {"name": "MEDHELM_JOB_NAME", "valueFrom": {"fieldRef": {
+        "fieldPath": "metadata.labels['batch.kubernetes.io/job-name']"}}}
+    job = build_job(template, release=args.release, suite=args.name, args=job_args, image=args.image,
+                    completions=args.shards, parallelism=args.parallelism or args.shards,
+                    use_services=not args.no_services, extra_env=[job_name_env, *store_env], conf_map=conf_map)
+    for meta in (job["metadata"], job["spec"]["template"]["metadata"]):
+        meta["labels"]["medhelm.io/schedule"] = args.name
+    spec: dict = {"schedule": expr}
+    if args.timezone:
+        spec["timeZone"] = args.timezone
+    spec.update({"concurrencyPolicy": args.concurrency_policy, "suspend": bool(args.suspend),
+                 "startingDeadlineSeconds": args.starting_deadline,
+                 "successfulJobsHistoryLimit": args.keep_successful, "failedJobsHistoryLimit": args.keep_failed,
+                 "jobTemplate": {"metadata": {"annotations": dict(job["metadata"].get("annotations") or {}),
+                                              "labels": job["metadata"]["labels"]},
+                                 "spec": job["spec"]}})
+    docs.append({"apiVersion": "batch/v1", "kind": "CronJob",
+                 "metadata": {"name": cron, "annotations": dict(job["metadata"].get("annotations") or {}),
+                              "labels": labels},
+                 "spec": spec})
+    return docs
+
+
 def load_template(args: argparse.Namespace) -> tuple[dict, list]:
     if args.job_template is not None:
         try:
@@ -229,6 +347,88 @@ def _submit(args: argparse.Namespace) -> int:
     _kubectl(args, "apply", "-f", "-", input_text=text)
     print(f"submitted {name}: {args.shards} shard(s); "
           f"follow with `medhelm k8s status --release {args.release} --suite {args.suite}`")
+    return 0
+
+
+def _schedule_create(args: argparse.Namespace) -> int:
+    if not args.run_entries and not args.conf_paths:  # what needs no cluster is checked first
+        raise MedhelmError("nothing to run: give --run-entries and/or --conf-paths")
+    cron = schedules.cronjob_name(_fullname(args.release), args.name)
+    schedules.check_cron(args.schedule)
+    template, store_env = load_template(args)
+    docs = schedule_manifests(args, template, store_env)
+    text = yaml.safe_dump_all(docs, sort_keys=False)
+    if args.dry_run:
+        print(text, end="")
+        return 0
+    existing = _kubectl(args, "get", "cronjob", cron, "-o", "json", "--ignore-not-found")
+    if existing.strip():
+        _refuse_chart_owned(json.loads(existing), cron, "change")
+    # a CronJob's spec may change in place: the next run uses it, a running Job is left alone
+    _kubectl(args, "apply", "-f", "-", input_text=text)
+    when = f"{args.schedule} {args.timezone or 'UTC'}"
+    print(f"{'updated' if existing.strip() else 'created'} schedule {args.name} ({cron}): {when}, "
+          f"{args.shards} shard(s); each run writes suite {args.name}-<date> and summarizes it into the release "
+          f"of that name")
+    return 0
+
+
+def _refuse_chart_owned(cronjob: dict, name: str, what: str) -> None:
+    labels = cronjob.get("metadata", {}).get("labels") or {}
+    if labels.get("app.kubernetes.io/managed-by") == "Helm":
+        raise MedhelmError(f"{name} is declared in the chart's values (schedules:); {what} it there and run "
+                           f"`helm upgrade`")
+
+
+def _schedule_list(args: argparse.Namespace) -> int:
+    selector = f"app.kubernetes.io/instance={args.release},medhelm.io/schedule"
+    listed = json.loads(_kubectl(args, "get", "cronjobs", "-l", selector, "-o", "json") or "{}")
+    items = sorted(listed.get("items", []), key=lambda c: c["metadata"]["name"])
+    if not items:
+        print(f"no schedules for release {args.release}")
+        return 0
+    rows = [("SCHEDULE", "CRON", "TIMEZONE", "STATE", "LAST RUN (UTC)", "LAST SUITE", "RUNNING", "FROM")]
+    for cj in items:
+        meta, spec, st = cj["metadata"], cj.get("spec", {}), cj.get("status", {})
+        rows.append((meta.get("labels", {}).get("medhelm.io/schedule", meta["name"]), spec.get("schedule", "?"),
+                     spec.get("timeZone", "UTC"), "suspended" if spec.get("suspend") else "active",
+                     (st.get("lastScheduleTime") or "-").replace("T", " ").rstrip("Z"), _last_suite(cj),
+                     str(len(st.get("active") or [])),
+                     "chart" if meta.get("labels", {}).get("app.kubernetes.io/managed-by") == "Helm" else "cli"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def _last_suite(cronjob: dict) -> str:
+    """The suite (= release) the last scheduled run wrote: the CronJob's own arguments and lastScheduleTime."""
+    from datetime import datetime
+
+    last = (cronjob.get("status") or {}).get("lastScheduleTime")
+    try:
+        c = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+        opts = dict(a.split("=", 1) for a in c.get("args", []) if a.startswith("--") and "=" in a)
+        if not last or "--suite" not in opts:
+            return "-"
+        when = datetime.fromisoformat(last.replace("Z", "+00:00"))
+        return schedules.dated_suite(opts["--suite"], when, tz=opts.get("--timezone"),
+                                     date_format=opts.get("--date-format", schedules.DEFAULT_DATE_FORMAT))
+    except (KeyError, IndexError, TypeError, ValueError, MedhelmError):
+        return "?"
+
+
+def _schedule_delete(args: argparse.Namespace) -> int:
+    cron = schedules.cronjob_name(_fullname(args.release), args.name)
+    existing = _kubectl(args, "get", "cronjob", cron, "-o", "json", "--ignore-not-found")
+    if not existing.strip():
+        raise MedhelmError(f"no schedule {args.name} (CronJob {cron}) in release {args.release}")
+    _refuse_chart_owned(json.loads(existing), cron, "remove")
+    # orphan: a running Job (and its pods) finishes and summarizes; foreground: it is stopped with the CronJob
+    _kubectl(args, "delete", "cronjob", cron, f"--cascade={'foreground' if args.stop_running else 'orphan'}")
+    _kubectl(args, "delete", "configmap", f"{cron}-conf", "--ignore-not-found")
+    print(f"deleted schedule {args.name} ({cron}); its suites and releases stay"
+          + ("" if args.stop_running else "; a running Job finishes"))
     return 0
 
 

@@ -1,0 +1,123 @@
+"""A schedule's CronJob in real containers: `helm template` with one schedule → `podman kube play` of the
+services and the mock model (as test_kube_play.py plays them), then the CronJob's jobTemplate pod spec played
+as one Pod per completion index, labelled as the Job controller labels a CronJob's pods (the Job's name
+``<cronjob>-<scheduled minute>``, the completion index): podman resolves the downward-API env
+(``MEDHELM_JOB_NAME`` from the pod label), the shards write the suite named by the scheduled date in the
+schedule's time zone on the shared volume, and the last one summarizes it into the release of that name in
+the results store on the volume. What kube play cannot emulate (the CronJob controller's clock, Services)
+is done as test_kube_play.py does: the Job's name is computed as the controller computes it, a Service is a
+hostAliases entry."""
+
+from __future__ import annotations
+
+import copy
+import os
+import sqlite3
+import subprocess
+from datetime import datetime, timezone
+
+import pytest
+
+from medhelm.devtools.fixtures import write_configurable_benchmark
+from tests.services.podman import IMAGE, run
+from tests.services.test_kube_play import DEPLOYMENTS, JURY, Cluster, _probe, _render, _selects
+
+pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(2400)]
+
+ROWS, SHARDS = 8, 2
+SCHEDULED = datetime(2026, 11, 23, 23, 30, tzinfo=timezone.utc)  # 00:30 on the 24th in Berlin
+SUITE = "kp-2026-11-24"
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(f"ks{os.getpid() % 100000}", tmp_path)
+    yield c
+    c.close()
+
+
+def test_cronjob_pod_spec_runs_a_scheduled_cycle(image, cluster, helm_bin, repo_root, tmp_path):
+    release = cluster.release
+    bench = tmp_path / "bench"
+    cfg = write_configurable_benchmark(bench, ROWS, name="KS", answers=("Yes", "No", "Maybe"),
+                                       metrics=("exact_match", "rouge_l"), max_tokens=4)
+    cfg.write_text(cfg.read_text() + JURY)
+    values = {
+        "image": {"repository": IMAGE.rsplit(":", 1)[0], "tag": IMAGE.rsplit(":", 1)[1], "pullPolicy": "Never"},
+        "modelDeployments": DEPLOYMENTS,
+        "dashboard": {"enabled": False},
+        "schedules": [{"name": "kp", "schedule": "30 0 * * *", "timeZone": "Europe/Berlin", "shards": SHARDS,
+                       "maxConcurrency": 2, "runEntries": [
+                           "medhelm_configurable_benchmark:model=test/svc-model,config_path=/data/bench/bench.yaml"]}],
+    }
+    docs = _render(helm_bin, repo_root, release, values, tmp_path)
+    by_kind: dict[str, list[dict]] = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], []).append(d)
+    (cron,) = by_kind["CronJob"]
+
+    (claim,) = by_kind["PersistentVolumeClaim"]
+    volume = cluster.volume(claim["metadata"]["name"])
+    subprocess.run(["cp", "-r", str(bench), str(volume / "bench")], check=True)
+    (volume / "prod_env").mkdir()
+    subprocess.run(["chown", "-R", "10001:10001", str(volume)], check=True)
+
+    mock = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mock-openai"}, "spec": {
+        "containers": [{"name": "server", "image": IMAGE, "command": ["python", "-m", "medhelm.devtools.mock_openai"],
+                        "args": ["--host", "0.0.0.0", "--port", "8000", "--latency-ms", "20"],
+                        "securityContext": {"runAsUser": 10001, "readOnlyRootFilesystem": True}}]}}
+    played = copy.deepcopy(by_kind["Deployment"])
+    for dep in played:  # podman 4.3 would publish every containerPort on the host (see test_kube_play.py)
+        for c in dep["spec"]["template"]["spec"]["containers"]:
+            c.pop("ports", None)
+    cluster.play("services", [*by_kind["ConfigMap"], *played, mock])
+    pods = {}
+    for dep in by_kind["Deployment"]:
+        pod_name = f"{dep['metadata']['name']}-pod-0"
+        pods[dep["metadata"]["name"]] = ip = cluster.pod_ip(pod_name)
+        (container,) = dep["spec"]["template"]["spec"]["containers"]
+        from tests.services.podman import wait_for
+
+        wait_for(lambda: _probe(container["readinessProbe"], container, ip), f"{pod_name} ready", timeout_s=180,
+                 every_s=2)
+    aliases = []
+    for svc in by_kind["Service"]:
+        selected = [d["metadata"]["name"] for d in by_kind["Deployment"]
+                    if _selects(svc["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])]
+        aliases.append({"ip": pods[selected[0]], "hostnames": [svc["metadata"]["name"]]})
+
+    # the CronJob's Job, as the controllers make it: name <cronjob>-<scheduled minute>, one pod per index
+    job_name = f"{cron['metadata']['name']}-{int(SCHEDULED.timestamp()) // 60}"
+    job = cron["spec"]["jobTemplate"]
+    assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == SHARDS
+    shard_pods = []
+    for index in range(SHARDS):
+        template = copy.deepcopy(job["spec"]["template"])
+        spec = template["spec"]
+        spec["hostAliases"] = aliases
+        (c,) = spec["containers"]
+        c["env"].append({"name": "JOB_COMPLETION_INDEX", "value": str(index)})
+        c["env"] = [e if e["name"] != "MEDHELM_METRICS_LINGER_S" else {**e, "value": "0"} for e in c["env"]]
+        c.pop("ports", None)
+        shard_pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": f"{job_name}-{index}", "labels": {**template["metadata"]["labels"],
+                                                      "batch.kubernetes.io/job-name": job_name,
+                                                      "batch.kubernetes.io/job-completion-index": str(index)}},
+            "spec": spec})
+    cluster.play("cron-job", [*by_kind["ConfigMap"], *shard_pods])
+    logs = []
+    for pod in shard_pods:
+        cname = f"{pod['metadata']['name']}-shard"
+        code = run("podman", "wait", cname, timeout=900).stdout.strip()
+        out = run("podman", "logs", cname)
+        assert code == "0", out.stdout[-2000:] + out.stderr[-3000:]
+        logs.append(out.stdout)
+    assert all(f"scheduled suite {SUITE}" in text for text in logs), logs
+    assert sum(f"summarized into release {SUITE}" in text for text in logs) == 1, logs
+
+    store = volume / "benchmark_output" / "results.sqlite"
+    with sqlite3.connect(store) as db:
+        rows = db.execute("SELECT r.release, r.suite, COUNT(i.instance_id) FROM runs r JOIN instances i "
+                          "ON i.run_id = r.run_id WHERE i.error IS NULL GROUP BY r.release, r.suite").fetchall()
+    assert rows == [(SUITE, SUITE, ROWS)]
+    assert (volume / "benchmark_output" / "runs" / SUITE / ".summarized").is_file()
