@@ -71,5 +71,5 @@ def _sign_in_screen(title: str, message: str) -> None:
 def sidebar_identity(principal: Principal) -> None:
     if not auth_enabled():
         return
-    st.sidebar.caption(f"Signed in as **{principal.subject}** · role **{principal.role.label}**")
+    st.sidebar.caption(f"Signed in as **{principal.subject}** · role **{principal.label}**")
     st.sidebar.button("Sign out", on_click=st.logout, key="signout")

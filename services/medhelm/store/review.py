@@ -204,8 +204,10 @@ def rate(store: Store, principal: Principal, item: ReviewItem, scores: Mapping[s
 
 def stored_ratings(store: Store, *, release: str | None = None, benchmark: str | None = None,
                    latest: bool = True) -> list[StoredRating]:
-    """Ratings in the store (oldest first); ``latest``: one per (rater, item, criterion), the most recent."""
-    ensure_table(store)
+    """Ratings in the store (oldest first); ``latest``: one per (rater, item, criterion), the most recent.
+    A store without the table (never reviewed, and a read-only login that may not create it) has none."""
+    if not _table_ready(store):
+        return []
     where, params = [], []  # type: ignore[var-annotated]
     for column, value in (("release", release), ("benchmark", benchmark)):
         if value is not None:
@@ -255,8 +257,22 @@ def benchmark_records(store: Store, release: str, benchmark: str) -> list:  # ->
         "r.benchmark = ? AND i.record_json IS NOT NULL ORDER BY r.run_id, i.position", (release, benchmark))]
 
 
+def _table_ready(store: Store) -> bool:
+    try:
+        ensure_table(store)
+        return True
+    except Exception:  # noqa: BLE001 - any driver's "permission denied" / "read-only": is it there anyway?
+        try:
+            store.query(f"SELECT 1 FROM {TABLE} WHERE 1 = 0")
+            return True
+        except Exception:  # noqa: BLE001 - any driver's "no such table"
+            store._conn.rollback()  # PostgreSQL: leave no failed transaction behind
+            return False
+
+
 def _rated_by(store: Store, rater: str, release: str, benchmark: str) -> set[tuple[str, str, str]]:
-    ensure_table(store)
+    if not _table_ready(store):
+        return set()
     return {(s, r, i) for s, r, i in store.query(
         f"SELECT DISTINCT suite, run_name, instance_id FROM {TABLE} WHERE rater = ? AND release = ? AND benchmark = ?",
         (rater, release, benchmark))}
@@ -316,3 +332,35 @@ def _wording(spec_json: str | None) -> dict[str, str]:
     except (ValueError, AttributeError, TypeError, KeyError):
         return {}  # wording is a help, never a reason to refuse a review
     return {}
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """What the dashboard shows side by side for one benchmark: judge-vs-judge agreement and, when
+    clinicians have rated, jury-vs-clinician agreement (aggregates only; no text, no candidate model)."""
+
+    judges: Any  # scoring.jury.summary.AgreementReport
+    clinicians: Any | None  # scoring.jury.calibration.CalibrationReport, None before any rating
+    ratings: int  # latest ratings (rater x item x criterion)
+    raters: int
+    not_blind: int  # ratings by raters who could see which model wrote the answer
+
+
+def agreement(store: Store, principal: Principal, release: str, benchmark: str, *, n_boot: int = 200,
+              seed: int = 0) -> Agreement:
+    """Judge-vs-judge (every record of the benchmark) and jury-vs-clinician (the rated runs) agreement."""
+    from medhelm.scoring.jury.calibration import calibrate
+    from medhelm.scoring.jury.summary import judge_agreement
+
+    principal.require_aggregates(release)
+    judges = judge_agreement(benchmark_records(store, release, benchmark), n_boot=n_boot, seed=seed)
+    stored = stored_ratings(store, release=release, benchmark=benchmark)
+    clinicians = None
+    if stored:
+        try:
+            clinicians = calibrate(clinician_ratings(store, release, benchmark), rated_records(store, release, benchmark),
+                                   n_boot=n_boot, seed=seed)
+        except ConfigError:
+            clinicians = None  # ratings of runs no longer in the release, or no judge scores to compare with
+    return Agreement(judges, clinicians, len(stored), len({r.rater for r in stored}),
+                     sum(1 for r in stored if not r.blind))
