@@ -41,8 +41,8 @@ class Role(IntEnum):
         try:
             return cls[str(text).strip().upper()]
         except KeyError:
-            raise ConfigError(f"unknown role '{text}' (one of none, viewer, analyst, admin)", path=path,
-                              field=field_name) from None
+            raise ConfigError(f"unknown role '{text}' (one of none, viewer, analyst, admin; under roles also "
+                              "clinician)", path=path, field=field_name) from None
 
     @classmethod
     def is_clinician(cls, text: str) -> bool:
