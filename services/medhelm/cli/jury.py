@@ -128,7 +128,8 @@ def _store_ratings(args: argparse.Namespace) -> tuple[list, list, str]:
                               "the dashboard's Review page)")
         benchmarks = sorted({r.benchmark for r in stored})
         if len(benchmarks) > 1:
-            raise ConfigError(f"the ratings cover several benchmarks ({', '.join(benchmarks)}); name one with --benchmark")
+            raise ConfigError(f"the ratings cover several benchmarks ({', '.join(benchmarks)}); "
+                              "name one with --benchmark")
         ratings = review.clinician_ratings(store, release, benchmarks[0])
         ratings = [r for r in ratings if args.run_dir is None or r.run == args.run_dir.name]
         records = _records(args.run_dir) if args.run_dir is not None else \
