@@ -17,7 +17,7 @@ from board_data import Settings
 from medhelm.scoring.jury import agreement as ag
 from medhelm.store import open_store, review
 from safe_frames import safe_frame
-from safe_text import literal
+from safe_text import literal, one_line  # selectbox options are plain text; labels are Markdown
 
 
 def _ci(e: ag.Estimate) -> str:
@@ -37,7 +37,7 @@ def render(cfg: Settings, release: str) -> None:
         if not benchmarks:
             st.info("This release has no jury-scored (open-ended) benchmark.")
             return
-        labels = {b["benchmark"]: literal(f"{b['display_name'] or b['benchmark']} ({b['benchmark']})")
+        labels = {b["benchmark"]: one_line(f"{b['display_name'] or b['benchmark']} ({b['benchmark']})", 200)
                   for b in benchmarks}
         bench = st.selectbox("Benchmark", list(labels), format_func=labels.get, key="calib_benchmark")
         stored = review.stored_ratings(store, release=release, benchmark=bench, latest=False)

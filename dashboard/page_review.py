@@ -16,7 +16,7 @@ import streamlit as st
 from board_data import Settings
 from medhelm.errors import MedhelmError
 from medhelm.store import open_store, review
-from safe_text import literal
+from safe_text import literal, one_line  # selectbox options are plain text; labels are Markdown
 
 DEFAULT_SAMPLE = 10
 
@@ -31,7 +31,7 @@ def render(cfg: Settings, release: str) -> None:
     if not benchmarks:
         st.info("This release has no jury-scored (open-ended) benchmark to review.")
         return
-    labels = {b["benchmark"]: literal(f"{b['display_name'] or b['benchmark']} ({b['benchmark']})")
+    labels = {b["benchmark"]: one_line(f"{b['display_name'] or b['benchmark']} ({b['benchmark']})", 200)
               for b in benchmarks}
     bench = st.selectbox("Benchmark", list(labels), format_func=labels.get, key="review_benchmark")
     size = int(st.number_input("Sample size", min_value=1, max_value=review.MAX_SAMPLE, value=DEFAULT_SAMPLE,
