@@ -32,6 +32,7 @@ from medhelm.scoring.jury import agreement as ag
 from medhelm.store import open_store, review
 from medhelm.store.synthetic import SyntheticModel, catalogue, write_suite
 from tests.leaderboard.helpers import run_cli
+from tests.leaderboard.conftest import postgres_url  # noqa: F401 - the shared scratch PostgreSQL fixture
 from tests.review.conftest import JURY_BENCH
 
 JUDGE_SCORES = {"local/judge-a": [2, 3, 4, 5, 1], "local/judge-b": [2, 3, 5, 5, 1], "local/judge-c": [2, 3, 3, 5, 1]}
@@ -44,6 +45,13 @@ CLINICIAN_ICC = 15 / 22
 def rated(tmp_path: Path) -> tuple[Path, Path]:
     """(output folder, run dir): the fixed judge scores summarised, the clinicians' ratings stored."""
     out = tmp_path / "out"
+    run_dir = _fixed_run(out)
+    assert run_cli("summarize", "--suites", "local", "-o", str(out), "--bootstrap", "20")[0] == 0
+    _rate(str(out / "results.sqlite"))
+    return out, run_dir
+
+
+def _fixed_run(out: Path) -> Path:
     [run_dir] = write_suite(out, "local", [SyntheticModel("acme/m", "acme/m-dep", 0.5)],
                             catalogue(names=[JURY_BENCH]), 5)
     lines = []
@@ -53,13 +61,15 @@ def rated(tmp_path: Path) -> tuple[Path, Path]:
             j["score"] = float(JUDGE_SCORES[j["judge"]][rec["position"]])
         lines.append(json.dumps(rec))
     (run_dir / "instances.jsonl").write_text("\n".join(lines) + "\n")
-    assert run_cli("summarize", "--suites", "local", "-o", str(out), "--bootstrap", "20")[0] == 0
-    with open_store(out / "results.sqlite") as s:
+    return run_dir
+
+
+def _rate(store: str) -> None:
+    with open_store(store) as s:
         for email, scores in CLINICIANS.items():
             who = Principal(email, Role.NONE, source="oidc", clinician=True)
             for item in review.sample(s, who, "local", JURY_BENCH, n=5):
                 review.rate(s, who, item, {"accuracy": scores[int(item.place.instance_id[2:])]})
-    return out, run_dir
 
 
 def _check(report: dict) -> None:
@@ -90,6 +100,22 @@ def test_calibrate_reads_the_stored_ratings_and_matches_hand_calculation(rated) 
     _check(json.loads(stdout))
     code, text, _ = run_cli("jury", "calibrate", "--store", str(out / "results.sqlite"), "--benchmark", JURY_BENCH)
     assert code == 0 and "per criterion (jury mean vs clinician mean):" in text and "0.966" in text
+
+
+def test_calibrate_from_a_postgresql_store(tmp_path: Path, postgres_url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:  # a database of its own on the shared server
+        conn.execute("DROP DATABASE IF EXISTS review_calibration")
+        conn.execute("CREATE DATABASE review_calibration")
+    url = postgres_url.rsplit("/", 1)[0] + "/review_calibration"
+    out = tmp_path / "out"
+    _fixed_run(out)
+    assert run_cli("summarize", "--suites", "local", "-o", str(out), "--store", url, "--bootstrap", "20")[0] == 0
+    _rate(url)
+    code, stdout, err = run_cli("jury", "calibrate", "--store", url, "--json")
+    assert code == 0, err
+    _check(json.loads(stdout))
 
 
 def test_the_csv_path_stays_and_agrees_with_the_store(rated, tmp_path: Path) -> None:
