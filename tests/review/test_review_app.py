@@ -144,3 +144,28 @@ def test_on_loopback_the_person_at_the_machine_may_review_not_blind(review_outpu
     with open_store(review_output / "results.sqlite") as s:
         [rating] = review.stored_ratings(s)
     assert rating.source == "local" and rating.role == "admin+clinician" and not rating.blind
+
+
+def test_answers_and_criteria_are_text_never_markup(tmp_path: Path) -> None:
+    """An answer and a criterion name carrying Markdown, a Streamlit directive and HTML render as written."""
+    import json as _json
+
+    from medhelm.store.synthetic import catalogue, write_suite
+    from tests.leaderboard.helpers import run_cli
+    from tests.review.conftest import BENCHES
+
+    hostile = "**bold** :red[alarm] <img src=x onerror=alert(1)> [link](http://evil.example)"
+    out = tmp_path / "out"
+    for run_dir in write_suite(out, "local", MODELS, catalogue(names=BENCHES), 2):
+        path = run_dir / "instances.jsonl"
+        recs = [_json.loads(line) for line in path.read_text().splitlines()]
+        for rec in recs:
+            rec["completion"]["text"] = hostile
+            for j in rec["judgements"]:
+                j["criterion"] = "**crit** :red[x]"
+        path.write_text("".join(_json.dumps(r) + "\n" for r in recs))
+    assert run_cli("summarize", "--suites", "local", "-o", str(out), "--bootstrap", "10")[0] == 0
+    at = _app(out, ["clinical-reviewers"])
+    assert hostile in [t.value for t in at.text]  # st.text: shown as written, never parsed
+    radio = _score_radio(at)
+    assert radio.label == "\\*\\*crit\\*\\* \\:red\\[x\\]"  # escaped for the Markdown label
