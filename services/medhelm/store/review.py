@@ -18,8 +18,9 @@ What a governance committee expects of it (docs/review.md):
 * **Its own table, kept.** Like ``audit``, ``review_ratings`` is outside ``schema.TABLES``: re-summarising
   a release replaces the leaderboard tables, never the ratings. Ratings name runs by (suite, run name),
   which survive a re-summarise (run ids do not). The table is created on first use (``ensure_table``,
-  ``CREATE TABLE IF NOT EXISTS``), the store's way of adding a table to an existing SQLite or
-  PostgreSQL store; ``REVIEW_SCHEMA_VERSION`` is recorded in ``meta`` under release ''.
+  ``CREATE TABLE IF NOT EXISTS``; ``summarize`` makes it too), the store's way of adding a table to an
+  existing SQLite or PostgreSQL store; ``REVIEW_SCHEMA_VERSION`` is recorded in ``meta`` under release ''
+  with the first rating.
 
 Failure semantics: bad scores (unknown criterion, off the scale, not a whole number) are ``ConfigError``
 naming the criterion, never text; nothing is written unless every score is valid.
@@ -111,8 +112,6 @@ def ensure_table(store: Store) -> None:
     with store.transaction():
         for stmt in DDL:
             store.execute(stmt)
-        store.execute("INSERT INTO meta (release, key, value) VALUES ('', 'review_schema_version', ?) "
-                      "ON CONFLICT DO NOTHING", (str(REVIEW_SCHEMA_VERSION),))
     store._review_ready = True  # type: ignore[attr-defined]
 
 
@@ -192,6 +191,10 @@ def rate(store: Store, principal: Principal, item: ReviewItem, scores: Mapping[s
     at = datetime.now(timezone.utc).isoformat(timespec="microseconds")
     ensure_table(store)
     with store.transaction():
+        # the table's version, with the first rating (not at creation: a new SQLite store's first load must
+        # still see an empty meta, see backends.SqliteStore._after_commit)
+        store.execute("INSERT INTO meta (release, key, value) VALUES ('', 'review_schema_version', ?) "
+                      "ON CONFLICT DO NOTHING", (str(REVIEW_SCHEMA_VERSION),))
         for name, c in criteria.items():
             store.execute(f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})",
                           (at, principal.subject, principal.label, principal.source, int(principal.blind), p.release,
