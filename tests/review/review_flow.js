@@ -53,6 +53,10 @@ async function main() {
     out.signed_in = true;
     await page.waitForTimeout(1500); // the first page finishes drawing
     out.pages = (await pageRadio.locator("label").allInnerTexts()).map((t) => t.trim()).filter((t) => t && t !== "Page");
+    if (out.pages[0] === "Leaderboard") { // a viewer's first page: let its table arrive before looking
+      await page.locator('[data-testid="stDataFrame"]').first().waitFor({ timeout });
+      await page.waitForTimeout(2000);
+    }
     await seenDom(page);
     if (out.pages.includes("Review")) {
       step = "review";

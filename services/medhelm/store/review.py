@@ -148,14 +148,15 @@ def sample(store: Store, principal: Principal, release: str, benchmark: str, *, 
     (run, instance) with an answer, those this rater already rated left out. Audited before returning."""
     _guard(store, principal, release, "view-review")
     n = max(1, min(int(n), MAX_SAMPLE))
-    rows = store.query("SELECT r.run_id, r.suite, r.run_name, i.instance_id, r.spec_json FROM runs r JOIN instances i "
-                       "ON i.run_id = r.run_id WHERE r.release = ? AND r.benchmark = ? AND r.redacted = 0 "
-                       "AND i.record_json IS NOT NULL ORDER BY r.suite, r.run_name, i.position, i.instance_id",
-                       (release, benchmark))
+    runs = store.query("SELECT run_id, suite, run_name, spec_json FROM runs WHERE release = ? AND benchmark = ? "
+                       "AND redacted = 0 ORDER BY suite, run_name", (release, benchmark))
     done = set() if include_rated else _rated_by(store, principal.subject, release, benchmark)
-    wording = {int(r[0]): _wording(r[4]) for r in rows}
-    places = [Place(release, benchmark, suite, run_name, int(run_id), iid) for run_id, suite, run_name, iid, _ in rows
-              if (suite, run_name, iid) not in done]
+    wording = {int(run_id): _wording(spec) for run_id, _, _, spec in runs}  # once per run, not per instance
+    places = []
+    for run_id, suite, run_name, _ in runs:
+        places += [Place(release, benchmark, suite, run_name, int(run_id), iid) for (iid,) in store.query(
+            "SELECT instance_id FROM instances WHERE run_id = ? AND record_json IS NOT NULL "
+            "ORDER BY position, instance_id", (int(run_id),)) if (suite, run_name, iid) not in done]
     seed = hashlib.sha256("\0".join((principal.subject, release, benchmark)).encode()).hexdigest()
     random.Random(seed).shuffle(places)
     places = places[:n]
