@@ -91,21 +91,27 @@ def test_a_clinician_sees_a_blinded_sample_and_ratings_are_stored_with_who_and_w
     assert shown.detail == f"benchmark={JURY_BENCH} n=5"
 
 
-def test_the_order_is_the_raters_own_shuffle_and_rated_items_are_not_offered_again(review_output: Path) -> None:
+def test_one_keyed_shuffle_for_every_clinician_and_rated_items_are_not_offered_again(review_output: Path) -> None:
     cleo, dora = (_person(list(CLEO), e) for e in ("cleo@h.org", "dora@h.org"))
     with open_store(review_output / "results.sqlite") as s:
         first = review.sample(s, cleo, "local", JURY_BENCH, n=50)
+        [(key,)] = s.query("SELECT value FROM meta WHERE release = '' AND key = 'review_key'")
+    with open_store(review_output / "results.sqlite") as s:  # another connection (another dashboard process)
         again = review.sample(s, cleo, "local", JURY_BENCH, n=50)
         other = review.sample(s, dora, "local", JURY_BENCH, n=50)
-        assert len(first) == len(MODELS) * INSTANCES
+        assert len(first) == len(MODELS) * INSTANCES and len(key) == 64
         stored_order = sorted(first, key=lambda i: (i.place.run_name, i.place.instance_id))
         assert [i.place for i in first] != [i.place for i in stored_order]  # not the store's order ...
-        assert [i.place for i in again] == [i.place for i in first]  # ... stable for one rater ...
-        assert [i.place for i in other] != [i.place for i in first]  # ... and another rater's own
-        assert {i.item for i in other} == {i.item for i in first}  # same items, same opaque ids
+        assert [i.place for i in again] == [i.place for i in first]  # ... stable across processes ...
+        assert [i.place for i in other] == [i.place for i in first]  # ... and shared: ratings overlap
+        assert [i.item for i in again] == [i.item for i in first]  # same opaque ids
+        models = [i.place.run_name.split("model=")[1].split(",")[0] for i in first[:6]]
+        assert len(set(models)) == 2  # the models' answers are interleaved, not in blocks
         review.rate(s, cleo, first[0], {"accuracy": 3})
         left = review.sample(s, cleo, "local", JURY_BENCH, n=50)
-    assert len(left) == len(first) - 1 and first[0].item not in {i.item for i in left}
+        dora_left = review.sample(s, dora, "local", JURY_BENCH, n=50)
+    assert [i.item for i in left] == [i.item for i in first[1:]]
+    assert [i.item for i in dora_left] == [i.item for i in first]  # dora has not rated it: still hers to rate
 
 
 @pytest.mark.parametrize("groups", [["medhelm-viewers"], ["medhelm-analysts"], ["medhelm-admins"], ["staff"]])

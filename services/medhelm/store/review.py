@@ -4,8 +4,9 @@ What a governance committee expects of it (docs/review.md):
 
 * **Blind.** ``sample`` returns ``ReviewItem``s whose public fields are the question, the answer, the
   reference and the rubric's criteria, and an opaque ``item`` id (an HMAC of the instance's place under
-  a key that lives only in this process). The run, model and deployment stay in a private field the
-  dashboard never renders; the order is a shuffle seeded by the rater, release and benchmark.
+  the store's secret review key). The run, model and deployment stay in a private field the dashboard
+  never renders; the order is one keyed shuffle per (release, benchmark), the same for every clinician
+  (so their ratings overlap), with what the rater already rated left out.
 * **Least privilege, in the data layer.** ``sample`` and ``rate`` take the ``Principal`` asking and
   refuse anyone without the clinician grant, or a release they may not see (``AccessDenied``, audited
   as ``denied``). Showing the text writes ``view-review`` to the audit trail first; if that row cannot be
@@ -54,8 +55,10 @@ DDL = (f"CREATE TABLE IF NOT EXISTS {TABLE} (at TEXT NOT NULL, rater TEXT NOT NU
        f"CREATE INDEX IF NOT EXISTS review_by_benchmark ON {TABLE} (release, benchmark)")
 MAX_SAMPLE = 200  # items one sample may hold (one audit row names them all)
 
-# Opaque item ids: a key that exists only in this process, so an id cannot be turned back into a run.
-_ITEM_KEY = secrets.token_bytes(32)
+# Opaque item ids and the sample's order come from a secret kept in the store (meta, release '', key
+# review_key; made on first use): without it neither can be reproduced from the open-source code and a
+# guess at the model names. A login that may not write it falls back to a key of this process only.
+_PROCESS_KEY = secrets.token_bytes(32)
 
 
 @dataclass(frozen=True)
@@ -122,9 +125,33 @@ def jury_benchmarks(store: Store, release: str, principal: Principal) -> list[di
                              "main_metric LIKE 'jury_score%' ORDER BY benchmark", (release,))
 
 
-def item_id(place: Place) -> str:
+def item_id(place: Place, key: bytes) -> str:
     msg = "\0".join((place.release, place.suite, place.run_name, place.instance_id)).encode()
-    return "R-" + hmac.new(_ITEM_KEY, msg, hashlib.sha256).hexdigest()[:12].upper()
+    return "R-" + hmac.new(key, msg, hashlib.sha256).hexdigest()[:12].upper()
+
+
+def _secret(store: Store) -> bytes:
+    """The store's review key (made once, race-safe: insert-if-absent, then read back)."""
+    cached = getattr(store, "_review_key", None)
+    if cached is not None:
+        return cached
+    query = "SELECT value FROM meta WHERE release = '' AND key = 'review_key'"
+    try:
+        found = store.query(query)
+        if not found:
+            with store.transaction():
+                store.execute("INSERT INTO meta (release, key, value) VALUES ('', 'review_key', ?) ON CONFLICT DO NOTHING",
+                              (secrets.token_hex(32),))
+            found = store.query(query)
+        key = bytes.fromhex(str(found[0][0]))
+    except Exception:  # noqa: BLE001 - a read-only login: ids and order stable for this process only
+        try:
+            store._conn.rollback()
+        except Exception:  # noqa: BLE001
+            pass
+        key = _PROCESS_KEY
+    store._review_key = key  # type: ignore[attr-defined]
+    return key
 
 
 def _deny(store: Store, principal: Principal, release: str, action: str, run_ids: Sequence[int] = ()) -> None:
@@ -156,12 +183,15 @@ def sample(store: Store, principal: Principal, release: str, benchmark: str, *, 
     for run_id, suite, run_name, _ in runs:
         places += [Place(release, benchmark, suite, run_name, int(run_id), iid) for (iid,) in store.query(
             "SELECT instance_id FROM instances WHERE run_id = ? AND record_json IS NOT NULL "
-            "ORDER BY position, instance_id", (int(run_id),)) if (suite, run_name, iid) not in done]
-    seed = hashlib.sha256("\0".join((principal.subject, release, benchmark)).encode()).hexdigest()
-    random.Random(seed).shuffle(places)
+            "ORDER BY position, instance_id", (int(run_id),))]
+    key = _secret(store)
+    # one shuffle per (release, benchmark) for every clinician, so their ratings overlap (clinician-clinician
+    # agreement and the clinician mean need the same answers rated by several); keyed, so not reproducible
+    random.Random(hmac.new(key, "\0".join((release, benchmark)).encode(), hashlib.sha256).hexdigest()).shuffle(places)
+    places = [p for p in places if (p.suite, p.run_name, p.instance_id) not in done]  # after: the order stays
     places = places[:n]
     records = _records(store, places)
-    items = [it for it in (_item(p, records.get((p.run_id, p.instance_id)), wording.get(p.run_id, {}))
+    items = [it for it in (_item(p, records.get((p.run_id, p.instance_id)), wording.get(p.run_id, {}), key)
                            for p in places) if it is not None]
     audit.record(store, principal, "view-review", release=release, run_ids=sorted({i.place.run_id for i in items}),
                  instance_ids=[i.place.instance_id for i in items], detail=f"benchmark={benchmark} n={len(items)}")
@@ -291,7 +321,7 @@ def _records(store: Store, places: list[Place]) -> dict[tuple[int, str], dict]:
     return out
 
 
-def _item(place: Place, rec: dict | None, wording: Mapping[str, str]) -> ReviewItem | None:
+def _item(place: Place, rec: dict | None, wording: Mapping[str, str], key: bytes) -> ReviewItem | None:
     """The blinded view of one record: question, answer, references, the rubric's criteria. None when the
     record has no answer or no judged criterion to rate."""
     if not rec:
@@ -303,7 +333,7 @@ def _item(place: Place, rec: dict | None, wording: Mapping[str, str]) -> ReviewI
         return None
     instance = rec.get("instance") or {}
     refs = tuple(str(r.get("text") or "") for r in instance.get("references") or () if isinstance(r, dict))
-    return ReviewItem(item_id(place), str(instance.get("input") or ""), str(answer), refs, criteria, place)
+    return ReviewItem(item_id(place, key), str(instance.get("input") or ""), str(answer), refs, criteria, place)
 
 
 def _criteria(rec: dict, wording: Mapping[str, str]) -> tuple[Criterion, ...]:
