@@ -89,6 +89,9 @@ def test_a_clinician_sees_a_blinded_sample_and_ratings_are_stored_with_who_and_w
     shown = trail[-1]
     assert shown.role == "clinician" and set(shown.instance_ids) == {i.place.instance_id for i in items}
     assert shown.detail == f"benchmark={JURY_BENCH} n=5"
+    rated = [e for e in trail if e.action == "rate"]
+    assert {e.detail for e in rated} == {f"benchmark={JURY_BENCH} item={i.item} criteria=1" for i in items[:2]}
+    assert {e.instance_ids for e in rated} == {(i.place.instance_id,) for i in items[:2]}
 
 
 def test_one_keyed_shuffle_for_every_clinician_and_rated_items_are_not_offered_again(review_output: Path) -> None:

@@ -232,7 +232,7 @@ def rate(store: Store, principal: Principal, item: ReviewItem, scores: Mapping[s
                            p.benchmark, p.suite, p.run_name, p.instance_id, name, values[name], c.min_score,
                            c.max_score))
     audit.record(store, principal, "rate", release=p.release, run_ids=[p.run_id], instance_ids=[p.instance_id],
-                 detail=f"benchmark={p.benchmark} criteria={len(values)}")
+                 detail=f"benchmark={p.benchmark} item={item.item} criteria={len(values)}")
     return at
 
 
