@@ -6,6 +6,9 @@ rated answers on the Review page (ICC(2,1) of the jury mean vs the clinician mea
 each judge vs the clinician mean, with the judge's bias in rubric points). Aggregates only: no instance
 text and no candidate model is read into the page (judges are named: they are the instrument, not the
 subject). Computed by ``store.review.agreement`` (the code ``medhelm jury stats``/``calibrate`` use).
+Failure semantics: a principal without viewer role or the clinician grant, or a restricted release, is
+refused in the data layer (the app shows the one-line error); no ratings yet, or ratings the release's
+records no longer match, show "no ratings" — never a 0.
 """
 
 from __future__ import annotations
