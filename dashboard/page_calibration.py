@@ -72,6 +72,7 @@ def render(cfg: Settings, release: str) -> None:
     pairs = [{"Judges": f"{p.a} vs {p.b}", "Spearman": _ci(p.spearman)} for p in a.judges.pairs]
     st.dataframe(safe_frame(pd.DataFrame(judge_rows)), hide_index=True, width="stretch", key="calib_judges")
     if pairs:
+        st.caption("Judge pairs: Spearman's rho (95% CI, bootstrap)")
         st.dataframe(safe_frame(pd.DataFrame(pairs)), hide_index=True, width="stretch", key="calib_pairs")
     if c is not None and len(c.clinicians) >= 2:
         st.text(f"Clinicians among themselves: ICC(2,1) {_ci(c.clinician_icc2_1)}, ICC(2,k) {_ci(c.clinician_icc2_k)}")
