@@ -1,5 +1,7 @@
 """MedHELM leaderboard (Streamlit). Run it with ``medhelm serve``; settings come from the environment
-(see launch.py). Pages: the leaderboard, one benchmark with instance drill-down, two models compared.
+(see launch.py). Pages: the leaderboard, one benchmark with instance drill-down, two models compared;
+for clinicians the blinded Review page, and jury calibration (judges vs judges vs clinicians). A
+clinician with no other role gets only those two: the leaderboard (model names) is never loaded.
 The session's principal is settled first (signin.py): nothing is read before it, and every read of
 instance text goes through the store with it (refused below analyst, audited otherwise)."""
 
@@ -18,6 +20,8 @@ import board_data  # noqa: E402 - after the sys.path line
 import page_benchmark  # noqa: E402
 import page_compare  # noqa: E402
 import page_leaderboard  # noqa: E402
+import page_calibration  # noqa: E402
+import page_review  # noqa: E402
 import signin  # noqa: E402
 from filters import sidebar_filters  # noqa: E402
 from medhelm.access import Role  # noqa: E402
@@ -26,6 +30,9 @@ from medhelm.errors import MedhelmError  # noqa: E402
 
 PAGES = {"Leaderboard": page_leaderboard.render, "Benchmark": page_benchmark.render, "Compare": page_compare.render}
 TITLES = {"Leaderboard": "MedHELM leaderboard", "Benchmark": "Benchmark", "Compare": "Compare two models"}
+# Pages that never load the leaderboard (no model names): what a clinician-only session may open.
+REVIEW_PAGES = {"Review": page_review.render, "Jury calibration": page_calibration.render}
+TITLES.update({"Review": "Clinician review", "Jury calibration": "Jury calibration"})
 
 st.set_page_config(page_title="MedHELM leaderboard", layout="wide")
 cfg = board_data.settings()
@@ -43,9 +50,17 @@ if not known:
 names = [r for r, _ in known]
 default = names.index(cfg.release) if cfg.release in names else 0
 release = st.sidebar.selectbox("Release", names, index=default, key="release")
-page = st.sidebar.radio("Page", list(PAGES), key="page")
+offered = (list(PAGES) if principal.role >= Role.VIEWER else []) + \
+    [p for p in REVIEW_PAGES if principal.clinician or (p != "Review" and principal.role >= Role.VIEWER)]
+page = st.sidebar.radio("Page", offered, key="page")
 heading.title(TITLES[page])
 signin.sidebar_identity(principal)
+if page in REVIEW_PAGES:  # before the leaderboard is loaded: a clinician's session never receives model names
+    try:
+        REVIEW_PAGES[page](dataclasses.replace(cfg, release=release), release)
+    except MedhelmError as err:  # refused, or the audit row could not be written: no text
+        st.error(literal(no_addresses(err), 500))
+    st.stop()
 try:
     rel = board_data.load_release(cfg.store, release, dict(known)[release], principal)
 except MedhelmError as err:

@@ -42,7 +42,7 @@ def policy() -> AccessPolicy:
 def current_principal(redacted: bool, title: str) -> Principal:
     """The session's principal, or the sign-in screen and ``st.stop()``."""
     if not auth_enabled():
-        local = Principal.local()
+        local = Principal.local(clinician=True)  # the person at the machine may review too (not blind)
         return local.capped(Role.VIEWER) if redacted else local
     user = st.user
     if not user.is_logged_in:
@@ -52,10 +52,10 @@ def current_principal(redacted: bool, title: str) -> Principal:
     if not isinstance(exp, (int, float)) or exp <= time.time():
         _sign_in_screen(title, "Your sign-in has expired. Sign in again to continue.")
     principal = policy().principal(claims)
-    if principal.role == Role.NONE:
+    if principal.role == Role.NONE and not principal.clinician:
         st.title(title)
         st.error(f"Signed in as {principal.subject}, but this account has no MedHELM role. Ask your administrator "
-                 "to add you to a viewer, analyst or admin group.")
+                 "to add you to a viewer, analyst, admin or clinician group.")
         st.button("Sign out", on_click=st.logout, key="signout_norole")
         st.stop()
     return principal.capped(Role.VIEWER) if redacted else principal
@@ -71,5 +71,5 @@ def _sign_in_screen(title: str, message: str) -> None:
 def sidebar_identity(principal: Principal) -> None:
     if not auth_enabled():
         return
-    st.sidebar.caption(f"Signed in as **{principal.subject}** · role **{principal.role.label}**")
+    st.sidebar.caption(f"Signed in as **{principal.subject}** · role **{principal.label}**")
     st.sidebar.button("Sign out", on_click=st.logout, key="signout")

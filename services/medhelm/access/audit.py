@@ -31,7 +31,8 @@ DDL = (f"CREATE TABLE IF NOT EXISTS {TABLE} (at TEXT NOT NULL, actor TEXT NOT NU
 COLUMNS = ("at", "actor", "role", "source", "action", "release", "run_ids", "instance_ids", "detail")
 
 # What the trail records. view-*: instance text shown; export*: a bundle written; denied: a refused request.
-ACTIONS = ("view-instances", "view-paired", "export", "export-redacted", "denied")
+# view-review: blinded answers shown on the Review page; rate: a clinician's ratings stored.
+ACTIONS = ("view-instances", "view-paired", "export", "export-redacted", "denied", "view-review", "rate")
 
 EVENTS = Counter("medhelm_audit_events", "audited accesses to instance text and exports", ["action", "role"])
 FAILURES = Counter("medhelm_audit_failures", "audit records that could not be written (the text was withheld)")
@@ -69,7 +70,7 @@ def record(store: Store, principal: Principal, action: str, *, release: str | No
     if action not in ACTIONS:
         raise ValueError(f"unknown audit action {action}")
     event = Event(datetime.now(timezone.utc).isoformat(timespec="microseconds"), principal.subject,
-                  principal.role.label, principal.source, action, release, tuple(int(r) for r in run_ids),
+                  principal.label, principal.source, action, release, tuple(int(r) for r in run_ids),
                   tuple(str(i) for i in instance_ids), detail)
     try:
         ensure_table(store)

@@ -3,6 +3,11 @@
 * **viewer** — aggregates only: leaderboard, intervals, heatmap, costs (what redacted mode shows).
 * **analyst** — also instance text: prompts, answers, references, judge rationales (audited).
 * **admin** — everything an analyst may, plus the audit trail in the dashboard.
+* **clinician** — a grant beside that ladder, not a rung on it: the Review page (the instance text of
+  jury-scored benchmarks, blind to which model wrote each answer; the clinician's ratings are stored)
+  and the jury-calibration aggregates. A clinician in no other group sees no leaderboard, no model
+  name and no drill-down, so the ratings stay blind; a clinician who is also an analyst may review, but
+  such ratings are stored as not blind (``Principal.blind``).
 
 The identity provider's group (or role) claim maps to roles in ``access.yaml``; the highest role of
 any matching group applies. A signed-in user in no listed group gets ``default_role`` (``none`` =
@@ -36,12 +41,20 @@ class Role(IntEnum):
         try:
             return cls[str(text).strip().upper()]
         except KeyError:
-            raise ConfigError(f"unknown role '{text}' (one of none, viewer, analyst, admin)", path=path,
-                              field=field_name) from None
+            raise ConfigError(f"unknown role '{text}' (one of none, viewer, analyst, admin; under roles also "
+                              "clinician)", path=path, field=field_name) from None
+
+    @classmethod
+    def is_clinician(cls, text: str) -> bool:
+        """``clinician`` in ``access.yaml`` is the review grant, kept apart from the viewer..admin ladder."""
+        return str(text).strip().lower() == CLINICIAN
 
     @property
     def label(self) -> str:
         return self.name.lower()
+
+
+CLINICIAN = "clinician"  # the review grant's name in access.yaml and in audit/rating rows
 
 
 class AccessDenied(MedhelmError):
@@ -61,19 +74,47 @@ class Principal:
     source: str = "oidc"  # oidc | local (auth off, loopback) | cli
     name: str = ""
     restricted: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    clinician: bool = False  # the review grant (a group under roles.clinician), beside ``role``
 
     @classmethod
-    def local(cls, role: Role = Role.ADMIN, source: str = "local") -> Principal:
-        """The person at this machine (auth off on loopback, or the CLI): named by the OS user."""
+    def local(cls, role: Role = Role.ADMIN, source: str = "local", clinician: bool = False) -> Principal:
+        """The person at this machine (auth off on loopback, or the CLI): named by the OS user. The dashboard
+        on loopback passes ``clinician=True``: they may review too (their ratings are stored as not blind)."""
         try:
             user = getpass.getuser()
         except Exception:  # noqa: BLE001 - no passwd entry in a container
             user = "unknown"
-        return cls(subject=f"{source}:{user}", role=role, source=source, name=user)
+        return cls(subject=f"{source}:{user}", role=role, source=source, name=user, clinician=clinician)
+
+    @property
+    def label(self) -> str:
+        """The role as the audit trail and the ratings name it: ``viewer``, ``clinician``, ``analyst+clinician``."""
+        if not self.clinician:
+            return self.role.label
+        return CLINICIAN if self.role == Role.NONE else f"{self.role.label}+{CLINICIAN}"
+
+    @property
+    def blind(self) -> bool:
+        """May this principal link an answer to its model anywhere (the drill-down)? Not blind if so."""
+        return self.role < Role.ANALYST
+
+    def require_review(self, release: str) -> None:
+        """The Review page's text (blinded) and storing ratings: the clinician grant, and the release visible."""
+        if not self.clinician:
+            raise AccessDenied(f"clinician review needs the {CLINICIAN} role; {self.subject} has "
+                               f"{self.role.label if self.role else 'no role'}")
+        self.require_release(release)
+
+    def require_aggregates(self, release: str) -> None:
+        """Aggregates (leaderboard, agreement figures): viewer or above, or a clinician."""
+        if not self.clinician:
+            self.require(Role.VIEWER, "aggregates")
+        self.require_release(release)
 
     def capped(self, role: Role) -> Principal:
-        """The same principal with at most ``role`` (redacted mode caps everyone at viewer)."""
-        return replace(self, role=min(self.role, role))
+        """The same principal with at most ``role`` (redacted mode caps everyone at viewer). A cap below
+        analyst means no instance text at all, so it ends the review grant too."""
+        return replace(self, role=min(self.role, role), clinician=self.clinician and role >= Role.ANALYST)
 
     def may_see_release(self, release: str) -> bool:
         if self.role >= Role.ADMIN:
@@ -104,6 +145,7 @@ class AccessPolicy:
 
     groups_claim: str = "groups"
     roles: Mapping[str, Role] = field(default_factory=dict)  # group name -> role
+    clinicians: tuple[str, ...] = ()  # groups holding the review grant (roles.clinician)
     default_role: Role = Role.NONE
     releases: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (release name or glob, groups)
     subject_claim: str = "email"  # what the audit trail names a user by (falls back to sub)
@@ -124,13 +166,17 @@ class AccessPolicy:
             if key not in known:
                 raise ConfigError(f"unknown key (known: {', '.join(sorted(known))})", path=path, field=str(key))
         roles: dict[str, Role] = {}
+        clinicians: list[str] = []
         for role_name, groups in (raw.get("roles") or {}).items():
+            if Role.is_clinician(role_name):
+                clinicians += _names(groups, path, f"roles.{role_name}")
+                continue
             role = Role.parse(role_name, path=path, field_name=f"roles.{role_name}")
             for g in _names(groups, path, f"roles.{role_name}"):
                 roles[g] = max(role, roles.get(g, Role.NONE))
         releases = tuple((str(name), tuple(_names(groups, path, f"releases.{name}")))
                          for name, groups in (raw.get("releases") or {}).items())
-        return cls(groups_claim=str(raw.get("groups_claim", "groups")), roles=roles,
+        return cls(groups_claim=str(raw.get("groups_claim", "groups")), roles=roles, clinicians=tuple(clinicians),
                    default_role=Role.parse(raw.get("default_role", "none"), path=path, field_name="default_role"),
                    releases=releases, subject_claim=str(raw.get("subject_claim", "email")))
 
@@ -140,7 +186,8 @@ class AccessPolicy:
         role = max([self.roles.get(g, Role.NONE) for g in groups] + [self.default_role])
         subject = str(claims.get(self.subject_claim) or claims.get("sub") or "unknown")
         return Principal(subject=subject, role=role, groups=tuple(groups), source="oidc",
-                         name=str(claims.get("name") or ""), restricted=self.releases)
+                         name=str(claims.get("name") or ""), restricted=self.releases,
+                         clinician=bool(set(groups) & set(self.clinicians)))
 
 
 def _names(value: Any, path: Path | None, where: str) -> list[str]:

@@ -20,7 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument("--until", help="before this UTC date/time (ISO 8601)")
     f.add_argument("--actor", help="one user (the subject the identity provider gave, e.g. an e-mail)")
     f.add_argument("--release", help="one release")
-    f.add_argument("--action", choices=("view-instances", "view-paired", "export", "export-redacted", "denied"))
+    f.add_argument("--action", choices=("view-instances", "view-paired", "export", "export-redacted", "denied",
+                                              "view-review", "rate"))
     f.add_argument("--run-id", type=int, help="events touching this run id")
     f.add_argument("--limit", type=int, default=200, help="at most this many rows (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")

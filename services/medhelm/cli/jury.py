@@ -1,6 +1,7 @@
 """``medhelm jury stats`` (jury score, judge failures, token cost, agreement between judges) and
-``medhelm jury calibrate`` (agreement with clinicians' ratings). Reads finished or partial run
-directories; writes nothing. Output is plain text, or JSON with ``--json``; never instance text.
+``medhelm jury calibrate`` (agreement with clinicians' ratings: a CSV, or the ratings the dashboard's
+Review page stored in the results store with ``--store``). Reads finished or partial run directories
+or the store; writes nothing. Output is plain text, or JSON with ``--json``; never instance text.
 """
 
 from __future__ import annotations
@@ -23,9 +24,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     stats.add_argument("-o", "--output-path", default="benchmark_output", type=Path,
                        help="where suites live (default: %(default)s)")
     cal = sub.add_parser("calibrate", help="agreement with clinicians: clinician ICC, jury ICC, per-judge bias")
-    cal.add_argument("--ratings", required=True, type=Path, metavar="CSV",
-                     help="clinician ratings: columns instance_id, rater, criterion, score")
-    cal.add_argument("--run-dir", required=True, type=Path, metavar="DIR", help="the judged run")
+    where = cal.add_mutually_exclusive_group(required=True)
+    where.add_argument("--ratings", type=Path, metavar="CSV",
+                       help="clinician ratings: columns instance_id, rater, criterion, score")
+    where.add_argument("--store", metavar="STORE", nargs="?", const="",
+                       help="read the ratings clinicians gave on the dashboard's Review page from this results store "
+                            "(sqlite:///path, a path, or postgresql://...; --store alone: env MEDHELM_STORE_URL, so a "
+                            "password never sits in argv)")
+    cal.add_argument("--run-dir", type=Path, metavar="DIR",
+                     help="the judged run (needed with --ratings; with --store: only this run's ratings, its records "
+                          "from the folder)")
+    cal.add_argument("--release", help="with --store: the release (default: the latest summarised)")
+    cal.add_argument("--benchmark", help="with --store: the benchmark whose ratings to use (needed when ratings "
+                                         "cover several)")
     for q in (stats, cal):
         q.add_argument("--bootstrap", type=int_in(0, 100_000), default=ag.DEFAULT_BOOTSTRAP, metavar="N",
                        help="bootstrap resamples for 95%% CIs (default: %(default)s; 0 = none)")
@@ -83,11 +94,47 @@ def _stats(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from medhelm.scoring.jury.calibration import calibrate, read_ratings
 
-    ratings = read_ratings(args.ratings)
-    report = calibrate(ratings, _records(args.run_dir), source=str(args.ratings), n_boot=args.bootstrap,
-                       seed=args.seed).to_json()
+    if args.store is not None:
+        ratings, records, source = _store_ratings(args)
+    else:
+        if args.run_dir is None:
+            raise ConfigError("--ratings needs --run-dir (the judged run the ratings are about)")
+        ratings, records, source = read_ratings(args.ratings), _records(args.run_dir), str(args.ratings)
+    report = calibrate(ratings, records, source=source, n_boot=args.bootstrap, seed=args.seed).to_json()
     print(json.dumps(report, indent=1) if args.json else _calibration_text(report))
     return 0
+
+
+def _store_ratings(args: argparse.Namespace) -> tuple[list, list, str]:
+    """(ratings, records, source) from the results store's ``review_ratings`` (latest per rater x item x
+    criterion); the records from the store, or from ``--run-dir``."""
+    import os
+
+    from medhelm.store import open_store, read, review
+    from medhelm.store.backends import _without_password
+
+    location = args.store or os.environ.get("MEDHELM_STORE_URL", "")
+    if not location:
+        raise ConfigError("--store without a location needs env MEDHELM_STORE_URL")
+    with open_store(location) as store:
+        release = read.resolve_release(store, args.release)
+        stored = review.stored_ratings(store, release=release, benchmark=args.benchmark)
+        where = f"release '{release}'" + (f", benchmark '{args.benchmark}'" if args.benchmark else "")
+        if args.run_dir is not None:
+            stored = [r for r in stored if r.run_name == args.run_dir.name]
+            where += f", run '{args.run_dir.name}'"
+        if not stored:
+            raise ConfigError(f"no clinician ratings in {_without_password(store.url)} for {where} (clinicians rate on "
+                              "the dashboard's Review page)")
+        benchmarks = sorted({r.benchmark for r in stored})
+        if len(benchmarks) > 1:
+            raise ConfigError(f"the ratings cover several benchmarks ({', '.join(benchmarks)}); "
+                              "name one with --benchmark")
+        ratings = review.clinician_ratings(store, release, benchmarks[0])
+        ratings = [r for r in ratings if args.run_dir is None or r.run == args.run_dir.name]
+        records = _records(args.run_dir) if args.run_dir is not None else \
+            review.rated_records(store, release, benchmarks[0])
+        return ratings, records, _without_password(store.url)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -149,4 +196,8 @@ def _calibration_text(r: dict) -> str:
              "per judge (bias = judge - clinician mean, rubric points; > 0 = more lenient):"]
     lines += [f"  {j['judge']:<32} bias {_est(j['bias'])}  ICC(2,1) vs clinicians {_est(j['icc2_1'])}"
               for j in r["judges"]]
+    if r.get("criteria"):
+        lines.append("per criterion (jury mean vs clinician mean):")
+        lines += [f"  {c['criterion']:<32} ICC(2,1) {_est(c['jury_icc2_1'])}  targets {c['targets']}"
+                  for c in r["criteria"]]
     return "\n".join(lines)

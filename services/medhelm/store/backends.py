@@ -117,6 +117,11 @@ class Store:
             for table, column, kind in ADDED_COLUMNS:
                 if column not in self.columns(table):
                     self.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        # the clinicians' ratings (kept across re-summarise, like the audit trail): made here too, so a dashboard
+        # whose database user may only INSERT/SELECT finds it
+        from medhelm.store import review
+
+        review.ensure_table(self)
 
     def columns(self, table: str) -> list[str]:
         with self._damaged():

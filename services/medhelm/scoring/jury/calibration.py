@@ -1,9 +1,12 @@
 """Calibration of the jury against clinicians, as the MedHELM paper did — inside the product.
 
-Input: a CSV of clinician ratings with columns ``instance_id, rater, criterion, score`` (one row per
-rating, on the rubric's scale) and the run's records. Output: clinician–clinician agreement (how
+Input: clinician ratings — a CSV with columns ``instance_id, rater, criterion, score`` (one row per
+rating, on the rubric's scale), or the ratings the dashboard's Review page stored in the results store
+(``store.review.clinician_ratings``, which also name the run) — and the run's records. Output: clinician–clinician agreement (how
 much the reference itself can be trusted), jury–clinician agreement (jury mean vs clinician mean per
-instance × criterion), and each judge's bias (mean of judge − clinician mean, in rubric points).
+instance × criterion) overall and per criterion, and each judge's bias (mean of judge − clinician
+mean, in rubric points) and ICC against the clinicians. ICC intervals come from the F distribution
+(``agreement.icc_estimate``).
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ class ClinicianRating:
     rater: str
     criterion: str
     score: float
-    line: int  # in the CSV, for error messages
+    line: int  # in the CSV, for error messages (0: from the store)
+    run: str = ""  # the run's name when known (store ratings); a CSV names one run, given apart
 
 
 def read_ratings(path: str | Path) -> list[ClinicianRating]:
@@ -76,6 +80,16 @@ class JudgeBias:
 
 
 @dataclass(frozen=True)
+class CriterionCalibration:
+    criterion: str
+    targets: int  # rated (instance, criterion) pairs of this criterion in the run(s)
+    jury_icc2_1: ag.Estimate  # jury mean vs clinician mean, this criterion only
+
+    def to_json(self) -> dict:
+        return {"criterion": self.criterion, "targets": self.targets, "jury_icc2_1": self.jury_icc2_1.to_json()}
+
+
+@dataclass(frozen=True)
 class CalibrationReport:
     clinicians: tuple[str, ...]
     targets: int  # rated (instance, criterion) pairs that are in the run
@@ -87,9 +101,11 @@ class CalibrationReport:
     jury_spearman: ag.Estimate
     jury_bias: ag.Estimate
     judges: tuple[JudgeBias, ...]
+    criteria: tuple[CriterionCalibration, ...] = ()
 
     def to_json(self) -> dict:
         return {"clinicians": list(self.clinicians), "targets": self.targets, "unmatched": self.unmatched,
+                "criteria": [c.to_json() for c in self.criteria],
                 "clinician_icc2_1": self.clinician_icc2_1.to_json(),
                 "clinician_icc2_k": self.clinician_icc2_k.to_json(),
                 "clinician_alpha_ordinal": self.clinician_alpha_ordinal.to_json(),
@@ -102,19 +118,21 @@ def calibrate(ratings: Sequence[ClinicianRating], records: Iterable[InstanceResu
     jury = judge_ratings(records)
     if not jury:
         raise ConfigError("the run has no valid judge scores to calibrate", path=source or None)
-    # (instance id, criterion lower-cased) -> the run's target and scale
+    # (instance id, criterion lower-cased) -> the run's target and scale; with the run for ratings that name it
     scale = {(r.target[1], r.target[2].lower()): (r.target, r.min_score, r.max_score) for r in jury}
+    by_run = {(r.target[0], r.target[1], r.target[2].lower()): (r.target, r.min_score, r.max_score) for r in jury}
     clinician: list[Rating] = []
     unmatched = 0
     for c in ratings:
-        found = scale.get((c.instance_id, c.criterion.lower()))
+        found = by_run.get((c.run, c.instance_id, c.criterion.lower())) if c.run else \
+            scale.get((c.instance_id, c.criterion.lower()))
         if found is None:
             unmatched += 1
             continue
         target, lo, hi = found
         if not lo <= c.score <= hi:
             raise ConfigError(f"score {c.score:g} outside the rubric's {lo:g}-{hi:g}", path=source or None,
-                              line=c.line, field="score")
+                              line=c.line or None, field="score")
         clinician.append(Rating(target, c.rater, c.score, lo, hi))
     if not clinician:
         raise ConfigError("no rated instance/criterion is in the run (check instance_id and criterion)",
@@ -137,6 +155,10 @@ def _report(clinician: list[Rating], jury: list[Rating], unmatched: int, *, n_bo
         pair = ag.complete_rows(np.column_stack([jm[:, i], clinician_mean]))
         judge_bias.append(JudgeBias(name, boot(_mean_difference, pair), ag.icc_estimate(pair, "2,1")))
     pair = ag.complete_rows(both)
+    criteria = []
+    for criterion in sorted({t[2] for t in targets}):
+        rows = [i for i, t in enumerate(targets) if t[2] == criterion]
+        criteria.append(CriterionCalibration(criterion, len(rows), ag.icc_estimate(ag.complete_rows(both[rows]), "2,1")))
     return CalibrationReport(
         clinicians=tuple(clinicians), targets=len(targets), unmatched=unmatched,
         clinician_icc2_1=ag.icc_estimate(cm, "2,1"), clinician_icc2_k=ag.icc_estimate(cm, "2,k"),
@@ -144,7 +166,7 @@ def _report(clinician: list[Rating], jury: list[Rating], unmatched: int, *, n_bo
         jury_icc2_1=ag.icc_estimate(pair, "2,1"),
         jury_spearman=boot(lambda rows: ag.spearman(rows[:, 0], rows[:, 1]), pair, bounds=(-1.0, 1.0)),
         jury_bias=boot(_mean_difference, pair),
-        judges=tuple(judge_bias))
+        judges=tuple(judge_bias), criteria=tuple(criteria))
 
 
 def _align(jury: list[Rating], targets: list[Target], judges: list[str]) -> np.ndarray:

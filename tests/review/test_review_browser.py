@@ -1,0 +1,124 @@
+"""Clinician review end to end: the real dashboard (`streamlit run`, st.login/Authlib) against the real
+OIDC provider on 127.0.0.1, driven by headless chromium. The candidate models carry a planted name: a
+clinician's session must never receive it — not in the DOM, not in any HTTP body or websocket frame."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from medhelm.access import audit
+from medhelm.store import open_store, review
+from tests.leaderboard.browser import CHROMIUM, NODE_CACHE, free_port, launch_module, missing_tools
+from tests.review.conftest import ACCESS_YAML, JURY_BENCH, PLANTED, write_output
+
+pytestmark = pytest.mark.slow
+
+FLOW = Path(__file__).with_name("review_flow.js")
+QUESTION = "Synthetic question"  # instance text: it does reach the clinician (proves the capture sees text)
+
+
+@pytest.fixture(scope="module")
+def review_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """(url, store): the real dashboard with sign-in against the real test provider, over a planted store."""
+    pytest.importorskip("joserfc")
+    from tests.access.oidc_provider import Provider, User
+
+    why = missing_tools()
+    if why:
+        pytest.skip(why)
+    work = tmp_path_factory.mktemp("review_app")
+    output = write_output(work / "out")
+    port = free_port()
+    redirect = f"http://127.0.0.1:{port}/oauth2callback"
+    provider = Provider(client_id="medhelm-dashboard", client_secret="s3cret-client-" + os.urandom(8).hex(),
+                        redirect_uris=[redirect], users={
+                            "cleo": User("u-cleo", "cleo@hospital.example", "Cleo Clinician", ["clinical-reviewers"]),
+                            "vera": User("u-vera", "vera@hospital.example", "Vera Viewer", ["medhelm-viewers"])})
+    issuer = provider.start()
+    policy = work / "access.yaml"
+    policy.write_text(ACCESS_YAML)
+    (work / "client_secret").write_text(provider.client_secret)
+    launch = launch_module()
+    args = argparse.Namespace(store=str(output / "results.sqlite"), host="127.0.0.1", port=port, release=None,
+                              redacted=False, output_path=None, oidc_issuer=issuer,
+                              oidc_client_id=provider.client_id, oidc_redirect_uri=redirect, access_policy=policy)
+    secret_env = {"MEDHELM_OIDC_CLIENT_SECRET_FILE": str(work / "client_secret"),
+                  "MEDHELM_OIDC_COOKIE_SECRET": os.urandom(24).hex()}
+    secrets = launch.write_secrets(launch.oidc_settings(args, {**os.environ, **secret_env}))
+    log = work / "streamlit.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(launch.command(args, secrets), env=launch.environment(args),
+                                stdout=subprocess.DEVNULL, stderr=err, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.read().decode().strip() == "ok":
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not start: {log.read_text()[-800:]}")
+            time.sleep(0.3)
+        yield url, output / "results.sqlite"
+        assert PLANTED not in log.read_text(errors="replace")  # nor in the server's log
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        provider.stop()
+        shutil.rmtree(secrets.parent, ignore_errors=True)
+
+
+def drive(url: str, user: str, score: str = "4") -> dict:
+    env = {**os.environ, "NODE_PATH": str(NODE_CACHE / "node_modules"), "CHROMIUM": CHROMIUM}
+    opts: dict = {"url": url, "user": user, "score": score, "markers": [PLANTED, QUESTION]}
+    if os.environ.get("MEDHELM_SCREENSHOT_DIR"):
+        opts["failShot"] = str(Path(os.environ["MEDHELM_SCREENSHOT_DIR"]) / f"review-{user}.png")
+    done = subprocess.run(["node", str(FLOW), json.dumps(opts)], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-800:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_clinician_rates_in_the_browser_and_never_receives_a_model_name(review_app) -> None:
+    url, store = review_app
+    started = time.time()
+    r = drive(url, "cleo", score="4")
+    assert r["signed_in"] and r["pages"] == ["Review", "Jury calibration"], r
+    assert r["review"] == "rated" and r["item_before"] != r["item_after"] and r["calibration"] == "shown", r
+    assert r["in_network"][QUESTION] and r["in_dom"][QUESTION]  # the capture does see what is sent ...
+    assert not r["in_network"][PLANTED] and not r["in_dom"][PLANTED], r  # ... and no model name was
+    assert r["network_bytes"] > 10_000
+    with open_store(store) as s:
+        [rating] = review.stored_ratings(s, release="local", benchmark=JURY_BENCH)
+        trail = audit.events(s, actor="cleo@hospital.example")
+    assert (rating.rater, rating.role, rating.source, rating.blind, rating.criterion, rating.score) == \
+        ("cleo@hospital.example", "clinician", "oidc", True, "accuracy", 4.0)
+    from datetime import datetime
+
+    assert started - 1 <= datetime.fromisoformat(rating.at).timestamp() <= time.time()
+    assert {"view-review", "rate"} <= {e.action for e in trail}
+    assert PLANTED not in json.dumps([e.__dict__ for e in trail if e.action == "view-review"])
+
+
+def test_a_viewer_gets_no_review_page(review_app) -> None:
+    url, store = review_app
+    r = drive(url, "vera")
+    assert r["signed_in"] and "Review" not in r["pages"] and r["review"] == "absent", r
+    assert r["pages"][:1] == ["Leaderboard"] and r["calibration"] == "shown", r
+    assert r["in_network"][PLANTED]  # the leaderboard names models: the capture does see a model name
+    assert not r["in_network"][QUESTION] and not r["in_dom"][QUESTION], r  # no instance text for a viewer
