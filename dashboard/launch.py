@@ -10,7 +10,8 @@ the environment or files (a mounted Kubernetes Secret), never from a flag or a l
 written to a private ``secrets.toml`` (0600, in a 0700 temp folder, removed on exit) that Streamlit
 reads via ``--secrets.files``. Serving on a non-loopback address without sign-in is refused unless
 ``--insecure-no-auth`` says so explicitly. Failure semantics: every missing or bad setting is one
-``ConfigError`` line before Streamlit starts.
+``ConfigError`` line before Streamlit starts. Streamlit runs as a child that never outlives ``medhelm
+serve``: stop signals are passed on, and on Linux the kernel stops it if the parent is killed outright.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -206,12 +208,47 @@ def main(args: argparse.Namespace) -> int:
           f"{'sign-in ' + oidc.issuer if oidc else 'no sign-in'})", file=sys.stderr)
     secrets = write_secrets(oidc) if oidc is not None else None
     try:
-        return subprocess.call(command(args, secrets), env=env)
-    except KeyboardInterrupt:
-        return 0
+        return _run_streamlit(command(args, secrets), env)
     finally:
         if secrets is not None:
             shutil.rmtree(secrets.parent, ignore_errors=True)
+
+
+def _run_streamlit(cmd: list[str], env: dict[str, str]) -> int:
+    """Streamlit as our child, never outliving us: SIGTERM/SIGHUP sent to ``medhelm serve`` (a kubelet
+    stopping the pod, where we are PID 1 and would otherwise ignore it; a terminal closing) is passed on and
+    waited for, and on Linux the child is told to stop (SIGTERM) if we die by a signal we cannot catch
+    (``kill -9``). Ctrl-C reaches the whole process group by itself; we only wait."""
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=_stop_with_parent if sys.platform == "linux" else None)
+
+    def forward(signum: int, _frame: object) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except KeyboardInterrupt:
+                continue  # Streamlit got the same Ctrl-C; wait for it to finish
+        return 0 if code in (0, -signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP) else code
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _stop_with_parent() -> None:
+    """In the child before exec: ask the kernel for SIGTERM when the parent dies (prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not glibc/musl: the SIGTERM forwarding above still applies
+        pass
 
 
 def _shown(store: str) -> str:
