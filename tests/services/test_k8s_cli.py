@@ -87,7 +87,8 @@ def test_collect_job_summarizes_with_the_store_secret(repo_root, tmp_path, helm_
     job = yaml.safe_load((tmp_path / "applied.yaml").read_text())
     c = job["spec"]["template"]["spec"]["containers"][0]
     assert job["metadata"]["name"] == "rel-medhelm-eval-nightly-collect"
-    assert c["args"] == ["collect", "--suite=nightly", "--output-path=/data/benchmark_output", "--summarize"]
+    assert c["args"] == ["collect", "--suite=nightly", "--output-path=/data/benchmark_output", "--summarize",
+                         "--local-path=/data/prod_env"]  # prices.yaml on the volume, as the shards used
     store = [e for e in c["env"] if e["name"] == "MEDHELM_STORE_URL"]
     assert store == [{"name": "MEDHELM_STORE_URL",
                       "valueFrom": {"secretKeyRef": {"name": "medhelm-postgres", "key": "url"}}}]

@@ -80,6 +80,9 @@ def add_collect_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--summarize", action="store_true",
                    help="then `medhelm summarize` the suite into the results store (env MEDHELM_STORE_URL or "
                         "<output-path>/results.sqlite), so the dashboard shows it")
+    p.add_argument("--local-path", type=Path, default=None,
+                   help="with --summarize: the folder with model_deployments.yaml and prices.yaml the runs used "
+                        "(as `run`/`job` --local-path; default: summarize's own default, prod_env)")
 
 
 def main_job(args: argparse.Namespace) -> int:

@@ -238,7 +238,8 @@ def collect_job(args: argparse.Namespace, template: dict, store_env: list) -> di
                "/data/benchmark_output")
     cmd = ["collect", f"--suite={args.suite}", f"--output-path={out}"]
     if not args.no_summarize:
-        cmd.append("--summarize")
+        # summarize prices with the prices.yaml the shards' --local-path holds (the volume), not ./prod_env
+        cmd += ["--summarize", *(a for a in _path_args(template) if a.startswith("--local-path="))]
     job = build_job(template, release=args.release, suite=args.suite, args=cmd, image=args.image, completions=1,
                     parallelism=1, use_services=False, extra_env=store_env if not args.no_summarize else [],
                     suffix="-collect")
