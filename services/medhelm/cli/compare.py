@@ -85,9 +85,9 @@ def main(args: argparse.Namespace) -> int:
     else:
         print_table(result, everything=args.all)
     if args.pushgateway:
-        from medhelm.telemetry import push_release_gauges
+        from medhelm.store.gauges import comparison_registry, push
 
-        problem = push_release_gauges(args.pushgateway, result)
+        problem = push(comparison_registry(result), args.pushgateway, "medhelm-compare")
         if problem:
             print(f"note: {problem}", file=sys.stderr)
     return GATE_EXIT if result.gate_failed else 0
