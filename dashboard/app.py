@@ -1,5 +1,6 @@
 """MedHELM leaderboard (Streamlit). Run it with ``medhelm serve``; settings come from the environment
-(see launch.py). Pages: the leaderboard, one benchmark with instance drill-down, two models compared.
+(see launch.py). Pages: the leaderboard, one benchmark with instance drill-down, two models compared, trends across
+releases.
 The session's principal is settled first (signin.py): nothing is read before it, and every read of
 instance text goes through the store with it (refused below analyst, audited otherwise)."""
 
@@ -18,6 +19,7 @@ import board_data  # noqa: E402 - after the sys.path line
 import page_benchmark  # noqa: E402
 import page_compare  # noqa: E402
 import page_leaderboard  # noqa: E402
+import page_trends  # noqa: E402
 import signin  # noqa: E402
 from filters import sidebar_filters  # noqa: E402
 from medhelm.access import Role  # noqa: E402
@@ -26,6 +28,8 @@ from medhelm.errors import MedhelmError  # noqa: E402
 
 PAGES = {"Leaderboard": page_leaderboard.render, "Benchmark": page_benchmark.render, "Compare": page_compare.render}
 TITLES = {"Leaderboard": "MedHELM leaderboard", "Benchmark": "Benchmark", "Compare": "Compare two models"}
+PAGES["Trends"] = page_trends.render  # scores across releases, flagged drops, MDD (aggregates: viewer-level)
+TITLES["Trends"] = "Trends across releases"
 
 st.set_page_config(page_title="MedHELM leaderboard", layout="wide")
 cfg = board_data.settings()

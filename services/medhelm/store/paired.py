@@ -168,10 +168,17 @@ def minimum_detectable_t(n: int, sd: float, alpha: float = 0.05, power: float = 
 
 
 def minimum_detectable_mcnemar(n: int, psi: float, alpha: float = 0.05, power: float = 0.8) -> float | None:
-    """The smallest difference in proportions ``n`` pairs with discordant proportion ``psi`` detect."""
+    """The smallest difference in proportions ``n`` pairs with discordant proportion ``psi`` detect. A
+    difference larger than ``psi`` makes at least that share of pairs discordant, so it is tested with
+    discordance ``max(psi, d)`` (otherwise a suite whose models rarely disagree would have no answer)."""
     if n < 1 or not 0 < psi <= 1:
         return None
-    return _smallest(lambda d: (power_mcnemar(n, d, psi, alpha) or 0.0) >= power, 0.0, psi * (1 - 1e-12))
+
+    def detects(d: float) -> bool:
+        p = power_mcnemar(n, d, min(1.0, max(psi, d)), alpha)
+        return not math.isnan(p) and p >= power
+
+    return _smallest(detects, 0.0, 1.0 - 1e-9)
 
 
 def independent_discordance(p: float, delta: float) -> float:
