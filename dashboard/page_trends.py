@@ -67,7 +67,9 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
         if not labels:
             st.info("No benchmark matches the filters.")
             return
-        bench = st.selectbox("Benchmark", list(labels), format_func=labels.get, key="trend_bench")
+        flagged = [b for b in labels if b in set(drops["benchmark"])]
+        first = list(labels).index(flagged[0]) if flagged else 0  # open where something dropped
+        bench = st.selectbox("Benchmark", list(labels), index=first, format_func=labels.get, key="trend_bench")
         sub = cells[cells["benchmark"] == bench].copy()
         st.altair_chart(_chart(sub, order, flags=True), width="stretch")
         st.dataframe(safe_frame(_cell_table(sub)), hide_index=True, width="stretch", key="trend_cells")
@@ -98,11 +100,13 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
 def _chart(sub: pd.DataFrame, order: dict[str, int], *, flags: bool) -> alt.Chart:
     sub = sub.assign(Model=[f"{m} [{d}]" for m, d in zip(sub["model"], sub["deployment"])],
                      Release=sub["release"], Flag=[FLAGS.get(f, f) for f in sub["flag"]])
-    x = alt.X("Release:N", sort=sorted(order, key=order.get), title="Release (oldest → newest)")
+    x = alt.X("Release:N", sort=sorted(order, key=order.get), title="Release (oldest → newest)",
+              axis=alt.Axis(labelAngle=0))
     base = alt.Chart(sub)
-    line = base.mark_line(point=True).encode(x=x, y=alt.Y("value:Q", title="Score", scale=alt.Scale(zero=False)),
+    line = base.mark_line(point=True).encode(x=x, y=alt.Y("value:Q", title="Score (95% CI)", scale=alt.Scale(zero=False)),
                                              color="Model:N", tooltip=["Model", "Release", "value", "Flag"])
-    bars = base.mark_errorbar().encode(x=x, y="ci_low:Q", y2="ci_high:Q", color="Model:N")
+    bars = base.mark_errorbar().encode(x=x, y=alt.Y("ci_low:Q", title="Score (95% CI)"), y2="ci_high:Q",
+                                       color="Model:N")
     layers = [bars, line]
     if flags:
         drops = base.transform_filter(alt.datum.flag == "drop").mark_point(

@@ -1,5 +1,5 @@
 // Open the leaderboard, switch to the Trends page, wait for its chart and tables, and report what a viewer's
-// browser shows: the visible text, the number of charts and tables, the chart's drawn marks, CSP violations.
+// browser shows: the visible text, the number of charts and tables, the chart's drawn marks, CSP violations (after the switch to Trends).
 // usage: node browser_trends.js URL SCREENSHOT.png [TIMEOUT_MS]   (NODE_PATH must reach playwright-core)
 const { chromium } = require("playwright-core");
 
@@ -14,11 +14,13 @@ async function main() {
   const out = { step: "start", violations: 0 };
   try {
     const page = await browser.newPage({ viewport: { width: 1400, height: 1200 } });
-    page.on("console", (msg) => { if (/Content Security Policy/i.test(msg.text())) out.violations += 1; });
+    page.on("console", (msg) => { if (/Content Security Policy/i.test(msg.text())) { out.violations += 1; out.csp = (out.csp || []).concat([out.step + ": " + msg.text().slice(0, 120)]); } });
     out.step = "open";
     await page.goto(url, { waitUntil: "domcontentloaded", timeout });
     await page.locator('[data-testid="stDataFrame"]').first().waitFor({ state: "visible", timeout });
     out.step = "trends page";
+    out.violations_on_open = out.violations; // counted apart: this page's own violations are what we check
+    out.violations = 0;
     await page.getByText("Trends", { exact: true }).first().click();
     await page.getByText("Trends across releases", { exact: true }).first().waitFor({ timeout });
     await page.locator('[data-testid="stVegaLiteChart"]').first().waitFor({ state: "visible", timeout });
@@ -28,6 +30,9 @@ async function main() {
     out.text = await page.locator("body").innerText();
     out.charts = await page.locator('[data-testid="stVegaLiteChart"]').count();
     out.tables = await page.locator('[data-testid="stDataFrame"]').count();
+    // data from the store must stay text: no element made from a model name's markup
+    out.injected = await page.evaluate(() => document.querySelectorAll('img[src="x"]').length
+      + [...document.querySelectorAll("strong, b")].filter((e) => e.textContent.trim() === "bold").length);
     out.chart_box = await page.locator('[data-testid="stVegaLiteChart"]').first().boundingBox();
     await page.screenshot({ path: shot, fullPage: true });
     console.log(JSON.stringify(out));
