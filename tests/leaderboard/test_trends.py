@@ -140,3 +140,16 @@ def test_trends_page_in_a_real_browser(three: Path, tmp_path: Path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 30_000
     if os.environ.get("MEDHELM_SCREENSHOT_DIR"):
         Path(os.environ["MEDHELM_SCREENSHOT_DIR"], "trends.png").write_bytes(data)
+
+
+def test_benchmark_page_shows_the_mdd_next_to_each_ci(three: Path):
+    os.environ["MEDHELM_STORE"] = str(three / "results.sqlite")
+    os.environ["MEDHELM_REDACTED"] = "1"  # numbers only: a viewer sees it
+    at = AppTest.from_file(str(APP), default_timeout=90).run()
+    at.sidebar.radio[0].set_value("Benchmark").run()
+    at.selectbox(key="bench_page_benchmark").set_value("medcalc_bench").run()
+    assert not at.exception, [e.value for e in at.exception]
+    cells = at.dataframe[0].value.set_index("model")
+    # r3 (the newest release): org/a right on 22 of 50, so 2p(1 - p) of pairs discordant if errors are independent
+    assert cells.loc["org/a", "MDD"] == pytest.approx(minimum_detectable_mcnemar(50, 2 * 0.44 * 0.56))
+    assert cells.loc["org/a", "MDD"] > 0.2  # the 0.2 drop is near what 50 instances can see

@@ -130,7 +130,14 @@ def _mdd(side: Side | None, key: tuple[str, str, str], change) -> tuple[float | 
     if side is None:
         return None, "no per-instance values"
     vals = [v[~np.isnan(v)] for k, (_, v) in side.values.items() if k[:3] == key]
-    x = np.concatenate(vals) if vals else np.empty(0)
+    return single_mdd(np.concatenate(vals) if vals else np.empty(0))
+
+
+def single_mdd(x: np.ndarray) -> tuple[float | None, str]:
+    """MDD of a comparison with another model (or release) on as many instances as ``x`` (one cell's scored
+    values), assuming independent errors: SD x sqrt(2) for continuous scores, discordance 2p(1 - p) for 0/1."""
+    x = np.asarray(x, dtype=float)
+    x = x[~np.isnan(x)]
     if len(x) < 2:
         return None, "fewer than 2 instances"
     if is_binary(x):
