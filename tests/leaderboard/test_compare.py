@@ -209,3 +209,18 @@ def test_compare_on_postgresql(hand: Path, postgres_url: str):
         local = compare(side_from_release(store, "accepted"), side_from_release(store, "candidate"),
                         CompareOptions(replicates=300, seed=5))
     assert json.loads(out)["results"] == [r.to_json() for r in local.results]
+
+
+def test_cli_fail_on_missing_and_names_without_control_characters(hand: Path, tmp_path: Path):
+    # the baseline's org/other has no counterpart in the candidate
+    code, out, _ = run_cli("compare", "--release", "accepted", "--release", "candidate", "-o", str(hand),
+                           "--threshold", "0.5")
+    assert code == 0 and "no counterpart in B: org/other [local/other]" in out
+    code, out, _ = run_cli("compare", "--release", "accepted", "--release", "candidate", "-o", str(hand),
+                           "--threshold", "0.5", "--fail-on-missing")
+    assert code == 3 and "--fail-on-missing" in out
+    evil = "org/\x1b[2Jevil\rx"
+    for suite, vals in (("e1", [1.0] * 10 + [0.0] * 10), ("e2", [0.0] * 20)):
+        write_run(tmp_path, suite, EXACT, evil, "local/evil", vals)
+    code, out, _ = run_cli("compare", "--suite", "e1", "--suite", "e2", "-o", str(tmp_path))
+    assert code == 3 and "\x1b" not in out and "\r" not in out and "org/\\x1b[2Jevil\\rx" in out

@@ -7,7 +7,8 @@
 Sources are given twice, in order A (the baseline) then B (the candidate): ``--release`` reads the
 results store (``--store``/``MEDHELM_STORE_URL``, SQLite or PostgreSQL), ``--suite`` reads
 ``<output-path>/runs/<suite>/`` directly. Exit codes: 0 no significant drop beyond ``--threshold``;
-3 (``GATE_EXIT``) at least one (the gate failed); 2 a usage or input error. The statistics live in
+3 (``GATE_EXIT``) at least one (the gate failed; with ``--fail-on-missing`` also a baseline model x benchmark
+the candidate lacks); 2 a usage or input error. The statistics live in
 ``medhelm.store.compare`` / ``medhelm.store.paired``; this door parses, prints and optionally pushes the
 gauges (``--pushgateway``).
 """
@@ -22,7 +23,7 @@ import sys
 
 from medhelm.cli import SEED_MAX, float_in, int_in
 from medhelm.cli.summarize import add_store_arguments, store_location
-from medhelm.errors import ConfigError
+from medhelm.errors import ConfigError, escape
 
 GATE_EXIT = 3  # a significant drop larger than --threshold: distinct from 2 (bad input) and 70 (a bug)
 
@@ -62,6 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     how.add_argument("--pair", action="append", default=[], metavar="A=B",
                      help="compare model (or deployment) A of the baseline with B of the candidate; repeatable; "
                           "default: the same model and deployment, else the same model name")
+    how.add_argument("--fail-on-missing", action="store_true",
+                     help="the gate also fails (exit 3) when a model x benchmark of the baseline has no "
+                          "counterpart in the candidate (a benchmark dropped or a run that did not finish)")
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
     out.add_argument("--all", action="store_true", help="list every model x benchmark, not only changes")
@@ -90,7 +94,11 @@ def main(args: argparse.Namespace) -> int:
         problem = push(comparison_registry(result), args.pushgateway, "medhelm-compare")
         if problem:
             print(f"note: {problem}", file=sys.stderr)
-    return GATE_EXIT if result.gate_failed else 0
+    missing = args.fail_on_missing and bool(result.only_in_a or result.unmatched)
+    if missing and not args.json:
+        print(f"GATE FAILED (--fail-on-missing): {len(result.only_in_a) + len(result.unmatched)} baseline "
+              f"evaluation(s) without a counterpart in the candidate; exit {GATE_EXIT}")
+    return GATE_EXIT if result.gate_failed or missing else 0
 
 
 def read_sides(args: argparse.Namespace, sources: list[tuple[str, str]]):  # noqa: ANN201 - list[Side]
@@ -129,7 +137,7 @@ def _p(p: float | None) -> str:
 def print_table(result, *, everything: bool = False) -> None:  # noqa: ANN001 - a Comparison
     o = result.options
     level = round(100 * (1 - o.alpha), 1)
-    print(f"A = {result.a}   B = {result.b}   (difference B - A on the instances both scored; "
+    print(f"A = {escape(result.a)}   B = {escape(result.b)}   (difference B - A on the instances both scored; "
           f"{level:g}% paired bootstrap CI, {o.replicates} replicates, seed {o.seed}"
           f"{'; Holm-adjusted p' if o.adjust == 'holm' else ''})")
     rows = [r for r in result.results if everything or r.change != "no change"]
@@ -138,11 +146,11 @@ def print_table(result, *, everything: bool = False) -> None:  # noqa: ANN001 - 
               f"{'CI':<19} {'test':<13} {'p':>8}")
     for r in rows:
         mark = "DROP*" if r.gate else r.change.upper() if r.change in ("drop", "gain") else r.change
-        model = r.model_b if (r.model_a, r.deployment_a) == (r.model_b, r.deployment_b) else \
-            f"{r.model_a}->{r.model_b}"
+        model = escape(r.model_b if (r.model_a, r.deployment_a) == (r.model_b, r.deployment_b) else
+                       f"{r.model_a}->{r.model_b}", 200)  # names are data: no control characters on a terminal
         ci = f"[{_num(r.ci_low, '+.3f')}, {_num(r.ci_high, '+.3f')}]"
         p = r.p_adjusted if o.adjust == "holm" else r.p_value
-        print(f"  {mark:<10} {model[:28]:<28} {r.benchmark[:24]:<24} {r.n_pairs:>6} {_num(r.score_a):>7} "
+        print(f"  {mark:<10} {model[:28]:<28} {escape(r.benchmark, 24):<24} {r.n_pairs:>6} {_num(r.score_a):>7} "
               f"{_num(r.score_b):>7} {_num(r.diff, '+.3f'):>8} {ci:<19} {r.test:<13} {_p(p):>8}")
     drops = [r for r in result.results if r.change == "drop"]
     gains = [r for r in result.results if r.change == "gain"]
@@ -153,7 +161,7 @@ def print_table(result, *, everything: bool = False) -> None:  # noqa: ANN001 - 
     for label, items in (("only in A", result.only_in_a), ("only in B", result.only_in_b),
                          ("no counterpart in B", result.unmatched)):
         if items:
-            print(f"  {label}: {', '.join(items[:10])}{' ...' if len(items) > 10 else ''}")
+            print(f"  {label}: {', '.join(escape(i, 200) for i in items[:10])}{' ...' if len(items) > 10 else ''}")
     if result.gate_failed:
         worst = sorted((r for r in result.results if r.gate), key=lambda r: -abs(r.diff or 0))
         print(f"GATE FAILED: {len(worst)} significant drop(s) larger than {o.threshold:g} (marked DROP*); "

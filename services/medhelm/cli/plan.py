@@ -15,7 +15,7 @@ from pathlib import Path
 
 from medhelm.cli import float_in
 from medhelm.cli.compare import add_source_arguments, read_sides
-from medhelm.errors import ConfigError
+from medhelm.errors import ConfigError, escape
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -71,12 +71,12 @@ def main(args: argparse.Namespace) -> int:
                           "power": options.power, "rows": [r.to_json() for r in rows],
                           "total_cost_usd": _total(rows)}, allow_nan=False))
         return 0
-    print(f"pilot: {label}; detect a difference of {options.difference:g} with power {options.power:g} at "
+    print(f"pilot: {escape(label, 400)}; detect a difference of {options.difference:g} with power {options.power:g} at "
           f"alpha {options.alpha:g} (two-sided, paired)")
     print(f"  {'benchmark':<28} {'metric':<22} {'pilot n':>7} {'SD diff':>8} {'discord.':>8} {'needed n':>9} "
           f"{'MDD@pilot':>9} {'USD':>10}  basis")
     for r in rows:
-        print(f"  {r.benchmark[:28]:<28} {r.metric:<22} {_n(r.pilot_n):>7} {_x(r.sd_diff):>8} {_x(r.discordant):>8} "
+        print(f"  {escape(r.benchmark, 28):<28} {r.metric:<22} {_n(r.pilot_n):>7} {_x(r.sd_diff):>8} {_x(r.discordant):>8} "
               f"{_n(r.n_required):>9} {_x(r.mdd_at_pilot_n):>9} {_usd(r.cost_usd, r.n_required if r.pilot_n is not None else None):>10}  {r.basis}"
               + (f" ({r.note})" if r.note else ""))
     total = _total(rows)
