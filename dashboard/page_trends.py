@@ -104,7 +104,8 @@ def _chart(sub: pd.DataFrame, order: dict[str, int], *, flags: bool) -> alt.Char
     x = alt.X("Release:N", sort=sorted(order, key=order.get), title="Release (oldest → newest)",
               axis=alt.Axis(labelAngle=0))
     base = alt.Chart(sub)
-    line = base.mark_line(point=True).encode(x=x, y=alt.Y("value:Q", title="Score (95% CI)", scale=alt.Scale(zero=False)),
+    line = base.mark_line(point=True).encode(x=x, y=alt.Y("value:Q", title="Score (95% CI)",
+                                                           scale=alt.Scale(zero=False)),
                                              color="Model:N", tooltip=["Model", "Release", "value", "Flag"])
     bars = base.mark_errorbar().encode(x=x, y=alt.Y("ci_low:Q", title="Score (95% CI)"), y2="ci_high:Q",
                                        color="Model:N")

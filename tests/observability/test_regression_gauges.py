@@ -19,7 +19,8 @@ from tests.services.conftest import helm_bin, kubernetes_validate  # noqa: F401 
 from .conftest import check_metrics, fetch, samples, value
 from .test_pushgateway import pushgateway  # noqa: F401 - the fixture, reused
 
-ON = ["--set", "monitoring.regressionRule.enabled=true", "--set-json", 'monitoring.regressionRule.labels={"release":"prometheus"}']
+ON = ["--set", "monitoring.regressionRule.enabled=true",
+      "--set-json", 'monitoring.regressionRule.labels={"release":"prometheus"}']
 
 
 def _render(repo_root: Path, helm: Path, *values: str) -> list[dict]:
@@ -34,7 +35,8 @@ def _rule(docs: list[dict]) -> dict | None:
     return found[0] if found else None
 
 
-def test_rule_is_off_by_default_and_lints_strict_when_on(repo_root, helm_bin, kubernetes_validate, tmp_path):  # noqa: F811
+def test_rule_is_off_by_default_and_lints_strict_when_on(repo_root, helm_bin, kubernetes_validate,  # noqa: F811
+                                                         tmp_path):
     assert _rule(_render(repo_root, helm_bin)) is None
     chart = repo_root / "helm-charts" / "medhelm"
     lint = subprocess.run([str(helm_bin), "lint", "--strict", ".", *ON], cwd=chart, capture_output=True, text=True,

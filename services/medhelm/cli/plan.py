@@ -28,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="the smallest true difference to detect, in metric units (0.05 = 5 points of accuracy)")
     how.add_argument("--power", type=float_in(0.01, 0.9999), default=0.8, help="default: %(default)s")
     how.add_argument("--alpha", type=float_in(1e-6, 0.5), default=0.05, help="two-sided; default: %(default)s")
-    how.add_argument("--sd", type=float_in(1e-12, 1e12), help="stated SD of the paired differences (continuous metrics)")
+    how.add_argument("--sd", type=float_in(1e-12, 1e12),
+                     help="stated SD of the paired differences (continuous metrics)")
     how.add_argument("--discordant", type=float_in(1e-9, 1.0),
                      help="stated share of instances exactly one model gets right (0/1 metrics)")
     how.add_argument("--prices", type=Path, help="prices YAML to price the pilot's tokens/GPU time (default: the "
@@ -76,8 +77,9 @@ def main(args: argparse.Namespace) -> int:
     print(f"  {'benchmark':<28} {'metric':<22} {'pilot n':>7} {'SD diff':>8} {'discord.':>8} {'needed n':>9} "
           f"{'MDD@pilot':>9} {'USD':>10}  basis")
     for r in rows:
-        print(f"  {escape(r.benchmark, 28):<28} {r.metric:<22} {_n(r.pilot_n):>7} {_x(r.sd_diff):>8} {_x(r.discordant):>8} "
-              f"{_n(r.n_required):>9} {_x(r.mdd_at_pilot_n):>9} {_usd(r.cost_usd, r.n_required if r.pilot_n is not None else None):>10}  {r.basis}"
+        usd = _usd(r.cost_usd, r.n_required if r.pilot_n is not None else None)
+        print(f"  {escape(r.benchmark, 28):<28} {r.metric:<22} {_n(r.pilot_n):>7} {_x(r.sd_diff):>8} "
+              f"{_x(r.discordant):>8} {_n(r.n_required):>9} {_x(r.mdd_at_pilot_n):>9} {usd:>10}  {r.basis}"
               + (f" ({r.note})" if r.note else ""))
     total = _total(rows)
     if total is not None:
