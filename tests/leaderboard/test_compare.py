@@ -197,7 +197,18 @@ def test_cli_bad_input_is_one_line_exit_2(hand: Path, argv, needle):
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def _own_database(postgres_url: str, name: str) -> str:
+    """A database of its own on the shared scratch server (other tests count the releases in theirs)."""
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    return postgres_url.rsplit("/", 1)[0] + "/" + name
+
+
 def test_compare_on_postgresql(hand: Path, postgres_url: str):
+    postgres_url = _own_database(postgres_url, "medhelm_compare")
     for suite in ("accepted", "candidate"):
         code, _, err = run_cli("summarize", "--suites", suite, "-o", str(hand), "--store", postgres_url,
                                "--bootstrap", "20")
