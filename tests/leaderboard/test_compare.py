@@ -235,3 +235,36 @@ def test_cli_fail_on_missing_and_names_without_control_characters(hand: Path, tm
         write_run(tmp_path, suite, EXACT, evil, "local/evil", vals)
     code, out, _ = run_cli("compare", "--suite", "e1", "--suite", "e2", "-o", str(tmp_path))
     assert code == 3 and "\x1b" not in out and "\r" not in out and "org/\\x1b[2Jevil\\rx" in out
+
+
+def test_helm_release_folder_and_suite_compare_alike(tmp_path: Path):
+    """A HELM release folder imported as the leaderboard reads it (`import-helm`) and the same HELM suite read
+    straight from its folder give the same comparison; two of its models compared with --pair, by hand from the
+    HELM runs' own per-instance stats (followup_yesno: mock-a right on 17 of 20, mock-b on 10 of 20)."""
+    helm = Path(__file__).parents[1] / "data" / "helm" / "real"
+    out = tmp_path / "out"
+    code, _, err = run_cli("import-helm", str(helm), "--release", "fixtures-release", "-o", str(out),
+                           "--bootstrap", "20")
+    assert code == 0, err
+    pair = ["--pair", "mockorg/gpt-4-mock-a=mockorg/gpt-4-mock-b", "--json", "--bootstrap", "300"]
+    code, from_store, err = run_cli("compare", "--release", "fixtures-release", "--release", "fixtures-release",
+                                    "-o", str(out), *pair)
+    assert code in (0, 3), err
+    code, from_folder, err = run_cli("compare", "--suite", "fixtures", "--suite", "fixtures", "-o", str(helm), *pair)
+    assert code in (0, 3), err
+    store_rows, folder_rows = json.loads(from_store)["results"], json.loads(from_folder)["results"]
+    assert store_rows == folder_rows and len(store_rows) == 3
+    yesno = next(r for r in store_rows if r["benchmark"] == "followup_yesno")
+    stats = {}
+    for model in ("a", "b"):
+        run = next((helm / "runs" / "fixtures").glob(f"followup_yesno:*mock-{model},*"))
+        stats[model] = {e["instance_id"]: s["sum"] / s["count"] for e in json.loads(
+            (run / "per_instance_stats.json").read_text()) for s in e["stats"]
+            if s["name"]["name"] == "exact_match" and s["count"]}
+    both = sorted(set(stats["a"]) & set(stats["b"]))
+    a_only = sum(stats["a"][i] == 1 and stats["b"][i] == 0 for i in both)
+    b_only = sum(stats["a"][i] == 0 and stats["b"][i] == 1 for i in both)
+    assert yesno["n_pairs"] == len(both)
+    assert (yesno["a_only_right"], yesno["b_only_right"]) == (a_only, b_only)
+    assert yesno["diff"] == pytest.approx(sum(stats["b"][i] - stats["a"][i] for i in both) / len(both))
+    assert yesno["p_value"] == pytest.approx(binom_two_sided(a_only, b_only))
