@@ -41,6 +41,7 @@ def test_connor_by_hand(delta, psi, alpha, power):
 
 def test_mcnemar_impossible_differences():
     assert n_mcnemar(0.3, 0.2) is None  # more change than discordant pairs allow
+    assert n_mcnemar(1.0, 1.0) is None  # every pair discordant one way: no variance left
     assert n_mcnemar(0.0, 0.2) is None
 
 
@@ -140,3 +141,13 @@ def test_plan_from_one_model_and_stated_values(pilot: Path):
 def test_plan_bad_input_exit_2(pilot: Path, argv, needle):
     code, _, err = run_cli("plan", *argv, "-o", str(pilot))
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_plan_difference_beyond_the_pilot_is_a_row_note_not_a_crash(pilot: Path):
+    # org/a is right on 32 of 50: 0.64 +/- 0.9 leaves 0-1 both ways
+    rows = _plan(pilot, "--release", "pilot", "--model", "org/a", "--difference", "0.9")
+    assert rows["medcalc_bench"]["n_required"] is None and "does not fit" in rows["medcalc_bench"]["note"]
+    rows = _plan(pilot, "--release", "pilot", "--model", "org/a", "--model", "org/b", "--difference", "0.5")
+    # 0.5 > the pilot's 0.28 discordant share: a difference that large makes at least half the pairs discordant
+    assert rows["medcalc_bench"]["discordant"] == 0.5 and "raised" in rows["medcalc_bench"]["note"]
+    assert rows["medcalc_bench"]["n_required"] == connor_by_hand(0.5, 0.5 + 1e-12)

@@ -160,7 +160,7 @@ def power_mcnemar(n: int, delta: float, psi: float, alpha: float = 0.05) -> floa
 
 def n_mcnemar(delta: float, psi: float, alpha: float = 0.05, power: float = 0.8) -> int | None:
     """Connor (1987) pairs for McNemar's test (None when ``delta`` is 0 or larger than ``psi`` allows)."""
-    if math.isnan(delta) or math.isnan(psi) or not 0 < abs(delta) < psi <= 1:
+    if math.isnan(delta) or math.isnan(psi) or not 0 < abs(delta) <= psi <= 1 or psi - delta * delta <= 0:
         return None
     root = (_z(1 - alpha / 2) * math.sqrt(psi) + _z(power) * math.sqrt(psi - delta * delta)) / abs(delta)
     n = math.ceil(root * root - 1e-9)  # 1e-9: a product that is an integer up to rounding stays that integer

@@ -72,7 +72,7 @@ class PlanRow:
     note: str = ""
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
 
 
 def stated(options: PlanOptions) -> list[PlanRow]:
@@ -148,9 +148,14 @@ def _single_pilot(side: Side, model: Row, bench: str, o: PlanOptions) -> PlanRow
 
 
 def _binary(bench: str, basis: str, n: int, psi: float, o: PlanOptions) -> PlanRow:
+    if math.isnan(psi):  # one model's accuracy +/- the difference leaves 0-1 both ways
+        return _empty(bench, basis, n, "the difference does not fit the pilot's accuracy")
+    raised = 0 < psi < o.difference
+    if raised:  # a difference this large makes at least that share of pairs discordant
+        psi = o.difference
     need = n_mcnemar(o.difference, psi, o.alpha, o.power) if psi > 0 else None
-    note = "" if need else ("no discordant pair in the pilot: state --discordant" if psi == 0 else
-                            "the difference is not smaller than the discordant proportion allows")
+    note = ("discordant share raised to the difference (the pilot's was smaller)" if raised else "") if need else \
+        ("no discordant pair in the pilot: state --discordant" if psi == 0 else "no McNemar answer for this difference")
     return PlanRow(bench, "0/1 (McNemar)", basis, n, None, psi, need,
                    minimum_detectable_mcnemar(n, psi, o.alpha, o.power) if psi > 0 else None, None, None, note)
 
