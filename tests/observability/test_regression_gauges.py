@@ -135,3 +135,28 @@ def test_push_to_nowhere_is_a_note_not_a_failure(tmp_path):
     write_run(out, "s", EXACT, "org/a", "local/a", [1.0, 0.0])
     code, _, err = run_cli("summarize", "--suites", "s", "-o", str(out), "--pushgateway", "http://127.0.0.1:9")
     assert code == 0 and "could not push metrics to the Pushgateway" in err
+
+
+@pytest.mark.slow
+def test_the_clusters_collect_and_summarize_pushes_the_release(tmp_path, pushgateway):  # noqa: F811
+    """As in the chart's Job pods (MEDHELM_PUSHGATEWAY from monitoring.pushgateway.url): a real shard, then
+    `medhelm collect --summarize` pushes the new release's scores with no flag of its own."""
+    from medhelm.devtools.mock_openai import MockOpenAIServer
+
+    from .conftest import MedhelmProcess
+    from .test_exact_counters import _setup, responder
+
+    with MockOpenAIServer(responder=responder) as mock:
+        entry, local, out = _setup(tmp_path, mock)
+        shard = MedhelmProcess("job", "-r", entry, "-o", str(out), "--local-path", str(local), "-q", "--suite",
+                               "nightly", "--shard-index", "0", "--shard-count", "1")
+        assert shard.stop(wait=180) == 0, shard.stderr
+    collect = MedhelmProcess("collect", "--suite", "nightly", "-o", str(out), "--summarize",
+                             env={"MEDHELM_PUSHGATEWAY": pushgateway})
+    assert collect.stop(wait=180) == 0, collect.stderr
+    scrape = samples(fetch(pushgateway + "/metrics"))
+    with open_store(out / "results.sqlite") as store:
+        (cell,) = read.cells(store, "nightly")
+    assert value(scrape, "medhelm_release_score", job="medhelm-release", benchmark=cell["benchmark"],
+                 deployment="mock/cand") == pytest.approx(cell["value"])
+    assert value(scrape, "medhelm_release_info", release="nightly") == 1
