@@ -153,3 +153,38 @@ def test_benchmark_page_shows_the_mdd_next_to_each_ci(three: Path):
     # r3 (the newest release): org/a right on 22 of 50, so 2p(1 - p) of pairs discordant if errors are independent
     assert cells.loc["org/a", "MDD"] == pytest.approx(minimum_detectable_mcnemar(50, 2 * 0.44 * 0.56))
     assert cells.loc["org/a", "MDD"] > 0.2  # the 0.2 drop is near what 50 instances can see
+
+
+@pytest.mark.parametrize("groups,seen", [(["medhelm-viewers"], {"r1", "r2", "r3"}),
+                                         (["medhelm-viewers", "oncology-team"], {"r1", "r2", "r3", "private-r3"})])
+def test_trends_respect_restricted_releases(three: Path, tmp_path: Path, groups, seen):
+    """Signed in (OIDC claims seeded into st.user) as a viewer: a release restricted to other groups is
+    neither offered nor part of anyone else's trend; the group it is restricted to sees it."""
+    import shutil
+    import time
+
+    out = tmp_path / "out"
+    shutil.copytree(three, out)
+    code, _, err = run_cli("summarize", "--suites", "r3", "--release", "private-r3", "-o", str(out),
+                           "--bootstrap", "20")
+    assert code == 0, err
+    policy = tmp_path / "access.yaml"
+    policy.write_text("groups_claim: groups\nroles:\n  viewer: [medhelm-viewers]\n  analyst: []\n  admin: []\n"
+                      "default_role: none\nreleases:\n  private-*: [oncology-team]\n")
+    for key in ("MEDHELM_RELEASE", "MEDHELM_REDACTED"):
+        os.environ.pop(key, None)
+    os.environ.update(MEDHELM_STORE=str(out / "results.sqlite"), MEDHELM_AUTH="oidc",
+                      MEDHELM_ACCESS_POLICY=str(policy))
+    try:
+        at = AppTest.from_file(str(APP), default_timeout=90)
+        at.user = {"is_logged_in": True, "email": "someone@hospital.example", "groups": groups,
+                   "exp": int(time.time()) + 3600}
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert set(at.sidebar.selectbox(key="release").options) == seen
+        at.sidebar.radio[0].set_value("Trends").run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert set(at.dataframe[0].value["Release"]) == seen
+    finally:
+        for key in ("MEDHELM_AUTH", "MEDHELM_ACCESS_POLICY"):
+            os.environ.pop(key, None)
