@@ -1,7 +1,7 @@
 """MedHELM leaderboard (Streamlit). Run it with ``medhelm serve``; settings come from the environment
-(see launch.py). Pages: the leaderboard, one benchmark with instance drill-down, two models compared;
-for clinicians the blinded Review page, and jury calibration (judges vs judges vs clinicians). A
-clinician with no other role gets only those two: the leaderboard (model names) is never loaded.
+(see launch.py). Pages: the leaderboard, one benchmark with instance drill-down, two models compared, trends
+across releases; for clinicians the blinded Review page, and jury calibration (judges vs judges vs
+clinicians). A clinician with no other role gets only those two: the leaderboard (model names) is never loaded.
 The session's principal is settled first (signin.py): nothing is read before it, and every read of
 instance text goes through the store with it (refused below analyst, audited otherwise)."""
 
@@ -22,6 +22,7 @@ import page_compare  # noqa: E402
 import page_leaderboard  # noqa: E402
 import page_calibration  # noqa: E402
 import page_review  # noqa: E402
+import page_trends  # noqa: E402
 import signin  # noqa: E402
 from filters import sidebar_filters  # noqa: E402
 from medhelm.access import Role  # noqa: E402
@@ -33,6 +34,8 @@ TITLES = {"Leaderboard": "MedHELM leaderboard", "Benchmark": "Benchmark", "Compa
 # Pages that never load the leaderboard (no model names): what a clinician-only session may open.
 REVIEW_PAGES = {"Review": page_review.render, "Jury calibration": page_calibration.render}
 TITLES.update({"Review": "Clinician review", "Jury calibration": "Jury calibration"})
+PAGES["Trends"] = page_trends.render  # scores across releases, flagged drops, MDD (aggregates: viewer-level)
+TITLES["Trends"] = "Trends across releases"
 
 st.set_page_config(page_title="MedHELM leaderboard", layout="wide")
 cfg = board_data.settings()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -33,12 +34,20 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
     if info.get("description"):
         st.text(str(info["description"]))  # data: plain text, never Markdown
     cells = rel.cell_rows[rel.cell_rows["benchmark"] == bench]
-    shown = cells.assign(CI=[_ci(lo, hi) for lo, hi in zip(cells["ci_low"], cells["ci_high"])])
-    shown = safe_frame(shown[["model", "deployment", "value", "CI", "n_instances", "n_unscored", "n_runs", "suites"]])
+    shown = cells.assign(CI=[_ci(lo, hi) for lo, hi in zip(cells["ci_low"], cells["ci_high"])],
+                         MDD=_mdds(cfg, rel, bench, cells))
+    shown = safe_frame(shown[["model", "deployment", "value", "CI", "MDD", "n_instances", "n_unscored", "n_runs",
+                              "suites"]])
     st.dataframe(shown.sort_values("value", ascending=bool(info["lower_is_better"])), hide_index=True,
                  width="stretch", key="bench_cells", column_config={
                      "value": st.column_config.NumberColumn("Score", format="%.3f"),
-                     "n_unscored": st.column_config.NumberColumn("Unscored")})
+                     "n_unscored": st.column_config.NumberColumn("Unscored"),
+                     "MDD": st.column_config.NumberColumn(
+                         "MDD (80% power)", format="%.3f",
+                         help="minimum detectable difference: the smallest true difference from another model a "
+                              "paired test on this many instances detects with 80% power at alpha 0.05 (errors "
+                              "assumed independent); smaller differences may be real but this suite cannot tell "
+                              "(docs/compare.md)")})
     runs = board_data.runs(cfg.store, rel.name, rel.meta.get("created_at", ""), bench)
     if runs.empty:
         return
@@ -84,3 +93,16 @@ def show_instance(item: dict, *, with_prompt: bool = True) -> None:
 
 def _ci(low: float | None, high: float | None) -> str:
     return "" if low is None or pd.isna(low) else f"[{low:.3f}, {high:.3f}]"
+
+
+def _mdds(cfg: Settings, rel: Release, bench: str, cells: pd.DataFrame) -> list[float | None]:
+    """Per cell: the MDD at its n from its runs' stored values (numbers only: allowed in redacted mode)."""
+    from medhelm.store.trends import single_mdd
+
+    runs = board_data.runs(cfg.store, rel.name, rel.meta.get("created_at", ""), bench)
+    out = []
+    for model, dep in zip(cells["model"], cells["deployment"]):
+        ids = runs[(runs["model"] == model) & (runs["deployment"] == dep)]["run_id"] if len(runs) else []
+        values = [board_data.run_values(cfg.store, rel.meta.get("created_at", ""), int(i)).to_numpy() for i in ids]
+        out.append(single_mdd(np.concatenate(values))[0] if values else None)
+    return out

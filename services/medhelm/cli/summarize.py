@@ -29,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     what.add_argument("--release", help="leaderboard name (default: the suite's name, or the suites joined by '+')")
     add_store_arguments(p)
     add_summarize_options(p.add_argument_group("how"))
+    p.add_argument("--pushgateway", default=os.environ.get("MEDHELM_PUSHGATEWAY") or None, metavar="URL",
+                   help="push the release's scores as Prometheus gauges, group job=medhelm-release "
+                        "(docs/compare.md; env MEDHELM_PUSHGATEWAY)")
     compat = p.add_argument_group("helm-summarize flags accepted for compatibility (not needed)")
     compat.add_argument("--schema", "--schema-path", dest="schema", help=argparse.SUPPRESS)
     compat.add_argument("--auto-generate-schema", action="store_true", help=argparse.SUPPRESS)
@@ -82,6 +85,12 @@ def main(args: argparse.Namespace) -> int:
     with writable_store(store_location(args)) as store:
         report = run_summarize(store, suite_sources(args.output_path, suites, note=_note), options)
         print_report(store, report)
+        if getattr(args, "pushgateway", None):
+            from medhelm.store.gauges import push, release_registry
+
+            problem = push(release_registry(store, report.release), args.pushgateway, "medhelm-release")
+            if problem:
+                _note(problem)
     return 0
 
 
