@@ -22,7 +22,7 @@ from typing import Any
 
 from medhelm import files
 from medhelm.errors import ConfigError
-from medhelm.store.schema import ADDED_COLUMNS, SCHEMA_VERSION, TABLES, ddl
+from medhelm.store.schema import ADDED_COLUMNS, REVIEW_DDL, SCHEMA_VERSION, TABLES, ddl
 
 DEFAULT_FILENAME = "results.sqlite"
 BUSY_TIMEOUT_S = 1800.0  # a second summarize waits this long for the first (a nightly 50-benchmark load)
@@ -119,9 +119,16 @@ class Store:
                     self.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         # the clinicians' ratings (kept across re-summarise, like the audit trail): made here too, so a dashboard
         # whose database user may only INSERT/SELECT finds it
-        from medhelm.store import review
+        self.ensure_review_table()
 
-        review.ensure_table(self)
+    def ensure_review_table(self) -> None:
+        """The clinicians' ratings table (schema.REVIEW_DDL), once per connection."""
+        if getattr(self, "_review_ready", False):
+            return
+        with self.transaction():
+            for stmt in REVIEW_DDL:
+                self.execute(stmt)
+        self._review_ready = True
 
     def columns(self, table: str) -> list[str]:
         with self._damaged():

@@ -44,15 +44,10 @@ from medhelm.access.roles import AccessDenied, Principal
 from medhelm.errors import ConfigError
 from medhelm.store.backends import Store
 
-TABLE = "review_ratings"
-REVIEW_SCHEMA_VERSION = 1
-COLUMNS = ("at", "rater", "role", "source", "blind", "release", "benchmark", "suite", "run_name", "instance_id",
-           "criterion", "score", "min_score", "max_score")
-DDL = (f"CREATE TABLE IF NOT EXISTS {TABLE} (at TEXT NOT NULL, rater TEXT NOT NULL, role TEXT NOT NULL, "
-       "source TEXT NOT NULL, blind INTEGER NOT NULL, release TEXT NOT NULL, benchmark TEXT NOT NULL, "
-       "suite TEXT NOT NULL, run_name TEXT NOT NULL, instance_id TEXT NOT NULL, criterion TEXT NOT NULL, "
-       "score DOUBLE PRECISION NOT NULL, min_score DOUBLE PRECISION NOT NULL, max_score DOUBLE PRECISION NOT NULL)",
-       f"CREATE INDEX IF NOT EXISTS review_by_benchmark ON {TABLE} (release, benchmark)")
+from medhelm.store.schema import REVIEW_COLUMNS as COLUMNS
+from medhelm.store.schema import REVIEW_SCHEMA_VERSION
+from medhelm.store.schema import REVIEW_TABLE as TABLE
+
 MAX_SAMPLE = 200  # items one sample may hold (one audit row names them all)
 
 # Opaque item ids and the sample's order come from a secret kept in the store (meta, release '', key
@@ -110,12 +105,7 @@ class StoredRating:
 
 
 def ensure_table(store: Store) -> None:
-    if getattr(store, "_review_ready", False):
-        return
-    with store.transaction():
-        for stmt in DDL:
-            store.execute(stmt)
-    store._review_ready = True  # type: ignore[attr-defined]
+    store.ensure_review_table()
 
 
 def jury_benchmarks(store: Store, release: str, principal: Principal) -> list[dict[str, Any]]:

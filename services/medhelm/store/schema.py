@@ -74,3 +74,17 @@ INDEXES = (
 def ddl(blob_type: str) -> list[str]:
     tables = [f"CREATE TABLE IF NOT EXISTS {name} ({cols.format(blob=blob_type)})" for name, cols in TABLES.items()]
     return tables + list(INDEXES)
+
+
+# The clinicians' ratings (store/review.py): outside the release tables, kept across re-summarise like the
+# audit trail; here so that backends.create_schema makes it without importing review.py (imports point down).
+REVIEW_TABLE = "review_ratings"
+REVIEW_SCHEMA_VERSION = 1
+REVIEW_COLUMNS = ("at", "rater", "role", "source", "blind", "release", "benchmark", "suite", "run_name",
+                  "instance_id", "criterion", "score", "min_score", "max_score")
+REVIEW_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {REVIEW_TABLE} (at TEXT NOT NULL, rater TEXT NOT NULL, role TEXT NOT NULL, "
+    "source TEXT NOT NULL, blind INTEGER NOT NULL, release TEXT NOT NULL, benchmark TEXT NOT NULL, "
+    "suite TEXT NOT NULL, run_name TEXT NOT NULL, instance_id TEXT NOT NULL, criterion TEXT NOT NULL, "
+    "score DOUBLE PRECISION NOT NULL, min_score DOUBLE PRECISION NOT NULL, max_score DOUBLE PRECISION NOT NULL)",
+    f"CREATE INDEX IF NOT EXISTS review_by_benchmark ON {REVIEW_TABLE} (release, benchmark)")
