@@ -50,14 +50,18 @@ def make_client(deployment: Deployment) -> ModelClient:
 
         return LlamaCppClient(deployment)
     if deployment.kind is DeploymentKind.KSERVE_V2:
+        protocol = deployment.options.get("protocol", "rest")
+        if protocol not in ("rest", "grpc"):
+            raise ConfigError(f"deployment '{deployment.name}': options.protocol must be 'rest' or 'grpc'")
+        name = "medhelm.inference.kserve_v2_grpc" if protocol == "grpc" else "medhelm.inference.kserve_v2"
         try:
-            module = importlib.import_module("medhelm.inference.kserve_v2")
+            module = importlib.import_module(name)
         except ModuleNotFoundError as err:
-            if err.name != "medhelm.inference.kserve_v2":
+            if err.name != name:
                 raise
             raise ConfigError(f"deployment '{deployment.name}': kind 'kserve_v2' is not available in this "
-                              f"installation (medhelm.inference.kserve_v2 is missing)") from None
-        return module.KServeV2Client(deployment)
+                              f"installation ({name} is missing)") from None
+        return module.KServeV2GrpcClient(deployment) if protocol == "grpc" else module.KServeV2Client(deployment)
     raise ConfigError(f"deployment '{deployment.name}': unsupported kind '{deployment.kind.value}'")
 
 
