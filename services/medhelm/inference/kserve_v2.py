@@ -13,8 +13,9 @@ the answer is the first element of the named BYTES output. Generation settings t
 
 Parameters are scalars (the protocol's, and KServe validates it): several stop sequences travel as
 their JSON array text. Chat messages are flattened to one text (system, then user turns, blank-line
-separated): a v2 predictor applies its own template. Token counts are read from ``prompt_tokens``/``completion_tokens`` outputs or
-parameters when the predictor reports them; otherwise they stay unknown (None), never 0.
+separated): a v2 predictor applies its own template. Token counts are read from
+``prompt_tokens``/``completion_tokens`` outputs or parameters when the predictor reports them; otherwise
+they stay unknown (None), never 0.
 """
 
 from __future__ import annotations
