@@ -213,7 +213,10 @@ def _count(response: pb.ModelInferResponse, outputs: Mapping[str, int], name: st
         tensor = response.outputs[i]
         fmt = _INT_FORMATS.get(tensor.datatype)
         if len(response.raw_output_contents) > i and fmt:
-            return struct.unpack_from(fmt, response.raw_output_contents[i])[0]
+            try:
+                return struct.unpack_from(fmt, response.raw_output_contents[i])[0]
+            except struct.error:  # shorter than one element: not reported
+                return None
         c = tensor.contents
         for values in (c.int64_contents, c.int_contents, c.uint64_contents, c.uint_contents):
             if values:
