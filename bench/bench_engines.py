@@ -345,7 +345,7 @@ max_tokens {MAX_TOKENS}), {args.rounds} rounds, order alternated; req/s and the 
 rounds (in brackets: the ratio of the best rounds). Each row's floor is a bare client of the same transport against
 the same server, sending the same requests in the same order.
 
-| engine | in flight | requests | output tokens | bare req/s | `medhelm run` req/s | medhelm / bare (best of each) | >= 95 % | incl. start | client CPU s (medhelm / bare) | server CPU s per run (medhelm / bare) | every round, s (medhelm / bare) |
+| engine | in flight | requests | output tokens | bare req/s | `medhelm run` req/s | medhelm / bare (best of each) | >= 95 % | incl. start (best round) | client CPU s (medhelm / bare) | server CPU s per run (medhelm / bare) | every round, s (medhelm / bare) |
 |---|---|---|---|---|---|---|---|---|---|---|---|
 {table}
 
