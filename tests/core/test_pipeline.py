@@ -223,3 +223,21 @@ def test_a_run_whose_every_instance_was_refused_is_failed_not_complete(tmp_path,
     assert "every instance failed" in err and "HTTP 400" in err and "Traceback" not in err
     status = only_run_dir(ws["out"]).status()
     assert status["status"] == "failed" and status["errors"] == 4 == status["instances_done"]
+
+
+def test_the_path_to_the_first_request_imports_no_heavy_module():
+    """Time to first request (docs/benchmarks.md, engines): what `medhelm run` imports before its first model
+    request stays light. Metrics export, numeric and scoring libraries, gRPC and the engines are imported
+    only when a run uses them (a fresh interpreter, so other tests' imports do not count)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import medhelm.cli.run, medhelm.pipeline, medhelm.inference.openai, medhelm.benchmarks.configurable\n"
+            "from medhelm.scoring import registry\n"
+            "registry.factories()\n"
+            "heavy = ('prometheus_client', 'numpy', 'torch', 'rouge_score', 'nltk', 'bert_score', 'grpc', 'pandas',\n"
+            "         'google.protobuf', 'scipy', 'llama_cpp', 'transformers', 'pyarrow')\n"
+            "print(','.join(m for m in heavy if m in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "", f"imported on the way to the first request: {proc.stdout.strip()}"

@@ -95,7 +95,9 @@ def vllm(engines_built) -> Engine:
 @pytest.fixture(scope="session")
 def kserve(engines_built) -> Engine:
     reuse = os.environ.get("MEDHELM_TEST_KSERVE_PORT")  # a server already started by `engines.sh start` (dev)
-    engine = Engine("kserve", int(reuse) if reuse else free_port(), None if reuse else free_port())
+    reuse_grpc = os.environ.get("MEDHELM_TEST_KSERVE_GRPC_PORT")  # ... and its gRPC port
+    engine = Engine("kserve", int(reuse) if reuse else free_port(),
+                    int(reuse_grpc) if reuse and reuse_grpc else None if reuse else free_port())
     if not reuse:
         engine.start()
     yield engine
@@ -117,6 +119,14 @@ def vllm_deployment(engine: Engine, name: str = "vllm/smollm2", **extra) -> dict
 def kserve_deployment(engine: Engine, name: str = "kserve/smollm2", **extra) -> dict:
     return {"name": name, "model_name": "huggingface/smollm2-135m-instruct", "kind": "kserve_v2",
             "base_url": engine.root, "served_model_name": SERVED, **extra}
+
+
+def kserve_grpc_deployment(engine: Engine, name: str = "kserve-grpc/smollm2", **extra) -> dict:
+    """The same model through the ModelServer's gRPC port (Open Inference Protocol v2 over gRPC)."""
+    if not engine.grpc_port:
+        pytest.skip("the reused KServe server's gRPC port is unknown: set MEDHELM_TEST_KSERVE_GRPC_PORT")
+    return {**kserve_deployment(engine, name, **extra), "base_url": f"http://127.0.0.1:{engine.grpc_port}",
+            "options": {"protocol": "grpc"}}
 
 
 def medhelm(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:

@@ -75,7 +75,16 @@ def test_generate_through_the_pool_with_retries(v2_server):
     assert path == "/v2/models/tiny-llm/infer"
     assert body["inputs"] == [{"name": "text_input", "shape": [1], "datatype": "BYTES",
                                "data": ["Be brief.\n\nSummarise the note."]}]
-    assert body["parameters"] == {"max_tokens": 8, "temperature": 0.0, "stop": ["\n"], "seed": 0, "top_p": 1.0}
+    # v2 parameters are scalars (KServe's REST schema answers a list with 422): one stop sequence as itself
+    assert body["parameters"] == {"max_tokens": 8, "temperature": 0.0, "stop": "\n", "seed": 0, "top_p": 1.0}
+
+
+def test_several_stop_sequences_travel_as_json_text(v2_server):
+    from medhelm.inference.kserve_v2 import KServeV2Client
+
+    request = GenerationRequest(messages=(Message("user", "Name a vital sign."),), max_tokens=4, stop=("\n", "."))
+    asyncio.run(KServeV2Client(_deployment(v2_server)).generate(request))
+    assert json.loads(_V2.seen[-1][1]["parameters"]["stop"]) == ["\n", "."]
 
 
 def test_refusals_and_unreachable(v2_server):

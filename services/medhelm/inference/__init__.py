@@ -50,14 +50,18 @@ def make_client(deployment: Deployment) -> ModelClient:
 
         return LlamaCppClient(deployment)
     if deployment.kind is DeploymentKind.KSERVE_V2:
+        protocol = deployment.options.get("protocol", "rest")
+        if protocol not in ("rest", "grpc"):
+            raise ConfigError(f"deployment '{deployment.name}': options.protocol must be 'rest' or 'grpc'")
+        name = "medhelm.inference.kserve_v2_grpc" if protocol == "grpc" else "medhelm.inference.kserve_v2"
         try:
-            module = importlib.import_module("medhelm.inference.kserve_v2")
+            module = importlib.import_module(name)
         except ModuleNotFoundError as err:
-            if err.name != "medhelm.inference.kserve_v2":
+            if err.name != name:
                 raise
             raise ConfigError(f"deployment '{deployment.name}': kind 'kserve_v2' is not available in this "
-                              f"installation (medhelm.inference.kserve_v2 is missing)") from None
-        return module.KServeV2Client(deployment)
+                              f"installation ({name} is missing)") from None
+        return module.KServeV2GrpcClient(deployment) if protocol == "grpc" else module.KServeV2Client(deployment)
     raise ConfigError(f"deployment '{deployment.name}': unsupported kind '{deployment.kind.value}'")
 
 
@@ -132,14 +136,19 @@ class PooledClient:
 
     async def context_window(self) -> int | None:
         """The deployment's context length: its ``max_sequence_length``, else what the server reports
-        (vLLM's ``max_model_len``), asked once; None when neither says."""
-        if self._deployment.max_sequence_length:
-            return self._deployment.max_sequence_length
+        (vLLM's ``max_model_len``), asked once; None when neither says. An in-process engine's own window
+        (llama.cpp ``n_ctx``) is always read, and the smaller of it and ``max_sequence_length`` wins."""
+        stated = self._deployment.max_sequence_length
+        local = getattr(self._raw, "context_window_is_local", False)
+        if stated and not local:
+            return stated
         if not self._window_known:
             ask = getattr(self._raw, "context_window", None)
             self._window = await ask() if ask is not None else None
             self._window_known = True
-        return self._window
+        if stated and self._window:
+            return min(stated, self._window)
+        return self._window or stated
 
     async def generate(self, request: GenerationRequest) -> Completion:
         cache = self._pool.cache

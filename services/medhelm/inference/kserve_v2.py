@@ -1,4 +1,5 @@
-"""Client for KServe's Open Inference Protocol v2 (REST) where a predictor speaks only that.
+"""Client for KServe's Open Inference Protocol v2 (REST) where a predictor speaks only that; with
+``options.protocol: grpc`` the same requests go over gRPC (``kserve_v2_grpc.py``).
 
 ``POST <base_url>/v2/models/<served_model_name>/infer`` with one BYTES tensor holding the prompt text;
 the answer is the first element of the named BYTES output. Generation settings travel as request
@@ -6,15 +7,20 @@ the answer is the first element of the named BYTES output. Generation settings t
 
 * ``input_name`` (default ``text_input``) / ``output_name`` (default ``text_output``): tensor names, as
   the vLLM/Triton text-generation models use;
-* ``parameters``: extra request parameters merged into every call (e.g. ``{"top_p": 1.0}``).
+* ``parameters``: extra request parameters merged into every call (e.g. ``{"top_p": 1.0}``);
+* ``protocol``: ``rest`` (default) or ``grpc`` (``base_url`` then names the predictor's gRPC port,
+  ``http://`` for plaintext, ``https://`` for TLS).
 
-Chat messages are flattened to one text (system, then user turns, blank-line separated): a v2 predictor
-applies its own template. Token counts are read from ``prompt_tokens``/``completion_tokens`` outputs or
-parameters when the predictor reports them; otherwise they stay unknown (None), never 0.
+Parameters are scalars (the protocol's, and KServe validates it): several stop sequences travel as
+their JSON array text. Chat messages are flattened to one text (system, then user turns, blank-line
+separated): a v2 predictor applies its own template. Token counts are read from
+``prompt_tokens``/``completion_tokens`` outputs or parameters when the predictor reports them; otherwise
+they stay unknown (None), never 0.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -35,25 +41,15 @@ class KServeV2Client(OpenAIClient):
         options = deployment.options
         self._input = str(options.get("input_name", "text_input"))
         self._output = str(options.get("output_name", "text_output"))
-        extra = options.get("parameters") or {}
-        if not isinstance(extra, Mapping):
-            raise ConfigError(f"deployment '{deployment.name}': options.parameters must be a mapping")
-        self._extra = dict(extra)
+        self._extra = extra_parameters(deployment)
 
     async def context_window(self) -> int | None:
         """The Open Inference Protocol has no standard field for it: set ``max_sequence_length``."""
         return None
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
-        text = "\n\n".join(m.content for m in request.messages)
-        params: dict[str, Any] = {"max_tokens": request.max_tokens, "temperature": request.temperature}
-        if request.stop:
-            params["stop"] = list(request.stop)
-        if request.seed is not None:
-            params["seed"] = request.seed
-        params.update(self._extra)
-        return {"inputs": [{"name": self._input, "shape": [1], "datatype": "BYTES", "data": [text]}],
-                "parameters": params}
+        return {"inputs": [{"name": self._input, "shape": [1], "datatype": "BYTES", "data": [prompt_text(request)]}],
+                "parameters": parameters(request, self._extra)}
 
     async def generate(self, request: GenerationRequest) -> Completion:
         response, latency = await self.post(self._url, self.payload(request))  # the OpenAI client's transport
@@ -78,6 +74,31 @@ class KServeV2Client(OpenAIClient):
             usage=Usage(prompt_tokens=_count(outputs, params, "prompt_tokens"),
                         completion_tokens=_count(outputs, params, "completion_tokens"), latency_s=latency),
         )
+
+
+def prompt_text(request: GenerationRequest) -> str:
+    """The chat flattened to one text (the predictor applies its own template)."""
+    return "\n\n".join(m.content for m in request.messages)
+
+
+def parameters(request: GenerationRequest, extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The generation settings as v2 request parameters, then the deployment's extra parameters."""
+    params: dict[str, Any] = {"max_tokens": request.max_tokens, "temperature": request.temperature}
+    if request.stop:
+        # v2 parameters are scalars (KServe's REST schema answers a list with HTTP 422): one stop sequence
+        # as itself, several as their JSON array text
+        params["stop"] = request.stop[0] if len(request.stop) == 1 else json.dumps(list(request.stop))
+    if request.seed is not None:
+        params["seed"] = request.seed
+    params.update(extra)
+    return params
+
+
+def extra_parameters(deployment: Deployment) -> dict[str, Any]:
+    extra = deployment.options.get("parameters") or {}
+    if not isinstance(extra, Mapping):
+        raise ConfigError(f"deployment '{deployment.name}': options.parameters must be a mapping")
+    return dict(extra)
 
 
 def _count(outputs: Mapping[str, Any], params: Mapping[str, Any], name: str) -> int | None:

@@ -4,6 +4,10 @@ The model loads once per client, lazily and in a worker thread, so the event loo
 llama.cpp's context is not safe to share between threads, so generations run one at a time behind an
 ``asyncio.Lock``, each in ``asyncio.to_thread``. Deployment ``options``: ``n_ctx`` (default
 ``max_sequence_length``, else 4096), ``n_threads`` (default ``os.cpu_count()``), ``n_batch``.
+
+``context_window()`` reports ``n_ctx``, the window llama.cpp enforces (as the OpenAI client reports vLLM's
+``max_model_len``), so candidate and judge prompts are budgeted against it; ``count_tokens`` counts with
+the model's own tokenizer.
 """
 
 from __future__ import annotations
@@ -55,6 +59,14 @@ class LlamaCppClient:
                 except ValueError as err:  # llama.cpp could not read the file
                     raise ConfigError(f"cannot load GGUF model ({err})", path=path) from None
             return self._llm
+
+    # The window is a setting of this process, not a server's answer: free to read, and the limit llama.cpp
+    # enforces even when the deployment's max_sequence_length says more (ClientPool takes the smaller).
+    context_window_is_local = True
+
+    async def context_window(self) -> int:
+        """The context length this client loads the model with (``n_ctx``): prompt + output must fit it."""
+        return self.n_ctx
 
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` in the model's own tokenizer (the pipeline's prompt budgets use it)."""

@@ -166,6 +166,12 @@ def _server_message(response: HttpReply, request: GenerationRequest) -> str:
         message = response.text
     else:
         message = _find_message(data)
+    return safe_server_message(message, request)
+
+
+def safe_server_message(message: object, request: GenerationRequest) -> str:
+    """A server's error text made fit for an error record: one line, shortened, without links or encoded
+    runs, and withheld if it quotes the prompt (PHI). Every client kind passes its server's text here."""
     message = " ".join(str(message).split())[:_SERVER_MESSAGE_CHARS]
     if _quotes_prompt(message, request):
         return "[server message withheld: it quotes the prompt]"

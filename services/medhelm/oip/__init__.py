@@ -1,0 +1,1 @@
+"""Generated stubs of protocols medhelm speaks as a client (``scripts/gen_protos.sh``)."""
