@@ -32,6 +32,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 from bench_summarize import machine, table, write_section  # noqa: E402
 from medhelm.rpc import codec  # noqa: E402
+from medhelm.rpc.remote import names_for  # noqa: E402
 from medhelm.scoring.base import ScoringItem  # noqa: E402
 from medhelm.specs import Completion, Instance, Prompt, Reference  # noqa: E402
 from medhelm.v1 import common_pb2, metrics_pb2_grpc, scenarios_pb2, scenarios_pb2_grpc  # noqa: E402
@@ -112,7 +113,7 @@ def main() -> int:
         plan = _plan(cfg, local, t / "out")
         svc = Service("scenarios", "--offline", "--output-path", str(t / "out"), "--benchmark-root", str(root))
         try:
-            request = scenarios_pb2.StreamInstancesRequest(run_spec_json=codec.dumps(plan.spec.to_json()))
+            request = scenarios_pb2.StreamInstancesRequest(run_spec_json=codec.dumps(names_for(plan.spec, (root,)).to_json()))
             with grpc.insecure_channel(svc.address) as ch:
                 stub = scenarios_pb2_grpc.ScenarioServiceStub(ch)
                 idle = probes(svc.address, 200)  # the machine's own noise: the same probes with no calls
@@ -137,7 +138,7 @@ def main() -> int:
                   p99(health) <= 0.1)]
 
         qa = write_qa_benchmark(root / "qa", 12)
-        spec = _plan(qa, local, t / "out").spec
+        spec = names_for(_plan(qa, local, t / "out").spec, (root,))
         runs = [heavy_scoring(spec, root, local, t / "out", processes) for processes in
                 [args.scoring_processes] * args.repeat + ([0] if args.threads_baseline else [])]
     ours = [r for r in runs if r["processes"] > 0]

@@ -90,7 +90,8 @@ class MetricHost:
         if key in self._owned:
             return self._owned[key]
         assert self._benchmarks is not None
-        found = await asyncio.to_thread(self._resolve_metrics, key[0], spec)
+        with self._benchmarks.hiding_paths():
+            found = await asyncio.to_thread(self._resolve_metrics, key[0], spec)
         self._owned[key] = found
         while len(self._owned) > self._max_runs:
             self._owned.popitem(last=False)
@@ -98,8 +99,8 @@ class MetricHost:
 
     def _resolve_metrics(self, name: str, spec: RunSpec) -> tuple[tuple[MetricSpec, ...], Path | None]:
         assert self._benchmarks is not None
-        args = self._benchmarks.args(spec.benchmark_args)
-        bench = self._benchmarks.resolve(name, args)
+        args = self._benchmarks.args(spec.benchmark_args)  # the names, as the server's own paths
+        bench = self._benchmarks.resolve(name, spec.benchmark_args)
         rctx = registry.ResolveContext(benchmark_args=args, base_dir=self._base_dir, deployments=self._deployments,
                                        evaluated_deployment=spec.deployment,
                                        warn=lambda msg: log.warning("%s", msg))
