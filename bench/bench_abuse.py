@@ -113,7 +113,8 @@ def main() -> int:
         plan = _plan(cfg, local, t / "out")
         svc = Service("scenarios", "--offline", "--output-path", str(t / "out"), "--benchmark-root", str(root))
         try:
-            request = scenarios_pb2.StreamInstancesRequest(run_spec_json=codec.dumps(names_for(plan.spec, (root,)).to_json()))
+            wire = names_for(plan.spec, (root,))  # config_path as a name under the root
+            request = scenarios_pb2.StreamInstancesRequest(run_spec_json=codec.dumps(wire.to_json()))
             with grpc.insecure_channel(svc.address) as ch:
                 stub = scenarios_pb2_grpc.ScenarioServiceStub(ch)
                 idle = probes(svc.address, 200)  # the machine's own noise: the same probes with no calls

@@ -105,7 +105,8 @@ def test_callers_name_benchmarks_and_the_server_owns_the_paths(world, start_serv
             _refused(lambda: stub.DescribeBenchmark(scenarios_pb2.DescribeBenchmarkRequest(
                 name="medcalc_bench", args={"prompt_path": value})))
         assert stub.DescribeBenchmark(scenarios_pb2.DescribeBenchmarkRequest(
-            name="medcalc_bench", args={"prompt_path": "qa/prompt.txt"})).name == "medcalc_bench"        # the other workspace's run, streamed by its absolute path: refused before a single instance
+            name="medcalc_bench", args={"prompt_path": "qa/prompt.txt"})).name == "medcalc_bench"
+        # the other workspace's run, streamed by its absolute path: refused before a single instance
         request = scenarios_pb2.StreamInstancesRequest(run_spec_json=codec.dumps(outside_plan.spec.to_json()))
         _refused(lambda: list(stub.StreamInstances(request)))
         # names under the root work
@@ -117,7 +118,8 @@ def test_callers_name_benchmarks_and_the_server_owns_the_paths(world, start_serv
             run_spec_json=codec.dumps(inside_plan.spec.to_json())))))  # the client's absolute path: refused
         wire = names_for(inside_plan.spec, (world["root"],))  # what `medhelm job --benchmark-root` sends
         assert wire.benchmark_args["config_path"] == "qa/bench.yaml" and wire.name == inside_plan.spec.name
-        items = list(stub.StreamInstances(scenarios_pb2.StreamInstancesRequest(run_spec_json=codec.dumps(wire.to_json()))))
+        items = list(stub.StreamInstances(scenarios_pb2.StreamInstancesRequest(
+            run_spec_json=codec.dumps(wire.to_json()))))
         assert len(items) == 12 and all(SECRET not in i.prompt_json for i in items)
     # the client refuses, before any call, a file the services could not be named by
     with pytest.raises(ConfigError, match="not under a --benchmark-root"):
@@ -214,7 +216,8 @@ def test_stalled_streams_keep_memory_bounded_and_health_fast(tmp_path, start_ser
     plan = _plan(cfg, local, tmp_path / "out")
     svc = start_service("scenarios", "--offline", "--output-path", str(tmp_path / "out"),
                         "--benchmark-root", str(root))
-    request = scenarios_pb2.StreamInstancesRequest(run_spec_json=codec.dumps(names_for(plan.spec, (root,)).to_json()))
+    wire = names_for(plan.spec, (root,))  # config_path as a name under the root, as `medhelm job` sends it
+    request = scenarios_pb2.StreamInstancesRequest(run_spec_json=codec.dumps(wire.to_json()))
     with grpc.insecure_channel(svc.address) as ch:
         stub = scenarios_pb2_grpc.ScenarioServiceStub(ch)
         first = stub.StreamInstances(request)

@@ -87,8 +87,8 @@ def test_metrics_service_scores_and_aggregates_like_the_registry(plan, start_ser
                              evaluated_deployment=spec.deployment)
         metrics = registry.build_all(spec.benchmark.metrics, ctx)
         local = [merge_results(await asyncio.gather(*(m.score(it) for m in metrics))) for it in items]
-        remote_metric = RemoteMetric(spec.benchmark.metrics, Endpoint(svc.address, benchmark_roots=(tmp_path / "bench",)),
-                                     jury=False)
+        shared = Endpoint(svc.address, benchmark_roots=(tmp_path / "bench",))
+        remote_metric = RemoteMetric(spec.benchmark.metrics, shared, jury=False)
         remote = await asyncio.gather(*(remote_metric.score(it) for it in items))
         await remote_metric.aclose()
         return local, remote, remote_metric.stat_names

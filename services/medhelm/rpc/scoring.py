@@ -6,9 +6,10 @@ so a remote score is the same computation as a local one.
 The server owns what a metric may reach (``owned.py``): with ``benchmarks`` set, the run's benchmark is
 resolved on the server and the caller's metric specs must be among the ones the server resolves for it
 (its judges, rubrics, prompt templates and arguments), otherwise INVALID_ARGUMENT; the EHRSQL database
-is the server's copy's, opened read-only with the server's time limit as a cap. CPU-heavy metrics run in
-the service's scoring processes (``cpu``, ``scoring/cpu.py``), so health and new calls are answered meanwhile. ``benchmarks=None``
-(``--allow-caller-metrics``) trusts the caller's specs, still without caller database paths."""
+is the server's copy's, opened read-only with the server's time limit as a cap. CPU-heavy metrics run
+in the service's scoring processes (``cpu``, ``scoring/cpu.py``): health and new calls are answered
+meanwhile. ``benchmarks=None`` (``--allow-caller-metrics``) trusts the caller's specs, still without
+caller database paths."""
 
 from __future__ import annotations
 
