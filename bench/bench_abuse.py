@@ -7,7 +7,8 @@ docs/benchmarks.md.
 2. Metrics: 4 concurrent Score calls with 0.99 MB items (just under the 1 MB item cap) scored by the
    benchmark's ROUGE-L/exact metrics: health p99 <= 100 ms over the probes taken while they run, on the
    service port and on the health-only --health-port (the kubelet's), measured --repeat times with the
-   scoring processes and once with scoring in threads (--scoring-processes 0) for comparison.
+   scoring processes, alternating with scoring in threads (--scoring-processes 0) for comparison; each run
+   first probes health with no calls (the shared machine's own noise at that moment).
 
     python bench/bench_abuse.py [--no-write] [--repeat 3]
 """
@@ -72,6 +73,7 @@ def heavy_scoring(spec, root: Path, local: Path, out: Path, processes: int) -> d
         item = codec.item_message(ScoringItem(spec, Instance("1", "q", (Reference("Yes"),)), Prompt.user("q"),
                                               Completion(text)), 0)
         request = common_pb2.ScoreRequest(setup=codec.setup_message(spec), item=item)
+        idle = probes(svc.address, 100)  # the machine's own noise right now: the same probes with no calls
         stop = threading.Event()
         took: list[float] = []
 
@@ -91,14 +93,16 @@ def heavy_scoring(spec, root: Path, local: Path, out: Path, processes: int) -> d
     finally:
         svc.stop()
     assert len(took) == 4, "a Score call failed"
-    return {"processes": processes, "load": load, "slowest": max(took), "n": len(health), "p99": p99(health),
+    return {"processes": processes, "load": load, "idle": p99(idle), "slowest": max(took), "n": len(health),
+            "p99": p99(health),
             "max": max(health), "p99_port": p99(port), "max_port": max(port)}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--no-write", action="store_true")
-    p.add_argument("--repeat", type=int, default=3, help="heavy-scoring runs with scoring processes (default 3)")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="heavy-scoring runs with scoring processes, each followed by one with threads (default 3)")
     p.add_argument("--scoring-processes", type=int, default=2)
     p.add_argument("--no-threads-baseline", dest="threads_baseline", action="store_false",
                    help="skip the run with --scoring-processes 0 (scoring in threads, for comparison)")
@@ -140,23 +144,38 @@ def main() -> int:
 
         qa = write_qa_benchmark(root / "qa", 12)
         spec = names_for(_plan(qa, local, t / "out").spec, (root,))
-        runs = [heavy_scoring(spec, root, local, t / "out", processes) for processes in
-                [args.scoring_processes] * args.repeat + ([0] if args.threads_baseline else [])]
+        # alternating (processes, threads, processes, ...): both see the same drift of a shared machine's load
+        order = [n for _ in range(args.repeat) for n in ([args.scoring_processes, 0] if args.threads_baseline
+                                                         else [args.scoring_processes])]
+        runs = [heavy_scoring(spec, root, local, t / "out", processes) for processes in order]
     ours = [r for r in runs if r["processes"] > 0]
+    theirs = [r for r in runs if r["processes"] == 0]
     for r in runs:
         how = f"--scoring-processes {r['processes']}" if r["processes"] else "threads (--scoring-processes 0)"
         def target(value: float) -> tuple:
             return ("<= 100 ms", value <= 0.1) if r["processes"] else (None, None)
-        rows += [(f"metrics, {how}: 4 concurrent Score calls of 1 MB items (slowest; load {r['load']:.1f})",
-                  f"{r['slowest']:.1f} s", None, None),
+        rows += [(f"metrics, {how}: health p99 with no calls, just before (100 probes; load {r['load']:.1f})",
+                  f"{r['idle'] * 1000:.1f} ms", None, None),
+                 (f"metrics, {how}: 4 concurrent Score calls of 1 MB items (slowest)", f"{r['slowest']:.1f} s",
+                  None, None),
                  (f"metrics, {how}: health p99 on the service port ({r['n']} probes; max {r['max'] * 1000:.0f} ms)",
                   f"{r['p99'] * 1000:.1f} ms", *target(r["p99"])),
                  (f"metrics, {how}: health p99 on the --health-port ({r['n']} probes; max "
                   f"{r['max_port'] * 1000:.0f} ms)", f"{r['p99_port'] * 1000:.1f} ms", *target(r["p99_port"]))]
-    spread = [r["p99"] * 1000 for r in ours]
-    spread_line = (f"Health p99 on the service port over {len(ours)} runs with scoring processes: "
-                   f"{min(spread):.1f}–{max(spread):.1f} ms (load average {min(r['load'] for r in ours):.1f}–"
-                   f"{max(r['load'] for r in ours):.1f} when each started; other work shared the 2 cores).")
+    def summary(group: list[dict], what: str) -> str:
+        if not group:
+            return ""
+        ms = sorted(r["p99"] * 1000 for r in group)
+        port = sorted(r["p99_port"] * 1000 for r in group)
+        idle = sorted(r["idle"] * 1000 for r in group)
+        return (f"{what}, {len(group)} runs: health p99 {ms[0]:.1f}–{ms[-1]:.1f} ms on the service port (median "
+                f"{statistics.median(ms):.1f}), {port[0]:.1f}–{port[-1]:.1f} ms on the --health-port (median "
+                f"{statistics.median(port):.1f}); the same probes with no calls just before: {idle[0]:.1f}–"
+                f"{idle[-1]:.1f} ms (load average {min(r['load'] for r in group):.1f}–"
+                f"{max(r['load'] for r in group):.1f}). ")
+    spread_line = (summary(ours, f"Scoring processes (--scoring-processes {args.scoring_processes})")
+                   + summary(theirs, "Threads (--scoring-processes 0)")
+                   + "Other helpers' work shared the 2 cores: the no-call rows are the machine's own noise.")
     body = "\n".join([f"Machine: {start}.", "", *table(rows), "", spread_line, "",
                       "Limits under test: --max-message-mb 16, 1 MB per item, one shared cached copy of a "
                       "benchmark per server (see docs/security.md)."])
