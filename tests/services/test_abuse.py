@@ -295,3 +295,20 @@ def test_every_call_is_bounded(tmp_path, start_service):
         with pytest.raises(grpc.RpcError) as err:
             stub.AggregateSuite(metrics_pb2.AggregateSuiteRequest(suite="s"))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # no such suite: handled, not refused
+
+
+def test_a_job_refuses_a_file_it_cannot_name_to_the_services(world, monkeypatch):
+    """`medhelm job` sends file arguments as names under --benchmark-root; a file outside it stops the shard
+    with one line (exit 2) before any call or record, instead of sending a server path."""
+    from tests.leaderboard.helpers import run_cli
+
+    monkeypatch.delenv("MEDHELM_BENCHMARK_ROOTS", raising=False)
+    write_deployment(world["local"], "http://127.0.0.1:9/v1")
+    entry = f"medhelm_configurable_benchmark:model=mock/svc-model,config_path={world['secret_cfg']}"
+    common = ["job", "-r", entry, "--suite", "j", "-o", str(world["out"]), "--local-path", str(world["local"]),
+              "--shard-index", "0", "--shard-count", "1", "--scenario-service", "127.0.0.1:9", "-q"]
+    for extra in ([], ["--benchmark-root", str(world["root"])]):
+        code, _, err = run_cli(*common, *extra)
+        assert code == 2 and "not under a --benchmark-root" in err and len(err.strip().splitlines()) == 1, err
+        assert SECRET not in err
+    assert not (world["out"] / "runs" / "j").exists() or not any((world["out"] / "runs" / "j").rglob("*.jsonl"))
