@@ -6,8 +6,8 @@ GIL, so a caller's 1 MB item keeps no Python thread of the service off the inter
 new calls and streams are answered while it is scored (measured: bench/bench_abuse.py). Threads were not
 enough: pure-Python stemming holds the GIL and every other thread, the event loop included, queues behind it.
 
-Bounds: ``workers`` processes (spawned lazily, started clean with ``spawn``: no copy of the server's gRPC
-threads or sockets), at most ``2 * workers`` tasks handed to them at once (the rest wait, async, holding
+Bounds: ``workers`` processes (started clean with ``spawn``: no copy of the server's gRPC threads or
+sockets; as with any ``spawn``, the program's ``__main__`` must be safe to import, as ``medhelm``'s are), at most ``2 * workers`` tasks handed to them at once (the rest wait, async, holding
 nothing extra), workers run at a lower CPU priority (``os.nice``) than the serving process, and each is
 replaced after ``max_tasks`` tasks (memory a hostile input fragmented is given back).
 
