@@ -8,7 +8,9 @@ them by default): real `medhelm serve` processes on 127.0.0.1.
   judge (the candidate model), rubric or EHRSQL database is refused and no model is ever called;
 * every call is bounded: oversized messages and items, AggregateRun past its cap, calls past --max-calls,
   calls past --max-call-s; 20 stalled streams of a 20 MB benchmark keep RSS under a stated bound while
-  health keeps answering (its p99 <= 100 ms target is measured by bench/bench_abuse.py).
+  health keeps answering (its p99 <= 100 ms target is measured by bench/bench_abuse.py);
+* `medhelm job` sends file arguments as names under --benchmark-root and refuses, before any call, a file
+  outside it (the EHRSQL database chosen by the server: tests/services/test_ehrsql_service.py).
 """
 
 from __future__ import annotations
