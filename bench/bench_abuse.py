@@ -107,7 +107,7 @@ def main() -> int:
     p.add_argument("--no-threads-baseline", dest="threads_baseline", action="store_false",
                    help="skip the run with --scoring-processes 0 (scoring in threads, for comparison)")
     args = p.parse_args()
-    start = machine()
+    start = machine() + time.strftime(", %Y-%m-%d %H:%M UTC", time.gmtime())
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
