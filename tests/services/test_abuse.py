@@ -314,3 +314,23 @@ def test_a_job_refuses_a_file_it_cannot_name_to_the_services(world, monkeypatch)
         assert code == 2 and "not under a --benchmark-root" in err and len(err.strip().splitlines()) == 1, err
         assert SECRET not in err
     assert not (world["out"] / "runs" / "j").exists() or not any((world["out"] / "runs" / "j").rglob("*.jsonl"))
+
+
+def test_a_gated_benchmarks_data_folder_is_named_too(tmp_path, start_service):
+    """data_path= may name a folder (a PhysioNet release): under the root by name it is read; as a path, or
+    outside the root through a link, it is refused."""
+    root, outside = tmp_path / "root", tmp_path / "elsewhere"
+    rows = [{"input": f"HOSPITAL COURSE {i}: admitted with sepsis.", "target": f"summary {i}"} for i in range(3)]
+    for folder in (root / "bhc", outside):
+        folder.mkdir(parents=True)
+        (folder / "mimic_iv_bhc.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (root / "linked").symlink_to(outside, target_is_directory=True)
+    svc = start_service("scenarios", "--offline", "--output-path", str(tmp_path / "out"), "--benchmark-root", str(root))
+    with grpc.insecure_channel(svc.address) as ch:
+        stub = scenarios_pb2_grpc.ScenarioServiceStub(ch)
+        info = stub.DescribeBenchmark(scenarios_pb2.DescribeBenchmarkRequest(name="mimic_bhc",
+                                                                             args={"data_path": "bhc"}))
+        assert info.name == "mimic_bhc"
+        for value in (str(root / "bhc"), str(outside), "linked", "../elsewhere"):
+            _refused(lambda: stub.DescribeBenchmark(scenarios_pb2.DescribeBenchmarkRequest(
+                name="mimic_bhc", args={"data_path": value})))

@@ -4,7 +4,8 @@ A run's benchmark arguments that name files (``config_path``, ``data_path``, ``j
 ``prompt_path``) are *names*, not paths: a file's path relative to the operator's ``--benchmark-root``
 folders, such as ``qa/benchmark.yaml``. The wire never carries a server path: absolute values, ``~``,
 ``.``/``..`` segments, backslashes and control characters are refused before the file system is touched
-(``check_name``), and the name's real path (symlinks followed) must still lie under a root and exist.
+(``check_name``), and the name's real path (symlinks followed) must still lie under a root and be a file
+(``data_path`` may name a folder, as gated releases are).
 Refusals never show the server's folders, and errors from reading a named benchmark show its files by name
 (``hiding_paths``). Files a benchmark YAML names must lie under the same roots. With
 no roots configured, no file name is accepted at all. Clients turn their own paths into names
@@ -89,7 +90,7 @@ def confine_args(args: Mapping[str, str], roots: tuple[Path, ...]) -> FrozenMap:
         except ConfigError:  # its message lists the server's folders: a caller is told less
             raise ConfigError(f"'{shown(name)}' is not a file under this service's benchmark root",
                               field=field) from None
-        if not path.is_file():
+        if not (path.exists() if key == "data_path" else path.is_file()):  # data_path may name a folder
             raise ConfigError(f"'{shown(name)}': no such file under this service's benchmark root", field=field)
         out[key] = str(path)
     return FrozenMap(out)
