@@ -26,7 +26,7 @@ import page_trends  # noqa: E402
 import signin  # noqa: E402
 from filters import sidebar_filters  # noqa: E402
 from medhelm.access import Role  # noqa: E402
-from safe_text import literal, no_addresses  # noqa: E402
+from safe_text import literal, no_addresses, visible  # noqa: E402
 from medhelm.errors import MedhelmError  # noqa: E402
 
 PAGES = {"Leaderboard": page_leaderboard.render, "Benchmark": page_benchmark.render, "Compare": page_compare.render}
@@ -52,7 +52,7 @@ if not known:
     st.stop()
 names = [r for r, _ in known]
 default = names.index(cfg.release) if cfg.release in names else 0
-release = st.sidebar.selectbox("Release", names, index=default, key="release")
+release = st.sidebar.selectbox("Release", names, index=default, format_func=visible, key="release")
 offered = (list(PAGES) if principal.role >= Role.VIEWER else []) + \
     [p for p in REVIEW_PAGES if principal.clinician or (p != "Review" and principal.role >= Role.VIEWER)]
 page = st.sidebar.radio("Page", offered, key="page")

@@ -9,7 +9,7 @@ import streamlit as st
 import board_data
 from board_data import Release, Settings
 from filters import View
-from safe_text import literal, no_addresses
+from safe_text import literal, no_addresses, visible
 from safe_frames import safe_frame
 
 PAGE_SIZE = 10
@@ -20,7 +20,7 @@ def pick_benchmark(view: View, key: str) -> str | None:
     if not cols:
         st.warning("No benchmark matches the filters.")
         return None
-    labels = {c.benchmark: f"{c.display_name} ({c.benchmark})" for c in cols}
+    labels = {c.benchmark: visible(f"{c.display_name} ({c.benchmark})") for c in cols}
     return st.selectbox("Benchmark", list(labels), format_func=labels.get, key=key)
 
 
@@ -32,7 +32,7 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
     st.text(f"{info['category'] or 'Unclassified'} › {info['subcategory'] or '—'} · access {info['access']} · "
             f"main metric {info['main_metric']}" + (" (lower is better)" if info["lower_is_better"] else ""))
     if info.get("description"):
-        st.text(str(info["description"]))  # data: plain text, never Markdown
+        st.text(visible(info["description"], keep_lines=True))  # data: plain text, never Markdown
     cells = rel.cell_rows[rel.cell_rows["benchmark"] == bench]
     shown = cells.assign(CI=[_ci(lo, hi) for lo, hi in zip(cells["ci_low"], cells["ci_high"])],
                          MDD=_mdds(cfg, rel, bench, cells))
@@ -52,7 +52,8 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
     if runs.empty:
         return
     st.subheader("Instances")
-    labels = {int(r.run_id): f"{r.model} [{r.deployment}] — {r.stratum} ({r.suite})" for r in runs.itertuples()}
+    labels = {int(r.run_id): visible(f"{r.model} [{r.deployment}] — {r.stratum} ({r.suite})")
+              for r in runs.itertuples()}
     run_id = st.selectbox("Run", list(labels), format_func=labels.get, key="bench_run")
     run = runs.set_index("run_id").loc[run_id]
     if redacted or bool(run["redacted"]):

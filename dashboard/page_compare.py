@@ -9,7 +9,7 @@ import board_data
 from board_data import Release, Settings
 from filters import View
 from page_benchmark import PAGE_SIZE, pick_benchmark, show_instance
-from safe_text import literal
+from safe_text import literal, visible
 
 
 def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
@@ -20,12 +20,13 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
     kept = {r for r in view.table.rows}
     runs = runs[[(m, d) in kept for m, d in zip(runs["model"], runs["deployment"])]]
     strata = sorted(runs["stratum"].unique())
-    stratum = st.selectbox("Subset", strata, key="cmp_stratum") if len(strata) > 1 else (strata[0] if strata else None)
+    stratum = (st.selectbox("Subset", strata, format_func=visible, key="cmp_stratum") if len(strata) > 1
+               else (strata[0] if strata else None))
     runs = runs[runs["stratum"] == stratum]
     if len(runs) < 2:
         st.info("This benchmark needs runs of at least two models to compare.")
         return
-    labels = {int(r.run_id): f"{r.model} [{r.deployment}] ({r.suite})" for r in runs.itertuples()}
+    labels = {int(r.run_id): visible(f"{r.model} [{r.deployment}] ({r.suite})") for r in runs.itertuples()}
     ids = list(labels)
     a_col, b_col = st.columns(2)
     left = a_col.selectbox("Model A", ids, index=0, format_func=labels.get, key="cmp_a")

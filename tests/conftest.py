@@ -27,3 +27,21 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.fail(f"real data slices not found at {SHARED_DATA} (set MEDHELM_SHARED_DATA)")
     return SHARED_DATA
+
+
+@pytest.fixture(autouse=True)
+def _main_module_restored():
+    """Streamlit's AppTest sets ``__main__.__file__`` to the app script and leaves it so; a later test that
+    starts ``spawn`` worker processes (scoring/cpu.py) would then run the app in each worker. Put it back."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    had = main is not None and "__file__" in vars(main)
+    saved = vars(main).get("__file__") if main is not None else None
+    yield
+    if main is not None:
+        sys.modules["__main__"] = main
+        if had:
+            main.__file__ = saved
+        else:
+            vars(main).pop("__file__", None)

@@ -126,9 +126,11 @@ def test_an_allowed_job_streams_instances_with_its_token(tokens, tmp_path):
                   "--benchmark-root", str(tmp_path / "bench"))
     try:
         expected = select_instances(list(plan.benchmark.instances()), 6, plan.spec.seed)
-        assert list(RemoteBenchmark(plan.spec, Endpoint(svc.address, token=job_token), None).instances()) == expected
+        shared = (tmp_path / "bench",)  # the folder the job shares with the service: config_path goes as a name
+        assert list(RemoteBenchmark(plan.spec, Endpoint(svc.address, token=job_token, benchmark_roots=shared),
+                                    None).instances()) == expected
         with pytest.raises(Exception, match="UNAUTHENTICATED"):
-            list(RemoteBenchmark(plan.spec, Endpoint(svc.address), None).instances())
+            list(RemoteBenchmark(plan.spec, Endpoint(svc.address, benchmark_roots=shared), None).instances())
     finally:
         log = _stop(svc)
     assert "refused (UNAUTHENTICATED) for anonymous" in log and job_token not in log

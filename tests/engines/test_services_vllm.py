@@ -71,6 +71,7 @@ def test_job_through_scenarios_jury_and_metrics_services_with_a_vllm_judge(vllm,
         job = subprocess.run(
             [sys.executable, "-m", "medhelm", "job", "-r", entry, "--suite", "s", "-o", str(out), "--local-path",
              str(local), "-q", "--shard-index", "0", "--shard-count", "1",
+             "--benchmark-root", str(cfg.parent),  # shared with the services: config_path is sent as a name
              "--scenario-service", services["scenarios"].address, "--jury-service", services["jury"].address,
              "--metrics-service", services["metrics"].address], capture_output=True, text=True, timeout=900, env=env)
         assert job.returncode == 0, job.stderr[-3000:]

@@ -1,50 +1,129 @@
-// Open the leaderboard, then the Benchmark page with every instance expander opened, and report what a
-// viewer's browser did: the visible text, elements pointing at the exfiltration listener, CSP violations.
+// Open the leaderboard, then the Benchmark page for every benchmark (every instance expander opened), then the
+// Compare page, and report what a viewer's browser did: the visible text, elements pointing at the
+// exfiltration listener, elements built from data markup (`data-hostile`), inline event handlers, script
+// effects (window.__pwned, dialogs), CSP violations and every request that left the app's own origin.
 // usage: node browser_hostile.js URL LISTENER_ORIGIN [TIMEOUT_MS]   (NODE_PATH must reach playwright-core)
 const { chromium } = require("playwright-core");
 
 async function main() {
   const [url, listener, timeoutArg] = process.argv.slice(2);
   const timeout = Number(timeoutArg || 60000);
+  const origin = new URL(url).origin;
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
     args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
            "--disable-component-update", "--disable-sync", "--no-first-run"],
   });
-  const out = { texts: [], pointing: 0, violations: 0, expanders: 0, step: "start" };
+  const out = { texts: [], pointing: [], injected: [], handlers: [], pwned: false, dialogs: 0, foreign: [],
+                violations: 0, violationTexts: [], expanders: 0, benchmarks: 0, pages: [], step: "start" };
   try {
     const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-    page.on("console", (msg) => { if (/Content Security Policy/i.test(msg.text())) out.violations += 1; });
+    page.on("console", (msg) => {
+      if (!/Content Security Policy/i.test(msg.text())) return;
+      out.violations += 1;
+      out.violationTexts.push(msg.text().slice(0, 300));
+    });
+    page.on("dialog", async (d) => { out.dialogs += 1; await d.dismiss().catch(() => {}); });
+    page.on("request", (req) => {
+      const u = req.url();
+      if (!u.startsWith("data:") && !u.startsWith("blob:") && new URL(u).origin !== origin) out.foreign.push(u);
+    });
+
+    async function inspect(where) {
+      await page.waitForTimeout(1500);
+      out.texts.push(await page.locator("body").innerText());
+      // what a selectbox shows is partly its input's value or aria-label, not the body's text
+      out.texts.push(...await page.evaluate(() => [...document.querySelectorAll("input, [aria-label]")].map(
+        (el) => `${el.value || ""} ${el.getAttribute("aria-label") || ""}`.trim()).filter(Boolean)));
+      const found = await page.evaluate((target) => {
+        const attrs = ["src", "href", "srcset", "poster", "data", "action", "formaction", "xlink:href"];
+        const r = { pointing: [], injected: [], handlers: [], pwned: Boolean(window.__pwned) };
+        for (const el of document.querySelectorAll("*")) {
+          for (const a of attrs) {
+            const v = el.getAttribute(a);
+            if (v && (v.includes(target) || /^\s*javascript:/i.test(v))) r.pointing.push(el.outerHTML.slice(0, 300));
+          }
+          for (const a of el.getAttributeNames()) {
+            if (/^on/i.test(a)) r.handlers.push(el.outerHTML.slice(0, 200));
+          }
+          if (el.hasAttribute("data-hostile")) r.injected.push(el.outerHTML.slice(0, 200));
+          const bg = getComputedStyle(el).backgroundImage;
+          if (bg && bg.includes(target)) r.pointing.push("background: " + el.outerHTML.slice(0, 200));
+        }
+        return r;
+      }, listener);
+      for (const k of ["pointing", "injected", "handlers"]) out[k].push(...found[k].map((h) => `${where}: ${h}`));
+      out.pwned = out.pwned || found.pwned;
+      out.pages.push(where);
+    }
+
+    async function settle() {  // the app has finished its rerun (no "Running..." status widget)
+      await page.waitForTimeout(400);
+      await page.waitForFunction(() => !document.querySelector('[data-testid="stStatusWidget"]'), null, { timeout });
+      await page.waitForTimeout(400);
+    }
+
+    async function choose(label, index) {  // a Streamlit selectbox by its label; the index-th option
+      await settle();
+      const box = page.locator('[data-testid="stSelectbox"]').filter({
+        has: page.locator('[data-testid="stWidgetLabel"]', { hasText: new RegExp(`^${label}$`) }) }).first();
+      const input = box.locator("input");
+      const options = page.locator('[role="option"]');
+      for (let attempt = 0; attempt < 5 && !(await options.first().isVisible()); attempt++) {
+        await (attempt % 2 ? input.press("ArrowDown") : input.click());  // a focused box may need a key to open
+        await options.first().waitFor({ state: "visible", timeout: 3000 }).catch(() => {});
+      }
+      await options.first().waitFor({ state: "visible", timeout });
+      const n = await options.count();
+      if (index < n) await options.nth(index).click();
+      else await page.keyboard.press("Escape");
+      await settle();
+      return n;
+    }
+
+    async function openExpanders() {
+      const summaries = page.locator('[data-testid="stExpander"] summary');
+      const n = await summaries.count();
+      for (let i = 0; i < n; i++) await summaries.nth(i).click();
+      out.expanders += n;
+    }
+
     out.step = "open";
     await page.goto(url, { waitUntil: "domcontentloaded", timeout });
     await page.locator('[data-testid="stDataFrame"]').first().waitFor({ state: "visible", timeout });
-    await page.waitForTimeout(1500);
-    out.texts.push(await page.locator("body").innerText());
+    await inspect("leaderboard");
+
     out.step = "benchmark page";
     await page.getByText("Benchmark", { exact: true }).first().click();
     await page.locator('[data-testid="stExpander"]').first().waitFor({ state: "visible", timeout });
-    await page.waitForTimeout(1000);
-    out.step = "expanders";
-    const summaries = page.locator('[data-testid="stExpander"] summary');
-    out.expanders = await summaries.count();
-    for (let i = 0; i < out.expanders; i++) await summaries.nth(i).click();
-    await page.waitForTimeout(2000);
-    out.texts.push(await page.locator("body").innerText());
-    out.pointing = await page.evaluate((origin) => {
-      const attrs = ["src", "href", "srcset", "poster", "data", "action"];
-      const found = [];
-      for (const el of document.querySelectorAll("*")) {
-        for (const a of attrs) {
-          const v = el.getAttribute(a);
-          if (v && v.includes(origin)) found.push(el.outerHTML.slice(0, 300));
-        }
-        const bg = getComputedStyle(el).backgroundImage;
-        if (bg && bg.includes(origin)) found.push("background: " + el.outerHTML.slice(0, 200));
+    out.benchmarks = await choose("Benchmark", 99);  // counts the options
+    for (let b = 0; b < out.benchmarks; b++) {
+      out.step = `benchmark ${b}`;
+      await choose("Benchmark", b);
+      await page.waitForTimeout(1500);
+      const runs = await choose("Run", 99);
+      for (let r = 0; r < runs; r++) {
+        await choose("Run", r);
+        await page.locator('[data-testid="stExpander"]').first().waitFor({ state: "visible", timeout });
+        await page.waitForTimeout(1000);
+        await openExpanders();
+        await inspect(`benchmark ${b} run ${r}`);
       }
-      return found;
-    }, listener);
+    }
+
+    out.step = "compare page";
+    await page.getByText("Compare", { exact: true }).first().click();
+    await page.waitForTimeout(1500);
+    for (let b = 0; b < out.benchmarks; b++) {
+      await choose("Benchmark", b);
+      await page.waitForTimeout(1500);
+      await openExpanders();
+      await inspect(`compare ${b}`);
+    }
     console.log(JSON.stringify(out));
   } catch (err) {
+    const shot = process.env.SHOT;  // a screenshot of the failure, when asked for
+    if (shot) await browser.contexts()[0]?.pages()[0]?.screenshot({ path: shot }).catch(() => {});
     const text = await browser.contexts()[0]?.pages()[0]?.locator("body").innerText().catch(() => "") || "";
     throw new Error(`${out.step}: ${String(err && err.message || err).split("\n")[0]} | page: ${text.slice(0, 600)}`);
   } finally {

@@ -4,8 +4,12 @@ name and description, instance ids, answers, release name), through the real pip
 
 * exports (`medhelm export`, folder and .zip) parsed back with the csv module and loaded cell by cell into
   openpyxl as a spreadsheet would: zero formula cells; every field quoted; no overwrite without --force;
-* the real dashboard in headless Chromium: zero requests reach the listener, the hostile strings show as
-  literal text, nothing on the page points at the listener, and every response carries a CSP.
+* the real dashboard in headless Chromium (leaderboard, every benchmark's runs with every instance opened,
+  the comparison page): zero requests reach the listener or leave the app's origin, no element is built from
+  data markup (`data-hostile`), no inline handler exists, no script from data runs (no dialog, no
+  `window.__pwned`), hostile model, deployment and benchmark names and instance text show as the literal
+  characters, bidi overrides in names show as `⟨U+202E⟩` instead of reordering them, and every response
+  carries a CSP (whose only violation is Streamlit's own inline snippet).
 """
 
 from __future__ import annotations
@@ -30,6 +34,16 @@ from tests.leaderboard import browser
 from tests.leaderboard.helpers import run_cli
 
 FORMULAS = ['=HYPERLINK("{L}/f","x")', "+SUM(1+1)", "-2+3", "@SUM(A1)", "\t=1+1", "\r=2+2"]
+# Markup a browser would act on if it were rendered: every element carries `data-hostile` (the page is searched
+# for it), every script/handler would call the listener or set window.__pwned (both checked).
+BENCH2 = "<img data-hostile src onerror>**B**<script>alert(1)<script>\u202eK"  # no / : , = (a folder)
+DESC2 = ("<script data-hostile>window.__pwned=1</script> <img data-hostile src=x onerror=\"fetch('{L}/xss')\"> "
+         "[click]({L}/descmd) $\\sqrt{{x}}$ \u202eTXET \x1b[31m")
+MODEL2 = '=HYPERLINK("{L}/m")<img data-hostile src=x onerror=alert(1)>\u202eM'
+DEPLOYMENT2 = "mock/<svg data-hostile onload=alert(2)>![d]({L}/d):red[D]\u2066I"  # run names: <= 255 bytes
+NOTES = ["<script data-hostile>fetch('{L}/xss-note')</script> **note** ![n]({L}/note)",
+         "<iframe data-hostile src={L}/frame></iframe> <a data-hostile href=javascript:alert(3)>x</a>",
+         "=cmd|' /C calc'!A0 \u202eetoN"]
 
 
 class Listener:
@@ -84,11 +98,31 @@ def hostile(tmp_path_factory: pytest.TempPathFactory):
     (bench / "bench.yaml").write_text(json.dumps({
         "name": "@HOSTILE(1+1)", "description": desc, "prompt_file": "prompt.txt", "dataset_file": "dataset.csv",
         "max_tokens": 8, "metrics": ["exact_match"]}))
+    # a second benchmark and a second model whose names are markup, scripts, formulas and bidi overrides
+    bench2 = tmp / "bench2"
+    bench2.mkdir()
+    (bench2 / "prompt.txt").write_text("Note: {note}\nAnswer.")
+    with open(bench2 / "dataset.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "note", "correct_answer"])
+        for i, note in enumerate(NOTES):
+            w.writerow([f"n{i}", note.format(L=L), "yes"])
+    (bench2 / "bench.yaml").write_text(json.dumps({
+        "name": BENCH2, "description": DESC2.format(L=L), "prompt_file": "prompt.txt",
+        "dataset_file": "dataset.csv", "max_tokens": 8, "metrics": ["exact_match"]}))
+    dep2, model2 = DEPLOYMENT2.format(L=L), MODEL2.format(L=L)
     out, local = tmp / "out", tmp / "prod_env"
     with MockOpenAIServer(responder) as model:
         write_openai_deployment(local, model.base_url, name="mock/hostile", model_name="test/hostile")
+        with open(local / "model_deployments.yaml", "a") as f:  # JSON strings are YAML: quoted as they are
+            f.write(f"  - name: {json.dumps(dep2)}\n    model_name: {json.dumps(model2)}\n    kind: openai\n"
+                    f"    base_url: {model.base_url}\n    served_model_name: hostile\n    max_sequence_length: 4096\n")
         code, _, err = run_cli("run", "-r", f"medhelm_configurable_benchmark:model=mock/hostile,"
-                               f"config_path={bench / 'bench.yaml'}", "--suite", "s", "-o", str(out),
+                               f"config_path={bench / 'bench.yaml'}",
+                               f"medhelm_configurable_benchmark:model_deployment={dep2},"
+                               f"config_path={bench / 'bench.yaml'}",
+                               f"medhelm_configurable_benchmark:model_deployment={dep2},"
+                               f"config_path={bench2 / 'bench.yaml'}", "--suite", "s", "-o", str(out),
                                "--local-path", str(local), "-q")
         model_address = model.base_url.split("//")[1].split("/")[0]
     assert code == 0, err
@@ -103,10 +137,11 @@ def hostile(tmp_path_factory: pytest.TempPathFactory):
 def _spreadsheet_formulas(rows: list[list[str]]) -> int:
     """Cells a spreadsheet would take for formulas: openpyxl types a cell 'f' exactly when it starts with '='."""
     import openpyxl
+    from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
 
     ws = openpyxl.Workbook().active
-    for row in rows:
-        ws.append(row)
+    for row in rows:  # control characters (an ESC in a description) cannot be cells: dropped, as a sheet would
+        ws.append([ILLEGAL_CHARACTERS_RE.sub("", v) for v in row])
     return sum(1 for row in ws.iter_rows() for cell in row if cell.data_type == "f")
 
 
@@ -170,13 +205,42 @@ def test_dashboard_shows_hostile_data_as_text_and_sends_nothing(hostile):
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert "default-src 'self'" in csp and "img-src 'self' data: blob:" in csp
     assert listener.hits == []  # not one request from the viewer's browser reached the listener
+    assert seen["foreign"] == []  # nor anywhere else: every request stayed on the app's own origin
     assert seen["pointing"] == []  # no element points at it either (CSP aside, nothing became markup)
-    assert seen["expanders"] >= 4
+    assert seen["injected"] == [] and seen["handlers"] == []  # no element was built from data markup
+    assert not seen["pwned"] and seen["dialogs"] == 0  # no script from data ran
+    own = _streamlit_inline_script_hashes()  # the CSP blocks Streamlit's own inline snippet, and nothing else
+    assert all(any(h in v for h in own) for v in seen["violationTexts"]), seen["violationTexts"]
+    assert seen["benchmarks"] == 2 and seen["expanders"] >= 8
+    assert {"compare 0", "benchmark 1 run 0"} <= set(seen["pages"])
     page = "\n".join(seen["texts"]).replace("\u2060", "")  # labels carry invisible joiners inside URLs
     assert f"![i]({listener.origin}/id)" in page  # an instance id, shown literally
     assert ":red[BANNER]" in page and f"![d]({listener.origin}/desc)" in page  # the description, literally
     assert "leak?d=" not in page  # the hostile error body was defanged before it was stored
     assert hostile["model_address"] not in page and "[address hidden]" in page  # no internal model URL
+    # hostile model, deployment and benchmark names and instance text: the characters as written
+    L = listener.origin
+    shown = [BENCH2, MODEL2.format(L=L), DEPLOYMENT2.format(L=L)]
+    for name in shown:  # bidi controls appear as what they are, never reordering what follows them
+        plain = name.replace("\u202e", "⟨U+202E⟩").replace("\u2066", "⟨U+2066⟩")
+        assert plain.removeprefix("mock/") in page, plain
+    assert "\u202e" not in page.replace("\u202eetoN", "").replace("\u202eTXET", "")  # only inside instance text
+    assert "\u2066" not in page
+    assert "<script data-hostile>fetch(" in page and "**note**" in page and f"![n]({L}/note)" in page
+    assert f"<iframe data-hostile src={L}/frame></iframe>" in page
+    assert f"<img data-hostile src=x onerror=\"fetch('{L}/xss')\">" in page  # the description, as text
+
+
+def _streamlit_inline_script_hashes() -> list[str]:
+    """CSP hashes of the inline scripts in Streamlit's own index.html (blocked by our CSP, harmless)."""
+    import hashlib
+    import re
+
+    import streamlit
+
+    html = (Path(streamlit.__file__).parent / "static" / "index.html").read_text(encoding="utf-8")
+    return ["sha256-" + base64.b64encode(hashlib.sha256(m.group(1).encode()).digest()).decode()
+            for m in re.finditer(r"<script(?![^>]*\bsrc=)[^>]*>(.*?)</script>", html, re.S)]
 
 
 def test_dashboard_tables_download_formula_safe(hostile):

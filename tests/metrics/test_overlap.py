@@ -1,20 +1,25 @@
-"""ROUGE values equal rouge-score's own output on real ACI-Bench text."""
+"""ROUGE values equal rouge-score's own output on real ACI-Bench text, in a thread and in a service's
+scoring processes (``scoring/cpu.py``); a scoring process that dies fails its item retryably, the next works."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+from types import SimpleNamespace
 
 import pytest
 from rouge_score.rouge_scorer import RougeScorer
 
 from medhelm.scoring import registry
+from medhelm.scoring.cpu import CpuPool, ScoringWorkerLost
 from medhelm.specs import MetricSpec
 
 from .conftest import scoring_item
 
 
-def _ours(pairs: list[tuple[str, list[str]]]) -> list[dict[str, float | None]]:
-    [metric] = registry.build_all([MetricSpec("rouge_l"), MetricSpec("rouge_1")], ctx=None)  # type: ignore[arg-type]
+def _ours(pairs: list[tuple[str, list[str]]], ctx: object = None) -> list[dict[str, float | None]]:
+    [metric] = registry.build_all([MetricSpec("rouge_l"), MetricSpec("rouge_1")], ctx=ctx)  # type: ignore[arg-type]
 
     async def run() -> list[dict[str, float | None]]:
         results = await asyncio.gather(*(metric.score(scoring_item(p, refs)) for p, refs in pairs))
@@ -43,3 +48,27 @@ def test_no_reference_is_unscored(aci_pairs: list[tuple[str, list[str]]]) -> Non
 
 def test_main_stat_follows_the_name() -> None:
     assert registry.stat_names(MetricSpec("rouge_2")) == ("rouge_2", "rouge_1", "rouge_l")
+
+
+def test_scoring_processes_give_the_same_values(aci_pairs: list[tuple[str, list[str]]]) -> None:
+    pool = CpuPool(2)
+    try:
+        assert _ours(aci_pairs, SimpleNamespace(cpu=pool)) == _ours(aci_pairs)
+        assert pool._executor is not None and len(pool._executor._processes) >= 1  # really ran out of process
+    finally:
+        pool.close()
+
+
+def test_a_dead_scoring_process_fails_its_item_retryably_and_the_pool_recovers() -> None:
+    pool = CpuPool(1)
+    try:
+        async def scenario() -> None:
+            pid = await pool.run(os.getpid)
+            assert pid != os.getpid()
+            with pytest.raises(ScoringWorkerLost) as err:
+                await pool.run(os.kill, pid, signal.SIGKILL)  # the worker kills itself mid-task
+            assert err.value.retryable
+            assert await pool.run(os.getpid) not in (pid, os.getpid())  # a fresh worker
+        asyncio.run(scenario())
+    finally:
+        pool.close()

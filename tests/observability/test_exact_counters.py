@@ -206,7 +206,8 @@ def test_job_shard_with_a_failing_judge_behind_the_jury_service(servers, tmp_pat
                              "--benchmark-root", str(tmp_path))  # the service resolves the benchmark itself
         shard = MedhelmProcess("job", "-r", entry, "-o", str(out), "--local-path", str(local), *FAST,
                                "--suite", "j", "--shard-index", "0", "--shard-count", "2",
-                               "--jury-service", jury.address, "--metrics-port", "0", "--metrics-linger", "5")
+                               "--jury-service", jury.address, "--benchmark-root", str(tmp_path),
+                               "--metrics-port", "0", "--metrics-linger", "5")
         try:
             job_scrape, _ = _watch(shard, promtool, "Results:")
         finally:

@@ -45,6 +45,7 @@ class Service:
         words = line.split()
         self.address = words[words.index("on") + 1]
         self.metrics_url = next((w for w in words if w.startswith("http://")), None)
+        self.health_address = words[words.index("health") + 1] if "health" in words else None  # --health-port
 
     def stop(self) -> int:
         if self.proc.poll() is None:

@@ -1,13 +1,16 @@
 """The gRPC services probed as a hostile caller inside the network would (no credentials, as the chart runs
 them by default): real `medhelm serve` processes on 127.0.0.1.
 
-* callers name benchmarks, the server owns paths: absolute, `~`, `..`, symlinked and YAML-named files
-  outside the operator's --benchmark-root are refused; names under it work;
+* callers name benchmarks, the server owns paths: file arguments are names relative to the operator's
+  --benchmark-root; absolute paths (even inside it), `~`, `..`, symlinked and YAML-named files outside it,
+  and a catalogue benchmark's prompt_path= to a server file are refused; names under it work;
 * the Jury/Metrics services score with the benchmark's metrics as the server resolves them: a caller's
   judge (the candidate model), rubric or EHRSQL database is refused and no model is ever called;
 * every call is bounded: oversized messages and items, AggregateRun past its cap, calls past --max-calls,
   calls past --max-call-s; 20 stalled streams of a 20 MB benchmark keep RSS under a stated bound while
-  health keeps answering (its p99 <= 100 ms target is measured by bench/bench_abuse.py).
+  health keeps answering (its p99 <= 100 ms target is measured by bench/bench_abuse.py);
+* `medhelm job` sends file arguments as names under --benchmark-root and refuses, before any call, a file
+  outside it (the EHRSQL database chosen by the server: tests/services/test_ehrsql_service.py).
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from medhelm.devtools.mock_openai import MockOpenAIServer
+from medhelm.errors import ConfigError
 from medhelm.pipeline import RunOptions, plan_runs
 from medhelm.rpc import codec
+from medhelm.rpc.remote import names_for
 from medhelm.runentries import parse_run_entry
 from medhelm.scoring.base import ScoringItem
 from medhelm.specs import Completion, Instance, InstanceResult, MetricSpec, Prompt, Reference
@@ -86,7 +91,9 @@ def test_callers_name_benchmarks_and_the_server_owns_the_paths(world, start_serv
                         "--benchmark-root", str(world["root"]))
     hostile = [str(world["secret_cfg"]), "~/bench.yaml", "../other_workspace/bench.yaml", "qa/../../other_workspace/bench.yaml",
                str(world["root"] / "link.yaml"), "linkdir/bench.yaml", str(world["root"] / "qa" / ".." / "link.yaml"),
-               "escape/bench.yaml", "/etc/passwd", "x" * 5000]
+               "escape/bench.yaml", "/etc/passwd", "x" * 5000, "link.yaml", "qa/../link.yaml", "./qa/bench.yaml",
+               "qa//bench.yaml", "qa\\bench.yaml", "qa/bench.yaml\n", "qa/missing.yaml",
+               str(world["cfg"])]  # absolute, even inside the root: the wire carries names, never server paths
     outside_plan = _plan(world["secret_cfg"], world["local"], world["out"])
     with grpc.insecure_channel(svc.address) as ch:
         stub = scenarios_pb2_grpc.ScenarioServiceStub(ch)
@@ -94,18 +101,31 @@ def test_callers_name_benchmarks_and_the_server_owns_the_paths(world, start_serv
             err = _refused(lambda: stub.DescribeBenchmark(scenarios_pb2.DescribeBenchmarkRequest(
                 name="medhelm_configurable_benchmark", args={"config_path": value})))
             assert len(err.details()) <= 300  # a 5,000-character "path" is not echoed whole
+            assert str(world["root"]) not in err.details().replace(value, "")  # the server's folders stay its own
+        # a catalogue benchmark's prompt_path= is a file argument too: a server file is not a prompt
+        for value in ("/etc/hostname", "../other_workspace/prompt.txt", "linkdir/prompt.txt"):
+            _refused(lambda: stub.DescribeBenchmark(scenarios_pb2.DescribeBenchmarkRequest(
+                name="medcalc_bench", args={"prompt_path": value})))
+        assert stub.DescribeBenchmark(scenarios_pb2.DescribeBenchmarkRequest(
+            name="medcalc_bench", args={"prompt_path": "qa/prompt.txt"})).name == "medcalc_bench"
         # the other workspace's run, streamed by its absolute path: refused before a single instance
         request = scenarios_pb2.StreamInstancesRequest(run_spec_json=codec.dumps(outside_plan.spec.to_json()))
         _refused(lambda: list(stub.StreamInstances(request)))
-        # names under the root work (relative to the root, or absolute inside it)
-        for name in ("qa/bench.yaml", str(world["cfg"])):
-            info = stub.DescribeBenchmark(scenarios_pb2.DescribeBenchmarkRequest(
-                name="medhelm_configurable_benchmark", args={"config_path": name}))
-            assert info.name == "QA_SVC"
+        # names under the root work
+        info = stub.DescribeBenchmark(scenarios_pb2.DescribeBenchmarkRequest(
+            name="medhelm_configurable_benchmark", args={"config_path": "qa/bench.yaml"}))
+        assert info.name == "QA_SVC"
         inside_plan = _plan(world["cfg"], world["local"], world["out"])
+        _refused(lambda: list(stub.StreamInstances(scenarios_pb2.StreamInstancesRequest(
+            run_spec_json=codec.dumps(inside_plan.spec.to_json())))))  # the client's absolute path: refused
+        wire = names_for(inside_plan.spec, (world["root"],))  # what `medhelm job --benchmark-root` sends
+        assert wire.benchmark_args["config_path"] == "qa/bench.yaml" and wire.name == inside_plan.spec.name
         items = list(stub.StreamInstances(scenarios_pb2.StreamInstancesRequest(
-            run_spec_json=codec.dumps(inside_plan.spec.to_json()))))
+            run_spec_json=codec.dumps(wire.to_json()))))
         assert len(items) == 12 and all(SECRET not in i.prompt_json for i in items)
+    # the client refuses, before any call, a file the services could not be named by
+    with pytest.raises(ConfigError, match="not under a --benchmark-root"):
+        names_for(outside_plan.spec, (world["root"],))
     # a server started without roots accepts no path at all
     bare = start_service("scenarios", "--offline", "--output-path", str(world["out"]))
     with grpc.insecure_channel(bare.address) as ch:
@@ -118,7 +138,7 @@ def test_scoring_services_refuse_caller_judges_templates_and_the_ehrsql_oracle(w
     with MockOpenAIServer() as model:  # the candidate model's server: nothing may reach it from here
         write_deployment(world["local"], model.base_url)
         plan = _plan(world["cfg"], world["local"], world["out"])
-        spec = plan.spec
+        spec = names_for(plan.spec, (world["root"],))
         common = ["--local-path", str(world["local"]), "--output-path", str(world["out"]), "--offline",
                   "--benchmark-root", str(world["root"])]
         metrics, jury = start_service("metrics", *common), start_service("jury", *common)
@@ -198,7 +218,8 @@ def test_stalled_streams_keep_memory_bounded_and_health_fast(tmp_path, start_ser
     plan = _plan(cfg, local, tmp_path / "out")
     svc = start_service("scenarios", "--offline", "--output-path", str(tmp_path / "out"),
                         "--benchmark-root", str(root))
-    request = scenarios_pb2.StreamInstancesRequest(run_spec_json=codec.dumps(plan.spec.to_json()))
+    wire = names_for(plan.spec, (root,))  # config_path as a name under the root, as `medhelm job` sends it
+    request = scenarios_pb2.StreamInstancesRequest(run_spec_json=codec.dumps(wire.to_json()))
     with grpc.insecure_channel(svc.address) as ch:
         stub = scenarios_pb2_grpc.ScenarioServiceStub(ch)
         first = stub.StreamInstances(request)
@@ -231,7 +252,7 @@ def test_every_call_is_bounded(tmp_path, start_service):
     cfg = write_qa_benchmark(root / "qa", 12)
     local = tmp_path / "prod_env"
     write_deployment(local, "http://127.0.0.1:9/v1")
-    spec = _plan(cfg, local, tmp_path / "out").spec
+    spec = names_for(_plan(cfg, local, tmp_path / "out").spec, (root,))
     common = ["--local-path", str(local), "--output-path", str(tmp_path / "out"), "--offline",
               "--benchmark-root", str(root)]
     svc = start_service("metrics", *common, "--max-calls", "2", "--max-call-s", "3", "--max-aggregate-records", "50")
@@ -276,3 +297,40 @@ def test_every_call_is_bounded(tmp_path, start_service):
         with pytest.raises(grpc.RpcError) as err:
             stub.AggregateSuite(metrics_pb2.AggregateSuiteRequest(suite="s"))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # no such suite: handled, not refused
+
+
+def test_a_job_refuses_a_file_it_cannot_name_to_the_services(world, monkeypatch):
+    """`medhelm job` sends file arguments as names under --benchmark-root; a file outside it stops the shard
+    with one line (exit 2) before any call or record, instead of sending a server path."""
+    from tests.leaderboard.helpers import run_cli
+
+    monkeypatch.delenv("MEDHELM_BENCHMARK_ROOTS", raising=False)
+    write_deployment(world["local"], "http://127.0.0.1:9/v1")
+    entry = f"medhelm_configurable_benchmark:model=mock/svc-model,config_path={world['secret_cfg']}"
+    common = ["job", "-r", entry, "--suite", "j", "-o", str(world["out"]), "--local-path", str(world["local"]),
+              "--shard-index", "0", "--shard-count", "1", "--scenario-service", "127.0.0.1:9", "-q"]
+    for extra in ([], ["--benchmark-root", str(world["root"])]):
+        code, _, err = run_cli(*common, *extra)
+        assert code == 2 and "not under a --benchmark-root" in err and len(err.strip().splitlines()) == 1, err
+        assert SECRET not in err
+    assert not (world["out"] / "runs" / "j").exists() or not any((world["out"] / "runs" / "j").rglob("*.jsonl"))
+
+
+def test_a_gated_benchmarks_data_folder_is_named_too(tmp_path, start_service):
+    """data_path= may name a folder (a PhysioNet release): under the root by name it is read; as a path, or
+    outside the root through a link, it is refused."""
+    root, outside = tmp_path / "root", tmp_path / "elsewhere"
+    rows = [{"input": f"HOSPITAL COURSE {i}: admitted with sepsis.", "target": f"summary {i}"} for i in range(3)]
+    for folder in (root / "bhc", outside):
+        folder.mkdir(parents=True)
+        (folder / "mimic_iv_bhc.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (root / "linked").symlink_to(outside, target_is_directory=True)
+    svc = start_service("scenarios", "--offline", "--output-path", str(tmp_path / "out"), "--benchmark-root", str(root))
+    with grpc.insecure_channel(svc.address) as ch:
+        stub = scenarios_pb2_grpc.ScenarioServiceStub(ch)
+        info = stub.DescribeBenchmark(scenarios_pb2.DescribeBenchmarkRequest(name="mimic_bhc",
+                                                                             args={"data_path": "bhc"}))
+        assert info.name == "mimic_bhc"
+        for value in (str(root / "bhc"), str(outside), "linked", "../elsewhere"):
+            _refused(lambda: stub.DescribeBenchmark(scenarios_pb2.DescribeBenchmarkRequest(
+                name="mimic_bhc", args={"data_path": value})))

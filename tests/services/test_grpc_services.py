@@ -21,7 +21,7 @@ from medhelm.pipeline.execute import merge_results
 from medhelm.pipeline.records import aggregate
 from medhelm.pipeline.sampling import select_instances
 from medhelm.rpc import codec
-from medhelm.rpc.remote import Endpoint, RemoteBenchmark, RemoteMetric
+from medhelm.rpc.remote import Endpoint, RemoteBenchmark, RemoteMetric, names_for
 from medhelm.runentries import parse_run_entry
 from medhelm.scoring import registry
 from medhelm.scoring.base import ScoringContext, ScoringItem
@@ -48,7 +48,8 @@ def _answer(i: int) -> str:
 def test_scenario_shards_partition_the_runs_selection(plan, start_service, tmp_path):
     svc = start_service("scenarios", "--output-path", str(tmp_path / "out"), "--offline",
                         "--benchmark-root", str(tmp_path / "bench"))
-    spec = plan.spec
+    spec = names_for(plan.spec, (tmp_path / "bench",))  # file arguments as names under the service's root
+    assert spec.benchmark_args["config_path"] == "bench.yaml"
     budget = PromptBudget(max_prompt_tokens=60)
     local = select_instances(list(plan.benchmark.instances()), spec.max_eval_instances, spec.seed)
     seen: dict[int, tuple[str, str]] = {}
@@ -68,7 +69,7 @@ def test_scenario_shards_partition_the_runs_selection(plan, start_service, tmp_p
         assert json.loads(seen[pos][1]) == plan.benchmark.prompt(inst, budget).to_json()
     assert info.name == "QA_SVC" and json.loads(info.spec_json)["main_metric"] == spec.benchmark.main_metric
     # the job's adapter: the same instances and prompts as the local benchmark
-    remote = RemoteBenchmark(spec, Endpoint(svc.address), 60)
+    remote = RemoteBenchmark(plan.spec, Endpoint(svc.address, benchmark_roots=(tmp_path / "bench",)), 60)
     assert list(remote.instances()) == local
     assert [remote.prompt(i, budget) for i in local] == [plan.benchmark.prompt(i, budget) for i in local]
 
@@ -86,7 +87,8 @@ def test_metrics_service_scores_and_aggregates_like_the_registry(plan, start_ser
                              evaluated_deployment=spec.deployment)
         metrics = registry.build_all(spec.benchmark.metrics, ctx)
         local = [merge_results(await asyncio.gather(*(m.score(it) for m in metrics))) for it in items]
-        remote_metric = RemoteMetric(spec.benchmark.metrics, Endpoint(svc.address), jury=False)
+        shared = Endpoint(svc.address, benchmark_roots=(tmp_path / "bench",))
+        remote_metric = RemoteMetric(spec.benchmark.metrics, shared, jury=False)
         remote = await asyncio.gather(*(remote_metric.score(it) for it in items))
         await remote_metric.aclose()
         return local, remote, remote_metric.stat_names
@@ -104,7 +106,7 @@ def test_metrics_service_scores_and_aggregates_like_the_registry(plan, start_ser
                    metrics_pb2.AggregateRunRequest(instance_result_json=[codec.dumps(r.to_json()) for r in records[5:]])]
         stats = stub.AggregateRun(iter(batches))
         stream = list(stub.ScoreStream(iter(
-            [common_pb2.ScoreStreamRequest(setup=codec.setup_message(spec))]
+            [common_pb2.ScoreStreamRequest(setup=codec.setup_message(names_for(spec, (tmp_path / "bench",))))]
             + [common_pb2.ScoreStreamRequest(item=codec.item_message(it, i)) for i, it in enumerate(items)])))
     assert json.loads(stats.stats_json) == [s.to_json() for s in aggregate(records)]
     assert stats.run == spec.name and stats.instances == 12
@@ -148,9 +150,10 @@ def test_errors_are_one_line_statuses(plan, start_service, tmp_path):
         with pytest.raises(grpc.RpcError) as err:
             scenarios_pb2_grpc.ScenarioServiceStub(ch).DescribeBenchmark(
                 scenarios_pb2.DescribeBenchmarkRequest(name="medhelm_configurable_benchmark",
-                                                       args={"config_path": str(tmp_path / "missing.yaml")}))
+                                                       args={"config_path": "missing.yaml"}))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "missing.yaml" in err.value.details() and "\n" not in err.value.details()
+        assert str(tmp_path) not in err.value.details()
 
 
 def test_health_reflection_and_graceful_sigterm(start_service, tmp_path):

@@ -113,7 +113,8 @@ def test_sharded_cluster_equals_single_process_and_survives_kill(tmp_path, mock_
                                "--offline", "--benchmark-root", str(tmp_path / "bench"), env=_env())
            for name in ("scenarios", "jury", "metrics")}
     common = ["-r", entry, "--suite", "s", "-o", str(out_cluster), "--local-path", str(cluster_local), "-q",
-              "--max-concurrency", "1", "--scenario-service", svc["scenarios"].address,
+              "--max-concurrency", "1", "--benchmark-root", str(tmp_path / "bench"),  # shared with the services
+              "--scenario-service", svc["scenarios"].address,
               "--jury-service", svc["jury"].address, "--metrics-service", svc["metrics"].address]
 
     # shards 0 and 2 finish; shard 1 is killed (SIGKILL) after a few records

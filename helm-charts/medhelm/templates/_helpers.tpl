@@ -243,6 +243,8 @@ spec:
             - name: MEDHELM_{{ upper $name }}_SERVICE
               value: {{ printf "%s-%s:%v" $full (ternary "scenarios" $name (eq $name "scenario")) $svc.port | quote }}
             {{- end }}
+            - name: MEDHELM_BENCHMARK_ROOTS  # the folder shared with the services: file args are sent as names under it
+              value: {{ .Values.storage.mountPath | quote }}
             {{- end }}
             {{- if .Values.tls.enabled }}
             - name: MEDHELM_TLS_CA

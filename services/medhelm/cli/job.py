@@ -51,6 +51,11 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
                      help="JuryService: jury metrics (env MEDHELM_JURY_SERVICE)")
     svc.add_argument("--metrics-service", metavar="ADDR", default=os.environ.get("MEDHELM_METRICS_SERVICE"),
                      help="MetricsService: every other metric (env MEDHELM_METRICS_SERVICE)")
+    svc.add_argument("--benchmark-root", dest="benchmark_roots", action="append", type=Path,
+                     default=[Path(p) for p in os.environ.get("MEDHELM_BENCHMARK_ROOTS", "").split(os.pathsep) if p],
+                     metavar="DIR", help="the folder shared with the services (theirs is the same): file arguments "
+                                         "(config_path= ...) are sent to them as paths relative to it; repeatable "
+                                         "(env MEDHELM_BENCHMARK_ROOTS, ':'-separated)")
     svc.add_argument("--tls-ca", type=Path, default=_env_path("MEDHELM_TLS_CA"),
                      help="CA that signed the services' certificates: use TLS (env MEDHELM_TLS_CA)")
     svc.add_argument("--tls-cert", type=Path, default=_env_path("MEDHELM_TLS_CERT"),
@@ -107,9 +112,16 @@ def main_job(args: argparse.Namespace) -> int:
     from medhelm.rpc.authz import read_token
 
     token = read_token(args.service_token_file) if getattr(args, "service_token_file", None) else None
-    endpoint = {name: Endpoint(addr, ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key, token=token) if addr else None
+    roots = tuple(getattr(args, "benchmark_roots", None) or ())
+    endpoint = {name: Endpoint(addr, ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key, token=token,
+                               benchmark_roots=roots) if addr else None
                 for name, addr in (("scenarios", args.scenario_service), ("jury", args.jury_service),
                                    ("metrics", args.metrics_service))}
+    if any(endpoint.values()):
+        from medhelm.rpc.remote import names_for
+
+        for p in plans:  # a file the services cannot be named is refused now, before any record is written
+            names_for(p.spec, roots)
     if endpoint["scenarios"] is not None:
         local = [p.spec.name for p in plans if p.deployment.kind.value == "llamacpp"]
         if local:  # its prompts are cut to fit with its own tokenizer, which the service does not have

@@ -29,6 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-message-mb", type=int_in(1, 2047), default=16, help="largest gRPC message (default: %(default)s)")
     g.add_argument("--grace-s", type=float_in(0, 3600), default=20.0, help="SIGTERM drain time (default: %(default)s)")
     g.add_argument("--max-concurrency", type=int_in(1, 10_000), default=16, help="items scored at once per stream")
+    g.add_argument("--scoring-processes", type=int_in(0, 256), default=2,
+                   help="metrics: worker processes for CPU-heavy metrics (ROUGE, long outputs), so health and "
+                        "other calls are answered while they run; 0 = threads in the service process "
+                        "(default: %(default)s)")
     g.add_argument("--max-calls", type=int_in(1, 100_000), default=32,
                    help="calls handled at once; more are refused RESOURCE_EXHAUSTED (health is never refused; "
                         "default: %(default)s)")
@@ -106,7 +110,8 @@ def main(args: argparse.Namespace) -> int:
                           max_call_s=args.max_call_s, max_query_s=args.max_query_s,
                           max_aggregate_records=args.max_aggregate_records,
                           benchmark_roots=tuple(args.benchmark_roots),
-                          allow_caller_metrics=args.allow_caller_metrics)
+                          allow_caller_metrics=args.allow_caller_metrics,
+                          scoring_processes=args.scoring_processes)
     asyncio.run(serve(config))
     return 0
 

@@ -1,10 +1,17 @@
 """Client-side adapters: the pipeline's Benchmark and Metric contracts, answered by the gRPC services.
 
 ``medhelm job --scenario-service/--jury-service/--metrics-service`` plugs these into the same
-``run_suite`` a local run uses, so the records are the same whichever side computed them."""
+``run_suite`` a local run uses, so the records are the same whichever side computed them.
+
+The services take file arguments only as names relative to their benchmark root (``rpc/owned.py``): the
+run spec a service is sent has each of them (``config_path=``, ``data_path=``, ``jury_config_path=``,
+``prompt_path=``) rewritten as its path relative to ``Endpoint.benchmark_roots``, the folder the job shares
+with the services (``--benchmark-root``; in the chart, the data volume). A file outside them is a
+``ConfigError`` naming the run and the field, before anything is sent (``names_for``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -13,6 +20,7 @@ from pathlib import Path
 import grpc
 
 from medhelm.benchmarks.base import PromptBudget
+from medhelm.errors import ConfigError
 from medhelm.rpc import codec
 from medhelm.rpc.authz import BearerToken, aio_bearer_interceptors
 from medhelm.rpc.scoring import JURY_METRICS
@@ -20,7 +28,7 @@ from medhelm.rpc.status import error_from
 from medhelm.rpc.tls import read_pem
 from medhelm.scoring import registry
 from medhelm.scoring.base import Metric, MetricResult, ScoringContext, ScoringItem
-from medhelm.specs import BenchmarkSpec, Instance, MetricSpec, Prompt, RunSpec
+from medhelm.specs import BenchmarkSpec, FrozenMap, Instance, MetricSpec, Prompt, RunSpec
 from medhelm.v1 import common_pb2, jury_pb2_grpc, metrics_pb2_grpc, scenarios_pb2, scenarios_pb2_grpc
 
 # Services restart (rolling updates, node drains): retry UNAVAILABLE a few times before giving up.
@@ -44,6 +52,7 @@ class Endpoint:
     max_message_mb: int = 64
     timeout_s: float = 600.0
     token: str | None = field(default=None, repr=False)  # bearer token sent on every call (caller authorization)
+    benchmark_roots: tuple[Path, ...] = ()  # the folder(s) shared with the services: file args are sent as names
 
     def _options(self) -> list[tuple[str, object]]:
         limit = self.max_message_mb * 1024 * 1024
@@ -74,6 +83,36 @@ class Endpoint:
         return grpc.intercept_channel(channel, BearerToken(self.token)) if self.token else channel
 
 
+def names_for(run: RunSpec, roots: Sequence[Path]) -> RunSpec:
+    """``run`` as a service is sent it: every file argument a name relative to one of ``roots``.
+
+    Absolute paths (and relative ones found from the working directory, as the planner found them) are
+    rewritten; a relative value that is not a file here is sent as it is (a name the service resolves).
+    A file outside every root is a ConfigError: the service could not, and must not, open it."""
+    from medhelm.confine import inside, real, roots_of, shown
+    from medhelm.rpc.owned import PATH_ARGS, _is_builtin_jury, check_name
+
+    resolved_roots = roots_of(roots)
+    args = dict(run.benchmark_args)
+    for key in PATH_ARGS:
+        value = str(args.get(key) or "")
+        if not value or (key == "jury_config_path" and _is_builtin_jury(value)):
+            continue
+        given = Path(value).expanduser()
+        here = given if given.is_absolute() else Path.cwd() / given
+        if not given.is_absolute() and not here.exists():
+            args[key] = check_name(value, key)
+            continue
+        path = real(here)
+        root = next((r for r in resolved_roots if inside(path, r)), None)
+        if root is None or path == root:
+            raise ConfigError(f"run '{run.name}': {key} '{shown(value)}' is not under a --benchmark-root folder "
+                              f"(env MEDHELM_BENCHMARK_ROOTS): the services are sent file names relative to the "
+                              f"folder they share with this job", field=key)
+        args[key] = path.relative_to(root).as_posix()
+    return dataclasses.replace(run, benchmark_args=FrozenMap(args))
+
+
 class RemoteBenchmark:
     """A run's benchmark whose instances and prompts come from a ScenarioService.
 
@@ -82,6 +121,7 @@ class RemoteBenchmark:
 
     def __init__(self, run: RunSpec, endpoint: Endpoint, max_prompt_tokens: int | None) -> None:
         self._run, self._endpoint, self._budget = run, endpoint, max_prompt_tokens
+        self._wire = names_for(run, endpoint.benchmark_roots)  # refused here, before a call, when not shared
         self._prompts: dict[str, Prompt] = {}
 
     @property
@@ -98,7 +138,7 @@ class RemoteBenchmark:
         return self._prompts[instance.id]
 
     def _fetch(self, max_prompt_tokens: int | None) -> list[tuple[Instance, Prompt]]:
-        request = scenarios_pb2.StreamInstancesRequest(run_spec_json=codec.dumps(self._run.to_json()),
+        request = scenarios_pb2.StreamInstancesRequest(run_spec_json=codec.dumps(self._wire.to_json()),
                                                        shard_index=0, shard_count=1)
         if max_prompt_tokens is not None:
             request.max_prompt_tokens = max_prompt_tokens
@@ -135,7 +175,8 @@ class RemoteMetric:
 
     async def score(self, item: ScoringItem) -> MetricResult:
         if self._setup is None or self._setup[0] != item.run:
-            self._setup = (item.run, codec.setup_message(item.run, self._specs))
+            wire = names_for(item.run, self._endpoint.benchmark_roots)
+            self._setup = (item.run, codec.setup_message(wire, self._specs))
         request = common_pb2.ScoreRequest(setup=self._setup[1], item=codec.item_message(item, 0))
         try:
             reply = await self._call(request, timeout=self._endpoint.timeout_s)

@@ -6,8 +6,10 @@ so a remote score is the same computation as a local one.
 The server owns what a metric may reach (``owned.py``): with ``benchmarks`` set, the run's benchmark is
 resolved on the server and the caller's metric specs must be among the ones the server resolves for it
 (its judges, rubrics, prompt templates and arguments), otherwise INVALID_ARGUMENT; the EHRSQL database
-is the server's copy's, opened read-only with the server's time limit as a cap. ``benchmarks=None``
-(``--allow-caller-metrics``) trusts the caller's specs, still without caller database paths."""
+is the server's copy's, opened read-only with the server's time limit as a cap. CPU-heavy metrics run
+in the service's scoring processes (``cpu``, ``scoring/cpu.py``): health and new calls are answered
+meanwhile. ``benchmarks=None`` (``--allow-caller-metrics``) trusts the caller's specs, still without
+caller database paths."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from medhelm.rpc.status import LimitExceeded
 from medhelm.runentries import parse_run_entry
 from medhelm.scoring import registry
 from medhelm.scoring.base import Metric, MetricResult, ScoringContext, ScoringItem
+from medhelm.scoring.cpu import CpuPool
 from medhelm.specs import MetricSpec, RunSpec
 from medhelm.v1 import common_pb2
 
@@ -48,7 +51,7 @@ class MetricHost:
                  accept: Callable[[MetricSpec], bool] = lambda spec: True, what: str = "metric",
                  max_runs: int = 16, max_concurrency: int = 16,
                  benchmarks: ServerBenchmarks | None = None, max_query_s: float = 10.0,
-                 max_item_bytes: int = MAX_ITEM_BYTES) -> None:
+                 max_item_bytes: int = MAX_ITEM_BYTES, cpu: CpuPool | None = None) -> None:
         self._deployments, self._pool, self._base_dir = deployments, pool, base_dir
         self._accept, self._what = accept, what
         self._built: OrderedDict[tuple, list[Metric]] = OrderedDict()
@@ -57,6 +60,7 @@ class MetricHost:
         self.max_concurrency = max_concurrency
         self._benchmarks, self._max_query_s, self._max_item_bytes = benchmarks, max_query_s, max_item_bytes
         self._owned: OrderedDict[tuple, tuple[tuple[MetricSpec, ...], Path | None]] = OrderedDict()
+        self._cpu = cpu  # worker processes for CPU-heavy metrics: scoring never holds this process's GIL long
 
     async def setup(self, msg: common_pb2.ScoringSetup) -> Setup:
         spec = codec.run_spec(msg.run_spec_json, "setup.run_spec_json")
@@ -87,7 +91,8 @@ class MetricHost:
         if key in self._owned:
             return self._owned[key]
         assert self._benchmarks is not None
-        found = await asyncio.to_thread(self._resolve_metrics, key[0], spec)
+        with self._benchmarks.hiding_paths():
+            found = await asyncio.to_thread(self._resolve_metrics, key[0], spec)
         self._owned[key] = found
         while len(self._owned) > self._max_runs:
             self._owned.popitem(last=False)
@@ -95,8 +100,8 @@ class MetricHost:
 
     def _resolve_metrics(self, name: str, spec: RunSpec) -> tuple[tuple[MetricSpec, ...], Path | None]:
         assert self._benchmarks is not None
-        args = self._benchmarks.args(spec.benchmark_args)
-        bench = self._benchmarks.resolve(name, args)
+        args = self._benchmarks.args(spec.benchmark_args)  # the names, as the server's own paths
+        bench = self._benchmarks.resolve(name, spec.benchmark_args)
         rctx = registry.ResolveContext(benchmark_args=args, base_dir=self._base_dir, deployments=self._deployments,
                                        evaluated_deployment=spec.deployment,
                                        warn=lambda msg: log.warning("%s", msg))
@@ -187,7 +192,8 @@ class MetricHost:
                 return self._built[key]
             ctx = ScoringContext(deployments=self._deployments, clients=self._pool,  # type: ignore[arg-type]
                                  evaluated_deployment=setup.spec.deployment, base_dir=self._base_dir,
-                                 untrusted_items=True, sql_database=setup.database, max_query_s=self._max_query_s)
+                                 untrusted_items=True, sql_database=setup.database, max_query_s=self._max_query_s,
+                                 cpu=self._cpu)
             built = await asyncio.to_thread(registry.build_all, setup.metrics, ctx)
             self._built[key] = built
             while len(self._built) > self._max_runs:
@@ -201,3 +207,5 @@ class MetricHost:
             for m in metrics:
                 await m.aclose()
         self._built.clear()
+        if self._cpu is not None:
+            await self._cpu.aclose()

@@ -60,6 +60,7 @@ class ServerConfig:
     allow_caller_metrics: bool = False  # trust callers' metric specs (judges, templates)
     health_port: int | None = None  # plaintext grpc.health.v1 only (kubelet probes); None = off; 0 = any
     stall_s: float = 30.0  # the health port answers NOT_SERVING when the event loop stalls this long
+    scoring_processes: int = 2  # jury/metrics: worker processes for CPU-heavy metrics; 0 = threads in-process
 
     def __post_init__(self) -> None:
         if self.service not in SERVICES:
@@ -85,16 +86,20 @@ def build_servicer(config: ServerConfig, telemetry: Telemetry) -> tuple[object, 
     pool = ClientPool(cache=cache, retry=RetryPolicy(), observer=telemetry)
     deployments = DeploymentRegistry.load(config.local_path)
     served = None if config.allow_caller_metrics else owned
-    if config.service == "jury":
+    if config.service == "jury":  # judges are network-bound: no scoring processes
         from medhelm.rpc.jury import JuryServicer
 
         host = MetricHost(deployments, pool, accept=lambda m: m.name in JURY_METRICS, what="jury metric",
                           max_concurrency=config.max_concurrency, benchmarks=served, max_query_s=config.max_query_s)
         return JuryServicer(telemetry, host), [host, pool]
     from medhelm.rpc.metrics import MetricsServicer
+    from medhelm.scoring.cpu import CpuPool
 
+    cpu = CpuPool(config.scoring_processes) if config.scoring_processes > 0 else None
+    if cpu is not None:
+        cpu.start()  # spawned before the port opens: the first 1 MB item does not also pay for start-up
     host = MetricHost(deployments, pool, max_concurrency=config.max_concurrency, benchmarks=served,
-                      max_query_s=config.max_query_s)
+                      max_query_s=config.max_query_s, cpu=cpu)
     return MetricsServicer(telemetry, host, output_path=config.output_path,
                            max_records=config.max_aggregate_records), [host, pool]
 
@@ -126,8 +131,8 @@ async def serve(config: ServerConfig, *, on_ready: Callable[[int, int | None], N
     ``on_ready(grpc_port, metrics_port)`` is called once the server accepts calls."""
     telemetry = Telemetry(config.service, prices=_prices(config.local_path))
     telemetry.limits = CallLimits(max_calls=config.max_calls, max_call_s=config.max_call_s)
-    # Scoring threads (ROUGE, SQL, long exact matches) hold the GIL in 5 ms slices by default; shorter slices
-    # let the event loop (health, new calls) in sooner while they run.
+    # CPU-heavy metrics run in scoring processes (--scoring-processes); what still runs in threads (SQL,
+    # --scoring-processes 0) holds the GIL in 5 ms slices by default: shorter slices let the loop in sooner.
     sys.setswitchinterval(0.0005)
     servicer, closables = build_servicer(config, telemetry)
     limit = config.max_message_mb * 1024 * 1024

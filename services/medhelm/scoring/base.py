@@ -1,7 +1,8 @@
 """The scoring contract: a metric scores one finished instance at a time.
 
 Metrics are async because some wait on the network (the jury); CPU-bound metrics run their work
-in a thread (``asyncio.to_thread``) so the event loop keeps requests in flight. A stat value of
+in a thread, or in the service's worker processes when ``ScoringContext.cpu`` is set (``scoring/cpu.py``),
+so the event loop keeps requests in flight. A stat value of
 ``None`` means *unscored* (e.g. every judge failed): it is counted as such, never as 0.
 """
 
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from medhelm.specs import Completion, Instance, JudgeScore, Prompt, RunSpec, Usage
 
 if TYPE_CHECKING:  # pragma: no cover
+    from medhelm.scoring.cpu import CpuPool
     from medhelm.deployments import DeploymentRegistry
     from medhelm.inference import ClientPool
 
@@ -56,3 +58,4 @@ class ScoringContext:
     untrusted_items: bool = False
     sql_database: Path | None = None  # the EHRSQL database the server chose (overrides the instance's)
     max_query_s: float | None = None  # the server's cap on a metric's own query time limit
+    cpu: CpuPool | None = None  # worker processes for CPU-heavy scoring (a service's); None = threads

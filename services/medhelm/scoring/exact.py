@@ -12,13 +12,12 @@ answered nothing); an instance without a correct reference is unscored (``None``
 
 from __future__ import annotations
 
-import asyncio
-
 import re
 import string
 from collections.abc import Callable
 
 from medhelm.scoring.base import MetricResult, ScoringItem
+from medhelm.scoring.cpu import CpuPool, run_cpu
 from medhelm.scoring.family import family_factories
 
 STATS = ("exact_match", "quasi_exact_match", "prefix_exact_match", "quasi_prefix_exact_match")
@@ -61,20 +60,24 @@ def score_text(prediction: str, golds: tuple[str, ...] | list[str]) -> dict[str,
     return {name: float(any(match(gold, prediction) for gold in golds)) for name, match in _MATCHERS.items()}
 
 
-_ON_LOOP_CHARS = 20_000  # longer outputs are normalised in a thread (seconds for megabytes)
+_ON_LOOP_CHARS = 20_000  # longer outputs are normalised off the loop (seconds for megabytes)
 
 
 class ExactMatch:
     """Pure string comparison: cheap enough to run on the event loop for ordinary outputs; a very long
-    output (a hostile caller's, or a runaway model) is scored in a thread so the loop keeps serving."""
+    output (a hostile caller's, or a runaway model) is scored in a thread, or in the service's scoring
+    processes, so the loop keeps serving."""
 
     stat_names = STATS
+
+    def __init__(self, cpu: CpuPool | None = None) -> None:
+        self._cpu = cpu
 
     async def score(self, item: ScoringItem) -> MetricResult:
         golds = [r.text for r in item.instance.correct_references]
         text = item.completion.text
         if len(text) > _ON_LOOP_CHARS:
-            return MetricResult(stats=await asyncio.to_thread(score_text, text, golds))
+            return MetricResult(stats=await run_cpu(self._cpu, score_text, text, golds))
         return MetricResult(stats=score_text(text, golds))
 
     async def aclose(self) -> None:
@@ -89,5 +92,5 @@ _DESCRIPTIONS = {
 }
 
 FACTORIES = family_factories(
-    STATS, family="exact_match", build=lambda spec, ctx: ExactMatch(),
+    STATS, family="exact_match", build=lambda spec, ctx: ExactMatch(getattr(ctx, "cpu", None)),
     describe=lambda name: f"{_DESCRIPTIONS[name]}; max over correct references; emits the whole EM family")

@@ -2,16 +2,18 @@
 
 The three are one family: one scorer computes all of them. Each stat is the F-measure, the max over
 the instance's correct references (HELM's ``SummarizationMetric``). Tokenising and stemming is CPU
-work, so it runs in a worker thread to keep the event loop sending requests.
+work, so it runs in a worker thread, or in the service's scoring processes (``scoring/cpu.py``), to keep the
+event loop sending requests.
 """
 
 from __future__ import annotations
 
-import asyncio
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 from medhelm.scoring.base import MetricResult, ScoringItem
+from medhelm.scoring.cpu import CpuPool, run_cpu
 from medhelm.scoring.family import family_factories
 
 # our stat name -> rouge-score's rouge type
@@ -38,15 +40,27 @@ def rouge(scorer: Any, prediction: str, golds: Sequence[str]) -> dict[str, float
     return best
 
 
+@functools.cache
+def _scorer() -> Any:
+    return new_scorer()  # one per process: built once in each scoring worker (RougeScorer is stateless)
+
+
+def rouge_here(prediction: str, golds: Sequence[str]) -> dict[str, float | None]:
+    """``rouge`` with this process's scorer: what a scoring worker process runs (it pickles by name)."""
+    return rouge(_scorer(), prediction, golds)
+
+
 class Rouge:
     stat_names = STATS
 
-    def __init__(self) -> None:
-        self._scorer = new_scorer()
+    def __init__(self, cpu: CpuPool | None = None) -> None:
+        self._cpu = cpu
+        if cpu is None:
+            _scorer()  # built now (nltk import) rather than on the first instance
 
     async def score(self, item: ScoringItem) -> MetricResult:
         golds = [r.text for r in item.instance.correct_references]
-        stats = await asyncio.to_thread(rouge, self._scorer, item.completion.text, golds)
+        stats = await run_cpu(self._cpu, rouge_here, item.completion.text, golds)
         return MetricResult(stats=stats)
 
     async def aclose(self) -> None:
@@ -54,6 +68,6 @@ class Rouge:
 
 
 FACTORIES = family_factories(
-    STATS, family="rouge", build=lambda spec, ctx: Rouge(),
+    STATS, family="rouge", build=lambda spec, ctx: Rouge(getattr(ctx, "cpu", None)),
     describe=lambda name: f"ROUGE-{name[-1].upper()} F-measure (rouge-score, Porter-stemmed), max over correct "
                           "references; emits rouge_1, rouge_2 and rouge_l")

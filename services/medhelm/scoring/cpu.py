@@ -1,0 +1,107 @@
+"""CPU-heavy scoring work (ROUGE tokenising and stemming, normalising long outputs) off the calling process.
+
+Without a pool (``medhelm run``/``job``) the work runs in a thread, as before. A gRPC service passes a
+``CpuPool``: a bounded ``concurrent.futures.ProcessPoolExecutor`` whose worker processes hold their own
+GIL, so a caller's 1 MB item keeps no Python thread of the service off the interpreter: health checks,
+new calls and streams are answered while it is scored (measured: bench/bench_abuse.py). Threads were not
+enough: pure-Python stemming holds the GIL and every other thread, the event loop included, queues behind it.
+
+Bounds: ``workers`` processes (started clean with ``spawn``: no copy of the server's gRPC threads or
+sockets; as with any ``spawn``, the program's ``__main__`` must be safe to import, as ``medhelm``'s are), at most ``2 * workers`` tasks handed to them at once (the rest wait, async, holding
+nothing extra), workers run at a lower CPU priority (``os.nice``) than the serving process, and each is
+replaced after ``max_tasks`` tasks (memory a hostile input fragmented is given back).
+
+Failure semantics: a worker that dies (killed, out of memory) fails the task it was running with
+``ScoringWorkerLost`` (UNAVAILABLE: retry later) and the pool is rebuilt for the next task; an exception
+raised by the scoring function itself reaches the caller unchanged, as it would from a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
+
+from medhelm.errors import InferenceError
+
+T = TypeVar("T")
+WORKER_NICE = 10  # scoring yields the CPU to the serving process (health, I/O) within the pod
+
+
+class ScoringWorkerLost(InferenceError):
+    """A scoring worker process died while scoring (retryable: the next call gets a fresh worker)."""
+
+    def __init__(self) -> None:
+        super().__init__("a scoring worker process died while scoring (out of memory?); retry later",
+                         retryable=True)
+
+
+def _lower_priority() -> None:
+    try:
+        os.nice(WORKER_NICE)
+    except OSError:  # not permitted: the worker still runs, at the same priority
+        pass
+
+
+class CpuPool:
+    """A bounded pool of scoring processes shared by every metric of one service process."""
+
+    def __init__(self, workers: int, *, max_tasks: int = 500) -> None:
+        if workers < 1:
+            raise ValueError("a CpuPool needs at least one worker")
+        self.workers, self._max_tasks = workers, max_tasks
+        self._executor: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._slots: asyncio.Semaphore | None = None
+
+    def _pool(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                                     initializer=_lower_priority, max_tasks_per_child=self._max_tasks)
+            return self._executor
+
+    def _broken(self, executor: ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._executor is executor:
+                self._executor = None
+        executor.shutdown(wait=False, cancel_futures=True)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a worker process (``fn`` and its arguments must pickle: module-level functions)."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(2 * self.workers)
+        async with self._slots:
+            executor = self._pool()
+            try:
+                return await asyncio.wrap_future(executor.submit(fn, *args))
+            except BrokenProcessPool:
+                self._broken(executor)
+                raise ScoringWorkerLost() from None
+
+    def start(self) -> None:
+        """Spawn the workers now (a service calls it at start-up, so the first call does not pay for it)."""
+        pool = self._pool()
+        for f in [pool.submit(os.getpid) for _ in range(self.workers)]:
+            f.result()
+
+    def close(self) -> None:
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+
+async def run_cpu(pool: CpuPool | None, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in ``pool``'s worker processes, or in a thread when there is no pool."""
+    if pool is None:
+        return await asyncio.to_thread(fn, *args)
+    return await pool.run(fn, *args)
