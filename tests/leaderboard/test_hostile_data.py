@@ -282,3 +282,12 @@ def test_store_values_are_capped_before_they_size_an_allocation(hostile, tmp_pat
         os.environ.pop("MEDHELM_STORE") if saved is None else os.environ.__setitem__("MEDHELM_STORE", saved)
     assert not at.exception
     assert "replicates" in at.error[0].value and "out of range" in at.error[0].value
+
+
+def test_formatted_numbers_stay_as_written_and_expressions_are_neutralised():
+    from medhelm.safecsv import neutralize
+    for shown in ("-0.007", "-0.007 [-0.574, 0.553]", "+5%", "-1e-05", "0.5"):
+        assert neutralize(shown) == shown
+    for formula in ("-2+3", "=1+1", "-HYPERLINK(\"http://x\")", "+A1", "@SUM(1)", "-0.1 [-0.2, 0.3]x", "\t=1"):
+        assert neutralize(formula) == "'" + formula
+    assert neutralize(-0.5) == -0.5
