@@ -70,8 +70,9 @@ def duplicate_hashes(hashes: array) -> set[int]:
 
 
 def external_sort(items: Iterable[tuple[Any, str]], tmp_dir: Path, *,
-                  chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[Any, str]]:
+                  chunk_bytes: int | None = None) -> Iterator[tuple[Any, str]]:
     """``items`` (key, text) in ascending key order (keys unique, or ties in input order)."""
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
     chunk: list[tuple[Any, int, str]] = []
     size = seq = 0
     files: list[Any] = []
