@@ -99,8 +99,12 @@ def test_selection_is_read_back_streamed_or_whole(tmp_path):
 # finishing a run
 
 
+def _iid(i: int) -> str:
+    return f"id-{i}" if i % 7 else f'id "{i}" \\ \u00e9'  # escapes in the JSON text too
+
+
 def _record(i: int, rng: random.Random, *, error: bool = False, position: int | None = None) -> InstanceResult:
-    inst = Instance(id=f"id-{i}", input=f"note {i}", references=(Reference("Yes"),), split=rng.choice(["test", "valid"]))
+    inst = Instance(id=_iid(i), input=f"note {i}", references=(Reference("Yes"),), split=rng.choice(["test", "valid"]))
     if error:
         return InstanceResult(run="r", instance=inst, prompt=Prompt.user("p"), completion=None, stats={},
                               error="HTTP 400: too long", position=i if position is None else position)
@@ -150,7 +154,7 @@ def test_finalize_streams_the_same_result(tmp_path, monkeypatch, chunk_bytes):
     spec = spec_for(load(write_benchmark(tmp_path / "b", 3)), n, 0)
     rd = RunDir(tmp_path / "run")
     rd.path.mkdir()
-    selection = [f"id-{i}" for i in range(n) if i % 17]  # some earlier records fall outside the sample
+    selection = [_iid(i) for i in range(n) if i % 17]  # some earlier records fall outside the sample
     main = [_record(i, rng, error=i % 11 == 0) for i in range(n)]
     rng.shuffle(main)  # workers finish out of order
     again = [_record(i, rng) for i in range(0, n, 11)]  # resumed: the errors answered this time

@@ -26,6 +26,7 @@ import contextlib
 import filecmp
 import json
 import os
+import re
 import tempfile
 import time
 from array import array
@@ -230,9 +231,9 @@ class RunDir:
     def finished_ids(self) -> IdSet:
         """The ids that have a successful record (what a resumed run skips), 8 bytes each."""
         done = IdSet()
-        for _, d in self._record_lines():
-            if d.get("error") is None:
-                done.add(d["instance"]["id"])
+        for head in self._record_heads():
+            if head.ok:
+                done.add(head.id)
         return done.freeze()
 
     def first_error(self) -> str:
@@ -246,6 +247,12 @@ class RunDir:
         """(line with its newline, parsed JSON object) of every record line of every record file."""
         for path in self.record_files():
             yield from record_lines(path)
+
+    def _record_heads(self) -> Iterator[RecordHead]:
+        """What finishing and resuming need of every record line (id, position, success), without parsing
+        whole lines that have the layout we write."""
+        for number, path in enumerate(self.record_files()):
+            yield from record_heads(path, number)
 
     def add_retries(self, retries: int, judge_retries: int, *, shard: tuple[int, int] | None = None) -> None:
         """Append one invocation's retry counts (one file per shard: shards share the volume, not the file)."""
@@ -291,53 +298,55 @@ class RunDir:
         wanted.freeze()
         # pass 1: which ids occur more than once (8 bytes per line); only those need the preference rule
         hashes = array("Q")
-        for _, d in self._record_lines():
-            hashes.append(id_hash(d["instance"]["id"]))
+        for head in self._record_heads():
+            hashes.append(id_hash(head.id))
         repeated = duplicate_hashes(hashes)
         del hashes
-        chosen: dict[str, list[int]] = {}  # repeated id -> [line number of its record, of its first line, ok]
+        chosen: dict[str, list] = {}  # repeated id -> [line number of its record, of its first line, ok]
         if repeated:
-            for seq, (_, d) in enumerate(self._record_lines()):
-                iid = d["instance"]["id"]
-                if id_hash(iid) not in repeated:
+            for seq, head in enumerate(self._record_heads()):
+                if id_hash(head.id) not in repeated:
                     continue
-                ok = d.get("error") is None
-                prev = chosen.get(iid)
+                prev = chosen.get(head.id)
                 if prev is None:
-                    chosen[iid] = [seq, seq, ok]
-                elif ok or not prev[2]:
-                    prev[0], prev[2] = seq, ok
+                    chosen[head.id] = [seq, seq, head.ok]
+                elif head.ok or not prev[2]:
+                    prev[0], prev[2] = seq, head.ok
 
         superseded = None
         agg = Aggregator()
         counts = StatusCounts()
+        files = self.record_files()
 
-        def kept() -> Iterator[tuple[tuple[int, int], str]]:
+        def kept() -> Iterator[tuple[tuple[int, int, int, int], str]]:
             nonlocal superseded
-            for seq, (line, d) in enumerate(self._record_lines()):
-                iid = d["instance"]["id"]
-                if iid not in wanted:
+            for seq, head in enumerate(self._record_heads()):
+                if head.id not in wanted:
                     if superseded is None:
                         superseded = open(self.path / SUPERSEDED, "a", encoding="utf-8")  # noqa: SIM115
-                    superseded.write(line)
+                    superseded.write(head.line)
                     continue
                 first = seq
                 if chosen:
-                    pick = chosen.get(iid)
+                    pick = chosen.get(head.id)
                     if pick is not None:
                         if pick[0] != seq:
                             continue
                         first = pick[1]
-                yield (int(d.get("position", 0)), first), line
+                yield (head.position, first, head.file, head.lineno), head.line
             if superseded is not None:  # durable before the new record file replaces the old one
                 superseded.flush()
                 os.fsync(superseded.fileno())
 
         def ordered() -> Iterator[str]:
-            for _, line in external_sort(kept(), self.path):
-                d = json.loads(line)
-                agg.add(scored_row_json(d))
-                counts.add(d)
+            for (_, _, file, lineno), line in external_sort(kept(), self.path):
+                try:
+                    d = json.loads(line)
+                    agg.add(scored_row_json(d))
+                    counts.add(d)
+                except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+                    raise ConfigError(f"corrupt record line ({type(e).__name__})", path=files[file],
+                                      line=lineno) from None
                 yield line
 
         try:
@@ -376,6 +385,47 @@ def record_lines(path: Path) -> Iterator[tuple[str, dict]]:
                             or not isinstance(d.get("position", 0), int):
                         raise TypeError("not a record")
                     yield line, d
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # incl. UnicodeDecodeError
+            what = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else f"corrupt record line ({type(e).__name__})"
+            raise ConfigError(what, path=path, line=lineno or None) from None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordHead:
+    line: str  # with its newline
+    id: str
+    position: int
+    ok: bool  # no error
+    file: int  # which record file (index in RunDir.record_files())
+    lineno: int
+
+
+# The start of a record line as RecordWriter writes it (json.dumps of InstanceResult.to_json(): run, position,
+# instance.id first; error last): read without parsing the line. Any other spelling is parsed whole.
+_HEAD = re.compile(r'\{"run": "(?:[^"\\]|\\.)*", "position": (\d+), "instance": \{"id": ("(?:[^"\\]|\\.)*")')
+_NO_ERROR = ', "error": null}\n'
+
+
+def record_heads(path: Path, file: int = 0) -> Iterator[RecordHead]:
+    check_regular(path, what="records file (JSON lines)")
+    match = _HEAD.match
+    with open(path, encoding="utf-8") as f:
+        lineno = 0
+        try:
+            for lineno, line in enumerate(f, 1):  # noqa: B007 - lineno is used in the error
+                if not line.endswith("\n"):
+                    return  # torn final line from an interrupted write: not a finished record
+                m = match(line)
+                if m is not None and (line.endswith(_NO_ERROR) or line.endswith('"}\n')):
+                    literal = m.group(2)
+                    iid = literal[1:-1] if "\\" not in literal else json.loads(literal)
+                    yield RecordHead(line, iid, int(m.group(1)), line.endswith(_NO_ERROR), file, lineno)
+                elif line.strip():
+                    d = json.loads(line)
+                    iid, position = d["instance"]["id"], d.get("position", 0)
+                    if not isinstance(iid, str) or not isinstance(position, int):
+                        raise TypeError("not a record")
+                    yield RecordHead(line, iid, position, d.get("error") is None, file, lineno)
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # incl. UnicodeDecodeError
             what = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else f"corrupt record line ({type(e).__name__})"
             raise ConfigError(what, path=path, line=lineno or None) from None
