@@ -42,7 +42,12 @@ def _default(obj: Any) -> JSON:
     raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _freeze(value: Any) -> Any:
+    if type(value) in _SCALARS:  # the common case first: an ABC isinstance check costs ~1 µs per value
+        return value
     if isinstance(value, FrozenMap):
         return value
     if isinstance(value, Mapping):
@@ -53,6 +58,8 @@ def _freeze(value: Any) -> Any:
 
 
 def _thaw(value: Any) -> JSON:
+    if type(value) in _SCALARS:
+        return value
     if isinstance(value, FrozenMap):
         return value.to_json()
     if isinstance(value, tuple):
@@ -246,8 +253,13 @@ class GenerationRequest:
             top_logprobs=d.get("top_logprobs"),
         )
 
-    def cache_key(self, deployment: Deployment) -> str:
-        return digest({"deployment": deployment.identity(), "request": self.to_json()}, length=64)
+    def cache_key(self, deployment: Deployment | str) -> str:
+        """sha256 of the canonical JSON of {deployment identity, request}. ``deployment`` may be given as
+        ``canonical_json(deployment.identity())``, computed once per deployment (the same key, cheaper)."""
+        identity = deployment if isinstance(deployment, str) else canonical_json(deployment.identity())
+        # canonical_json({"deployment": ..., "request": ...}) spelled out: its keys are already in order
+        text = '{"deployment":' + identity + ',"request":' + canonical_json(self.to_json()) + "}"
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)

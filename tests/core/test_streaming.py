@@ -192,3 +192,15 @@ def test_id_set_membership():
     ids = bounded.IdSet(f"x{i}" for i in range(10000))
     assert len(ids) == 10000 and "x17" in ids and "x10000" not in ids and "" not in ids
     assert sys.getsizeof(ids._hashes) < 10000 * 9  # 8 bytes an id
+
+
+def test_cache_key_unchanged():
+    """Keys computed with the deployment's identity encoded once equal the keys of existing caches."""
+    from medhelm.specs import Deployment, DeploymentKind, GenerationRequest, Message, canonical_json, digest
+
+    dep = Deployment(name="vllm/q\u00e9", model_name="q/q", kind=DeploymentKind.OPENAI, base_url="http://h:1/v1")
+    for req in (GenerationRequest(messages=(Message("user", "Note \u00e9 \"x\"\n"),), max_tokens=4),
+                GenerationRequest(messages=(Message("system", "s"), Message("user", "u")), max_tokens=9, temperature=0.7,
+                                  stop=("\n",), seed=None, json_schema='{"type":"object"}', top_logprobs=3)):
+        before = digest({"deployment": dep.identity(), "request": req.to_json()}, length=64)
+        assert req.cache_key(dep) == before == req.cache_key(canonical_json(dep.identity()))

@@ -31,7 +31,7 @@ DEFAULT_POOL_SIZE = 64  # connections when the deployment sets no max_concurrenc
 @dataclass(frozen=True)
 class HttpReply:
     status_code: int
-    headers: Mapping[str, str]  # lower-case names
+    headers: Mapping[str, str]  # looked up by lower-case names (a case-insensitive mapping)
     content: bytes
 
     def json(self) -> Any:
@@ -73,7 +73,8 @@ class JsonTransport:
         try:
             async with session.post(url, json=body, params=self._params or None, proxy=self._proxy) as response:
                 content = await response.read()
-                reply = HttpReply(response.status, {k.lower(): v for k, v in response.headers.items()}, content)
+                # aiohttp's headers are case-insensitive already: no per-response copy with lower-case names
+                reply = HttpReply(response.status, response.headers, content)
         except aiohttp.ClientConnectorError as err:  # refused, DNS failure, TLS handshake: nobody answered
             raise ServerUnreachable(f"cannot reach {self._deployment.base_url} (deployment "
                                     f"'{self._deployment.name}'): {_reason(err)}") from None

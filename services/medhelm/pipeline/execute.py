@@ -134,6 +134,7 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
     budget = PromptBudget(max_prompt_tokens=await _prompt_limit(plan, client), count_tokens=_token_counter(client))
     writer = run_dir.writer((shard.index, shard.count) if shard else None)
     outcome = RunOutcome(plan)
+    run_name = spec.name  # a property that formats the name: once per run, not per instance
     n_workers = max(1, min(options.max_concurrency, todo))
     # bounded: the producer reads instances only as fast as the workers take them (backpressure)
     queue: asyncio.Queue[tuple[int, Instance] | None] = asyncio.Queue(maxsize=2 * n_workers)
@@ -166,7 +167,7 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
                 return
             position, instance = item
             try:
-                record, judged_here = await _evaluate(plan, position, instance, client, metrics, budget)
+                record, judged_here = await _evaluate(plan, position, instance, client, metrics, budget, run_name)
             except ServerUnreachable as err:
                 outcome.error = outcome.error or str(err)
                 if not stop.is_set():
@@ -222,10 +223,11 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
 
 
 async def _evaluate(plan: RunPlan, position: int, instance: Instance, client, metrics: Sequence[Metric],
-                    budget: PromptBudget) -> tuple[InstanceResult, list[JudgeScore]]:
+                    budget: PromptBudget, run_name: str | None = None) -> tuple[InstanceResult, list[JudgeScore]]:
     """The instance's record, and the judgements made in this process (a remote metric's are counted by
     the service that asked the judges)."""
     spec = plan.spec
+    run_name = run_name or spec.name
     prompt = plan.benchmark.prompt(instance, budget)
     request = GenerationRequest(messages=prompt.messages, max_tokens=spec.max_tokens,
                                 temperature=spec.temperature, seed=spec.seed)
@@ -234,14 +236,17 @@ async def _evaluate(plan: RunPlan, position: int, instance: Instance, client, me
     except InferenceError as err:
         if err.retryable:
             raise
-        return InstanceResult(run=spec.name, instance=instance, prompt=prompt, completion=None,
+        return InstanceResult(run=run_name, instance=instance, prompt=prompt, completion=None,
                               stats={}, error=str(err), position=position), []
     item = ScoringItem(run=spec, instance=instance, prompt=prompt, completion=completion)
-    results = await asyncio.gather(*(m.score(item) for m in metrics))
+    if len(metrics) == 1:  # the common case: no gather (a task per metric) for one coroutine
+        results = [await metrics[0].score(item)]
+    else:
+        results = await asyncio.gather(*(m.score(item) for m in metrics))
     merged = merge_results(results)
     here = [j for m, r in zip(metrics, results) if r.judgements and not getattr(m, "remote", False)
             for j in r.judgements]
-    return InstanceResult(run=spec.name, instance=instance, prompt=prompt, completion=completion,
+    return InstanceResult(run=run_name, instance=instance, prompt=prompt, completion=completion,
                           stats=merged.stats, judgements=merged.judgements, judge_usage=merged.judge_usage,
                           position=position), here
 
@@ -273,6 +278,8 @@ def _retries_since(pool, before: dict[str, int], candidate: str) -> tuple[int, i
 
 def merge_results(results: Sequence[MetricResult]) -> MetricResult:
     """The metrics' results for one instance as one (stats united, judgements and judge tokens summed)."""
+    if len(results) == 1 and not results[0].judgements:
+        return MetricResult(stats=dict(results[0].stats))
     stats: dict[str, float | None] = {}
     judgements: list[JudgeScore] = []
     judge_prompt = judge_completion = 0
