@@ -88,11 +88,16 @@ def write_atomic_lines(path: Path, chunks: Iterable[str], *, unchanged_ok: bool 
         raise
 
 
+_PLAIN_ID = re.compile(r'[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]*')  # json.dumps would not escape it
+
+
 def _selection_text(instance_ids: Iterable[str]) -> Iterator[str]:
     """``_dump({"instance_ids": ids})``, piece by piece (byte for byte the same text)."""
     first = True
+    plain = _PLAIN_ID.fullmatch
     for iid in instance_ids:
-        yield ('{\n "instance_ids": [\n  ' if first else ',\n  ') + json.dumps(iid, ensure_ascii=False)
+        yield ('{\n "instance_ids": [\n  ' if first else ',\n  ') + (
+            f'"{iid}"' if plain(iid) else json.dumps(iid, ensure_ascii=False))
         first = False
     yield '{\n "instance_ids": []\n}\n' if first else "\n ]\n}\n"
 
