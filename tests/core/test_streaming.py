@@ -204,3 +204,19 @@ def test_cache_key_unchanged():
                                   stop=("\n",), seed=None, json_schema='{"type":"object"}', top_logprobs=3)):
         before = digest({"deployment": dep.identity(), "request": req.to_json()}, length=64)
         assert req.cache_key(dep) == before == req.cache_key(canonical_json(dep.identity()))
+
+
+def test_request_cache_opened_empty_finds_its_own_entries_after_commit(tmp_path):
+    from medhelm.inference.cache import RequestCache
+
+    cache = RequestCache(tmp_path / "c.sqlite")
+    keys = [f"{i:064x}" for i in range(3000)]
+    for k in keys:
+        cache.put_nowait(k, Completion("Yes", "stop", Usage(prompt_tokens=3)))  # no loop: committed at once
+    assert not cache._pending and cache._ours is not None
+    assert all(cache.get(k).text == "Yes" for k in keys)  # committed by us: still found
+    assert cache.get("f" * 64) is None
+    other = RequestCache(tmp_path / "c.sqlite")  # opened non-empty: every lookup asks SQLite
+    assert other._ours is None and other.get(keys[7]).usage.cached
+    cache.close()
+    other.close()
