@@ -210,7 +210,7 @@ def test_request_cache_opened_empty_finds_its_own_entries_after_commit(tmp_path)
     from medhelm.inference.cache import RequestCache
 
     cache = RequestCache(tmp_path / "c.sqlite")
-    keys = [f"{i:064x}" for i in range(3000)]
+    keys = [f"{i:064x}" for i in range(300)]
     for k in keys:
         cache.put_nowait(k, Completion("Yes", "stop", Usage(prompt_tokens=3)))  # no loop: committed at once
     assert not cache._pending and cache._ours is not None
