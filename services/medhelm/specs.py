@@ -253,12 +253,26 @@ class GenerationRequest:
             top_logprobs=d.get("top_logprobs"),
         )
 
+    def messages_json(self) -> str:
+        """``canonical_json`` of the messages, encoded once per request and reused by the cache key and the
+        request body (the prompt is most of both)."""
+        cached = self.__dict__.get("_messages_json")
+        if cached is None:
+            cached = canonical_json([m.to_json() for m in self.messages])
+            object.__setattr__(self, "_messages_json", cached)  # not a field: equality and hash ignore it
+        return cached
+
     def cache_key(self, deployment: Deployment | str) -> str:
         """sha256 of the canonical JSON of {deployment identity, request}. ``deployment`` may be given as
         ``canonical_json(deployment.identity())``, computed once per deployment (the same key, cheaper)."""
         identity = deployment if isinstance(deployment, str) else canonical_json(deployment.identity())
-        # canonical_json({"deployment": ..., "request": ...}) spelled out: its keys are already in order
-        text = '{"deployment":' + identity + ',"request":' + canonical_json(self.to_json()) + "}"
+        # canonical_json({"deployment": ..., "request": self.to_json()}) spelled out in sorted key order, with
+        # the messages' JSON reused (tests compare it with the generic spelling)
+        c = canonical_json
+        text = ('{"deployment":' + identity + ',"request":{"json_schema":' + c(self.json_schema)
+                + ',"max_tokens":' + c(self.max_tokens) + ',"messages":' + self.messages_json()
+                + ',"seed":' + c(self.seed) + ',"stop":' + c(list(self.stop)) + ',"temperature":'
+                + c(self.temperature) + ',"top_logprobs":' + c(self.top_logprobs) + "}}")
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

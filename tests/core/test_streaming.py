@@ -195,7 +195,9 @@ def test_id_set_membership():
 
 
 def test_cache_key_unchanged():
-    """Keys computed with the deployment's identity encoded once equal the keys of existing caches."""
+    """Keys computed with the deployment's identity and the messages encoded once equal the keys of existing
+    caches, and the request body built from those pieces is the payload."""
+    from medhelm.inference.openai import OpenAIClient
     from medhelm.specs import Deployment, DeploymentKind, GenerationRequest, Message, canonical_json, digest
 
     dep = Deployment(name="vllm/q\u00e9", model_name="q/q", kind=DeploymentKind.OPENAI, base_url="http://h:1/v1")
@@ -204,6 +206,8 @@ def test_cache_key_unchanged():
                                   stop=("\n",), seed=None, json_schema='{"type":"object"}', top_logprobs=3)):
         before = digest({"deployment": dep.identity(), "request": req.to_json()}, length=64)
         assert req.cache_key(dep) == before == req.cache_key(canonical_json(dep.identity()))
+        client = OpenAIClient(dep)  # the body sent reuses the messages' JSON: the same document as payload()
+        assert json.loads(client.body(req)) == client.payload(req)
 
 
 def test_request_cache_opened_empty_finds_its_own_entries_after_commit(tmp_path):
