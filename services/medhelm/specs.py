@@ -28,6 +28,18 @@ def canonical_json(value: JSON) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default)
 
 
+def scalar_json(value: JSON) -> str:
+    """``canonical_json`` of a scalar without building an encoder (the same text)."""
+    if value is None:
+        return "null"
+    t = type(value)
+    if t is int:
+        return int.__repr__(value)
+    if t is float and value == value and value not in (float("inf"), float("-inf")):
+        return float.__repr__(value)
+    return canonical_json(value)
+
+
 def digest(value: JSON, length: int = 16) -> str:
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()[:length]
 
@@ -268,10 +280,11 @@ class GenerationRequest:
         identity = deployment if isinstance(deployment, str) else canonical_json(deployment.identity())
         # canonical_json({"deployment": ..., "request": self.to_json()}) spelled out in sorted key order, with
         # the messages' JSON reused (tests compare it with the generic spelling)
-        c = canonical_json
+        c = scalar_json
         text = ('{"deployment":' + identity + ',"request":{"json_schema":' + c(self.json_schema)
                 + ',"max_tokens":' + c(self.max_tokens) + ',"messages":' + self.messages_json()
-                + ',"seed":' + c(self.seed) + ',"stop":' + c(list(self.stop)) + ',"temperature":'
+                + ',"seed":' + c(self.seed) + ',"stop":' + (canonical_json(list(self.stop)) if self.stop else "[]")
+                + ',"temperature":'
                 + c(self.temperature) + ',"top_logprobs":' + c(self.top_logprobs) + "}}")
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

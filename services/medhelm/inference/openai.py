@@ -26,7 +26,7 @@ from typing import Any
 
 from medhelm.errors import ConfigError, InferenceError
 from medhelm.inference.http import HttpReply, JsonTransport
-from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
+from medhelm.specs import Completion, Deployment, GenerationRequest, Usage, scalar_json
 
 _SERVER_MESSAGE_CHARS = 300
 _RETRYABLE_STATUS = frozenset({408, 429})  # plus every 5xx
@@ -74,10 +74,10 @@ class OpenAIClient:
         """``payload(request)`` as the bytes sent, the messages' JSON reused from the cache key."""
         if request.json_schema is not None or request.top_logprobs:
             return json.dumps(self.payload(request), ensure_ascii=False).encode("utf-8")
-        text = (self._body_head + request.messages_json() + ',"max_tokens":' + json.dumps(request.max_tokens)
-                + ',"temperature":' + json.dumps(request.temperature)
+        text = (self._body_head + request.messages_json() + ',"max_tokens":' + scalar_json(request.max_tokens)
+                + ',"temperature":' + scalar_json(request.temperature)
                 + (',"stop":' + json.dumps(list(request.stop), ensure_ascii=False) if request.stop else "")
-                + (',"seed":' + json.dumps(request.seed) if request.seed is not None else "") + "}")
+                + (',"seed":' + scalar_json(request.seed) if request.seed is not None else "") + "}")
         return text.encode("utf-8")
 
     async def generate(self, request: GenerationRequest) -> Completion:
