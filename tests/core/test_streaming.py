@@ -188,10 +188,15 @@ def test_external_sort_spills_and_merges(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_id_set_membership():
-    ids = bounded.IdSet(f"x{i}" for i in range(10000))
-    assert len(ids) == 10000 and "x17" in ids and "x10000" not in ids and "" not in ids
-    assert sys.getsizeof(ids._hashes) < 10000 * 9  # 8 bytes an id
+@pytest.mark.parametrize("n", [10_000, 70_000])  # sorted as Python ints; as an 8-byte numpy array
+def test_id_set_membership(n):
+    ids = bounded.IdSet(f"x{i}" for i in [*range(n), 5, 17])
+    assert len(ids) == n and "x17" in ids and f"x{n}" not in ids and "" not in ids
+    assert sys.getsizeof(ids._hashes) < n * 9  # 8 bytes an id
+    from array import array
+
+    hashes = array("Q", (bounded.id_hash(f"x{i}") for i in [*range(n), 5, 17, 17]))
+    assert bounded.duplicate_hashes(hashes) == {bounded.id_hash("x5"), bounded.id_hash("x17")}
 
 
 def test_cache_key_unchanged():

@@ -103,7 +103,7 @@ def _digest(instance_id: str) -> int:
 def _check_unique(path, template, answer_required, ids, reread) -> None:
     """Refuse a repeated id, naming its line and the line of its first use. ``ids``: every row's id or its
     digest; only when two digests agree are the rows read again to find the lines."""
-    if isinstance(ids, array):  # digests: sorted as 8-byte numbers (sorted() would box each one)
+    if isinstance(ids, array) and len(ids) >= 65536:  # digests sorted as 8-byte numbers (sorted() boxes each)
         import numpy as np
 
         ordered = np.sort(np.frombuffer(ids, dtype=np.uint64))

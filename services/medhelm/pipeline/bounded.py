@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 CHUNK_BYTES = 16 * 1024 * 1024
+_SMALL = 65536  # fewer digests are sorted as Python ints (no numpy import for a small run)
 
 
 def id_hash(instance_id: str) -> int:
@@ -49,11 +50,14 @@ class IdSet:
 
     def freeze(self) -> IdSet:
         if not self._frozen:
-            import numpy as np  # sorts in place of the array's 8 bytes (sorted() would box every digest)
+            if len(self._hashes) < _SMALL:
+                self._hashes = array("Q", sorted(set(self._hashes)))
+            else:
+                import numpy as np  # sorts the array's 8 bytes (sorted() would box every digest)
 
-            unique = np.unique(np.frombuffer(self._hashes, dtype=np.uint64))
-            self._hashes = array("Q")
-            self._hashes.frombytes(unique.tobytes())
+                unique = np.unique(np.frombuffer(self._hashes, dtype=np.uint64))
+                self._hashes = array("Q")
+                self._hashes.frombytes(unique.tobytes())
             self._frozen = True
         return self
 
@@ -69,6 +73,9 @@ class IdSet:
 
 def duplicate_hashes(hashes: array) -> set[int]:
     """The digests that occur more than once (sorts a copy: 8 bytes per entry)."""
+    if len(hashes) < _SMALL:
+        ordered_list = sorted(hashes)
+        return {a for a, b in zip(ordered_list, ordered_list[1:]) if a == b}
     import numpy as np
 
     ordered = np.sort(np.frombuffer(hashes, dtype=np.uint64))
