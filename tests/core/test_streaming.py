@@ -229,3 +229,13 @@ def test_request_cache_opened_empty_finds_its_own_entries_after_commit(tmp_path)
     assert other._ours is None and other.get(keys[7]).usage.cached
     cache.close()
     other.close()
+
+
+def test_a_repeated_id_in_a_large_dataset_is_refused(tmp_path):
+    folder = tmp_path / "b"
+    cfg = write_benchmark(folder, 3)
+    rows = "".join(f"r{i},n,q,Yes\n" for i in range(70_000))  # digests sorted with numpy from 65,536 rows
+    (folder / "dataset.csv").write_text("id,note,question,correct_answer\n" + rows + "r12,n,q,No\n")
+    with pytest.raises(ConfigError) as err:
+        load(cfg)
+    assert "duplicate id (first used on line 14)" in str(err.value) and ":70002" in str(err.value)
