@@ -239,3 +239,19 @@ def test_a_repeated_id_in_a_large_dataset_is_refused(tmp_path):
     with pytest.raises(ConfigError) as err:
         load(cfg)
     assert "duplicate id (first used on line 14)" in str(err.value) and ":70002" in str(err.value)
+
+
+def test_changed_settings_move_every_record_aside(tmp_path):
+    rng = random.Random(2)
+    bench = load(write_benchmark(tmp_path / "b", 3))
+    rd = RunDir(tmp_path / "run")
+    rd.prepare(spec_for(bench, 5, 0), iter(["id-1", "id-2"]))
+    lines = [_line(_record(i, rng)) for i in (1, 2)]
+    (rd.path / "instances.jsonl").write_text(lines[0])
+    (rd.path / "shards").mkdir()
+    (rd.path / "shards" / "shard-00001-of-00002.jsonl").write_text(lines[1])
+    (rd.path / "retries.jsonl").write_text('{"retries": 3, "judge_retries": 0}\n')
+    rd.prepare(spec_for(bench, 5, 9), iter(["id-1", "id-2"]))  # another seed: the old records do not count
+    assert (rd.path / "superseded.jsonl").read_text() == "".join(lines)
+    assert (rd.path / "instances.jsonl").read_text() == "" and not list((rd.path / "shards").iterdir())
+    assert not (rd.path / "retries.jsonl").exists() and rd.selection() == ["id-1", "id-2"]
