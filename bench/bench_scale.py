@@ -39,6 +39,16 @@ TARGETS = {(1000, 50.0, 16): (1000 * 0.05 / 16 * 1.1 + 0.5, None, None),
 
 
 def bare_client(base_url: str, n: int, in_flight: int) -> tuple[float, float]:
+    """``bare_loop`` in a process of its own: the bench process stays small, so the peak RSS of the
+    `medhelm run` children it forks afterwards (rusage counts the parent's pages a child held before exec) is
+    theirs alone."""
+    out = subprocess.run([sys.executable, __file__, "--bare", base_url, str(n), str(in_flight)], check=True,
+                         capture_output=True, text=True).stdout
+    result = json.loads(out)
+    return result["wall_s"], result["cpu_s"]
+
+
+def bare_loop(base_url: str, n: int, in_flight: int) -> tuple[float, float]:
     """(wall s, CPU s of this process) for n chat completions through one aiohttp session, ``in_flight`` at a
     time. CPU time is what a shared machine distorts least: the ratio of the two clients' CPU is reported too."""
     import aiohttp
@@ -169,6 +179,10 @@ def render(rows: list[dict], series: list[dict], load: tuple[float, float]) -> s
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--bare"]:  # the bare client's own process (see bare_client)
+        wall, cpu = bare_loop(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        print(json.dumps({"wall_s": wall, "cpu_s": cpu}))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", default="1000:50:16,10000:50:64,10000:0:64,100000:0:256",
                         help="instances:latency_ms:in_flight, comma-separated")
