@@ -106,7 +106,8 @@ def _check_unique(path, template, answer_required, ids, reread) -> None:
     if isinstance(ids, array) and len(ids) >= 65536:  # digests sorted as 8-byte numbers (sorted() boxes each)
         import numpy as np
 
-        ordered = np.sort(np.frombuffer(ids, dtype=np.uint64))
+        ordered = np.frombuffer(ids, dtype=np.uint64)
+        ordered.sort()  # in place: the digests are not needed in their order again
         if not (ordered[1:] == ordered[:-1]).any():
             return
     elif len(set(ids)) == len(ids):

@@ -53,11 +53,18 @@ class IdSet:
             if len(self._hashes) < _SMALL:
                 self._hashes = array("Q", sorted(set(self._hashes)))
             else:
-                import numpy as np  # sorts the array's 8 bytes (sorted() would box every digest)
+                import numpy as np  # sorts the array's own 8-byte buffer in place (sorted() would box each)
 
-                unique = np.unique(np.frombuffer(self._hashes, dtype=np.uint64))
-                self._hashes = array("Q")
-                self._hashes.frombytes(unique.tobytes())
+                view = np.frombuffer(self._hashes, dtype=np.uint64)
+                view.sort()
+                repeated = view[1:] == view[:-1]
+                unique = None
+                if repeated.any():  # rare: ids added twice; the unique ones are copied out
+                    unique = array("Q")
+                    unique.frombytes(view[np.concatenate(([True], ~repeated))].tobytes())
+                del view, repeated  # the array may grow again only once no view holds its buffer
+                if unique is not None:
+                    self._hashes = unique
             self._frozen = True
         return self
 
@@ -72,14 +79,15 @@ class IdSet:
 
 
 def duplicate_hashes(hashes: array) -> set[int]:
-    """The digests that occur more than once (sorts a copy: 8 bytes per entry)."""
+    """The digests that occur more than once (sorts ``hashes`` in place; no copy of it)."""
     if len(hashes) < _SMALL:
         ordered_list = sorted(hashes)
         return {a for a, b in zip(ordered_list, ordered_list[1:]) if a == b}
     import numpy as np
 
-    ordered = np.sort(np.frombuffer(hashes, dtype=np.uint64))
-    return {int(h) for h in np.unique(ordered[1:][ordered[1:] == ordered[:-1]])}
+    ordered = np.frombuffer(hashes, dtype=np.uint64)
+    ordered.sort()
+    return {int(h) for h in ordered[1:][ordered[1:] == ordered[:-1]]}
 
 
 def external_sort(items: Iterable[tuple[Any, str]], tmp_dir: Path, *,
