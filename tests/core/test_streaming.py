@@ -75,7 +75,8 @@ def test_the_dataset_is_not_held_in_memory(tmp_path):
 def test_a_repeated_id_is_refused_with_both_lines(tmp_path):
     folder = tmp_path / "b"
     cfg = write_benchmark(folder, 3)
-    (folder / "dataset.csv").write_text("id,note,question,correct_answer\na,n,q,Yes\nb,n,q,No\n\nA,n,q,No\n a ,n,q,Yes\n")
+    (folder / "dataset.csv").write_text("id,note,question,correct_answer\n"
+                                        "a,n,q,Yes\nb,n,q,No\n\nA,n,q,No\n a ,n,q,Yes\n")
     with pytest.raises(ConfigError) as err:
         load(cfg)
     assert "duplicate id (first used on line 2)" in str(err.value) and ":6" in str(err.value)
@@ -116,7 +117,8 @@ def _record(i: int, rng: random.Random, *, error: bool = False, position: int | 
     return InstanceResult(run="r", instance=inst, prompt=Prompt.user("p", truncated=rng.random() < 0.2),
                           completion=Completion("Yes", "stop", usage),
                           stats={"exact_match": rng.choice([0.0, 1.0, None]), "f1": rng.random()},
-                          judgements=judgements, judge_usage=Usage(prompt_tokens=7, completion_tokens=3) if judged else Usage(),
+                          judgements=judgements,
+                          judge_usage=Usage(prompt_tokens=7, completion_tokens=3) if judged else Usage(),
                           position=i if position is None else position)
 
 
@@ -207,7 +209,8 @@ def test_cache_key_unchanged():
 
     dep = Deployment(name="vllm/q\u00e9", model_name="q/q", kind=DeploymentKind.OPENAI, base_url="http://h:1/v1")
     for req in (GenerationRequest(messages=(Message("user", "Note \u00e9 \"x\"\n"),), max_tokens=4),
-                GenerationRequest(messages=(Message("system", "s"), Message("user", "u")), max_tokens=9, temperature=0.7,
+                GenerationRequest(messages=(Message("system", "s"), Message("user", "u")), max_tokens=9,
+                                  temperature=0.7,
                                   stop=("\n",), seed=None, json_schema='{"type":"object"}', top_logprobs=3)):
         before = digest({"deployment": dep.identity(), "request": req.to_json()}, length=64)
         assert req.cache_key(dep) == before == req.cache_key(canonical_json(dep.identity()))

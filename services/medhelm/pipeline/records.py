@@ -374,6 +374,11 @@ class RunDir:
         return status
 
 
+def _bad_record(e: Exception, path: Path, lineno: int) -> ConfigError:
+    what = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else f"corrupt record line ({type(e).__name__})"
+    return ConfigError(what, path=path, line=lineno or None)
+
+
 def record_lines(path: Path) -> Iterator[tuple[str, dict]]:
     """(line, parsed object) of each whole record line of ``path`` (a torn last line is skipped); a line that
     is not a record is a ConfigError naming the file and line."""
@@ -391,8 +396,7 @@ def record_lines(path: Path) -> Iterator[tuple[str, dict]]:
                         raise TypeError("not a record")
                     yield line, d
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # incl. UnicodeDecodeError
-            what = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else f"corrupt record line ({type(e).__name__})"
-            raise ConfigError(what, path=path, line=lineno or None) from None
+            raise _bad_record(e, path, lineno) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,8 +436,7 @@ def record_heads(path: Path, file: int = 0) -> Iterator[RecordHead]:
                         raise TypeError("not a record")
                     yield RecordHead(line, iid, position, d.get("error") is None, file, lineno)
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # incl. UnicodeDecodeError
-            what = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else f"corrupt record line ({type(e).__name__})"
-            raise ConfigError(what, path=path, line=lineno or None) from None
+            raise _bad_record(e, path, lineno) from None
 
 
 def read_records(path: Path) -> Iterator[InstanceResult]:
@@ -448,8 +451,7 @@ def read_records(path: Path) -> Iterator[InstanceResult]:
                 if line:
                     yield InstanceResult.from_json(json.loads(line))
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # incl. UnicodeDecodeError
-            what = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else f"corrupt record line ({type(e).__name__})"
-            raise ConfigError(what, path=path, line=lineno or None) from None
+            raise _bad_record(e, path, lineno) from None
 
 
 @dataclass
