@@ -160,7 +160,7 @@ class PooledClient:
             raise
         self._metrics.request_finished(time.perf_counter() - started, completion)
         if cache is not None:
-            cache.put_nowait(key, completion)
+            await cache.put(key, completion)  # waits only when commits fall far behind
         return completion
 
     def _count_retry(self, err: InferenceError, retry: int, wait: float) -> None:

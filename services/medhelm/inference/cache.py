@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import socket
@@ -41,6 +42,7 @@ ENV_FILE, ENV_JOURNAL = "MEDHELM_CACHE_FILE", "MEDHELM_CACHE_JOURNAL"
 JOURNAL_MODES = ("wal", "delete", "truncate")
 BUSY_TIMEOUT_MS = 60_000
 COMMIT_INTERVAL_S = 0.25
+MAX_PENDING = 10_000  # queued entries (~3 MB) before put() waits for a commit (see put)
 _BLOOM_BITS = 1 << 23  # 1 MiB: ~2 % false "maybe"s at a million keys (3 probes)
 _SCHEMA = "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
 
@@ -135,7 +137,12 @@ class RequestCache:
             self._flusher = loop.create_task(self._flush_loop())
 
     async def put(self, key: str, completion: Completion) -> None:
+        """``put_nowait``, then wait while more than ``MAX_PENDING`` entries are queued: when SQLite commits
+        slower than answers come (a fast server, a large cache file), callers slow down instead of the queue
+        growing with the run."""
         self.put_nowait(key, completion)
+        while len(self._pending) > MAX_PENDING and self._flusher is not None and not self._flusher.done():
+            await asyncio.sleep(self.commit_interval_s)
 
     async def _flush_loop(self) -> None:
         while self._pending and not self._closing:
@@ -144,7 +151,8 @@ class RequestCache:
                 await asyncio.sleep(self.commit_interval_s)  # let a batch gather
             finally:
                 self._gathering = False
-            await asyncio.to_thread(self._commit, dict(self._pending))
+            # at most MAX_PENDING entries a transaction: the batch's copy stays bounded too
+            await asyncio.to_thread(self._commit, dict(itertools.islice(self._pending.items(), MAX_PENDING)))
 
     async def aflush(self) -> None:
         """Commit everything queued so far (await before reading the file from another process)."""
