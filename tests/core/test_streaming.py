@@ -258,3 +258,25 @@ def test_changed_settings_move_every_record_aside(tmp_path):
     assert (rd.path / "superseded.jsonl").read_text() == "".join(lines)
     assert (rd.path / "instances.jsonl").read_text() == "" and not list((rd.path / "shards").iterdir())
     assert not (rd.path / "retries.jsonl").exists() and rd.selection() == ["id-1", "id-2"]
+
+
+def test_request_cache_queue_is_bounded(tmp_path, monkeypatch):
+    """When answers come faster than SQLite commits, put() waits instead of the queue growing with the run."""
+    import asyncio
+
+    from medhelm.inference import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "MAX_PENDING", 5)
+    cache = cache_module.RequestCache(tmp_path / "c.sqlite", commit_interval_s=0.01)
+
+    async def go() -> int:
+        most = 0
+        for i in range(60):
+            await cache.put(f"{i:064x}", Completion("Yes", "stop", Usage(prompt_tokens=3)))
+            most = max(most, len(cache._pending))
+        await cache.aflush()
+        return most
+
+    assert asyncio.run(go()) <= 5
+    assert len(cache) == 60 and cache.commits >= 60 // 5
+    cache.close()
