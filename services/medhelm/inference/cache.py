@@ -12,7 +12,8 @@ Concurrency: WAL mode (the default) lets readers run while one writer commits; `
 several processes (the shards of one suite share a PVC) wait for each other instead of failing.
 Reads are single primary-key lookups (tens of microseconds) done inline; writes are queued and committed
 by a worker thread in batches gathered over ``commit_interval_s``, so the event loop never waits for a
-file lock and a run makes a few commits per second, not one per request. A queued entry is already
+file lock and a run makes a few commits per second, not one per request. At most ``MAX_PENDING`` entries
+wait: beyond that ``put`` waits for a commit (a fast server slows to SQLite's pace; memory stays bounded). A queued entry is already
 visible to ``get``; entries still queued when a process is killed are simply asked again next time. Only successful
 completions are stored; a hit comes back with ``usage.cached=True``, ``latency_s=0`` and ``attempts=0``.
 
