@@ -104,6 +104,39 @@ def read_bytes(path: str | Path, *, limit: int = CONFIG_LIMIT, missing: str = "f
         os.close(fd)
 
 
+def open_regular(path: str | Path, *, limit: int = DATA_LIMIT, missing: str = "file not found",
+                 what: str = "file"):
+    """A binary file object on a regular file of at most ``limit`` bytes (size checked at open; for
+    streaming readers that never hold the whole file), and its ``os.stat_result``."""
+    path = Path(path)
+    limit = _limit(limit)
+    fd, st = _open(path, missing, what)
+    if st.st_size > limit:
+        os.close(fd)
+        raise _too_large(path, st.st_size, limit, what)
+    return os.fdopen(fd, "rb", buffering=1 << 20), st
+
+
+def bad_utf8_line(chunks) -> int | None:
+    """The line of the first byte that is not UTF-8 in ``chunks`` (bytes pieces of one file); None if all is."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8-sig")("strict")
+    lines = 1
+    for chunk in chunks:
+        pending = decoder.getstate()[0]  # an unfinished character from the last chunk (never a newline)
+        try:
+            decoder.decode(chunk)
+        except UnicodeDecodeError as err:
+            return lines + (pending + chunk)[: err.start].count(b"\n")
+        lines += chunk.count(b"\n")
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return lines
+    return None
+
+
 def check_regular(path: str | Path, *, missing: str = "file not found", what: str = "file") -> Path:
     """Fail early (before anything is written) when ``path`` is not an openable regular file."""
     path = Path(path)

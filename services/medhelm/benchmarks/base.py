@@ -8,7 +8,8 @@ individual benchmarks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import abc
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -49,6 +50,32 @@ class LoadContext:
     cwd_allowed: bool = True
 
 
+class StreamedInstances(abc.ABC):
+    """A benchmark's instances read from their source again at every pass, never all held in memory.
+
+    Its length and the uniqueness of its ids were checked when the benchmark was loaded, so the pipeline
+    samples it without reading it first (``pipeline.sampling.stream_run``)."""
+
+    @abc.abstractmethod
+    def __iter__(self) -> Iterator[Instance]: ...
+
+    @abc.abstractmethod
+    def __len__(self) -> int: ...
+
+    def ids(self) -> Iterator[str]:
+        """The ids in order (a source may read less than whole instances for these)."""
+        return (inst.id for inst in self)
+
+    def __getitem__(self, index: int) -> Instance:
+        """The ``index``-th instance (reads up to it: for small uses and tests)."""
+        if index < 0:
+            index += len(self)
+        for i, inst in enumerate(self):
+            if i == index:
+                return inst
+        raise IndexError(index)
+
+
 class Benchmark(Protocol):
     """A benchmark resolved for one set of run-entry arguments."""
 
@@ -56,7 +83,8 @@ class Benchmark(Protocol):
     def spec(self) -> BenchmarkSpec: ...
 
     def instances(self) -> Iterable[Instance]:
-        """All instances, in a stable order (sampling happens in the pipeline, seeded).
+        """All instances, in a stable order (sampling happens in the pipeline, seeded): a list or tuple, or a
+        ``StreamedInstances`` for a source too large to hold.
 
         Raises ``DataUnavailable`` / ``ConfigError`` with the files expected and where access is
         requested; never returns silently fewer instances."""

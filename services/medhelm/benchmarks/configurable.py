@@ -12,7 +12,6 @@ prompt, dataset and judge-prompt files against the YAML's folder, then the worki
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ import yaml
 from medhelm import files, taxonomy
 from medhelm.benchmarks.base import LoadContext, PromptBudget
 from medhelm.benchmarks.template import PromptTemplate
-from medhelm.benchmarks.user_dataset import read_dataset
+from medhelm.benchmarks.user_dataset import DatasetFile, scan_dataset
 from medhelm.confine import inside, real, roots_of, shown
 from medhelm.errors import ConfigError
 from medhelm.scoring import registry
@@ -44,9 +43,9 @@ _BAD_NAME = re.compile(r"[/\\:,=\x00-\x1f]")
 class ConfigurableBenchmark:
     spec: BenchmarkSpec
     template: PromptTemplate
-    rows: tuple[Instance, ...]
+    rows: DatasetFile  # read from the CSV at every pass, never held (checked once when loaded)
 
-    def instances(self) -> tuple[Instance, ...]:
+    def instances(self) -> DatasetFile:
         return self.rows
 
     def prompt(self, instance: Instance, budget: PromptBudget) -> Prompt:
@@ -129,9 +128,9 @@ class _Loader:
         dataset_path = self.locate(doc["dataset_file"], "dataset_file")
         template = PromptTemplate.parse(_read_text(prompt_path), prompt_path)
         only_jury = all(m.name == JURY for m in metrics)
-        data = files.read_bytes(dataset_path, limit=files.DATA_LIMIT, what="dataset (CSV)")
-        rows = read_dataset(dataset_path, template, answer_required=not only_jury, data=data)
-        digest = hashlib.sha256(template.text.encode() + b"\0" + data).hexdigest()[:12]
+        rows, sha = scan_dataset(dataset_path, template, answer_required=not only_jury,
+                                 digest_prefix=template.text.encode() + b"\0")
+        digest = sha[:12]
         spec = BenchmarkSpec(
             name=name, display_name=name, description=description, category=category, subcategory=subcategory,
             access=access, task_type=TaskType.CLASSIFICATION if metrics[0].name in EXACT_STATS else TaskType.GENERATION,

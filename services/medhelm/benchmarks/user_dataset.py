@@ -4,16 +4,25 @@ Columns: every ``{placeholder}`` of the prompt; ``correct_answer`` (the gold ref
 ``incorrect_answers`` (a JSON list, kept as non-correct references, never shown to the model); optional
 ``id``. Every problem is a ConfigError naming the file, the line and the column — never the cell's
 content, which may be patient text.
+
+Streamed: ``scan_dataset`` checks every row once (at planning) keeping only 8 bytes per row (id digests,
+to refuse a repeated id) and returns a ``DatasetFile``, which reads the file again for each pass of a run
+and never holds the rows. A file changed after it was checked is refused, not read (its size, mtime and
+inode are compared at every pass).
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
+from array import array
+from collections.abc import Iterator
 from pathlib import Path
 
 from medhelm import files
+from medhelm.benchmarks.base import StreamedInstances
 from medhelm.benchmarks.template import PromptTemplate
 from medhelm.errors import ConfigError, escape
 from medhelm.specs import FrozenMap, Instance, Reference
@@ -29,48 +38,170 @@ if csv.field_size_limit() < _FIELD_LIMIT:
 def read_dataset(path: Path, template: PromptTemplate, *, answer_required: bool,
                  data: bytes | None = None) -> tuple[Instance, ...]:
     """All rows of ``path`` (or of ``data``, its content already read) as instances: the filled template."""
-    rows = _rows(path, data)
+    if data is None:
+        return tuple(scan_dataset(path, template, answer_required=answer_required)[0])
+    instances = tuple(inst for _, inst in _instances(path, template, answer_required, _text_rows(path, data)))
+    _check_unique(path, template, answer_required, [inst.id for inst in instances], lambda: _text_rows(path, data))
+    return instances
+
+
+def scan_dataset(path: Path, template: PromptTemplate, *, answer_required: bool,
+                 digest_prefix: bytes = b"") -> tuple[DatasetFile, str]:
+    """Check every row of ``path`` (streamed) -> (the rows, re-readable; sha256 of ``digest_prefix`` and
+    the file's bytes)."""
+    ids: array = array("Q")
+    rows = _file_rows(path)
+    for _, inst in _instances(path, template, answer_required, rows):
+        ids.append(_digest(inst.id))
+    signature = rows.signature
+    _check_unique(path, template, answer_required, ids, lambda: _file_rows(path))
+    sha = hashlib.sha256(digest_prefix)
+    with files.open_regular(path, what="dataset (CSV)")[0] as f:
+        while chunk := f.read(1 << 20):
+            sha.update(chunk)
+    return DatasetFile(path, template, answer_required, signature, len(ids)), sha.hexdigest()
+
+
+class DatasetFile(StreamedInstances):
+    """A checked dataset's rows as instances, read from the file at every pass (see the module docstring)."""
+
+    def __init__(self, path: Path, template: PromptTemplate, answer_required: bool, signature: tuple,
+                 count: int) -> None:
+        self.path, self.template, self.answer_required = path, template, answer_required
+        self.signature, self.count = signature, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[Instance]:
+        for _, inst in _instances(self.path, self.template, self.answer_required, self._rows()):
+            yield inst
+
+    def ids(self) -> Iterator[str]:
+        rows = self._rows()
+        header = next(rows, None)
+        if header is None:
+            return
+        columns = [c.strip() for c in header[1]]
+        at = columns.index(ID) if ID in columns else None
+        for number, (_, row) in enumerate(rows, start=1):
+            yield row[at].strip() if at is not None else str(number)
+
+    def _rows(self):
+        rows = _file_rows(self.path)
+        if rows.signature != self.signature:
+            rows.close()
+            raise ConfigError("the dataset changed after the run was planned (start the run again)", path=self.path)
+        return rows
+
+
+def _digest(instance_id: str) -> int:
+    return int.from_bytes(hashlib.blake2b(instance_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                          "little")
+
+
+def _check_unique(path, template, answer_required, ids, reread) -> None:
+    """Refuse a repeated id, naming its line and the line of its first use. ``ids``: every row's id or its
+    digest; only when two digests agree are the rows read again to find the lines."""
+    if isinstance(ids, array) and len(ids) >= 65536:  # digests sorted as 8-byte numbers (sorted() boxes each)
+        import numpy as np
+
+        ordered = np.frombuffer(ids, dtype=np.uint64)
+        ordered.sort()  # in place: the digests are not needed in their order again
+        if not (ordered[1:] == ordered[:-1]).any():
+            return
+    elif len(set(ids)) == len(ids):
+        return
+    first_line_of_id: dict[str, int] = {}
+    for line, inst in _instances(path, template, answer_required, reread()):
+        if inst.id in first_line_of_id:
+            raise ConfigError(f"duplicate id (first used on line {first_line_of_id[inst.id]})",
+                              path=path, line=line, field=ID)
+        first_line_of_id[inst.id] = line
+
+
+def _instances(path: Path, template: PromptTemplate, answer_required: bool, rows) -> Iterator[tuple[int, Instance]]:
+    """(first line, instance) of every data row; every problem of a row is a ConfigError naming its line."""
     header = next(rows, None)
     if header is None:
         raise ConfigError("the dataset is empty (expected a header row and at least one data row)", path=path)
     columns = _columns(header[1], path)
     _check_columns(columns, path, template, answer_required)
-    instances: list[Instance] = []
-    first_line_of_id: dict[str, int] = {}
+    fields = template.fields
+    width = len(columns)
+    empty = True
     for number, (line, row) in enumerate(rows, start=1):
-        if len(row) != len(columns):
-            raise ConfigError(f"expected {len(columns)} fields (as in the header), found {len(row)}",
+        if len(row) != width:
+            raise ConfigError(f"expected {width} fields (as in the header), found {len(row)}",
                               path=path, line=line)
-        values = dict(zip(columns, row, strict=True))
+        values = dict(zip(columns, row))
         instance_id = values[ID].strip() if ID in values else str(number)
         if not instance_id:
             raise ConfigError("empty id", path=path, line=line, field=ID)
-        if instance_id in first_line_of_id:
-            raise ConfigError(f"duplicate id (first used on line {first_line_of_id[instance_id]})",
-                              path=path, line=line, field=ID)
-        first_line_of_id[instance_id] = line
-        used = {field: values[field] for field in template.fields}
-        instances.append(Instance(id=instance_id, input=template.render(used),
-                                  references=_references(values, path, line, answer_required),
-                                  extra=FrozenMap(used)))
-    if not instances:
+        used = {field: values[field] for field in fields}
+        empty = False
+        yield line, Instance(id=instance_id, input=template.render(used),
+                             references=_references(values, path, line, answer_required), extra=FrozenMap(used))
+    if empty:
         raise ConfigError("the dataset has a header but no data rows", path=path)
-    return tuple(instances)
 
 
-def _rows(path: Path, data: bytes | None = None):  # -> Iterator[(first line of the record, cells)]
-    if data is None:
-        data = files.read_bytes(path, limit=files.DATA_LIMIT, what="dataset (CSV)")
-    text = files.decode(data, path, hint=" (save it as 'CSV UTF-8')")
-    reader = csv.reader(io.StringIO(text, newline=""))
-    start = 1
-    try:
-        for row in reader:
-            line, start = start, reader.line_num + 1
-            if any(cell.strip() for cell in row):  # blank lines and all-empty spreadsheet rows are not data
-                yield line, row
-    except csv.Error as err:
-        raise ConfigError(f"malformed CSV ({err})", path=path, line=reader.line_num) from None
+class _Rows:
+    """(first line of the record, cells) of every non-blank CSV record, read from an open text stream."""
+
+    def __init__(self, path: Path, text, signature: tuple | None = None, raw=None) -> None:
+        self.path, self.signature, self._raw = path, signature, raw
+        self._text = text
+        self._reader = csv.reader(text)
+        self._start = 1
+        self._closed = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> tuple[int, list[str]]:
+        reader = self._reader
+        try:
+            while True:
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    self.close()
+                    raise
+                line, self._start = self._start, reader.line_num + 1
+                if any(cell.strip() for cell in row):  # blank lines and all-empty spreadsheet rows are not data
+                    return line, row
+        except csv.Error as err:
+            self.close()
+            raise ConfigError(f"malformed CSV ({err})", path=self.path, line=reader.line_num) from None
+        except UnicodeDecodeError:
+            self.close()
+            raise ConfigError("not UTF-8 text (save it as 'CSV UTF-8')", path=self.path,
+                              line=_bad_line(self.path)) from None
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._text.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _file_rows(path: Path) -> _Rows:
+    raw, st = files.open_regular(path, what="dataset (CSV)")
+    text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="strict", newline="")
+    return _Rows(path, text, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+
+
+def _text_rows(path: Path, data: bytes) -> _Rows:
+    return _Rows(path, io.StringIO(files.decode(data, path, hint=" (save it as 'CSV UTF-8')"), newline=""))
+
+
+def _bad_line(path: Path) -> int | None:
+    raw, _ = files.open_regular(path, what="dataset (CSV)")
+    with raw:
+        return files.bad_utf8_line(iter(lambda: raw.read(1 << 20), b""))
 
 
 def _columns(header: list[str], path: Path) -> list[str]:

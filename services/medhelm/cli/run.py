@@ -176,16 +176,14 @@ class MetricsExport:
 
 def main_validate(args: argparse.Namespace) -> int:
     """Everything `run` checks before calling a model, plus loading every instance."""
-    from medhelm.pipeline.sampling import select_instances
+    from medhelm.pipeline.sampling import stream_run
 
     _, plans = plan_from_args(args)
     for plan in plans:
         spec = plan.spec
-        try:
-            loaded = list(plan.benchmark.instances())
-            n = len(select_instances(loaded, spec.max_eval_instances, spec.seed, source=spec.benchmark.name))
-        except MedhelmError as err:
-            raise err.with_context(f"run '{spec.name}': ") from None
+        n = stream_run(plan.benchmark, spec).count  # a streamed benchmark is counted, not held
+        source = plan.benchmark.instances()
+        loaded = source if hasattr(source, "__len__") else list(source)
         print(f"ok  {spec.name}  ({n} instances, metrics: {', '.join(m.name for m in spec.benchmark.metrics)})")
         expected = getattr(plan.benchmark, "expected_count", None)
         if expected is not None:

@@ -25,7 +25,7 @@ from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
 from medhelm.inference.base import InferenceObserver, ModelClient, NullObserver
 from medhelm.inference.cache import RequestCache
 from medhelm.inference.retry import RetryingClient, RetryPolicy
-from medhelm.specs import Completion, Deployment, DeploymentKind, GenerationRequest
+from medhelm.specs import Completion, Deployment, DeploymentKind, GenerationRequest, canonical_json
 
 __all__ = ["ClientPool", "ClientStats", "InferenceError", "NullObserver", "PooledClient", "RequestCache",
            "RetryPolicy", "ServerUnreachable", "make_client"]
@@ -122,6 +122,7 @@ class PooledClient:
         self._metrics = pool.observer.bind_client(self._deployment, role)
         self._window: int | None = None
         self._window_known = False
+        self._identity = canonical_json(self._deployment.identity())  # the cache keys' constant part
         self._client = RetryingClient(_Slots(inner, counters, self._deployment.max_concurrency, self._metrics),
                                       pool.retry, on_retry=self._count_retry)
 
@@ -152,7 +153,7 @@ class PooledClient:
 
     async def generate(self, request: GenerationRequest) -> Completion:
         cache = self._pool.cache
-        key = request.cache_key(self._deployment) if cache is not None else ""
+        key = request.cache_key(self._identity) if cache is not None else ""
         if cache is not None:
             hit = cache.get(key)
             if hit is not None:
@@ -168,7 +169,7 @@ class PooledClient:
             raise
         self._metrics.request_finished(time.perf_counter() - started, completion)
         if cache is not None:
-            cache.put_nowait(key, completion)
+            await cache.put(key, completion)  # waits only when commits fall far behind
         return completion
 
     def _count_retry(self, err: InferenceError, retry: int, wait: float) -> None:

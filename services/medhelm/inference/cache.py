@@ -12,15 +12,23 @@ Concurrency: WAL mode (the default) lets readers run while one writer commits; `
 several processes (the shards of one suite share a PVC) wait for each other instead of failing.
 Reads are single primary-key lookups (tens of microseconds) done inline; writes are queued and committed
 by a worker thread in batches gathered over ``commit_interval_s``, so the event loop never waits for a
-file lock and a run makes a few commits per second, not one per request. A queued entry is already
+file lock and a run makes a few commits per second, not one per request. At most ``MAX_PENDING`` entries
+wait: beyond that ``put`` waits for a commit (a fast server slows to SQLite's pace; memory stays bounded). A queued entry is already
 visible to ``get``; entries still queued when a process is killed are simply asked again next time. Only successful
 completions are stored; a hit comes back with ``usage.cached=True``, ``latency_s=0`` and ``attempts=0``.
+
+A cache that was empty when this process opened it (a first run) answers a miss without asking SQLite:
+the keys this process wrote are remembered in a fixed 1 MiB Bloom filter (a "maybe" asks SQLite), so a
+run of a million requests does not pay a million SELECTs that find nothing. Entries another process adds
+meanwhile are then not seen by this one (asked again: a cache is never needed for correctness).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
+import itertools
 import json
 import os
 import socket
@@ -35,6 +43,8 @@ ENV_FILE, ENV_JOURNAL = "MEDHELM_CACHE_FILE", "MEDHELM_CACHE_JOURNAL"
 JOURNAL_MODES = ("wal", "delete", "truncate")
 BUSY_TIMEOUT_MS = 60_000
 COMMIT_INTERVAL_S = 0.25
+MAX_PENDING = 10_000  # queued entries (~3 MB) before put() waits for a commit (see put)
+_BLOOM_BITS = 1 << 23  # 1 MiB: ~2 % false "maybe"s at a million keys (3 probes)
 _SCHEMA = "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
 
 
@@ -67,6 +77,8 @@ class RequestCache:
         self.journal = journal_mode()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._reader = self._connect()
+        empty = self._reader.execute("SELECT NOT EXISTS (SELECT 1 FROM completions)").fetchone()[0]
+        self._ours: bytearray | None = bytearray(_BLOOM_BITS // 8) if empty else None  # see the docstring
         self._writer: sqlite3.Connection | None = None
         self._write_lock = threading.Lock()  # one batch commit at a time per process
         self._pending: dict[str, str] = {}  # written by us, not yet committed: visible to get() already
@@ -90,6 +102,8 @@ class RequestCache:
     def get(self, key: str) -> Completion | None:
         value = self._pending.get(key)
         if value is None:
+            if self._ours is not None and not self._maybe_ours(key):
+                return None  # empty when opened, and never written by us
             row = self._reader.execute("SELECT value FROM completions WHERE key = ?", (key,)).fetchone()
             if row is None:
                 return None
@@ -97,6 +111,10 @@ class RequestCache:
         completion = Completion.from_json(json.loads(value))
         return dataclasses.replace(
             completion, usage=dataclasses.replace(completion.usage, cached=True, latency_s=0.0, attempts=0))
+
+    def _maybe_ours(self, key: str) -> bool:
+        ours = self._ours
+        return all(ours[bit >> 3] & (1 << (bit & 7)) for bit in _probes(key))  # type: ignore[index]
 
     def __len__(self) -> int:
         self.flush()
@@ -107,6 +125,9 @@ class RequestCache:
     def put_nowait(self, key: str, completion: Completion) -> None:
         """Queue a completion; it is committed by the running flusher (or by ``flush``/``aflush``)."""
         self._pending[key] = json.dumps(completion.to_json(), ensure_ascii=False)
+        if self._ours is not None:
+            for bit in _probes(key):
+                self._ours[bit >> 3] |= 1 << (bit & 7)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no event loop: commit now
@@ -117,7 +138,12 @@ class RequestCache:
             self._flusher = loop.create_task(self._flush_loop())
 
     async def put(self, key: str, completion: Completion) -> None:
+        """``put_nowait``, then wait while more than ``MAX_PENDING`` entries are queued: when SQLite commits
+        slower than answers come (a fast server, a large cache file), callers slow down instead of the queue
+        growing with the run."""
         self.put_nowait(key, completion)
+        while len(self._pending) > MAX_PENDING and self._flusher is not None and not self._flusher.done():
+            await asyncio.sleep(self.commit_interval_s)
 
     async def _flush_loop(self) -> None:
         while self._pending and not self._closing:
@@ -126,7 +152,8 @@ class RequestCache:
                 await asyncio.sleep(self.commit_interval_s)  # let a batch gather
             finally:
                 self._gathering = False
-            await asyncio.to_thread(self._commit, dict(self._pending))
+            # at most MAX_PENDING entries a transaction: the batch's copy stays bounded too
+            await asyncio.to_thread(self._commit, dict(itertools.islice(self._pending.items(), MAX_PENDING)))
 
     async def aflush(self) -> None:
         """Commit everything queued so far (await before reading the file from another process)."""
@@ -176,3 +203,9 @@ class RequestCache:
                 if conn is not None:
                     conn.close()
             self._writer = None
+
+
+def _probes(key: str) -> tuple[int, int, int]:
+    h = int.from_bytes(hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=12).digest(), "little")
+    mask = _BLOOM_BITS - 1
+    return h & mask, (h >> 32) & mask, (h >> 64) & mask

@@ -25,13 +25,14 @@ import aiohttp
 from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
 from medhelm.specs import Deployment
 
-DEFAULT_POOL_SIZE = 64  # connections when the deployment sets no max_concurrency
+DEFAULT_POOL_SIZE = 64
+_JSON = {"Content-Type": "application/json"}  # connections when the deployment sets no max_concurrency
 
 
 @dataclass(frozen=True)
 class HttpReply:
     status_code: int
-    headers: Mapping[str, str]  # lower-case names
+    headers: Mapping[str, str]  # looked up by lower-case names (a case-insensitive mapping)
     content: bytes
 
     def json(self) -> Any:
@@ -68,12 +69,18 @@ class JsonTransport:
 
     async def post(self, url: str, body: Mapping[str, Any], where: str) -> tuple[HttpReply, float]:
         """POST JSON -> (reply, seconds). ``where`` names the deployment/URL in error messages."""
+        return await self.post_bytes(url, json.dumps(body, ensure_ascii=False).encode("utf-8"), where)
+
+    async def post_bytes(self, url: str, body: bytes, where: str) -> tuple[HttpReply, float]:
+        """POST a JSON document already encoded (UTF-8) -> (reply, seconds)."""
         session = self._session_for_loop()
         started = time.perf_counter()
         try:
-            async with session.post(url, json=body, params=self._params or None, proxy=self._proxy) as response:
+            async with session.post(url, data=body, headers=_JSON, params=self._params or None,
+                                    proxy=self._proxy) as response:
                 content = await response.read()
-                reply = HttpReply(response.status, {k.lower(): v for k, v in response.headers.items()}, content)
+                # aiohttp's headers are case-insensitive already: no per-response copy with lower-case names
+                reply = HttpReply(response.status, response.headers, content)
         except aiohttp.ClientConnectorError as err:  # refused, DNS failure, TLS handshake: nobody answered
             raise ServerUnreachable(f"cannot reach {self._deployment.base_url} (deployment "
                                     f"'{self._deployment.name}'): {_reason(err)}") from None

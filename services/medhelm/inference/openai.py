@@ -26,7 +26,7 @@ from typing import Any
 
 from medhelm.errors import ConfigError, InferenceError
 from medhelm.inference.http import HttpReply, JsonTransport
-from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
+from medhelm.specs import Completion, Deployment, GenerationRequest, Usage, scalar_json
 
 _SERVER_MESSAGE_CHARS = 300
 _RETRYABLE_STATUS = frozenset({408, 429})  # plus every 5xx
@@ -39,6 +39,7 @@ class OpenAIClient:
         self._deployment = deployment
         self._url = deployment.base_url.rstrip("/") + "/chat/completions"
         self._model = deployment.served_model_name or deployment.model_name
+        self._body_head = '{"model":' + json.dumps(self._model, ensure_ascii=False) + ',"messages":'
         options = deployment.options
         params = {"api-version": str(options["api_version"])} if options.get("api_version") else None
         self._transport = JsonTransport(deployment, _headers(deployment), params)
@@ -69,8 +70,18 @@ class OpenAIClient:
             }
         return body
 
+    def body(self, request: GenerationRequest) -> bytes:
+        """``payload(request)`` as the bytes sent, the messages' JSON reused from the cache key."""
+        if request.json_schema is not None or request.top_logprobs:
+            return json.dumps(self.payload(request), ensure_ascii=False).encode("utf-8")
+        text = (self._body_head + request.messages_json() + ',"max_tokens":' + scalar_json(request.max_tokens)
+                + ',"temperature":' + scalar_json(request.temperature)
+                + (',"stop":' + json.dumps(list(request.stop), ensure_ascii=False) if request.stop else "")
+                + (',"seed":' + scalar_json(request.seed) if request.seed is not None else "") + "}")
+        return text.encode("utf-8")
+
     async def generate(self, request: GenerationRequest) -> Completion:
-        response, latency = await self.post(self._url, self.payload(request))
+        response, latency = await self._transport.post_bytes(self._url, self.body(request), self._where())
         if response.status_code >= 400:
             raise self._http_error(response, request)
         return _parse(response, latency, self._where())

@@ -2,9 +2,11 @@
 
 Prompts are fitted to the deployment's ``max_sequence_length``, else to the context length the server
 reports (vLLM ``GET /v1/models`` ``max_model_len``), minus the output tokens. Each run keeps
-``max_concurrency`` instances in flight (a fixed set of worker tasks pulling from a
-queue, so memory does not grow with the benchmark). Every finished instance is appended to the run's
-records at once; a run that is stopped at any point resumes without redoing finished instances.
+``max_concurrency`` instances in flight: a fixed set of worker tasks pulling from a bounded queue that one
+producer fills from the sampled instances as they are read (``sampling.stream_run``), so neither the
+instances nor the queue grow with the benchmark; statistics are aggregated while the records are merged
+(``records.RunDir.finalize``), never from all records in memory. Every finished instance is appended to
+the run's records at once; a run that is stopped at any point resumes without redoing finished instances.
 
 Failure semantics, per instance:
 * the server refuses the request for good (non-retryable, e.g. prompt too long) -> recorded with an
@@ -35,7 +37,7 @@ from medhelm.pipeline.options import RunOptions
 from medhelm.pipeline.plan import RunPlan
 from medhelm.pipeline.progress import Progress
 from medhelm.pipeline.records import RunDir, compat_digest
-from medhelm.pipeline.sampling import sample_run
+from medhelm.pipeline.sampling import stream_run
 from medhelm.scoring import registry as metric_registry
 from medhelm.scoring.base import Metric, MetricResult, ScoringContext, ScoringItem
 from medhelm.specs import GenerationRequest, Instance, InstanceResult, JudgeScore, MetricSpec, Usage
@@ -112,14 +114,16 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
     if options.skip_completed and _is_complete(run_dir, plan):
         return RunOutcome(plan, status=run_dir.status(), skipped=True)
 
-    instances = sample_run(plan.benchmark, spec)
-    run_dir.prepare(spec, [inst.id for inst in instances])
-    finished = {iid for iid, rec in run_dir.latest_records().items() if rec.error is None}
-    todo = [(pos, inst) for pos, inst in enumerate(instances)
-            if inst.id not in finished and (shard is None or shard.owns(pos))]
-    mine = sum(1 for pos in range(len(instances)) if shard is None or shard.owns(pos))
+    sample = stream_run(plan.benchmark, spec)
+    run_dir.prepare(spec, sample.ids())
+    finished = run_dir.finished_ids()
+    owns = shard.owns if shard is not None else None
+    mine = sample.count if shard is None else len(range(shard.index, sample.count, shard.count))
+    already = sum(1 for pos, iid in enumerate(run_dir.iter_selection())
+                  if (owns is None or owns(pos)) and iid in finished) if len(finished) else 0
+    todo = mine - already
     progress = progress or Progress(enabled=False)
-    progress.set_total(mine, already_done=mine - len(todo))
+    progress.set_total(mine, already_done=already)
     measure = telemetry.bind_run(plan.deployment.name, spec.benchmark.name) if telemetry else NULL_RUN_METRICS
     main_stat = spec.benchmark.main_metric
     retries_before = _retries(pool)
@@ -130,22 +134,44 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
     budget = PromptBudget(max_prompt_tokens=await _prompt_limit(plan, client), count_tokens=_token_counter(client))
     writer = run_dir.writer((shard.index, shard.count) if shard else None)
     outcome = RunOutcome(plan)
-    queue: asyncio.Queue[tuple[int, Instance]] = asyncio.Queue()
-    for item in todo:
-        queue.put_nowait(item)
+    run_name = spec.name  # a property that formats the name: once per run, not per instance
+    n_workers = max(1, min(options.max_concurrency, todo))
+    # bounded: the producer reads instances only as fast as the workers take them (backpressure)
+    queue: asyncio.Queue[tuple[int, Instance] | None] = asyncio.Queue(maxsize=2 * n_workers)
     stop = asyncio.Event()
+
+    async def produce() -> None:
+        try:
+            for position, instance in enumerate(sample):
+                if stop.is_set():
+                    return
+                if (owns is None or owns(position)) and (not finished or instance.id not in finished):
+                    await queue.put((position, instance))
+        finally:
+            if not stop.is_set():
+                for _ in range(n_workers):
+                    await queue.put(None)  # one end mark per worker
+
+    def halt() -> None:
+        """Stop every worker after its instance in flight: what is queued is dropped, each gets an end mark."""
+        stop.set()
+        while not queue.empty():
+            queue.get_nowait()
+        for _ in range(n_workers):
+            queue.put_nowait(None)
 
     async def worker() -> None:
         while not stop.is_set():
-            try:
-                position, instance = queue.get_nowait()
-            except asyncio.QueueEmpty:
+            item = await queue.get()
+            if item is None:
                 return
+            position, instance = item
             try:
-                record, judged_here = await _evaluate(plan, position, instance, client, metrics, budget)
+                record, judged_here = await _evaluate(plan, position, instance, client, metrics, budget, run_name)
             except ServerUnreachable as err:
                 outcome.error = outcome.error or str(err)
-                stop.set()
+                if not stop.is_set():
+                    halt()
                 return
             except InferenceError as err:
                 if not err.retryable:
@@ -161,16 +187,18 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
                 measure.judgements(judged_here)
             progress.advance(failed=record.error is not None)
 
-    measure.started(mine, mine - len(todo))
+    measure.started(mine, already)
     try:
-        workers = [asyncio.create_task(worker()) for _ in range(max(1, min(options.max_concurrency, len(todo))))]
+        producer = asyncio.create_task(produce())
+        workers = [asyncio.create_task(worker()) for _ in range(n_workers)]
         try:
             await asyncio.gather(*workers)
+            await _finish(producer)  # stopped early (unreachable server): it is cancelled
         except BaseException:
             stop.set()
-            for w in workers:
+            for w in (*workers, producer):
                 w.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            await asyncio.gather(*workers, producer, return_exceptions=True)
             raise
     finally:
         measure.finished()
@@ -185,10 +213,9 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
         outcome.status = run_dir.finalize(extra_status={"wall_time_s": round(outcome.wall_time_s, 3)})
     else:
         outcome.status = {"status": "shard-done" if not outcome.error else "partial",
-                          "instances_total": mine, "instances_done": mine - len(todo) + outcome.evaluated}
+                          "instances_total": mine, "instances_done": already + outcome.evaluated}
     if outcome.status.get("status") == "failed" and not outcome.error:
-        first = next((r.error for r in run_dir.latest_records().values() if r.error), "")
-        outcome.error = f"every instance failed (first error: {first})"
+        outcome.error = f"every instance failed (first error: {run_dir.first_error()})"
     if outcome.transient_failures and not outcome.error:
         outcome.error = (f"{outcome.transient_failures} instance(s) still failing after retries "
                          f"({plan.deployment.base_url or plan.deployment.name}); run again to resume")
@@ -196,10 +223,11 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
 
 
 async def _evaluate(plan: RunPlan, position: int, instance: Instance, client, metrics: Sequence[Metric],
-                    budget: PromptBudget) -> tuple[InstanceResult, list[JudgeScore]]:
+                    budget: PromptBudget, run_name: str | None = None) -> tuple[InstanceResult, list[JudgeScore]]:
     """The instance's record, and the judgements made in this process (a remote metric's are counted by
     the service that asked the judges)."""
     spec = plan.spec
+    run_name = run_name or spec.name
     prompt = plan.benchmark.prompt(instance, budget)
     request = GenerationRequest(messages=prompt.messages, max_tokens=spec.max_tokens,
                                 temperature=spec.temperature, seed=spec.seed)
@@ -208,16 +236,31 @@ async def _evaluate(plan: RunPlan, position: int, instance: Instance, client, me
     except InferenceError as err:
         if err.retryable:
             raise
-        return InstanceResult(run=spec.name, instance=instance, prompt=prompt, completion=None,
+        return InstanceResult(run=run_name, instance=instance, prompt=prompt, completion=None,
                               stats={}, error=str(err), position=position), []
     item = ScoringItem(run=spec, instance=instance, prompt=prompt, completion=completion)
-    results = await asyncio.gather(*(m.score(item) for m in metrics))
+    if len(metrics) == 1:  # the common case: no gather (a task per metric) for one coroutine
+        results = [await metrics[0].score(item)]
+    else:
+        results = await asyncio.gather(*(m.score(item) for m in metrics))
     merged = merge_results(results)
     here = [j for m, r in zip(metrics, results) if r.judgements and not getattr(m, "remote", False)
             for j in r.judgements]
-    return InstanceResult(run=spec.name, instance=instance, prompt=prompt, completion=completion,
+    return InstanceResult(run=run_name, instance=instance, prompt=prompt, completion=completion,
                           stats=merged.stats, judgements=merged.judgements, judge_usage=merged.judge_usage,
                           position=position), here
+
+
+async def _finish(producer: asyncio.Task) -> None:
+    """Wait for the producer; one stopped early (blocked on a full queue) is cancelled. Its errors (a
+    dataset that changed under the run) are raised."""
+    if not producer.done():
+        producer.cancel()
+    try:
+        await producer
+    except asyncio.CancelledError:
+        if not producer.cancelled():
+            raise
 
 
 def _retries(pool) -> dict[str, int]:
@@ -235,6 +278,8 @@ def _retries_since(pool, before: dict[str, int], candidate: str) -> tuple[int, i
 
 def merge_results(results: Sequence[MetricResult]) -> MetricResult:
     """The metrics' results for one instance as one (stats united, judgements and judge tokens summed)."""
+    if len(results) == 1 and not results[0].judgements:
+        return MetricResult(stats=dict(results[0].stats))
     stats: dict[str, float | None] = {}
     judgements: list[JudgeScore] = []
     judge_prompt = judge_completion = 0

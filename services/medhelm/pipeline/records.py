@@ -13,15 +13,23 @@ Layout of ``<output>/runs/<suite>/<run name>/`` (see docs/output-format.md):
 * ``run.json``       status and accounting (derived; rebuildable)
 
 Records are the source of truth; a torn last line (a kill during a write) is ignored on reading.
+
+Memory: nothing here holds a run's records or instances at once. The selection is written and read as a
+stream, resuming keeps the finished ids as 8-byte digests (``bounded.IdSet``), and finishing merges the
+record files in position order with an external sort while it aggregates the stats and counts, so a run
+of a million instances finishes in the memory of a run of a thousand (plus ~9 bytes per record).
 """
 
 from __future__ import annotations
 
 import contextlib
+import filecmp
 import json
 import os
+import re
 import tempfile
 import time
+from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +37,7 @@ from typing import TextIO
 
 from medhelm.errors import ConfigError
 from medhelm.files import check_regular, load_json
+from medhelm.pipeline.bounded import IdSet, duplicate_hashes, external_sort, id_hash
 from medhelm.specs import InstanceResult, RunSpec, Stat, digest
 
 RECORDS = "instances.jsonl"
@@ -59,6 +68,55 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def write_atomic_lines(path: Path, chunks: Iterable[str], *, unchanged_ok: bool = False) -> bool:
+    """``write_atomic`` of text given in pieces (never all in memory). With ``unchanged_ok`` an identical
+    existing file is left alone (no rename). True when the file was (re)written."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        if unchanged_ok and path.is_file() and filecmp.cmp(tmp, path, shallow=False):
+            Path(tmp).unlink()
+            return False
+        os.replace(tmp, path)
+        return True
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+_PLAIN_ID = re.compile(r'[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]*')  # json.dumps would not escape it
+
+
+def _selection_text(instance_ids: Iterable[str]) -> Iterator[str]:
+    """``_dump({"instance_ids": ids})``, piece by piece (byte for byte the same text)."""
+    first = True
+    plain = _PLAIN_ID.fullmatch
+    for iid in instance_ids:
+        yield ('{\n "instance_ids": [\n  ' if first else ',\n  ') + (
+            f'"{iid}"' if plain(iid) else json.dumps(iid, ensure_ascii=False))
+        first = False
+    yield '{\n "instance_ids": []\n}\n' if first else "\n ]\n}\n"
+
+
+_SELECTION_HEAD, _SELECTION_TAIL = b'{\n "instance_ids": [\n', b"\n ]\n}\n"
+
+
+def _streamable_selection(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(_SELECTION_HEAD))
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(size - len(_SELECTION_TAIL), 0))
+            return head == _SELECTION_HEAD and size > len(_SELECTION_HEAD) and f.read() == _SELECTION_TAIL
+    except OSError:
+        return False
+
+
 def _dump(obj: object) -> str:
     return json.dumps(obj, ensure_ascii=False, indent=1) + "\n"
 
@@ -80,7 +138,28 @@ class RunDir:
                 from None
 
     def selection(self) -> list[str]:
-        return list(self._load("selection.json")["instance_ids"])
+        return list(self.iter_selection())
+
+    def iter_selection(self) -> Iterator[str]:
+        """The sampled ids in position order, read as a stream when the file has the layout we write (one
+        id per line); any other JSON spelling of the same document is read whole."""
+        path = self.path / "selection.json"
+        if not _streamable_selection(path):
+            yield from self._load("selection.json")["instance_ids"]  # type: ignore[index]
+            return
+        with open(path, encoding="utf-8") as f:
+            f.readline()
+            f.readline()
+            for lineno, line in enumerate(f, 3):
+                if line == " ]\n":
+                    return
+                try:
+                    iid = json.loads(line[:-2] if line.endswith(",\n") else line)
+                except ValueError:
+                    raise ConfigError("corrupt JSON (an instance id)", path=path, line=lineno) from None
+                if not isinstance(iid, str):
+                    raise ConfigError("an instance id is not text", path=path, line=lineno)
+                yield iid
 
     def status(self) -> dict:
         p = self.path / "run.json"
@@ -123,37 +202,62 @@ class RunDir:
         return load_json(self.path / name, missing="missing (not a finished run directory?)")
 
     # --- starting / resuming -----------------------------------------------------------------
-    def prepare(self, spec: RunSpec, instance_ids: list[str]) -> None:
-        """Create or re-open the run directory for ``spec``.
+    def prepare(self, spec: RunSpec, instance_ids: Iterable[str]) -> None:
+        """Create or re-open the run directory for ``spec``; ``instance_ids`` (the sample, in position order)
+        is streamed into selection.json.
 
         Records from a run with different settings are moved to ``superseded.jsonl`` (never deleted)."""
         self.path.mkdir(parents=True, exist_ok=True)
         if self.exists():
             old = self.spec()
             if compat_digest(old) != compat_digest(spec):
-                self._supersede(keep=set())
+                self._supersede_all()
                 for f in self.path.glob("retries*.jsonl"):  # they counted the superseded records' requests
                     f.unlink()
             (self.path / "run.json").unlink(missing_ok=True)  # no longer complete until finalized
         write_atomic(self.path / "run_spec.json", _dump(spec.to_json()))
-        selection = self.path / "selection.json"
-        old = load_json(selection) if selection.exists() else None
-        if not isinstance(old, dict) or old.get("instance_ids") != instance_ids:
-            write_atomic(selection, _dump({"instance_ids": instance_ids}))
+        write_atomic_lines(self.path / "selection.json", _selection_text(instance_ids), unchanged_ok=True)
 
-    def _supersede(self, keep: set[str]) -> None:
-        moved = [r for r in self.iter_records() if r.instance.id not in keep]
-        if not moved:
+    def _supersede_all(self) -> None:
+        """Move every record line to superseded.jsonl (appended, fsync'd), then empty the record files."""
+        files = self.record_files()
+        if not any(True for _ in self._record_lines()):
             return
         with open(self.path / SUPERSEDED, "a", encoding="utf-8") as f:
-            for r in moved:
-                f.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")
+            for line, _ in self._record_lines():
+                f.write(line)
             f.flush()
             os.fsync(f.fileno())
-        kept = [r for r in self.iter_records() if r.instance.id in keep]
-        write_atomic(self.path / RECORDS, "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in kept))
-        for shard in (self.path / "shards").glob("shard-*.jsonl") if (self.path / "shards").is_dir() else ():
-            shard.unlink()
+        write_atomic(self.path / RECORDS, "")
+        for shard in files:
+            if shard.parent.name == "shards":
+                shard.unlink()
+
+    def finished_ids(self) -> IdSet:
+        """The ids that have a successful record (what a resumed run skips), 8 bytes each."""
+        done = IdSet()
+        for head in self._record_heads():
+            if head.ok:
+                done.add(head.id)
+        return done.freeze()
+
+    def first_error(self) -> str:
+        """The error of the first record (in file order) that has one; "" when none has."""
+        for _, d in self._record_lines():
+            if d.get("error"):
+                return str(d["error"])
+        return ""
+
+    def _record_lines(self) -> Iterator[tuple[str, dict]]:
+        """(line with its newline, parsed JSON object) of every record line of every record file."""
+        for path in self.record_files():
+            yield from record_lines(path)
+
+    def _record_heads(self) -> Iterator[RecordHead]:
+        """What finishing and resuming need of every record line (id, position, success), without parsing
+        whole lines that have the layout we write."""
+        for number, path in enumerate(self.record_files()):
+            yield from record_heads(path, number)
 
     def add_retries(self, retries: int, judge_retries: int, *, shard: tuple[int, int] | None = None) -> None:
         """Append one invocation's retry counts (one file per shard: shards share the volume, not the file)."""
@@ -185,32 +289,154 @@ class RunDir:
 
     # --- finishing ----------------------------------------------------------------------------
     def finalize(self, *, extra_status: dict | None = None) -> dict:
-        """Merge all record files in position order, derive stats.json and run.json. Idempotent."""
+        """Merge all record files in position order, derive stats.json and run.json. Idempotent.
+
+        One record per instance id (the last written, preferring a success over an error); records of ids
+        outside the selection (a smaller sample than before) are moved to superseded.jsonl, never deleted.
+        Streams: three passes over the record files and an external sort by position."""
         spec = self.spec()
-        selection = self.selection()
-        wanted = set(selection)
-        latest = self.latest_records()
-        outside = set(latest) - wanted
-        if outside:  # a smaller sample than before: keep those records aside, never delete them
-            self._supersede(keep=wanted)
-            latest = {k: v for k, v in latest.items() if k in wanted}
-        ordered = sorted(latest.values(), key=lambda r: r.position)
-        write_atomic(self.path / RECORDS, "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n"
-                                                  for r in ordered))
+        wanted = IdSet()
+        total = 0
+        for iid in self.iter_selection():
+            wanted.add(iid)
+            total += 1
+        wanted.freeze()
+        # pass 1: which ids occur more than once (8 bytes per line); only those need the preference rule
+        hashes = array("Q")
+        for head in self._record_heads():
+            hashes.append(id_hash(head.id))
+        repeated = duplicate_hashes(hashes)
+        del hashes
+        chosen: dict[str, list] = {}  # repeated id -> [line number of its record, of its first line, ok]
+        if repeated:
+            for seq, head in enumerate(self._record_heads()):
+                if id_hash(head.id) not in repeated:
+                    continue
+                prev = chosen.get(head.id)
+                if prev is None:
+                    chosen[head.id] = [seq, seq, head.ok]
+                elif head.ok or not prev[2]:
+                    prev[0], prev[2] = seq, head.ok
+
+        superseded = None
+        agg = Aggregator()
+        counts = StatusCounts()
+        files = self.record_files()
+
+        def kept() -> Iterator[tuple[tuple[int, int, int, int], str]]:
+            nonlocal superseded
+            for seq, head in enumerate(self._record_heads()):
+                if head.id not in wanted:
+                    if superseded is None:
+                        superseded = open(self.path / SUPERSEDED, "a", encoding="utf-8")  # noqa: SIM115
+                    superseded.write(head.line)
+                    continue
+                first = seq
+                if chosen:
+                    pick = chosen.get(head.id)
+                    if pick is not None:
+                        if pick[0] != seq:
+                            continue
+                        first = pick[1]
+                yield (head.position, first, head.file, head.lineno), head.line
+            if superseded is not None:  # durable before the new record file replaces the old one
+                superseded.flush()
+                os.fsync(superseded.fileno())
+
+        def ordered() -> Iterator[str]:
+            for (_, _, file, lineno), line in external_sort(kept(), self.path):
+                try:
+                    d = json.loads(line)
+                    agg.add(scored_row_json(d))
+                    counts.add(d)
+                except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+                    raise ConfigError(f"corrupt record line ({type(e).__name__})", path=files[file],
+                                      line=lineno) from None
+                yield line
+
+        try:
+            write_atomic_lines(self.path / RECORDS, ordered())
+        finally:
+            if superseded is not None:
+                superseded.close()
         shards = self.path / "shards"
         if shards.is_dir():
             for f in shards.glob("shard-*.jsonl"):
                 f.unlink()
             shards.rmdir()
-        stats = aggregate(ordered)
-        write_atomic(self.path / "stats.json", _dump([s.to_json() for s in stats]))
-        status = run_status(spec, ordered, len(selection))
+        write_atomic(self.path / "stats.json", _dump([s.to_json() for s in agg.stats()]))
+        status = counts.status(spec, total)
         counted = self.retry_counts()
         if counted is not None:  # every retry of every invocation, not only the finished records' attempts
             status["retries"], status["judge_retries"] = counted
         status.update(extra_status or {})
         write_atomic(self.path / "run.json", _dump(status))
         return status
+
+
+def _bad_record(e: Exception, path: Path, lineno: int) -> ConfigError:
+    what = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else f"corrupt record line ({type(e).__name__})"
+    return ConfigError(what, path=path, line=lineno or None)
+
+
+def record_lines(path: Path) -> Iterator[tuple[str, dict]]:
+    """(line, parsed object) of each whole record line of ``path`` (a torn last line is skipped); a line that
+    is not a record is a ConfigError naming the file and line."""
+    check_regular(path, what="records file (JSON lines)")
+    with open(path, encoding="utf-8") as f:
+        lineno = 0
+        try:
+            for lineno, line in enumerate(f, 1):  # noqa: B007 - lineno is used in the error
+                if not line.endswith("\n"):
+                    return  # torn final line from an interrupted write: not a finished record
+                if line.strip():
+                    d = json.loads(line)
+                    if not isinstance(d, dict) or not isinstance(d["instance"]["id"], str) \
+                            or not isinstance(d.get("position", 0), int):
+                        raise TypeError("not a record")
+                    yield line, d
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # incl. UnicodeDecodeError
+            raise _bad_record(e, path, lineno) from None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordHead:
+    line: str  # with its newline
+    id: str
+    position: int
+    ok: bool  # no error
+    file: int  # which record file (index in RunDir.record_files())
+    lineno: int
+
+
+# The start of a record line as RecordWriter writes it (json.dumps of InstanceResult.to_json(): run, position,
+# instance.id first; error last): read without parsing the line. Any other spelling is parsed whole.
+_HEAD = re.compile(r'\{"run": "(?:[^"\\]|\\.)*", "position": (\d+), "instance": \{"id": ("(?:[^"\\]|\\.)*")')
+_NO_ERROR = ', "error": null}\n'
+
+
+def record_heads(path: Path, file: int = 0) -> Iterator[RecordHead]:
+    check_regular(path, what="records file (JSON lines)")
+    match = _HEAD.match
+    with open(path, encoding="utf-8") as f:
+        lineno = 0
+        try:
+            for lineno, line in enumerate(f, 1):  # noqa: B007 - lineno is used in the error
+                if not line.endswith("\n"):
+                    return  # torn final line from an interrupted write: not a finished record
+                m = match(line)
+                if m is not None and (line.endswith(_NO_ERROR) or line.endswith('"}\n')):
+                    literal = m.group(2)
+                    iid = literal[1:-1] if "\\" not in literal else json.loads(literal)
+                    yield RecordHead(line, iid, int(m.group(1)), line.endswith(_NO_ERROR), file, lineno)
+                elif line.strip():
+                    d = json.loads(line)
+                    iid, position = d["instance"]["id"], d.get("position", 0)
+                    if not isinstance(iid, str) or not isinstance(position, int):
+                        raise TypeError("not a record")
+                    yield RecordHead(line, iid, position, d.get("error") is None, file, lineno)
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # incl. UnicodeDecodeError
+            raise _bad_record(e, path, lineno) from None
 
 
 def read_records(path: Path) -> Iterator[InstanceResult]:
@@ -225,8 +451,7 @@ def read_records(path: Path) -> Iterator[InstanceResult]:
                 if line:
                     yield InstanceResult.from_json(json.loads(line))
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # incl. UnicodeDecodeError
-            what = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else f"corrupt record line ({type(e).__name__})"
-            raise ConfigError(what, path=path, line=lineno or None) from None
+            raise _bad_record(e, path, lineno) from None
 
 
 @dataclass
@@ -327,13 +552,29 @@ def scored_row(rec: InstanceResult) -> tuple[str, Mapping[str, float | None]] | 
 
 def aggregate_rows(rows: Iterable[tuple[str, Mapping[str, float | None]] | None]) -> list[Stat]:
     """``aggregate`` over ``scored_row`` values (a service keeps only these, not whole records)."""
-    acc: dict[tuple[str, str], list[float]] = {}  # [count, sum, sum_sq, min, max, unscored]
+    agg = Aggregator()
     for row in rows:
+        agg.add(row)
+    return agg.stats()
+
+
+class Aggregator:
+    """Running count, sum, sum of squares, min, max and unscored per (stat, split): add rows as they come."""
+
+    __slots__ = ("_acc",)
+
+    def __init__(self) -> None:
+        self._acc: dict[tuple[str, str], list[float]] = {}  # [count, sum, sum_sq, min, max, unscored]
+
+    def add(self, row: tuple[str, Mapping[str, float | None]] | None) -> None:
         if row is None:
-            continue
+            return
         split, stats = row
+        acc = self._acc
         for name, value in stats.items():
-            a = acc.setdefault((name, split), [0, 0.0, 0.0, float("inf"), float("-inf"), 0])
+            a = acc.get((name, split))
+            if a is None:
+                a = acc[(name, split)] = [0, 0.0, 0.0, float("inf"), float("-inf"), 0]
             if value is None:
                 a[5] += 1
                 continue
@@ -341,32 +582,81 @@ def aggregate_rows(rows: Iterable[tuple[str, Mapping[str, float | None]] | None]
             a[0] += 1
             a[1] += v
             a[2] += v * v
-            a[3] = min(a[3], v)
-            a[4] = max(a[4], v)
-    return [Stat(name=n, split=s, count=int(a[0]), sum=a[1], sum_squared=a[2],
-                 min=a[3] if a[0] else None, max=a[4] if a[0] else None, unscored=int(a[5]))
-            for (n, s), a in sorted(acc.items())]
+            if v < a[3]:
+                a[3] = v
+            if v > a[4]:
+                a[4] = v
+
+    def stats(self) -> list[Stat]:
+        return [Stat(name=n, split=s, count=int(a[0]), sum=a[1], sum_squared=a[2],
+                     min=a[3] if a[0] else None, max=a[4] if a[0] else None, unscored=int(a[5]))
+                for (n, s), a in sorted(self._acc.items())]
 
 
-def run_status(spec: RunSpec, records: list[InstanceResult], total: int) -> dict:
-    errors = sum(1 for r in records if r.error is not None)
-    done = len(records)
-    completions = [r.completion for r in records if r.completion is not None]
-    # Every instance answered with an error (e.g. each prompt over the server's context limit): the run
-    # did not evaluate the model, so it is "failed", never "complete" (its records say why, per instance).
-    state = "partial" if done < total else ("failed" if total and errors == done else "complete")
-    return {
-        "status": state,
-        "run": spec.name,
-        "digest": spec.digest(),
-        "compat_digest": compat_digest(spec),
-        "benchmark": spec.benchmark.name,
-        "model": spec.model,
-        "deployment": spec.deployment,
-        "instances_total": total,
-        "instances_done": done,
-        "errors": errors,
-        "requests": sum(1 for c in completions if not c.usage.cached),
-        "cache_hits": sum(1 for c in completions if c.usage.cached),
-        "retries": sum(max(c.usage.attempts - 1, 0) for c in completions),
-    }
+def scored_row_json(d: Mapping) -> tuple[str, dict[str, float | None]] | None:
+    """``scored_row`` of a record's JSON object, without building the InstanceResult (the same values)."""
+    completion = d.get("completion")
+    if d.get("error") is not None and not completion:
+        return None
+    out: dict[str, float | None] = dict(d.get("stats") or {})
+    if completion:
+        u = completion.get("usage") or {}
+        out["num_prompt_tokens"] = u.get("prompt_tokens")
+        out["num_completion_tokens"] = u.get("completion_tokens")
+        out["inference_runtime"] = u.get("latency_s", 0.0) if not u.get("cached", False) else None
+    out["prompt_truncated"] = 1.0 if d["prompt"].get("truncated", False) else 0.0
+    if d.get("judgements"):
+        ju = d.get("judge_usage") or {}
+        out["judge_prompt_tokens"] = ju.get("prompt_tokens")
+        out["judge_completion_tokens"] = ju.get("completion_tokens")
+    return d["instance"].get("split", "test"), out
+
+
+class StatusCounts:
+    """run.json's counts, added record by record (a record's JSON object)."""
+
+    __slots__ = ("done", "errors", "requests", "cache_hits", "retries")
+
+    def __init__(self) -> None:
+        self.done = self.errors = self.requests = self.cache_hits = self.retries = 0
+
+    def add(self, d: Mapping) -> None:
+        self.done += 1
+        if d.get("error") is not None:
+            self.errors += 1
+        completion = d.get("completion")
+        if completion:
+            u = completion.get("usage") or {}
+            if u.get("cached", False):
+                self.cache_hits += 1
+            else:
+                self.requests += 1
+            self.retries += max(u.get("attempts", 1) - 1, 0)
+
+    def status(self, spec: RunSpec, total: int) -> dict:
+        done, errors = self.done, self.errors
+        # Every instance answered with an error (e.g. each prompt over the server's context limit): the run
+        # did not evaluate the model, so it is "failed", never "complete" (its records say why, per instance).
+        state = "partial" if done < total else ("failed" if total and errors == done else "complete")
+        return {
+            "status": state,
+            "run": spec.name,
+            "digest": spec.digest(),
+            "compat_digest": compat_digest(spec),
+            "benchmark": spec.benchmark.name,
+            "model": spec.model,
+            "deployment": spec.deployment,
+            "instances_total": total,
+            "instances_done": done,
+            "errors": errors,
+            "requests": self.requests,
+            "cache_hits": self.cache_hits,
+            "retries": self.retries,
+        }
+
+
+def run_status(spec: RunSpec, records: Iterable[InstanceResult], total: int) -> dict:
+    counts = StatusCounts()
+    for r in records:
+        counts.add(r.to_json())
+    return counts.status(spec, total)

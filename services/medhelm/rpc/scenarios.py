@@ -1,6 +1,6 @@
 """ScenarioService: the catalogue, one benchmark's spec, and the instances (with prompts) of a run's shard.
 
-Selection and sharding are the pipeline's (``sample_run``, ``Shard``): a shard streamed from here
+Selection and sharding are the pipeline's (``stream_run``, ``Shard``): a shard streamed from here
 holds exactly the positions ``medhelm run`` would evaluate in that shard.
 
 Callers name benchmarks; file arguments are confined to the operator's roots (``owned.py``). A stream
@@ -18,7 +18,7 @@ import grpc
 from medhelm.benchmarks.base import Benchmark, PromptBudget
 from medhelm.errors import ConfigError, DataUnavailable
 from medhelm.pipeline import Shard
-from medhelm.pipeline.sampling import sample_run
+from medhelm.pipeline.sampling import stream_run
 from medhelm.rpc import codec
 from medhelm.rpc.owned import ServerBenchmarks
 from medhelm.rpc.telemetry import Telemetry, rpc_method
@@ -58,7 +58,7 @@ class ScenarioServicer(scenarios_pb2_grpc.ScenarioServiceServicer):
         budget = PromptBudget(max_prompt_tokens=request.max_prompt_tokens
                               if request.HasField("max_prompt_tokens") else None)
         bench = await asyncio.to_thread(self._for_run, spec)
-        instances = await asyncio.to_thread(sample_run, bench, spec)
+        instances = await asyncio.to_thread(stream_run, bench, spec)  # the sample, read as it is sent
         for position, instance in enumerate(instances):
             if shard is None or shard.owns(position):
                 prompt = bench.prompt(instance, budget)

@@ -55,9 +55,17 @@ def score_text(prediction: str, golds: tuple[str, ...] | list[str]) -> dict[str,
     """The four stats for one output against its correct references (max over references)."""
     if not golds:
         return dict.fromkeys(STATS)
-    if not prediction.strip():
+    pred = prediction.strip()
+    if not pred:
         return dict.fromkeys(STATS, 0.0)
-    return {name: float(any(match(gold, prediction) for gold in golds)) for name, match in _MATCHERS.items()}
+    # _MATCHERS' four comparisons with each side stripped / normalised once (not once per matcher and gold)
+    norm_pred = normalize(prediction)
+    stripped = [g.strip() for g in golds]
+    normed = [normalize(g) for g in golds]
+    return {"exact_match": float(pred in stripped),
+            "quasi_exact_match": float(norm_pred in normed),
+            "prefix_exact_match": float(any(pred.startswith(g) for g in stripped)),
+            "quasi_prefix_exact_match": float(any(norm_pred.startswith(g) for g in normed))}
 
 
 _ON_LOOP_CHARS = 20_000  # longer outputs are normalised off the loop (seconds for megabytes)

@@ -1,0 +1,282 @@
+"""Streamed runs give exactly what the in-memory pipeline gave: the same sample for --max-eval-instances, the
+same selection.json bytes, and finishing (external sort + running aggregates) writes the same records,
+superseded lines, stats.json and run.json as reading every record back did."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from medhelm.benchmarks import configurable
+from medhelm.benchmarks.base import LoadContext
+from medhelm.errors import ConfigError
+from medhelm.pipeline import bounded, records
+from medhelm.pipeline.records import RunDir, _dump, _selection_text
+from medhelm.pipeline.sampling import select_instances, stream_run
+from medhelm.specs import (Completion, FrozenMap, Instance, InstanceResult, JudgeScore, Prompt, Reference, RunSpec,
+                           Usage)
+
+from .conftest import write_benchmark
+
+
+def todays_selection(instances, max_instances, seed):
+    """The selection before streaming (verbatim): a seeded shuffle of a list of positions, the first k kept."""
+    if max_instances is None or max_instances >= len(instances):
+        return list(instances)
+    order = list(range(len(instances)))
+    random.Random(seed).shuffle(order)
+    return [instances[i] for i in sorted(order[:max_instances])]
+
+
+def load(cfg: Path):
+    return configurable.load_configurable(LoadContext(args=FrozenMap(config_path=str(cfg)), base_dir=cfg.parent))
+
+
+def spec_for(bench, k, seed) -> RunSpec:
+    return RunSpec(entry="e", benchmark=bench.spec, benchmark_args=FrozenMap(), model="m", deployment="d",
+                   max_eval_instances=k, max_tokens=2, temperature=0.0, seed=seed)
+
+
+def test_stream_run_picks_todays_selection(tmp_path):
+    bench = load(write_benchmark(tmp_path / "b", 257))
+    everything = list(bench.instances())
+    assert len(everything) == 257 == len(bench.instances())
+    for k in (None, 1, 2, 10, 100, 256, 257, 1000):
+        for seed in (0, 1, 7, 2**32 - 1):
+            expected = todays_selection(everything, k, seed)
+            sample = stream_run(bench, spec_for(bench, k, seed))
+            assert list(sample) == expected, (k, seed)
+            assert list(sample.ids()) == [i.id for i in expected]
+            assert sample.count == len(expected)
+            assert select_instances(everything, k, seed) == expected  # the in-memory door too
+
+
+def test_nested_samples_keep_what_was_evaluated(tmp_path):
+    bench = load(write_benchmark(tmp_path / "b", 500))
+    small = set(stream_run(bench, spec_for(bench, 40, 3)).ids())
+    big = set(stream_run(bench, spec_for(bench, 90, 3)).ids())
+    assert small < big and len(big) == 90
+
+
+def test_the_dataset_is_not_held_in_memory(tmp_path):
+    bench = load(write_benchmark(tmp_path / "b", 20))
+    assert not isinstance(bench.instances(), (list, tuple))  # read from the file at each pass
+    data = tmp_path / "b" / "dataset.csv"
+    data.write_text(data.read_text() + '9999,"x","y",Yes,"[]"\n')
+    with pytest.raises(ConfigError, match="changed after the run was planned") as err:
+        list(bench.instances())
+    assert str(data) in str(err.value)
+
+
+def test_a_repeated_id_is_refused_with_both_lines(tmp_path):
+    folder = tmp_path / "b"
+    cfg = write_benchmark(folder, 3)
+    (folder / "dataset.csv").write_text("id,note,question,correct_answer\n"
+                                        "a,n,q,Yes\nb,n,q,No\n\nA,n,q,No\n a ,n,q,Yes\n")
+    with pytest.raises(ConfigError) as err:
+        load(cfg)
+    assert "duplicate id (first used on line 2)" in str(err.value) and ":6" in str(err.value)
+
+
+def test_selection_json_bytes_unchanged():
+    for ids in (["1"], ["a", "b\u00e9", 'q"uote', "new\nline", "x" * 300], [str(i) for i in range(5000)]):
+        assert "".join(_selection_text(ids)) == _dump({"instance_ids": ids})
+
+
+def test_selection_is_read_back_streamed_or_whole(tmp_path):
+    rd = RunDir(tmp_path)
+    ids = ["z", "\u00e9", 'a"b', "7"] * 3000
+    (tmp_path / "selection.json").write_text(_dump({"instance_ids": ids}))
+    assert list(rd.iter_selection()) == ids
+    (tmp_path / "selection.json").write_text(json.dumps({"instance_ids": ids}))  # another spelling
+    assert rd.selection() == ids
+
+
+# ------------------------------------------------------------------------------------------------
+# finishing a run
+
+
+def _iid(i: int) -> str:
+    return f"id-{i}" if i % 7 else f'id "{i}" \\ \u00e9'  # escapes in the JSON text too
+
+
+def _record(i: int, rng: random.Random, *, error: bool = False, position: int | None = None) -> InstanceResult:
+    inst = Instance(id=_iid(i), input=f"note {i}", references=(Reference("Yes"),), split=rng.choice(["test", "valid"]))
+    if error:
+        return InstanceResult(run="r", instance=inst, prompt=Prompt.user("p"), completion=None, stats={},
+                              error="HTTP 400: too long", position=i if position is None else position)
+    cached = rng.random() < 0.3
+    usage = Usage(prompt_tokens=rng.randint(5, 50), completion_tokens=rng.choice([1, 2, None]),
+                  latency_s=0.0 if cached else rng.random(), cached=cached, attempts=0 if cached else rng.randint(1, 3))
+    judged = rng.random() < 0.3
+    judgements = (JudgeScore("j", "accuracy", rng.choice([1.0, 3.0, None]), 1.0, 5.0),) if judged else ()
+    return InstanceResult(run="r", instance=inst, prompt=Prompt.user("p", truncated=rng.random() < 0.2),
+                          completion=Completion("Yes", "stop", usage),
+                          stats={"exact_match": rng.choice([0.0, 1.0, None]), "f1": rng.random()},
+                          judgements=judgements,
+                          judge_usage=Usage(prompt_tokens=7, completion_tokens=3) if judged else Usage(),
+                          position=i if position is None else position)
+
+
+def _line(r: InstanceResult) -> str:
+    return json.dumps(r.to_json(), ensure_ascii=False) + "\n"
+
+
+def _todays_finalize(lines: list[str], selection: list[str], spec: RunSpec):
+    """What finishing a run wrote before streaming (verbatim logic): records, superseded lines, stats, status."""
+    latest: dict[str, InstanceResult] = {}
+    for line in lines:
+        rec = InstanceResult.from_json(json.loads(line))
+        prev = latest.get(rec.instance.id)
+        if prev is None or rec.error is None or prev.error is not None:
+            latest[rec.instance.id] = rec
+    wanted = set(selection)
+    superseded = [line for line in lines if json.loads(line)["instance"]["id"] not in wanted] \
+        if set(latest) - wanted else []
+    ordered = sorted((v for k, v in latest.items() if k in wanted), key=lambda r: r.position)
+    errors = sum(1 for r in ordered if r.error is not None)
+    completions = [r.completion for r in ordered if r.completion is not None]
+    status = {"instances_total": len(selection), "instances_done": len(ordered), "errors": errors,
+              "requests": sum(1 for c in completions if not c.usage.cached),
+              "cache_hits": sum(1 for c in completions if c.usage.cached),
+              "retries": sum(max(c.usage.attempts - 1, 0) for c in completions)}
+    return [_line(r) for r in ordered], superseded, [s.to_json() for s in records.aggregate(ordered)], status
+
+
+@pytest.mark.parametrize("chunk_bytes", [None, 2000])  # all in memory; spilled to many sorted files
+def test_finalize_streams_the_same_result(tmp_path, monkeypatch, chunk_bytes):
+    if chunk_bytes:
+        monkeypatch.setattr(bounded, "CHUNK_BYTES", chunk_bytes)
+    rng = random.Random(5)
+    n = 400
+    spec = spec_for(load(write_benchmark(tmp_path / "b", 3)), n, 0)
+    rd = RunDir(tmp_path / "run")
+    rd.path.mkdir()
+    selection = [_iid(i) for i in range(n) if i % 17]  # some earlier records fall outside the sample
+    main = [_record(i, rng, error=i % 11 == 0) for i in range(n)]
+    rng.shuffle(main)  # workers finish out of order
+    again = [_record(i, rng) for i in range(0, n, 11)]  # resumed: the errors answered this time
+    worse = [_record(i, rng, error=True) for i in range(1, n, 13)]  # a later error never replaces a success
+    shard = [_record(i, rng, position=i) for i in range(2, n, 29)]
+    (rd.path / "instances.jsonl").write_text("".join(map(_line, main + again + worse)))
+    (rd.path / "shards").mkdir()
+    (rd.path / "shards" / "shard-00000-of-00002.jsonl").write_text("".join(map(_line, shard)) + '{"torn')
+    (rd.path / "run_spec.json").write_text(_dump(spec.to_json()))
+    (rd.path / "selection.json").write_text(_dump({"instance_ids": selection}))
+    lines = [_line(r) for r in main + again + worse + shard]
+
+    want_records, want_superseded, want_stats, want_status = _todays_finalize(lines, selection, spec)
+    status = rd.finalize()
+
+    assert (rd.path / "instances.jsonl").read_text() == "".join(want_records)
+    assert (rd.path / "superseded.jsonl").read_text() == "".join(want_superseded)
+    assert json.loads((rd.path / "stats.json").read_text()) == want_stats
+    assert {k: status[k] for k in want_status} == want_status and status["status"] == "complete"
+    assert not (rd.path / "shards").exists()
+    assert not list(rd.path.glob(".*"))  # no temporary file left behind
+    again_status = rd.finalize()  # idempotent
+    assert again_status == status and (rd.path / "instances.jsonl").read_text() == "".join(want_records)
+
+
+def test_external_sort_spills_and_merges(tmp_path):
+    rng = random.Random(1)
+    items = [((rng.randrange(1000), i), f"line {i}") for i in range(5000)]
+    out = list(bounded.external_sort(iter(items), tmp_path, chunk_bytes=3000))
+    assert out == sorted(items)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("n", [10_000, 70_000])  # sorted as Python ints; as an 8-byte numpy array
+def test_id_set_membership(n):
+    ids = bounded.IdSet(f"x{i}" for i in [*range(n), 5, 17])
+    assert len(ids) == n and "x17" in ids and f"x{n}" not in ids and "" not in ids
+    assert sys.getsizeof(ids._hashes) < n * 9  # 8 bytes an id
+    from array import array
+
+    hashes = array("Q", (bounded.id_hash(f"x{i}") for i in [*range(n), 5, 17, 17]))
+    assert bounded.duplicate_hashes(hashes) == {bounded.id_hash("x5"), bounded.id_hash("x17")}
+
+
+def test_cache_key_unchanged():
+    """Keys computed with the deployment's identity and the messages encoded once equal the keys of existing
+    caches, and the request body built from those pieces is the payload."""
+    from medhelm.inference.openai import OpenAIClient
+    from medhelm.specs import Deployment, DeploymentKind, GenerationRequest, Message, canonical_json, digest
+
+    dep = Deployment(name="vllm/q\u00e9", model_name="q/q", kind=DeploymentKind.OPENAI, base_url="http://h:1/v1")
+    for req in (GenerationRequest(messages=(Message("user", "Note \u00e9 \"x\"\n"),), max_tokens=4),
+                GenerationRequest(messages=(Message("system", "s"), Message("user", "u")), max_tokens=9,
+                                  temperature=0.7,
+                                  stop=("\n",), seed=None, json_schema='{"type":"object"}', top_logprobs=3)):
+        before = digest({"deployment": dep.identity(), "request": req.to_json()}, length=64)
+        assert req.cache_key(dep) == before == req.cache_key(canonical_json(dep.identity()))
+        client = OpenAIClient(dep)  # the body sent reuses the messages' JSON: the same document as payload()
+        assert json.loads(client.body(req)) == client.payload(req)
+
+
+def test_request_cache_opened_empty_finds_its_own_entries_after_commit(tmp_path):
+    from medhelm.inference.cache import RequestCache
+
+    cache = RequestCache(tmp_path / "c.sqlite")
+    keys = [f"{i:064x}" for i in range(300)]
+    for k in keys:
+        cache.put_nowait(k, Completion("Yes", "stop", Usage(prompt_tokens=3)))  # no loop: committed at once
+    assert not cache._pending and cache._ours is not None
+    assert all(cache.get(k).text == "Yes" for k in keys)  # committed by us: still found
+    assert cache.get("f" * 64) is None
+    other = RequestCache(tmp_path / "c.sqlite")  # opened non-empty: every lookup asks SQLite
+    assert other._ours is None and other.get(keys[7]).usage.cached
+    cache.close()
+    other.close()
+
+
+def test_a_repeated_id_in_a_large_dataset_is_refused(tmp_path):
+    folder = tmp_path / "b"
+    cfg = write_benchmark(folder, 3)
+    rows = "".join(f"r{i},n,q,Yes\n" for i in range(70_000))  # digests sorted with numpy from 65,536 rows
+    (folder / "dataset.csv").write_text("id,note,question,correct_answer\n" + rows + "r12,n,q,No\n")
+    with pytest.raises(ConfigError) as err:
+        load(cfg)
+    assert "duplicate id (first used on line 14)" in str(err.value) and ":70002" in str(err.value)
+
+
+def test_changed_settings_move_every_record_aside(tmp_path):
+    rng = random.Random(2)
+    bench = load(write_benchmark(tmp_path / "b", 3))
+    rd = RunDir(tmp_path / "run")
+    rd.prepare(spec_for(bench, 5, 0), iter(["id-1", "id-2"]))
+    lines = [_line(_record(i, rng)) for i in (1, 2)]
+    (rd.path / "instances.jsonl").write_text(lines[0])
+    (rd.path / "shards").mkdir()
+    (rd.path / "shards" / "shard-00001-of-00002.jsonl").write_text(lines[1])
+    (rd.path / "retries.jsonl").write_text('{"retries": 3, "judge_retries": 0}\n')
+    rd.prepare(spec_for(bench, 5, 9), iter(["id-1", "id-2"]))  # another seed: the old records do not count
+    assert (rd.path / "superseded.jsonl").read_text() == "".join(lines)
+    assert (rd.path / "instances.jsonl").read_text() == "" and not list((rd.path / "shards").iterdir())
+    assert not (rd.path / "retries.jsonl").exists() and rd.selection() == ["id-1", "id-2"]
+
+
+def test_request_cache_queue_is_bounded(tmp_path, monkeypatch):
+    """When answers come faster than SQLite commits, put() waits instead of the queue growing with the run."""
+    import asyncio
+
+    from medhelm.inference import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "MAX_PENDING", 5)
+    cache = cache_module.RequestCache(tmp_path / "c.sqlite", commit_interval_s=0.01)
+
+    async def go() -> int:
+        most = 0
+        for i in range(60):
+            await cache.put(f"{i:064x}", Completion("Yes", "stop", Usage(prompt_tokens=3)))
+            most = max(most, len(cache._pending))
+        await cache.aflush()
+        return most
+
+    assert asyncio.run(go()) <= 5
+    assert len(cache) == 60 and cache.commits >= 60 // 5
+    cache.close()
