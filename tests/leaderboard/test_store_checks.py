@@ -55,7 +55,8 @@ def _damage(store: Path, how: str) -> None:
 
 DAMAGE = ["truncated", "garbage-pages", "not-sqlite", "empty", "foreign", "table-missing", "column-missing",
           "newer-schema"]
-SAYS = {"truncated": "damaged", "garbage-pages": "damaged", "not-sqlite": "not a SQLite file", "empty": "not a MedHELM results store",
+SAYS = {"truncated": "damaged", "garbage-pages": "damaged", "not-sqlite": "not a SQLite file",
+        "empty": "not a MedHELM results store",
         "foreign": "not a MedHELM results store", "table-missing": "table 'cells' is missing",
         "column-missing": "lacks column(s) value_blob", "newer-schema": "newer medhelm"}
 
