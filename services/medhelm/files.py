@@ -252,6 +252,33 @@ def parse_yaml(text: str, path: Path) -> YamlDoc:
             loader.dispose()
 
 
+def load_yaml_all(path: str | Path, *, missing: str = "file not found", limit: int = 1000) -> list[Any]:
+    """Every document of a multi-document YAML file (``---``; e.g. ``helm template`` output), each with the
+    same guards as ``load_yaml`` (duplicate keys, aliases, nesting), at most ``limit`` documents."""
+    path = Path(path)
+    text = read_text(path, missing=missing, what="YAML file")
+    loader = None
+    docs: list[Any] = []
+    try:
+        loader = _StrictLoader(text)
+        while loader.check_node():
+            node = loader.get_node()
+            if len(docs) >= limit:
+                raise ConfigError(f"more than {limit} YAML documents", path=path, line=node.start_mark.line + 1)
+            _check_expansion(node, path)
+            docs.append(loader.construct_document(node))
+        return docs
+    except yaml.YAMLError as err:
+        raise yaml_error(err, path) from None
+    except RecursionError:
+        raise ConfigError(f"YAML nested too deeply (more than {MAX_DEPTH} levels)", path=path) from None
+    except ValueError as err:
+        raise ConfigError(f"invalid YAML ({_value_error(err)})", path=path) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
 def _check_expansion(root: Any, path: Path) -> None:
     """Bound what aliases expand to (size after expansion, memoised per node) and refuse recursion."""
     sizes: dict[int, int] = {}

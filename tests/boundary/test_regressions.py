@@ -393,3 +393,24 @@ def test_control_characters_and_overlong_run_names_in_a_conf(tmp_path: Path, ben
     r = run_cli(["run", "--run-entries", entry(bench, long_name), "--output-path", out, "--local-path", local],
                 cwd=tmp_path)
     assert_bad_input(r, names=None, out=out, contains="255 bytes")
+
+
+# ------------------------------------------------------------------------------------ a Job template file
+
+JOB = ("apiVersion: batch/v1\nkind: Job\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"
+       "      containers:\n        - name: medhelm\n          image: medhelm:1\n          args: [job]\n")
+
+
+@pytest.mark.parametrize("body,says", [
+    (JOB.replace("      containers:\n        - name: medhelm\n          image: medhelm:1\n          args: [job]\n",
+                 "      containers: []\n"), "containers"),
+    (JOB.replace("args: [job]", "args: job"), "args"), (JOB.replace("args: [job]", "env: [{value: 1}]"), "env[0].name"),
+    (JOB.replace("metadata: {name: x}", "metadata: 5"), "metadata"), (BOMB + JOB, "expands to more than"),
+    (JOB + "---\n" + JOB, "no job template"), ("kind: Job\nspec: [\n", "invalid YAML"),
+])
+def test_a_job_template_of_another_shape_is_one_line(tmp_path: Path, body: str, says: str) -> None:
+    template = tmp_path / "job.yaml"
+    template.write_text(body)
+    r = run_cli(["k8s", "submit", "--suite", "s", "--job-template", template, "-r", "pubmed_qa", "--dry-run"],
+                cwd=tmp_path)
+    assert_bad_input(r, names=template if says != "no job template" else None, contains=says)

@@ -229,6 +229,10 @@ def test_not_utf8_names_the_line(em: Path) -> None:
         ("- name: exact_match", "- 5", ":19: field 'metrics[0]': must be a mapping"),
         ("- name: exact_match", "- name: jury_score\n    judges: [{name: a, model_name: b, weight: 2}]",
          ":20: field 'metrics[0].judges[0].weight': unknown key (allowed: name, model_name)"),
+        ("- name: exact_match", "- name: jury_score\n    rubric: aci_bench\n    judge_prompt: j.txt",
+         ":21: field 'metrics[0].judge_prompt': unknown key (allowed: name, prompt_file, rubric, judges,"),
+        ("- name: exact_match", "- name: jury_score\n    rubric: aci_bench\n    max_score: ten",
+         ":21: field 'metrics[0].max_score': must be an integer"),
 ])
 def test_yaml_errors(em: Path, old: str, new: str, expected: str) -> None:
     edit(em, "exact_match_demo.yaml", old, new)

@@ -69,9 +69,17 @@ class _Judge(Strict):
     model_name: Text
 
 
-class _JuryMetric(_Metric):
-    prompt_file: PathText | None = None
-    judges: Annotated[list[_Judge], Field(min_length=1)] | None = None
+class _JuryMetric(Strict):
+    """A ``jury_score`` item: its keys are all known here (docs/jury.md), so a misspelt one is refused."""
+
+    name: Literal["jury_score"]
+    prompt_file: PathText | None = None  # the judge prompt (upstream); becomes prompt_template
+    rubric: Text | None = None  # a built-in rubric instead
+    judges: Annotated[list[_Judge], Field(min_length=1, max_length=100)] | None = None
+    min_score: Annotated[int, Field(ge=-1_000_000, le=1_000_000)] | None = None
+    max_score: Annotated[int, Field(ge=-1_000_000, le=1_000_000)] | None = None
+    max_tokens: Annotated[int, Field(gt=0, le=1_000_000)] | None = None
+    structured_output: bool | None = None
 
 
 class _BenchmarkFile(Strict):
@@ -214,9 +222,9 @@ class _Loader:
         return tuple(specs)
 
     def jury_args(self, i: int) -> dict[str, Any]:
-        raw = self.doc["metrics"][i]
+        raw = _named(self.doc["metrics"][i])
         jury = check(_JuryMetric, raw, path=self.path, doc=self.yaml, prefix=("metrics", i))
-        out = dict(jury.model_extra or {})
+        out = jury.model_dump(exclude_none=True, exclude={"name", "prompt_file", "judges"})
         if jury.prompt_file is not None:
             out["prompt_template"] = _read_text(self.locate(jury.prompt_file, "prompt_file", item=i))
         if jury.judges is not None:
