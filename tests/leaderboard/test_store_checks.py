@@ -165,3 +165,31 @@ def test_every_reader_of_a_bad_postgres_store_is_one_line(small_output: Path, po
     assert not at.exception, [e.value for e in at.exception]
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and "\n" not in errors[0], errors
+
+
+def test_the_dashboard_launcher_hands_over_the_version_it_checked(small_output: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    store = tmp_path / "results.sqlite"
+    shutil.copyfile(small_output / "results.sqlite", store)
+    backends._INTACT.clear()
+    assert backends.intact_token(store) == ""
+    backends.open_store(store).close()  # what `medhelm serve dashboard` does before starting Streamlit
+    token = backends.intact_token(store)
+    assert token
+    backends._INTACT.clear()  # the Streamlit process: a fresh cache, the token in its environment
+    monkeypatch.setenv(backends.INTACT_ENV, token)
+    checked = []
+    real_query = backends.Store.query
+
+    def spy(self, sql, params=()):  # noqa: ANN001, ANN202
+        checked.append(sql)
+        return real_query(self, sql, params)
+
+    monkeypatch.setattr(backends.Store, "query", spy)
+    backends.open_store(store).close()
+    assert not any("quick_check" in q for q in checked)  # the same version: not read again
+    with open(store, "r+b") as f:  # another version of the file: checked again
+        f.seek(0, 2)
+        f.write(b"\0" * 4096)
+    backends.open_store(store).close()
+    assert any("quick_check" in q for q in checked)
