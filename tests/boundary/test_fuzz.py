@@ -64,7 +64,7 @@ def mutated(draw: st.DrawFn, original: bytes) -> bytes:
         return original[:at] + draw(st.binary(min_size=1, max_size=30)) + original[at:]
     if how == "encode":
         enc = draw(st.sampled_from(["utf-16", "latin-1", "utf-32", "cp1252"]))
-        return original.decode("utf-8").replace("e", "é").encode(enc, "replace")
+        return original.decode("utf-8", "surrogateescape").replace("e", "é").encode(enc, "replace")
     if how == "nest":
         depth = draw(st.integers(min_value=50, max_value=3000))
         return original[:at] + b"[" * depth + b"]" * depth + original[at:]
@@ -91,6 +91,8 @@ def _log(r: Result) -> None:
         with open(FUZZ_LOG, "a", encoding="utf-8") as f:
             f.write(json.dumps({"kind": _KIND["name"], "code": r.code, "traceback": "Traceback" in r.stderr,
                                 "lines": len([ln for ln in r.stderr.splitlines() if ln.startswith("medhelm")]),
+                                "error": next((ln[:160] for ln in r.stderr.splitlines() if ln.startswith("medhelm")),
+                                              ""),
                                 "seconds": round(r.seconds, 2)}) + "\n")
 
 
