@@ -414,3 +414,17 @@ def test_a_job_template_of_another_shape_is_one_line(tmp_path: Path, body: str, 
     r = run_cli(["k8s", "submit", "--suite", "s", "--job-template", template, "-r", "pubmed_qa", "--dry-run"],
                 cwd=tmp_path)
     assert_bad_input(r, names=template if says != "no job template" else None, contains=says)
+
+
+@pytest.mark.parametrize("special", ["fifo", "dir"])
+def test_prompt_path_and_token_files_go_through_the_one_reader(tmp_path: Path, special: str) -> None:
+    target = tmp_path / "special.txt"
+    if special == "fifo":
+        os.mkfifo(target)  # read naively, this blocks forever
+    else:
+        target.mkdir()
+    r = run_cli(["validate", "--run-entries", f"pubmed_qa:model={SMOL},prompt_path={target}"], cwd=tmp_path)
+    assert_bad_input(r, names=target, contains="prompt file")
+    r = run_cli(["serve", "scenarios", "--port", "0", "--metrics-port", "-1", "--caller-tokens", target],
+                cwd=tmp_path)
+    assert_bad_input(r, names=target, contains="caller-token file")
