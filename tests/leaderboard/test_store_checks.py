@@ -90,6 +90,10 @@ def test_every_reader_of_a_bad_sqlite_store_is_one_line(damaged: Path, small_out
         code, _, err = run_cli("summarize", "--suites", "local", "-o", str(small_output), "--store", str(damaged),
                                "--bootstrap", "10")
         _one_line(code, err, str(damaged), "")
+    else:  # ... but a summarize that fails leaves it empty
+        (small_output / "runs" / "none").mkdir(exist_ok=True)
+        code, _, err = run_cli("summarize", "--suites", "none", "-o", str(small_output), "--store", str(damaged))
+        _one_line(code, err, "", "no complete run")
     assert damaged.read_bytes() == before  # no reader and no refused writer touched it
 
 
