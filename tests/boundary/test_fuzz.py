@@ -75,6 +75,7 @@ def mutated(draw: st.DrawFn, original: bytes) -> bytes:
     return b""
 
 
+JURY_METRIC = "  - name: jury_score\n    rubric: aci_bench\n"  # the benchmark scored by the jury the case gives
 FUZZ = settings(deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 
@@ -206,7 +207,7 @@ def _configs(long: bool):
             elif kind == "jury":
                 path = tmp / "jury.yaml"
                 path.write_bytes(content)
-                cfg.write_text(cfg.read_text().replace("  - name: exact_match\n", "  - name: jury_score\n"))
+                cfg.write_text(cfg.read_text().replace("  - name: exact_match\n", JURY_METRIC))
                 r = run_cli(["validate", "--run-entries", entry(cfg, extra=f",jury_config_path={path}")], cwd=tmp)
                 _clean(r, names=None, out=out)
             else:
@@ -375,7 +376,7 @@ def _schema_configs(long: bool):
             elif kind == "jury":
                 path = tmp / "jury.yaml"
                 path.write_bytes(content)
-                cfg.write_text(cfg.read_text().replace("  - name: exact_match\n", "  - name: jury_score\n"))
+                cfg.write_text(cfg.read_text().replace("  - name: exact_match\n", JURY_METRIC))
                 r = run_cli(["validate", "--run-entries", entry(cfg, extra=f",jury_config_path={path}")], cwd=tmp)
             elif kind == "prices":
                 path = tmp / "prices.yaml"

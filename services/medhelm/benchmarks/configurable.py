@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from medhelm import files, taxonomy
 from medhelm.benchmarks.base import LoadContext, PromptBudget
@@ -80,6 +80,13 @@ class _JuryMetric(Strict):
     max_score: Annotated[int, Field(ge=-1_000_000, le=1_000_000)] | None = None
     max_tokens: Annotated[int, Field(gt=0, le=1_000_000)] | None = None
     structured_output: bool | None = None
+
+    @model_validator(mode="after")
+    def _one_rubric(self) -> _JuryMetric:
+        if (self.prompt_file is None) == (self.rubric is None):
+            raise ValueError("jury_score needs exactly one of 'prompt_file' (a judge prompt) or 'rubric' (a built-in "
+                             "rubric name)")
+        return self
 
 
 class _BenchmarkFile(Strict):
