@@ -15,6 +15,7 @@ from medhelm.devtools.mock_openai import MockOpenAIServer
 from tests.boundary.conftest import (MARKER, SECRET, assert_bad_input, entry, run_cli, snapshot)
 
 SMOL = "local/smollm2-135m-instruct"
+JURY_METRIC = "  - name: jury_score\n    rubric: aci_bench\n"
 
 
 def deployments(tmp_path: Path, body: str) -> Path:
@@ -45,7 +46,7 @@ def test_csv_without_header_row_never_echoes_the_row(tmp_path: Path, bench: Path
 
 
 def test_jury_only_benchmark_without_header_names_expected_columns(tmp_path: Path, bench: Path) -> None:
-    bench.write_text(bench.read_text().replace("  - name: exact_match\n", "  - name: jury_score\n    rubric: aci_bench\n"))
+    bench.write_text(bench.read_text().replace("  - name: exact_match\n", JURY_METRIC))
     csv = bench.parent / "dataset.csv"
     csv.write_text("\n".join(csv.read_text().splitlines()[1:]) + "\n")
     r = run_cli(["validate", "--run-entries", entry(bench)], cwd=tmp_path)
@@ -243,7 +244,7 @@ def test_temperature_must_be_a_real_temperature(tmp_path: Path, bench: Path, val
 def test_infinite_judge_weight_is_an_error(tmp_path: Path, bench: Path) -> None:
     jury = tmp_path / "jury.yaml"
     jury.write_text(f"judges:\n  - name: {SMOL}\n    weight: .inf\n")
-    bench.write_text(bench.read_text().replace("  - name: exact_match\n", "  - name: jury_score\n    rubric: aci_bench\n"))
+    bench.write_text(bench.read_text().replace("  - name: exact_match\n", JURY_METRIC))
     r = run_cli(["validate", "--run-entries", entry(bench, extra=f",jury_config_path={jury}")], cwd=tmp_path)
     assert_bad_input(r, names=jury, contains="weight")
 
