@@ -104,6 +104,19 @@ def read_bytes(path: str | Path, *, limit: int = CONFIG_LIMIT, missing: str = "f
         os.close(fd)
 
 
+def exists(path: str | Path, *, field: str | None = None) -> bool:
+    """``Path.exists`` for a path a user gave: a name too long, a NUL byte or a part that cannot be searched is
+    one line naming the path (``Path.exists`` raises for those), never a traceback."""
+    try:
+        return Path(path).exists()
+    except ValueError:
+        raise ConfigError("the path contains a NUL byte", path=path, field=field) from None
+    except OSError as err:
+        reason = {errno.ENAMETOOLONG: "the path or a name in it is too long",
+                  errno.EACCES: "permission denied"}.get(err.errno, err.strerror or type(err).__name__)
+        raise ConfigError(f"cannot be opened ({reason})", path=path, field=field) from None
+
+
 def check_regular(path: str | Path, *, missing: str = "file not found", what: str = "file") -> Path:
     """Fail early (before anything is written) when ``path`` is not an openable regular file."""
     path = Path(path)

@@ -429,3 +429,11 @@ def test_prompt_path_and_token_files_go_through_the_one_reader(tmp_path: Path, s
     r = run_cli(["serve", "scenarios", "--port", "0", "--metrics-port", "-1", "--caller-tokens", target],
                 cwd=tmp_path)
     assert_bad_input(r, names=target, contains="caller-token file")
+
+
+def test_a_name_too_long_for_the_file_system_is_one_line(tmp_path: Path) -> None:
+    long_name = "a" * 300  # found by the fuzz: Path.exists() raises ENAMETOOLONG instead of answering
+    r = run_cli(["validate", "--run-entries", f"medhelm_configurable_benchmark:config_path={long_name}"], cwd=tmp_path)
+    assert_bad_input(r, names=long_name, contains="too long")
+    r = run_cli(["validate", "--run-entries", f"pubmed_qa:model={SMOL}", "--local-path", long_name], cwd=tmp_path)
+    assert_bad_input(r, names=long_name, contains="too long")

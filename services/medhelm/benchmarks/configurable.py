@@ -253,7 +253,7 @@ def _locate(value: str, bases: Sequence[Path], *, field: str, where: str) -> Pat
     given = Path(value.strip()).expanduser()
     candidates = [given] if given.is_absolute() else list(dict.fromkeys((b / given).absolute() for b in bases))
     for candidate in candidates:
-        if candidate.exists():  # a folder, FIFO or device is then refused by the reader, by name
+        if files.exists(candidate, field=field):  # a folder, FIFO or device is then refused by the reader, by name
             return candidate
     looked = " and ".join(str(c) for c in candidates)
     hint = f" (relative paths are tried against {where}, then the working directory)" if where else ""
