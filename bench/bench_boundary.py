@@ -11,6 +11,7 @@ store's integrity before reading it costs (``PRAGMA quick_check``, once per file
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sqlite3
 import subprocess
@@ -27,16 +28,23 @@ from doc_sections import write_section  # noqa: E402
 from tests.boundary.fuzz_report import report  # noqa: E402
 
 
-def fuzz(examples: int, log: Path) -> tuple[str, float]:
-    """The long fuzz, every kind; (pytest's summary line, seconds)."""
+KINDS = ("benchmark_files", "cli_flags", "configs", "import_helm", "run_entries", "run_folders", "schema_configs",
+         "stores")
+
+
+def fuzz(examples: int, log: Path, kinds: list[str]) -> dict[str, str]:
+    """The long fuzz of each kind in its own pytest (cases appended to ``log``); kind -> "passed" | "FAILED"."""
     env = {**os.environ, "MEDHELM_FUZZ_EXAMPLES": str(examples), "MEDHELM_FUZZ_LOG": str(log),
            "PYTHONPATH": os.pathsep.join([str(ROOT / "services"), os.environ.get("PYTHONPATH", "")])}
-    started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "fuzz_long",
-                           "tests/boundary/test_fuzz.py"], cwd=ROOT, env=env, capture_output=True, text=True)
-    summary = next((ln.strip("= ") for ln in reversed(proc.stdout.splitlines()) if " in " in ln), "?")
-    failed = [ln for ln in proc.stdout.splitlines() if ln.startswith("FAILED")]
-    return summary + ("; " + "; ".join(failed) if failed else ""), time.monotonic() - started
+    out = {}
+    for kind in kinds:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "fuzz_long",
+                               f"tests/boundary/test_fuzz.py::test_fuzz_long[{kind}]"], cwd=ROOT, env=env,
+                              capture_output=True, text=True)
+        out[kind] = "passed" if proc.returncode == 0 else "FAILED"
+        if proc.returncode:
+            (log.parent / f"{log.name}.{kind}.txt").write_text(proc.stdout[-20000:])
+    return out
 
 
 def quick_check_cost(mb: int = 256) -> tuple[float, float]:
@@ -67,12 +75,23 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--examples", type=int, default=250, help="Hypothesis examples per input kind")
     p.add_argument("--log", type=Path, help="keep the per-case log here (default: a temporary file)")
+    p.add_argument("--kinds", help="run only these kinds (comma-separated) and replace their cases in --log")
     p.add_argument("--no-write", action="store_true", help="print, do not rewrite docs/benchmarks.md")
     args = p.parse_args()
     log = args.log or Path(tempfile.mkstemp(prefix="medhelm-fuzz-", suffix=".jsonl")[1])
-    log.write_text("")
+    kinds = args.kinds.split(",") if args.kinds else list(KINDS)
+    status_file = log.with_name(log.name + ".status.json")
+    status = json.loads(status_file.read_text()) if args.kinds and status_file.exists() else {}
+    # a kind run again replaces its earlier cases (e.g. after a fix)
+    kept = [ln for ln in (log.read_text().splitlines() if args.kinds and log.exists() else [])
+            if json.loads(ln)["kind"] not in kinds]
+    log.write_text("".join(ln + "\n" for ln in kept))
     load = os.getloadavg()[0]
-    summary, seconds = fuzz(args.examples, log)
+    started = time.monotonic()
+    status.update(fuzz(args.examples, log, kinds))
+    seconds = time.monotonic() - started
+    status_file.write_text(json.dumps(status))
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(status.items()))
     size, qc = quick_check_cost()
     body = (f"Measured by `bench/bench_boundary.py` on {time.strftime('%Y-%m-%d %H:%M')} ({os.cpu_count()} cores, "
             f"load {load:.1f} at start; other work shared the machine). `pytest -m fuzz_long tests/boundary` with "
@@ -80,7 +99,7 @@ def main() -> int:
             "process under `prlimit` (30 s, 1 GiB), a patient marker in every CSV row and an API-key-like "
             "variable in the environment. A case passes when it exits 0 (the input happened to be valid) or 2 "
             "with one line naming the file and no traceback, no marker, the output folder (and a refused store) "
-            f"unchanged. Run: {summary} ({seconds / 60:.0f} min).\n\n"
+            f"unchanged. Kinds: {summary} (last run {seconds / 60:.0f} min).\n\n"
             + report(str(log)) + "\n\n"
             "Issue 18 started from 298 tracebacks in 1,721 cases (906 clean). Kinds: `run_entries` (run entries "
             "and `.conf`), `benchmark_files` (YAML/CSV/prompt, byte mutations), `configs` (deployments, jury, "
