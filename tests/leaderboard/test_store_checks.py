@@ -197,3 +197,24 @@ def test_the_dashboard_launcher_hands_over_the_version_it_checked(small_output: 
         f.write(b"\0" * 4096)
     backends.open_store(store).close()
     assert any("quick_check" in q for q in checked)
+
+
+def test_a_failed_summarize_leaves_an_older_store_as_it_was(small_output: Path, tmp_path: Path) -> None:
+    """Found by the fuzz: the columns added since an older store was made were added at open, so a summarize
+    that then failed (here: an empty suite) had changed the file. Now they come with the release, or not at all."""
+    store = tmp_path / "results.sqlite"
+    shutil.copyfile(small_output / "results.sqlite", store)
+    con = sqlite3.connect(store)
+    con.execute("ALTER TABLE models DROP COLUMN jury_cost_usd")  # a store made before the column existed
+    con.commit()
+    con.close()
+    before = store.read_bytes()
+    (small_output / "runs" / "none").mkdir(exist_ok=True)
+    code, _, err = run_cli("summarize", "--suites", "none", "-o", str(small_output), "--store", str(store))
+    _one_line(code, err, "", "no complete run")
+    assert store.read_bytes() == before
+    code, _, err = run_cli("summarize", "--suites", "local", "-o", str(small_output), "--store", str(store),
+                           "--release", "again", "--bootstrap", "10")
+    assert code == 0, err
+    with backends.open_store(store) as s:
+        assert "jury_cost_usd" in s.columns("models")

@@ -112,12 +112,17 @@ class Store:
             self._conn.commit()
 
     def create_schema(self) -> None:
+        """The tables, where missing (a no-op on a complete store: nothing is written to it here)."""
         with self.transaction(exclusive=True):
             for stmt in ddl(self.blob_type):
                 self.execute(stmt)
-            for table, column, kind in ADDED_COLUMNS:
-                if column not in self.columns(table):
-                    self.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+
+    def migrate(self) -> None:
+        """Columns added since an older store was made; called inside the transaction that replaces a release,
+        so a summarize that fails leaves an older store exactly as it was."""
+        for table, column, kind in ADDED_COLUMNS:
+            if column not in self.columns(table):
+                self.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     def columns(self, table: str) -> list[str]:
         with self._damaged():
