@@ -5,7 +5,8 @@ naming the file, no traceback, no patient marker, within 30 s and 1 GiB, the out
 CI runs a small seeded budget (``CI_EXAMPLES`` per kind); ``pytest -m fuzz_long tests/boundary`` runs
 ``LONG_EXAMPLES`` per kind (``MEDHELM_FUZZ_EXAMPLES``, default 150) with fresh randomness.
 ``MEDHELM_FUZZ_LOG=<file>`` appends one JSON line per case (kind, exit code, traceback seen, seconds): the
-counts docs/benchmarks.md reports come from it (``python -m tests.boundary.fuzz_report <file>``).
+counts in docs/benchmarks.md come from it (``bench/bench_boundary.py``; ``python -m tests.boundary.fuzz_report
+<file>`` prints the table of any log).
 
 Kinds: the six of the issue (run entries and .conf, benchmark YAML/CSV/prompt, deployments/jury/prices
 as bytes, run folders, import-helm, CLI flags), plus every config generated from its schema's keys
