@@ -204,7 +204,8 @@ def _configs(long: bool):
                 if r.code not in (0,) and "127.0.0.1:9" in r.stderr:
                     _log(r)
                     return  # valid config, unreachable server: a clean stop, checked elsewhere
-                _clean(r, names=path if r.code == 2 and "model_deployments" in r.stderr else None, out=out)
+                about_file = "model_deployments" in r.stderr and "unknown model" not in r.stderr  # not: "add it to"
+                _clean(r, names=path if r.code == 2 and about_file else None, out=out)
             elif kind == "jury":
                 path = tmp / "jury.yaml"
                 path.write_bytes(content)
