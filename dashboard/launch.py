@@ -194,6 +194,7 @@ def check_exposure(args: argparse.Namespace, oidc: Oidc | None) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from medhelm.store import open_store
+    from medhelm.store.backends import INTACT_ENV, intact_token
 
     from medhelm.access import AccessPolicy
 
@@ -203,6 +204,7 @@ def main(args: argparse.Namespace) -> int:
         AccessPolicy.load(args.access_policy)  # a bad access.yaml is one line now
     env = environment(args)
     open_store(env["MEDHELM_STORE"], create=bool(getattr(args, "create_store", False))).close()  # a wrong path or URL is one line now, not a page later
+    env[INTACT_ENV] = intact_token(env["MEDHELM_STORE"])  # checked here: the app's first page need not again
     print(f"medhelm: leaderboard at http://{getattr(args, 'host', None) or '127.0.0.1'}:"
           f"{getattr(args, 'port', None) or DEFAULT_PORT} (store {_shown(env['MEDHELM_STORE'])}; "
           f"{'sign-in ' + oidc.issuer if oidc else 'no sign-in'})", file=sys.stderr)

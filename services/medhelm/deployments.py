@@ -53,10 +53,10 @@ class DeploymentRegistry:
         extra = list(extra_files) + [Path(f) for f in os.environ.get(ENV_FILES, "").split(os.pathsep) if f]
         hint = ""
         if local_path is not None:
-            if Path(local_path).exists() and not Path(local_path).is_dir():
+            if files.exists(local_path, field="--local-path") and not Path(local_path).is_dir():
                 raise ConfigError("--local-path must be a folder (it holds model_deployments.yaml and the cache)",
                                   path=local_path)
-            if (Path(local_path) / USER_FILE).exists():
+            if files.exists(Path(local_path) / USER_FILE):
                 extra.insert(0, Path(local_path) / USER_FILE)
             elif not Path(local_path).exists():
                 hint = f" (--local-path {escape(local_path)} does not exist)"

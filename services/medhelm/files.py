@@ -137,6 +137,19 @@ def bad_utf8_line(chunks) -> int | None:
     return None
 
 
+def exists(path: str | Path, *, field: str | None = None) -> bool:
+    """``Path.exists`` for a path a user gave: a name too long, a NUL byte or a part that cannot be searched is
+    one line naming the path (``Path.exists`` raises for those), never a traceback."""
+    try:
+        return Path(path).exists()
+    except ValueError:
+        raise ConfigError("the path contains a NUL byte", path=path, field=field) from None
+    except OSError as err:
+        reason = {errno.ENAMETOOLONG: "the path or a name in it is too long",
+                  errno.EACCES: "permission denied"}.get(err.errno, err.strerror or type(err).__name__)
+        raise ConfigError(f"cannot be opened ({reason})", path=path, field=field) from None
+
+
 def check_regular(path: str | Path, *, missing: str = "file not found", what: str = "file") -> Path:
     """Fail early (before anything is written) when ``path`` is not an openable regular file."""
     path = Path(path)
@@ -279,6 +292,33 @@ def parse_yaml(text: str, path: Path) -> YamlDoc:
     except RecursionError:
         raise ConfigError(f"YAML nested too deeply (more than {MAX_DEPTH} levels)", path=path) from None
     except ValueError as err:  # an integer of more than 4,300 digits
+        raise ConfigError(f"invalid YAML ({_value_error(err)})", path=path) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def load_yaml_all(path: str | Path, *, missing: str = "file not found", limit: int = 1000) -> list[Any]:
+    """Every document of a multi-document YAML file (``---``; e.g. ``helm template`` output), each with the
+    same guards as ``load_yaml`` (duplicate keys, aliases, nesting), at most ``limit`` documents."""
+    path = Path(path)
+    text = read_text(path, missing=missing, what="YAML file")
+    loader = None
+    docs: list[Any] = []
+    try:
+        loader = _StrictLoader(text)
+        while loader.check_node():
+            node = loader.get_node()
+            if len(docs) >= limit:
+                raise ConfigError(f"more than {limit} YAML documents", path=path, line=node.start_mark.line + 1)
+            _check_expansion(node, path)
+            docs.append(loader.construct_document(node))
+        return docs
+    except yaml.YAMLError as err:
+        raise yaml_error(err, path) from None
+    except RecursionError:
+        raise ConfigError(f"YAML nested too deeply (more than {MAX_DEPTH} levels)", path=path) from None
+    except ValueError as err:
         raise ConfigError(f"invalid YAML ({_value_error(err)})", path=path) from None
     finally:
         if loader is not None:

@@ -18,9 +18,11 @@ import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+import types
+import typing
+from typing import Annotated, Any, TypeVar, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from medhelm.errors import ConfigError, escape
 from medhelm.files import YamlDoc
@@ -58,7 +60,17 @@ def _env_name(value: str) -> str:
     return value
 
 
+def _numbers_as_text(value: Any) -> Any:
+    """YAML reads ``name: 2024`` as a number; where a name is meant, a number is its text (never a bool)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return str(value)
+    return value
+
+
 Text = Annotated[str, Field(max_length=500), AfterValidator(_plain_text)]
+PathText = Annotated[str, Field(max_length=4096), AfterValidator(_plain_text)]  # a file path in a config
+LongText = Annotated[str, Field(max_length=100_000)]  # descriptions: any text, bounded
+NameText = Annotated[Text, BeforeValidator(_numbers_as_text)]
 Url = Annotated[str, Field(max_length=2000), AfterValidator(_url)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
 Finite = Annotated[float, AfterValidator(_finite)]
@@ -76,16 +88,61 @@ def check(model: type[M], data: Any, *, path: str | Path | None, doc: YamlDoc | 
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        first = err.errors(include_url=False, include_input=False)[0]
-        loc = (*prefix, *first["loc"])
+        errors = err.errors(include_url=False, include_input=False)
+        # a misspelt key is reported as "unknown" and its right spelling as "missing": the first says more
+        first = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
+        loc = tuple(p for p in (*prefix, *first["loc"]) if p != "[key]")
         line = doc.line(*loc) if doc is not None and loc else None
-        raise ConfigError(_message(first), path=path, line=line, field=_field(loc) or None) from None
+        message = _message(first)
+        if first.get("type") == "extra_forbidden":
+            allowed = _allowed_keys(model, tuple(p for p in first["loc"] if p != "[key]")[:-1])
+            if allowed:
+                message += f" (allowed: {', '.join(allowed)})"
+        raise ConfigError(message, path=path, line=line, field=_field(loc) or None) from None
+
+
+def _allowed_keys(model: Any, loc: tuple[Any, ...]) -> list[str]:
+    """The keys the model at ``loc`` (inside ``model``) accepts: for "unknown key" errors (a misspelt key)."""
+    kind: Any = model
+    for part in (*loc, None):
+        kind = _unwrap(kind)
+        if part is None:
+            break
+        if isinstance(kind, type) and issubclass(kind, BaseModel) and isinstance(part, str):
+            field = kind.model_fields.get(part)
+            if field is None:
+                return []
+            kind = field.annotation
+        elif typing.get_origin(kind) in (list, tuple) and isinstance(part, int):
+            kind = (typing.get_args(kind) or (Any,))[0]
+        elif typing.get_origin(kind) is dict:
+            kind = (typing.get_args(kind) or (Any, Any))[-1]
+        else:
+            return []
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        return [f.alias or name for name, f in kind.model_fields.items()]
+    return []
+
+
+def _unwrap(kind: Any) -> Any:
+    """``Annotated[X, ...]`` -> X; ``X | None`` -> X."""
+    while True:
+        origin = typing.get_origin(kind)
+        if origin is Annotated:
+            kind = typing.get_args(kind)[0]
+        elif origin in (Union, types.UnionType):
+            args = [a for a in typing.get_args(kind) if a is not type(None)]
+            if len(args) != 1:
+                return kind
+            kind = args[0]
+        else:
+            return kind
 
 
 def _field(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) and not isinstance(part, bool):
             out += f"[{part}]"
         else:
             out += ("." if out else "") + escape(part, 80)
@@ -102,6 +159,8 @@ _MESSAGES = {
     "dict_type": "must be a mapping (key: value)",
     "list_type": "must be a list",
     "model_type": "must be a mapping (key: value)",
+    "too_short": "must not be empty",
+    "string_too_long": None,
     "literal_error": None,  # pydantic's own message lists the allowed values (ours, not the user's)
 }
 

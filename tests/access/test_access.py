@@ -47,9 +47,14 @@ def test_claims_map_to_the_highest_role_and_releases_restrict(policy):
 
 
 @pytest.mark.parametrize("text,message", [
-    ("roles: {superuser: [x]}\n", "field 'roles.superuser': unknown role 'superuser'"),
-    ("roles: {viewer: [x]}\nextra: 1\n", "field 'extra': unknown key"),
-    ("roles: {viewer: {a: 1}}\n", "field 'roles.viewer': expected a group name"),
+    ("roles: {superuser: [x]}\n",
+     ":1: field 'roles.superuser': input should be 'none', 'viewer', 'analyst' or 'admin'"),
+    ("roles: {viewer: [x]}\nextra: 1\n", ":2: field 'extra': unknown key (allowed: groups_claim, subject_claim, roles"),
+    ("roles: {viewer: {a: 1}}\n", ":1: field 'roles.viewer': must be a list"),
+    ("roles:\n  viewer: [x, [y]]\n", ":2: field 'roles.viewer[1]': must be text"),
+    ("roles: [a]\n", ":1: field 'roles': must be a mapping"),
+    ("default_role: root\n", ":1: field 'default_role': input should be"),
+    ("releases: {r1: 5}\n", ":1: field 'releases.r1': must be a list"),
     ("roles: [\n", "invalid YAML"),
 ])
 def test_a_bad_policy_is_one_line_naming_the_file(tmp_path, text, message):

@@ -67,8 +67,9 @@ def assert_bad_input(result: Result, *, names: str | Path | None, out: Path | No
     assert result.code in codes, f"exit {result.code}, expected {codes}; stderr: {result.stderr[-2000:]}"
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.startswith("medhelm")]
-    others = [ln for ln in lines if not ln.startswith(("medhelm", "note:", "warning:"))]
+    warnings = ("note:", "warning:", "medhelm: warning:")  # said before the error, each one line
+    errors = [ln for ln in lines if ln.startswith("medhelm") and not ln.startswith(warnings)]
+    others = [ln for ln in lines if not ln.startswith(("medhelm", *warnings))]
     assert len(errors) == 1 and not others, f"expected one error line, got: {lines[:10]}"
     line = errors[0]
     if names is not None:

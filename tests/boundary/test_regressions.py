@@ -15,6 +15,7 @@ from medhelm.devtools.mock_openai import MockOpenAIServer
 from tests.boundary.conftest import (MARKER, SECRET, assert_bad_input, entry, run_cli, snapshot)
 
 SMOL = "local/smollm2-135m-instruct"
+JURY_METRIC = "  - name: jury_score\n    rubric: aci_bench\n"
 
 
 def deployments(tmp_path: Path, body: str) -> Path:
@@ -45,7 +46,7 @@ def test_csv_without_header_row_never_echoes_the_row(tmp_path: Path, bench: Path
 
 
 def test_jury_only_benchmark_without_header_names_expected_columns(tmp_path: Path, bench: Path) -> None:
-    bench.write_text(bench.read_text().replace("  - name: exact_match\n", "  - name: jury_score\n"))
+    bench.write_text(bench.read_text().replace("  - name: exact_match\n", JURY_METRIC))
     csv = bench.parent / "dataset.csv"
     csv.write_text("\n".join(csv.read_text().splitlines()[1:]) + "\n")
     r = run_cli(["validate", "--run-entries", entry(bench)], cwd=tmp_path)
@@ -243,7 +244,7 @@ def test_temperature_must_be_a_real_temperature(tmp_path: Path, bench: Path, val
 def test_infinite_judge_weight_is_an_error(tmp_path: Path, bench: Path) -> None:
     jury = tmp_path / "jury.yaml"
     jury.write_text(f"judges:\n  - name: {SMOL}\n    weight: .inf\n")
-    bench.write_text(bench.read_text().replace("  - name: exact_match\n", "  - name: jury_score\n"))
+    bench.write_text(bench.read_text().replace("  - name: exact_match\n", JURY_METRIC))
     r = run_cli(["validate", "--run-entries", entry(bench, extra=f",jury_config_path={jury}")], cwd=tmp_path)
     assert_bad_input(r, names=jury, contains="weight")
 
@@ -393,3 +394,46 @@ def test_control_characters_and_overlong_run_names_in_a_conf(tmp_path: Path, ben
     r = run_cli(["run", "--run-entries", entry(bench, long_name), "--output-path", out, "--local-path", local],
                 cwd=tmp_path)
     assert_bad_input(r, names=None, out=out, contains="255 bytes")
+
+
+# ------------------------------------------------------------------------------------ a Job template file
+
+JOB = ("apiVersion: batch/v1\nkind: Job\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"
+       "      containers:\n        - name: medhelm\n          image: medhelm:1\n          args: [job]\n")
+
+
+@pytest.mark.parametrize("body,says", [
+    (JOB.replace("      containers:\n        - name: medhelm\n          image: medhelm:1\n          args: [job]\n",
+                 "      containers: []\n"), "containers"),
+    (JOB.replace("args: [job]", "args: job"), "args"), (JOB.replace("args: [job]", "env: [{value: 1}]"), "env[0].name"),
+    (JOB.replace("metadata: {name: x}", "metadata: 5"), "metadata"), (BOMB + JOB, "expands to more than"),
+    (JOB + "---\n" + JOB, "no job template"), ("kind: Job\nspec: [\n", "invalid YAML"),
+])
+def test_a_job_template_of_another_shape_is_one_line(tmp_path: Path, body: str, says: str) -> None:
+    template = tmp_path / "job.yaml"
+    template.write_text(body)
+    r = run_cli(["k8s", "submit", "--suite", "s", "--job-template", template, "-r", "pubmed_qa", "--dry-run"],
+                cwd=tmp_path)
+    assert_bad_input(r, names=template if says != "no job template" else None, contains=says)
+
+
+@pytest.mark.parametrize("special", ["fifo", "dir"])
+def test_prompt_path_and_token_files_go_through_the_one_reader(tmp_path: Path, special: str) -> None:
+    target = tmp_path / "special.txt"
+    if special == "fifo":
+        os.mkfifo(target)  # read naively, this blocks forever
+    else:
+        target.mkdir()
+    r = run_cli(["validate", "--run-entries", f"pubmed_qa:model={SMOL},prompt_path={target}"], cwd=tmp_path)
+    assert_bad_input(r, names=target, contains="prompt file")
+    r = run_cli(["serve", "scenarios", "--port", "0", "--metrics-port", "-1", "--caller-tokens", target],
+                cwd=tmp_path)
+    assert_bad_input(r, names=target, contains="caller-token file")
+
+
+def test_a_name_too_long_for_the_file_system_is_one_line(tmp_path: Path) -> None:
+    long_name = "a" * 300  # found by the fuzz: Path.exists() raises ENAMETOOLONG instead of answering
+    r = run_cli(["validate", "--run-entries", f"medhelm_configurable_benchmark:config_path={long_name}"], cwd=tmp_path)
+    assert_bad_input(r, names=long_name, contains="too long")
+    r = run_cli(["validate", "--run-entries", f"pubmed_qa:model={SMOL}", "--local-path", long_name], cwd=tmp_path)
+    assert_bad_input(r, names=long_name, contains="too long")

@@ -67,7 +67,7 @@ def test_prompt_path_replaces_the_instructions_verbatim_and_marks_the_run(mirror
 
 
 def test_prompt_path_errors_are_one_line_naming_the_file(tmp_path):
-    with pytest.raises(ConfigError, match=r"nope\.txt: field 'prompt_path': prompt file not found"):
+    with pytest.raises(ConfigError, match=r"nope\.txt: prompt file not found \(prompt_path=\)"):
         resolve("pubmed_qa", LoadContext(args=FrozenMap(prompt_path="nope.txt"), base_dir=tmp_path))
     (tmp_path / "empty.txt").write_text("\n")
     with pytest.raises(ConfigError, match="prompt file is empty"):

@@ -67,11 +67,21 @@ def test_upstream_judges_yaml_shape_is_accepted(tmp_path):
 
 @pytest.mark.parametrize("text, message", [
     ("judges: [\n  {name: a\n", ":3"),  # YAML error with its line
-    ("judges: []\n", "the jury has no judges"),
-    ("jurors: []\n", "expected a list under the key 'judges'"),
-    ("judges:\n  - name: vllm/qwen2.5-7b-instruct\n    weight: 0\n", "weight must be a number > 0"),
-    ("judges:\n  - name: vllm/qwen2.5-7b-instruct\n  - name: vllm/qwen2.5-7b-instruct\n", "listed twice"),
-    ("judges:\n  - name: vllm/qwen2.5-7b-instruct\n    temperature: 1\n", "unknown key(s) ['temperature']"),
+    ("judges: []\n", ":1: field 'judges': must not be empty"),
+    ("jurors: []\n", ":1: field 'jurors': unknown key (allowed: judges, max_tokens, structured_output, description)"),
+    ("judges:\n  - name: vllm/qwen2.5-7b-instruct\n    weight: 0\n", ":3: field 'judges[0].weight': input should be "
+                                                                    "greater than 0"),
+    ("judges:\n  - name: vllm/qwen2.5-7b-instruct\n    weight: .inf\n", "field 'judges[0].weight': must be a finite"),
+    ("judges:\n  - name: vllm/qwen2.5-7b-instruct\n    weight: '2'\n", "field 'judges[0].weight': must be a number"),
+    ("judges:\n  - name: vllm/qwen2.5-7b-instruct\n  - name: vllm/qwen2.5-7b-instruct\n", ":3: field 'judges[1]': "
+                                                                                         "judge 'vllm/qwen2.5-7b-"
+                                                                                         "instruct' is listed twice"),
+    ("judges:\n  - name: vllm/qwen2.5-7b-instruct\n    temperature: 1\n", ":3: field 'judges[0].temperature': "
+                                                                         "unknown key (allowed: name, model_name, "
+                                                                         "model, model_deployment, weight)"),
+    ("judges:\n  - name: [a]\n", "field 'judges[0].name': must be text"),
+    ("judges:\n  - name: vllm/qwen2.5-7b-instruct\nstructured_output: 'yes'\n", "field 'structured_output': must be "
+                                                                               "true or false"),
     ("judges:\n  - name: vllm/qwen2.5-7b-instruct\nmax_tokens: -1\n", "max_tokens"),
 ])
 def test_bad_jury_files_are_one_line_errors_naming_the_file(tmp_path, text, message):

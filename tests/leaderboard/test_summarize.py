@@ -180,8 +180,16 @@ def test_an_older_store_gains_the_jury_cost_column_on_its_next_summarize(tmp_pat
 
 @pytest.mark.parametrize("content, message", [
     ("prices: [{deployment: x}]\n", "needs input_per_million"),
-    ("prices: [{deployment: x, gpu_hour: -1}]\n", "prices[0].gpu_hour': must be a non-negative number"),
-    ("prices: {a: 1}\n", "expected a list under the key 'prices'"),
+    ("prices: [{deployment: x, gpu_hour: -1}]\n", ":1: field 'prices[0].gpu_hour': input should be greater than or "
+                                                  "equal to 0"),
+    ("prices: {a: 1}\n", ":1: field 'prices': must be a list"),
+    ("prices:\n  - deployment: x\n    gpu_hour: .nan\n", ":3: field 'prices[0].gpu_hour': must be a finite number"),
+    ("prices:\n  - deployment: x\n    gpu_hour: '2'\n", ":3: field 'prices[0].gpu_hour': must be a number"),
+    ("prices:\n  - deployment: x\n    gpu_hours: 2\n", ":3: field 'prices[0].gpu_hours': unknown key (allowed: "
+                                                    "deployment, model, input_per_million"),
+    ("prices:\n  - {deployment: x, gpu_hour: 1}\n  - {deployment: x, gpu_hour: 2}\n", ":3: field 'prices[1]': a "
+                                                                                      "second price for 'x'"),
+    ("", "expected a list under the key 'prices'"),
 ])
 def test_bad_prices_are_one_line_errors(tmp_path: Path, content: str, message: str) -> None:
     write_suite(tmp_path, "s", default_models(2), catalogue(1), 3)

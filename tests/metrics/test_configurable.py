@@ -211,17 +211,28 @@ def test_not_utf8_names_the_line(em: Path) -> None:
 
 
 @pytest.mark.parametrize("old, new, expected", [
-    ("max_tokens: 1", "max_tokens: lots", ":14: field 'max_tokens': must be a positive integer"),
+    ("max_tokens: 1", "max_tokens: lots", ":14: field 'max_tokens': must be an integer"),
     ("max_tokens: 1", "max_tokens: 1\ncategory: Billing", ":15: field 'category': unknown category 'Billing'"),
-    ("max_tokens: 1", "max_tokens: 1\naccess: secret", ":15: field 'access': must be one of public, gated, private"),
+    ("max_tokens: 1", "max_tokens: 1\naccess: secret",
+         ":15: field 'access': input should be 'public', 'gated' or 'private'"),
     ("name: EXACT-MATCH-DEMO", "name: a/b", ":2: field 'name': must be text without"),
-    ("metrics:\n  - name: exact_match", "metrics: []", ":18: field 'metrics': must be a list of metrics"),
+    ("metrics:\n  - name: exact_match", "metrics: []", ":18: field 'metrics': must not be empty"),
     ("- name: exact_match", "- name: jury_score\n    prompt_file: judge.txt",
      ":20: field 'metrics[0].prompt_file': file 'judge.txt' not found"),
     ("- name: exact_match", "- name: jury_score\n    prompt_file: exact_match_demo_prompt.txt\n    judges: [x]",
-     ":21: field 'metrics[0].judges': judge 1 must have exactly 'name'"),
+     ":21: field 'metrics[0].judges[0]': must be a mapping"),
     ("- name: exact_match", "- name: rouge_l\n    stemmer: false", ":19: field 'metrics[0]': metric 'rouge_l' takes no"),
-    ("name: EXACT-MATCH-DEMO\n", "", ": field 'name': missing required key 'name'"),
+    ("name: EXACT-MATCH-DEMO\n", "", ": field 'name': is required"),
+        ("max_tokens: 1", "max_tokens: 0", ":14: field 'max_tokens': input should be greater than 0"),
+        ("max_tokens: 1", "max_token: 1",
+         ":14: field 'max_token': unknown key (allowed: name, description, prompt_file,"),
+        ("- name: exact_match", "- 5", ":19: field 'metrics[0]': must be a mapping"),
+        ("- name: exact_match", "- name: jury_score\n    judges: [{name: a, model_name: b, weight: 2}]",
+         ":20: field 'metrics[0].judges[0].weight': unknown key (allowed: name, model_name)"),
+        ("- name: exact_match", "- name: jury_score\n    rubric: aci_bench\n    judge_prompt: j.txt",
+         ":21: field 'metrics[0].judge_prompt': unknown key (allowed: name, prompt_file, rubric, judges,"),
+        ("- name: exact_match", "- name: jury_score\n    rubric: aci_bench\n    max_score: ten",
+         ":21: field 'metrics[0].max_score': must be an integer"),
 ])
 def test_yaml_errors(em: Path, old: str, new: str, expected: str) -> None:
     edit(em, "exact_match_demo.yaml", old, new)

@@ -13,7 +13,8 @@ The identity provider's group (or role) claim maps to roles in ``access.yaml``; 
 any matching group applies. A signed-in user in no listed group gets ``default_role`` (``none`` =
 refused). A release listed under ``releases`` is visible only to members of its groups (and admins).
 
-Failure semantics: a bad ``access.yaml`` is a ``ConfigError`` naming the file and field; a refused
+Failure semantics: a bad ``access.yaml`` (checked against a typed schema, ``schemas.py``) is a
+``ConfigError`` naming the file, line and field; a refused
 action is ``AccessDenied`` (one line naming the role or release, never patient text).
 """
 
@@ -25,9 +26,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field
 
 from medhelm.errors import ConfigError, MedhelmError
+from medhelm.schemas import NameText, Strict, Text, check
 
 
 class Role(IntEnum):
@@ -152,33 +156,29 @@ class AccessPolicy:
 
     @classmethod
     def load(cls, path: Path) -> AccessPolicy:
-        from medhelm.files import load_yaml
+        from medhelm.files import load_yaml_doc
 
-        raw = load_yaml(path, missing="access policy file not found") or {}
-        if not isinstance(raw, dict):
+        doc = load_yaml_doc(path, missing="access policy file not found")
+        if doc.data is not None and not isinstance(doc.data, dict):
             raise ConfigError("expected a mapping (groups_claim, roles, default_role, releases)", path=path)
-        return cls.from_dict(raw, path=path)
+        return cls.from_dict(doc.data or {}, path=path, doc=doc)
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], *, path: Path | None = None) -> AccessPolicy:
-        known = {"groups_claim", "subject_claim", "roles", "default_role", "releases"}
-        for key in raw:
-            if key not in known:
-                raise ConfigError(f"unknown key (known: {', '.join(sorted(known))})", path=path, field=str(key))
+    def from_dict(cls, raw: Mapping[str, Any], *, path: Path | None = None, doc: Any = None) -> AccessPolicy:
+        """A policy from its mapping, checked against the typed schema (``schemas.py``)."""
+        parsed = check(_PolicyFile, dict(raw), path=path, doc=doc)
         roles: dict[str, Role] = {}
         clinicians: list[str] = []
-        for role_name, groups in (raw.get("roles") or {}).items():
-            if Role.is_clinician(role_name):
-                clinicians += _names(groups, path, f"roles.{role_name}")
+        for role_name, groups in parsed.roles.items():
+            if Role.is_clinician(role_name):  # the review grant, apart from the ladder
+                clinicians += groups
                 continue
-            role = Role.parse(role_name, path=path, field_name=f"roles.{role_name}")
-            for g in _names(groups, path, f"roles.{role_name}"):
-                roles[g] = max(role, roles.get(g, Role.NONE))
-        releases = tuple((str(name), tuple(_names(groups, path, f"releases.{name}")))
-                         for name, groups in (raw.get("releases") or {}).items())
-        return cls(groups_claim=str(raw.get("groups_claim", "groups")), roles=roles, clinicians=tuple(clinicians),
-                   default_role=Role.parse(raw.get("default_role", "none"), path=path, field_name="default_role"),
-                   releases=releases, subject_claim=str(raw.get("subject_claim", "email")))
+            for g in groups:
+                roles[g] = max(Role[role_name.upper()], roles.get(g, Role.NONE))
+        return cls(groups_claim=parsed.groups_claim, roles=roles, clinicians=tuple(clinicians),
+                   default_role=Role[parsed.default_role.upper()],
+                   releases=tuple((name, tuple(groups)) for name, groups in parsed.releases.items()),
+                   subject_claim=parsed.subject_claim)
 
     def principal(self, claims: Mapping[str, Any]) -> Principal:
         """The principal an ID token's claims describe (role NONE when no group maps to a role)."""
@@ -190,14 +190,28 @@ class AccessPolicy:
                          clinician=bool(set(groups) & set(self.clinicians)))
 
 
-def _names(value: Any, path: Path | None, where: str) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, Iterable) and not isinstance(value, Mapping):
-        out = [str(v) for v in value]
-        if all(out):
-            return out
-    raise ConfigError("expected a group name or a list of group names", path=path, field=where)
+def _one_or_many(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+def _lower(value: Any) -> Any:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+RoleName = Annotated[Literal["none", "viewer", "analyst", "admin"], BeforeValidator(_lower)]
+# a key of ``roles:``: a rung of the ladder, or ``clinician`` (the review grant; never a default_role)
+RoleKey = Annotated[Literal["none", "viewer", "analyst", "admin", "clinician"], BeforeValidator(_lower)]
+Groups = Annotated[list[Text], BeforeValidator(_one_or_many), Field(max_length=10_000)]
+
+
+class _PolicyFile(Strict):
+    """``access.yaml``: every key known, every type checked (``schemas.py``)."""
+
+    groups_claim: Text = "groups"
+    subject_claim: Text = "email"
+    roles: dict[RoleKey, Groups] = {}
+    default_role: RoleName = "none"
+    releases: dict[NameText, Groups] = {}
 
 
 def _claim_list(value: Any) -> list[str]:

@@ -3,7 +3,9 @@
 The YAML (upstream's keys: ``name``, ``description``, ``prompt_file``, ``dataset_file``, ``max_tokens``,
 ``metrics``; ours: ``category``, ``subcategory``, ``access``), a prompt template with ``{column}``
 placeholders, and a CSV. Everything is read and checked when the benchmark is resolved, so a bad
-file stops the run at planning, with one line naming the file, line and field.
+file stops the run at planning, with one line naming the file, line and field: the YAML against a
+typed schema first (``schemas.py``: known keys, types, ranges), then what a schema cannot know
+(known metrics, the taxonomy, the files it names, the prompt's placeholders against the CSV's columns).
 
 Relative paths: ``config_path`` against the ``.conf``'s folder, then the working directory; the
 prompt, dataset and judge-prompt files against the YAML's folder, then the working directory
@@ -13,30 +15,91 @@ prompt, dataset and judge-prompt files against the YAML's folder, then the worki
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from medhelm import files, taxonomy
 from medhelm.benchmarks.base import LoadContext, PromptBudget
 from medhelm.benchmarks.template import PromptTemplate
 from medhelm.benchmarks.user_dataset import DatasetFile, scan_dataset
 from medhelm.confine import inside, real, roots_of, shown
-from medhelm.errors import ConfigError
+from medhelm.errors import ConfigError, escape
+from medhelm.schemas import LongText, NameText, PathText, Strict, Text, check
 from medhelm.scoring import registry
 from medhelm.scoring.exact import STATS as EXACT_STATS
 from medhelm.specs import Access, BenchmarkSpec, Instance, MetricSpec, Prompt, TaskType
 
-KEYS = ("name", "description", "prompt_file", "dataset_file", "max_tokens", "metrics",
-        "category", "subcategory", "access")
-REQUIRED = ("name", "prompt_file", "dataset_file", "metrics")
 ARGS = frozenset({"config_path", "jury_config_path"})
 JURY = "jury_score"
-_JUDGE_KEYS = frozenset({"name", "model_name"})
 _BAD_NAME = re.compile(r"[/\\:,=\x00-\x1f]")
+
+
+def _run_folder_name(value: str) -> str:
+    if _BAD_NAME.search(value):
+        raise ValueError("must be text without / \\ : , = (it names the run's folder)")
+    return value
+
+
+def _lower(value: Any) -> Any:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def _named(value: Any) -> Any:
+    return {"name": value} if isinstance(value, str) else value  # "- exact_match" is "- name: exact_match"
+
+
+Label = Annotated[str, Field(max_length=500)]
+
+
+class _Metric(BaseModel):
+    """One item of ``metrics``: a name plus the metric's own arguments (its ``validate`` checks those)."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+    name: Text
+
+
+class _Judge(Strict):
+    name: Text  # a deployment
+    model_name: Text
+
+
+class _JuryMetric(Strict):
+    """A ``jury_score`` item: its keys are all known here (docs/jury.md), so a misspelt one is refused."""
+
+    name: Literal["jury_score"]
+    prompt_file: PathText | None = None  # the judge prompt (upstream); becomes prompt_template
+    rubric: Text | None = None  # a built-in rubric instead
+    judges: Annotated[list[_Judge], Field(min_length=1, max_length=100)] | None = None
+    min_score: Annotated[int, Field(ge=-1_000_000, le=1_000_000)] | None = None
+    max_score: Annotated[int, Field(ge=-1_000_000, le=1_000_000)] | None = None
+    max_tokens: Annotated[int, Field(gt=0, le=1_000_000)] | None = None
+    structured_output: bool | None = None
+
+    @model_validator(mode="after")
+    def _one_rubric(self) -> _JuryMetric:
+        if (self.prompt_file is None) == (self.rubric is None):
+            raise ValueError("jury_score needs exactly one of 'prompt_file' (a judge prompt) or 'rubric' (a built-in "
+                             "rubric name)")
+        return self
+
+
+class _BenchmarkFile(Strict):
+    """The benchmark YAML (upstream's keys plus ours): every key known, every type checked (``schemas.py``)."""
+
+    name: Annotated[NameText, AfterValidator(_run_folder_name)]
+    description: LongText | None = None
+    prompt_file: PathText
+    dataset_file: PathText
+    max_tokens: Annotated[int, Field(gt=0, le=1_000_000)] = 1024
+    metrics: Annotated[list[Annotated[_Metric, BeforeValidator(_named)]], Field(min_length=1, max_length=100)]
+    category: Label | None = None
+    subcategory: Label | None = None
+    access: Annotated[Literal["public", "gated", "private"], BeforeValidator(_lower)] = Access.PRIVATE.value
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,6 +146,8 @@ class _Loader:
         if not isinstance(self.doc, dict):
             raise ConfigError("expected a mapping with name, description, prompt_file, dataset_file, "
                               "max_tokens and metrics", path=path)
+        self.yaml = parsed
+        self.file = check(_BenchmarkFile, self.doc, path=path, doc=parsed)  # keys and types, before any file
 
     def fail(self, message: str, key: str, *, item: int | None = None) -> ConfigError:
         """An error at top-level ``key``, or at ``key`` of the ``item``-th metric ("metrics" = the item)."""
@@ -112,65 +177,29 @@ class _Loader:
         return real(found) if self.roots is not None else found
 
     def load(self) -> ConfigurableBenchmark:
-        doc = self.doc
-        for key in doc:
-            if key not in KEYS:
-                raise self.fail(f"unknown key (allowed: {', '.join(KEYS)})", str(key))
-        for key in REQUIRED:
-            if doc.get(key) in (None, ""):
-                raise ConfigError(f"missing required key '{key}'", path=self.path, field=key)
+        f = self.file
         # the cheap checks first: a typo in the YAML should not wait for a large CSV to be read
-        name, description, access, max_tokens = self.name(), self.string("description"), self.access(), \
-            self.max_tokens()
         category, subcategory = self.taxonomy()
-        metrics = self.metrics(doc["metrics"])
-        prompt_path = self.locate(doc["prompt_file"], "prompt_file")
-        dataset_path = self.locate(doc["dataset_file"], "dataset_file")
+        metrics = self.metrics(f.metrics)
+        prompt_path = self.locate(f.prompt_file, "prompt_file")
+        dataset_path = self.locate(f.dataset_file, "dataset_file")
         template = PromptTemplate.parse(_read_text(prompt_path), prompt_path)
         only_jury = all(m.name == JURY for m in metrics)
         rows, sha = scan_dataset(dataset_path, template, answer_required=not only_jury,
                                  digest_prefix=template.text.encode() + b"\0")
         digest = sha[:12]
         spec = BenchmarkSpec(
-            name=name, display_name=name, description=description, category=category, subcategory=subcategory,
-            access=access, task_type=TaskType.CLASSIFICATION if metrics[0].name in EXACT_STATS else TaskType.GENERATION,
-            metrics=metrics, main_metric=registry.stat_names(metrics[0])[0], max_tokens=max_tokens,
+            name=f.name, display_name=f.name, description=(f.description or "").strip(), category=category,
+            subcategory=subcategory, access=Access(f.access),
+            task_type=TaskType.CLASSIFICATION if metrics[0].name in EXACT_STATS else TaskType.GENERATION,
+            metrics=metrics, main_metric=registry.stat_names(metrics[0])[0], max_tokens=f.max_tokens,
             source=f"user files sha256:{digest}")  # the digest keeps an edited CSV from resuming old results
         return ConfigurableBenchmark(spec=spec, template=template, rows=rows)
 
-    # ---- keys
-
-    def string(self, key: str) -> str:
-        value = self.doc.get(key)
-        if value is None:
-            return ""
-        if not isinstance(value, str):
-            raise self.fail("must be text", key)
-        return value.strip()
-
-    def name(self) -> str:
-        value = self.doc["name"]
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = str(value)
-        if not isinstance(value, str) or not value.strip() or _BAD_NAME.search(value):
-            raise self.fail("must be text without / \\ : , = (it names the run's folder)", "name")
-        return value.strip()
-
-    def max_tokens(self) -> int:
-        value = self.doc.get("max_tokens", 1024)
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise self.fail("must be a positive integer", "max_tokens")
-        return value
-
-    def access(self) -> Access:
-        value = self.string("access") or Access.PRIVATE.value  # hospital data unless said otherwise
-        try:
-            return Access(value.lower())
-        except ValueError:
-            raise self.fail(f"must be one of {', '.join(a.value for a in Access)}", "access") from None
+    # ---- what the schema cannot know
 
     def taxonomy(self) -> tuple[str, str]:
-        category, subcategory = self.string("category"), self.string("subcategory")
+        category, subcategory = (self.file.category or "").strip(), (self.file.subcategory or "").strip()
         category = category or taxonomy.CATEGORY_OF.get(subcategory, "")
         try:
             taxonomy.check(category, subcategory)
@@ -180,24 +209,15 @@ class _Loader:
             raise self.fail("unknown subcategory (see `medhelm list`)", "subcategory")
         return category, subcategory
 
-    # ---- metrics
-
-    def metrics(self, items: Any) -> tuple[MetricSpec, ...]:
-        if not isinstance(items, list) or not items:
-            raise self.fail("must be a list of metrics, e.g. '- name: exact_match' (the first is the main one)",
-                            "metrics")
+    def metrics(self, items: Sequence[_Metric]) -> tuple[MetricSpec, ...]:
         known = registry.factories()
         specs = []
         for i, item in enumerate(items):
-            if isinstance(item, str):
-                item = {"name": item}
-            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-                raise self.fail("each metric needs a 'name'", "metrics", item=i)
-            name = item["name"]
+            name = item.name
             if name not in known:
-                raise self.fail(f"unknown metric '{name}' (known: {', '.join(sorted(known))})", "name", item=i)
-            args = {k: v for k, v in item.items() if k != "name"}
-            spec = MetricSpec(name, self.jury_args(args, i) if name == JURY else args)
+                raise self.fail(f"unknown metric '{escape(name)}' (known: {', '.join(sorted(known))})", "name", item=i)
+            args = dict(item.model_extra or {})
+            spec = MetricSpec(name, self.jury_args(i) if name == JURY else args)
             # jury_score without judges gets them at planning (jury_config_path= or the default jury)
             if name != JURY or "judges" in spec.args:
                 try:
@@ -207,24 +227,14 @@ class _Loader:
             specs.append(spec)
         return tuple(specs)
 
-    def jury_args(self, args: dict[str, Any], i: int) -> dict[str, Any]:
-        out = dict(args)
-        if "prompt_file" in out:
-            out["prompt_template"] = _read_text(self.locate(out.pop("prompt_file"), "prompt_file", item=i))
-        if "judges" in out:
-            out["judges"] = self.judges(out["judges"], i)
-        return out
-
-    def judges(self, judges: Any, i: int) -> list[dict[str, str]]:
-        if not isinstance(judges, list) or not judges:
-            raise self.fail("must be a list of {name: <deployment>, model_name: <model>}", "judges", item=i)
-        out = []
-        for j, judge in enumerate(judges):
-            if not isinstance(judge, Mapping) or set(judge) != _JUDGE_KEYS or not all(
-                    isinstance(judge[k], str) and judge[k].strip() for k in _JUDGE_KEYS):
-                raise self.fail(f"judge {j + 1} must have exactly 'name' (a deployment) and 'model_name'",
-                                "judges", item=i)
-            out.append({"name": judge["name"].strip(), "model_name": judge["model_name"].strip()})
+    def jury_args(self, i: int) -> dict[str, Any]:
+        raw = _named(self.doc["metrics"][i])
+        jury = check(_JuryMetric, raw, path=self.path, doc=self.yaml, prefix=("metrics", i))
+        out = jury.model_dump(exclude_none=True, exclude={"name", "prompt_file", "judges"})
+        if jury.prompt_file is not None:
+            out["prompt_template"] = _read_text(self.locate(jury.prompt_file, "prompt_file", item=i))
+        if jury.judges is not None:
+            out["judges"] = [{"name": j.name, "model_name": j.model_name} for j in jury.judges]
         return out
 
 
@@ -242,7 +252,7 @@ def _locate(value: str, bases: Sequence[Path], *, field: str, where: str) -> Pat
     given = Path(value.strip()).expanduser()
     candidates = [given] if given.is_absolute() else list(dict.fromkeys((b / given).absolute() for b in bases))
     for candidate in candidates:
-        if candidate.exists():  # a folder, FIFO or device is then refused by the reader, by name
+        if files.exists(candidate, field=field):  # a folder, FIFO or device is then refused by the reader, by name
             return candidate
     looked = " and ".join(str(c) for c in candidates)
     hint = f" (relative paths are tried against {where}, then the working directory)" if where else ""

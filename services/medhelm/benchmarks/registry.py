@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from medhelm import files
 from medhelm.benchmarks.base import Benchmark, LoadContext, PromptBudget
 from medhelm.benchmarks.catalogue import CatalogueEntry, get_entry
 from medhelm.benchmarks.prompts import PromptStyle, build_prompt
@@ -74,14 +75,7 @@ def read_prompt_file(raw: str, base_dir: Path) -> str:
     path = Path(str(raw)).expanduser()
     if not path.is_absolute():
         path = Path(base_dir) / path
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise ConfigError("prompt file not found", path=path, field="prompt_path") from None
-    except IsADirectoryError:
-        raise ConfigError("prompt_path= must name a text file, not a folder", path=path) from None
-    except UnicodeDecodeError:
-        raise ConfigError("prompt file is not UTF-8 text", path=path) from None
+    text = files.read_text(path, missing="prompt file not found (prompt_path=)", what="prompt file (prompt_path=)")
     text = text.replace("\r\n", "\n").removesuffix("\n")
     if not text.strip():
         raise ConfigError("prompt file is empty", path=path, field="prompt_path")

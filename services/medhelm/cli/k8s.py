@@ -25,11 +25,14 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field
 
 from medhelm import files, schedules
 from medhelm.errors import ConfigError, MedhelmError
+from medhelm.schemas import check
 
 CONF_DIR = "/etc/medhelm/conf"
 TEMPLATE_KEY = "job.yaml"
@@ -154,17 +157,71 @@ def template_name(release: str) -> str:
     return f"{_fullname(release)}-job-template"
 
 
-def parse_template(docs: list, source: str) -> tuple[dict, list]:
-    """(the Job, the store env) from the job-template ConfigMap, `helm template` output or a bare Job."""
+def parse_template(docs: list, source: str, *, path: Path | None = None) -> tuple[dict, list]:
+    """(the Job, the store env) from the job-template ConfigMap, `helm template` output or a bare Job; the
+    parts of the Job we fill in are checked (``_Job``) so a template of another shape is one line."""
     for doc in docs:
         if isinstance(doc, dict) and doc.get("kind") == "ConfigMap" and TEMPLATE_KEY in (doc.get("data") or {}):
-            job = yaml.safe_load(doc["data"][TEMPLATE_KEY])
-            store_env = yaml.safe_load(doc["data"].get("store-env.yaml") or "[]") or []
+            inner = f"{path or source} (the ConfigMap's {TEMPLATE_KEY})"
+            job = _yaml_value(doc["data"][TEMPLATE_KEY], inner)
+            store_env = _yaml_value(doc["data"].get("store-env.yaml") or "[]", inner) or []
+            check(_StoreEnv, {"env": store_env}, path=inner)
+            check(_Job, job, path=inner)
             return job, store_env
     jobs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "Job"]
     if len(jobs) == 1:
+        check(_Job, jobs[0], path=path or source)
         return jobs[0], []
     raise ConfigError(f"no job template (a ConfigMap with '{TEMPLATE_KEY}' or one Job) in {source}")
+
+
+def _yaml_value(text: object, where: str) -> object:
+    if not isinstance(text, str):
+        raise ConfigError("must be text (YAML)", path=where)
+    return files.parse_yaml(text, Path(where)).data
+
+
+class _Open(BaseModel):
+    """A Kubernetes object part: the keys we read or fill in are typed; every other key is Kubernetes'."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class _EnvVar(_Open):
+    name: Annotated[str, Field(min_length=1, max_length=1000)]
+
+
+class _Container(_Open):
+    args: list[str] = []
+    env: list[_EnvVar] = []
+    volumeMounts: list[dict] = []
+
+
+class _PodSpec(_Open):
+    containers: Annotated[list[_Container], Field(min_length=1)]
+    volumes: list[dict] = []
+
+
+class _Meta(_Open):
+    labels: dict[str, str] = {}
+
+
+class _PodTemplate(_Open):
+    metadata: _Meta = _Meta()
+    spec: _PodSpec
+
+
+class _JobSpec(_Open):
+    template: _PodTemplate
+
+
+class _Job(_Open):
+    metadata: _Meta = _Meta()
+    spec: _JobSpec
+
+
+class _StoreEnv(_Open):
+    env: list[_EnvVar]
 
 
 def _container(job: dict) -> dict:
@@ -180,8 +237,8 @@ def build_job(template: dict, *, release: str, suite: str, args: list[str], comp
     """The release's Job with this suite's name, labels, arguments and shard counts."""
     job = copy.deepcopy(template)
     name = job_name(release, suite, suffix)
-    job["metadata"]["name"] = name
-    for meta in (job["metadata"], job["spec"]["template"]["metadata"]):
+    job.setdefault("metadata", {})["name"] = name
+    for meta in (job["metadata"], job["spec"]["template"].setdefault("metadata", {})):
         meta.setdefault("labels", {})["medhelm.io/suite"] = suite
     job["spec"]["completions"], job["spec"]["parallelism"] = completions, parallelism
     c = _container(job)
@@ -308,13 +365,8 @@ def schedule_manifests(args: argparse.Namespace, template: dict, store_env: list
 
 def load_template(args: argparse.Namespace) -> tuple[dict, list]:
     if args.job_template is not None:
-        try:
-            docs = list(yaml.safe_load_all(args.job_template.read_text(encoding="utf-8")))
-        except OSError as err:
-            raise ConfigError(f"cannot read ({err.strerror})", path=args.job_template) from None
-        except yaml.YAMLError as err:
-            raise ConfigError(f"not YAML ({str(err).splitlines()[0]})", path=args.job_template) from None
-        return parse_template(docs, str(args.job_template))
+        docs = files.load_yaml_all(args.job_template, missing="job template not found")
+        return parse_template(docs, str(args.job_template), path=args.job_template)
     name = template_name(args.release)
     doc = json.loads(_kubectl(args, "get", "configmap", name, "-o", "json"))
     return parse_template([doc], f"ConfigMap {name} (is the release '{args.release}' installed?)")

@@ -103,14 +103,19 @@ def writable_store(location: str) -> Iterator[Store]:
 
     path = sqlite_path(location)
     created = path is not None and not path.exists()
+    was_empty = path is not None and not created and path.is_file() and path.stat().st_size == 0
     try:
         with open_store(location, create=True) as store:
             yield store
     except BaseException:
-        if created and path is not None:
-            for leftover in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"),
+        if (created or was_empty) and path is not None:
+            for leftover in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"),
                              path.with_name(path.name + "-journal")):
                 leftover.unlink(missing_ok=True)
+            if created:
+                path.unlink(missing_ok=True)
+            else:
+                os.truncate(path, 0)  # an empty file given as the store is left empty, as it was
         raise
 
 

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 import grpc
 from prometheus_client import CollectorRegistry, Counter
 
+from medhelm import files
 from medhelm.errors import ConfigError
 
 log = logging.getLogger("medhelm.rpc")
@@ -64,10 +65,7 @@ class CallerPolicy:
 
 def read_token_file(path: Path) -> tuple[tuple[str, bytes], ...]:
     """``<caller name> <token>`` per line (``#`` comments); only the tokens' SHA-256 is kept."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"cannot read the caller-token file ({err.strerror})", path=path) from None
+    text = files.read_text(path, missing="caller-token file not found", what="caller-token file")
     out = []
     for n, line in enumerate(text.splitlines(), 1):
         line = line.strip()
@@ -85,10 +83,7 @@ def read_token_file(path: Path) -> tuple[tuple[str, bytes], ...]:
 
 def read_token(path: Path) -> str:
     """A client's own token (the whole file, stripped): ``medhelm job --service-token-file``."""
-    try:
-        token = Path(path).read_text(encoding="utf-8").strip()
-    except OSError as err:
-        raise ConfigError(f"cannot read the service token file ({err.strerror})", path=path) from None
+    token = files.read_text(path, missing="service token file not found", what="service token file").strip()
     if not token:
         raise ConfigError("the service token file is empty", path=path)
     return token

@@ -13,6 +13,7 @@ release whole (one transaction each). Past the timeout it is the one-line "locke
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from medhelm import files
-from medhelm.errors import ConfigError
+from medhelm.errors import ConfigError, escape
 from medhelm.store.schema import ADDED_COLUMNS, REVIEW_DDL, SCHEMA_VERSION, TABLES, ddl
 
 DEFAULT_FILENAME = "results.sqlite"
@@ -111,12 +112,10 @@ class Store:
             self._conn.commit()
 
     def create_schema(self) -> None:
+        """The tables, where missing (a no-op on a complete store: nothing is written to it here)."""
         with self.transaction(exclusive=True):
             for stmt in ddl(self.blob_type):
                 self.execute(stmt)
-            for table, column, kind in ADDED_COLUMNS:
-                if column not in self.columns(table):
-                    self.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         # the clinicians' ratings (kept across re-summarise, like the audit trail): made here too, so a dashboard
         # whose database user may only INSERT/SELECT finds it
         self.ensure_review_table()
@@ -130,6 +129,13 @@ class Store:
                 self.execute(stmt)
         self._review_ready = True
 
+    def migrate(self) -> None:
+        """Columns added since an older store was made; called inside the transaction that replaces a release,
+        so a summarize that fails leaves an older store exactly as it was."""
+        for table, column, kind in ADDED_COLUMNS:
+            if column not in self.columns(table):
+                self.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+
     def columns(self, table: str) -> list[str]:
         with self._damaged():
             cur = self._conn.cursor()
@@ -137,6 +143,11 @@ class Store:
             names = [d[0] for d in cur.description]
             cur.close()
         return names
+
+    def schema_columns(self) -> dict[str, dict[str, str]]:
+        """Every table of the store, its columns and their types as ``schema.py`` spells them (upper case;
+        from the catalogue: never fails on a missing table)."""
+        raise NotImplementedError
 
     def delete_release(self, release: str) -> None:
         self.execute("DELETE FROM instances WHERE run_id IN (SELECT run_id FROM runs WHERE release = ?)", (release,))
@@ -199,6 +210,11 @@ class SqliteStore(Store):
                               "MedHELM store? Give another --store, or restore it from a backup", path=self.path) \
                 from None
 
+    def schema_columns(self) -> dict[str, set[str]]:
+        tables = [r[0] for r in self.query("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {t: {r[0]: str(r[1]).upper() for r in self.query("SELECT name, type FROM pragma_table_info(?)", (t,))}
+                for t in tables}
+
     def _begin_exclusive(self) -> None:
         # the write lock from the start: a deferred transaction that reads, then writes, can hit a stale
         # snapshot (SQLITE_BUSY at once, no waiting) when another summarize committed in between
@@ -229,6 +245,30 @@ class PostgresStore(Store):
 
     def _begin_exclusive(self) -> None:
         self.execute(f"SELECT pg_advisory_xact_lock({_PG_WRITE_LOCK})")  # released by commit/rollback
+
+    def schema_columns(self) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        for table, column, kind in self.query("SELECT table_name, column_name, data_type FROM "
+                                              "information_schema.columns WHERE table_schema = current_schema()"):
+            out.setdefault(table, {})[column] = str(kind).upper()
+        return out
+
+    @contextmanager
+    def _damaged(self) -> Iterator[None]:
+        import psycopg
+
+        try:
+            yield
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn, psycopg.errors.DataError,
+                psycopg.errors.InvalidTextRepresentation) as err:
+            # a table or column we expect is not there, or holds what we cannot read: not our store's shape
+            try:
+                self._conn.rollback()
+            except psycopg.Error:
+                pass
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            raise ConfigError(f"the results store {_without_password(self.url)} cannot be used ({first}); is it a "
+                              "MedHELM store of this version? Give another --store") from None
 
     def _sql(self, sql: str) -> str:
         return sql.replace("%", "%%").replace("?", "%s")
@@ -289,7 +329,9 @@ def open_store(location: str | Path, *, create: bool = False) -> Store:
             _check_ours(store)
             store.create_schema()
         else:
+            _check_integrity(store)  # first: a damaged file is named as damaged, not as "not a store"
             _check_schema(store)
+            _check_tables(store)
     except BaseException:
         store.close()
         raise
@@ -297,14 +339,21 @@ def open_store(location: str | Path, *, create: bool = False) -> Store:
 
 
 def _check_ours(store: Store) -> None:
-    """Before creating tables: an existing database must be empty or a MedHELM store of a known version."""
-    if not isinstance(store, SqliteStore) or store._new_file:
+    """Before creating tables: an existing database must be empty or a MedHELM store of a known version and
+    shape (SQLite: also intact; a PostgreSQL database may hold other applications' tables beside ours)."""
+    if not isinstance(store, SqliteStore):
+        if "meta" in store.schema_columns():
+            _check_version(store)
+            _check_tables(store)
+        return
+    if store._new_file:
         return
     if store.foreign_tables:
         raise ConfigError(f"this SQLite file holds other tables ({store.foreign_tables}) and is not a MedHELM results "
                           "store; give a new file with --store", path=store.path)
     if store.query("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'")[0][0]:
         _check_version(store)
+        _check_tables(store)  # a store of another shape is not written into (nor "repaired")
     # integrity before writing: a damaged file must not be made worse (quick_check reads each page once)
     problems = [r[0] for r in store.query("PRAGMA quick_check(5)")]
     if problems != ["ok"]:
@@ -315,17 +364,103 @@ def _check_ours(store: Store) -> None:
 def _check_version(store: Store) -> None:
     rows = store.query("SELECT value FROM meta WHERE release = '' AND key = 'schema_version'")
     if rows and str(rows[0][0]).isdigit() and int(rows[0][0]) > SCHEMA_VERSION:
-        raise ConfigError(f"{_without_password(store.url)} was written by a newer medhelm (store schema "
+        raise ConfigError(f"{_named(store)} was written by a newer medhelm (store schema "
                           f"v{rows[0][0]}; this one reads v{SCHEMA_VERSION}); upgrade medhelm")
 
 
-def _check_schema(store: Store) -> None:
+def _expected_columns(blob_type: str) -> dict[str, dict[str, str]]:
+    """Each table's columns and types as ``schema.py`` declares them (the ones added later may be missing)."""
+    added = {(t, c) for t, c, _ in ADDED_COLUMNS}
+    out: dict[str, dict[str, str]] = {}
+    for table, body in TABLES.items():
+        columns: dict[str, str] = {}
+        for part in body.format(blob=blob_type).replace("\n", " ").split("PRIMARY KEY")[0].split(","):
+            words = part.split()
+            if not words or words[0] == "PRIMARY" or not words[0].isidentifier() or (table, words[0]) in added:
+                continue
+            kind = []
+            for w in words[1:]:
+                if w in ("NOT", "UNIQUE", "DEFAULT", "PRIMARY"):
+                    break
+                kind.append(w)
+            columns[words[0]] = " ".join(kind).upper()
+        out[table] = columns
+    return out
+
+
+def _check_tables(store: Store) -> None:
+    """Before reading: every table and column this version reads is there with its type (a store of another
+    shape is named, not read into a traceback)."""
+    have = store.schema_columns()
+    for table, columns in _expected_columns(store.blob_type).items():
+        if table not in have:
+            raise ConfigError(f"{_named(store)} is not a complete MedHELM results store (table "
+                              f"'{table}' is missing); summarize into a new --store, or restore it from a backup")
+        missing = sorted(set(columns) - set(have[table]))
+        if missing:
+            raise ConfigError(f"{_named(store)} is not a MedHELM results store of this version "
+                              f"(table '{table}' lacks column(s) {', '.join(missing)}); summarize into a new --store")
+        for column, kind in columns.items():
+            if have[table][column] != kind:
+                raise ConfigError(f"{_named(store)} is not a MedHELM results store of this version "
+                                  f"(column '{table}.{escape(column)}' is {escape(have[table][column], 40)}, "
+                                  f"not {kind}); summarize into a new --store")
+
+
+# SQLite files found intact by this process: (device, inode, size, mtime) of the file and its WAL size. A
+# long-lived reader (the dashboard opens the store per query) checks each version of the file once, not on every
+# page; `medhelm serve dashboard` checks it before starting Streamlit and hands the version it checked over in
+# INTACT_ENV, so the first page does not read the whole file again (about 2.5 ms per MB).
+_INTACT: set[tuple[int, ...]] = set()
+INTACT_ENV = "MEDHELM_STORE_INTACT"
+
+
+def intact_token(location: str | Path) -> str:
+    """The version of a SQLite store this process found intact, for INTACT_ENV ("" for PostgreSQL / unchecked)."""
+    path = sqlite_path(location)
+    key = _version_key(path) if path is not None else None
+    return ":".join(map(str, key)) if key in _INTACT else ""
+
+
+def _check_integrity(store: Store) -> None:
+    """Before reading a SQLite store: ``PRAGMA quick_check`` (every page's structure, once per file version).
+    PostgreSQL keeps its own pages consistent (checksums, WAL); its shape is checked by ``_check_tables``."""
+    if not isinstance(store, SqliteStore):
+        return
+    key = _version_key(store.path)
+    if key in _INTACT or (key != (0,) and os.environ.get(INTACT_ENV) == ":".join(map(str, key))):
+        return
+    problems = [r[0] for r in store.query("PRAGMA quick_check(5)")]
+    if problems != ["ok"]:
+        raise ConfigError(f"the results store is damaged (SQLite quick_check found {len(problems)}+ problem(s)); "
+                          "restore it from a backup, or summarize into a new --store", path=store.path)
+    _INTACT.add(key)
+
+
+def _version_key(path: Path) -> tuple[int, ...]:
+    """The file's identity and version: (device, inode, size, mtime) of the file, the size of its WAL (a reader
+    creates an empty WAL and touches it; a writer grows it, and a checkpoint changes the file itself)."""
     try:
-        store.query("SELECT 1 FROM meta WHERE release = ? AND key = 'schema_version'", ("",))
-    except Exception:  # noqa: BLE001 - any driver's "no such table"
-        raise ConfigError(f"{_without_password(store.url)} is not a MedHELM results store "
-                          f"(schema v{SCHEMA_VERSION}); run `medhelm summarize` first") from None
+        st = path.stat()
+    except OSError:
+        return (0,)
+    try:
+        wal = path.with_name(path.name + "-wal").stat().st_size
+    except OSError:
+        wal = 0
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, wal)
+
+
+def _check_schema(store: Store) -> None:
+    if "meta" not in store.schema_columns():
+        raise ConfigError(f"{_named(store)} is not a MedHELM results store (schema v{SCHEMA_VERSION}); run "
+                          "`medhelm summarize` first")
     _check_version(store)
+
+
+def _named(store: Store) -> str:
+    """How an error names a store: its file (SQLite; the dashboard hides URLs), else its URL without password."""
+    return escape(store.path, 1000) if isinstance(store, SqliteStore) else _without_password(store.url)
 
 
 def _without_password(url: str) -> str:

@@ -13,19 +13,24 @@ prices:
 A GPU-priced deployment is charged for the wall time of its runs (``run.json`` ``wall_time_s``: the
 GPU is held while the run goes), or the summed request latency when a run has no wall time. A
 deployment without a price has no cost (shown as such), never a cost of 0.
+
+Failure semantics: the file is checked against a typed schema (``schemas.py``: known keys, finite
+non-negative prices) when read, before ``summarize`` writes anything; a problem is a ConfigError naming
+the file, line and field.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
 
 from medhelm.errors import ConfigError, escape
-from medhelm.files import load_yaml
-
-_KEYS = {"deployment", "model", "input_per_million", "output_per_million", "gpu_hour", "gpus"}
+from medhelm.files import load_yaml_doc
+from medhelm.schemas import Finite, NameText, Strict, check
 
 
 @dataclass(frozen=True)
@@ -61,17 +66,24 @@ class PriceTable:
 
     @classmethod
     def load(cls, path: str | Path) -> PriceTable:
+        """Read and check a prices file: a typed schema (``schemas.py``), then one price per name."""
         path = Path(path)
-        doc = load_yaml(path) or {}
-        items = doc.get("prices") if isinstance(doc, Mapping) else None
-        if not isinstance(items, list):
+        doc = load_yaml_doc(path)
+        if not isinstance(doc.data, Mapping):
             raise ConfigError("expected a list under the key 'prices'", path=path)
+        parsed = check(_PricesFile, doc.data, path=path, doc=doc)
         out: dict[str, Price] = {}
-        for i, item in enumerate(items):
-            name, price = _parse(item, path, i)
+        for i, item in enumerate(parsed.prices):
+            name = item.deployment or item.model
+            where = {"path": path, "line": doc.line("prices", i), "field": f"prices[{i}]"}
+            if not name:
+                raise ConfigError("needs 'deployment' (or 'model')", **where)
+            if item.gpu_hour is None and item.input_per_million is None and item.output_per_million is None:
+                raise ConfigError("needs input_per_million/output_per_million (API) or gpu_hour (local)", **where)
             if name in out:
-                raise ConfigError(f"a second price for '{escape(name)}'", path=path, field=f"prices[{i}]")
-            out[name] = price
+                raise ConfigError(f"a second price for '{escape(name)}'", **where)
+            out[name] = Price(input_per_million=item.input_per_million, output_per_million=item.output_per_million,
+                              gpu_hour=item.gpu_hour, gpus=item.gpus)
         return cls(out)
 
     def cost(self, deployment: str, model: str, usage: Usage) -> Cost:
@@ -84,24 +96,17 @@ class PriceTable:
                      + usage.completion_tokens * (price.output_per_million or 0.0)) / 1e6, "api tokens")
 
 
-def _parse(item: object, path: Path, index: int) -> tuple[str, Price]:
-    where = f"prices[{index}]"
-    if not isinstance(item, Mapping):
-        raise ConfigError("each price must be a mapping", path=path, field=where)
-    unknown = set(item) - _KEYS
-    if unknown:
-        raise ConfigError(f"unknown key(s) {sorted(unknown)}", path=path, field=where)
-    name = item.get("deployment") or item.get("model")
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError("needs 'deployment' (or 'model')", path=path, field=where)
-    values: dict[str, float] = {}
-    for key in ("input_per_million", "output_per_million", "gpu_hour", "gpus"):
-        if item.get(key) is not None:
-            v = item[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
-                raise ConfigError("must be a non-negative number", path=path, field=f"{where}.{key}")
-            values[key] = float(v)
-    if "gpu_hour" not in values and not {"input_per_million", "output_per_million"} & set(values):
-        raise ConfigError("needs input_per_million/output_per_million (API) or gpu_hour (local)", path=path,
-                          field=where)
-    return str(name), Price(**values)
+Money = Annotated[Finite, Field(ge=0, le=1e9)]
+
+
+class _PriceItem(Strict):
+    deployment: NameText | None = None
+    model: NameText | None = None
+    input_per_million: Money | None = None
+    output_per_million: Money | None = None
+    gpu_hour: Money | None = None
+    gpus: Annotated[Finite, Field(gt=0, le=1_000_000)] = 1.0
+
+
+class _PricesFile(Strict):
+    prices: list[_PriceItem]

@@ -75,6 +75,7 @@ def summarize(store: Store, sources: Iterable[RunSource], options: SummarizeOpti
               note: Note = lambda msg: None) -> SummaryReport:
     started = time.perf_counter()
     with store.transaction(exclusive=True):  # a concurrent summarize into this store waits here
+        store.migrate()
         before = int(store.query("SELECT COUNT(*) FROM runs WHERE release = ?", (options.release,))[0][0])
         store.delete_release(options.release)
         ingested = _Ingest(store, options, note)

@@ -11,25 +11,29 @@ A jury config is YAML::
 
 Upstream's ``judges.yaml`` shape (``{name: <label>, model, model_deployment}``) is read too. A bare
 name (``jury_config_path=embedded``) selects a built-in ``config/jury_<name>.yaml``.
+
+Failure semantics: the file is checked against a typed schema (``schemas.py``: known keys, types,
+finite weights > 0) and every judge against the deployment registry at plan time, before anything is
+written; a problem is a ConfigError naming the file, line and field.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from medhelm.errors import ConfigError
-from medhelm.files import load_yaml
+from pydantic import ConfigDict, Field
+
+from medhelm.errors import ConfigError, escape
+from medhelm.files import YamlDoc, load_yaml_doc
+from medhelm.schemas import Finite, LongText, Strict, Text, check
 from medhelm.specs import JSON, MetricSpec
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 DEFAULT_JURY = "default"
 DEFAULT_MAX_TOKENS = 1024
-_JUDGE_KEYS = {"name", "model_name", "weight", "model", "model_deployment"}
-_TOP_KEYS = {"judges", "max_tokens", "structured_output", "description"}
 
 
 @dataclass(frozen=True)
@@ -63,60 +67,68 @@ def config_path(value: str, base_dir: Path) -> Path:
     return path if path.is_absolute() else Path(base_dir) / path
 
 
+class _JudgeItem(Strict):
+    name: Text  # a deployment name (ours) or a label (upstream, with model_deployment)
+    model_name: Text | None = None
+    model: Text | None = None  # upstream's judges.yaml
+    model_deployment: Text | None = None  # upstream's judges.yaml
+    weight: Annotated[Finite, Field(gt=0, le=1_000_000)] = 1.0
+
+
+class _JuryFile(Strict):
+    """A jury config file: every key known, every type checked (``schemas.py``)."""
+
+    judges: Annotated[list[_JudgeItem], Field(min_length=1)]
+    max_tokens: Annotated[int, Field(gt=0, le=1_000_000)] = DEFAULT_MAX_TOKENS
+    structured_output: bool = True
+    description: LongText | None = None
+
+
+class _JuryArgs(_JuryFile):
+    """The same keys inside a ``jury_score`` metric's arguments (which hold the rubric's keys too)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
+
+
 def load(path: Path, deployments: Any) -> Jury:
     """Read and check a jury config file (every judge must be a known deployment)."""
-    doc = load_yaml(path, missing="jury config not found")
-    if not isinstance(doc, Mapping) or not isinstance(doc.get("judges"), list):
-        raise ConfigError("expected a list under the key 'judges'", path=path)
-    unknown = set(doc) - _TOP_KEYS
-    if unknown:
-        raise ConfigError(f"unknown key(s) {sorted(unknown)}", path=path)
-    return from_mapping(doc, deployments, where=str(path))
+    doc = load_yaml_doc(path, missing="jury config not found")
+    if not isinstance(doc.data, Mapping):
+        raise ConfigError("expected a mapping with a list under the key 'judges'", path=path)
+    return _jury(check(_JuryFile, doc.data, path=path, doc=doc), deployments, path=path, doc=doc)
 
 
 def from_mapping(doc: Mapping[str, Any], deployments: Any, *, where: str = "") -> Jury:
-    judges = judges_from(doc.get("judges") or (), deployments, where=where)
-    max_tokens = doc.get("max_tokens", DEFAULT_MAX_TOKENS)
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
-        raise ConfigError("must be a positive integer", path=where or None, field="max_tokens")
-    structured = doc.get("structured_output", True)
-    if not isinstance(structured, bool):
-        raise ConfigError("must be true or false", path=where or None, field="structured_output")
-    return Jury(judges=judges, max_tokens=max_tokens, structured_output=structured)
+    """A jury from a ``jury_score`` metric's arguments (``where``: the file they came from, for errors)."""
+    plain = doc.to_json() if hasattr(doc, "to_json") else dict(doc)  # a spec's frozen args -> lists and dicts
+    return _jury(check(_JuryArgs, plain, path=where or None), deployments, path=where or None)
 
 
-def judges_from(items: Sequence[Any], deployments: Any, *, where: str = "") -> tuple[Judge, ...]:
-    """Judge entries -> Judges, each checked against the deployment registry (when given)."""
-    if not items:
-        raise ConfigError("the jury has no judges", path=where or None, field="judges")
+def _jury(parsed: _JuryFile, deployments: Any, *, path: str | Path | None, doc: YamlDoc | None = None) -> Jury:
+    """Checked judge entries -> Judges, each checked against the deployment registry (when given)."""
     out: list[Judge] = []
-    for i, item in enumerate(items):
+    for i, item in enumerate(parsed.judges):
         field = f"judges[{i}]"
-        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str) or not item["name"].strip():
-            raise ConfigError("each judge needs a 'name' (a model deployment)", path=where or None, field=field)
-        unknown = set(item) - _JUDGE_KEYS
-        if unknown:
-            raise ConfigError(f"unknown key(s) {sorted(unknown)}", path=where or None, field=field)
-        name = str(item.get("model_deployment") or item["name"])  # upstream: name is a label
-        if "\n" in name or len(name) > 500:
-            raise ConfigError("must be a deployment name", path=where or None, field=field)
-        model = item.get("model_name") or item.get("model")
-        weight = item.get("weight", 1.0)
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < math.inf:
-            raise ConfigError("weight must be a number > 0 and finite", path=where or None, field=f"{field}.weight")
+
+        def fail(message: str, key: str = "") -> ConfigError:
+            return ConfigError(message, path=path, line=doc.line("judges", i, *([key] if key else [])) if doc else None,
+                               field=f"{field}.{key}" if key else field)
+
+        name = item.model_deployment or item.name  # upstream: name is a label
+        model = item.model_name or item.model
         if deployments is not None:
             if name not in deployments:
-                raise ConfigError(f"judge '{name}' is not a known model deployment; add it to "
-                                  f"model_deployments.yaml under --local-path", path=where or None, field=field)
+                raise fail(f"judge '{escape(name)}' is not a known model deployment; add it to "
+                           f"model_deployments.yaml under --local-path")
             served = deployments.get(name).model_name
-            if model and str(model) != served:
-                raise ConfigError(f"judge '{name}' serves model '{served}', not '{model}'", path=where or None,
-                                  field=f"{field}.model_name")
+            if model and model != served:
+                raise fail(f"judge '{escape(name)}' serves model '{escape(served)}', not '{escape(model)}'",
+                           "model_name" if item.model_name else "model")
             model = served
         if any(j.name == name for j in out):
-            raise ConfigError(f"judge '{name}' is listed twice", path=where or None, field=field)
-        out.append(Judge(name=name, model_name=str(model or ""), weight=float(weight)))
-    return tuple(out)
+            raise fail(f"judge '{escape(name)}' is listed twice")
+        out.append(Judge(name=name, model_name=model or "", weight=float(item.weight)))
+    return Jury(judges=tuple(out), max_tokens=parsed.max_tokens, structured_output=parsed.structured_output)
 
 
 def resolve(spec: MetricSpec, ctx: Any) -> MetricSpec:
