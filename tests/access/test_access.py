@@ -48,7 +48,7 @@ def test_claims_map_to_the_highest_role_and_releases_restrict(policy):
 
 @pytest.mark.parametrize("text,message", [
     ("roles: {superuser: [x]}\n",
-     ":1: field 'roles.superuser': input should be 'none', 'viewer', 'analyst' or 'admin'"),
+     ":1: field 'roles.superuser': input should be 'none', 'viewer', 'analyst', 'admin' or 'clinician'"),
     ("roles: {viewer: [x]}\nextra: 1\n", ":2: field 'extra': unknown key (allowed: groups_claim, subject_claim, roles"),
     ("roles: {viewer: {a: 1}}\n", ":1: field 'roles.viewer': must be a list"),
     ("roles:\n  viewer: [x, [y]]\n", ":2: field 'roles.viewer[1]': must be text"),
