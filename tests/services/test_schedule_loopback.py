@@ -139,7 +139,8 @@ def test_one_scheduled_cycle_end_to_end(tmp_path, mock_openai, start_service, he
                                                      ["model_deployments.yaml"])
     svc_env = {**_env(), "MEDHELM_MODEL_DEPLOYMENTS": str(registry / "model_deployments.yaml")}
     svc = {name: start_service(name, "--local-path", str(pvc / "prod_env"), "--output-path",
-                               str(pvc / "benchmark_output"), "--offline", "--benchmark-root", str(pvc / "bench"),
+                               str(pvc / "benchmark_output"), "--offline",
+                               "--benchmark-root", str(pvc),  # the volume's mount, as the chart sets it
                                env=svc_env)
            for name in ("scenarios", "jury", "metrics")}
     services = {f"{RELEASE}-medhelm-{n}:50051": svc[n].address for n in svc}  # cluster DNS + kube-proxy

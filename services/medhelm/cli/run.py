@@ -176,14 +176,22 @@ class MetricsExport:
 
 def main_validate(args: argparse.Namespace) -> int:
     """Everything `run` checks before calling a model, plus loading every instance."""
-    from medhelm.pipeline.sampling import stream_run
+    from medhelm.benchmarks.base import StreamedInstances
+    from medhelm.pipeline.sampling import select_instances, stream_run
 
     _, plans = plan_from_args(args)
     for plan in plans:
         spec = plan.spec
-        n = stream_run(plan.benchmark, spec).count  # a streamed benchmark is counted, not held
-        source = plan.benchmark.instances()
-        loaded = source if hasattr(source, "__len__") else list(source)
+        try:
+            source = plan.benchmark.instances()  # loaded once: a loader's notes (skipped rows) print once
+            if isinstance(source, StreamedInstances):
+                loaded = source
+                n = stream_run(plan.benchmark, spec).count  # a streamed benchmark is counted, not held
+            else:
+                loaded = list(source)
+                n = len(select_instances(loaded, spec.max_eval_instances, spec.seed, source=spec.benchmark.name))
+        except MedhelmError as err:
+            raise err.with_context(f"run '{spec.name}': ") from None
         print(f"ok  {spec.name}  ({n} instances, metrics: {', '.join(m.name for m in spec.benchmark.metrics)})")
         expected = getattr(plan.benchmark, "expected_count", None)
         if expected is not None:
