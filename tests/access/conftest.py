@@ -10,6 +10,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,37 +72,27 @@ class App:
         return self.log.read_text(encoding="utf-8", errors="replace")
 
 
-@pytest.fixture(scope="module")
-def oidc_app(tmp_path_factory: pytest.TempPathFactory, marked_output: Path) -> Iterator[tuple[App, object]]:
-    """The real dashboard with sign-in against the real test provider; yields (app, provider)."""
-    pytest.importorskip("joserfc")
-    from tests.access.oidc_provider import Provider, User
-    from tests.leaderboard import browser
+@contextmanager
+def signed_in_app(users: dict, store: Path, access_yaml: str, work: Path) -> Iterator[tuple[App, object]]:
+    """The real dashboard (`streamlit run`, as `medhelm serve` starts it) with sign-in against the real test
+    OIDC provider (tests/access/oidc_provider.py) knowing ``users``; yields (app, provider); stops both."""
+    from tests.access.oidc_provider import Provider
 
-    why = browser.missing_tools()
-    if why:
-        pytest.skip(why)
-    work = tmp_path_factory.mktemp("oidc_app")
+    launch = launch_module()
     port = free_port()
     redirect = f"http://127.0.0.1:{port}/oauth2callback"
     provider = Provider(client_id="medhelm-dashboard", client_secret="s3cret-client-" + os.urandom(8).hex(),
-                        redirect_uris=[redirect], users={
-                            "vera": User("u-vera", "vera@hospital.example", "Vera Viewer", ["medhelm-viewers"]),
-                            "anna": User("u-anna", "anna@hospital.example", "Anna Analyst",
-                                         ["medhelm-analysts", "staff"]),
-                            "nobody": User("u-nobody", "nobody@hospital.example", "No Body", ["staff"])})
+                        redirect_uris=[redirect], users=users)
     issuer = provider.start()
     policy = work / "access.yaml"
-    policy.write_text(ACCESS_YAML)
+    policy.write_text(access_yaml)
     (work / "client_secret").write_text(provider.client_secret)
-    launch = launch_module()
-    args = argparse.Namespace(store=str(marked_output / "results.sqlite"), host="127.0.0.1", port=port, release=None,
+    args = argparse.Namespace(store=str(store), host="127.0.0.1", port=port, release=None,
                               redacted=False, output_path=None, oidc_issuer=issuer,
                               oidc_client_id=provider.client_id, oidc_redirect_uri=redirect, access_policy=policy)
     secret_env = {"MEDHELM_OIDC_CLIENT_SECRET_FILE": str(work / "client_secret"),
                   "MEDHELM_OIDC_COOKIE_SECRET": os.urandom(24).hex()}
-    oidc = launch.oidc_settings(args, {**os.environ, **secret_env})
-    secrets = launch.write_secrets(oidc)
+    secrets = launch.write_secrets(launch.oidc_settings(args, {**os.environ, **secret_env}))
     log = work / "streamlit.log"
     with open(log, "w") as err:
         proc = subprocess.Popen(launch.command(args, secrets), env=launch.environment(args),
@@ -128,3 +119,21 @@ def oidc_app(tmp_path_factory: pytest.TempPathFactory, marked_output: Path) -> I
             proc.kill()
         provider.stop()
         shutil.rmtree(secrets.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def oidc_app(tmp_path_factory: pytest.TempPathFactory, marked_output: Path) -> Iterator[tuple[App, object]]:
+    """The real dashboard with sign-in against the real test provider; yields (app, provider)."""
+    pytest.importorskip("joserfc")
+    from tests.access.oidc_provider import User
+    from tests.leaderboard import browser
+
+    why = browser.missing_tools()
+    if why:
+        pytest.skip(why)
+    users = {"vera": User("u-vera", "vera@hospital.example", "Vera Viewer", ["medhelm-viewers"]),
+             "anna": User("u-anna", "anna@hospital.example", "Anna Analyst", ["medhelm-analysts", "staff"]),
+             "nobody": User("u-nobody", "nobody@hospital.example", "No Body", ["staff"])}
+    with signed_in_app(users, marked_output / "results.sqlite", ACCESS_YAML,
+                       tmp_path_factory.mktemp("oidc_app")) as running:
+        yield running

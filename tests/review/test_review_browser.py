@@ -4,13 +4,10 @@ clinician's session must never receive it — not in the DOM, not in any HTTP bo
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import shutil
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +15,8 @@ import pytest
 
 from medhelm.access import audit
 from medhelm.store import open_store, review
-from tests.leaderboard.browser import CHROMIUM, NODE_CACHE, free_port, launch_module, missing_tools
+from tests.access.conftest import signed_in_app
+from tests.leaderboard.browser import CHROMIUM, NODE_CACHE, missing_tools
 from tests.review.conftest import ACCESS_YAML, JURY_BENCH, PLANTED, write_output
 
 pytestmark = pytest.mark.slow
@@ -31,57 +29,18 @@ QUESTION = "Synthetic question"  # instance text: it does reach the clinician (p
 def review_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """(url, store): the real dashboard with sign-in against the real test provider, over a planted store."""
     pytest.importorskip("joserfc")
-    from tests.access.oidc_provider import Provider, User
+    from tests.access.oidc_provider import User
 
     why = missing_tools()
     if why:
         pytest.skip(why)
     work = tmp_path_factory.mktemp("review_app")
     output = write_output(work / "out")
-    port = free_port()
-    redirect = f"http://127.0.0.1:{port}/oauth2callback"
-    provider = Provider(client_id="medhelm-dashboard", client_secret="s3cret-client-" + os.urandom(8).hex(),
-                        redirect_uris=[redirect], users={
-                            "cleo": User("u-cleo", "cleo@hospital.example", "Cleo Clinician", ["clinical-reviewers"]),
-                            "vera": User("u-vera", "vera@hospital.example", "Vera Viewer", ["medhelm-viewers"])})
-    issuer = provider.start()
-    policy = work / "access.yaml"
-    policy.write_text(ACCESS_YAML)
-    (work / "client_secret").write_text(provider.client_secret)
-    launch = launch_module()
-    args = argparse.Namespace(store=str(output / "results.sqlite"), host="127.0.0.1", port=port, release=None,
-                              redacted=False, output_path=None, oidc_issuer=issuer,
-                              oidc_client_id=provider.client_id, oidc_redirect_uri=redirect, access_policy=policy)
-    secret_env = {"MEDHELM_OIDC_CLIENT_SECRET_FILE": str(work / "client_secret"),
-                  "MEDHELM_OIDC_COOKIE_SECRET": os.urandom(24).hex()}
-    secrets = launch.write_secrets(launch.oidc_settings(args, {**os.environ, **secret_env}))
-    log = work / "streamlit.log"
-    with open(log, "w") as err:
-        proc = subprocess.Popen(launch.command(args, secrets), env=launch.environment(args),
-                                stdout=subprocess.DEVNULL, stderr=err, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.read().decode().strip() == "ok":
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"streamlit did not start: {log.read_text()[-800:]}")
-            time.sleep(0.3)
-        yield url, output / "results.sqlite"
-        assert PLANTED not in log.read_text(errors="replace")  # nor in the server's log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        provider.stop()
-        shutil.rmtree(secrets.parent, ignore_errors=True)
+    users = {"cleo": User("u-cleo", "cleo@hospital.example", "Cleo Clinician", ["clinical-reviewers"]),
+             "vera": User("u-vera", "vera@hospital.example", "Vera Viewer", ["medhelm-viewers"])}
+    with signed_in_app(users, output / "results.sqlite", ACCESS_YAML, work) as (app, _provider):
+        yield app.url, output / "results.sqlite"
+        assert PLANTED not in app.stderr()  # nor in the server's log
 
 
 def drive(url: str, user: str, score: str = "4") -> dict:
