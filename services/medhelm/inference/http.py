@@ -1,11 +1,13 @@
-"""JSON-over-HTTP transport for the model clients: one aiohttp session per deployment, kept-alive
-connections capped at the deployment's ``max_concurrency``.
+"""JSON-over-HTTP transport for the model clients: kept-alive connections per deployment, capped at the
+deployment's ``max_concurrency``.
 
-Why aiohttp and not httpx: at 16 requests in flight httpx (httpcore + anyio) spent 1.3-3 ms of CPU per
-request on this 2-core machine, aiohttp 0.3 ms (bench/bench_core.py); the client's CPU is what stretches
-the wall time of a run once the server is fast. Transport failures are mapped here, once:
-refused/DNS/TLS -> ``ServerUnreachable`` naming the URL; timeouts and broken connections -> retryable
-``InferenceError``. HTTP statuses are the caller's to interpret (``HttpReply``).
+Two engines behind one interface. Direct connections (the normal case inside a cluster) go through
+``h1.py``: asyncio connections with llhttp parsing, ~0.04 ms of CPU per request; the client's CPU is what
+stretches the wall time of a run once the server is fast (aiohttp's client costs 0.11-0.14 ms here, httpx
+1.3-3 ms; bench/bench_scale.py). A deployment reached through a forward proxy (``HTTP(S)_PROXY``, not
+bypassed by ``NO_PROXY``) uses aiohttp, imported only then. Transport failures are mapped here, once, the
+same for both: refused/DNS/TLS -> ``ServerUnreachable`` naming the URL; timeouts and broken connections ->
+retryable ``InferenceError``. HTTP statuses are the caller's to interpret (``HttpReply``).
 """
 
 from __future__ import annotations
@@ -18,15 +20,17 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
+from medhelm.inference.h1 import Broken, ConnectFailed, H1Pool, Target, Timeout, target
 from medhelm.specs import Deployment
 
-DEFAULT_POOL_SIZE = 64
-_JSON = {"Content-Type": "application/json"}  # connections when the deployment sets no max_concurrency
+if TYPE_CHECKING:
+    import aiohttp
+
+DEFAULT_POOL_SIZE = 64  # connections when the deployment sets no max_concurrency
+_JSON = {"Content-Type": "application/json"}
 
 
 @dataclass(frozen=True)
@@ -48,23 +52,74 @@ class JsonTransport:
                  params: Mapping[str, str] | None = None) -> None:
         self._deployment = deployment
         self._headers, self._params = dict(headers), dict(params or {})
+        for name, value in self._headers.items():
+            if any(c in f"{name}{value}" for c in "\r\n\0") or not name or ":" in name:
+                raise ConfigError(f"deployment '{deployment.name}': header {name[:40]!r} has a line break, "
+                                  "a NUL or a colon in its name or value")
         self._ssl = _tls(deployment)
-        self._timeout = aiohttp.ClientTimeout(total=deployment.timeout_s,
-                                              sock_connect=min(10.0, deployment.timeout_s))
         self._proxy = _env_proxy(str(deployment.base_url))
         self._session: aiohttp.ClientSession | None = None
+        self._pool: H1Pool | None = None
+        self._targets: dict[str, tuple[Target, bytes]] = {}
 
+    # -- the direct path (h1) --------------------------------------------------------------------------
+    def _pool_for_loop(self) -> H1Pool:
+        # A pool belongs to the event loop it was made on; a client reused by a later asyncio.run (tests,
+        # sequential doors) gets a fresh one.
+        pool = self._pool
+        if pool is None or pool.loop is not asyncio.get_running_loop():
+            if pool is not None:
+                pool.close()
+            context = self._ssl if isinstance(self._ssl, ssl.SSLContext) else None
+            pool = self._pool = H1Pool(self._deployment.max_concurrency or DEFAULT_POOL_SIZE, context,
+                                          min(10.0, self._deployment.timeout_s))
+        return pool
+
+    def _target(self, url: str) -> tuple[Target, bytes]:
+        """The URL's Target and its request head (Host, fixed headers, the deployment's headers)."""
+        found = self._targets.get(url)
+        if found is None:
+            try:
+                tgt = target(url, self._params)
+            except (ValueError, UnicodeEncodeError) as err:
+                raise ConfigError(f"deployment '{self._deployment.name}': {err}") from None
+            lines = {k.lower(): (k, v) for k, v in (("User-Agent", "medhelm"), ("Accept", "application/json"),
+                                                   ("Content-Type", "application/json"))}
+            default_port = 443 if tgt.scheme == "https" else 80
+            host = f"[{tgt.host}]" if ":" in tgt.host else tgt.host
+            lines["host"] = ("Host", host if tgt.port == default_port else f"{host}:{tgt.port}")
+            lines.update({k.lower(): (k, v) for k, v in self._headers.items()})  # a KServe Host override wins
+            head = "".join(f"{k}: {v}\r\n" for k, v in lines.values()).encode("latin-1", "replace")
+            found = self._targets[url] = (tgt, head)
+        return found
+
+    async def _h1(self, method: bytes, url: str, body: bytes, timeout_s: float, where: str) -> HttpReply:
+        tgt, head = self._target(url)
+        try:
+            status, headers, content = await self._pool_for_loop().request(method, tgt, head, body, timeout_s)
+        except ConnectFailed as err:
+            raise ServerUnreachable(f"cannot reach {self._deployment.base_url} (deployment "
+                                    f"'{self._deployment.name}'): {err}") from None
+        except Timeout as err:
+            raise InferenceError(f"{where}: timed out ({err}, timeout_s={timeout_s:g})", retryable=True) from None
+        except Broken as err:
+            raise InferenceError(f"{where}: transport error: {err}", retryable=True) from None
+        return HttpReply(status, headers, content)
+
+    # -- the proxied path (aiohttp) --------------------------------------------------------------------
     def _session_for_loop(self) -> aiohttp.ClientSession:
-        # A session belongs to the event loop it was made on; a client reused by a later asyncio.run
-        # (tests, sequential doors) gets a fresh one.
+        import aiohttp
+
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._session._loop is not loop:
             connector = aiohttp.TCPConnector(limit=self._deployment.max_concurrency or DEFAULT_POOL_SIZE,
                                              ssl=self._ssl)
             # trust_env=False: aiohttp would look up netrc and proxy variables in a thread per request;
             # the proxy (HTTP(S)_PROXY / NO_PROXY) is resolved once in __init__ instead.
+            timeout = aiohttp.ClientTimeout(total=self._deployment.timeout_s,
+                                            sock_connect=min(10.0, self._deployment.timeout_s))
             self._session = aiohttp.ClientSession(connector=connector, headers=self._headers,
-                                                  timeout=self._timeout, trust_env=False)
+                                                  timeout=timeout, trust_env=False)
         return self._session
 
     async def post(self, url: str, body: Mapping[str, Any], where: str) -> tuple[HttpReply, float]:
@@ -73,8 +128,13 @@ class JsonTransport:
 
     async def post_bytes(self, url: str, body: bytes, where: str) -> tuple[HttpReply, float]:
         """POST a JSON document already encoded (UTF-8) -> (reply, seconds)."""
-        session = self._session_for_loop()
         started = time.perf_counter()
+        if self._proxy is None:
+            reply = await self._h1(b"POST", url, body, self._deployment.timeout_s, where)
+            return reply, time.perf_counter() - started
+        import aiohttp
+
+        session = self._session_for_loop()
         try:
             async with session.post(url, data=body, headers=_JSON, params=self._params or None,
                                     proxy=self._proxy) as response:
@@ -93,6 +153,14 @@ class JsonTransport:
 
     async def get_json(self, url: str, timeout_s: float = 10.0) -> Any:
         """GET a small JSON document (model metadata); None on any failure: callers treat it as unknown."""
+        if self._proxy is None:
+            try:
+                reply = await self._h1(b"GET", url, b"", timeout_s, url)
+                return json.loads(reply.content) if reply.status_code == 200 else None
+            except (InferenceError, ConfigError, ValueError):
+                return None
+        import aiohttp
+
         session = self._session_for_loop()
         try:
             async with session.get(url, params=self._params or None, proxy=self._proxy,
@@ -104,6 +172,9 @@ class JsonTransport:
             return None
 
     async def aclose(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
         session, self._session = self._session, None
         if session is not None and not session.closed:
             try:
