@@ -237,7 +237,7 @@ def test_the_path_to_the_first_request_imports_no_heavy_module():
             "from medhelm.scoring import registry\n"
             "registry.factories()\n"
             "heavy = ('prometheus_client', 'numpy', 'torch', 'rouge_score', 'nltk', 'bert_score', 'grpc', 'pandas',\n"
-            "         'google.protobuf', 'scipy', 'llama_cpp', 'transformers', 'pyarrow')\n"
+            "         'google.protobuf', 'scipy', 'llama_cpp', 'transformers', 'pyarrow', 'aiohttp')\n"
             "print(','.join(m for m in heavy if m in sys.modules))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "", f"imported on the way to the first request: {proc.stdout.strip()}"

@@ -210,18 +210,19 @@ class _Loader:
         return category, subcategory
 
     def metrics(self, items: Sequence[_Metric]) -> tuple[MetricSpec, ...]:
-        known = registry.factories()
+        known = registry.MODULE_OF
         specs = []
         for i, item in enumerate(items):
             name = item.name
             if name not in known:
-                raise self.fail(f"unknown metric '{escape(name)}' (known: {', '.join(sorted(known))})", "name", item=i)
+                raise self.fail(f"unknown metric '{escape(name)}' (known: {', '.join(registry.names())})", "name",
+                                item=i)
             args = dict(item.model_extra or {})
             spec = MetricSpec(name, self.jury_args(i) if name == JURY else args)
             # jury_score without judges gets them at planning (jury_config_path= or the default jury)
             if name != JURY or "judges" in spec.args:
                 try:
-                    known[name].validate(spec)
+                    registry.lookup(spec).validate(spec)
                 except ConfigError as err:
                     raise self.fail(str(err).removeprefix("field 'metrics': "), "metrics", item=i) from None
             specs.append(spec)
