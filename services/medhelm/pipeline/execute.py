@@ -210,7 +210,8 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
 
     outcome.wall_time_s = time.perf_counter() - started
     if shard is None:
-        outcome.status = run_dir.finalize(extra_status={"wall_time_s": round(outcome.wall_time_s, 3)})
+        outcome.status = run_dir.finalize(extra_status={"wall_time_s": round(outcome.wall_time_s, 3)},
+                                          ledger=writer.ledger, total=sample.count)
     else:
         outcome.status = {"status": "shard-done" if not outcome.error else "partial",
                           "instances_total": mine, "instances_done": already + outcome.evaluated}

@@ -1,0 +1,61 @@
+"""Finishing a run from its writer's ledger (records.py ``Ledger``) writes the same files as the general path,
+and the general path is taken whenever the record files are not exactly what the ledger describes."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+
+from medhelm.pipeline.records import RECORDS, RunDir, _dump
+
+from .test_streaming import _iid, _record, load, spec_for, write_benchmark
+
+
+def _written(tmp_path, n=300, seed=3):
+    """A run directory whose record file was written by one RecordWriter, out of order, errors included."""
+    rng = random.Random(seed)
+    spec = spec_for(load(write_benchmark(tmp_path / "b", 3)), n, 0)
+    rd = RunDir(tmp_path / "run")
+    rd.path.mkdir()
+    (rd.path / "run_spec.json").write_text(_dump(spec.to_json()))
+    (rd.path / "selection.json").write_text(_dump({"instance_ids": [_iid(i) for i in range(n)]}))
+    records = [_record(i, rng, error=i % 9 == 0) for i in range(n) if i % 23]  # some still to do (partial)
+    rng.shuffle(records)
+    writer = rd.writer()
+    for r in records:
+        writer.write(r)
+    writer.close()
+    return rd, writer.ledger, n
+
+
+def _files(rd):
+    return {name: (rd.path / name).read_bytes() for name in (RECORDS, "stats.json")} | {
+        "run.json": json.loads((rd.path / "run.json").read_text())}
+
+
+def test_the_ledger_finish_writes_what_the_general_path_writes(tmp_path):
+    rd, ledger, n = _written(tmp_path)
+    general = RunDir(tmp_path / "general")
+    shutil.copytree(rd.path, general.path)
+    assert ledger is not None and len(ledger.positions) == n - len(range(0, n, 23))
+
+    fast = rd.finalize(ledger=ledger, total=n)
+    slow = general.finalize()
+    assert fast == slow and fast["status"] == "partial" and fast["errors"] > 0
+    assert _files(rd) == _files(general)
+    positions = [json.loads(line)["position"] for line in (rd.path / RECORDS).read_text().splitlines()]
+    assert positions == sorted(positions)
+
+
+def test_a_resumed_writer_keeps_no_ledger_and_a_changed_file_takes_the_general_path(tmp_path):
+    rd, ledger, n = _written(tmp_path)
+    assert rd.writer().ledger is None  # appending to earlier records: finishing must read them all
+
+    with open(rd.path / RECORDS, "a", encoding="utf-8") as f:  # a line the ledger does not know of
+        f.write(json.dumps(_record(0, random.Random(1), position=0).to_json(), ensure_ascii=False) + "\n")
+    general = RunDir(tmp_path / "general")
+    shutil.copytree(rd.path, general.path)
+    assert rd.finalize(ledger=ledger, total=n) == general.finalize()
+    assert _files(rd) == _files(general)
+    assert json.loads((rd.path / RECORDS).read_text().splitlines()[0])["error"] is None  # the success won
