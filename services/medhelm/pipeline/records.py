@@ -17,7 +17,9 @@ Records are the source of truth; a torn last line (a kill during a write) is ign
 Memory: nothing here holds a run's records or instances at once. The selection is written and read as a
 stream, resuming keeps the finished ids as 8-byte digests (``bounded.IdSet``), and finishing merges the
 record files in position order with an external sort while it aggregates the stats and counts, so a run
-of a million instances finishes in the memory of a run of a thousand (plus ~9 bytes per record).
+of a million instances finishes in the memory of a run of a thousand (plus ~9 bytes per record). A record
+file written whole by this process is finished from its writer's ``Ledger`` instead (12 bytes per record):
+its lines are copied in position order unparsed, and the stats were aggregated as they were written.
 """
 
 from __future__ import annotations
