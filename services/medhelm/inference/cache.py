@@ -118,7 +118,9 @@ class RequestCache:
 
     def _maybe_ours(self, key: str) -> bool:
         ours = self._ours
-        return all(ours[bit >> 3] & (1 << (bit & 7)) for bit in _probes(key))  # type: ignore[index]
+        a, b, c = _probes(key)
+        return bool(ours[a >> 3] & (1 << (a & 7)) and ours[b >> 3] & (1 << (b & 7))  # type: ignore[index]
+                    and ours[c >> 3] & (1 << (c & 7)))
 
     def __len__(self) -> int:
         self.flush()
@@ -215,6 +217,13 @@ class RequestCache:
 
 
 def _probes(key: str) -> tuple[int, int, int]:
-    h = int.from_bytes(hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=12).digest(), "little")
+    # A cache key is a sha256 hex digest (GenerationRequest.cache_key): its own bits are already uniform, so
+    # they are the probes; any other key is hashed first (only determinism matters for correctness).
+    try:
+        h = int(key[:24], 16) if len(key) == 64 else None
+    except ValueError:
+        h = None
+    if h is None:
+        h = int.from_bytes(hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=12).digest(), "little")
     mask = _BLOOM_BITS - 1
     return h & mask, (h >> 32) & mask, (h >> 64) & mask
