@@ -279,3 +279,19 @@ def test_https_with_the_hospitals_ca_bundle_and_unverified_without_it(tmp_path):
             post(JsonTransport(dep(url), {}), url)  # the system's CAs do not know the hospital's
     assert json.loads(ok.content) == {"tls": True}
     assert "certificate" in str(info.value).lower()
+
+
+@pytest.mark.parametrize("connections, expected", [(None, 64), (100, 100), (10, 64)])
+def test_without_a_deployment_cap_the_callers_requests_in_flight_set_the_connections(connections, expected):
+    """`medhelm run -n 100` against a deployment without max_concurrency has 100 requests in flight, not the
+    default 64 connections (with 36 requests queued in the pool behind them)."""
+    with MockOpenAIServer(latency_s=0.3) as srv:
+        transport = JsonTransport(dep(srv.base_url), {}, connections=connections)
+
+        async def go():
+            url = srv.base_url + "/chat/completions"
+            await asyncio.gather(*(transport.post_bytes(url, BODY, "here") for _ in range(100)))
+            made = transport._pool.connections_made
+            await transport.aclose()
+            return made
+        assert asyncio.run(go()) == expected

@@ -39,12 +39,14 @@ class ClientStats:
     errors: int = 0  # generate() calls that failed for good (after retries)
 
 
-def make_client(deployment: Deployment) -> ModelClient:
-    """The bare client for a deployment's kind (no cache, no retries)."""
+def make_client(deployment: Deployment, *, connections: int | None = None) -> ModelClient:
+    """The bare client for a deployment's kind (no cache, no retries). ``connections``: how many requests
+    the caller may have in flight, the HTTP clients' connection cap when the deployment sets no
+    ``max_concurrency`` (never below ``http.DEFAULT_POOL_SIZE``)."""
     if deployment.kind is DeploymentKind.OPENAI:
         from medhelm.inference.openai import OpenAIClient
 
-        return OpenAIClient(deployment)
+        return OpenAIClient(deployment, connections=connections)
     if deployment.kind is DeploymentKind.LLAMACPP:
         from medhelm.inference.llamacpp import LlamaCppClient
 
@@ -61,7 +63,9 @@ def make_client(deployment: Deployment) -> ModelClient:
                 raise
             raise ConfigError(f"deployment '{deployment.name}': kind 'kserve_v2' is not available in this "
                               f"installation ({name} is missing)") from None
-        return module.KServeV2GrpcClient(deployment) if protocol == "grpc" else module.KServeV2Client(deployment)
+        if protocol == "grpc":
+            return module.KServeV2GrpcClient(deployment)
+        return module.KServeV2Client(deployment, connections=connections)
     raise ConfigError(f"deployment '{deployment.name}': unsupported kind '{deployment.kind.value}'")
 
 
@@ -182,8 +186,9 @@ class PooledClient:
 
 class ClientPool:
     def __init__(self, cache: RequestCache | None = None, retry: RetryPolicy | None = None,
-                 observer: InferenceObserver | None = None) -> None:
+                 observer: InferenceObserver | None = None, connections: int | None = None) -> None:
         self.cache = cache
+        self.connections = connections  # requests in flight the owner allows (a run's --max-concurrency)
         self.retry = retry or RetryPolicy()
         self.observer = observer or NullObserver()
         self._clients: dict[tuple[Deployment, str], PooledClient] = {}
@@ -195,7 +200,7 @@ class ClientPool:
         if client is None:
             counters = self._counters.setdefault(deployment.name, _Counters())
             same = next((c for (d, _), c in self._clients.items() if d == deployment), None)
-            raw = same._raw if same is not None else make_client(deployment)  # one connection pool per deployment
+            raw = same._raw if same is not None else make_client(deployment, connections=self.connections)  # one connection pool per deployment
             client = PooledClient(raw, self, counters, role)
             self._clients[(deployment, role)] = client
         return client

@@ -29,7 +29,7 @@ from medhelm.specs import Deployment
 if TYPE_CHECKING:
     import aiohttp
 
-DEFAULT_POOL_SIZE = 64  # connections when the deployment sets no max_concurrency
+DEFAULT_POOL_SIZE = 64  # connections when the deployment sets no max_concurrency (or the run allows more)
 _JSON = {"Content-Type": "application/json"}
 
 
@@ -49,8 +49,10 @@ class HttpReply:
 
 class JsonTransport:
     def __init__(self, deployment: Deployment, headers: Mapping[str, str],
-                 params: Mapping[str, str] | None = None) -> None:
+                 params: Mapping[str, str] | None = None, connections: int | None = None) -> None:
         self._deployment = deployment
+        # the deployment's cap; without one, as many as the caller has in flight (at least the default)
+        self._limit = deployment.max_concurrency or max(DEFAULT_POOL_SIZE, connections or 0)
         self._headers, self._params = dict(headers), dict(params or {})
         for name, value in self._headers.items():
             if any(c in f"{name}{value}" for c in "\r\n\0") or not name or ":" in name:
@@ -71,7 +73,7 @@ class JsonTransport:
             if pool is not None:
                 pool.close()
             context = self._ssl if isinstance(self._ssl, ssl.SSLContext) else None
-            pool = self._pool = H1Pool(self._deployment.max_concurrency or DEFAULT_POOL_SIZE, context,
+            pool = self._pool = H1Pool(self._limit, context,
                                           min(10.0, self._deployment.timeout_s))
         return pool
 
@@ -112,7 +114,7 @@ class JsonTransport:
 
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._session._loop is not loop:
-            connector = aiohttp.TCPConnector(limit=self._deployment.max_concurrency or DEFAULT_POOL_SIZE,
+            connector = aiohttp.TCPConnector(limit=self._limit,
                                              ssl=self._ssl)
             # trust_env=False: aiohttp would look up netrc and proxy variables in a thread per request;
             # the proxy (HTTP(S)_PROXY / NO_PROXY) is resolved once in __init__ instead.

@@ -34,8 +34,8 @@ from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 class KServeV2Client(OpenAIClient):
     """Connection handling, headers, API key and HTTP error mapping are the OpenAI client's own."""
 
-    def __init__(self, deployment: Deployment) -> None:
-        super().__init__(deployment)
+    def __init__(self, deployment: Deployment, connections: int | None = None) -> None:
+        super().__init__(deployment, connections=connections)
         model = deployment.served_model_name or deployment.model_name
         self._url = f"{str(deployment.base_url).rstrip('/')}/v2/models/{quote(model, safe='')}/infer"
         options = deployment.options

@@ -33,7 +33,7 @@ _RETRYABLE_STATUS = frozenset({408, 429})  # plus every 5xx
 
 
 class OpenAIClient:
-    def __init__(self, deployment: Deployment) -> None:
+    def __init__(self, deployment: Deployment, connections: int | None = None) -> None:
         if not deployment.base_url:
             raise ConfigError(f"deployment '{deployment.name}' has no base_url")
         self._deployment = deployment
@@ -42,7 +42,7 @@ class OpenAIClient:
         self._body_head = '{"model":' + json.dumps(self._model, ensure_ascii=False) + ',"messages":'
         options = deployment.options
         params = {"api-version": str(options["api_version"])} if options.get("api_version") else None
-        self._transport = JsonTransport(deployment, _headers(deployment), params)
+        self._transport = JsonTransport(deployment, _headers(deployment), params, connections=connections)
 
     @property
     def deployment(self) -> Deployment:

@@ -88,7 +88,7 @@ async def run_suite(plans: Sequence[RunPlan], options: RunOptions, *, pool=None,
         cache = RequestCache(options.cache_path) if options.use_cache else None
         pool = ClientPool(cache=cache, retry=RetryPolicy(max_attempts=options.max_attempts,
                                                          base_delay_s=options.retry_base_delay_s),
-                          observer=telemetry)
+                          observer=telemetry, connections=options.max_concurrency)
     if not isinstance(progress, Progress):
         progress = Progress(enabled=options.progress if progress is None else bool(progress))
     outcomes = []
