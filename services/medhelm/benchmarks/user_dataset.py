@@ -51,8 +51,8 @@ def scan_dataset(path: Path, template: PromptTemplate, *, answer_required: bool,
     the file's bytes)."""
     ids: array = array("Q")
     rows = _file_rows(path)
-    for _, inst in _instances(path, template, answer_required, rows):
-        ids.append(_digest(inst.id))
+    for _, instance_id in _checked_rows(path, template, answer_required, rows):  # checks only: nothing built
+        ids.append(_digest(instance_id))
     signature = rows.signature
     _check_unique(path, template, answer_required, ids, lambda: _file_rows(path))
     sha = hashlib.sha256(digest_prefix)
@@ -122,6 +122,15 @@ def _check_unique(path, template, answer_required, ids, reread) -> None:
 
 def _instances(path: Path, template: PromptTemplate, answer_required: bool, rows) -> Iterator[tuple[int, Instance]]:
     """(first line, instance) of every data row; every problem of a row is a ConfigError naming its line."""
+    return _rows(path, template, answer_required, rows, build=True)
+
+
+def _checked_rows(path: Path, template: PromptTemplate, answer_required: bool, rows) -> Iterator[tuple[int, str]]:
+    """(first line, id) of every data row, with every check ``_instances`` makes, building nothing."""
+    return _rows(path, template, answer_required, rows, build=False)
+
+
+def _rows(path: Path, template: PromptTemplate, answer_required: bool, rows, *, build: bool):
     header = next(rows, None)
     if header is None:
         raise ConfigError("the dataset is empty (expected a header row and at least one data row)", path=path)
@@ -130,6 +139,7 @@ def _instances(path: Path, template: PromptTemplate, answer_required: bool, rows
     fields = template.fields
     width = len(columns)
     empty = True
+    wrong_memo: dict[str, tuple[str, ...]] = {}
     for number, (line, row) in enumerate(rows, start=1):
         if len(row) != width:
             raise ConfigError(f"expected {width} fields (as in the header), found {len(row)}",
@@ -138,10 +148,14 @@ def _instances(path: Path, template: PromptTemplate, answer_required: bool, rows
         instance_id = values[ID].strip() if ID in values else str(number)
         if not instance_id:
             raise ConfigError("empty id", path=path, line=line, field=ID)
-        used = {field: values[field] for field in fields}
         empty = False
-        yield line, Instance(id=instance_id, input=template.render(used),
-                             references=_references(values, path, line, answer_required), extra=FrozenMap(used))
+        references = _references(values, path, line, answer_required, wrong_memo)
+        if not build:
+            yield line, instance_id
+            continue
+        used = {field: values[field] for field in fields}
+        yield line, Instance(id=instance_id, input=template.render(used), references=references,
+                             extra=FrozenMap(used))
     if empty:
         raise ConfigError("the dataset has a header but no data rows", path=path)
 
@@ -232,21 +246,34 @@ def _check_columns(columns: list[str], path: Path, template: PromptTemplate, ans
                           "is the only metric", path=path, line=1, field=ANSWER)
 
 
-def _references(values: dict[str, str], path: Path, line: int, answer_required: bool) -> tuple[Reference, ...]:
+_WRONG_MEMO = 4096  # distinct incorrect_answers cells remembered per pass (most datasets repeat a few)
+
+
+def _references(values: dict[str, str], path: Path, line: int, answer_required: bool,
+                memo: dict[str, tuple[str, ...]] | None = None) -> tuple[Reference, ...]:
     answer = values.get(ANSWER, "")
     if answer_required and not answer.strip():
         raise ConfigError("empty gold answer", path=path, line=line, field=ANSWER)
     refs = [Reference(answer, correct=True)] if answer.strip() else []
     raw = values.get(WRONG, "").strip()
     if raw:
-        try:
-            wrong = json.loads(raw)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"not valid JSON ({err.msg} at character {err.pos + 1}); expected a list such as "
-                              '["No"] (in CSV: "[""No""]")', path=path, line=line, field=WRONG) from None
+        wrong = memo.get(raw) if memo is not None else None
         if wrong is None:
-            wrong = []
-        if not isinstance(wrong, list) or not all(isinstance(w, (str, int, float)) for w in wrong):
-            raise ConfigError('expected a JSON list of strings such as ["No"]', path=path, line=line, field=WRONG)
-        refs.extend(Reference(str(w), correct=False) for w in wrong)
+            wrong = _wrong_answers(raw, path, line)
+            if memo is not None and len(memo) < _WRONG_MEMO:
+                memo[raw] = wrong
+        refs.extend(Reference(w, correct=False) for w in wrong)
     return tuple(refs)
+
+
+def _wrong_answers(raw: str, path: Path, line: int) -> tuple[str, ...]:
+    try:
+        wrong = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"not valid JSON ({err.msg} at character {err.pos + 1}); expected a list such as "
+                          '["No"] (in CSV: "[""No""]")', path=path, line=line, field=WRONG) from None
+    if wrong is None:
+        wrong = []
+    if not isinstance(wrong, list) or not all(isinstance(w, (str, int, float)) for w in wrong):
+        raise ConfigError('expected a JSON list of strings such as ["No"]', path=path, line=line, field=WRONG)
+    return tuple(str(w) for w in wrong)
