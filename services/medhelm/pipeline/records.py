@@ -18,7 +18,8 @@ Memory: nothing here holds a run's records or instances at once. The selection i
 stream, resuming keeps the finished ids as 8-byte digests (``bounded.IdSet``), and finishing merges the
 record files in position order with an external sort while it aggregates the stats and counts, so a run
 of a million instances finishes in the memory of a run of a thousand (plus ~9 bytes per record). A record
-file written whole by this process is finished from its writer's ``Ledger`` instead (12 bytes per record):
+file written whole by this process is finished from its writer's ``Ledger`` instead (12 bytes per record
+while finishing):
 its lines are copied in position order unparsed, and the stats were aggregated as they were written.
 """
 
@@ -411,7 +412,7 @@ class RunDir:
         path = self.path / RECORDS
         if self.record_files() != [path] or path.stat().st_size != ledger.bytes:
             return False
-        at = array("q", [-1]) * total  # position -> line number in the file
+        at = array("i", [-1]) * total  # position -> line number in the file
         for i, position in enumerate(ledger.positions):
             if not 0 <= position < total or at[position] != -1:
                 return False
@@ -512,15 +513,15 @@ def read_records(path: Path) -> Iterator[InstanceResult]:
 
 class Ledger:
     """What a writer that started its record file knows of every line it wrote, so finishing need not read
-    them back: each line's position and size (12 bytes a record), and the stats and counts aggregated as
+    them back: each line's position and size (8 bytes a record), and the stats and counts aggregated as
     the lines were written, by the same functions finishing applies to the lines it reads
     (``scored_row_json``, ``StatusCounts.add``) on the same JSON objects."""
 
     __slots__ = ("positions", "sizes", "bytes", "agg", "counts")
 
     def __init__(self) -> None:
-        self.positions = array("q")
-        self.sizes = array("L")
+        self.positions = array("i")  # 4-byte items: a line of 4 GiB or a 2**31st position ends the ledger
+        self.sizes = array("I")
         self.bytes = 0
         self.agg = Aggregator()
         self.counts = StatusCounts()
@@ -584,7 +585,10 @@ class RecordWriter:
             self._abandon()  # disk full / read-only: drop the unwritten line, keep every whole one
             raise
         if self.ledger is not None:
-            self.ledger.add(record.position, len(data), d)
+            try:
+                self.ledger.add(record.position, len(data), d)
+            except OverflowError:
+                self.ledger = None  # beyond the ledger's item size: finishing takes the general path
 
     def _abandon(self) -> None:
         self.ledger = None  # the file may now hold less than the ledger says
