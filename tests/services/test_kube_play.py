@@ -116,6 +116,61 @@ def _probe(spec: dict, container: dict, ip: str) -> bool:
         return False
 
 
+def by_kind_of(docs: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for d in docs:
+        out.setdefault(d["kind"], []).append(d)
+    return out
+
+
+def seed_volume(cluster: Cluster, by_kind: dict[str, list[dict]], bench: Path) -> Path:
+    """The PVC becomes a podman volume of the claim's name, seeded with the benchmark (as a data team would)."""
+    (claim,) = by_kind["PersistentVolumeClaim"]
+    volume = cluster.volume(claim["metadata"]["name"])
+    subprocess.run(["cp", "-r", str(bench), str(volume / "bench")], check=True)
+    (volume / "prod_env").mkdir()  # the rest is made by the pods' prepare-volume init container
+    subprocess.run(["chown", "-R", "10001:10001", str(volume)], check=True)
+    return volume
+
+
+def play_services(cluster: Cluster, by_kind: dict[str, list[dict]],
+                  probes: tuple[str, ...] = ("readinessProbe", "livenessProbe")) -> dict[str, str]:
+    """Play the chart's Deployments (with its ConfigMaps) and the mock model server; wait for each
+    container's ``probes`` from the host against its pod's IP (the kubelet's view). -> Deployment name: IP."""
+    mock = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mock-openai"}, "spec": {
+        "containers": [{"name": "server", "image": IMAGE, "command": ["python", "-m", "medhelm.devtools.mock_openai"],
+                        "args": ["--host", "0.0.0.0", "--port", "8000", "--latency-ms", "20"],
+                        "securityContext": {"runAsUser": 10001, "readOnlyRootFilesystem": True}}]}}
+    # containerPort is informational in Kubernetes, but podman 4.3 publishes each one on the host (0.0.0.0):
+    # the played copies leave it out; the pods are reached on their own IPs, as in a cluster
+    played = copy.deepcopy(by_kind["Deployment"])
+    for dep in played:
+        for c in dep["spec"]["template"]["spec"]["containers"]:
+            c.pop("ports", None)
+    cluster.play("services", [*by_kind["ConfigMap"], *played, mock])
+    pods = {}
+    for dep in by_kind["Deployment"]:
+        pod_name = f"{dep['metadata']['name']}-pod-0"
+        pods[dep["metadata"]["name"]] = ip = cluster.pod_ip(pod_name)
+        (container,) = dep["spec"]["template"]["spec"]["containers"]
+        for kind in probes:
+            if kind in container:
+                wait_for(lambda: _probe(container[kind], container, ip), f"{pod_name} {kind}", timeout_s=180,
+                         every_s=2)
+    return pods
+
+
+def service_aliases(by_kind: dict[str, list[dict]], pods: dict[str, str]) -> list[dict]:
+    """Each Service name mapped to the pod its selector selects (what cluster DNS + kube-proxy would do)."""
+    aliases = []
+    for svc in by_kind["Service"]:
+        selected = [d["metadata"]["name"] for d in by_kind["Deployment"]
+                    if _selects(svc["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])]
+        assert len(selected) == 1, (svc["metadata"]["name"], selected)
+        aliases.append({"ip": pods[selected[0]], "hostnames": [svc["metadata"]["name"]]})
+    return aliases
+
+
 @pytest.mark.parametrize("mode", ["plaintext", "mutual-tls"])
 def test_chart_workloads_come_up_and_a_job_shard_writes_records(mode, image, cluster, helm_bin, repo_root, tmp_path):
     release = cluster.release
@@ -139,40 +194,14 @@ def test_chart_workloads_come_up_and_a_job_shard_writes_records(mode, image, clu
                                               "ca.crt": tls["ca.crt"]})
         values["tls"] = {"enabled": True, "secretName": f"{release}-server-tls", "mutual": True,
                          "clientSecretName": f"{release}-job-tls"}
-    docs = _render(helm_bin, repo_root, release, values, tmp_path)
-    by_kind: dict[str, list[dict]] = {}
-    for d in docs:
-        by_kind.setdefault(d["kind"], []).append(d)
+    by_kind = by_kind_of(_render(helm_bin, repo_root, release, values, tmp_path))
+    volume = seed_volume(cluster, by_kind, bench)
+    pods = play_services(cluster, by_kind)  # the chart's probes, from the host, against each pod's IP
 
-    # the PVC becomes a podman volume of the claim's name, seeded with the benchmark (as a data team would)
-    (claim,) = by_kind["PersistentVolumeClaim"]
-    volume = cluster.volume(claim["metadata"]["name"])
-    subprocess.run(["cp", "-r", str(bench), str(volume / "bench")], check=True)
-    (volume / "prod_env").mkdir()  # the rest is made by the pods' prepare-volume init container
-    subprocess.run(["chown", "-R", "10001:10001", str(volume)], check=True)
-
-    mock = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mock-openai"}, "spec": {
-        "containers": [{"name": "server", "image": IMAGE, "command": ["python", "-m", "medhelm.devtools.mock_openai"],
-                        "args": ["--host", "0.0.0.0", "--port", "8000", "--latency-ms", "20"],
-                        "securityContext": {"runAsUser": 10001, "readOnlyRootFilesystem": True}}]}}
-    # containerPort is informational in Kubernetes, but podman 4.3 publishes each one on the host (0.0.0.0):
-    # the played copies leave it out; the pods are reached on their own IPs, as in a cluster
-    played = copy.deepcopy(by_kind["Deployment"])
-    for dep in played:
-        for c in dep["spec"]["template"]["spec"]["containers"]:
-            c.pop("ports", None)
-    cluster.play("services", [*by_kind["ConfigMap"], *played, mock])
-
-    # the chart's probes, from the host, against each pod's IP (the kubelet's view)
-    pods = {}
     for dep in by_kind["Deployment"]:
         pod_name = f"{dep['metadata']['name']}-pod-0"
-        pods[dep["metadata"]["name"]] = ip = cluster.pod_ip(pod_name)
+        ip = pods[dep["metadata"]["name"]]
         (container,) = dep["spec"]["template"]["spec"]["containers"]
-        for kind in ("readinessProbe", "livenessProbe"):
-            if kind in container:
-                wait_for(lambda: _probe(container[kind], container, ip), f"{pod_name} {kind}", timeout_s=180,
-                         every_s=2)
         # the chart's security context and env, as podman applied them
         facts = run("podman", "inspect", "--format", "{{.Config.User}}|{{.HostConfig.ReadonlyRootfs}}|{{.Config.Env}}",
                     f"{pod_name}-{container['name']}").stdout.strip().split("|")
@@ -182,13 +211,7 @@ def test_chart_workloads_come_up_and_a_job_shard_writes_records(mode, image, clu
             grpc_port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
             assert grpc_probe(grpc_port, host=ip, timeout_s=2) in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
 
-    # Services: each name maps to the pod its selector selects (what cluster DNS + kube-proxy would do)
-    aliases = []
-    for svc in by_kind["Service"]:
-        selected = [d["metadata"]["name"] for d in by_kind["Deployment"]
-                    if _selects(svc["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])]
-        assert len(selected) == 1, (svc["metadata"]["name"], selected)
-        aliases.append({"ip": pods[selected[0]], "hostnames": [svc["metadata"]["name"]]})
+    aliases = service_aliases(by_kind, pods)
 
     # `helm test`: the chart's test hook Pod checks every Service from inside the network (plaintext health
     # port, in TLS mode too)
@@ -229,7 +252,7 @@ def test_chart_workloads_come_up_and_a_job_shard_writes_records(mode, image, clu
               for i in range(SHARDS)]
     assert sum(counts) >= ROWS and all(counts), counts
     collect = run("podman", "run", "--rm", "--read-only", "--network", cluster.network, "-v",
-                  f"{claim['metadata']['name']}:/data", IMAGE, "collect", "--suite", "kp",
+                  f"{by_kind['PersistentVolumeClaim'][0]['metadata']['name']}:/data", IMAGE, "collect", "--suite", "kp",
                   "--output-path", "/data/benchmark_output")
     assert "complete" in collect.stdout and f"{ROWS}/{ROWS}" in collect.stdout, collect.stdout
     records = [json.loads(line) for line in (run_dir / "instances.jsonl").read_text().splitlines()]

@@ -13,14 +13,14 @@ from __future__ import annotations
 import copy
 import os
 import sqlite3
-import subprocess
 from datetime import datetime, timezone
 
 import pytest
 
 from medhelm.devtools.fixtures import write_configurable_benchmark
 from tests.services.podman import IMAGE, run
-from tests.services.test_kube_play import DEPLOYMENTS, JURY, Cluster, _probe, _render, _selects
+from tests.services.test_kube_play import (DEPLOYMENTS, JURY, Cluster, _render, by_kind_of, play_services,
+                                           seed_volume, service_aliases)
 
 pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(2400)]
 
@@ -50,41 +50,11 @@ def test_cronjob_pod_spec_runs_a_scheduled_cycle(image, cluster, helm_bin, repo_
                        "maxConcurrency": 2, "runEntries": [
                            "medhelm_configurable_benchmark:model=test/svc-model,config_path=/data/bench/bench.yaml"]}],
     }
-    docs = _render(helm_bin, repo_root, release, values, tmp_path)
-    by_kind: dict[str, list[dict]] = {}
-    for d in docs:
-        by_kind.setdefault(d["kind"], []).append(d)
+    by_kind = by_kind_of(_render(helm_bin, repo_root, release, values, tmp_path))
     (cron,) = by_kind["CronJob"]
-
-    (claim,) = by_kind["PersistentVolumeClaim"]
-    volume = cluster.volume(claim["metadata"]["name"])
-    subprocess.run(["cp", "-r", str(bench), str(volume / "bench")], check=True)
-    (volume / "prod_env").mkdir()
-    subprocess.run(["chown", "-R", "10001:10001", str(volume)], check=True)
-
-    mock = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mock-openai"}, "spec": {
-        "containers": [{"name": "server", "image": IMAGE, "command": ["python", "-m", "medhelm.devtools.mock_openai"],
-                        "args": ["--host", "0.0.0.0", "--port", "8000", "--latency-ms", "20"],
-                        "securityContext": {"runAsUser": 10001, "readOnlyRootFilesystem": True}}]}}
-    played = copy.deepcopy(by_kind["Deployment"])
-    for dep in played:  # podman 4.3 would publish every containerPort on the host (see test_kube_play.py)
-        for c in dep["spec"]["template"]["spec"]["containers"]:
-            c.pop("ports", None)
-    cluster.play("services", [*by_kind["ConfigMap"], *played, mock])
-    pods = {}
-    for dep in by_kind["Deployment"]:
-        pod_name = f"{dep['metadata']['name']}-pod-0"
-        pods[dep["metadata"]["name"]] = ip = cluster.pod_ip(pod_name)
-        (container,) = dep["spec"]["template"]["spec"]["containers"]
-        from tests.services.podman import wait_for
-
-        wait_for(lambda: _probe(container["readinessProbe"], container, ip), f"{pod_name} ready", timeout_s=180,
-                 every_s=2)
-    aliases = []
-    for svc in by_kind["Service"]:
-        selected = [d["metadata"]["name"] for d in by_kind["Deployment"]
-                    if _selects(svc["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])]
-        aliases.append({"ip": pods[selected[0]], "hostnames": [svc["metadata"]["name"]]})
+    volume = seed_volume(cluster, by_kind, bench)
+    pods = play_services(cluster, by_kind, probes=("readinessProbe",))  # as test_kube_play.py plays them
+    aliases = service_aliases(by_kind, pods)
 
     # the CronJob's Job, as the controllers make it: name <cronjob>-<scheduled minute>, one pod per index
     job_name = f"{cron['metadata']['name']}-{int(SCHEDULED.timestamp()) // 60}"
