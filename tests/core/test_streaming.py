@@ -237,11 +237,28 @@ def test_request_cache_opened_empty_finds_its_own_entries_after_commit(tmp_path)
 def test_a_repeated_id_in_a_large_dataset_is_refused(tmp_path):
     folder = tmp_path / "b"
     cfg = write_benchmark(folder, 3)
-    rows = "".join(f"r{i},n,q,Yes\n" for i in range(70_000))  # digests sorted with numpy from 65,536 rows
+    rows = "".join(f"r{i},n,q,Yes\n" for i in range(70_000))  # digests sorted in chunks and merged from 65,536
     (folder / "dataset.csv").write_text("id,note,question,correct_answer\n" + rows + "r12,n,q,No\n")
     with pytest.raises(ConfigError) as err:
         load(cfg)
     assert "duplicate id (first used on line 14)" in str(err.value) and ":70002" in str(err.value)
+
+
+def test_a_large_dataset_is_checked_without_numpy(tmp_path):
+    """numpy would stay in memory (~15 MB) for the whole run: the id check of a large file does without it."""
+    import subprocess
+
+    folder = tmp_path / "b"
+    cfg = write_benchmark(folder, 3)
+    rows = "".join(f"r{i},n,q,Yes\n" for i in range(70_000))
+    (folder / "dataset.csv").write_text("id,note,question,correct_answer\n" + rows)
+    code = ("import sys, pathlib; from medhelm.benchmarks import configurable; "
+            "from medhelm.benchmarks.base import LoadContext; from medhelm.specs import FrozenMap; "
+            f"cfg = pathlib.Path({str(cfg)!r}); "
+            "b = configurable.load_configurable(LoadContext(args=FrozenMap(config_path=str(cfg)), base_dir=cfg.parent)); "
+            "print(len(b.instances()), 'numpy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.split() == ["70000", "False"], out.stderr[-2000:]
 
 
 def test_changed_settings_move_every_record_aside(tmp_path):

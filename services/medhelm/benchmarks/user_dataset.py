@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import heapq
 import io
 import json
 from array import array
@@ -100,15 +101,29 @@ def _digest(instance_id: str) -> int:
                           "little")
 
 
+_CHUNK = 65536  # digests sorted at a time: sorted() boxes each one (~2.5 MB for a chunk)
+
+
+def _repeats(digests: array) -> bool:
+    """Whether any digest occurs twice. Sorts ``digests`` in place chunk by chunk and merges the chunks
+    (no copy of the array, no numpy: importing it would hold ~15 MB for the rest of the run)."""
+    n = len(digests)
+    for start in range(0, n, _CHUNK):
+        digests[start:start + _CHUNK] = array("Q", sorted(digests[start:start + _CHUNK]))
+    view = memoryview(digests)
+    previous = None
+    for value in heapq.merge(*(view[start:start + _CHUNK] for start in range(0, n, _CHUNK))):
+        if value == previous:
+            return True
+        previous = value
+    return False
+
+
 def _check_unique(path, template, answer_required, ids, reread) -> None:
     """Refuse a repeated id, naming its line and the line of its first use. ``ids``: every row's id or its
     digest; only when two digests agree are the rows read again to find the lines."""
-    if isinstance(ids, array) and len(ids) >= 65536:  # digests sorted as 8-byte numbers (sorted() boxes each)
-        import numpy as np
-
-        ordered = np.frombuffer(ids, dtype=np.uint64)
-        ordered.sort()  # in place: the digests are not needed in their order again
-        if not (ordered[1:] == ordered[:-1]).any():
+    if isinstance(ids, array) and len(ids) >= _CHUNK:
+        if not _repeats(ids):
             return
     elif len(set(ids)) == len(ids):
         return
