@@ -7,7 +7,9 @@ import json
 import random
 import shutil
 
-from medhelm.pipeline.records import RECORDS, RunDir, _dump
+import pytest
+
+from medhelm.pipeline.records import RECORDS, Ledger, RunDir, _dump
 
 from .test_streaming import _iid, _record, load, spec_for, write_benchmark
 
@@ -34,11 +36,14 @@ def _files(rd):
         "run.json": json.loads((rd.path / "run.json").read_text())}
 
 
-def test_the_ledger_finish_writes_what_the_general_path_writes(tmp_path):
+@pytest.mark.parametrize("chunk", [Ledger.CHUNK, 7])  # all in memory; spilled every 7 entries and merged
+def test_the_ledger_finish_writes_what_the_general_path_writes(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr(Ledger, "CHUNK", chunk)
     rd, ledger, n = _written(tmp_path)
+    assert len(ledger._spills) == (ledger.count // 7 if chunk == 7 else 0)
     general = RunDir(tmp_path / "general")
     shutil.copytree(rd.path, general.path)
-    assert ledger is not None and len(ledger.positions) == n - len(range(0, n, 23))
+    assert ledger is not None and ledger.count == n - len(range(0, n, 23))
 
     fast = rd.finalize(ledger=ledger, total=n)
     slow = general.finalize()
@@ -48,7 +53,9 @@ def test_the_ledger_finish_writes_what_the_general_path_writes(tmp_path):
     assert positions == sorted(positions)
 
 
-def test_a_resumed_writer_keeps_no_ledger_and_a_changed_file_takes_the_general_path(tmp_path):
+@pytest.mark.parametrize("chunk", [Ledger.CHUNK, 7])
+def test_a_resumed_writer_keeps_no_ledger_and_a_changed_file_takes_the_general_path(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr(Ledger, "CHUNK", chunk)
     rd, ledger, n = _written(tmp_path)
     assert rd.writer().ledger is None  # appending to earlier records: finishing must read them all
 
@@ -59,3 +66,19 @@ def test_a_resumed_writer_keeps_no_ledger_and_a_changed_file_takes_the_general_p
     assert rd.finalize(ledger=ledger, total=n) == general.finalize()
     assert _files(rd) == _files(general)
     assert json.loads((rd.path / RECORDS).read_text().splitlines()[0])["error"] is None  # the success won
+
+
+def test_a_repeated_position_takes_the_general_path_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(Ledger, "CHUNK", 5)
+    rng = random.Random(9)
+    rd, _, n = _written(tmp_path, n=40)
+    (rd.path / RECORDS).write_text("")
+    writer = rd.writer()
+    for i in (*range(20), 3):  # position 3 twice (a success, then an error): the success must win
+        writer.write(_record(i, rng, error=i == 3 and writer.ledger.count == 20))
+    writer.close()
+    general = RunDir(tmp_path / "general")
+    shutil.copytree(rd.path, general.path)
+    assert rd.finalize(ledger=writer.ledger, total=n) == general.finalize()
+    assert _files(rd) == _files(general)
+    assert not list(rd.path.glob(".*"))

@@ -18,8 +18,8 @@ Memory: nothing here holds a run's records or instances at once. The selection i
 stream, resuming keeps the finished ids as 8-byte digests (``bounded.IdSet``), and finishing merges the
 record files in position order with an external sort while it aggregates the stats and counts, so a run
 of a million instances finishes in the memory of a run of a thousand (plus ~9 bytes per record). A record
-file written whole by this process is finished from its writer's ``Ledger`` instead (12 bytes per record
-while finishing):
+file written whole by this process is finished from its writer's ``Ledger`` instead (entries kept 65,536
+at a time in memory, the rest spilled beside the records):
 its lines are copied in position order unparsed, and the stats were aggregated as they were written.
 """
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import filecmp
-import itertools
+import heapq
 import json
 import math
 import os
@@ -408,27 +408,32 @@ class RunDir:
 
     def _finish_from_ledger(self, ledger: Ledger, total: int) -> bool:
         """Rewrite instances.jsonl in position order from the ledger; False (nothing done) when the record
-        files are not exactly what the ledger describes."""
+        files are not exactly what the ledger describes (one line per position, every position known)."""
         path = self.path / RECORDS
-        if self.record_files() != [path] or path.stat().st_size != ledger.bytes:
+        if self.record_files() != [path] or path.stat().st_size != ledger.bytes or ledger.count > total:
             return False
-        at = array("i", [-1]) * total  # position -> line number in the file
-        for i, position in enumerate(ledger.positions):
-            if not 0 <= position < total or at[position] != -1:
-                return False
-            at[position] = i
-        offsets = array("Q", itertools.accumulate(ledger.sizes, initial=0))
-        sizes = ledger.sizes
         fd = os.open(path, os.O_RDONLY)
         try:
             def ordered() -> Iterator[bytes]:
-                for i in at:
-                    if i >= 0:
-                        yield os.pread(fd, sizes[i], offsets[i])
-            write_atomic_chunks(path, ordered())
+                previous, seen = -1, 0
+                for position, offset, size in ledger.entries():
+                    if position <= previous or position >= total:  # a repeat, or outside the selection
+                        raise _NotTheLedgersFile
+                    previous, seen = position, seen + 1
+                    yield os.pread(fd, size, offset)
+                if seen != ledger.count:
+                    raise _NotTheLedgersFile
+            write_atomic_chunks(path, ordered())  # removes its temporary file when ordered() gives up
+        except _NotTheLedgersFile:
+            return False
         finally:
             os.close(fd)
+            ledger.close()
         return True
+
+
+class _NotTheLedgersFile(Exception):
+    pass
 
 
 def _bad_record(e: Exception, path: Path, lineno: int) -> ConfigError:
@@ -513,25 +518,72 @@ def read_records(path: Path) -> Iterator[InstanceResult]:
 
 class Ledger:
     """What a writer that started its record file knows of every line it wrote, so finishing need not read
-    them back: each line's position and size (8 bytes a record), and the stats and counts aggregated as
-    the lines were written, by the same functions finishing applies to the lines it reads
-    (``scored_row_json``, ``StatusCounts.add``) on the same JSON objects."""
+    them back: each line's position, offset and size, and the stats and counts aggregated as the lines were
+    written, by the same functions finishing applies to the lines it reads (``scored_row_json``,
+    ``StatusCounts.add``) on the same JSON objects.
 
-    __slots__ = ("positions", "sizes", "bytes", "agg", "counts")
+    Bounded: entries are kept ``CHUNK`` at a time; a full chunk is sorted by position and spilled to an
+    unlinked temporary file beside the records (20 bytes an entry on disk), and ``entries`` merges the
+    chunks. A spill that fails (disk full) raises OSError: the writer then drops its ledger."""
 
-    def __init__(self) -> None:
-        self.positions = array("i")  # 4-byte items: a line of 4 GiB or a 2**31st position ends the ledger
-        self.sizes = array("I")
-        self.bytes = 0
+    CHUNK = 65536
+    __slots__ = ("positions", "offsets", "sizes", "bytes", "count", "agg", "counts", "_dir", "_spills")
+
+    def __init__(self, spill_dir: Path) -> None:
+        self._dir = spill_dir
+        self._spills: list[tuple[BinaryIO, int]] = []
+        self.positions, self.offsets, self.sizes = array("q"), array("Q"), array("I")
+        self.bytes = self.count = 0
         self.agg = Aggregator()
         self.counts = StatusCounts()
 
     def add(self, position: int, size: int, d: Mapping) -> None:
         self.positions.append(position)
-        self.sizes.append(size)
+        self.offsets.append(self.bytes)
+        self.sizes.append(size)  # OverflowError beyond 4 GiB a line: the writer drops the ledger
         self.bytes += size
+        self.count += 1
         self.agg.add(scored_row_json(d))
         self.counts.add(d)
+        if len(self.positions) >= self.CHUNK:
+            self._spill()
+
+    def _spill(self) -> None:
+        order = sorted(range(len(self.positions)), key=self.positions.__getitem__)
+        f = tempfile.TemporaryFile(dir=self._dir, prefix=".ledger-")  # noqa: SIM115 - closed by close()
+        try:
+            for column in (self.positions, self.offsets, self.sizes):
+                array(column.typecode, (column[i] for i in order)).tofile(f)
+            f.flush()
+        except BaseException:
+            f.close()
+            raise
+        self._spills.append((f, len(order)))
+        self.positions, self.offsets, self.sizes = array("q"), array("Q"), array("I")
+
+    def entries(self) -> Iterator[tuple[int, int, int]]:
+        """(position, offset, size) of every line, in position order."""
+        order = sorted(range(len(self.positions)), key=self.positions.__getitem__)
+        here = ((self.positions[i], self.offsets[i], self.sizes[i]) for i in order)
+        return heapq.merge(*(_spilled(f, n) for f, n in self._spills), here)
+
+    def close(self) -> None:
+        for f, _ in self._spills:
+            f.close()
+        self._spills = []
+
+
+def _spilled(f: BinaryIO, n: int, block: int = 4096) -> Iterator[tuple[int, int, int]]:
+    """A spilled chunk's (position, offset, size) entries, read a block at a time."""
+    fd = f.fileno()
+    for start in range(0, n, block):
+        k = min(block, n - start)
+        columns = []
+        for typecode, base in (("q", 0), ("Q", 8 * n), ("I", 16 * n)):
+            column = array(typecode)
+            column.frombytes(os.pread(fd, k * column.itemsize, base + start * column.itemsize))
+            columns.append(column)
+        yield from zip(*columns)
 
 
 @dataclass
@@ -552,7 +604,7 @@ class RecordWriter:
         self._file = open(self.path, "ab")  # noqa: SIM115 - closed by close()/_abandon()
         self._last_sync = time.monotonic()
         if self._file.tell() == 0:
-            self.ledger = Ledger()
+            self.ledger = Ledger(self.path.parent)
 
     def _repair_torn_tail(self) -> None:
         # A kill mid-write can leave a partial last line; cut it so the next append starts clean.
@@ -587,11 +639,16 @@ class RecordWriter:
         if self.ledger is not None:
             try:
                 self.ledger.add(record.position, len(data), d)
-            except OverflowError:
-                self.ledger = None  # beyond the ledger's item size: finishing takes the general path
+            except (OverflowError, OSError):  # a line over 4 GiB, a spill on a full disk
+                self._drop_ledger()  # finishing takes the general path
+
+    def _drop_ledger(self) -> None:
+        if self.ledger is not None:
+            self.ledger.close()
+            self.ledger = None
 
     def _abandon(self) -> None:
-        self.ledger = None  # the file may now hold less than the ledger says
+        self._drop_ledger()  # the file may now hold less than the ledger says
         with contextlib.suppress(OSError):
             self._file.close()  # closes the descriptor even when flushing the rest fails
         with contextlib.suppress(OSError):
