@@ -82,3 +82,11 @@ def test_a_repeated_position_takes_the_general_path_and_leaves_no_temporary_file
     assert rd.finalize(ledger=writer.ledger, total=n) == general.finalize()
     assert _files(rd) == _files(general)
     assert not list(rd.path.glob(".*"))
+
+
+def test_a_shard_writer_keeps_no_ledger(tmp_path):
+    rd, _, _ = _written(tmp_path, n=10)
+    writer = rd.writer((0, 2))
+    writer.write(_record(0, random.Random(2)))
+    writer.close()
+    assert writer.ledger is None  # its lines are merged by `collect`, never finished from a ledger

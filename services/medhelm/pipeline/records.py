@@ -305,7 +305,8 @@ class RunDir:
             return RecordWriter(self.path / RECORDS)
         index, count = shard
         (self.path / "shards").mkdir(exist_ok=True)
-        return RecordWriter(self.path / "shards" / f"shard-{index:05d}-of-{count:05d}.jsonl")
+        # a shard's lines are merged by `collect` (the general path): its writer keeps no ledger
+        return RecordWriter(self.path / "shards" / f"shard-{index:05d}-of-{count:05d}.jsonl", keep_ledger=False)
 
     # --- finishing ----------------------------------------------------------------------------
     def finalize(self, *, extra_status: dict | None = None, ledger: Ledger | None = None,
@@ -595,6 +596,7 @@ class RecordWriter:
 
     path: Path
     sync_every_s: float = 1.0
+    keep_ledger: bool = True
     _file: BinaryIO = field(init=False, repr=False)
     _last_sync: float = field(init=False, default=0.0)
     ledger: Ledger | None = field(init=False, default=None)
@@ -603,7 +605,7 @@ class RecordWriter:
         self._repair_torn_tail()
         self._file = open(self.path, "ab")  # noqa: SIM115 - closed by close()/_abandon()
         self._last_sync = time.monotonic()
-        if self._file.tell() == 0:
+        if self.keep_ledger and self._file.tell() == 0:
             self.ledger = Ledger(self.path.parent)
 
     def _repair_torn_tail(self) -> None:
