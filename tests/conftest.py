@@ -45,3 +45,19 @@ def _main_module_restored():
             main.__file__ = saved
         else:
             vars(main).pop("__file__", None)
+
+
+# What the dashboard reads from the environment; AppTest tests set these in os.environ (the app runs in this
+# process), and the ``dashboard_env`` fixture puts them back afterwards.
+DASHBOARD_ENV = ("MEDHELM_STORE", "MEDHELM_RELEASE", "MEDHELM_REDACTED", "MEDHELM_AUTH", "MEDHELM_ACCESS_POLICY")
+
+
+@pytest.fixture
+def dashboard_env():
+    saved = {k: os.environ.get(k) for k in DASHBOARD_ENV}
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

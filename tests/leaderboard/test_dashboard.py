@@ -26,14 +26,8 @@ def _app(store: Path | str, **env: str) -> AppTest:
 
 
 @pytest.fixture(autouse=True)
-def _clean_env():  # noqa: ANN202
-    saved = {k: os.environ.get(k) for k in ("MEDHELM_STORE", "MEDHELM_RELEASE", "MEDHELM_REDACTED")}
+def _clean_env(dashboard_env):  # noqa: ANN202 - the dashboard's variables are put back after each test
     yield
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 @pytest.fixture(scope="module")

@@ -12,25 +12,19 @@ from streamlit.testing.v1 import AppTest
 
 from medhelm.access import audit
 from medhelm.store import open_store, review
+from tests.conftest import DASHBOARD_ENV
 from tests.review.conftest import ACCESS_YAML, INSTANCES, MODELS, PLANTED
 
 APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
-ENV = ("MEDHELM_STORE", "MEDHELM_RELEASE", "MEDHELM_REDACTED", "MEDHELM_AUTH", "MEDHELM_ACCESS_POLICY")
 
 
 @pytest.fixture(autouse=True)
-def _clean_env():  # noqa: ANN202
-    saved = {k: os.environ.get(k) for k in ENV}
+def _clean_env(dashboard_env):  # noqa: ANN202 - the dashboard's variables are put back after each test
     yield
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 def _app(output: Path, groups: list[str] | None, email: str = "cleo@hospital.example") -> AppTest:
-    for key in ENV:
+    for key in DASHBOARD_ENV:
         os.environ.pop(key, None)
     os.environ["MEDHELM_STORE"] = str(output / "results.sqlite")
     at = AppTest.from_file(APP, default_timeout=60)

@@ -229,14 +229,8 @@ class H1Pool:
         raise AssertionError("unreachable")
 
     async def _acquire(self, tgt: Target, deadline: float) -> _Connection:
-        idle = self._idle.get(tgt.key)
-        while idle:
-            conn = idle.pop()
-            if not conn.closed:
-                return conn
-            self._open -= 1
-            self._wake()
-        while self._open >= self._limit:
+        conn = self._take_idle(tgt)
+        while conn is None and self._open >= self._limit:
             waiter = self.loop.create_future()
             self._waiters.append(waiter)
             handle = self.loop.call_at(deadline, _expire, waiter)
@@ -244,12 +238,9 @@ class H1Pool:
                 await waiter
             finally:
                 handle.cancel()
-            idle = self._idle.get(tgt.key)
-            while idle:
-                conn = idle.pop()
-                if not conn.closed:
-                    return conn
-                self._open -= 1
+            conn = self._take_idle(tgt)
+        if conn is not None:
+            return conn
         self._open += 1
         try:
             return await self._connect(tgt, deadline)
@@ -257,6 +248,17 @@ class H1Pool:
             self._open -= 1
             self._wake()
             raise
+
+    def _take_idle(self, tgt: Target) -> _Connection | None:
+        """The most recently used live idle connection to ``tgt``; closed ones met on the way are dropped."""
+        idle = self._idle.get(tgt.key)
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                return conn
+            self._open -= 1
+            self._wake()
+        return None
 
     async def _connect(self, tgt: Target, deadline: float) -> _Connection:
         use_tls = tgt.scheme == "https"

@@ -61,26 +61,18 @@ def compat_digest(spec: RunSpec) -> str:
 def write_atomic(path: Path, text: str) -> None:
     """Write-then-rename: readers see the old or the new file, never half of one. The temp name is
     unique per writer (shard pods share a volume and are all pid 1)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic_lines(path, (text,))
 
 
-def write_atomic_lines(path: Path, chunks: Iterable[str], *, unchanged_ok: bool = False) -> bool:
-    """``write_atomic`` of text given in pieces (never all in memory). With ``unchanged_ok`` an identical
-    existing file is left alone (no rename). True when the file was (re)written."""
+def write_atomic_lines(path: Path, chunks: Iterable[str | bytes], *, unchanged_ok: bool = False) -> bool:
+    """``write_atomic`` of text (str, written as UTF-8, or bytes) given in pieces, never all in memory. With
+    ``unchanged_ok`` an identical existing file is left alone (no rename). True when the file was
+    (re)written. The chunks may raise: the temporary file is removed and the old file stays."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "wb") as f:
             for chunk in chunks:
-                f.write(chunk)
+                f.write(chunk.encode("utf-8") if isinstance(chunk, str) else chunk)
             f.flush()
             os.fsync(f.fileno())
         if unchanged_ok and path.is_file() and filecmp.cmp(tmp, path, shallow=False):
@@ -88,21 +80,6 @@ def write_atomic_lines(path: Path, chunks: Iterable[str], *, unchanged_ok: bool 
             return False
         os.replace(tmp, path)
         return True
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_atomic_chunks(path: Path, chunks: Iterable[bytes]) -> None:
-    """``write_atomic`` of bytes given in pieces (never all in memory)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -424,7 +401,7 @@ class RunDir:
                     yield os.pread(fd, size, offset)
                 if seen != ledger.count:
                     raise _NotTheLedgersFile
-            write_atomic_chunks(path, ordered())  # removes its temporary file when ordered() gives up
+            write_atomic_lines(path, ordered())  # removes its temporary file when ordered() gives up
         except _NotTheLedgersFile:
             return False
         finally:
