@@ -171,6 +171,26 @@ def service_aliases(by_kind: dict[str, list[dict]], pods: dict[str, str]) -> lis
     return aliases
 
 
+def indexed_pods(job: dict, name: str, aliases: list[dict], *, labels: dict | None = None,
+                 env: dict | None = None) -> list[dict]:
+    """An Indexed Job's pod template as one Pod per completion index, as the Job controller makes them:
+    ``<name>-<index>``, the index in JOB_COMPLETION_INDEX and its label, Services as host aliases, no
+    published ports (podman would publish the metrics port on the host); ``env`` replaces values."""
+    pods = []
+    for index in range(job["spec"]["completions"]):
+        template = copy.deepcopy(job["spec"]["template"])
+        spec = template["spec"]
+        spec["hostAliases"] = aliases
+        (c,) = spec["containers"]
+        c["env"] = [{**e, "value": env[e["name"]]} if env and e["name"] in env else e for e in c["env"]]
+        c["env"].append({"name": "JOB_COMPLETION_INDEX", "value": str(index)})
+        c.pop("ports", None)
+        pods.append({"apiVersion": "v1", "kind": "Pod", "spec": spec, "metadata": {
+            "name": f"{name}-{index}", "labels": {**template["metadata"]["labels"], **(labels or {}),
+                                                  "batch.kubernetes.io/job-completion-index": str(index)}}})
+    return pods
+
+
 @pytest.mark.parametrize("mode", ["plaintext", "mutual-tls"])
 def test_chart_workloads_come_up_and_a_job_shard_writes_records(mode, image, cluster, helm_bin, repo_root, tmp_path):
     release = cluster.release
@@ -227,17 +247,7 @@ def test_chart_workloads_come_up_and_a_job_shard_writes_records(mode, image, clu
     # the Job: its pod template as one Pod per completion index
     (job,) = by_kind["Job"]
     assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == SHARDS
-    shard_pods = []
-    for index in range(SHARDS):
-        template = copy.deepcopy(job["spec"]["template"])
-        spec = template["spec"]
-        spec["hostAliases"] = aliases
-        spec["containers"][0]["env"].append({"name": "JOB_COMPLETION_INDEX", "value": str(index)})
-        spec["containers"][0].pop("ports", None)  # the metrics port: podman would publish it on the host (above)
-        name = f"{job['metadata']['name']}-{index}"
-        shard_pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "name": name, "labels": {**template["metadata"]["labels"],
-                                     "batch.kubernetes.io/job-completion-index": str(index)}}, "spec": spec})
+    shard_pods = indexed_pods(job, job["metadata"]["name"], aliases)
     cluster.play("job", [*by_kind["ConfigMap"], *shard_pods])
     for pod in shard_pods:
         cname = f"{pod['metadata']['name']}-shard"

@@ -10,7 +10,6 @@ hostAliases entry."""
 
 from __future__ import annotations
 
-import copy
 import os
 import sqlite3
 from datetime import datetime, timezone
@@ -19,8 +18,8 @@ import pytest
 
 from medhelm.devtools.fixtures import write_configurable_benchmark
 from tests.services.podman import IMAGE, run
-from tests.services.test_kube_play import (DEPLOYMENTS, JURY, Cluster, _render, by_kind_of, play_services,
-                                           seed_volume, service_aliases)
+from tests.services.test_kube_play import (DEPLOYMENTS, JURY, Cluster, _render, by_kind_of, indexed_pods,
+                                           play_services, seed_volume, service_aliases)
 
 pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(2400)]
 
@@ -60,20 +59,8 @@ def test_cronjob_pod_spec_runs_a_scheduled_cycle(image, cluster, helm_bin, repo_
     job_name = f"{cron['metadata']['name']}-{int(SCHEDULED.timestamp()) // 60}"
     job = cron["spec"]["jobTemplate"]
     assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == SHARDS
-    shard_pods = []
-    for index in range(SHARDS):
-        template = copy.deepcopy(job["spec"]["template"])
-        spec = template["spec"]
-        spec["hostAliases"] = aliases
-        (c,) = spec["containers"]
-        c["env"].append({"name": "JOB_COMPLETION_INDEX", "value": str(index)})
-        c["env"] = [e if e["name"] != "MEDHELM_METRICS_LINGER_S" else {**e, "value": "0"} for e in c["env"]]
-        c.pop("ports", None)
-        shard_pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "name": f"{job_name}-{index}", "labels": {**template["metadata"]["labels"],
-                                                      "batch.kubernetes.io/job-name": job_name,
-                                                      "batch.kubernetes.io/job-completion-index": str(index)}},
-            "spec": spec})
+    shard_pods = indexed_pods(job, job_name, aliases, labels={"batch.kubernetes.io/job-name": job_name},
+                              env={"MEDHELM_METRICS_LINGER_S": "0"})
     cluster.play("cron-job", [*by_kind["ConfigMap"], *shard_pods])
     logs = []
     for pod in shard_pods:
