@@ -29,7 +29,7 @@ import collections
 import ssl
 import zlib
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import httptools
 
@@ -68,8 +68,6 @@ class Target:
 
 def target(url: str, params: dict[str, str] | None = None) -> Target:
     """Split ``url`` (http or https) into a Target; ``params`` are appended as its query."""
-    from urllib.parse import urlencode
-
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"not an http(s) URL: {url}")
