@@ -146,12 +146,44 @@ def _deployment(item: _DeploymentItem, path: Path, index: int, doc: YamlDoc) -> 
         if not getattr(item, key):
             raise ConfigError(f"is required for kind '{kind.value}'", path=path,
                               line=doc.line("model_deployments", index), field=f"model_deployments[{index}].{key}")
+    _check_headers(item.options, path, index, doc)
     gguf = item.gguf_path
     if gguf and not gguf.startswith("package:") and not Path(gguf).is_absolute():
         gguf = str((Path(path).parent / gguf).resolve())
     fields = item.model_dump(exclude={"description"})
     fields.update(kind=kind, gguf_path=gguf, options=FrozenMap(item.options))
     return Deployment(**fields)
+
+
+def header_problem(name: str, value: str) -> str | None:
+    """Why ``name: value`` cannot be sent as one HTTP header line; None when it can. (A line break in a value
+    would let a config smuggle a second header or request.)"""
+    if not name or any(c in name for c in ":\r\n\0 \t"):
+        return "is not a header name (empty, or it has ':', a space or a line break)"
+    if any(c in value for c in "\r\n\0"):
+        return "has a line break or a NUL in its value"
+    return None
+
+
+def _check_headers(options: Mapping[str, Any], path: Path, index: int, doc: YamlDoc) -> None:
+    """``options.headers`` (extra headers) and ``options.auth_header`` (the key's header name) as HTTP allows."""
+    where = ("model_deployments", index, "options")
+    headers = options.get("headers")
+    if headers is not None and not isinstance(headers, Mapping):
+        raise ConfigError("expected a mapping of header names to values", path=path,
+                          line=doc.line(*where, "headers"), field=f"model_deployments[{index}].options.headers")
+    named = [(str(k), str(v), ("headers", k)) for k, v in (headers or {}).items()]
+    if options.get("auth_header") is not None:
+        named.append((str(options["auth_header"]), "", ("auth_header",)))
+    for number, (name, value, loc) in enumerate(named):
+        problem = header_problem(name, value)
+        if problem:
+            # a bad name is not repeated (nor put in the field path): it may hold anything, even a line break
+            good_name = header_problem(name, "") is None
+            field = ".".join(map(str, loc)) if good_name or loc[0] != "headers" else f"headers[{number}]"
+            raise ConfigError(f"header {escape(name, 40)!r} {problem}" if good_name else f"the header {problem}",
+                              path=path, line=doc.line(*where, *loc),
+                              field=f"model_deployments[{index}].options.{field}")
 
 
 def check_usable(dep: Deployment, *, source: str | Path | None = None) -> None:

@@ -93,6 +93,24 @@ def test_bad_deployment_file_names_file_and_field(tmp_path, body, field):
         assert f"'{field}'" in msg
 
 
+@pytest.mark.parametrize("options,field,line", [
+    ('{headers: {X-Team: "qa\\r\\nX-Injected: ZQX-PATIENT-7731"}}', "options.headers.X-Team", 5),
+    ('{headers: {"Bad ZQX-PATIENT-7731": "v"}}', "options.headers[0]", 5),
+    ('{headers: "ZQX-PATIENT-7731"}', "options.headers", 5),
+    ('{auth_header: "api-key\\nZQX-PATIENT-7731"}', "options.auth_header", 5),
+])
+def test_a_header_that_would_break_the_request_line_is_refused_naming_file_line_and_field(tmp_path, options, field,
+                                                                                          line):
+    (tmp_path / "model_deployments.yaml").write_text(
+        f"model_deployments:\n  - name: a\n    model_name: m\n    kind: openai\n    options: {options}\n"
+        "    base_url: http://x\n")
+    with pytest.raises(ConfigError) as err:
+        DeploymentRegistry.load(tmp_path)
+    msg = str(err.value)
+    assert f"model_deployments.yaml:{line}" in msg and f"'model_deployments[0].{field}'" in msg, msg
+    assert "ZQX-PATIENT" not in msg and "\n" not in msg  # the value is never echoed
+
+
 def test_unknown_deployment_lists_known():
     with pytest.raises(ConfigError, match="unknown model deployment 'nope'.*local/smollm2-135m-instruct"):
         DeploymentRegistry.load(None).get("nope")

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from medhelm.deployments import header_problem
 from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
 from medhelm.inference.h1 import Broken, ConnectFailed, H1Pool, Target, Timeout, target
 from medhelm.specs import Deployment
@@ -54,10 +55,10 @@ class JsonTransport:
         # the deployment's cap; without one, as many as the caller has in flight (at least the default)
         self._limit = deployment.max_concurrency or max(DEFAULT_POOL_SIZE, connections or 0)
         self._headers, self._params = dict(headers), dict(params or {})
-        for name, value in self._headers.items():
-            if any(c in f"{name}{value}" for c in "\r\n\0") or not name or ":" in name:
-                raise ConfigError(f"deployment '{deployment.name}': header {name[:40]!r} has a line break, "
-                                  "a NUL or a colon in its name or value")
+        for name, value in self._headers.items():  # checked when the YAML is read; here for code-built ones
+            problem = header_problem(name, value)
+            if problem:
+                raise ConfigError(f"deployment '{deployment.name}': header {name[:40]!r} {problem}")
         self._ssl = _tls(deployment)
         self._proxy = _env_proxy(str(deployment.base_url))
         self._session: aiohttp.ClientSession | None = None
