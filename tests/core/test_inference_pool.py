@@ -311,9 +311,13 @@ def test_kserve_v2_without_its_module_is_a_config_error(monkeypatch):
         make_client(dep)
 
 
-def test_batched_commit_keeps_every_character_of_the_completion(tmp_path):
-    """The batch goes to SQLite as one JSON array (cache.py): text with quotes, backslashes, line breaks,
-    NULs, non-Latin script, emoji and RTL marks reads back identical from a fresh process's view."""
+def test_batched_commit_keeps_every_character_of_the_completion(tmp_path, monkeypatch):
+    """A batch goes to SQLite as multi-row INSERT statements (cache.py; 4 rows a statement here, so the 9
+    entries take two full statements and a partial one): text with quotes, backslashes, line breaks, NULs,
+    non-Latin script, emoji and RTL marks reads back identical from a fresh process's view."""
+    from medhelm.inference import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "ROWS_A_STATEMENT", 4)
     texts = ['He said "no".', "C:\\temp\\x", "line1\nline2\r\n\ttab", "nul\x00inside", "Fièvre 39 °C, 発熱",
              "emoji 🩺 and \u202eRTL", "", "[1, 2]", '{"json": true}']
     cache = RequestCache(tmp_path / "c.sqlite")
@@ -328,3 +332,32 @@ def test_batched_commit_keeps_every_character_of_the_completion(tmp_path):
     again.close()
     assert [c.text for c in got] == texts
     assert [c.usage.prompt_tokens for c in got] == list(range(len(texts))) and all(c.usage.cached for c in got)
+
+
+def test_a_full_batch_is_committed_without_waiting_and_a_transaction_holds_at_most_a_batch(tmp_path, monkeypatch):
+    """Answers arriving faster than the commit interval: every BATCH entries are committed at once (not after
+    the interval, 30 s here), so the queue and a transaction's rows stay bounded however long the run."""
+    from medhelm.inference import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "BATCH", 4)
+    cache = RequestCache(tmp_path / "c.sqlite", commit_interval_s=30.0)
+    sizes: list[int] = []
+    commit = cache._commit
+    monkeypatch.setattr(cache, "_commit", lambda batch: (sizes.append(len(batch)), commit(batch))[1])
+
+    async def fill() -> float:
+        for i in range(10):
+            await cache.put(f"{i:064x}", Completion(f"a{i}", "stop", Usage()))
+        started = time.perf_counter()
+        while cache.commits < 2 and time.perf_counter() - started < 10:
+            await asyncio.sleep(0.01)
+        waited = time.perf_counter() - started
+        await cache.aclose()
+        return waited
+
+    waited = asyncio.run(fill())
+    assert waited < 10 and sizes[:2] == [4, 4]  # two full batches, well before the 30 s interval
+    assert sum(sizes) == 10 and max(sizes) <= 4
+    again = RequestCache(tmp_path / "c.sqlite")
+    assert len(again) == 10 and again.get(f"{9:064x}").text == "a9"
+    again.close()

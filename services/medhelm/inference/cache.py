@@ -11,9 +11,11 @@ index) its own file and sets ``MEDHELM_CACHE_JOURNAL=delete`` (rollback journal,
 Concurrency: WAL mode (the default) lets readers run while one writer commits; ``busy_timeout`` makes writers from
 several processes (the shards of one suite share a PVC) wait for each other instead of failing.
 Reads are single primary-key lookups (tens of microseconds) done inline; writes are queued and committed
-by a worker thread in batches gathered over ``commit_interval_s``, so the event loop never waits for a
-file lock and a run makes a few commits per second, not one per request. At most ``MAX_PENDING`` entries
-wait: beyond that ``put`` waits for a commit (a fast server slows to SQLite's pace; memory stays bounded). A queued entry is already
+by a worker thread in batches gathered over ``commit_interval_s`` (a full batch, ``BATCH`` entries, is
+committed at once), so the event loop never waits for a file lock and a run makes a few commits per second,
+not one per request. At most ``MAX_PENDING`` entries wait: beyond that ``put`` waits for the next commit (a
+fast server slows to SQLite's pace). Memory does not grow with the run: the queue, one batch's text and
+SQLite's page cache (``PAGE_CACHE_KIB`` a connection) are all bounded. A queued entry is already
 visible to ``get``; entries still queued when a process is killed are simply asked again next time. Only successful
 completions are stored; a hit comes back with ``usage.cached=True``, ``latency_s=0`` and ``attempts=0``.
 
@@ -43,12 +45,22 @@ ENV_FILE, ENV_JOURNAL = "MEDHELM_CACHE_FILE", "MEDHELM_CACHE_JOURNAL"
 JOURNAL_MODES = ("wal", "delete", "truncate")
 BUSY_TIMEOUT_MS = 60_000
 COMMIT_INTERVAL_S = 0.25
-MAX_PENDING = 10_000  # queued entries (~3 MB) before put() waits for a commit (see put)
+MAX_PENDING = 2 * 4096  # queued entries (~3 MB) before put() waits for a commit (see put)
+BATCH = 4096
+PAGE_CACHE_KIB = 512  # SQLite page cache per connection (its default, 2 MiB, fills on a large cache file)
 _BLOOM_BITS = 1 << 23  # 1 MiB: ~2 % false "maybe"s at a million keys (3 probes)
-_INSERT = "INSERT OR REPLACE INTO completions (key, value, created) VALUES (?, ?, ?)"
-_INSERT_JSON = ("INSERT OR REPLACE INTO completions (key, value, created) "
-                "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), ? FROM json_each(?)")
-_HAS_JSON = sqlite3.sqlite_version_info >= (3, 38)  # JSON functions built in (earlier only if compiled in)
+# A batch is inserted ROWS_A_STATEMENT rows a statement (3 parameters a row: under SQLite's oldest limit of 999).
+# Why not executemany: it binds each row with the GIL held and steps it with the GIL released, so the commit
+# thread takes the GIL back from the event loop once a row (that contention cost a 10,000-request run ~40 us
+# of CPU a request). Why not one JSON array walked by json_each: SQLite parses the whole text into a tree (a
+# batch's memory several times over) and both sides pay the encoding.
+ROWS_A_STATEMENT = 256
+
+
+def _insert(rows: int) -> str:
+    return "INSERT OR REPLACE INTO completions (key, value, created) VALUES " + ", ".join(["(?, ?, ?)"] * rows)
+
+
 _SCHEMA = "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
 
 
@@ -88,6 +100,8 @@ class RequestCache:
         self._pending: dict[str, str] = {}  # written by us, not yet committed: visible to get() already
         self._flusher: asyncio.Task[None] | None = None
         self._gathering = False  # the flusher is waiting for more entries (safe to cancel)
+        self._committed: asyncio.Event | None = None  # set after each commit: wakes put()s that wait
+        self._full: asyncio.Future[None] | None = None  # resolved when a batch is full: ends the gathering
         self._closing = False  # aflush() is running: the flusher stops after its current commit
         self.commits = 0  # batches committed by this process (observability, tests)
 
@@ -98,6 +112,7 @@ class RequestCache:
         conn.execute(f"PRAGMA journal_mode = {self.journal.upper()}")
         # WAL + NORMAL: durable at checkpoints, never corrupt; a rollback journal needs FULL for that
         conn.execute("PRAGMA synchronous = NORMAL" if self.journal == "wal" else "PRAGMA synchronous = FULL")
+        conn.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
         conn.execute(_SCHEMA)
         return conn
 
@@ -142,6 +157,8 @@ class RequestCache:
         flusher = self._flusher
         if flusher is None or flusher.done() or flusher.get_loop() is not loop:
             self._flusher = loop.create_task(self._flush_loop())
+        elif len(self._pending) >= BATCH and self._full is not None:
+            _resolve(self._full)
 
     async def put(self, key: str, completion: Completion) -> None:
         """``put_nowait``, then wait while more than ``MAX_PENDING`` entries are queued: when SQLite commits
@@ -149,17 +166,34 @@ class RequestCache:
         growing with the run."""
         self.put_nowait(key, completion)
         while len(self._pending) > MAX_PENDING and self._flusher is not None and not self._flusher.done():
-            await asyncio.sleep(self.commit_interval_s)
+            if self._committed is None:
+                self._committed = asyncio.Event()
+            await self._committed.wait()
 
     async def _flush_loop(self) -> None:
-        while self._pending and not self._closing:
-            self._gathering = True
-            try:
-                await asyncio.sleep(self.commit_interval_s)  # let a batch gather
-            finally:
-                self._gathering = False
-            # at most MAX_PENDING entries a transaction: the batch's copy stays bounded too
-            await asyncio.to_thread(self._commit, dict(itertools.islice(self._pending.items(), MAX_PENDING)))
+        try:
+            while self._pending and not self._closing:
+                if len(self._pending) < BATCH:  # let a batch gather, until it is full or the interval is over
+                    loop = asyncio.get_running_loop()
+                    full = self._full = loop.create_future()
+                    timer = loop.call_later(self.commit_interval_s, _resolve, full)
+                    self._gathering = True
+                    try:
+                        await full
+                    finally:
+                        self._gathering = False
+                        self._full = None
+                        timer.cancel()
+                # at most BATCH entries a transaction: the batch's copy and its JSON text stay small
+                await asyncio.to_thread(self._commit, dict(itertools.islice(self._pending.items(), BATCH)))
+                self._wake_putters()
+        finally:
+            self._wake_putters()  # a flusher that stops (or fails) never leaves a put() waiting
+
+    def _wake_putters(self) -> None:
+        committed, self._committed = self._committed, None
+        if committed is not None:
+            committed.set()
 
     async def aflush(self) -> None:
         """Commit everything queued so far (await before reading the file from another process)."""
@@ -170,15 +204,15 @@ class RequestCache:
                 if self._gathering:
                     flusher.cancel()
                 await asyncio.gather(flusher, return_exceptions=True)
-            if self._pending:
-                await asyncio.to_thread(self._commit, dict(self._pending))
+            while self._pending:
+                await asyncio.to_thread(self._commit, dict(itertools.islice(self._pending.items(), BATCH)))
         finally:
             self._closing = False
 
     def flush(self) -> None:
         """Blocking commit of everything queued (for code without an event loop)."""
-        if self._pending:
-            self._commit(dict(self._pending))
+        while self._pending:
+            self._commit(dict(itertools.islice(self._pending.items(), BATCH)))
 
     def _commit(self, batch: dict[str, str]) -> None:
         with self._write_lock:
@@ -187,13 +221,10 @@ class RequestCache:
             now = time.time()
             self._writer.execute("BEGIN IMMEDIATE")
             try:
-                if _HAS_JSON:
-                    # one statement for the whole batch: SQLite walks the JSON array in C with the GIL
-                    # released; a row-by-row executemany takes the GIL back from the event loop for every row
-                    # (that contention cost a 10,000-request run ~40 us of CPU per request)
-                    self._writer.execute(_INSERT_JSON, (now, json.dumps(list(batch.items()), ensure_ascii=False)))
-                else:
-                    self._writer.executemany(_INSERT, [(k, v, now) for k, v in batch.items()])
+                items = list(batch.items())
+                for start in range(0, len(items), ROWS_A_STATEMENT):
+                    chunk = items[start:start + ROWS_A_STATEMENT]
+                    self._writer.execute(_insert(len(chunk)), [x for k, v in chunk for x in (k, v, now)])
                 self._writer.execute("COMMIT")
                 self.commits += 1
             except BaseException:
@@ -214,6 +245,11 @@ class RequestCache:
                 if conn is not None:
                     conn.close()
             self._writer = None
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _probes(key: str) -> tuple[int, int, int]:
