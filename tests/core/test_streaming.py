@@ -244,6 +244,39 @@ def test_a_repeated_id_in_a_large_dataset_is_refused(tmp_path):
     assert "duplicate id (first used on line 14)" in str(err.value) and ":70002" in str(err.value)
 
 
+@pytest.mark.parametrize("temp_ok", [True, False])
+def test_id_digests_are_spilled_in_sorted_chunks_and_a_repeat_across_chunks_is_found(tmp_path, monkeypatch, temp_ok):
+    """The id check holds one chunk of digests (7 here): the others are sorted into a temporary file and
+    merged. A repeat 50 rows apart (different chunks) is still refused, naming both lines; where no temporary
+    file can be made, the chunks stay in memory and the check is the same."""
+    import tempfile
+
+    from medhelm.benchmarks import user_dataset
+
+    monkeypatch.setattr(user_dataset, "_CHUNK", 7)
+    if not temp_ok:
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-folder"))
+    folder = tmp_path / "b"
+    cfg = write_benchmark(folder, 3)
+    rows = [f"r{i},n,q,Yes\n" for i in range(60)]
+    (folder / "dataset.csv").write_text("id,note,question,correct_answer\n" + "".join(rows))
+    assert len(load(cfg).instances()) == 60
+    made = []
+
+    class Seen(user_dataset._IdDigests):
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr(user_dataset, "_IdDigests", Seen)
+    (folder / "dataset.csv").write_text("id,note,question,correct_answer\n" + "".join(rows) + "r9,n,q,No\n")
+    with pytest.raises(ConfigError) as err:
+        load(cfg)
+    assert "duplicate id (first used on line 11)" in str(err.value) and ":62" in str(err.value)
+    digests = made[0]
+    assert digests.count == 61 and (len(digests._kept) == 0) == temp_ok and digests._runs._file is None  # closed
+
+
 def test_a_large_dataset_is_checked_without_numpy(tmp_path):
     """numpy would stay in memory (~15 MB) for the whole run: the id check of a large file does without it."""
     import subprocess

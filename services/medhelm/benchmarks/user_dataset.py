@@ -5,9 +5,9 @@ Columns: every ``{placeholder}`` of the prompt; ``correct_answer`` (the gold ref
 ``id``. Every problem is a ConfigError naming the file, the line and the column — never the cell's
 content, which may be patient text.
 
-Streamed: ``scan_dataset`` checks every row once (at planning) keeping only 8 bytes per row (id digests,
-to refuse a repeated id) and returns a ``DatasetFile``, which reads the file again for each pass of a run
-and never holds the rows. A file changed after it was checked is refused, not read (its size, mtime and
+Streamed: ``scan_dataset`` checks every row once (at planning) keeping an 8-byte digest per row to refuse
+a repeated id (a chunk in memory, the rest sorted in a temporary file) and returns a ``DatasetFile``,
+which reads the file again for each pass of a run and never holds the rows. A file changed after it was checked is refused, not read (its size, mtime and
 inode are compared at every pass).
 """
 
@@ -26,6 +26,7 @@ from medhelm import files
 from medhelm.benchmarks.base import StreamedInstances
 from medhelm.benchmarks.template import PromptTemplate
 from medhelm.errors import ConfigError, escape
+from medhelm.spill import RunFile
 from medhelm.specs import FrozenMap, Instance, Reference
 
 ANSWER, WRONG, ID = "correct_answer", "incorrect_answers", "id"
@@ -50,17 +51,21 @@ def scan_dataset(path: Path, template: PromptTemplate, *, answer_required: bool,
                  digest_prefix: bytes = b"") -> tuple[DatasetFile, str]:
     """Check every row of ``path`` (streamed) -> (the rows, re-readable; sha256 of ``digest_prefix`` and
     the file's bytes)."""
-    ids: array = array("Q")
-    rows = _file_rows(path)
-    for _, instance_id in _checked_rows(path, template, answer_required, rows):  # checks only: nothing built
-        ids.append(_digest(instance_id))
-    signature = rows.signature
-    _check_unique(path, template, answer_required, ids, lambda: _file_rows(path))
+    ids = _IdDigests()
+    try:
+        add = ids.add
+        rows = _file_rows(path)
+        for _, instance_id in _checked_rows(path, template, answer_required, rows):  # checks only: nothing built
+            add(_digest(instance_id))
+        signature = rows.signature
+        _check_unique(path, template, answer_required, ids, lambda: _file_rows(path))
+    finally:
+        ids.close()
     sha = hashlib.sha256(digest_prefix)
     with files.open_regular(path, what="dataset (CSV)")[0] as f:
         while chunk := f.read(1 << 20):
             sha.update(chunk)
-    return DatasetFile(path, template, answer_required, signature, len(ids)), sha.hexdigest()
+    return DatasetFile(path, template, answer_required, signature, ids.count), sha.hexdigest()
 
 
 class DatasetFile(StreamedInstances):
@@ -101,29 +106,49 @@ def _digest(instance_id: str) -> int:
                           "little")
 
 
-_CHUNK = 65536  # digests sorted at a time: sorted() boxes each one (~2.5 MB for a chunk)
+_CHUNK = 65536  # digests in memory at a time (512 KiB; sorted() boxes each one while it sorts: ~2.5 MB)
 
 
-def _repeats(digests: array) -> bool:
-    """Whether any digest occurs twice. Sorts ``digests`` in place chunk by chunk and merges the chunks
-    (no copy of the array, no numpy: importing it would hold ~15 MB for the rest of the run)."""
-    n = len(digests)
-    for start in range(0, n, _CHUNK):
-        digests[start:start + _CHUNK] = array("Q", sorted(digests[start:start + _CHUNK]))
-    view = memoryview(digests)
-    previous = None
-    for value in heapq.merge(*(view[start:start + _CHUNK] for start in range(0, n, _CHUNK))):
-        if value == previous:
-            return True
-        previous = value
-    return False
+class _IdDigests:
+    """Every row's id digest for the duplicate check, in memory that does not grow with the file: a chunk
+    at a time, each full chunk sorted and spilled to a temporary file (``medhelm.spill``), merged back for
+    the check. Where no temporary file can be written, the sorted chunks stay in memory (8 bytes a row)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._chunk = array("Q")
+        self._runs = RunFile("Q")
+        self._kept: list[array] = []
+
+    def add(self, value: int) -> None:
+        self._chunk.append(value)
+        self.count += 1
+        if len(self._chunk) >= _CHUNK:
+            run = array("Q", sorted(self._chunk))
+            self._chunk = array("Q")
+            try:
+                self._runs.append([run])
+            except OSError:
+                self._kept.append(run)
+
+    def repeats(self) -> bool:
+        """Whether any digest occurs twice."""
+        previous = None
+        for value in heapq.merge(*self._runs.runs(), *self._kept, sorted(self._chunk)):
+            if value == previous:
+                return True
+            previous = value
+        return False
+
+    def close(self) -> None:
+        self._runs.close()
 
 
 def _check_unique(path, template, answer_required, ids, reread) -> None:
     """Refuse a repeated id, naming its line and the line of its first use. ``ids``: every row's id or its
     digest; only when two digests agree are the rows read again to find the lines."""
-    if isinstance(ids, array) and len(ids) >= _CHUNK:
-        if not _repeats(ids):
+    if isinstance(ids, _IdDigests):
+        if not ids.repeats():
             return
     elif len(set(ids)) == len(ids):
         return

@@ -43,6 +43,7 @@ from typing import BinaryIO
 from medhelm.errors import ConfigError
 from medhelm.files import check_regular, load_json
 from medhelm.pipeline.bounded import IdSet, duplicate_hashes, external_sort, id_hash
+from medhelm.spill import RunFile
 from medhelm.specs import InstanceResult, RunSpec, Stat, digest
 
 RECORDS = "instances.jsonl"
@@ -505,11 +506,10 @@ class Ledger:
     chunks. A spill that fails (disk full) raises OSError: the writer then drops its ledger."""
 
     CHUNK = 65536
-    __slots__ = ("positions", "offsets", "sizes", "bytes", "count", "agg", "counts", "_dir", "_spills")
+    __slots__ = ("positions", "offsets", "sizes", "bytes", "count", "agg", "counts", "_runs")
 
     def __init__(self, spill_dir: Path) -> None:
-        self._dir = spill_dir
-        self._spills: list[tuple[BinaryIO, int]] = []
+        self._runs = RunFile("qQI", spill_dir)
         self.positions, self.offsets, self.sizes = array("q"), array("Q"), array("I")
         self.bytes = self.count = 0
         self.agg = Aggregator()
@@ -528,40 +528,18 @@ class Ledger:
 
     def _spill(self) -> None:
         order = sorted(range(len(self.positions)), key=self.positions.__getitem__)
-        f = tempfile.TemporaryFile(dir=self._dir, prefix=".ledger-")  # noqa: SIM115 - closed by close()
-        try:
-            for column in (self.positions, self.offsets, self.sizes):
-                array(column.typecode, (column[i] for i in order)).tofile(f)
-            f.flush()
-        except BaseException:
-            f.close()
-            raise
-        self._spills.append((f, len(order)))
+        self._runs.append([array(column.typecode, (column[i] for i in order))
+                           for column in (self.positions, self.offsets, self.sizes)])
         self.positions, self.offsets, self.sizes = array("q"), array("Q"), array("I")
 
     def entries(self) -> Iterator[tuple[int, int, int]]:
         """(position, offset, size) of every line, in position order."""
         order = sorted(range(len(self.positions)), key=self.positions.__getitem__)
         here = ((self.positions[i], self.offsets[i], self.sizes[i]) for i in order)
-        return heapq.merge(*(_spilled(f, n) for f, n in self._spills), here)
+        return heapq.merge(*self._runs.runs(), here)
 
     def close(self) -> None:
-        for f, _ in self._spills:
-            f.close()
-        self._spills = []
-
-
-def _spilled(f: BinaryIO, n: int, block: int = 4096) -> Iterator[tuple[int, int, int]]:
-    """A spilled chunk's (position, offset, size) entries, read a block at a time."""
-    fd = f.fileno()
-    for start in range(0, n, block):
-        k = min(block, n - start)
-        columns = []
-        for typecode, base in (("q", 0), ("Q", 8 * n), ("I", 16 * n)):
-            column = array(typecode)
-            column.frombytes(os.pread(fd, k * column.itemsize, base + start * column.itemsize))
-            columns.append(column)
-        yield from zip(*columns)
+        self._runs.close()
 
 
 @dataclass
