@@ -361,3 +361,22 @@ def test_a_full_batch_is_committed_without_waiting_and_a_transaction_holds_at_mo
     again = RequestCache(tmp_path / "c.sqlite")
     assert len(again) == 10 and again.get(f"{9:064x}").text == "a9"
     again.close()
+
+
+def test_batches_of_any_size_use_a_handful_of_distinct_statements(tmp_path, monkeypatch):
+    """sqlite3 keeps up to 128 prepared statements a connection and a many-row INSERT is large: batches of
+    every size from 1 to 300 rows must be written with statements of a few sizes only (powers of two up to
+    ROWS_A_STATEMENT), so the statement cache cannot grow with a long run; every row is stored."""
+    from medhelm.inference import cache as cache_module
+
+    used: set[int] = set()
+    real = cache_module._insert
+    monkeypatch.setattr(cache_module, "_insert", lambda rows: (used.add(rows), real(rows))[1])
+    cache = RequestCache(tmp_path / "c.sqlite")
+    written = 0
+    for size in range(1, 301):
+        cache._commit({f"{written + i:064x}": "{}" for i in range(size)})
+        written += size
+    assert used <= {cache_module.ROWS_A_STATEMENT >> k for k in range(9)} and len(used) <= 9
+    assert len(cache) == written
+    cache.close()

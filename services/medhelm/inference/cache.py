@@ -49,7 +49,10 @@ MAX_PENDING = 2 * 4096  # queued entries (~3 MB) before put() waits for a commit
 BATCH = 4096
 PAGE_CACHE_KIB = 512  # SQLite page cache per connection (its default, 2 MiB, fills on a large cache file)
 _BLOOM_BITS = 1 << 23  # 1 MiB: ~2 % false "maybe"s at a million keys (3 probes)
-# A batch is inserted ROWS_A_STATEMENT rows a statement (3 parameters a row: under SQLite's oldest limit of 999).
+# A batch is inserted ROWS_A_STATEMENT rows a statement (3 parameters a row: under SQLite's oldest limit of 999),
+# the rest in statements of power-of-two sizes (``_sizes``): a handful of distinct statements, because the
+# sqlite3 module keeps up to 128 prepared ones a connection and one of 256 rows is ~100 KB of bytecode (a
+# statement per remainder size held ~10 MB after a million requests).
 # Why not executemany: it binds each row with the GIL held and steps it with the GIL released, so the commit
 # thread takes the GIL back from the event loop once a row (that contention cost a 10,000-request run ~40 us
 # of CPU a request). Why not one JSON array walked by json_each: SQLite parses the whole text into a tree (a
@@ -59,6 +62,12 @@ ROWS_A_STATEMENT = 256
 
 def _insert(rows: int) -> str:
     return "INSERT OR REPLACE INTO completions (key, value, created) VALUES " + ", ".join(["(?, ?, ?)"] * rows)
+
+
+def _sizes(n: int) -> list[int]:
+    """``n`` rows as statement sizes: full ones of ROWS_A_STATEMENT, then the rest's binary digits."""
+    full, rest = divmod(n, ROWS_A_STATEMENT)
+    return [ROWS_A_STATEMENT] * full + [1 << bit for bit in reversed(range(rest.bit_length())) if rest >> bit & 1]
 
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
@@ -222,9 +231,11 @@ class RequestCache:
             self._writer.execute("BEGIN IMMEDIATE")
             try:
                 items = list(batch.items())
-                for start in range(0, len(items), ROWS_A_STATEMENT):
-                    chunk = items[start:start + ROWS_A_STATEMENT]
-                    self._writer.execute(_insert(len(chunk)), [x for k, v in chunk for x in (k, v, now)])
+                start = 0
+                for size in _sizes(len(items)):
+                    chunk = items[start:start + size]
+                    start += size
+                    self._writer.execute(_insert(size), [x for k, v in chunk for x in (k, v, now)])
                 self._writer.execute("COMMIT")
                 self.commits += 1
             except BaseException:
