@@ -5,7 +5,7 @@ the memory of a 1k one).
 Users: the dataset's id digests (the duplicate-id check at planning, ``benchmarks/user_dataset.py``) and
 the record writer's ledger (finishing in position order, ``pipeline/records.py``). Each keeps one chunk
 in memory, sorts it and hands it here as a *run*; ``runs()`` reads every run back a block at a time, so
-merging costs one block per run (``BLOCK`` rows), not the data.
+merging costs one block per run (about ``MERGE_BYTES`` for all of them), not the data.
 
 Failure semantics:
 
@@ -24,7 +24,8 @@ from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-BLOCK = 4096  # rows read from a run at a time while merging
+BLOCK = 4096  # rows read from a run at a time while merging, at most ...
+MERGE_BYTES = 1 << 20  # ... and fewer when there are many runs: all runs' blocks together stay near this
 
 
 class RunFile:
@@ -56,16 +57,18 @@ class RunFile:
         self._end += len(data)
 
     def runs(self) -> list[Iterator]:
-        return [self._read(offset, n) for offset, n in self._runs]
+        row_bytes = sum(array(t).itemsize for t in self.typecodes)
+        block = max(64, min(BLOCK, MERGE_BYTES // (row_bytes * max(1, len(self._runs)))))
+        return [self._read(offset, n, block) for offset, n in self._runs]
 
-    def _read(self, offset: int, n: int) -> Iterator:
+    def _read(self, offset: int, n: int, block: int) -> Iterator:
         fd = self._file.fileno()  # type: ignore[union-attr]
         bases, at = [], offset
         for typecode in self.typecodes:
             bases.append((typecode, at))
             at += n * array(typecode).itemsize
-        for start in range(0, n, BLOCK):
-            k = min(BLOCK, n - start)
+        for start in range(0, n, block):
+            k = min(block, n - start)
             columns = []
             for typecode, base in bases:
                 column = array(typecode)

@@ -237,7 +237,7 @@ def test_request_cache_opened_empty_finds_its_own_entries_after_commit(tmp_path)
 def test_a_repeated_id_in_a_large_dataset_is_refused(tmp_path):
     folder = tmp_path / "b"
     cfg = write_benchmark(folder, 3)
-    rows = "".join(f"r{i},n,q,Yes\n" for i in range(70_000))  # digests sorted in chunks and merged from 65,536
+    rows = "".join(f"r{i},n,q,Yes\n" for i in range(70_000))  # digests sorted in chunks, spilled and merged
     (folder / "dataset.csv").write_text("id,note,question,correct_answer\n" + rows + "r12,n,q,No\n")
     with pytest.raises(ConfigError) as err:
         load(cfg)

@@ -7,8 +7,8 @@ content, which may be patient text.
 
 Streamed: ``scan_dataset`` checks every row once (at planning) keeping an 8-byte digest per row to refuse
 a repeated id (a chunk in memory, the rest sorted in a temporary file) and returns a ``DatasetFile``,
-which reads the file again for each pass of a run and never holds the rows. A file changed after it was checked is refused, not read (its size, mtime and
-inode are compared at every pass).
+which reads the file again for each pass of a run and never holds the rows. A file changed after it was
+checked is refused, not read (its size, mtime and inode are compared at every pass).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def _digest(instance_id: str) -> int:
                           "little")
 
 
-_CHUNK = 65536  # digests in memory at a time (512 KiB; sorted() boxes each one while it sorts: ~2.5 MB)
+_CHUNK = 8192  # digests in memory at a time (sorted() boxes each one: a larger chunk grows the heap for good)
 
 
 class _IdDigests:
