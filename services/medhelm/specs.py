@@ -25,7 +25,14 @@ JSON = Any  # a value json.dumps accepts
 
 def canonical_json(value: JSON) -> str:
     """The one JSON spelling used for hashing: sorted keys, no whitespace, UTF-8 kept."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default)
+    return _CANONICAL(value)
+
+
+def plain_json(value: JSON) -> str:
+    """``json.dumps(value, ensure_ascii=False)`` (the records' spelling) for values built by our own code
+    (no cycles to look for). The encoders are built once: ``json.dumps`` with any option builds one per
+    call, ~2 us that a run pays several times an instance."""
+    return _PLAIN(value)
 
 
 def scalar_json(value: JSON) -> str:
@@ -53,6 +60,9 @@ def _default(obj: Any) -> JSON:
         return obj.to_json()
     raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
 
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default).encode
+_PLAIN = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 

@@ -44,7 +44,7 @@ from medhelm.errors import ConfigError
 from medhelm.files import check_regular, load_json
 from medhelm.pipeline.bounded import IdSet, duplicate_hashes, external_sort, id_hash
 from medhelm.spill import RunFile
-from medhelm.specs import InstanceResult, RunSpec, Stat, digest
+from medhelm.specs import InstanceResult, RunSpec, Stat, digest, plain_json
 
 RECORDS = "instances.jsonl"
 SUPERSEDED = "superseded.jsonl"
@@ -582,7 +582,7 @@ class RecordWriter:
     def write(self, record: InstanceResult) -> None:
         f = self._file
         d = record.to_json()
-        data = (json.dumps(d, ensure_ascii=False) + "\n").encode("utf-8")
+        data = (plain_json(d) + "\n").encode("utf-8")
         try:
             f.write(data)
             f.flush()  # in the OS from here on: survives kill -9
