@@ -14,8 +14,8 @@ Reads are single primary-key lookups (tens of microseconds) done inline; writes 
 by a worker thread in batches gathered over ``commit_interval_s`` (a full batch, ``BATCH`` entries, is
 committed at once), so the event loop never waits for a file lock and a run makes a few commits per second,
 not one per request. At most ``MAX_PENDING`` entries wait: beyond that ``put`` waits for the next commit (a
-fast server slows to SQLite's pace). Memory does not grow with the run: the queue, one batch's text and
-SQLite's page cache (``PAGE_CACHE_KIB`` a connection) are all bounded. A queued entry is already
+fast server slows to SQLite's pace). Memory does not grow with the run: the queue, the batch being
+committed and SQLite's page cache (``PAGE_CACHE_KIB`` a connection) are all bounded. A queued entry is already
 visible to ``get``; entries still queued when a process is killed are simply asked again next time. Only successful
 completions are stored; a hit comes back with ``usage.cached=True``, ``latency_s=0`` and ``attempts=0``.
 
@@ -45,8 +45,8 @@ ENV_FILE, ENV_JOURNAL = "MEDHELM_CACHE_FILE", "MEDHELM_CACHE_JOURNAL"
 JOURNAL_MODES = ("wal", "delete", "truncate")
 BUSY_TIMEOUT_MS = 60_000
 COMMIT_INTERVAL_S = 0.25
-MAX_PENDING = 2 * 4096  # queued entries (~3 MB) before put() waits for a commit (see put)
-BATCH = 4096
+BATCH = 4096  # entries a transaction at most; a full batch is committed without waiting for the interval
+MAX_PENDING = 2 * BATCH  # queued entries (~3 MB) before put() waits for a commit (see put)
 PAGE_CACHE_KIB = 512  # SQLite page cache per connection (its default, 2 MiB, fills on a large cache file)
 _BLOOM_BITS = 1 << 23  # 1 MiB: ~2 % false "maybe"s at a million keys (3 probes)
 # A batch is inserted ROWS_A_STATEMENT rows a statement (3 parameters a row: under SQLite's oldest limit of 999),
@@ -193,7 +193,7 @@ class RequestCache:
                         self._gathering = False
                         self._full = None
                         timer.cancel()
-                # at most BATCH entries a transaction: the batch's copy and its JSON text stay small
+                # at most BATCH entries a transaction: the batch's copy and SQLite's work stay bounded
                 await asyncio.to_thread(self._commit, dict(itertools.islice(self._pending.items(), BATCH)))
                 self._wake_putters()
         finally:
