@@ -90,3 +90,25 @@ def test_a_shard_writer_keeps_no_ledger(tmp_path):
     writer.write(_record(0, random.Random(2)))
     writer.close()
     assert writer.ledger is None  # its lines are merged by `collect`, never finished from a ledger
+
+
+def test_a_ledger_spill_that_fails_leaves_every_record_and_finishing_takes_the_general_path(tmp_path, monkeypatch):
+    """A full disk when the ledger spills (OSError from the spill file): the writer drops its ledger, every
+    record is still written, and finishing reads them (the same files as a run whose ledger never failed)."""
+    import errno
+
+    from medhelm import spill
+
+    monkeypatch.setattr(Ledger, "CHUNK", 7)
+    ok = RunDir(tmp_path / "ok")
+    shutil.copytree(_written(tmp_path / "first")[0].path, ok.path)
+
+    def full(self, columns):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(spill.RunFile, "append", full)
+    rd, ledger, n = _written(tmp_path / "second")
+    assert ledger is None  # dropped at the first spill
+    assert len((rd.path / RECORDS).read_text().splitlines()) == n - len(range(0, n, 23))
+    assert rd.finalize(ledger=ledger, total=n) == ok.finalize()
+    assert _files(rd) == _files(ok)
