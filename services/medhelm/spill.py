@@ -18,11 +18,18 @@ Failure semantics:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+def id_hash(instance_id: str) -> int:
+    """An instance id as the 64-bit BLAKE2b digest that bounded bookkeeping keeps instead of the string."""
+    return int.from_bytes(hashlib.blake2b(instance_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                          "little")
+
 
 BLOCK = 4096  # rows read from a run at a time while merging, at most ...
 MERGE_BYTES = 1 << 20  # ... and fewer when there are many runs: all runs' blocks together stay near this

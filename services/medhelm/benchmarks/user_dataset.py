@@ -26,7 +26,7 @@ from medhelm import files
 from medhelm.benchmarks.base import StreamedInstances
 from medhelm.benchmarks.template import PromptTemplate
 from medhelm.errors import ConfigError, escape
-from medhelm.spill import RunFile
+from medhelm.spill import RunFile, id_hash
 from medhelm.specs import FrozenMap, Instance, Reference
 
 ANSWER, WRONG, ID = "correct_answer", "incorrect_answers", "id"
@@ -56,7 +56,7 @@ def scan_dataset(path: Path, template: PromptTemplate, *, answer_required: bool,
         add = ids.add
         rows = _file_rows(path)
         for _, instance_id in _checked_rows(path, template, answer_required, rows):  # checks only: nothing built
-            add(_digest(instance_id))
+            add(id_hash(instance_id))
         signature = rows.signature
         _check_unique(path, template, answer_required, ids, lambda: _file_rows(path))
     finally:
@@ -99,11 +99,6 @@ class DatasetFile(StreamedInstances):
             rows.close()
             raise ConfigError("the dataset changed after the run was planned (start the run again)", path=self.path)
         return rows
-
-
-def _digest(instance_id: str) -> int:
-    return int.from_bytes(hashlib.blake2b(instance_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
-                          "little")
 
 
 _CHUNK = 8192  # digests in memory at a time (sorted() boxes each one: a larger chunk grows the heap for good)

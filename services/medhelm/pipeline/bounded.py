@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import hashlib
 import heapq
 import pickle
 import tempfile
@@ -24,13 +23,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from medhelm.spill import id_hash
+
 CHUNK_BYTES = 16 * 1024 * 1024
 _SMALL = 65536  # fewer digests are sorted as Python ints (no numpy import for a small run)
-
-
-def id_hash(instance_id: str) -> int:
-    return int.from_bytes(hashlib.blake2b(instance_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
-                          "little")
 
 
 class IdSet:

@@ -526,15 +526,19 @@ class Ledger:
         if len(self.positions) >= self.CHUNK:
             self._spill()
 
+    def _order(self) -> list[int]:
+        """Indexes of the entries in memory, in position order."""
+        return sorted(range(len(self.positions)), key=self.positions.__getitem__)
+
     def _spill(self) -> None:
-        order = sorted(range(len(self.positions)), key=self.positions.__getitem__)
+        order = self._order()
         self._runs.append([array(column.typecode, (column[i] for i in order))
                            for column in (self.positions, self.offsets, self.sizes)])
         self.positions, self.offsets, self.sizes = array("q"), array("Q"), array("I")
 
     def entries(self) -> Iterator[tuple[int, int, int]]:
         """(position, offset, size) of every line, in position order."""
-        order = sorted(range(len(self.positions)), key=self.positions.__getitem__)
+        order = self._order()
         here = ((self.positions[i], self.offsets[i], self.sizes[i]) for i in order)
         return heapq.merge(*self._runs.runs(), here)
 
