@@ -147,10 +147,12 @@ def _todays_finalize(lines: list[str], selection: list[str], spec: RunSpec):
     return [_line(r) for r in ordered], superseded, [s.to_json() for s in records.aggregate(ordered)], status
 
 
-@pytest.mark.parametrize("chunk_bytes", [None, 2000])  # all in memory; spilled to many sorted files
-def test_finalize_streams_the_same_result(tmp_path, monkeypatch, chunk_bytes):
-    if chunk_bytes:
-        monkeypatch.setattr(bounded, "CHUNK_BYTES", chunk_bytes)
+@pytest.mark.parametrize("chunk", [None, 7])  # all in memory; every sort spilled in runs of 7 and merged
+def test_finalize_streams_the_same_result(tmp_path, monkeypatch, chunk):
+    from medhelm import spill
+
+    if chunk:
+        monkeypatch.setattr(spill, "CHUNK", chunk)
     rng = random.Random(5)
     n = 400
     spec = spec_for(load(write_benchmark(tmp_path / "b", 3)), n, 0)
@@ -182,23 +184,43 @@ def test_finalize_streams_the_same_result(tmp_path, monkeypatch, chunk_bytes):
     assert again_status == status and (rd.path / "instances.jsonl").read_text() == "".join(want_records)
 
 
-def test_external_sort_spills_and_merges(tmp_path):
+@pytest.mark.parametrize("chunk", [None, 7])  # all in memory; sorted runs spilled and merged
+def test_sorter_and_the_positions_join(tmp_path, monkeypatch, chunk):
+    from medhelm import spill
+
+    if chunk:
+        monkeypatch.setattr(spill, "CHUNK", chunk)
     rng = random.Random(1)
-    items = [((rng.randrange(1000), i), f"line {i}") for i in range(5000)]
-    out = list(bounded.external_sort(iter(items), tmp_path, chunk_bytes=3000))
-    assert out == sorted(items)
-    assert not list(tmp_path.iterdir())
+    rows = [(rng.randrange(50), rng.randrange(-5, 5), i) for i in range(500)]
+    with spill.Sorter("qqq", tmp_path) as sorter:
+        for row in rows[:123]:
+            sorter.add(*row)
+        sorter.extend(iter(rows[123:]))
+        assert list(sorter) == sorted(rows) and sorter.count == 500 and len(sorter._runs) == (500 // 7 if chunk else 0)
+    ids = [f"x{i}" for i in range(300)]
+    with spill.Sorter("qq", tmp_path) as selection, spill.Sorter("q", tmp_path) as done:
+        for position, iid in enumerate(ids):
+            selection.add(bounded.id_hash(iid), position)
+        done.extend(bounded.id_hash(iid) for iid in ["x5", "x17", "x17", "nope", "x299", "x0"])
+        found = bounded.positions_in(selection, done)
+    assert sorted(found) == [0, 5, 17, 299] and len(found) == 4 and 17 in found and 18 not in found
+    assert not list(tmp_path.iterdir())  # the spill file is unlinked when made
 
 
-@pytest.mark.parametrize("n", [10_000, 70_000])  # sorted as Python ints; as an 8-byte numpy array
-def test_id_set_membership(n):
-    ids = bounded.IdSet(f"x{i}" for i in [*range(n), 5, 17])
-    assert len(ids) == n and "x17" in ids and f"x{n}" not in ids and "" not in ids
-    assert sys.getsizeof(ids._hashes) < n * 9  # 8 bytes an id
-    from array import array
+def test_selection_reads_back_every_id_as_written(tmp_path):
+    """Plain ids are read back without a parse, escaped ones parsed: the ids are the ones written."""
+    ids = ["a", "b c", 'q"x', "\u00e9", "t\\n", "\u2028", "", "  x ", "\x7f", "\U0001f600", "z"]
+    (tmp_path / "selection.json").write_text("".join(records._selection_text(ids)), encoding="utf-8")
+    assert list(RunDir(tmp_path).iter_selection()) == ids
+    assert json.loads((tmp_path / "selection.json").read_text(encoding="utf-8"))["instance_ids"] == ids
 
-    hashes = array("Q", (bounded.id_hash(f"x{i}") for i in [*range(n), 5, 17, 17]))
-    assert bounded.duplicate_hashes(hashes) == {bounded.id_hash("x5"), bounded.id_hash("x17")}
+
+def test_position_set_is_a_bit_a_member():
+    members = [0, 7, 8, 9, 1_000_000, 63, 8]
+    positions = bounded.PositionSet(members)
+    assert len(positions) == 6 and list(positions) == sorted(set(members))
+    assert 1_000_000 in positions and 999_999 not in positions and 5_000_000 not in positions
+    assert len(positions._bits) < 1_000_000 // 8 * 1.3  # a bit each up to the largest (growth amortized)
 
 
 def test_cache_key_unchanged():
@@ -253,7 +275,9 @@ def test_id_digests_are_spilled_in_sorted_chunks_and_a_repeat_across_chunks_is_f
 
     from medhelm.benchmarks import user_dataset
 
-    monkeypatch.setattr(user_dataset, "_CHUNK", 7)
+    from medhelm import spill
+
+    monkeypatch.setattr(spill, "CHUNK", 7)
     if not temp_ok:
         monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-folder"))
     folder = tmp_path / "b"
@@ -264,17 +288,17 @@ def test_id_digests_are_spilled_in_sorted_chunks_and_a_repeat_across_chunks_is_f
     made = []
 
     class Seen(user_dataset._IdDigests):
-        def __init__(self) -> None:
-            super().__init__()
-            made.append(self)
+        def close(self) -> None:
+            made.append((self.count, len(self._runs), len(self._kept)))
+            super().close()
+            assert self._runs._file is None and not self._kept
 
     monkeypatch.setattr(user_dataset, "_IdDigests", Seen)
     (folder / "dataset.csv").write_text("id,note,question,correct_answer\n" + "".join(rows) + "r9,n,q,No\n")
     with pytest.raises(ConfigError) as err:
         load(cfg)
     assert "duplicate id (first used on line 11)" in str(err.value) and ":62" in str(err.value)
-    digests = made[0]
-    assert digests.count == 61 and (len(digests._kept) == 0) == temp_ok and digests._runs._file is None  # closed
+    assert made[0] == ((61, 8, 0) if temp_ok else (61, 0, 8))  # 8 chunks of 7 spilled (or kept), 5 in memory
 
 
 def test_a_large_dataset_is_checked_without_numpy(tmp_path):

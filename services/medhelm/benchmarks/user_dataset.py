@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import heapq
 import io
 import json
-from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +24,7 @@ from medhelm import files
 from medhelm.benchmarks.base import StreamedInstances
 from medhelm.benchmarks.template import PromptTemplate
 from medhelm.errors import ConfigError, escape
-from medhelm.spill import RunFile, id_hash
+from medhelm.spill import Sorter, id_hash
 from medhelm.specs import FrozenMap, Instance, Reference
 
 ANSWER, WRONG, ID = "correct_answer", "incorrect_answers", "id"
@@ -53,10 +51,9 @@ def scan_dataset(path: Path, template: PromptTemplate, *, answer_required: bool,
     the file's bytes)."""
     ids = _IdDigests()
     try:
-        add = ids.add
         rows = _file_rows(path)
-        for _, instance_id in _checked_rows(path, template, answer_required, rows):  # checks only: nothing built
-            add(id_hash(instance_id))
+        # checks only: nothing built
+        ids.extend(id_hash(instance_id) for _, instance_id in _checked_rows(path, template, answer_required, rows))
         signature = rows.signature
         _check_unique(path, template, answer_required, ids, lambda: _file_rows(path))
     finally:
@@ -101,42 +98,22 @@ class DatasetFile(StreamedInstances):
         return rows
 
 
-_CHUNK = 8192  # digests in memory at a time (sorted() boxes each one: a larger chunk grows the heap for good)
-
-
-class _IdDigests:
+class _IdDigests(Sorter):
     """Every row's id digest for the duplicate check, in memory that does not grow with the file: a chunk
     at a time, each full chunk sorted and spilled to a temporary file (``medhelm.spill``), merged back for
     the check. Where no temporary file can be written, the sorted chunks stay in memory (8 bytes a row)."""
 
     def __init__(self) -> None:
-        self.count = 0
-        self._chunk = array("Q")
-        self._runs = RunFile("Q")
-        self._kept: list[array] = []
-
-    def add(self, value: int) -> None:
-        self._chunk.append(value)
-        self.count += 1
-        if len(self._chunk) >= _CHUNK:
-            run = array("Q", sorted(self._chunk))
-            self._chunk = array("Q")
-            try:
-                self._runs.append([run])
-            except OSError:
-                self._kept.append(run)
+        super().__init__("q", in_memory_on_error=True)
 
     def repeats(self) -> bool:
         """Whether any digest occurs twice."""
         previous = None
-        for value in heapq.merge(*self._runs.runs(), *self._kept, sorted(self._chunk)):
+        for value in self:
             if value == previous:
                 return True
             previous = value
         return False
-
-    def close(self) -> None:
-        self._runs.close()
 
 
 def _check_unique(path, template, answer_required, ids, reread) -> None:

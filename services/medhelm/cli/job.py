@@ -298,8 +298,8 @@ def missing_shards(run: RunDir) -> list[int]:
     if len(counts) != 1:
         return []
     count = counts.pop()
-    done = run.finished_ids()  # 8 bytes an id, the selection streamed: any suite size
-    return sorted({pos % count for pos, iid in enumerate(run.iter_selection()) if iid not in done})
+    done = run.finished_positions()  # a bit a position, the ids joined on disk: any suite size
+    return sorted({pos % count for pos, _ in enumerate(run.iter_selection()) if pos not in done})
 
 
 def _shard(args: argparse.Namespace):

@@ -116,11 +116,10 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
 
     sample = stream_run(plan.benchmark, spec)
     run_dir.prepare(spec, sample.ids())
-    finished = run_dir.finished_ids()
+    finished = run_dir.finished_positions()  # a bit a position: resuming a million instances costs 125 KB
     owns = shard.owns if shard is not None else None
     mine = sample.count if shard is None else len(range(shard.index, sample.count, shard.count))
-    already = sum(1 for pos, iid in enumerate(run_dir.iter_selection())
-                  if (owns is None or owns(pos)) and iid in finished) if len(finished) else 0
+    already = sum(1 for pos in finished if owns is None or owns(pos))
     todo = mine - already
     progress = progress or Progress(enabled=False)
     progress.set_total(mine, already_done=already)
@@ -145,7 +144,7 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
             for position, instance in enumerate(sample):
                 if stop.is_set():
                     return
-                if (owns is None or owns(position)) and (not finished or instance.id not in finished):
+                if (owns is None or owns(position)) and (not finished or position not in finished):
                     await queue.put((position, instance))
         finally:
             if not stop.is_set():

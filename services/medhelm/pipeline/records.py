@@ -14,13 +14,16 @@ Layout of ``<output>/runs/<suite>/<run name>/`` (see docs/output-format.md):
 
 Records are the source of truth; a torn last line (a kill during a write) is ignored on reading.
 
-Memory: nothing here holds a run's records or instances at once. The selection is written and read as a
-stream, resuming keeps the finished ids as 8-byte digests (``bounded.IdSet``), and finishing merges the
-record files in position order with an external sort while it aggregates the stats and counts, so a run
-of a million instances finishes in the memory of a run of a thousand (plus ~9 bytes per record). A record
-file written whole by this process is finished from its writer's ``Ledger`` instead (entries kept 65,536
-at a time in memory, the rest spilled beside the records):
-its lines are copied in position order unparsed, and the stats were aggregated as they were written.
+Memory: nothing here holds a run's records, instances or ids at once, so a run of a million instances
+starts, resumes and finishes in the memory of a run of a thousand. The selection is written and read as a
+stream. What is kept per instance or record is a bit (``bounded.PositionSet``): resuming joins the
+finished records' id digests with the selection's on disk (``medhelm.spill.Sorter``) into the set of
+finished positions; finishing joins the records' digests with the selection's to find the lines outside
+it and the repeated ids, sorts the kept lines' (position, ..., offset, size) on disk, and copies each
+line from its file in that order while it aggregates the stats and counts. A record file written whole
+by this process is finished from its writer's ``Ledger`` instead (entries kept 8,192 at a time in memory,
+the rest spilled beside the records): its lines are copied in position order unparsed, and the stats were
+aggregated as they were written.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import filecmp
 import heapq
+import itertools
 import json
 import math
 import os
@@ -42,8 +46,8 @@ from typing import BinaryIO
 
 from medhelm.errors import ConfigError
 from medhelm.files import check_regular, load_json
-from medhelm.pipeline.bounded import IdSet, duplicate_hashes, external_sort, id_hash
-from medhelm.spill import RunFile
+from medhelm.pipeline.bounded import PositionSet, id_hash, positions_in
+from medhelm.spill import RunFile, Sorter
 from medhelm.specs import InstanceResult, RunSpec, Stat, digest, plain_json
 
 RECORDS = "instances.jsonl"
@@ -145,14 +149,19 @@ class RunDir:
         if not _streamable_selection(path):
             yield from self._load("selection.json")["instance_ids"]  # type: ignore[index]
             return
+        plain = _PLAIN_ID.fullmatch
         with open(path, encoding="utf-8") as f:
             f.readline()
             f.readline()
             for lineno, line in enumerate(f, 3):
                 if line == " ]\n":
                     return
+                text = line[:-2] if line.endswith(",\n") else line.removesuffix("\n")
+                if len(text) > 3 and text[:3] == '  "' and text[-1] == '"' and plain(text, 3, len(text) - 1):
+                    yield text[3:-1]  # what _selection_text writes unescaped: no parse needed
+                    continue
                 try:
-                    iid = json.loads(line[:-2] if line.endswith(",\n") else line)
+                    iid = json.loads(text)
                 except ValueError:
                     raise ConfigError("corrupt JSON (an instance id)", path=path, line=lineno) from None
                 if not isinstance(iid, str):
@@ -231,13 +240,17 @@ class RunDir:
             if shard.parent.name == "shards":
                 shard.unlink()
 
-    def finished_ids(self) -> IdSet:
-        """The ids that have a successful record (what a resumed run skips), 8 bytes each."""
-        done = IdSet()
-        for head in self._record_heads():
-            if head.ok:
-                done.add(head.id)
-        return done.freeze()
+    def finished_positions(self) -> PositionSet:
+        """The positions of the selection whose instance has a successful record (what a resumed run skips),
+        a bit each: the records' and the selection's id digests are sorted on disk beside the records and
+        joined (``bounded.positions_in``), never held."""
+        with Sorter("q", self.path) as done:
+            done.extend(id_hash(head.id) for head in self._record_heads() if head.ok)
+            if not done.count:
+                return PositionSet()
+            with Sorter("qq", self.path) as selection:
+                selection.extend((id_hash(iid), position) for position, iid in enumerate(self.iter_selection()))
+                return positions_in(selection, done)
 
     def first_error(self) -> str:
         """The error of the first record (in file order) that has one; "" when none has."""
@@ -293,7 +306,9 @@ class RunDir:
 
         One record per instance id (the last written, preferring a success over an error); records of ids
         outside the selection (a smaller sample than before) are moved to superseded.jsonl, never deleted.
-        Streams: three passes over the record files and an external sort by position.
+        Streams, in the memory of a small run whatever the number of records (``_choose``): two passes
+        over the record files' heads, a sort of the kept lines' positions and offsets on disk, and one read
+        of each kept line, in position order.
 
         ``ledger`` (of the writer that wrote the whole record file in this process) and ``total`` (the
         selection's size): when the file is exactly what the ledger says, one record per position, its
@@ -303,76 +318,95 @@ class RunDir:
         spec = self.spec()
         if ledger is not None and total is not None and self._finish_from_ledger(ledger, total):
             return self._write_derived(spec, ledger.agg, ledger.counts, total, extra_status)
-        wanted = IdSet()
-        total = 0
-        for iid in self.iter_selection():
-            wanted.add(iid)
-            total += 1
-        wanted.freeze()
-        # pass 1: which ids occur more than once (8 bytes per line); only those need the preference rule
-        hashes = array("Q")
-        for head in self._record_heads():
-            hashes.append(id_hash(head.id))
-        repeated = duplicate_hashes(hashes)
-        del hashes
-        chosen: dict[str, list] = {}  # repeated id -> [line number of its record, of its first line, ok]
-        if repeated:
-            for seq, head in enumerate(self._record_heads()):
-                if id_hash(head.id) not in repeated:
-                    continue
-                prev = chosen.get(head.id)
-                if prev is None:
-                    chosen[head.id] = [seq, seq, head.ok]
-                elif head.ok or not prev[2]:
-                    prev[0], prev[2] = seq, head.ok
-
-        superseded = None
-        agg = Aggregator()
-        counts = StatusCounts()
         files = self.record_files()
+        with contextlib.ExitStack() as stack:
+            total, unwanted, dropped, firsts = self._choose(stack)
+            superseded = None
 
-        def kept() -> Iterator[tuple[tuple[int, int, int, int], str]]:
-            nonlocal superseded
-            for seq, head in enumerate(self._record_heads()):
-                if head.id not in wanted:
-                    if superseded is None:
-                        superseded = open(self.path / SUPERSEDED, "a", encoding="utf-8")  # noqa: SIM115
-                    superseded.write(head.line)
-                    continue
-                first = seq
-                if chosen:
-                    pick = chosen.get(head.id)
-                    if pick is not None:
-                        if pick[0] != seq:
-                            continue
+            def kept() -> Iterator[tuple[int, int, int, int, int, int]]:
+                nonlocal superseded
+                chosen_first = iter(firsts)
+                pick = next(chosen_first, None)
+                for seq, head in enumerate(self._record_heads()):
+                    if seq in unwanted:
+                        if superseded is None:
+                            superseded = stack.enter_context(open(self.path / SUPERSEDED, "a", encoding="utf-8"))
+                        superseded.write(head.line)
+                        continue
+                    if seq in dropped:
+                        continue
+                    first = seq
+                    if pick is not None and pick[0] == seq:
                         first = pick[1]
-                yield (head.position, first, head.file, head.lineno), head.line
+                        pick = next(chosen_first, None)
+                    yield head.position, first, head.file, head.lineno, head.offset, head.size
+
+            order = stack.enter_context(Sorter("qqqqQI", self.path))  # position, first, file, line, offset, size
+            order.extend(kept())
             if superseded is not None:  # durable before the new record file replaces the old one
                 superseded.flush()
                 os.fsync(superseded.fileno())
+            agg = Aggregator()
+            counts = StatusCounts()
+            fds = []
+            stack.callback(lambda: [os.close(fd) for fd in fds])
+            for f in files:
+                fds.append(os.open(f, os.O_RDONLY))
 
-        def ordered() -> Iterator[str]:
-            for (_, _, file, lineno), line in external_sort(kept(), self.path):
-                try:
-                    d = json.loads(line)
-                    agg.add(scored_row_json(d))
-                    counts.add(d)
-                except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
-                    raise ConfigError(f"corrupt record line ({type(e).__name__})", path=files[file],
-                                      line=lineno) from None
-                yield line
+            def ordered() -> Iterator[bytes]:
+                for _, _, file, lineno, offset, size in order:
+                    line = os.pread(fds[file], size, offset)
+                    try:
+                        d = json.loads(line)
+                        agg.add(scored_row_json(d))
+                        counts.add(d)
+                    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+                        raise ConfigError(f"corrupt record line ({type(e).__name__})", path=files[file],
+                                          line=lineno) from None
+                    yield line
 
-        try:
             write_atomic_lines(self.path / RECORDS, ordered())
-        finally:
-            if superseded is not None:
-                superseded.close()
         shards = self.path / "shards"
         if shards.is_dir():
             for f in shards.glob("shard-*.jsonl"):
                 f.unlink()
             shards.rmdir()
         return self._write_derived(spec, agg, counts, total, extra_status)
+
+    def _choose(self, stack: contextlib.ExitStack) -> tuple[int, PositionSet, PositionSet, Sorter]:
+        """Which record lines finishing keeps, by sequence number (every record file's lines in order):
+        (the selection's size, the lines whose id is outside the selection, the lines of a repeated id
+        that lose to another line of it, (kept seq, seq of its id's first line) of each repeated id).
+
+        The rule: one line per id, the last written preferring a success over an error. The selection's
+        id digests and the records' (digest, seq, ok) are sorted on disk and merged, so only a bit per
+        line is held."""
+        wanted = stack.enter_context(Sorter("q", self.path))
+        wanted.extend(id_hash(iid) for iid in self.iter_selection())
+        total = wanted.count
+        heads = stack.enter_context(Sorter("qqb", self.path))
+        heads.extend((id_hash(head.id), seq, head.ok) for seq, head in enumerate(self._record_heads()))
+        unwanted, dropped = PositionSet(), PositionSet()
+        firsts = stack.enter_context(Sorter("qq", self.path))
+        selected = iter(wanted)
+        want = next(selected, None)
+        for key, group in itertools.groupby(heads, key=_first):
+            while want is not None and want < key:
+                want = next(selected, None)
+            if want != key:
+                for _, seq, _ in group:
+                    unwanted.add(seq)
+                continue
+            lines = list(group)  # in seq order: every line of one id
+            if len(lines) == 1:
+                continue
+            kept = next((seq for _, seq, ok in reversed(lines) if ok), lines[-1][1])
+            for _, seq, _ in lines:
+                if seq != kept:
+                    dropped.add(seq)
+            if kept != lines[0][1]:
+                firsts.add(kept, lines[0][1])
+        return total, unwanted, dropped, firsts
 
     def _write_derived(self, spec: RunSpec, agg: Aggregator, counts: StatusCounts, total: int,
                        extra_status: dict | None) -> dict:
@@ -415,6 +449,10 @@ class _NotTheLedgersFile(Exception):
     pass
 
 
+def _first(row: tuple) -> object:
+    return row[0]
+
+
 def _bad_record(e: Exception, path: Path, lineno: int) -> ConfigError:
     what = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else f"corrupt record line ({type(e).__name__})"
     return ConfigError(what, path=path, line=lineno or None)
@@ -448,6 +486,8 @@ class RecordHead:
     ok: bool  # no error
     file: int  # which record file (index in RunDir.record_files())
     lineno: int
+    offset: int  # of the line in its file, in bytes
+    size: int  # of the line with its newline, in bytes
 
 
 # The start of a record line as RecordWriter writes it (json.dumps of InstanceResult.to_json(): run, position,
@@ -459,23 +499,26 @@ _NO_ERROR = ', "error": null}\n'
 def record_heads(path: Path, file: int = 0) -> Iterator[RecordHead]:
     check_regular(path, what="records file (JSON lines)")
     match = _HEAD.match
-    with open(path, encoding="utf-8") as f:
-        lineno = 0
+    with open(path, "rb") as f:
+        lineno = offset = 0
         try:
-            for lineno, line in enumerate(f, 1):  # noqa: B007 - lineno is used in the error
-                if not line.endswith("\n"):
+            for lineno, raw in enumerate(f, 1):  # noqa: B007 - lineno is used in the error
+                if not raw.endswith(b"\n"):
                     return  # torn final line from an interrupted write: not a finished record
+                line = raw.decode("utf-8")
                 m = match(line)
                 if m is not None and (line.endswith(_NO_ERROR) or line.endswith('"}\n')):
                     literal = m.group(2)
                     iid = literal[1:-1] if "\\" not in literal else json.loads(literal)
-                    yield RecordHead(line, iid, int(m.group(1)), line.endswith(_NO_ERROR), file, lineno)
+                    yield RecordHead(line, iid, int(m.group(1)), line.endswith(_NO_ERROR), file, lineno, offset,
+                                     len(raw))
                 elif line.strip():
                     d = json.loads(line)
                     iid, position = d["instance"]["id"], d.get("position", 0)
                     if not isinstance(iid, str) or not isinstance(position, int):
                         raise TypeError("not a record")
-                    yield RecordHead(line, iid, position, d.get("error") is None, file, lineno)
+                    yield RecordHead(line, iid, position, d.get("error") is None, file, lineno, offset, len(raw))
+                offset += len(raw)
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # incl. UnicodeDecodeError
             raise _bad_record(e, path, lineno) from None
 
