@@ -40,7 +40,7 @@ def _files(rd):
 def test_the_ledger_finish_writes_what_the_general_path_writes(tmp_path, monkeypatch, chunk):
     monkeypatch.setattr(Ledger, "CHUNK", chunk)
     rd, ledger, n = _written(tmp_path)
-    assert len(ledger._runs) == (ledger.count // 7 if chunk == 7 else 0)  # runs in one spill file
+    assert len(ledger._entries._runs) == (ledger.count // 7 if chunk == 7 else 0)  # runs in one spill file
     general = RunDir(tmp_path / "general")
     shutil.copytree(rd.path, general.path)
     assert ledger is not None and ledger.count == n - len(range(0, n, 23))

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import filecmp
-import heapq
 import itertools
 import json
 import math
@@ -38,7 +37,6 @@ import os
 import re
 import tempfile
 import time
-from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +45,7 @@ from typing import BinaryIO
 from medhelm.errors import ConfigError
 from medhelm.files import check_regular, load_json
 from medhelm.pipeline.bounded import PositionSet, id_hash, positions_in
-from medhelm.spill import RunFile, Sorter
+from medhelm.spill import Sorter
 from medhelm.specs import InstanceResult, RunSpec, Stat, digest, plain_json
 
 RECORDS = "instances.jsonl"
@@ -548,45 +546,28 @@ class Ledger:
     unlinked temporary file beside the records (20 bytes an entry on disk, ``medhelm.spill``), and
     ``entries`` merges the chunks. A spill that fails (disk full) raises OSError: the writer then drops its ledger."""
 
-    CHUNK = 8192  # sorting a chunk boxes two ints an entry: a larger one left the heap ~7 MB bigger for good
-    __slots__ = ("positions", "offsets", "sizes", "bytes", "count", "agg", "counts", "_runs")
+    CHUNK = 8192  # entries sorted in memory at a time (spill.CHUNK: a larger chunk grows the heap for good)
+    __slots__ = ("_entries", "bytes", "count", "agg", "counts")
 
     def __init__(self, spill_dir: Path) -> None:
-        self._runs = RunFile("qQI", spill_dir)
-        self.positions, self.offsets, self.sizes = array("q"), array("Q"), array("I")
+        self._entries = Sorter("qQI", spill_dir, chunk=self.CHUNK)  # position, offset, size
         self.bytes = self.count = 0
         self.agg = Aggregator()
         self.counts = StatusCounts()
 
     def add(self, position: int, size: int, d: Mapping) -> None:
-        self.positions.append(position)
-        self.offsets.append(self.bytes)
-        self.sizes.append(size)  # OverflowError beyond 4 GiB a line: the writer drops the ledger
+        self._entries.add(position, self.bytes, size)  # OverflowError beyond 4 GiB a line: the writer drops the ledger
         self.bytes += size
         self.count += 1
         self.agg.add(scored_row_json(d))
         self.counts.add(d)
-        if len(self.positions) >= self.CHUNK:
-            self._spill()
-
-    def _order(self) -> list[int]:
-        """Indexes of the entries in memory, in position order."""
-        return sorted(range(len(self.positions)), key=self.positions.__getitem__)
-
-    def _spill(self) -> None:
-        order = self._order()
-        self._runs.append([array(column.typecode, (column[i] for i in order))
-                           for column in (self.positions, self.offsets, self.sizes)])
-        self.positions, self.offsets, self.sizes = array("q"), array("Q"), array("I")
 
     def entries(self) -> Iterator[tuple[int, int, int]]:
         """(position, offset, size) of every line, in position order."""
-        order = self._order()
-        here = ((self.positions[i], self.offsets[i], self.sizes[i]) for i in order)
-        return heapq.merge(*self._runs.runs(), here)
+        return iter(self._entries)
 
     def close(self) -> None:
-        self._runs.close()
+        self._entries.close()
 
 
 @dataclass
