@@ -49,11 +49,11 @@ def start_mock(latency_ms: float) -> tuple[subprocess.Popen, str]:
     return proc, match.group(1)
 
 
-def timed_child(cmd: list[str]) -> tuple[float, float, int, subprocess.CompletedProcess]:
+def timed_child(cmd: list[str], env: dict | None = None) -> tuple[float, float, int, subprocess.CompletedProcess]:
     """(wall s, CPU s, peak RSS in KiB, result) of one child process (rusage of exactly that child)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         started = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - started
         proc.returncode = os.waitstatus_to_exitcode(status)

@@ -7,10 +7,17 @@ back to back (the machine is shared: the load average is recorded before each pa
 2. **`medhelm run`** in a fresh process with an empty request cache (the same workload as bench_core):
    wall time, CPU time and peak RSS (`os.wait4` rusage of exactly that child).
 Then the RSS series: `medhelm run` alone at 0 ms, 256 in flight, for each size of ``--rss-sizes`` (a size
-already measured as a case is not run again). Writes section `scale` of docs/benchmarks.md.
+already measured as a case is not run again), and for each of ``--resume-sizes`` a run killed (SIGKILL)
+once half its records are written, then resumed: the resumed process's peak RSS, its records counted.
+Writes section `scale` of docs/benchmarks.md.
+
+`medhelm run` children run with bytecode caching on (a PYTHONPYCACHEPREFIX in the work folder, warmed by
+one small run first), as an installed package does: PYTHONDONTWRITEBYTECODE in the environment (set on
+this machine) would otherwise make every run compile the package again (~40 ms).
 
     python bench/bench_scale.py [--cases 1000:50:16,10000:50:64,10000:0:64,100000:0:256]
-                                [--rss-sizes 1000,10000,100000,1000000] [--no-write]
+                                [--rss-sizes 1000,10000,100000,1000000] [--resume-sizes 100000,1000000]
+                                [--no-write]
 """
 
 from __future__ import annotations
@@ -72,17 +79,21 @@ def bare_loop(base_url: str, n: int, in_flight: int) -> tuple[float, float]:
     return asyncio.run(go())
 
 
-def medhelm_run(work: Path, base_url: str, cfg: Path, n: int, in_flight: int, tag: str) -> dict:
+def run_command(work: Path, base_url: str, cfg: Path, n: int, in_flight: int, tag: str) -> list[str]:
     env_dir = work / f"env-{tag}"
-    env_dir.mkdir()
+    env_dir.mkdir(exist_ok=True)
     (env_dir / "model_deployments.yaml").write_text(
         "model_deployments:\n  - name: mock/bench\n    model_name: mock/bench-model\n    kind: openai\n"
         f"    base_url: {base_url}\n    max_sequence_length: 4096\n")
     entry = f"medhelm_configurable_benchmark:model=mock/bench,config_path={cfg}"
-    cmd = [sys.executable, "-m", "medhelm", "run", "--run-entries", entry, "--suite", tag,
-           "--max-eval-instances", str(n), "--output-path", str(work / "out"), "--local-path", str(env_dir),
-           "--max-concurrency", str(in_flight), "-q"]
-    wall, cpu, rss_kib, result = timed_child(cmd)
+    return [sys.executable, "-m", "medhelm", "run", "--run-entries", entry, "--suite", tag,
+            "--max-eval-instances", str(n), "--output-path", str(work / "out"), "--local-path", str(env_dir),
+            "--max-concurrency", str(in_flight), "-q"]
+
+
+def medhelm_run(work: Path, base_url: str, cfg: Path, n: int, in_flight: int, tag: str) -> dict:
+    cmd = run_command(work, base_url, cfg, n, in_flight, tag)
+    wall, cpu, rss_kib, result = timed_child(cmd, child_env(work))
     if result.returncode != 0:
         raise SystemExit(f"run {tag} failed ({result.returncode}): {result.stderr[-2000:]}")
     [run_json] = (work / "out" / "runs" / tag).glob("*/run.json")
@@ -91,10 +102,44 @@ def medhelm_run(work: Path, base_url: str, cfg: Path, n: int, in_flight: int, ta
     return {"wall_s": wall, "cpu_s": cpu, "rss_mb": rss_kib / 1024, "done": status["instances_done"]}
 
 
-def measure(cases: list[tuple[int, float, int]], rss_sizes: list[int]) -> tuple[list[dict], list[dict]]:
+def resumed_run(work: Path, base_url: str, cfg: Path, n: int, in_flight: int, tag: str) -> dict:
+    """Start a run, SIGKILL it once half of its records are written, and measure the run that resumes it."""
+    cmd = run_command(work, base_url, cfg, n, in_flight, tag)
+    proc = subprocess.Popen(cmd, env=child_env(work), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    records = None
+    while proc.poll() is None:
+        time.sleep(0.2)
+        records = records or next((work / "out" / "runs" / tag).glob("*/instances.jsonl"), None)
+        if records is not None and records.stat().st_size:
+            with open(records, "rb") as f:
+                if sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b"")) >= n // 2:
+                    proc.kill()
+                    break
+    proc.wait()
+    if records is None:
+        raise SystemExit(f"run {tag} wrote no records before it ended ({proc.returncode})")
+    with open(records, "rb") as f:
+        before = sum(1 for line in f if line.endswith(b"\n"))
+    return {**medhelm_run(work, base_url, cfg, n, in_flight, tag), "killed_at": before}
+
+
+def child_env(work: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
+    return env
+
+
+def measure(cases: list[tuple[int, float, int]], rss_sizes: list[int],
+            resume_sizes: list[int]) -> tuple[list[dict], list[dict], list[dict]]:
     work = Path(tempfile.mkdtemp(prefix="bench_scale_"))
-    rows, series = [], []
+    rows, series, resumed = [], [], []
     try:
+        server, base_url = start_mock(0.0)
+        try:  # warms the bytecode cache (see the module docstring)
+            medhelm_run(work, base_url, dataset(work, 100), 100, 16, "warm")
+        finally:
+            server.terminate()
+            server.wait(10)
         for n, latency, in_flight in cases:
             cfg = dataset(work, n)
             server, base_url = start_mock(latency)
@@ -122,9 +167,19 @@ def measure(cases: list[tuple[int, float, int]], rss_sizes: list[int]) -> tuple[
                     server.wait(10)
             series.append({k: same[k] for k in ("n", "wall_s", "cpu_s", "rss_mb", "done", "load")})
             print(json.dumps(series[-1]), file=sys.stderr)
+        for n in resume_sizes:
+            cfg = dataset(work, n)
+            server, base_url = start_mock(0.0)
+            try:
+                load = os.getloadavg()[0]
+                resumed.append({"n": n, **resumed_run(work, base_url, cfg, n, 256, f"resume{n}"), "load": load})
+            finally:
+                server.terminate()
+                server.wait(10)
+            print(json.dumps(resumed[-1]), file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return rows, series
+    return rows, series, resumed
 
 
 def dataset(work: Path, n: int) -> Path:
@@ -133,7 +188,7 @@ def dataset(work: Path, n: int) -> Path:
     return folder / "bench.yaml" if (folder / "bench.yaml").is_file() else write_benchmark(folder, n)
 
 
-def render(rows: list[dict], series: list[dict], load: tuple[float, float]) -> str:
+def render(rows: list[dict], series: list[dict], resumed: list[dict], load: tuple[float, float]) -> str:
     lines = [f"Measured by `bench/bench_scale.py` on {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC "
              f"({os.cpu_count()} cores, Python {platform.python_version()}, load average {load[0]:.1f} before / "
              f"{load[1]:.1f} after; other work shared the machine: each row's own 1-minute load average, taken "
@@ -172,11 +227,22 @@ def render(rows: list[dict], series: list[dict], load: tuple[float, float]) -> s
                   "cache's queue, batches and page cache are bounded, and finishing copies the records in the "
                   "order of the writer's ledger (spilled the same way) while the stats were aggregated as they "
                   "were written. What remains per instance: a 1-byte sample bitmap when a run samples (4 more "
-                  "while the seeded shuffle runs) and 8-byte id digests when a run resumes:", "",
+                  "while the seeded shuffle runs):", "",
                   "| instances | load | wall | CPU / inst. | peak RSS |", "|---:|---:|---:|---:|---:|"]
         for r in series:
             lines.append(f"| {r['n']:,} | {r['load']:.1f} | {r['wall_s']:.1f} s | {1000 * r['cpu_s'] / r['n']:.2f} ms "
                          f"| {r['rss_mb']:.0f} MB |")
+    if resumed:
+        lines += ["", "Resumed runs (0 ms, 256 in flight): a run killed with SIGKILL once half its records were "
+                  "written, then run again. The resumed process joins the records' ids with the selection's on "
+                  "disk into a bit per finished position; finishing (the general path: the file holds two "
+                  "processes' lines) joins them again and sorts the kept lines' offsets on disk. Peak RSS is the "
+                  "resumed process's:", "",
+                  "| instances | load | records before | resumed: wall | records after | peak RSS |",
+                  "|---:|---:|---:|---:|---:|---:|"]
+        for r in resumed:
+            lines.append(f"| {r['n']:,} | {r['load']:.1f} | {r['killed_at']:,} | {r['wall_s']:.1f} s "
+                         f"| {r['done']:,} | {r['rss_mb']:.0f} MB |")
     return "\n".join(lines) + "\n"
 
 
@@ -190,13 +256,16 @@ def main() -> int:
                         help="instances:latency_ms:in_flight, comma-separated")
     parser.add_argument("--rss-sizes", default="1000,10000,100000,1000000",
                         help="suite sizes whose peak RSS is measured (0 ms, 256 in flight), comma-separated")
+    parser.add_argument("--resume-sizes", default="100000,1000000",
+                        help="suite sizes run, killed half-way and resumed (peak RSS of the resumed run)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args()
     cases = [(int(n), float(ms), int(k)) for n, ms, k in (c.split(":") for c in args.cases.split(",") if c.strip())]
     before = os.getloadavg()[0]
     sizes = [int(n) for n in args.rss_sizes.split(",") if n.strip()]
-    rows, series = measure(cases, sizes)
-    body = render(rows, series, (before, os.getloadavg()[0]))
+    resume = [int(n) for n in args.resume_sizes.split(",") if n.strip()]
+    rows, series, resumed = measure(cases, sizes, resume)
+    body = render(rows, series, resumed, (before, os.getloadavg()[0]))
     print(body)
     if not args.no_write:
         write_section("scale", "Scale: medhelm run vs the bare-client floor, and its memory", body)
