@@ -17,6 +17,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 JSON = Any  # a value json.dumps accepts
 
 # --------------------------------------------------------------------------------------------
@@ -33,6 +35,37 @@ def plain_json(value: JSON) -> str:
     (no cycles to look for). The encoders are built once: ``json.dumps`` with any option builds one per
     call, ~2 us that a run pays several times an instance."""
     return _PLAIN(value)
+
+
+def strings_canonical_json(value: JSON) -> str:
+    """``canonical_json`` of a value whose leaves are strings (and ints, bools, None), e.g. chat messages, by
+    orjson: the same bytes (every code point's escape agrees with the json module's, tests/core/test_streaming.py)
+    in a sixth of the time. Floats are spelled differently by orjson: never give it one. A lone surrogate,
+    which orjson refuses, takes the json module's path."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode("utf-8")
+    except orjson.JSONEncodeError:
+        return canonical_json(value)
+
+
+def compact_json(value: JSON) -> str:
+    """JSON of a plain value (no NaN or infinities) whose spelling only our own reader sees (the request cache's
+    stored values): orjson's compact text. Anything orjson refuses (a lone surrogate, an int beyond 64 bits)
+    takes the json module's path."""
+    try:
+        return orjson.dumps(value).decode("utf-8")
+    except orjson.JSONEncodeError:
+        return _PLAIN(value)
+
+
+def loads_json(data: bytes | str) -> JSON:
+    """``json.loads`` of a server's reply, by orjson when it can (~3x faster): what orjson refuses (NaN or
+    Infinity literals, a BOM, lone surrogate escapes, numbers beyond a double) is parsed by the json
+    module, so the result is the json module's except that integers beyond 64 bits come back as floats."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 def scalar_json(value: JSON) -> str:
@@ -280,7 +313,7 @@ class GenerationRequest:
         request body (the prompt is most of both)."""
         cached = self.__dict__.get("_messages_json")
         if cached is None:
-            cached = canonical_json([m.to_json() for m in self.messages])
+            cached = strings_canonical_json([m.to_json() for m in self.messages])
             object.__setattr__(self, "_messages_json", cached)  # not a field: equality and hash ignore it
         return cached
 

@@ -240,6 +240,32 @@ def test_cache_key_unchanged():
         assert json.loads(client.body(req)) == client.payload(req)
 
 
+def test_the_fast_json_paths_write_and_read_what_the_json_module_does():
+    """orjson is used only where its bytes are the json module's (strings: every code point checked) or where
+    only our own reader sees them (the cache's values); what it refuses falls back to the json module."""
+    import math
+
+    from medhelm.specs import Completion, Usage, canonical_json, compact_json, loads_json, strings_canonical_json
+
+    step = 7  # every 7th code point, and every code point below 0x800 (all escapes and two-byte forms)
+    points = [*range(0x800), *range(0x800, 0x110000, step)]
+    texts = ["".join(chr(c) for c in points[i:i + 512] if not 0xD800 <= c <= 0xDFFF) for i in range(0, len(points), 512)]
+    for text in texts:
+        messages = [{"role": "user", "content": text}, {"content": text[::-1], "role": "system"}]
+        assert strings_canonical_json(messages) == canonical_json(messages)
+    lone = [{"role": "user", "content": "a\ud800b"}]  # orjson refuses a lone surrogate: the json module's text
+    assert strings_canonical_json(lone) == canonical_json(lone)
+
+    completion = Completion("Yes \u00e9\n", "stop", Usage(prompt_tokens=3, completion_tokens=1, latency_s=0.1 + 0.2))
+    assert Completion.from_json(loads_json(compact_json(completion.to_json()))) == completion
+    assert json.loads(compact_json({"big": 2**70, "s": "\udfff"})) == {"big": 2**70, "s": "\udfff"}  # json's path
+
+    assert loads_json(b'{"a": [1, 2.5e-07, "\\u00e9"], "b": null}') == {"a": [1, 2.5e-07, "\u00e9"], "b": None}
+    assert math.isnan(loads_json(b'{"a": NaN}')["a"]) and loads_json('\ufeff{"a": 1}'.encode()) == {"a": 1}
+    with pytest.raises(json.JSONDecodeError):
+        loads_json(b'{"a": ')
+
+
 def test_request_cache_opened_empty_finds_its_own_entries_after_commit(tmp_path):
     from medhelm.inference.cache import RequestCache
 

@@ -39,7 +39,7 @@ import threading
 import time
 from pathlib import Path
 
-from medhelm.specs import Completion, plain_json
+from medhelm.specs import Completion, compact_json
 
 ENV_FILE, ENV_JOURNAL = "MEDHELM_CACHE_FILE", "MEDHELM_CACHE_JOURNAL"
 JOURNAL_MODES = ("wal", "delete", "truncate")
@@ -154,7 +154,7 @@ class RequestCache:
 
     def put_nowait(self, key: str, completion: Completion) -> None:
         """Queue a completion; it is committed by the running flusher (or by ``flush``/``aflush``)."""
-        self._pending[key] = plain_json(completion.to_json())
+        self._pending[key] = compact_json(completion.to_json())
         if self._ours is not None:
             for bit in _probes(key):
                 self._ours[bit >> 3] |= 1 << (bit & 7)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from medhelm.deployments import header_problem
 from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
 from medhelm.inference.h1 import Broken, ConnectFailed, H1Pool, Target, Timeout, target
-from medhelm.specs import Deployment
+from medhelm.specs import Deployment, loads_json
 
 if TYPE_CHECKING:
     import aiohttp
@@ -41,7 +41,7 @@ class HttpReply:
     content: bytes
 
     def json(self) -> Any:
-        return json.loads(self.content)
+        return loads_json(self.content)
 
     @property
     def text(self) -> str:
