@@ -184,6 +184,41 @@ def test_finalize_streams_the_same_result(tmp_path, monkeypatch, chunk):
     assert again_status == status and (rd.path / "instances.jsonl").read_text() == "".join(want_records)
 
 
+def test_finalize_reads_many_shards_with_few_descriptors(tmp_path, monkeypatch):
+    """Shards are read round-robin in position order; with at most 2 files open at once the result is the
+    same as before streaming, and a line appended while finishing runs is left for the next finish."""
+    monkeypatch.setattr(records._LineReader, "OPEN", 2)
+    rng = random.Random(8)
+    n, count = 120, 5
+    spec = spec_for(load(write_benchmark(tmp_path / "b", 3)), n, 0)
+    rd = RunDir(tmp_path / "run")
+    (rd.path / "shards").mkdir(parents=True)
+    selection = [_iid(i) for i in range(n)]
+    lines = []
+    for k in range(count):
+        shard = [_record(i, rng, error=i % 7 == 0) for i in range(k, n, count)]
+        shard += [_record(i, rng) for i in range(k, n, count * 7)]  # retried: the success wins
+        (rd.path / "shards" / f"shard-{k:05d}-of-{count:05d}.jsonl").write_text("".join(map(_line, shard)))
+        lines += [_line(r) for r in shard]
+    (rd.path / "instances.jsonl").write_text("")
+    (rd.path / "run_spec.json").write_text(_dump(spec.to_json()))
+    (rd.path / "selection.json").write_text(_dump({"instance_ids": selection}))
+    want_records, _, want_stats, want_status = _todays_finalize(lines, selection, spec)
+
+    original = RunDir._record_heads
+
+    def appended_meanwhile(self, files=None):  # another line lands in a shard after the first pass began
+        yield from original(self, files)
+        with open(rd.path / "shards" / f"shard-00000-of-{count:05d}.jsonl", "a", encoding="utf-8") as f:
+            f.write(_line(_record(0, rng, error=True)))
+
+    monkeypatch.setattr(RunDir, "_record_heads", appended_meanwhile)
+    status = rd.finalize()
+    assert (rd.path / "instances.jsonl").read_text() == "".join(want_records)
+    assert json.loads((rd.path / "stats.json").read_text()) == want_stats
+    assert {k: status[k] for k in want_status} == want_status and status["status"] == "complete"
+
+
 @pytest.mark.parametrize("chunk", [None, 7])  # all in memory; sorted runs spilled and merged
 def test_sorter_and_the_positions_join(tmp_path, monkeypatch, chunk):
     from medhelm import spill

@@ -262,11 +262,11 @@ class RunDir:
         for path in self.record_files():
             yield from record_lines(path)
 
-    def _record_heads(self) -> Iterator[RecordHead]:
-        """What finishing and resuming need of every record line (id, position, success), without parsing
-        whole lines that have the layout we write."""
-        for number, path in enumerate(self.record_files()):
-            yield from record_heads(path, number)
+    def _record_heads(self, files: list[tuple[Path, int]] | None = None) -> Iterator[RecordHead]:
+        """What finishing and resuming need of every record line (id, position, success, where it is),
+        without parsing whole lines that have the layout we write. ``files``: (path, bytes to read)."""
+        for number, (path, size) in enumerate(files or [(f, None) for f in self.record_files()]):
+            yield from record_heads(path, number, size)
 
     def add_retries(self, retries: int, judge_retries: int, *, shard: tuple[int, int] | None = None) -> None:
         """Append one invocation's retry counts (one file per shard: shards share the volume, not the file)."""
@@ -318,14 +318,16 @@ class RunDir:
             return self._write_derived(spec, ledger.agg, ledger.counts, total, extra_status)
         files = self.record_files()
         with contextlib.ExitStack() as stack:
-            total, unwanted, dropped, firsts = self._choose(stack)
+            # the files' lines as they are now (a line appended from here on is not finishing's to judge)
+            files = [(f, f.stat().st_size) for f in files]
+            total, unwanted, dropped, firsts = self._choose(stack, files)
             superseded = None
 
             def kept() -> Iterator[tuple[int, int, int, int, int, int]]:
                 nonlocal superseded
                 chosen_first = iter(firsts)
                 pick = next(chosen_first, None)
-                for seq, head in enumerate(self._record_heads()):
+                for seq, head in enumerate(self._record_heads(files)):
                     if seq in unwanted:
                         if superseded is None:
                             superseded = stack.enter_context(open(self.path / SUPERSEDED, "a", encoding="utf-8"))
@@ -346,20 +348,17 @@ class RunDir:
                 os.fsync(superseded.fileno())
             agg = Aggregator()
             counts = StatusCounts()
-            fds = []
-            stack.callback(lambda: [os.close(fd) for fd in fds])
-            for f in files:
-                fds.append(os.open(f, os.O_RDONLY))
+            reader = stack.enter_context(_LineReader([f for f, _ in files]))
 
             def ordered() -> Iterator[bytes]:
                 for _, _, file, lineno, offset, size in order:
-                    line = os.pread(fds[file], size, offset)
+                    line = reader.read(file, offset, size)
                     try:
                         d = json.loads(line)
                         agg.add(scored_row_json(d))
                         counts.add(d)
                     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
-                        raise ConfigError(f"corrupt record line ({type(e).__name__})", path=files[file],
+                        raise ConfigError(f"corrupt record line ({type(e).__name__})", path=files[file][0],
                                           line=lineno) from None
                     yield line
 
@@ -371,10 +370,12 @@ class RunDir:
             shards.rmdir()
         return self._write_derived(spec, agg, counts, total, extra_status)
 
-    def _choose(self, stack: contextlib.ExitStack) -> tuple[int, PositionSet, PositionSet, Sorter]:
-        """Which record lines finishing keeps, by sequence number (every record file's lines in order):
-        (the selection's size, the lines whose id is outside the selection, the lines of a repeated id
-        that lose to another line of it, (kept seq, seq of its id's first line) of each repeated id).
+    def _choose(self, stack: contextlib.ExitStack,
+                files: list[tuple[Path, int]]) -> tuple[int, PositionSet, PositionSet, Sorter]:
+        """Which record lines finishing keeps, by sequence number (the lines of ``files``, each read up to
+        its given size, in order): (the selection's size, the lines whose id is outside the selection, the
+        lines of a repeated id that lose to another line of it, (kept seq, seq of its id's first line) of
+        each repeated id).
 
         The rule: one line per id, the last written preferring a success over an error. The selection's
         id digests and the records' (digest, seq, ok) are sorted on disk and merged, so only a bit per
@@ -383,7 +384,7 @@ class RunDir:
         wanted.extend(id_hash(iid) for iid in self.iter_selection())
         total = wanted.count
         heads = stack.enter_context(Sorter("qqb", self.path))
-        heads.extend((id_hash(head.id), seq, head.ok) for seq, head in enumerate(self._record_heads()))
+        heads.extend((id_hash(head.id), seq, head.ok) for seq, head in enumerate(self._record_heads(files)))
         unwanted, dropped = PositionSet(), PositionSet()
         firsts = stack.enter_context(Sorter("qq", self.path))
         selected = iter(wanted)
@@ -447,6 +448,36 @@ class _NotTheLedgersFile(Exception):
     pass
 
 
+class _LineReader:
+    """Reads lines of record files by (file index, offset, size): a descriptor per file, at most ``OPEN`` open
+    at a time (a run of many shards reads them round-robin; the least recently opened is closed first)."""
+
+    OPEN = 64
+
+    def __init__(self, files: list[Path]) -> None:
+        self._files = files
+        self._fds: dict[int, int] = {}
+
+    def read(self, file: int, offset: int, size: int) -> bytes:
+        fd = self._fds.get(file)
+        if fd is None:
+            if len(self._fds) >= self.OPEN:
+                os.close(self._fds.pop(next(iter(self._fds))))
+            fd = self._fds[file] = os.open(self._files[file], os.O_RDONLY)
+        data = os.pread(fd, size, offset)
+        if len(data) != size:  # the file shrank under us: not the lines we sorted
+            raise ConfigError("records file changed while the run was being finished", path=self._files[file])
+        return data
+
+    def __enter__(self) -> _LineReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
 def _first(row: tuple) -> object:
     return row[0]
 
@@ -494,14 +525,15 @@ _HEAD = re.compile(r'\{"run": "(?:[^"\\]|\\.)*", "position": (\d+), "instance": 
 _NO_ERROR = ', "error": null}\n'
 
 
-def record_heads(path: Path, file: int = 0) -> Iterator[RecordHead]:
+def record_heads(path: Path, file: int = 0, size: int | None = None) -> Iterator[RecordHead]:
+    """The head of every whole line of ``path`` (of its first ``size`` bytes when given)."""
     check_regular(path, what="records file (JSON lines)")
     match = _HEAD.match
     with open(path, "rb") as f:
         lineno = offset = 0
         try:
             for lineno, raw in enumerate(f, 1):  # noqa: B007 - lineno is used in the error
-                if not raw.endswith(b"\n"):
+                if not raw.endswith(b"\n") or (size is not None and offset + len(raw) > size):
                     return  # torn final line from an interrupted write: not a finished record
                 line = raw.decode("utf-8")
                 m = match(line)
