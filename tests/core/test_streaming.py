@@ -184,6 +184,24 @@ def test_finalize_streams_the_same_result(tmp_path, monkeypatch, chunk):
     assert again_status == status and (rd.path / "instances.jsonl").read_text() == "".join(want_records)
 
 
+@pytest.mark.parametrize("spelling", ["ours", "other"])
+def test_a_position_beyond_64_bits_is_a_corrupt_record_line(tmp_path, spelling):
+    """Finishing sorts positions as 64-bit integers: a larger one is refused naming its line, not a traceback."""
+    rd = RunDir(tmp_path / "run")
+    rd.path.mkdir()
+    spec = spec_for(load(write_benchmark(tmp_path / "b", 3)), 3, 0)
+    (rd.path / "run_spec.json").write_text(_dump(spec.to_json()))
+    (rd.path / "selection.json").write_text(_dump({"instance_ids": [_iid(i) for i in range(3)]}))
+    good = _line(_record(0, random.Random(1)))
+    huge = _line(_record(1, random.Random(1))).replace('"position": 1,', f'"position": {2**64},')
+    if spelling == "other":
+        huge = json.dumps(json.loads(huge), indent=None, separators=(",", ":")) + "\n"
+    (rd.path / "instances.jsonl").write_text(good + huge)
+    with pytest.raises(ConfigError) as err:
+        rd.finalize()
+    assert ":2" in str(err.value) and "corrupt record line" in str(err.value)
+
+
 def test_finalize_reads_many_shards_with_few_descriptors(tmp_path, monkeypatch):
     """Shards are read round-robin in position order; with at most 2 files open at once the result is the
     same as before streaming, and a line appended while finishing runs is left for the next finish."""

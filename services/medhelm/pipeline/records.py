@@ -341,7 +341,7 @@ class RunDir:
                         pick = next(chosen_first, None)
                     yield head.position, first, head.file, head.lineno, head.offset, head.size
 
-            order = stack.enter_context(Sorter("qqqqQI", self.path))  # position, first, file, line, offset, size
+            order = stack.enter_context(Sorter("qqqqQQ", self.path))  # position, first, file, line, offset, size
             order.extend(kept())
             if superseded is not None:  # durable before the new record file replaces the old one
                 superseded.flush()
@@ -523,6 +523,7 @@ class RecordHead:
 # instance.id first; error last): read without parsing the line. Any other spelling is parsed whole.
 _HEAD = re.compile(r'\{"run": "(?:[^"\\]|\\.)*", "position": (\d+), "instance": \{"id": ("(?:[^"\\]|\\.)*")')
 _NO_ERROR = ', "error": null}\n'
+_MAX_POSITION = 2**63 - 1  # positions are sorted as 64-bit integers on disk (spill.Sorter)
 
 
 def record_heads(path: Path, file: int = 0, size: int | None = None) -> Iterator[RecordHead]:
@@ -540,12 +541,14 @@ def record_heads(path: Path, file: int = 0, size: int | None = None) -> Iterator
                 if m is not None and (line.endswith(_NO_ERROR) or line.endswith('"}\n')):
                     literal = m.group(2)
                     iid = literal[1:-1] if "\\" not in literal else json.loads(literal)
-                    yield RecordHead(line, iid, int(m.group(1)), line.endswith(_NO_ERROR), file, lineno, offset,
-                                     len(raw))
+                    position = int(m.group(1))
+                    if position > _MAX_POSITION:
+                        raise TypeError("not a record")
+                    yield RecordHead(line, iid, position, line.endswith(_NO_ERROR), file, lineno, offset, len(raw))
                 elif line.strip():
                     d = json.loads(line)
                     iid, position = d["instance"]["id"], d.get("position", 0)
-                    if not isinstance(iid, str) or not isinstance(position, int):
+                    if not isinstance(iid, str) or not isinstance(position, int) or abs(position) > _MAX_POSITION:
                         raise TypeError("not a record")
                     yield RecordHead(line, iid, position, d.get("error") is None, file, lineno, offset, len(raw))
                 offset += len(raw)
