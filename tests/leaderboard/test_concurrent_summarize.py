@@ -67,6 +67,34 @@ def test_two_summarize_into_one_postgres_store_both_succeed(suite_output: Path, 
         _check(url)
 
 
+def test_tables_made_by_several_processes_at_once_on_postgres(postgres_url: str) -> None:
+    """Schema creation races (a CREATE TABLE IF NOT EXISTS is not safe against a concurrent one on PostgreSQL):
+    processes that find the ratings table missing at the same instant, summarize's (create) and the
+    dashboard's (open, then ensure the table), all succeed, rounds after rounds."""
+    import time
+
+    import psycopg
+
+    code = ("import sys, time; from medhelm.store import open_store\n"
+            "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
+            "with open_store(sys.argv[1], create=sys.argv[3] == 'create') as s: s.ensure_review_table()\n")
+    for round_ in range(6):
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute("DROP DATABASE IF EXISTS schema_race")
+            conn.execute("CREATE DATABASE schema_race")
+        url = postgres_url.rsplit("/", 1)[0] + "/schema_race"
+        with open_store(url, create=True) as store:  # a store from before the ratings table
+            store.execute("DROP TABLE review_ratings")
+            store._conn.commit()
+        at = str(time.time() + 1.5)  # every process starts its work at this instant
+        procs = [subprocess.Popen([sys.executable, "-c", code, url, at, "create" if i % 2 else "open"],
+                                  stderr=subprocess.PIPE, text=True) for i in range(4)]
+        errors = [p.communicate(timeout=120)[1] for p in procs]
+        assert [p.returncode for p in procs] == [0] * 4, (round_, [e[-300:] for e in errors])
+        with open_store(url) as store:
+            assert store.query("SELECT COUNT(*) FROM review_ratings")[0][0] == 0
+
+
 def test_a_run_resumed_while_summarize_reads_it_contributes_only_its_finished_instances(tmp_path: Path) -> None:
     """The race as it happens: summarize has read a finished run's run.json, then `medhelm run` resumes that
     run and appends new records (the last one half-written) before summarize reads the records."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from medhelm import files
 from medhelm.errors import ConfigError, escape
-from medhelm.store.schema import ADDED_COLUMNS, REVIEW_DDL, SCHEMA_VERSION, TABLES, ddl
+from medhelm.store.schema import ADDED_COLUMNS, REVIEW_DDL, REVIEW_INDEX, SCHEMA_VERSION, TABLES, ddl
 
 DEFAULT_FILENAME = "results.sqlite"
 BUSY_TIMEOUT_S = 1800.0  # a second summarize waits this long for the first (a nightly 50-benchmark load)
@@ -112,22 +112,30 @@ class Store:
             self._conn.commit()
 
     def create_schema(self) -> None:
-        """The tables, where missing (a no-op on a complete store: nothing is written to it here)."""
+        """The tables, where missing (a no-op on a complete store: nothing is written to it here). One
+        exclusive writer at a time: two processes creating the same table at once would fail on PostgreSQL
+        (``CREATE TABLE IF NOT EXISTS`` is not safe against a concurrent creation)."""
         with self.transaction(exclusive=True):
-            for stmt in ddl(self.blob_type):
-                self.execute(stmt)
-        # the clinicians' ratings (kept across re-summarise, like the audit trail): made here too, so a dashboard
-        # whose database user may only INSERT/SELECT finds it
-        self.ensure_review_table()
-
-    def ensure_review_table(self) -> None:
-        """The clinicians' ratings table (schema.REVIEW_DDL), once per connection."""
-        if getattr(self, "_review_ready", False):
-            return
-        with self.transaction():
-            for stmt in REVIEW_DDL:
+            # the clinicians' ratings (kept across re-summarise, like the audit trail) are made here too, so a
+            # dashboard whose database user may only INSERT/SELECT finds them
+            for stmt in (*ddl(self.blob_type), *REVIEW_DDL):
                 self.execute(stmt)
         self._review_ready = True
+
+    def ensure_review_table(self) -> None:
+        """The clinicians' ratings table (schema.REVIEW_DDL), once per connection: nothing is written when it
+        (and its index, made last) exists, so a reader never waits for a running summarize; else it is made
+        by an exclusive writer."""
+        if getattr(self, "_review_ready", False):
+            return
+        if not self._has_relation(REVIEW_INDEX):
+            with self.transaction(exclusive=True):
+                for stmt in REVIEW_DDL:
+                    self.execute(stmt)
+        self._review_ready = True
+
+    def _has_relation(self, name: str) -> bool:
+        raise NotImplementedError
 
     def migrate(self) -> None:
         """Columns added since an older store was made; called inside the transaction that replaces a release,
@@ -215,6 +223,9 @@ class SqliteStore(Store):
         return {t: {r[0]: str(r[1]).upper() for r in self.query("SELECT name, type FROM pragma_table_info(?)", (t,))}
                 for t in tables}
 
+    def _has_relation(self, name: str) -> bool:
+        return bool(self.query("SELECT COUNT(*) FROM sqlite_master WHERE name = ?", (name,))[0][0])
+
     def _begin_exclusive(self) -> None:
         # the write lock from the start: a deferred transaction that reads, then writes, can hit a stale
         # snapshot (SQLITE_BUSY at once, no waiting) when another summarize committed in between
@@ -245,6 +256,9 @@ class PostgresStore(Store):
 
     def _begin_exclusive(self) -> None:
         self.execute(f"SELECT pg_advisory_xact_lock({_PG_WRITE_LOCK})")  # released by commit/rollback
+
+    def _has_relation(self, name: str) -> bool:
+        return self.query("SELECT to_regclass(?)", (name,))[0][0] is not None
 
     def schema_columns(self) -> dict[str, dict[str, str]]:
         out: dict[str, dict[str, str]] = {}

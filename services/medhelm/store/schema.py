@@ -79,6 +79,7 @@ def ddl(blob_type: str) -> list[str]:
 # The clinicians' ratings (store/review.py): outside the release tables, kept across re-summarise like the
 # audit trail; here so that backends.create_schema makes it without importing review.py (imports point down).
 REVIEW_TABLE = "review_ratings"
+REVIEW_INDEX = "review_by_benchmark"  # made after the table: when it exists, both do
 REVIEW_SCHEMA_VERSION = 1
 REVIEW_COLUMNS = ("at", "rater", "role", "source", "blind", "release", "benchmark", "suite", "run_name",
                   "instance_id", "criterion", "score", "min_score", "max_score")
@@ -87,4 +88,4 @@ REVIEW_DDL = (
     "source TEXT NOT NULL, blind INTEGER NOT NULL, release TEXT NOT NULL, benchmark TEXT NOT NULL, "
     "suite TEXT NOT NULL, run_name TEXT NOT NULL, instance_id TEXT NOT NULL, criterion TEXT NOT NULL, "
     "score DOUBLE PRECISION NOT NULL, min_score DOUBLE PRECISION NOT NULL, max_score DOUBLE PRECISION NOT NULL)",
-    f"CREATE INDEX IF NOT EXISTS review_by_benchmark ON {REVIEW_TABLE} (release, benchmark)")
+    f"CREATE INDEX IF NOT EXISTS {REVIEW_INDEX} ON {REVIEW_TABLE} (release, benchmark)")
