@@ -69,15 +69,17 @@ def test_two_summarize_into_one_postgres_store_both_succeed(suite_output: Path, 
 
 def test_tables_made_by_several_processes_at_once_on_postgres(postgres_url: str) -> None:
     """Schema creation races (a CREATE TABLE IF NOT EXISTS is not safe against a concurrent one on PostgreSQL):
-    processes that find the ratings table missing at the same instant, summarize's (create) and the
-    dashboard's (open, then ensure the table), all succeed, rounds after rounds."""
+    processes that find the ratings and audit tables missing at the same instant, summarize's (create) and
+    the dashboard's (open, then ensure the tables), all succeed, rounds after rounds."""
     import time
 
     import psycopg
 
     code = ("import sys, time; from medhelm.store import open_store\n"
             "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
-            "with open_store(sys.argv[1], create=sys.argv[3] == 'create') as s: s.ensure_review_table()\n")
+            "from medhelm.access import audit\n"
+            "with open_store(sys.argv[1], create=sys.argv[3] == 'create') as s:\n"
+            "    s.ensure_review_table(); audit.ensure_table(s)\n")
     for round_ in range(6):
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             conn.execute("DROP DATABASE IF EXISTS schema_race")
@@ -93,6 +95,7 @@ def test_tables_made_by_several_processes_at_once_on_postgres(postgres_url: str)
         assert [p.returncode for p in procs] == [0] * 4, (round_, [e[-300:] for e in errors])
         with open_store(url) as store:
             assert store.query("SELECT COUNT(*) FROM review_ratings")[0][0] == 0
+            assert store.query("SELECT COUNT(*) FROM audit")[0][0] == 0
 
 
 def test_a_run_resumed_while_summarize_reads_it_contributes_only_its_finished_instances(tmp_path: Path) -> None:

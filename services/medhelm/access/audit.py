@@ -25,9 +25,10 @@ from medhelm.errors import ConfigError, MedhelmError
 from medhelm.store.backends import Store, _without_password
 
 TABLE = "audit"
+INDEX = "audit_by_time"  # made after the table: when it exists, both do
 DDL = (f"CREATE TABLE IF NOT EXISTS {TABLE} (at TEXT NOT NULL, actor TEXT NOT NULL, role TEXT NOT NULL, "
        "source TEXT NOT NULL, action TEXT NOT NULL, release TEXT, run_ids TEXT, instance_ids TEXT, detail TEXT)",
-       f"CREATE INDEX IF NOT EXISTS audit_by_time ON {TABLE} (at)")
+       f"CREATE INDEX IF NOT EXISTS {INDEX} ON {TABLE} (at)")
 COLUMNS = ("at", "actor", "role", "source", "action", "release", "run_ids", "instance_ids", "detail")
 
 # What the trail records. view-*: instance text shown; export*: a bundle written; denied: a refused request.
@@ -58,9 +59,7 @@ class Event:
 def ensure_table(store: Store) -> None:
     if getattr(store, "_audit_ready", False):
         return
-    with store.transaction():
-        for stmt in DDL:
-            store.execute(stmt)
+    store.ensure_relations(DDL, last=INDEX)  # two sessions making it at once would fail on PostgreSQL
     store._audit_ready = True  # type: ignore[attr-defined]
 
 

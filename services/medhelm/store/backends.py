@@ -123,16 +123,20 @@ class Store:
         self._review_ready = True
 
     def ensure_review_table(self) -> None:
-        """The clinicians' ratings table (schema.REVIEW_DDL), once per connection: nothing is written when it
-        (and its index, made last) exists, so a reader never waits for a running summarize; else it is made
-        by an exclusive writer."""
+        """The clinicians' ratings table (schema.REVIEW_DDL), once per connection."""
         if getattr(self, "_review_ready", False):
             return
-        if not self._has_relation(REVIEW_INDEX):
-            with self.transaction(exclusive=True):
-                for stmt in REVIEW_DDL:
-                    self.execute(stmt)
+        self.ensure_relations(REVIEW_DDL, last=REVIEW_INDEX)
         self._review_ready = True
+
+    def ensure_relations(self, statements: Sequence[str], *, last: str) -> None:
+        """Tables and indexes made on first use (the ratings, the audit trail): nothing is written when
+        ``last``, the relation ``statements`` make last, exists, so a reader never waits for a running
+        summarize; else they are made by an exclusive writer, one process at a time."""
+        if not self._has_relation(last):
+            with self.transaction(exclusive=True):
+                for stmt in statements:
+                    self.execute(stmt)
 
     def _has_relation(self, name: str) -> bool:
         raise NotImplementedError
