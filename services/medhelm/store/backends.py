@@ -8,7 +8,9 @@ Concurrency: writers that replace a release or create tables (``transaction(excl
 time per store — SQLite by ``BEGIN IMMEDIATE`` with a long busy timeout (``BUSY_TIMEOUT_S``), PostgreSQL by
 a transaction-scoped advisory lock — so a second ``summarize`` into the same store waits for the first and
 then replaces the release itself; it never fails on a lock or a duplicate key, and readers see either
-release whole (one transaction each). Past the timeout it is the one-line "locked" error.
+release whole (one transaction each). Past the timeout it is the one-line "locked" error. Tables made on
+first use (the clinicians' ratings, the audit trail: ``ensure_relations``) are made the same way, and only
+when missing: a reader that finds them writes nothing and never waits.
 """
 
 from __future__ import annotations
