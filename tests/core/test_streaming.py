@@ -302,7 +302,8 @@ def test_the_fast_json_paths_write_and_read_what_the_json_module_does():
 
     step = 7  # every 7th code point, and every code point below 0x800 (all escapes and two-byte forms)
     points = [*range(0x800), *range(0x800, 0x110000, step)]
-    texts = ["".join(chr(c) for c in points[i:i + 512] if not 0xD800 <= c <= 0xDFFF) for i in range(0, len(points), 512)]
+    texts = ["".join(chr(c) for c in points[i:i + 512] if not 0xD800 <= c <= 0xDFFF)
+             for i in range(0, len(points), 512)]
     for text in texts:
         messages = [{"role": "user", "content": text}, {"content": text[::-1], "role": "system"}]
         assert strings_canonical_json(messages) == canonical_json(messages)

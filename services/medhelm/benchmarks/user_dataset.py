@@ -6,8 +6,8 @@ Columns: every ``{placeholder}`` of the prompt; ``correct_answer`` (the gold ref
 content, which may be patient text.
 
 Streamed: ``scan_dataset`` checks every row once (at planning) keeping an 8-byte digest per row to refuse
-a repeated id (a chunk in memory, the rest sorted in a temporary file: ``spill.Sorter``) and returns a ``DatasetFile``,
-which reads the file again for each pass of a run and never holds the rows. A file changed after it was
+a repeated id (a chunk in memory, the rest sorted in a temporary file: ``spill.Sorter``) and returns a
+``DatasetFile``, which reads the file again for each pass of a run and never holds the rows. A file changed after it was
 checked is refused, not read (its size, mtime and inode are compared at every pass).
 """
 
