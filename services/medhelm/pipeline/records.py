@@ -46,7 +46,7 @@ from medhelm.errors import ConfigError
 from medhelm.files import check_regular, load_json
 from medhelm.pipeline.bounded import PositionSet, id_hash, positions_in
 from medhelm.spill import Sorter
-from medhelm.specs import InstanceResult, RunSpec, Stat, digest, plain_json
+from medhelm.specs import InstanceResult, RunSpec, Stat, digest, loads_json, plain_json
 
 RECORDS = "instances.jsonl"
 SUPERSEDED = "superseded.jsonl"
@@ -354,7 +354,7 @@ class RunDir:
                 for _, _, file, lineno, offset, size in order:
                     line = reader.read(file, offset, size)
                     try:
-                        d = json.loads(line)
+                        d = loads_json(line)
                         agg.add(scored_row_json(d))
                         counts.add(d)
                     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
