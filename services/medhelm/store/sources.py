@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from medhelm import files
 from medhelm.errors import ConfigError
-from medhelm.specs import BenchmarkSpec, RunSpec, Stat
+from medhelm.specs import BenchmarkSpec, RunSpec, Stat, loads_json
 
 RECORDS = "instances.jsonl"
 JURY_STAT, JURY_STAT_NORMALIZED = "jury_score", "jury_score_normalized"
@@ -124,7 +124,7 @@ def _done(status: Mapping[str, Any]) -> int | None:
 
 
 def _medhelm_rows(path: Path, main: str, with_text: bool, limit: int | None = None) -> Iterator[InstanceRow]:
-    # The raw line is stored as is (no re-encoding): summarize's cost is one json.loads per instance.
+    # The raw line is stored as is (no re-encoding): summarize's cost is one parse per instance (orjson).
     # This loop runs once per instance of a release (370k in the bench): keep it flat.
     # A `medhelm run` may resume this run while summarize reads it (after summarize read run.json): its new
     # records are appended after the finalized ones, the last maybe torn. Only the first ``limit`` lines
@@ -143,7 +143,7 @@ def _medhelm_rows(path: Path, main: str, with_text: bool, limit: int | None = No
 
 def _parse_rows(f: Any, main: str, with_text: bool, path: Path, limit: int | None = None
                 ) -> Iterator[tuple[int, InstanceRow]]:
-    loads, dumps = json.loads, json.dumps
+    loads, dumps = loads_json, json.dumps  # orjson parses (the json module what it refuses)
     left = -1 if limit is None else limit
     for lineno, line in enumerate(f, 1):
         if line.isspace():
