@@ -106,15 +106,19 @@ def resumed_run(work: Path, base_url: str, cfg: Path, n: int, in_flight: int, ta
     """Start a run, SIGKILL it once half of its records are written, and measure the run that resumes it."""
     cmd = run_command(work, base_url, cfg, n, in_flight, tag)
     proc = subprocess.Popen(cmd, env=child_env(work), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    records = None
+    records, read, lines = None, 0, 0
     while proc.poll() is None:
         time.sleep(0.2)
         records = records or next((work / "out" / "runs" / tag).glob("*/instances.jsonl"), None)
-        if records is not None and records.stat().st_size:
-            with open(records, "rb") as f:
-                if sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b"")) >= n // 2:
-                    proc.kill()
-                    break
+        if records is not None:
+            with open(records, "rb") as f:  # only what was appended since the last look
+                f.seek(read)
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    lines += chunk.count(b"\n")
+                    read += len(chunk)
+            if lines >= n // 2:
+                proc.kill()
+                break
     proc.wait()
     if records is None:
         raise SystemExit(f"run {tag} wrote no records before it ended ({proc.returncode})")
