@@ -5,7 +5,7 @@ Layout of ``<output>/runs/<suite>/<run name>/`` (see docs/output-format.md):
 * ``run_spec.json``  the RunSpec (written once, atomically, before the first record)
 * ``selection.json`` the sampled instance ids in order (positions) — fixed for the run, shared by shards
 * ``instances.jsonl`` one InstanceResult per line. While a run is going, lines are appended as instances
-  finish (flushed at once, fsync'd at least every second); once finished it is rewritten in position order.
+  finish (handed to the OS once per event-loop turn, fsync'd at least every second); once finished it is rewritten in position order.
 * ``shards/shard-<i>-of-<n>.jsonl`` the same, one file per shard of a sharded run (merged by ``collect``)
 * ``retries*.jsonl`` one line per invocation (``retries.jsonl``; a shard writes ``retries-shard-<i>-of-<n>.jsonl``):
   the retried attempts of every request the run made, finished instance or not (summed into run.json)
@@ -28,6 +28,7 @@ aggregated as they were written.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import filecmp
 import itertools
@@ -607,7 +608,17 @@ class Ledger:
 
 @dataclass
 class RecordWriter:
-    """Appends one line per finished instance; flushed at once, fsync'd at least every ``sync_every_s``.
+    """Appends one line per finished instance; handed to the OS once per event-loop turn, fsync'd at least
+    every ``sync_every_s``.
+
+    Durability: ``write`` queues the line, and the lines queued during one turn of the running event loop
+    are written by one ``write(2)`` at the start of the next turn (``call_soon``), whole lines only, before
+    any further reply is read. So a ``kill -9`` loses only instances whose answer arrived in the turn it
+    struck, i.e. instances still in flight; every line handed over survives it (and a node crash once
+    fsync'd). Without a running loop (tools, tests) each line is written at once. A write that fails (disk
+    full, read-only folder) drops the unwritten lines, cuts any partly written last line (every whole one is
+    kept) and is raised by the next ``write`` or by ``close``. One write a turn instead of one a record:
+    each syscall releases the GIL, and the request cache's commit thread then held it (~10 us a record).
 
     A writer that finds its file empty keeps a ``Ledger`` of what it writes (``RunDir.finalize`` then
     orders the lines without parsing them); one that appends to earlier records (a resumed run) does not."""
@@ -618,6 +629,8 @@ class RecordWriter:
     _file: BinaryIO = field(init=False, repr=False)
     _last_sync: float = field(init=False, default=0.0)
     ledger: Ledger | None = field(init=False, default=None)
+    _queued: list[bytes] = field(init=False, default_factory=list)  # lines of this loop turn
+    _failed: OSError | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self._repair_torn_tail()
@@ -643,9 +656,34 @@ class RecordWriter:
             f.truncate(data.rfind(b"\n") + 1)
 
     def write(self, record: InstanceResult) -> None:
-        f = self._file
+        if self._failed is not None:
+            raise self._failed
         d = record.to_json()
         data = (plain_json(d) + "\n").encode("utf-8")
+        queued = self._queued
+        queued.append(data)
+        if len(queued) == 1:
+            try:
+                asyncio.get_running_loop().call_soon(self._flush_queued)
+            except RuntimeError:  # no running loop: at once
+                self._flush_queued()
+                if self._failed is not None:
+                    raise self._failed
+        if self.ledger is not None:
+            try:
+                self.ledger.add(record.position, len(data), d)
+            except (OverflowError, OSError):  # a line over 4 GiB, a spill on a full disk
+                self._drop_ledger()  # finishing takes the general path
+
+    def _flush_queued(self) -> None:
+        """Write the queued lines (one call), fsync if ``sync_every_s`` is over; a failure is kept for the
+        next ``write``/``close`` to raise (this runs as a loop callback, where raising would be lost)."""
+        queued = self._queued
+        if not queued or self._failed is not None or self._file.closed:
+            return
+        data = queued[0] if len(queued) == 1 else b"".join(queued)
+        queued.clear()
+        f = self._file
         try:
             f.write(data)
             f.flush()  # in the OS from here on: survives kill -9
@@ -653,14 +691,9 @@ class RecordWriter:
             if now - self._last_sync >= self.sync_every_s:
                 os.fsync(f.fileno())  # on disk: survives a node crash
                 self._last_sync = now
-        except OSError:
-            self._abandon()  # disk full / read-only: drop the unwritten line, keep every whole one
-            raise
-        if self.ledger is not None:
-            try:
-                self.ledger.add(record.position, len(data), d)
-            except (OverflowError, OSError):  # a line over 4 GiB, a spill on a full disk
-                self._drop_ledger()  # finishing takes the general path
+        except OSError as err:
+            self._failed = err
+            self._abandon()  # disk full / read-only: drop the unwritten lines, keep every whole one
 
     def _drop_ledger(self) -> None:
         if self.ledger is not None:
@@ -668,6 +701,7 @@ class RecordWriter:
             self.ledger = None
 
     def _abandon(self) -> None:
+        self._queued.clear()
         self._drop_ledger()  # the file may now hold less than the ledger says
         with contextlib.suppress(OSError):
             self._file.close()  # closes the descriptor even when flushing the rest fails
@@ -675,6 +709,9 @@ class RecordWriter:
             self._repair_torn_tail()  # cut a partly written last line (truncating frees space)
 
     def close(self) -> None:
+        self._flush_queued()
+        if self._failed is not None:
+            raise self._failed
         f = self._file
         if not f.closed:
             try:
