@@ -13,6 +13,7 @@ import dataclasses
 import enum
 import hashlib
 import json
+import json.encoder as _json_encoder
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,8 +34,9 @@ def canonical_json(value: JSON) -> str:
 def plain_json(value: JSON) -> str:
     """``json.dumps(value, ensure_ascii=False)`` (the records' spelling) for values built by our own code
     (no cycles to look for). The encoders are built once: ``json.dumps`` with any option builds one per
-    call, ~2 us that a run pays several times an instance."""
-    return _PLAIN(value)
+    call, ~2 us that a run pays several times an instance, and ``JSONEncoder.encode`` builds its C encoder
+    per call (~1 us a record): the C encoder is built once here, with the arguments ``encode`` gives it."""
+    return "".join(_PLAIN_C(value, 0)) if _PLAIN_C is not None else _PLAIN(value)
 
 
 def strings_canonical_json(value: JSON) -> str:
@@ -96,6 +98,8 @@ def _default(obj: Any) -> JSON:
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default).encode
 _PLAIN = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
+_PLAIN_C = (None if _json_encoder.c_make_encoder is None else _json_encoder.c_make_encoder(
+    None, json.JSONEncoder().default, _json_encoder.encode_basestring, None, ": ", ", ", False, False, True))
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
@@ -322,14 +326,35 @@ class GenerationRequest:
         ``canonical_json(deployment.identity())``, computed once per deployment (the same key, cheaper)."""
         identity = deployment if isinstance(deployment, str) else canonical_json(deployment.identity())
         # canonical_json({"deployment": ..., "request": self.to_json()}) spelled out in sorted key order, with
-        # the messages' JSON reused (tests compare it with the generic spelling)
-        c = scalar_json
-        text = ('{"deployment":' + identity + ',"request":{"json_schema":' + c(self.json_schema)
-                + ',"max_tokens":' + c(self.max_tokens) + ',"messages":' + self.messages_json()
-                + ',"seed":' + c(self.seed) + ',"stop":' + (canonical_json(list(self.stop)) if self.stop else "[]")
-                + ',"temperature":'
-                + c(self.temperature) + ',"top_logprobs":' + c(self.top_logprobs) + "}}")
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+        # the messages' JSON reused (tests compare it with the generic spelling). The text around the
+        # messages is the same for every request of a run: it is kept per (identity, settings), the types
+        # in the key because 1 == 1.0 == True would otherwise share a spelling.
+        settings = (identity, self.json_schema, self.max_tokens, self.seed, self.stop, self.temperature,
+                    self.top_logprobs)
+        memo = (settings, tuple(map(type, settings)))
+        around = _KEY_TEXT.get(memo)
+        if around is None:
+            around = _key_text(*settings)
+            if len(_KEY_TEXT) >= 64:
+                _KEY_TEXT.clear()
+            _KEY_TEXT[memo] = around
+        h = hashlib.sha256(around[0])
+        h.update(self.messages_json().encode("utf-8"))
+        h.update(around[1])
+        return h.hexdigest()
+
+
+_KEY_TEXT: dict[tuple, tuple[bytes, bytes]] = {}  # GenerationRequest.cache_key's text before and after the messages
+
+
+def _key_text(identity: str, json_schema: str | None, max_tokens: int, seed: int | None, stop: tuple[str, ...],
+              temperature: float, top_logprobs: int | None) -> tuple[bytes, bytes]:
+    c = scalar_json
+    head = ('{"deployment":' + identity + ',"request":{"json_schema":' + c(json_schema)
+            + ',"max_tokens":' + c(max_tokens) + ',"messages":')
+    tail = (',"seed":' + c(seed) + ',"stop":' + (canonical_json(list(stop)) if stop else "[]")
+            + ',"temperature":' + c(temperature) + ',"top_logprobs":' + c(top_logprobs) + "}}")
+    return head.encode("utf-8"), tail.encode("utf-8")
 
 
 @dataclass(frozen=True)

@@ -435,3 +435,21 @@ def test_request_cache_queue_is_bounded(tmp_path, monkeypatch):
     assert asyncio.run(go()) <= 5
     assert len(cache) == 60 and cache.commits >= 60 // 3  # a transaction holds at most BATCH entries
     cache.close()
+
+
+def test_cache_key_text_kept_per_run_settings_tells_equal_numbers_of_other_types_apart():
+    """The text around the messages is kept per settings: 1, 1.0 and True are equal keys of a dict, but spell
+    differently, so each request's key must still be the digest of its own canonical JSON."""
+    from medhelm.specs import Deployment, DeploymentKind, GenerationRequest, Message, digest
+
+    dep = Deployment(name="d", model_name="m", kind=DeploymentKind.OPENAI, base_url="http://h:1/v1")
+    msgs = (Message("user", "u"),)
+    variants = [GenerationRequest(messages=msgs, max_tokens=m, temperature=t, seed=s)
+                for m in (1, True) for t in (1, 1.0, True, 0.0) for s in (0, False, None, 0.0)]
+    keys = set()
+    for _ in range(2):  # the second time from the kept text
+        for req in variants:
+            key = req.cache_key(dep)
+            assert key == digest({"deployment": dep.identity(), "request": req.to_json()}, length=64)
+            keys.add(key)
+    assert len(keys) == len(variants)
