@@ -53,6 +53,24 @@ def test_the_ledger_finish_writes_what_the_general_path_writes(tmp_path, monkeyp
     assert positions == sorted(positions)
 
 
+@pytest.mark.parametrize("window", [700, 5000])  # smaller than a line, a few lines: a pread for (nearly) each
+def test_the_ledger_finish_reads_the_file_a_window_at_a_time_in_any_order(tmp_path, monkeypatch, window):
+    from medhelm.pipeline import records
+
+    monkeypatch.setattr(records, "_WINDOW", window)
+    monkeypatch.setattr(records, "_WINDOW_BEHIND", window // 3)
+    monkeypatch.setattr(records, "_LINES_A_WRITE", 7)
+    rd, ledger, n = _written(tmp_path)  # lines in random order: the window moves back and forth
+    general = RunDir(tmp_path / "general")
+    shutil.copytree(rd.path, general.path)
+    finished = []
+    from_ledger = RunDir._finish_from_ledger
+    monkeypatch.setattr(RunDir, "_finish_from_ledger", lambda *a: finished.append(from_ledger(*a)) or finished[-1])
+    assert rd.finalize(ledger=ledger, total=n) == general.finalize()
+    assert finished == [True]  # finished from the ledger, not by the general path
+    assert _files(rd) == _files(general)
+
+
 @pytest.mark.parametrize("chunk", [Ledger.CHUNK, 7])
 def test_a_resumed_writer_keeps_no_ledger_and_a_changed_file_takes_the_general_path(tmp_path, monkeypatch, chunk):
     monkeypatch.setattr(Ledger, "CHUNK", chunk)

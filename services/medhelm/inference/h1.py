@@ -12,7 +12,8 @@ this client does not do (a forward proxy from ``HTTP(S)_PROXY``) stays on aiohtt
 Failure semantics, per case (the caller, ``JsonTransport``, maps them to the pipeline's errors):
 
 * connect refused, DNS failure, TLS handshake failure -> ``ConnectFailed`` (nobody answered);
-* connect or response slower than the deadline -> ``Timeout``; the connection is closed, never reused;
+* connect or response slower than the deadline -> ``Timeout`` (a reply's deadline is checked in ticks of
+  ``_TICK`` = 50 ms, so it fires up to 50 ms late); the connection is closed, never reused;
 * the server closes or resets the connection before the reply is complete -> ``Broken``. One exception: a
   kept-alive connection that the server had closed while it sat idle (nothing of the reply received) is
   replaced by a fresh one and the request sent again, once; that is what every HTTP/1.1 client does;
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import math
 import ssl
 import zlib
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ from urllib.parse import urlencode, urlsplit
 import httptools
 
 _MAX_IDLE_PER_HOST = 256
+_TICK = 0.05  # s: a reply's deadline is enforced at most this late
 
 
 class H1Error(Exception):
@@ -189,6 +192,32 @@ class H1Pool:
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
         self.connections_made = 0  # for tests and benchmarks: how often a connection was opened
         self.loop = asyncio.get_running_loop()
+        # replies awaited, by the deadline's tick: one timer a tick, not one a request (see _watch)
+        self._expiry: dict[int, tuple[set[asyncio.Future], asyncio.TimerHandle]] = {}
+
+    def _watch(self, waiter: asyncio.Future, deadline: float) -> int:
+        """Fail ``waiter`` with Timeout once ``deadline`` has passed, at most ``_TICK`` s late. Requests whose
+        deadlines fall in the same tick share one timer, cancelled when the last of them is answered: a
+        timer a request (a TimerHandle, a heap push with Python comparisons, a cancel) cost ~2 us a request."""
+        tick = math.ceil(deadline / _TICK)
+        group = self._expiry.get(tick)
+        if group is None:
+            group = self._expiry[tick] = (set(), self.loop.call_at(tick * _TICK, self._expire_tick, tick))
+        group[0].add(waiter)
+        return tick
+
+    def _unwatch(self, waiter: asyncio.Future, tick: int) -> None:
+        group = self._expiry.get(tick)
+        if group is not None:
+            group[0].discard(waiter)
+            if not group[0]:
+                group[1].cancel()
+                del self._expiry[tick]
+
+    def _expire_tick(self, tick: int) -> None:
+        waiters, _ = self._expiry.pop(tick, (set(), None))
+        for waiter in waiters:
+            _expire(waiter)
 
     async def request(self, method: bytes, tgt: Target, head: bytes, body: bytes,
                       timeout_s: float) -> tuple[int, dict[str, str], bytes]:
@@ -203,7 +232,7 @@ class H1Pool:
             reused = conn.uses > 0
             waiter = loop.create_future()
             conn.start(waiter)
-            handle = loop.call_at(deadline, _expire, waiter)
+            tick = self._watch(waiter, deadline)
             try:
                 conn.transport.write(message)  # type: ignore[union-attr]
                 await waiter
@@ -217,7 +246,7 @@ class H1Pool:
                 self._discard(conn)
                 raise
             finally:
-                handle.cancel()
+                self._unwatch(waiter, tick)
             status, headers, content = conn.status, conn.headers, b"".join(conn.body)
             if conn.reusable():
                 self._release(tgt, conn)
