@@ -343,7 +343,7 @@ def test_a_full_batch_is_committed_without_waiting_and_a_transaction_holds_at_mo
     cache = RequestCache(tmp_path / "c.sqlite", commit_interval_s=30.0)
     sizes: list[int] = []
     commit = cache._commit
-    monkeypatch.setattr(cache, "_commit", lambda batch, *payload: (sizes.append(len(batch)), commit(batch, *payload))[1])
+    monkeypatch.setattr(cache, "_commit", lambda batch: (sizes.append(len(batch)), commit(batch))[1])
 
     async def fill() -> float:
         for i in range(10):

@@ -39,8 +39,6 @@ import threading
 import time
 from pathlib import Path
 
-import orjson
-
 from medhelm.specs import Completion, compact_json
 
 ENV_FILE, ENV_JOURNAL = "MEDHELM_CACHE_FILE", "MEDHELM_CACHE_JOURNAL"
@@ -51,15 +49,14 @@ BATCH = 4096  # entries a transaction at most; a full batch is committed without
 MAX_PENDING = 2 * BATCH  # queued entries (~3 MB) before put() waits for a commit (see put)
 PAGE_CACHE_KIB = 512  # SQLite page cache per connection (its default, 2 MiB, fills on a large cache file)
 _BLOOM_BITS = 1 << 23  # 1 MiB: ~2 % false "maybe"s at a million keys (3 probes)
-# A batch is inserted by one statement with two parameters, the batch as one JSON array of [key, value]
-# pairs walked by SQLite's json_each: binding and stepping it hold the GIL for a single memcpy, and the rows
-# are parsed and inserted in C with the GIL released, so the commit thread no longer takes the GIL back from
-# the event loop a row (per-row binding cost a 10,000-request run ~25 us of CPU a request in that contention).
-# The text is the batch's size (~1.3 MB at BATCH entries of ~300 bytes) and SQLite's parse of it a few
-# hundred KB more, both freed when the statement ends. Without JSON1 (SQLite built without it, before 3.38)
-# the batch is inserted ROWS_A_STATEMENT rows a statement (3 parameters a row: under SQLite's oldest limit of
-# 999), the rest in statements of power-of-two sizes (``_sizes``): a handful of distinct statements, because
-# the sqlite3 module keeps up to 128 prepared ones a connection and one of 256 rows is ~100 KB of bytecode.
+# A batch is inserted ROWS_A_STATEMENT rows a statement (3 parameters a row: under SQLite's oldest limit of 999),
+# the rest in statements of power-of-two sizes (``_sizes``): a handful of distinct statements, because the
+# sqlite3 module keeps up to 128 prepared ones a connection and one of 256 rows is ~100 KB of bytecode (a
+# statement per remainder size held ~10 MB after a million requests).
+# Why not executemany: it binds each row with the GIL held and steps it with the GIL released, so the commit
+# thread takes the GIL back from the event loop once a row (that contention cost a 10,000-request run ~40 us
+# of CPU a request). Why not one JSON array walked by json_each: SQLite parses the whole text into a tree (a
+# batch's memory several times over) and both sides pay the encoding.
 ROWS_A_STATEMENT = 256
 
 
@@ -116,7 +113,6 @@ class RequestCache:
         self._full: asyncio.Future[None] | None = None  # resolved when a batch is full: ends the gathering
         self._closing = False  # aflush() is running: the flusher stops after its current commit
         self.commits = 0  # batches committed by this process (observability, tests)
-        self._json_each: bool | None = None  # SQLite has json_each (JSON1: built in since 3.38); None: not asked yet
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
@@ -198,7 +194,7 @@ class RequestCache:
                         self._full = None
                         timer.cancel()
                 # at most BATCH entries a transaction: the batch's copy and SQLite's work stay bounded
-                await self._commit_in_thread()
+                await asyncio.to_thread(self._commit, dict(itertools.islice(self._pending.items(), BATCH)))
                 self._wake_putters()
         finally:
             self._wake_putters()  # a flusher that stops (or fails) never leaves a put() waiting
@@ -218,54 +214,33 @@ class RequestCache:
                     flusher.cancel()
                 await asyncio.gather(flusher, return_exceptions=True)
             while self._pending:
-                await self._commit_in_thread()
+                await asyncio.to_thread(self._commit, dict(itertools.islice(self._pending.items(), BATCH)))
         finally:
             self._closing = False
 
     def flush(self) -> None:
         """Blocking commit of everything queued (for code without an event loop)."""
         while self._pending:
-            batch = dict(itertools.islice(self._pending.items(), BATCH))
-            self._commit(batch)
-            self._committed_batch(batch)
+            self._commit(dict(itertools.islice(self._pending.items(), BATCH)))
 
-    async def _commit_in_thread(self) -> None:
-        batch = dict(itertools.islice(self._pending.items(), BATCH))
-        await asyncio.to_thread(self._commit, batch, _batch_json(batch))
-        self._committed_batch(batch)
-
-    def _commit(self, batch: dict[str, str], payload: str | None = None) -> None:
-        """Commit ``batch`` by the commit thread, or inline without a loop; the caller then calls
-        ``_committed_batch`` on the event loop's thread. ``payload``: the batch's ``_batch_json``, encoded by
-        the caller on the event loop's thread (encoding holds the GIL); None: encoded here."""
-        if payload is None:
-            payload = _batch_json(batch)
+    def _commit(self, batch: dict[str, str]) -> None:
         with self._write_lock:
             if self._writer is None:
                 self._writer = self._connect()
-            writer = self._writer
-            if self._json_each is None:
-                self._json_each = _has_json_each(writer)
             now = time.time()
-            writer.execute("BEGIN IMMEDIATE")
+            self._writer.execute("BEGIN IMMEDIATE")
             try:
-                if self._json_each and payload is not None:
-                    # one statement, two parameters: SQLite walks the batch without the GIL (see above)
-                    writer.execute(_INSERT_JSON, (now, payload))
-                else:
-                    items = list(batch.items())
-                    start = 0
-                    for size in _sizes(len(items)):
-                        chunk = items[start:start + size]
-                        start += size
-                        writer.execute(_insert(size), [x for k, v in chunk for x in (k, v, now)])
-                writer.execute("COMMIT")
+                items = list(batch.items())
+                start = 0
+                for size in _sizes(len(items)):
+                    chunk = items[start:start + size]
+                    start += size
+                    self._writer.execute(_insert(size), [x for k, v in chunk for x in (k, v, now)])
+                self._writer.execute("COMMIT")
                 self.commits += 1
             except BaseException:
-                writer.execute("ROLLBACK")
+                self._writer.execute("ROLLBACK")
                 raise
-
-    def _committed_batch(self, batch: dict[str, str]) -> None:
         for key, value in batch.items():
             if self._pending.get(key) is value:  # a newer put of the same key stays queued
                 self._pending.pop(key, None)
@@ -281,26 +256,6 @@ class RequestCache:
                 if conn is not None:
                     conn.close()
             self._writer = None
-
-
-_INSERT_JSON = ("INSERT OR REPLACE INTO completions (key, value, created) "
-                "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), ? FROM json_each(?)")
-
-
-def _batch_json(batch: dict[str, str]) -> str | None:
-    """The batch as one JSON array of [key, value] pairs, or None when orjson refuses it (a lone surrogate:
-    the rows are then bound one by one, as the sqlite3 module does)."""
-    try:
-        return orjson.dumps(list(batch.items())).decode("utf-8")
-    except orjson.JSONEncodeError:
-        return None
-
-
-def _has_json_each(conn: sqlite3.Connection) -> bool:
-    try:
-        return conn.execute("SELECT json_extract(value, '$[0]') FROM json_each('[[\"k\"]]')").fetchone() == ("k",)
-    except sqlite3.OperationalError:  # built without JSON1
-        return False
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

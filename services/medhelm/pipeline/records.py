@@ -463,7 +463,7 @@ class RunDir:
         return True
 
 
-_WINDOW, _WINDOW_BEHIND, _LINES_A_WRITE = 1 << 20, 1 << 17, 256
+_WINDOW, _WINDOW_BEHIND, _LINES_A_WRITE = 1 << 18, 1 << 16, 64
 
 
 class _NotTheLedgersFile(Exception):
