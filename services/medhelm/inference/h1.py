@@ -37,6 +37,7 @@ import httptools
 
 _MAX_IDLE_PER_HOST = 256
 _TICK = 0.05  # s: a reply's deadline is enforced at most this late
+_BURST = 32  # requests written at once when this many wait for the next turn of the loop
 
 
 class H1Error(Exception):
@@ -192,8 +193,28 @@ class H1Pool:
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
         self.connections_made = 0  # for tests and benchmarks: how often a connection was opened
         self.loop = asyncio.get_running_loop()
+        self._outbox: list[tuple[_Connection, bytes]] = []  # requests to send at the next turn (see _send)
         # replies awaited, by the deadline's tick: one timer a tick, not one a request (see _watch)
         self._expiry: dict[int, tuple[set[asyncio.Future], asyncio.TimerHandle]] = {}
+
+    def _send(self, conn: _Connection, message: bytes) -> None:
+        """Write ``message`` on ``conn`` with the other requests made in this turn of the event loop: they go
+        out together at the start of the next turn (before any reply is read), or at once when
+        ``_BURST`` are waiting. Requests sent one by one between the replies' processing woke a local
+        server once a request, and each wake-up (an inter-processor interrupt, costly in a VM) was paid by
+        our send(2): in bursts the server wakes once and finds them all (~5 % of a 10,000-request run's CPU)."""
+        outbox = self._outbox
+        outbox.append((conn, message))
+        if len(outbox) >= _BURST:
+            self._send_queued()
+        elif len(outbox) == 1:
+            self.loop.call_soon(self._send_queued)
+
+    def _send_queued(self) -> None:
+        outbox, self._outbox = self._outbox, []
+        for conn, message in outbox:
+            if not conn.closed:  # timed out, cancelled or dropped meanwhile: its request failed already
+                conn.transport.write(message)  # type: ignore[union-attr]
 
     def _watch(self, waiter: asyncio.Future, deadline: float) -> int:
         """Fail ``waiter`` with Timeout once ``deadline`` has passed, at most ``_TICK`` s late. Requests whose
@@ -234,7 +255,7 @@ class H1Pool:
             conn.start(waiter)
             tick = self._watch(waiter, deadline)
             try:
-                conn.transport.write(message)  # type: ignore[union-attr]
+                self._send(conn, message)
                 await waiter
             except _Stale:
                 self._discard(conn)
