@@ -380,3 +380,41 @@ def test_batches_of_any_size_use_a_handful_of_distinct_statements(tmp_path, monk
     assert used <= {cache_module.ROWS_A_STATEMENT >> k for k in range(9)} and len(used) <= 9
     assert len(cache) == written
     cache.close()
+
+
+def test_the_pool_waits_for_commits_when_answers_outrun_sqlite(tmp_path, monkeypatch):
+    """The pool queues each answer without a coroutine and waits only when more than MAX_PENDING wait for a
+    commit: the queue stays within MAX_PENDING plus the requests in flight however fast the server answers
+    and however many requests there are, and every answer is stored."""
+    from medhelm.inference import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "MAX_PENDING", 5)
+    monkeypatch.setattr(cache_module, "BATCH", 3)
+    cache = RequestCache(tmp_path / "c.sqlite", commit_interval_s=0.01)
+    most = 0
+    put_nowait = cache.put_nowait
+
+    def watched(key, completion):
+        nonlocal most
+        put_nowait(key, completion)
+        most = max(most, len(cache._pending))
+
+    monkeypatch.setattr(cache, "put_nowait", watched)
+
+    async def workers(base_url: str) -> list[Completion]:  # 4 callers, 20 requests each (as a run's workers)
+        pool = ClientPool(cache=cache, retry=FAST)
+        client = pool.get(deployment(base_url))
+        try:
+            async def one(w: int) -> list[Completion]:
+                return [await client.generate(request(w * 20 + i)) for i in range(20)]
+            return [c for part in await asyncio.gather(*(one(w) for w in range(4))) for c in part]
+        finally:
+            await pool.aclose()
+
+    with MockOpenAIServer() as srv:
+        completions = asyncio.run(workers(srv.base_url))
+    assert len(completions) == 80 and srv.request_count == 80
+    assert most <= 5 + 4  # each caller may queue its answer before it waits for a commit
+    again = RequestCache(tmp_path / "c.sqlite")
+    assert len(again) == 80
+    again.close()

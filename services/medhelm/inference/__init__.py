@@ -173,7 +173,9 @@ class PooledClient:
             raise
         self._metrics.request_finished(time.perf_counter() - started, completion)
         if cache is not None:
-            await cache.put(key, completion)  # waits only when commits fall far behind
+            cache.put_nowait(key, completion)
+            if cache.backlogged():  # commits fall far behind: wait (put's rule, without a coroutine a request)
+                await cache.backlog()
         return completion
 
     def _count_retry(self, err: InferenceError, retry: int, wait: float) -> None:

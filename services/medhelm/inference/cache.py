@@ -155,9 +155,12 @@ class RequestCache:
     def put_nowait(self, key: str, completion: Completion) -> None:
         """Queue a completion; it is committed by the running flusher (or by ``flush``/``aflush``)."""
         self._pending[key] = compact_json(completion.to_json())
-        if self._ours is not None:
-            for bit in _probes(key):
-                self._ours[bit >> 3] |= 1 << (bit & 7)
+        ours = self._ours
+        if ours is not None:
+            a, b, c = _probes(key)
+            ours[a >> 3] |= 1 << (a & 7)
+            ours[b >> 3] |= 1 << (b & 7)
+            ours[c >> 3] |= 1 << (c & 7)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no event loop: commit now
@@ -174,6 +177,14 @@ class RequestCache:
         slower than answers come (a fast server, a large cache file), callers slow down instead of the queue
         growing with the run."""
         self.put_nowait(key, completion)
+        await self.backlog()
+
+    def backlogged(self) -> bool:
+        """More than ``MAX_PENDING`` entries wait for a commit: callers should ``await backlog()``."""
+        return len(self._pending) > MAX_PENDING
+
+    async def backlog(self) -> None:
+        """Wait while more than ``MAX_PENDING`` entries are queued (see ``put``)."""
         while len(self._pending) > MAX_PENDING and self._flusher is not None and not self._flusher.done():
             if self._committed is None:
                 self._committed = asyncio.Event()
