@@ -161,10 +161,11 @@ def _rows(path: Path, template: PromptTemplate, answer_required: bool, rows, *, 
         if not instance_id:
             raise ConfigError("empty id", path=path, line=line, field=ID)
         empty = False
-        references = _references(values, path, line, answer_required, wrong_memo)
         if not build:
+            _references(values, path, line, answer_required, wrong_memo, build=False)  # its checks only
             yield line, instance_id
             continue
+        references = _references(values, path, line, answer_required, wrong_memo)
         used = {field: values[field] for field in fields}
         yield line, Instance(id=instance_id, input=template.render(used), references=references,
                              extra=FrozenMap(used))
@@ -263,19 +264,24 @@ _WRONG_MEMO = 4096  # distinct incorrect_answers cells remembered per pass (most
 
 
 def _references(values: dict[str, str], path: Path, line: int, answer_required: bool,
-                memo: dict[str, tuple[str, ...]] | None = None) -> tuple[Reference, ...]:
+                memo: dict[str, tuple[str, ...]] | None = None, *, build: bool = True) -> tuple[Reference, ...]:
+    """The row's references (the gold answer, then the wrong ones); ``build=False``: the checks only (the
+    plan-time pass over every row), returning ()."""
     answer = values.get(ANSWER, "")
     if answer_required and not answer.strip():
         raise ConfigError("empty gold answer", path=path, line=line, field=ANSWER)
-    refs = [Reference(answer, correct=True)] if answer.strip() else []
     raw = values.get(WRONG, "").strip()
+    wrong: tuple[str, ...] = ()
     if raw:
         wrong = memo.get(raw) if memo is not None else None
         if wrong is None:
             wrong = _wrong_answers(raw, path, line)
             if memo is not None and len(memo) < _WRONG_MEMO:
                 memo[raw] = wrong
-        refs.extend(Reference(w, correct=False) for w in wrong)
+    if not build:
+        return ()
+    refs = [Reference(answer, correct=True)] if answer.strip() else []
+    refs.extend(Reference(w, correct=False) for w in wrong)
     return tuple(refs)
 
 
