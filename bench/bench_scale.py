@@ -1,7 +1,8 @@
 """Issue 11's scale rows: `medhelm run` beside the bare-client floor, and its peak RSS by suite size.
 
-For each case (instances, mock latency, requests in flight) the same mock OpenAI server (own process) gets,
-back to back (the machine is shared: the load average is recorded before each pair)
+For each case (instances, mock latency, requests in flight) the same mock OpenAI server (own process) gets
+``--repeat`` pairs (3; medians reported, every value listed), each back to back (the machine is shared: the
+load average is recorded before the case)
 1. the **bare client**: a plain aiohttp loop posting the same chat-completion bodies at the same concurrency
    (no cache, no records, no scoring): the floor any client on this machine pays;
 2. **`medhelm run`** in a fresh process with an empty request cache (the same workload as bench_core):
@@ -15,7 +16,7 @@ Writes section `scale` of docs/benchmarks.md.
 one small run first), as an installed package does: PYTHONDONTWRITEBYTECODE in the environment (set on
 this machine) would otherwise make every run compile the package again (~40 ms).
 
-    python bench/bench_scale.py [--cases 1000:50:16,10000:50:64,10000:0:64,100000:0:256]
+    python bench/bench_scale.py [--cases 1000:50:16,10000:50:64,10000:0:64,100000:0:256] [--repeat 3]
                                 [--rss-sizes 1000,10000,100000,1000000] [--resume-sizes 100000,1000000]
                                 [--no-write]
 """
@@ -28,6 +29,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -134,7 +136,7 @@ def child_env(work: Path) -> dict:
 
 
 def measure(cases: list[tuple[int, float, int]], rss_sizes: list[int],
-            resume_sizes: list[int]) -> tuple[list[dict], list[dict], list[dict]]:
+            resume_sizes: list[int], repeat: int = 3) -> tuple[list[dict], list[dict], list[dict]]:
     work = Path(tempfile.mkdtemp(prefix="bench_scale_"))
     rows, series, resumed = [], [], []
     try:
@@ -147,16 +149,24 @@ def measure(cases: list[tuple[int, float, int]], rss_sizes: list[int],
         for n, latency, in_flight in cases:
             cfg = dataset(work, n)
             server, base_url = start_mock(latency)
+            bares, runs = [], []
             try:
                 load = os.getloadavg()[0]
-                floor, floor_cpu = bare_client(base_url, n, in_flight)
-                run = medhelm_run(work, base_url, cfg, n, in_flight, f"c{n}-{int(latency)}-{in_flight}")
+                for i in range(repeat):  # pairs, back to back: the machine's drift hits both clients alike
+                    bares.append(bare_client(base_url, n, in_flight))
+                    runs.append(medhelm_run(work, base_url, cfg, n, in_flight,
+                                            f"c{n}-{int(latency)}-{in_flight}-{i}"))
             finally:
                 server.terminate()
                 server.wait(10)
-            rows.append({"n": n, "latency_ms": latency, "in_flight": in_flight, "bare_s": floor,
-                         "bare_cpu_s": floor_cpu, **run,
-                         "ideal_s": n * latency / 1000 / in_flight, "load": load})
+            run = {"wall_s": statistics.median(r["wall_s"] for r in runs),
+                   "cpu_s": statistics.median(r["cpu_s"] for r in runs),
+                   "rss_mb": max(r["rss_mb"] for r in runs), "done": min(r["done"] for r in runs),
+                   "walls": [r["wall_s"] for r in runs]}
+            rows.append({"n": n, "latency_ms": latency, "in_flight": in_flight,
+                         "bare_s": statistics.median(b[0] for b in bares),
+                         "bare_cpu_s": statistics.median(b[1] for b in bares), "bare_walls": [b[0] for b in bares],
+                         **run, "ideal_s": n * latency / 1000 / in_flight, "load": load})
             print(json.dumps(rows[-1]), file=sys.stderr)
         for n in rss_sizes:
             same = next((r for r in rows if r["n"] == n and r["latency_ms"] == 0 and r["in_flight"] == 256), None)
@@ -202,7 +212,9 @@ def render(rows: list[dict], series: list[dict], resumed: list[dict], load: tupl
              "at the same concurrency, measured just before it against the same server. CPU is the whole "
              "`medhelm run` process (start-up, planning, the cache's commit thread, finishing) against the bare "
              "loop's own: on a shared machine it is the steadier comparison. The targets are issue 11's, and a "
-             "row that misses one says so.", "",
+             f"row that misses one says so. Each case is {len(rows[0]['walls']) if rows else 0} pairs (bare "
+             "client, then `medhelm run`) back to back; the table gives the medians (wall and CPU; peak RSS is "
+             "the largest), and every wall time is listed below it.", "",
              "| instances | latency | in flight | load | bare client | medhelm run | vs bare | CPU / inst. (bare) "
              "| CPU vs bare | peak RSS | target | met |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
@@ -224,6 +236,11 @@ def render(rows: list[dict], series: list[dict], resumed: list[dict], load: tupl
                      f"({1000 * r['bare_cpu_s'] / r['n']:.2f} ms) | {r['cpu_s'] / r['bare_cpu_s']:.2f} × "
                      f"| {r['rss_mb']:.0f} MB | {', '.join(checks) or '-'} "
                      f"| {('yes' if all(met) else '**no**') if met else '-'} |")
+    if rows:
+        lines += ["", "Every pair's wall times (bare client / `medhelm run`):", ""]
+        for r in rows:
+            pairs = ", ".join(f"{b:.2f} / {w:.2f}" for b, w in zip(r["bare_walls"], r["walls"]))
+            lines.append(f"* {r['n']:,} × {r['latency_ms']:.0f} ms × {r['in_flight']}: {pairs} s")
     if series:
         lines += ["", "Peak RSS of `medhelm run` by suite size (0 ms, 256 in flight). Nothing grows with the suite "
                   "in memory: the CSV is checked once (its 8-byte id digests 8,192 at a time, the rest sorted in a "
@@ -262,13 +279,15 @@ def main() -> int:
                         help="suite sizes whose peak RSS is measured (0 ms, 256 in flight), comma-separated")
     parser.add_argument("--resume-sizes", default="100000,1000000",
                         help="suite sizes run, killed half-way and resumed (peak RSS of the resumed run)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="pairs (bare client, medhelm run) per case; the medians are reported (default: 3)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args()
     cases = [(int(n), float(ms), int(k)) for n, ms, k in (c.split(":") for c in args.cases.split(",") if c.strip())]
     before = os.getloadavg()[0]
     sizes = [int(n) for n in args.rss_sizes.split(",") if n.strip()]
     resume = [int(n) for n in args.resume_sizes.split(",") if n.strip()]
-    rows, series, resumed = measure(cases, sizes, resume)
+    rows, series, resumed = measure(cases, sizes, resume, args.repeat)
     body = render(rows, series, resumed, (before, os.getloadavg()[0]))
     print(body)
     if not args.no_write:
