@@ -15,8 +15,9 @@ by a worker thread in batches gathered over ``commit_interval_s`` (a full batch,
 committed at once), so the event loop never waits for a file lock and a run makes a few commits per second,
 not one per request. A batch is inserted in key order: the keys are uniformly random digests, so in arrival
 order each row landed on a random page of the key's index and a 10,000-request run wrote ~16,600 pages to
-the WAL; in key order each index page is visited once a commit (~10,900). At most ``MAX_PENDING`` entries wait: beyond that ``put`` waits for the next commit (a
-fast server slows to SQLite's pace). Memory does not grow with the run: the queue, the batch being
+the WAL; in key order each index page is visited once a commit (~10,900). At most ``MAX_PENDING`` entries
+wait: beyond that ``put`` (the pool: ``backlogged``/``backlog``) waits for the next commit (a fast server
+slows to SQLite's pace). Memory does not grow with the run: the queue, the batch being
 committed and SQLite's page cache (``PAGE_CACHE_KIB`` a connection) are all bounded. A queued entry is already
 visible to ``get``; entries still queued when a process is killed are simply asked again next time. Only successful
 completions are stored; a hit comes back with ``usage.cached=True``, ``latency_s=0`` and ``attempts=0``.

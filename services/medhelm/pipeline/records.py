@@ -5,7 +5,8 @@ Layout of ``<output>/runs/<suite>/<run name>/`` (see docs/output-format.md):
 * ``run_spec.json``  the RunSpec (written once, atomically, before the first record)
 * ``selection.json`` the sampled instance ids in order (positions) — fixed for the run, shared by shards
 * ``instances.jsonl`` one InstanceResult per line. While a run is going, lines are appended as instances
-  finish (handed to the OS once per event-loop turn, fsync'd at least every second); once finished it is rewritten in position order.
+  finish (handed to the OS once per event-loop turn, fsync'd at least every second); once finished it is
+  rewritten in position order.
 * ``shards/shard-<i>-of-<n>.jsonl`` the same, one file per shard of a sharded run (merged by ``collect``)
 * ``retries*.jsonl`` one line per invocation (``retries.jsonl``; a shard writes ``retries-shard-<i>-of-<n>.jsonl``):
   the retried attempts of every request the run made, finished instance or not (summed into run.json)
