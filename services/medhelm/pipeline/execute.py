@@ -135,8 +135,11 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
     outcome = RunOutcome(plan)
     run_name = spec.name  # a property that formats the name: once per run, not per instance
     n_workers = max(1, min(options.max_concurrency, todo))
-    # bounded: the producer reads instances only as fast as the workers take them (backpressure)
+    # bounded: the producer reads instances only as fast as the workers take them (backpressure). A full
+    # queue is refilled once the workers have taken half of it (``refill``), not an item at a time: that
+    # woke the producer's task once an instance.
     queue: asyncio.Queue[tuple[int, Instance] | None] = asyncio.Queue(maxsize=2 * n_workers)
+    refill = asyncio.Event()
     stop = asyncio.Event()
 
     async def produce() -> None:
@@ -145,7 +148,12 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
                 if stop.is_set():
                     return
                 if (owns is None or owns(position)) and (not finished or position not in finished):
-                    await queue.put((position, instance))
+                    if queue.full():
+                        refill.clear()
+                        await refill.wait()
+                        if stop.is_set():
+                            return
+                    queue.put_nowait((position, instance))
         finally:
             if not stop.is_set():
                 for _ in range(n_workers):
@@ -154,6 +162,7 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
     def halt() -> None:
         """Stop every worker after its instance in flight: what is queued is dropped, each gets an end mark."""
         stop.set()
+        refill.set()  # a producer waiting for room sees the stop
         while not queue.empty():
             queue.get_nowait()
         for _ in range(n_workers):
@@ -162,6 +171,8 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
     async def worker() -> None:
         while not stop.is_set():
             item = await queue.get()
+            if queue.qsize() <= n_workers and not refill.is_set():
+                refill.set()
             if item is None:
                 return
             position, instance = item
