@@ -19,15 +19,16 @@ raised by the scoring function itself reaches the caller unchanged, as it would 
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from typing import Any, TypeVar
+from concurrent.futures import BrokenExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from medhelm.errors import InferenceError
+
+if TYPE_CHECKING:  # the process pool (and multiprocessing) is imported when a pool is first made: a run
+    from concurrent.futures import ProcessPoolExecutor  # without scoring processes never pays the ~3 ms
 
 T = TypeVar("T")
 WORKER_NICE = 10  # scoring yields the CPU to the serving process (health, I/O) within the pod
@@ -62,6 +63,9 @@ class CpuPool:
     def _pool(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._executor is None:
+                import multiprocessing
+                from concurrent.futures import ProcessPoolExecutor
+
                 self._executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
                                                      initializer=_lower_priority, max_tasks_per_child=self._max_tasks)
             return self._executor
@@ -80,7 +84,7 @@ class CpuPool:
             executor = self._pool()
             try:
                 return await asyncio.wrap_future(executor.submit(fn, *args))
-            except BrokenProcessPool:
+            except BrokenExecutor:  # BrokenProcessPool (only a process pool runs here)
                 self._broken(executor)
                 raise ScoringWorkerLost() from None
 
