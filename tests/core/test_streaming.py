@@ -453,3 +453,22 @@ def test_cache_key_text_kept_per_run_settings_tells_equal_numbers_of_other_types
             assert key == digest({"deployment": dep.identity(), "request": req.to_json()}, length=64)
             keys.add(key)
     assert len(keys) == len(variants)
+
+
+def test_the_records_json_is_the_json_modules_byte_for_byte():
+    """plain_json (the records' spelling, by a C encoder built once) equals json.dumps(value, ensure_ascii=False)
+    on every kind of value a record can hold, and refuses what json.dumps refuses."""
+    from medhelm.specs import plain_json
+
+    rng = random.Random(11)
+    text = "".join(chr(c) for c in (*range(0, 0x250), 0x2028, 0x2029, 0xFEFF, 0x1F600, 0xD800, 0xDFFF))
+    values = [None, True, False, 0, -1, 2**70, 0.0, -0.0, 1e-7, 1e16, 0.1, float("nan"), float("inf"),
+              float("-inf"), "", text, [], {}, {"a": [1, {"b": text}], "c": None}, ("t", 1)]
+    for _ in range(300):
+        values.append({f"k{i}": rng.choice([rng.random() * 10 ** rng.randint(-12, 20), rng.randint(-9, 9),
+                                            text[rng.randrange(len(text)):][:40], None, [rng.random()]])
+                       for i in range(rng.randint(0, 6))})
+    for value in values:
+        assert plain_json(value) == json.dumps(value, ensure_ascii=False)
+    with pytest.raises(TypeError):
+        plain_json({"x": object()})
