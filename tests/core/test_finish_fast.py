@@ -53,13 +53,11 @@ def test_the_ledger_finish_writes_what_the_general_path_writes(tmp_path, monkeyp
     assert positions == sorted(positions)
 
 
-@pytest.mark.parametrize("window", [700, 5000])  # smaller than a line, a few lines: a pread for (nearly) each
-def test_the_ledger_finish_reads_the_file_a_window_at_a_time_in_any_order(tmp_path, monkeypatch, window):
+@pytest.mark.parametrize("lines", [1, 7, 300])  # a line, a few, all: read by span or one by one (shuffled)
+def test_the_ledger_finish_reads_the_file_a_group_at_a_time_in_any_order(tmp_path, monkeypatch, lines):
     from medhelm.pipeline import records
 
-    monkeypatch.setattr(records, "_WINDOW", window)
-    monkeypatch.setattr(records, "_WINDOW_BEHIND", window // 3)
-    monkeypatch.setattr(records, "_LINES_A_WRITE", 7)
+    monkeypatch.setattr(records, "_GROUP_LINES", lines)
     rd, ledger, n = _written(tmp_path)  # lines in random order: the window moves back and forth
     general = RunDir(tmp_path / "general")
     shutil.copytree(rd.path, general.path)

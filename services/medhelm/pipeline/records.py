@@ -429,32 +429,22 @@ class RunDir:
         fd = os.open(path, os.O_RDONLY)
         try:
             def ordered() -> Iterator[bytes]:
-                # Lines were appended in completion order, which is position order give or take the
-                # requests in flight: they are read a window of _WINDOW bytes at a time (one pread for
-                # hundreds of lines) and written _LINES_A_WRITE at a time.
                 previous, seen = -1, 0
-                window, start = b"", 0
-                lines: list[bytes] = []
+                group: list[tuple[int, int]] = []
+                group_bytes = 0
                 for position, offset, size in ledger.entries():
                     if position <= previous or position >= total:  # a repeat, or outside the selection
                         raise _NotTheLedgersFile
                     previous, seen = position, seen + 1
-                    at = offset - start
-                    if at < 0 or at + size > len(window):
-                        start = max(0, offset - _WINDOW_BEHIND)
-                        window = os.pread(fd, max(_WINDOW, offset - start + size), start)
-                        at = offset - start
-                    line = window[at:at + size]
-                    if len(line) != size:  # the file ends early: not what the ledger wrote
-                        raise _NotTheLedgersFile
-                    lines.append(line)
-                    if len(lines) >= _LINES_A_WRITE:
-                        yield b"".join(lines)
-                        lines.clear()
+                    group.append((offset, size))
+                    group_bytes += size
+                    if len(group) >= _GROUP_LINES or group_bytes >= _GROUP_BYTES:
+                        yield _read_group(fd, group, group_bytes)
+                        group, group_bytes = [], 0
                 if seen != ledger.count:
                     raise _NotTheLedgersFile
-                if lines:
-                    yield b"".join(lines)
+                if group:
+                    yield _read_group(fd, group, group_bytes)
             write_atomic_lines(path, ordered())  # removes its temporary file when ordered() gives up
         except _NotTheLedgersFile:
             return False
@@ -464,7 +454,26 @@ class RunDir:
         return True
 
 
-_WINDOW, _WINDOW_BEHIND, _LINES_A_WRITE = 1 << 18, 1 << 16, 64
+# Finishing from the ledger reads and writes the lines a group at a time: up to _GROUP_LINES consecutive
+# positions (at most _GROUP_BYTES). The lines were appended in completion order, which is position order give
+# or take the requests in flight, so a group's lines usually lie together in the file: they are read by one
+# pread of the span they cover when that span is at most twice their size, else one by one (a shuffled
+# file: a slow server's replies come back in any order). No read is ever more than twice the lines it gets.
+_GROUP_LINES, _GROUP_BYTES = 256, 1 << 20
+
+
+def _read_group(fd: int, group: list[tuple[int, int]], size: int) -> bytes:
+    """The lines at ``group``'s (offset, size), in that order, joined; _NotTheLedgersFile if the file is shorter."""
+    low = min(offset for offset, _ in group)
+    high = max(offset + n for offset, n in group)
+    if high - low <= 2 * size:
+        span = os.pread(fd, high - low, low)
+        lines = [span[offset - low:offset - low + n] for offset, n in group]
+    else:
+        lines = [os.pread(fd, n, offset) for offset, n in group]
+    if any(len(line) != n for line, (_, n) in zip(lines, group)):  # the file ends early: not the ledger's
+        raise _NotTheLedgersFile
+    return b"".join(lines)
 
 
 class _NotTheLedgersFile(Exception):
