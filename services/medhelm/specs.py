@@ -189,10 +189,18 @@ class DeploymentKind(str, enum.Enum):
     OPENAI = "openai"  # any OpenAI-compatible server: vLLM, KServe HF runtime, llama.cpp server, Azure
     LLAMACPP = "llamacpp"  # an in-process GGUF model
     KSERVE_V2 = "kserve_v2"  # KServe Open Inference Protocol v2 (text in, text out)
+    ANTHROPIC = "anthropic"  # Anthropic Messages API: direct, on Bedrock (invoke) or on Vertex (rawPredict)
+    GEMINI = "gemini"  # Gemini generateContent: the public API or Vertex AI
+    BEDROCK = "bedrock"  # Amazon Bedrock Converse, SigV4-signed
+    AZURE_OPENAI = "azure_openai"  # Azure OpenAI chat completions, an api-key or an Entra ID token
 
 
 # --------------------------------------------------------------------------------------------
 # models and requests
+
+
+# Deployment options that change what a model answers (part of the cache key when set).
+ANSWER_OPTIONS = ("api", "reasoning_effort", "thinking_budget", "max_tokens_param", "sampling")
 
 
 @dataclass(frozen=True)
@@ -218,8 +226,10 @@ class Deployment:
             object.__setattr__(self, "options", FrozenMap(self.options))
 
     def identity(self) -> dict[str, JSON]:
-        """What makes two deployments answer identically; part of every cache key."""
-        return {
+        """What makes two deployments answer identically; part of every cache key. The options that change an
+        answer (``ANSWER_OPTIONS``: the route, a reasoning model's effort and thinking budget) join it only when
+        set, so the keys of every other deployment stay as they were."""
+        identity: dict[str, JSON] = {
             "name": self.name,
             "model_name": self.model_name,
             "kind": self.kind.value,
@@ -227,6 +237,10 @@ class Deployment:
             "served_model_name": self.served_model_name,
             "gguf_path": self.gguf_path,
         }
+        answer = {k: _thaw(self.options[k]) for k in ANSWER_OPTIONS if k in self.options}
+        if answer:
+            identity["options"] = answer
+        return identity
 
     def to_json(self) -> dict[str, JSON]:
         d = dataclasses.asdict(self)
@@ -364,11 +378,18 @@ class Usage:
     latency_s: float = 0.0  # wall time of the successful attempt (0 for a cache hit)
     cached: bool = False
     attempts: int = 1  # 1 + number of retries
+    # Of completion_tokens, those the model spent thinking (OpenAI's convention: completion_tokens counts
+    # every generated token, reasoning included), when the provider states it (Gemini thoughtsTokenCount,
+    # OpenAI completion_tokens_details.reasoning_tokens); None when it does not say.
+    reasoning_tokens: int | None = None
 
     def to_json(self) -> dict[str, JSON]:
         # by hand: dataclasses.asdict deep-copies and shows up at ~0.1 ms per record in profiles
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "latency_s": self.latency_s, "cached": self.cached, "attempts": self.attempts}
+        d: dict[str, JSON] = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                              "latency_s": self.latency_s, "cached": self.cached, "attempts": self.attempts}
+        if self.reasoning_tokens is not None:  # absent otherwise: records of other kinds keep their bytes
+            d["reasoning_tokens"] = self.reasoning_tokens
+        return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, JSON]) -> Usage:
