@@ -168,3 +168,83 @@ def test_jury_summary_counts_judges_thinking_only_when_stated():
     summary = summarize([judged(20), judged(5)], n_boot=10)
     assert summary.to_json()["judge_reasoning_tokens"] == 25
     assert "judge_reasoning_tokens" not in summarize([judged(None)], n_boot=10).to_json()
+
+
+def _run_and_summarize(tmp_path, srv, thinking_budget: int | None):
+    """`medhelm run` of a yes/no benchmark (max_tokens 2) on the mock reasoning server, then `summarize`."""
+    from medhelm.cli import main
+    from medhelm.devtools.fixtures import write_configurable_benchmark
+    from medhelm.store import open_store, read
+
+    cfg = write_configurable_benchmark(tmp_path / "bench", 6, answers=("Yes",))
+    env = tmp_path / "prod_env"
+    env.mkdir()
+    extra = f"    options: {{thinking_budget: {thinking_budget}}}\n" if thinking_budget is not None else ""
+    (env / "model_deployments.yaml").write_text(
+        "model_deployments:\n  - name: mock/r1\n    model_name: test/r1\n    kind: openai\n"
+        f"    base_url: {srv.base_url}\n    served_model_name: r1\n    max_sequence_length: 4096\n" + extra)
+    (env / "prices.yaml").write_text("prices:\n  - deployment: mock/r1\n    input_per_million: 1.0\n"
+                                     "    output_per_million: 2.0\n    reasoning_per_million: 10.0\n")
+    (env / "model_metadata.yaml").write_text("models:\n  - name: test/r1\n    display_name: Test R1\n"
+                                             "    creator_organization_name: Tests\n    access: open\n"
+                                             "    release_date: 2025-01-20\n  - name: other/model\n")
+    out = tmp_path / "out"
+    assert main(["run", "--run-entries", f"medhelm_configurable_benchmark:model=mock/r1,config_path={cfg}",
+                 "--suite", "s", "-o", str(out), "--local-path", str(env), "-q"]) == 0
+    assert main(["summarize", "--suite", "s", "-o", str(out), "--local-path", str(env)]) == 0
+    with open_store(f"sqlite:///{out / 'results.sqlite'}") as store:
+        [model] = read.models(store, "s")
+        meta = read.meta(store, "s")
+    # HELM's model_metadata.yaml: this release's models only, shown beside them on the leaderboard
+    assert json.loads(meta["model_metadata"]) == {"test/r1": {
+        "name": "test/r1", "display_name": "Test R1", "creator_organization_name": "Tests", "access": "open",
+        "release_date": "2025-01-20"}}
+    records = [json.loads(line) for line in next(out.glob("runs/s/*/instances.jsonl")).read_text().splitlines()]
+    return model, records
+
+
+def test_a_reasoning_model_end_to_end_answers_with_its_thinking_budget_and_is_priced_apart(tmp_path):
+    def yes(body):
+        return "Yes"
+
+    with MockOpenAIServer(responder=yes, reasoning="split", thinking_tokens=7) as srv:
+        model, records = _run_and_summarize(tmp_path, srv, thinking_budget=64)
+        assert {b["max_tokens"] for b in srv.requests} == {2 + 64}
+    assert all(r["completion"]["text"] == "Yes" and r["stats"]["exact_match"] == 1.0 for r in records)
+    assert all(r["completion"]["usage"]["reasoning_tokens"] == 7 for r in records)
+    assert model["reasoning_tokens"] == 6 * 7 and model["completion_tokens"] == 6 * 8
+    prompt = model["prompt_tokens"]
+    assert model["cost_usd"] == pytest.approx((prompt * 1.0 + 6 * 1 * 2.0 + 6 * 7 * 10.0) / 1e6)
+
+
+def test_without_a_thinking_budget_the_one_token_answers_are_lost_to_thinking(tmp_path):
+    def yes(body):
+        return "Yes"
+
+    with MockOpenAIServer(responder=yes, reasoning="split", thinking_tokens=7) as srv:
+        _, records = _run_and_summarize(tmp_path, srv, thinking_budget=None)
+    assert all(r["completion"]["text"] == "" and r["stats"]["exact_match"] == 0.0 for r in records)
+    assert all(r["completion"]["finish_reason"] == "length" for r in records)
+
+
+def test_the_leaderboard_shows_reasoning_tokens_and_model_metadata(tmp_path, dashboard_env):
+    """The Streamlit app itself (AppTest: the real script on the real store) after a reasoning model's run."""
+    import os
+    from pathlib import Path
+
+    app_test = pytest.importorskip("streamlit.testing.v1").AppTest
+
+    def yes(body):
+        return "Yes"
+
+    with MockOpenAIServer(responder=yes, reasoning="split", thinking_tokens=7) as srv:
+        _run_and_summarize(tmp_path, srv, thinking_budget=64)
+    os.environ["MEDHELM_STORE"] = str(tmp_path / "out" / "results.sqlite")
+    for key in ("MEDHELM_RELEASE", "MEDHELM_REDACTED"):
+        os.environ.pop(key, None)
+    at = app_test.from_file(str(Path(__file__).parents[2] / "dashboard" / "app.py"), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    board = at.dataframe[0].value
+    assert board["Reasoning tokens"].tolist() == [42] and board["Output tokens"].tolist() == [48]
+    assert board[["Display name", "Creator", "Access", "Released"]].values.tolist() == [
+        ["Test R1", "Tests", "open", "2025-01-20"]]
