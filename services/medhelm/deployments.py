@@ -1,7 +1,7 @@
 """The model-deployment registry: built-in entries plus the user's ``<local-path>/model_deployments.yaml``.
 
 Shape (HELM's, so existing prod_env files carry over): a list under ``model_deployments``; each item has
-``name``, ``model_name``, ``kind`` (openai | llamacpp | kserve_v2) and per kind ``base_url``,
+``name``, ``model_name``, ``kind`` (openai | llamacpp | kserve_v2 | anthropic | gemini | bedrock | azure_openai) and per kind ``base_url``,
 ``served_model_name``, ``api_key_env``, ``max_sequence_length`` or ``gguf_path``.
 
 Each file is checked against a typed schema (``schemas.py``, pydantic) when read: strict types, known keys,
@@ -36,7 +36,8 @@ ENV_FILES = "MEDHELM_MODEL_DEPLOYMENTS"
 DEFAULT_DEPLOYMENT = "local/smollm2-135m-instruct"
 
 _REQUIRED_BY_KIND = {DeploymentKind.OPENAI: ("base_url",), DeploymentKind.LLAMACPP: ("gguf_path",),
-                     DeploymentKind.KSERVE_V2: ("base_url",)}
+                     DeploymentKind.KSERVE_V2: ("base_url",), DeploymentKind.ANTHROPIC: (),
+                     DeploymentKind.GEMINI: (), DeploymentKind.BEDROCK: (), DeploymentKind.AZURE_OPENAI: ("base_url",)}
 
 
 class DeploymentRegistry:
@@ -107,7 +108,7 @@ class DeploymentRegistry:
 class _DeploymentItem(Strict):
     name: Text
     model_name: Text
-    kind: Literal["openai", "llamacpp", "kserve_v2"]
+    kind: Literal["openai", "llamacpp", "kserve_v2", "anthropic", "gemini", "bedrock", "azure_openai"]
     base_url: Url | None = None
     served_model_name: Text | None = None
     api_key_env: EnvName | None = None
@@ -186,6 +187,18 @@ def _check_headers(options: Mapping[str, Any], path: Path, index: int, doc: Yaml
                               field=f"model_deployments[{index}].options.{field}")
 
 
+def _secret_variables(dep: Deployment) -> list[tuple[str, str]]:
+    """(variable, what it is) that the native kinds and the gateway options read besides ``api_key_env``."""
+    opts = dep.options
+    out = []
+    if opts.get("subscription_key_env"):
+        out.append((str(opts["subscription_key_env"]), "options.subscription_key_env"))
+    if dep.kind is DeploymentKind.BEDROCK or (dep.kind is DeploymentKind.ANTHROPIC and opts.get("platform") == "bedrock"):
+        out.append((str(opts.get("aws_access_key_env") or "AWS_ACCESS_KEY_ID"), "AWS access key"))
+        out.append((str(opts.get("aws_secret_key_env") or "AWS_SECRET_ACCESS_KEY"), "AWS secret key"))
+    return out
+
+
 def check_usable(dep: Deployment, *, source: str | Path | None = None) -> None:
     """What a run needs from a deployment, checked at planning (before anything is written): the API key's
     environment variable is set, a GGUF file is there. (Types and URL schemes were checked on reading.)"""
@@ -193,6 +206,10 @@ def check_usable(dep: Deployment, *, source: str | Path | None = None) -> None:
     if dep.api_key_env and not os.environ.get(dep.api_key_env):
         raise ConfigError(f"{where}: the environment variable {dep.api_key_env} (api_key_env) is not set; "
                           "export it with the API key before running")
+    for variable, what in _secret_variables(dep):
+        if not os.environ.get(variable):
+            raise ConfigError(f"{where}: the environment variable {variable} ({what}) is not set; export it "
+                              "before running")
     if dep.kind is DeploymentKind.LLAMACPP and dep.gguf_path:
         try:
             files.check_regular(resolve_gguf(dep.gguf_path), missing="GGUF model file not found",

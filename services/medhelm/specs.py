@@ -189,10 +189,18 @@ class DeploymentKind(str, enum.Enum):
     OPENAI = "openai"  # any OpenAI-compatible server: vLLM, KServe HF runtime, llama.cpp server, Azure
     LLAMACPP = "llamacpp"  # an in-process GGUF model
     KSERVE_V2 = "kserve_v2"  # KServe Open Inference Protocol v2 (text in, text out)
+    ANTHROPIC = "anthropic"  # Anthropic Messages API: direct, on Bedrock (invoke) or on Vertex (rawPredict)
+    GEMINI = "gemini"  # Gemini generateContent: the public API or Vertex AI
+    BEDROCK = "bedrock"  # Amazon Bedrock Converse, SigV4-signed
+    AZURE_OPENAI = "azure_openai"  # Azure OpenAI chat completions, an api-key or an Entra ID token
 
 
 # --------------------------------------------------------------------------------------------
 # models and requests
+
+
+_ANSWERING_OPTIONS = ("platform", "region", "project", "thinking_budget", "additional_model_request_fields",
+                      "anthropic_version")
 
 
 @dataclass(frozen=True)
@@ -219,7 +227,7 @@ class Deployment:
 
     def identity(self) -> dict[str, JSON]:
         """What makes two deployments answer identically; part of every cache key."""
-        return {
+        out: dict[str, JSON] = {
             "name": self.name,
             "model_name": self.model_name,
             "kind": self.kind.value,
@@ -227,6 +235,12 @@ class Deployment:
             "served_model_name": self.served_model_name,
             "gguf_path": self.gguf_path,
         }
+        # the native kinds' options that change the answer (another platform, region or thinking budget);
+        # absent for the other kinds, whose cache keys stay as they were
+        answering = {k: self.options[k] for k in _ANSWERING_OPTIONS if k in self.options}
+        if answering:
+            out["options"] = FrozenMap(answering).to_json()
+        return out
 
     def to_json(self) -> dict[str, JSON]:
         d = dataclasses.asdict(self)
@@ -364,11 +378,18 @@ class Usage:
     latency_s: float = 0.0  # wall time of the successful attempt (0 for a cache hit)
     cached: bool = False
     attempts: int = 1  # 1 + number of retries
+    # Of completion_tokens, those the model spent thinking (OpenAI's convention: completion_tokens counts
+    # every generated token, reasoning included), when the provider states it (Gemini thoughtsTokenCount,
+    # OpenAI completion_tokens_details.reasoning_tokens); None when it does not say.
+    reasoning_tokens: int | None = None
 
     def to_json(self) -> dict[str, JSON]:
         # by hand: dataclasses.asdict deep-copies and shows up at ~0.1 ms per record in profiles
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "latency_s": self.latency_s, "cached": self.cached, "attempts": self.attempts}
+        d: dict[str, JSON] = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                              "latency_s": self.latency_s, "cached": self.cached, "attempts": self.attempts}
+        if self.reasoning_tokens is not None:  # absent otherwise: records of other kinds keep their bytes
+            d["reasoning_tokens"] = self.reasoning_tokens
+        return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, JSON]) -> Usage:

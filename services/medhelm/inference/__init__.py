@@ -66,7 +66,20 @@ def make_client(deployment: Deployment, *, connections: int | None = None) -> Mo
         if protocol == "grpc":
             return module.KServeV2GrpcClient(deployment)
         return module.KServeV2Client(deployment, connections=connections)
+    native = _NATIVE.get(deployment.kind)
+    if native is not None:
+        module, cls = native
+        return getattr(importlib.import_module(module), cls)(deployment, connections=connections)
     raise ConfigError(f"deployment '{deployment.name}': unsupported kind '{deployment.kind.value}'")
+
+
+# The provider-native kinds: module and class, imported when a deployment of that kind is first used.
+_NATIVE = {
+    DeploymentKind.ANTHROPIC: ("medhelm.inference.anthropic", "AnthropicClient"),
+    DeploymentKind.GEMINI: ("medhelm.inference.gemini", "GeminiClient"),
+    DeploymentKind.BEDROCK: ("medhelm.inference.bedrock", "BedrockClient"),
+    DeploymentKind.AZURE_OPENAI: ("medhelm.inference.azure_openai", "AzureOpenAIClient"),
+}
 
 
 class _Counters:
