@@ -38,12 +38,12 @@ def keys(monkeypatch):
 
 def make_fake(kind: str, **kwargs):
     if kind == "anthropic":
-        return FakeAnthropic(api_key=KEYS["ANTHROPIC_TEST_KEY"], **kwargs)
+        return FakeAnthropic(**{"api_key": KEYS["ANTHROPIC_TEST_KEY"], **kwargs})
     if kind == "gemini":
-        return FakeGemini(api_key=KEYS["GEMINI_TEST_KEY"], **kwargs)
+        return FakeGemini(**{"api_key": KEYS["GEMINI_TEST_KEY"], **kwargs})
     if kind == "bedrock":
-        return FakeBedrock(aws_keys={AWS_KEY: AWS_SECRET}, **kwargs)
-    return FakeAzureOpenAI(api_key=KEYS["AZURE_TEST_KEY"], **kwargs)
+        return FakeBedrock(**{"aws_keys": {AWS_KEY: AWS_SECRET}, **kwargs})
+    return FakeAzureOpenAI(**{"api_key": KEYS["AZURE_TEST_KEY"], **kwargs})
 
 
 def deployment_entry(kind: str, base_url: str, name: str | None = None, **options) -> dict:
