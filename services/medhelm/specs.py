@@ -197,8 +197,10 @@ DeploymentKind = enum.Enum("DeploymentKind", [(name.upper(), name) for name in _
 # models and requests
 
 
-_ANSWERING_OPTIONS = ("platform", "region", "project", "thinking_budget", "additional_model_request_fields",
-                      "anthropic_version")
+# Deployment options that change what a model answers (part of the cache key when set).
+ANSWER_OPTIONS = ("api", "reasoning_effort", "thinking_budget", "max_tokens_param", "sampling")
+# and the native kinds' (another platform, region, project or API version answers on its own)
+ANSWER_OPTIONS += ("platform", "region", "project", "additional_model_request_fields", "anthropic_version")
 
 
 @dataclass(frozen=True)
@@ -224,8 +226,10 @@ class Deployment:
             object.__setattr__(self, "options", FrozenMap(self.options))
 
     def identity(self) -> dict[str, JSON]:
-        """What makes two deployments answer identically; part of every cache key."""
-        out: dict[str, JSON] = {
+        """What makes two deployments answer identically; part of every cache key. The options that change an
+        answer (``ANSWER_OPTIONS``: the route, a reasoning model's effort and thinking budget) join it only when
+        set, so the keys of every other deployment stay as they were."""
+        identity: dict[str, JSON] = {
             "name": self.name,
             "model_name": self.model_name,
             "kind": self.kind.value,
@@ -233,12 +237,10 @@ class Deployment:
             "served_model_name": self.served_model_name,
             "gguf_path": self.gguf_path,
         }
-        # the native kinds' options that change the answer (another platform, region or thinking budget);
-        # absent for the other kinds, whose cache keys stay as they were
-        answering = {k: self.options[k] for k in _ANSWERING_OPTIONS if k in self.options}
-        if answering:
-            out["options"] = FrozenMap(answering).to_json()
-        return out
+        answer = {k: _thaw(self.options[k]) for k in ANSWER_OPTIONS if k in self.options}
+        if answer:
+            identity["options"] = answer
+        return identity
 
     def to_json(self) -> dict[str, JSON]:
         d = dataclasses.asdict(self)
