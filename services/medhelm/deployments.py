@@ -10,6 +10,11 @@ http(s) URLs, environment-variable names, finite positive numbers, no deployment
 ``check_usable`` is what planning adds for the deployments a run uses (key variable set, GGUF present).
 A problem is a ConfigError naming the file, line and field.
 
+HELM's own entries (``client_spec`` with ``class_name`` and ``args``, ``tokenizer_name``,
+``max_request_length``, ``window_service_spec``) are read as they are: ``helm_env.py`` maps the client class
+to a kind of ours and takes keys and endpoints from ``credentials.conf`` beside the file (or
+``HELM_CREDENTIALS``), as HELM does. Both shapes may be mixed in one file.
+
 ``MEDHELM_MODEL_DEPLOYMENTS`` (paths separated by ``os.pathsep``) adds files read after the user's: the
 Helm chart mounts its ConfigMap as a folder and names the file there (a ``subPath`` mount never sees an
 update). A named file that does not exist is a one-line ConfigError.
@@ -25,8 +30,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from medhelm import files
+from medhelm import credentials, files, helm_env
 from medhelm.backend_kinds import BY_KIND, KIND_NAMES
+from medhelm.credentials import Credentials
 from medhelm.errors import ConfigError, escape
 from medhelm.files import YamlDoc, load_yaml_doc
 from medhelm.schemas import EnvName, Finite, Strict, Text, Url, check
@@ -130,7 +136,12 @@ def _read(path: Path) -> Iterator[Deployment]:
         raise ConfigError("expected a list under the key 'model_deployments'", path=path)
     top = check(_DeploymentsFile, doc.data, path=path, doc=doc)
     seen: dict[str, int] = {}
+    credentials = None
     for i, raw in enumerate(top.model_deployments):
+        if helm_env.is_helm_item(raw):
+            if credentials is None:  # read once per file, and only for a file that has HELM entries
+                credentials = Credentials.load(Path(path).parent)
+            raw = helm_env.translate(raw, path=path, doc=doc, index=i, credentials=credentials)
         item = check(_DeploymentItem, raw, path=path, doc=doc, prefix=("model_deployments", i))
         if item.name in seen:
             raise ConfigError(f"deployment '{escape(item.name)}' is defined twice (first as model_deployments"
@@ -143,10 +154,11 @@ def _read(path: Path) -> Iterator[Deployment]:
 def _deployment(item: _DeploymentItem, path: Path, index: int, doc: YamlDoc) -> Deployment:
     kind = DeploymentKind(item.kind)
     for key in BY_KIND[kind.value].required:
-        if not getattr(item, key):
+        if not getattr(item, key) and not item.options.get("unresolved"):  # unresolved: said at planning
             raise ConfigError(f"is required for kind '{kind.value}'", path=path,
                               line=doc.line("model_deployments", index), field=f"model_deployments[{index}].{key}")
     _check_headers(item.options, path, index, doc)
+    _check_reasoning(item.options, path, index, doc)
     gguf = item.gguf_path
     if gguf and not gguf.startswith("package:") and not Path(gguf).is_absolute():
         gguf = str((Path(path).parent / gguf).resolve())
@@ -186,6 +198,26 @@ def _check_headers(options: Mapping[str, Any], path: Path, index: int, doc: Yaml
                               field=f"model_deployments[{index}].options.{field}")
 
 
+_REASONING_OPTIONS: dict[str, tuple[str, Any]] = {
+    # option -> (what it must be, the test)
+    "api": ("'chat' or 'completions'", lambda v: v in ("chat", "completions")),
+    "reasoning_effort": ("one of minimal, low, medium, high", lambda v: v in ("minimal", "low", "medium", "high")),
+    "thinking_budget": ("a whole number of tokens from 0 to 1,000,000",
+                        lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1_000_000),
+    "max_tokens_param": ("'max_tokens' or 'max_completion_tokens'",
+                         lambda v: v in ("max_tokens", "max_completion_tokens")),
+    "sampling": ("true or false", lambda v: isinstance(v, bool)),
+}
+
+
+def _check_reasoning(options: Mapping[str, Any], path: Path, index: int, doc: YamlDoc) -> None:
+    """The route and reasoning options (``inference/openai.py``; the native kinds read the same names)."""
+    for key, (want, ok) in _REASONING_OPTIONS.items():
+        if key in options and not ok(options[key]):
+            raise ConfigError(f"must be {want}", path=path, line=doc.line("model_deployments", index, "options", key),
+                              field=f"model_deployments[{index}].options.{key}")
+
+
 def _secret_variables(dep: Deployment) -> list[tuple[str, str]]:
     """(variable, what it is) that the native kinds and the gateway options read besides ``api_key_env``."""
     opts = dep.options
@@ -202,6 +234,10 @@ def check_usable(dep: Deployment, *, source: str | Path | None = None) -> None:
     """What a run needs from a deployment, checked at planning (before anything is written): the API key's
     environment variable is set, a GGUF file is there. (Types and URL schemes were checked on reading.)"""
     where = f"deployment '{escape(dep.name)}'" + (f" ({escape(source)})" if source else "")
+    for problem in dep.options.get("unresolved") or ():  # a HELM entry's endpoint or key not in credentials.conf
+        raise ConfigError(f"{where}: {problem}")
+    if dep.options.get("credentials"):
+        credentials.secret(dep.options["credentials"], deployment=dep.name)  # read (a ConfigError if absent), never shown
     if dep.api_key_env and not os.environ.get(dep.api_key_env):
         raise ConfigError(f"{where}: the environment variable {dep.api_key_env} (api_key_env) is not set; "
                           "export it with the API key before running")

@@ -78,14 +78,20 @@ def parse_run_entry(text: str, *, source: str = "--run-entries", priority: int =
     return RunEntry(text=raw, name=name, args=FrozenMap(args), priority=priority, source=source, base_dir=base_dir)
 
 
+def parse_hocon(text: str, path: Path) -> dict[str, Any]:
+    """The HOCON subset below as nested dicts/lists (HELM's ``.conf`` files and ``credentials.conf``)."""
+    doc = _HoconParser(text, path).parse_document()
+    files.check_depth(doc, path)
+    return doc
+
+
 def read_conf(path: str | Path) -> list[RunEntry]:
     path = Path(path)
     text = files.read_text(path, what=".conf file")
     try:
-        doc = _HoconParser(text, path).parse_document()
+        doc = parse_hocon(text, path)
     except RecursionError:
         raise ConfigError(f"nested too deeply (more than {files.MAX_DEPTH} levels)", path=path) from None
-    files.check_depth(doc, path)
     entries = doc.get("entries")
     if not isinstance(entries, list):
         raise ConfigError("expected 'entries: [ {description: \"...\", priority: N}, ... ]'", path=path)

@@ -122,6 +122,7 @@ def writable_store(location: str) -> Iterator[Store]:
 def summarize_options(args: argparse.Namespace, release: str, suites: list[str]) -> SummarizeOptions:
     """Every input checked (deployments, prices) before the store is touched."""
     from medhelm.deployments import DeploymentRegistry
+    from medhelm.helm_env import METADATA_FILE, read_metadata
     from medhelm.store import SummarizeOptions
     from medhelm.store.costs import PriceTable
 
@@ -130,9 +131,12 @@ def summarize_options(args: argparse.Namespace, release: str, suites: list[str])
     registry = DeploymentRegistry.load(Path(args.local_path))
     prices_path = args.prices or (Path(args.local_path) / "prices.yaml")
     prices = PriceTable.load(prices_path) if args.prices or prices_path.is_file() else PriceTable.empty()
+    metadata_path = Path(args.local_path) / METADATA_FILE  # HELM's prod_env/model_metadata.yaml, if there
+    metadata = {m.name: m.to_json() for m in read_metadata(metadata_path)} if metadata_path.is_file() else {}
     return SummarizeOptions(release=release, suites=tuple(suites), replicates=args.bootstrap, seed=args.seed,
                             redact=args.redact, prices=prices, allow_fewer_runs=args.allow_fewer_runs,
-                            redacted_deployments=frozenset(d.name for d in registry if d.redacted))
+                            redacted_deployments=frozenset(d.name for d in registry if d.redacted),
+                            model_metadata=metadata)
 
 
 def run_summarize(store: Store, sources: Iterable[RunSource], options: SummarizeOptions) -> SummaryReport:

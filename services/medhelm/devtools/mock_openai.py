@@ -9,6 +9,14 @@ fails is decided by a hash of (seed, request body, how often that body was seen)
 reproducible whatever order concurrent requests arrive in, and a retried request eventually passes.
 It is a fixture for fault injection and throughput, not a model.
 
+A reasoning model is imitated with ``reasoning="split"`` (a server with a reasoning parser: the thinking in
+``message.reasoning_content``, its count in ``usage.completion_tokens_details.reasoning_tokens``, as vLLM
+with ``--reasoning-parser`` and OpenAI's o-series answer) or ``reasoning="inline"`` (no parser: the
+thinking inline as ``<think>...</think>`` before the answer, no count). The thinking is
+``thinking_tokens`` words; ``completion_tokens`` counts thinking and answer (OpenAI's convention); a budget
+(``max_tokens`` or ``max_completion_tokens``) too small for both cuts the output there, ``finish_reason``
+``length``: the thinking ate the answer. ``POST /v1/completions`` (the legacy route) answers ``choices[0].text``.
+
 A ``responder(body) -> str`` gives the answer text; raising ``MockHTTPError(status, message)`` from it
 answers with that HTTP error instead. For assertions: ``requests`` (bodies), ``request_meta`` (target and
 headers), ``request_count``, ``max_in_flight``, ``connection_count``; ``reset()`` clears them.
@@ -65,7 +73,11 @@ def default_responder(body: dict[str, Any]) -> str:
 class MockOpenAIServer:
     def __init__(self, responder: Responder | None = None, latency_s: float = 0.0, error_rate: float = 0.0,
                  rate_limit_rate: float = 0.0, malformed_rate: float = 0.0, seed: int = 0, *,
-                 retry_after_s: float = 0.05, host: str = "127.0.0.1", port: int = 0) -> None:
+                 retry_after_s: float = 0.05, host: str = "127.0.0.1", port: int = 0,
+                 reasoning: str | None = None, thinking_tokens: int = 8) -> None:
+        if reasoning not in (None, "split", "inline"):
+            raise ValueError("reasoning must be None, 'split' or 'inline'")
+        self.reasoning, self.thinking_tokens = reasoning, thinking_tokens
         self.responder = responder or default_responder
         self.latency_s, self.seed, self.retry_after_s = latency_s, seed, retry_after_s
         # cumulative thresholds on one uniform draw: [error | rate limit | malformed | ok]
@@ -183,7 +195,7 @@ class MockOpenAIServer:
             return 200, {}, b'{"status":"ok"}'
         if method == "GET" and path == "/v1/models":
             return 200, {}, _json({"object": "list", "data": [{"id": "mock-model", "object": "model"}]})
-        if method == "POST" and path == "/v1/chat/completions":
+        if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
             self._in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self._in_flight)
             try:
@@ -193,11 +205,17 @@ class MockOpenAIServer:
         return 404, {}, _json({"error": {"message": f"no route {method} {path}", "type": "not_found"}})
 
     async def _chat(self, raw: bytes, meta: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        chat = not meta["target"].split("?", 1)[0].endswith("/v1/completions")
         try:
             body = json.loads(raw)
-            messages = body["messages"]
+            if chat:
+                messages = body["messages"]
+            else:  # the legacy route: one prompt text, answered as if it were the user's message
+                messages = [{"role": "user", "content": str(body["prompt"])}]
+                body = {**body, "messages": messages}
         except (ValueError, KeyError, TypeError):
-            return 400, {}, _json({"error": {"message": "body must be JSON with 'messages'", "type": "invalid"}})
+            return 400, {}, _json({"error": {"message": "body must be JSON with 'messages' (chat) or 'prompt'",
+                                             "type": "invalid"}})
         self.requests.append(body)
         self.request_meta.append(meta)
         draw = self._draw(raw)
@@ -214,15 +232,40 @@ class MockOpenAIServer:
             extra = {"Retry-After": f"{err.retry_after:g}"} if err.retry_after is not None else {}
             return err.status, extra, _json({"error": {"message": err.message, "type": "mock"}})
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
+        message, usage, finish = self._answer(text, body)
+        usage = {"prompt_tokens": prompt_tokens, **usage}
+        usage["total_tokens"] = prompt_tokens + usage["completion_tokens"]
+        if chat:
+            choice = {"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": message["content"] or "", "finish_reason": finish}
         payload = _json({
-            "id": f"chatcmpl-{self.request_count}", "object": "chat.completion", "model": body.get("model"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(text.split()),
-                      "total_tokens": prompt_tokens + len(text.split())},
+            "id": f"chatcmpl-{self.request_count}", "object": "chat.completion" if chat else "text_completion",
+            "model": body.get("model"), "choices": [choice], "usage": usage,
         })
         if draw < self._faults[2]:
             return 200, {}, payload[: len(payload) // 2]  # a body cut short, as by a failing proxy
         return 200, {}, payload
+
+    def _answer(self, text: str, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int], str]:
+        """(message fields, usage counts, finish_reason) for the answer ``text``, thinking first if asked."""
+        words = text.split()
+        if self.reasoning is None:
+            return {"content": text}, {"completion_tokens": len(words)}, "stop"
+        thinking = [f"step{i}" for i in range(self.thinking_tokens)]
+        budget = body.get("max_completion_tokens", body.get("max_tokens"))
+        budget = budget if isinstance(budget, int) and budget >= 0 else len(thinking) + len(words)
+        kept_thinking, kept_words = thinking[:budget], words[:max(budget - len(thinking), 0)]
+        finish = "stop" if len(kept_words) == len(words) else "length"
+        used = len(kept_thinking) + len(kept_words)
+        if self.reasoning == "inline":
+            closed = len(kept_thinking) == len(thinking) and budget > len(thinking)
+            content = "<think>" + " ".join(kept_thinking) + ("</think>\n\n" + " ".join(kept_words) if closed else "")
+            return {"content": content}, {"completion_tokens": used}, finish
+        answer = " ".join(kept_words) if kept_words or finish == "stop" else None  # vLLM: null when cut
+        return ({"content": answer, "reasoning_content": " ".join(kept_thinking)},
+                {"completion_tokens": used, "completion_tokens_details": {"reasoning_tokens": len(kept_thinking)}},
+                finish)
 
     def _draw(self, raw: bytes) -> float:
         """A uniform number fixed by (seed, body, occurrence): reproducible under any arrival order."""
@@ -262,11 +305,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retry-after", type=float, default=0.05, help="seconds sent in Retry-After with a 429")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--responder", help="module:function returning the answer text for a request body")
+    parser.add_argument("--reasoning", choices=("split", "inline"), help="imitate a reasoning model")
+    parser.add_argument("--thinking-tokens", type=int, default=8)
     args = parser.parse_args(argv)
     server = MockOpenAIServer(_load_responder(args.responder) if args.responder else None,
                               latency_s=args.latency_ms / 1000, error_rate=args.error_rate,
                               rate_limit_rate=args.rate_limit_rate, malformed_rate=args.malformed_rate,
-                              seed=args.seed, retry_after_s=args.retry_after, host=args.host, port=args.port)
+                              seed=args.seed, retry_after_s=args.retry_after, host=args.host, port=args.port,
+                              reasoning=args.reasoning, thinking_tokens=args.thinking_tokens)
     with server:
         print(f"mock OpenAI server listening on {server.base_url}", flush=True)
         try:

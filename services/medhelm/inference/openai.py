@@ -8,7 +8,19 @@ Deployment ``options`` understood here:
 * ``auth_header`` — header carrying the raw key instead of ``Authorization: Bearer`` (Azure: ``api-key``);
 * ``headers`` — extra, non-secret headers (e.g. a KServe ``Host`` override);
 * ``ca_bundle`` — a PEM file of the CA that signed an internal HTTPS endpoint;
-* ``subscription_key_env`` / ``subscription_key_header`` — an API gateway's key (``gateway.py``).
+* ``subscription_key_env`` / ``subscription_key_header`` — an API gateway's key (``gateway.py``);
+* ``api`` — ``chat`` (default, ``/chat/completions``) or ``completions`` (the legacy ``/completions`` route
+  HELM's ``VLLMClient`` calls: the prompt's messages joined as one text);
+* reasoning models: ``reasoning_effort`` (sent as is: ``low`` | ``medium`` | ``high``), ``thinking_budget``
+  (tokens added to every request's ``max_tokens``, so a 1-token multiple-choice answer still has room after
+  the thinking), ``max_tokens_param: max_completion_tokens`` (OpenAI's o-series and GPT-5 refuse
+  ``max_tokens``) and ``sampling: false`` (temperature and stop are not sent: those models refuse them).
+
+Reasoning: only the final answer is kept as the completion's text — ``message.content``, never vLLM's
+``reasoning_content``/``reasoning`` — and a leading ``<think>...</think>`` block is cut when the server did
+not split it (no reasoning parser). ``usage.completion_tokens_details.reasoning_tokens`` is recorded as
+``Usage.reasoning_tokens`` (of ``completion_tokens``) when the server states a positive count; a server that
+says nothing (older vLLM) leaves it None: unknown, never 0.
 
 A server's wait is honoured from ``retry-after-ms`` (Azure) or ``Retry-After``. Kind ``azure_openai``
 (``azure_openai.py``) is this client with Azure's URL layout and an Entra ID token per request.
@@ -28,6 +40,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from medhelm import credentials
 from medhelm.errors import ConfigError, InferenceError
 from medhelm.inference.gateway import gateway_headers
 from medhelm.inference.http import HttpReply, JsonTransport
@@ -42,10 +55,15 @@ class OpenAIClient:
         if not deployment.base_url:
             raise ConfigError(f"deployment '{deployment.name}' has no base_url")
         self._deployment = deployment
-        self._url = deployment.base_url.rstrip("/") + "/chat/completions"
+        options = deployment.options
+        self._chat = options.get("api", "chat") != "completions"
+        self._url = deployment.base_url.rstrip("/") + ("/chat/completions" if self._chat else "/completions")
         self._model = deployment.served_model_name or deployment.model_name
         self._body_head = '{"model":' + json.dumps(self._model, ensure_ascii=False) + ',"messages":'
-        options = deployment.options
+        self._thinking = int(options.get("thinking_budget") or 0)
+        self._max_key = str(options.get("max_tokens_param") or "max_tokens")
+        self._sampling = options.get("sampling", True) is not False
+        self._effort = options.get("reasoning_effort")
         params = {"api-version": str(options["api_version"])} if options.get("api_version") else None
         self._transport = JsonTransport(deployment, _headers(deployment), params, connections=connections)
         self._auth = None  # an object with ``async headers()`` and ``invalidate()`` (Entra ID), or None
@@ -56,13 +74,17 @@ class OpenAIClient:
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
         """The JSON body sent for ``request`` (public so tests and dry runs can inspect it)."""
-        body: dict[str, Any] = {
-            "model": self._model,
-            "messages": [m.to_json() for m in request.messages],
-            "max_tokens": request.max_tokens,
-            "temperature": request.temperature,
-        }
-        if request.stop:
+        body: dict[str, Any] = {"model": self._model}
+        if self._chat:
+            body["messages"] = [m.to_json() for m in request.messages]
+        else:
+            body["prompt"] = "\n\n".join(m.content for m in request.messages)
+        body[self._max_key] = request.max_tokens + self._thinking  # the answer's budget after the thinking
+        if self._sampling:
+            body["temperature"] = request.temperature
+        if self._effort is not None:
+            body["reasoning_effort"] = self._effort
+        if request.stop and self._sampling:
             body["stop"] = list(request.stop)
         if request.seed is not None:
             body["seed"] = request.seed
@@ -78,7 +100,8 @@ class OpenAIClient:
 
     def body(self, request: GenerationRequest) -> bytes:
         """``payload(request)`` as the bytes sent, the messages' JSON reused from the cache key."""
-        if request.json_schema is not None or request.top_logprobs:
+        if (request.json_schema is not None or request.top_logprobs or not self._chat or self._thinking
+                or self._effort is not None or not self._sampling or self._max_key != "max_tokens"):
             return json.dumps(self.payload(request), ensure_ascii=False).encode("utf-8")
         text = (self._body_head + request.messages_json() + ',"max_tokens":' + scalar_json(request.max_tokens)
                 + ',"temperature":' + scalar_json(request.temperature)
@@ -93,7 +116,7 @@ class OpenAIClient:
             if response.status_code == 401 and self._auth is not None:
                 self._auth.invalidate()  # expired or revoked: the retry fetches a fresh token
             raise self._http_error(response, request)
-        return _parse(response, latency, self._where())
+        return _parse(response, latency, self._where(), chat=self._chat)
 
     async def context_window(self) -> int | None:
         """The served model's context length as the server states it: vLLM lists ``max_model_len`` for
@@ -130,11 +153,14 @@ class OpenAIClient:
 
 def _headers(deployment: Deployment) -> dict[str, str]:
     headers = gateway_headers(deployment)
+    # a HELM prod_env entry: the key from credentials.conf, read now (credentials.py), never kept in a spec
+    key = credentials.deployment_secret(deployment.options, "api_key", deployment=deployment.name)
     if deployment.api_key_env:
         key = os.environ.get(deployment.api_key_env)
         if not key:
             raise ConfigError(f"environment variable {deployment.api_key_env} is not set "
                               f"(api_key_env of deployment '{deployment.name}')")
+    if key:
         auth_header = deployment.options.get("auth_header")
         if auth_header:
             headers[str(auth_header)] = key
@@ -143,25 +169,38 @@ def _headers(deployment: Deployment) -> dict[str, str]:
     return headers
 
 
-def _parse(response: HttpReply, latency: float, where: str) -> Completion:
+def _parse(response: HttpReply, latency: float, where: str, *, chat: bool = True) -> Completion:
     try:
         data = response.json()
         choice = data["choices"][0]
-        message = choice.get("message") or {}
-        content = message.get("content") or ""
+        if chat:
+            # the answer only: vLLM's reasoning parser puts the thinking in reasoning_content (or reasoning)
+            content = (choice.get("message") or {}).get("content") or ""
+        else:
+            content = choice.get("text") or ""
+        if not isinstance(content, str):
+            raise TypeError
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         # A proxy cut the body short or the server answered with something else: worth another try.
         raise InferenceError(f"{where}: malformed response body (HTTP {response.status_code})",
                              retryable=True, status=response.status_code) from None
     usage = data.get("usage") or {}
-    details = usage.get("completion_tokens_details")
-    reasoning = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
+    if not isinstance(usage, Mapping):
+        usage = {}
     return Completion(
         text=strip_reasoning(content),
         finish_reason=choice.get("finish_reason"),
         usage=Usage(prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
-                    latency_s=latency, reasoning_tokens=reasoning if isinstance(reasoning, int) else None),
+                    latency_s=latency, reasoning_tokens=reasoning_tokens(usage)),
     )
+
+
+def reasoning_tokens(usage: Mapping[str, Any]) -> int | None:
+    """``completion_tokens_details.reasoning_tokens`` when a positive integer, else None. OpenAI states 0 for
+    every model that does not think (gpt-4o): kept as None so those records keep their bytes."""
+    details = usage.get("completion_tokens_details")
+    value = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 _THINK = re.compile(r"\A\s*<think>.*?</think>\s*", re.DOTALL)

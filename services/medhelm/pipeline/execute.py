@@ -295,12 +295,16 @@ def merge_results(results: Sequence[MetricResult]) -> MetricResult:
     stats: dict[str, float | None] = {}
     judgements: list[JudgeScore] = []
     judge_prompt = judge_completion = 0
+    judge_reasoning: int | None = None  # stays None (absent from the record) unless a judge stated it
     for r in results:
         stats.update(r.stats)
         judgements.extend(r.judgements)
         judge_prompt += r.judge_usage.prompt_tokens or 0
         judge_completion += r.judge_usage.completion_tokens or 0
-    judge_usage = Usage(prompt_tokens=judge_prompt, completion_tokens=judge_completion) if judgements else Usage()
+        if r.judge_usage.reasoning_tokens is not None:
+            judge_reasoning = (judge_reasoning or 0) + r.judge_usage.reasoning_tokens
+    judge_usage = (Usage(prompt_tokens=judge_prompt, completion_tokens=judge_completion,
+                         reasoning_tokens=judge_reasoning) if judgements else Usage())
     return MetricResult(stats=stats, judgements=tuple(judgements), judge_usage=judge_usage)
 
 

@@ -770,6 +770,8 @@ def instance_stats(record: InstanceResult) -> dict[str, float | None]:
         u = record.completion.usage
         out["num_prompt_tokens"] = u.prompt_tokens
         out["num_completion_tokens"] = u.completion_tokens
+        if u.reasoning_tokens is not None:  # a reasoning model's thinking, of num_completion_tokens
+            out["num_reasoning_tokens"] = u.reasoning_tokens
         out["inference_runtime"] = u.latency_s if not u.cached else None
     out["prompt_truncated"] = 1.0 if record.prompt.truncated else 0.0
     if record.judgements:
@@ -879,6 +881,8 @@ def scored_row_json(d: Mapping) -> tuple[str, dict[str, float | None]] | None:
         u = completion.get("usage") or {}
         out["num_prompt_tokens"] = u.get("prompt_tokens")
         out["num_completion_tokens"] = u.get("completion_tokens")
+        if u.get("reasoning_tokens") is not None:
+            out["num_reasoning_tokens"] = u["reasoning_tokens"]
         out["inference_runtime"] = u.get("latency_s", 0.0) if not u.get("cached", False) else None
     out["prompt_truncated"] = 1.0 if d["prompt"].get("truncated", False) else 0.0
     if d.get("judgements"):

@@ -5,13 +5,19 @@ prices:
   - deployment: openai/gpt-4o          # API model: per-million-token list prices, USD
     input_per_million: 2.50
     output_per_million: 10.00
+  - deployment: openai/o3-mini          # a reasoning model: its thinking tokens may be priced apart
+    input_per_million: 1.10
+    output_per_million: 4.40
+    reasoning_per_million: 4.40         # optional; the output price when not given
   - deployment: vllm/qwen2.5-7b-instruct  # local deployment: GPU-hour price x GPU-seconds
     gpu_hour: 2.10
     gpus: 1
 ```
 
 A GPU-priced deployment is charged for the wall time of its runs (``run.json`` ``wall_time_s``: the
-GPU is held while the run goes), or the summed request latency when a run has no wall time. A
+GPU is held while the run goes), or the summed request latency when a run has no wall time. Reasoning
+tokens are part of the output tokens (OpenAI's convention): the answer's tokens are charged at
+``output_per_million``, the thinking at ``reasoning_per_million`` (the output price when not given). A
 deployment without a price has no cost (shown as such), never a cost of 0.
 
 ``jury_cost``, ``total_cost`` and ``cost_per_point`` are the cost arithmetic ``summarize`` writes and the
@@ -40,6 +46,7 @@ from medhelm.schemas import Finite, NameText, Strict, check
 class Price:
     input_per_million: float | None = None
     output_per_million: float | None = None
+    reasoning_per_million: float | None = None  # None: thinking costs the output price
     gpu_hour: float | None = None
     gpus: float = 1.0
 
@@ -49,8 +56,9 @@ class Usage:
     """Totals for one (model, deployment) row."""
 
     prompt_tokens: int = 0
-    completion_tokens: int = 0
+    completion_tokens: int = 0  # every generated token, reasoning included
     gpu_s: float = 0.0
+    reasoning_tokens: int = 0  # of completion_tokens, the thinking
 
 
 @dataclass(frozen=True)
@@ -81,12 +89,14 @@ class PriceTable:
             where = {"path": path, "line": doc.line("prices", i), "field": f"prices[{i}]"}
             if not name:
                 raise ConfigError("needs 'deployment' (or 'model')", **where)
-            if item.gpu_hour is None and item.input_per_million is None and item.output_per_million is None:
+            if item.gpu_hour is None and item.input_per_million is None and item.output_per_million is None \
+                    and item.reasoning_per_million is None:
                 raise ConfigError("needs input_per_million/output_per_million (API) or gpu_hour (local)", **where)
             if name in out:
                 raise ConfigError(f"a second price for '{escape(name)}'", **where)
             out[name] = Price(input_per_million=item.input_per_million, output_per_million=item.output_per_million,
-                              gpu_hour=item.gpu_hour, gpus=item.gpus)
+                              reasoning_per_million=item.reasoning_per_million, gpu_hour=item.gpu_hour,
+                              gpus=item.gpus)
         return cls(out)
 
     def cost(self, deployment: str, model: str, usage: Usage) -> Cost:
@@ -95,8 +105,11 @@ class PriceTable:
             return Cost(None, "no price")
         if price.gpu_hour is not None:
             return Cost(price.gpu_hour * price.gpus * usage.gpu_s / 3600.0, "gpu time")
+        output = price.output_per_million or 0.0
+        thinking = price.reasoning_per_million if price.reasoning_per_million is not None else output
+        reasoning = min(max(usage.reasoning_tokens, 0), usage.completion_tokens)
         return Cost((usage.prompt_tokens * (price.input_per_million or 0.0)
-                     + usage.completion_tokens * (price.output_per_million or 0.0)) / 1e6, "api tokens")
+                     + (usage.completion_tokens - reasoning) * output + reasoning * thinking) / 1e6, "api tokens")
 
 
 Money = Annotated[Finite, Field(ge=0, le=1e9)]
@@ -107,6 +120,7 @@ class _PriceItem(Strict):
     model: NameText | None = None
     input_per_million: Money | None = None
     output_per_million: Money | None = None
+    reasoning_per_million: Money | None = None
     gpu_hour: Money | None = None
     gpus: Annotated[Finite, Field(gt=0, le=1_000_000)] = 1.0
 
@@ -120,8 +134,8 @@ def jury_cost(prices: PriceTable, judge_tokens: dict[str, list[float]]) -> float
     judge that spent tokens has no token price (unknown, never 0; a GPU-hour judge's time is not attributable
     to one candidate). 0.0 when no judge spent any token."""
     total = 0.0
-    for judge, (prompt, completion) in judge_tokens.items():
-        cost = prices.cost(judge, judge, Usage(round(prompt), round(completion), 0.0))
+    for judge, (prompt, completion, *reasoning) in judge_tokens.items():
+        cost = prices.cost(judge, judge, Usage(round(prompt), round(completion), 0.0, round(sum(reasoning))))
         if cost.basis != "api tokens" or cost.usd is None:
             return None
         total += cost.usd

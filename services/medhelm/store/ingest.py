@@ -14,10 +14,11 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +46,9 @@ class SummarizeOptions:
     prices: PriceTable = field(default_factory=PriceTable.empty)
     batch_size: int = 5000
     allow_fewer_runs: bool = False  # replace a release even when this summarize found fewer runs
+    # model name -> HELM model_metadata.yaml fields (display_name, creator_organization_name, access,
+    # release_date, ...) shown beside the model on the leaderboard; kept in the release's meta
+    model_metadata: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -110,9 +114,9 @@ class _Ingest:
         self.benchmarks: dict[str, str] = {}  # name -> suite it was first described in
         self.seen: dict[tuple[str, str, str, str], str] = {}
         self.usage: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        # (model, deployment) -> judge deployment -> [prompt, completion] tokens its judges spent on it
+        # (model, deployment) -> judge deployment -> [prompt, completion, reasoning] tokens its judges spent on it
         self.judge_tokens: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(
-            lambda: defaultdict(lambda: [0.0, 0.0]))
+            lambda: defaultdict(lambda: [0.0, 0.0, 0.0]))
         self.redacted: dict[tuple[str, str], bool] = {}
         self.suites: dict[tuple[str, str], set[str]] = defaultdict(set)
         self.runs = self.instances = 0
@@ -201,8 +205,10 @@ class _Ingest:
             batch.append((run_id, r.instance_id, r.position, r.main_value, r.error, r.stats_json, r.record_json))
             totals["prompt_tokens"] += r.prompt_tokens
             totals["completion_tokens"] += r.completion_tokens
+            totals["reasoning_tokens"] += r.reasoning_tokens
             totals["judge_prompt_tokens"] += r.judge_prompt_tokens
             totals["judge_completion_tokens"] += r.judge_completion_tokens
+            totals["judge_reasoning_tokens"] += r.judge_reasoning_tokens
             if r.judge_prompt_tokens or r.judge_completion_tokens:
                 # records keep one usage for the whole jury: each judge saw the same prompt, so share it equally
                 judges = r.judges or ("",)
@@ -210,6 +216,7 @@ class _Ingest:
                     t = judge_tokens[j]
                     t[0] += r.judge_prompt_tokens / len(judges)
                     t[1] += r.judge_completion_tokens / len(judges)
+                    t[2] += r.judge_reasoning_tokens / len(judges)
             latency += r.latency_s
             if len(batch) >= self.options.batch_size:
                 self.store.insert_many("instances", columns, batch)
@@ -236,16 +243,17 @@ def _write_models(store: Store, options: SummarizeOptions, ingested: _Ingest) ->
     out = []
     for (model, dep), t in sorted(ingested.usage.items()):
         cost = options.prices.cost(dep, model, Usage(int(t["prompt_tokens"]), int(t["completion_tokens"]),
-                                                     t["gpu_s"]))
+                                                     t["gpu_s"], int(t["reasoning_tokens"])))
         out.append((options.release, model, dep, int(ingested.redacted[(model, dep)]),
                     ",".join(sorted(ingested.suites[(model, dep)])), int(t["n_instances"]), int(t["prompt_tokens"]),
                     int(t["completion_tokens"]), int(t["judge_prompt_tokens"]), int(t["judge_completion_tokens"]),
                     t["inference_s"], t["gpu_s"], cost.usd, cost.basis,
-                    jury_cost(options.prices, ingested.judge_tokens.get((model, dep), {}))))
+                    jury_cost(options.prices, ingested.judge_tokens.get((model, dep), {})),
+                    int(t["reasoning_tokens"]), int(t["judge_reasoning_tokens"])))
     store.insert_many("models", ("release", "model", "deployment", "redacted", "suites", "n_instances",
                                  "prompt_tokens", "completion_tokens", "judge_prompt_tokens",
                                  "judge_completion_tokens", "inference_s", "gpu_s", "cost_usd", "cost_basis",
-                                 "jury_cost_usd"), out)
+                                 "jury_cost_usd", "reasoning_tokens", "judge_reasoning_tokens"), out)
 
 
 def _write_leaderboard(store: Store, release: str) -> None:
@@ -279,6 +287,10 @@ def _write_meta(store: Store, options: SummarizeOptions, ingested: _Ingest) -> N
             "skipped": json.dumps(ingested.skipped),
             # cells whose prompt is not the benchmark's default (prompt_path=): the dashboard marks them
             "custom_prompts": json.dumps(sorted(ingested.custom_prompts))}
+    shown = {m for m, _ in ingested.usage}  # only the models of this release
+    metadata = {m: dict(v) for m, v in sorted(options.model_metadata.items()) if m in shown}
+    if metadata:
+        meta["model_metadata"] = json.dumps(metadata, ensure_ascii=False)
     store.insert_many("meta", ("release", "key", "value"), [(options.release, k, str(v)) for k, v in meta.items()])
     store.execute("DELETE FROM meta WHERE release = '' AND key = 'schema_version'")
     store.insert_many("meta", ("release", "key", "value"), [("", "schema_version", str(SCHEMA_VERSION))])

@@ -38,6 +38,8 @@ class InstanceRow(NamedTuple):
     judge_prompt_tokens: int
     judge_completion_tokens: int
     judges: tuple[str, ...] = ()  # deployments of the judges whose tokens these are (priced apart as jury cost)
+    reasoning_tokens: int = 0  # of completion_tokens, the model's thinking (0 when not stated)
+    judge_reasoning_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,8 @@ def _parse_rows(f: Any, main: str, with_text: bool, path: Path, limit: int | Non
                 usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0,
                 usage.get("latency_s") or 0.0, judge.get("prompt_tokens") or 0,
                 judge.get("completion_tokens") or 0,
-                tuple({str(j.get("judge", "")): 0 for j in d.get("judgements") or ()}) if judge else ())
+                tuple({str(j.get("judge", "")): 0 for j in d.get("judgements") or ()}) if judge else (),
+                usage.get("reasoning_tokens") or 0, judge.get("reasoning_tokens") or 0)
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             raise ConfigError(f"bad instance record ({type(e).__name__})", path=path, line=lineno) from None
         yield lineno, row

@@ -46,13 +46,17 @@ class JurySummary:
     counts: tuple[JudgeCounts, ...]
     judge_prompt_tokens: int
     judge_completion_tokens: int
+    judge_reasoning_tokens: int | None = None  # of the completion tokens, the judges' thinking (None: not stated)
 
     def to_json(self) -> dict:
         return {"instances": self.instances, "unscored_instances": self.unscored_instances,
                 "empty_responses": self.empty_responses, "jury_score": self.jury_score.to_json(),
                 "jury_score_normalized": self.jury_score_normalized.to_json(), "coverage": self.coverage,
                 "judges": [c.to_json() for c in self.counts], "judge_prompt_tokens": self.judge_prompt_tokens,
-                "judge_completion_tokens": self.judge_completion_tokens}
+                "judge_completion_tokens": self.judge_completion_tokens,
+                # absent unless a judge stated its thinking: summaries of other judges keep their bytes
+                **({} if self.judge_reasoning_tokens is None else
+                   {"judge_reasoning_tokens": self.judge_reasoning_tokens})}
 
 
 def summarize(records: Iterable[InstanceResult], *, n_boot: int = ag.DEFAULT_BOOTSTRAP, seed: int = 0
@@ -61,10 +65,13 @@ def summarize(records: Iterable[InstanceResult], *, n_boot: int = ag.DEFAULT_BOO
     counts: dict[tuple[str, str], list[int]] = {}
     raw, norm, coverage = [], [], []
     empty = prompt_tokens = completion_tokens = 0
+    reasoning_tokens: int | None = None
     for r in recs:
         empty += any(j.judge == EMPTY_RESPONSE_JUDGE for j in r.judgements)
         prompt_tokens += r.judge_usage.prompt_tokens or 0
         completion_tokens += r.judge_usage.completion_tokens or 0
+        if r.judge_usage.reasoning_tokens is not None:
+            reasoning_tokens = (reasoning_tokens or 0) + r.judge_usage.reasoning_tokens
         for j in r.judgements:
             if j.judge == EMPTY_RESPONSE_JUDGE:
                 continue
@@ -83,7 +90,8 @@ def summarize(records: Iterable[InstanceResult], *, n_boot: int = ag.DEFAULT_BOO
         jury_score_normalized=ag.bootstrap(mean, np.array(norm), n_boot=n_boot, seed=seed),
         coverage=float(np.mean(coverage)) if coverage else None,
         counts=tuple(JudgeCounts(j, c, *v) for (j, c), v in sorted(counts.items())),
-        judge_prompt_tokens=prompt_tokens, judge_completion_tokens=completion_tokens)
+        judge_prompt_tokens=prompt_tokens, judge_completion_tokens=completion_tokens,
+        judge_reasoning_tokens=reasoning_tokens)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,0 +1,375 @@
+"""HELM's prod_env carried over unchanged: ``model_deployments.yaml`` entries with a ``client_spec``, the keys
+and endpoints of ``credentials.conf`` (``credentials.py``), and ``model_metadata.yaml``.
+
+A HELM entry looks like::
+
+    - name: stanfordhealthcare/llama-3.3-70b-instruct      # <host organization>/<engine>
+      model_name: meta/llama-3.3-70b-instruct
+      tokenizer_name: meta/llama-3.3-70b-instruct         # accepted; we count tokens ourselves
+      max_sequence_length: 128000
+      max_request_length: 128001                          # optional; the smaller of the two is the window
+      client_spec:
+        class_name: "helm.clients.stanfordhealthcare_openai_client.StanfordHealthCareOpenAIClient"
+        args: {base_url: "{endpoint}/llama3370b/v1", openai_model_name: Llama-3.3-70B-Instruct}
+      window_service_spec: {class_name: ...}              # accepted, not used
+
+``CLIENT_CLASSES`` is the one table from HELM's client class (the last part of ``class_name``) to a
+deployment kind of ours (``specs.DeploymentKind``) and how the class's ``args`` and the credentials become
+our fields. HELM injects ``api_key``, ``endpoint``, ``deployment``, ``project_id``, ``location`` and
+``org_id`` from credentials.conf by the deployment's host organization; so do we, and ``{endpoint}`` in
+``base_url`` is filled in the same way. The key is never copied: the deployment carries a reference to the
+credentials entry (``options.credentials``), read when the client is built.
+
+Gateways (Stanford Health Care's ``StanfordHealthCare*`` classes, any Azure API Management in front of a
+provider): the host's key goes in ``Ocp-Apim-Subscription-Key``, not the provider's own auth header.
+
+Failure semantics: every problem is a ConfigError naming the file, the YAML line and the field: an unknown
+class (one line naming it and the supported classes), an unknown ``args`` key, an output processor we do
+not apply. What only matters when a deployment is used (an endpoint or key missing from credentials.conf) is
+recorded in ``options.unresolved`` and raised by ``deployments.check_usable`` at planning, so one prod_env
+file can hold entries for hosts this machine has no key for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from medhelm.credentials import Credentials
+from medhelm.errors import ConfigError, escape
+from medhelm.files import YamlDoc, load_yaml_doc
+from medhelm.schemas import Finite, LongText, Strict, Text, check
+
+GATEWAY_HEADER = "Ocp-Apim-Subscription-Key"  # Azure API Management's subscription key (SHC's gateway)
+
+# args HELM's client constructors take that change nothing here (caching, streaming, HTTP client details)
+_IGNORED_ARGS = frozenset({"do_cache", "stream", "org_id", "tokenizer", "tokenizer_name", "cache_config",
+                           "default_headers", "http_client"})
+# output processors whose effect every client kind applies anyway (a leading <think>...</think> is cut)
+_THINK_PROCESSORS = frozenset({"helm.benchmark.metrics.output_processors.remove_deepseek_r1_thinking"})
+
+
+@dataclass(frozen=True)
+class HelmClass:
+    """How one HELM client class becomes a deployment of ours."""
+
+    kind: str  # a DeploymentKind value
+    args: frozenset[str]  # the class's own args (beyond _IGNORED_ARGS)
+    api: str = "chat"  # openai kind: chat | completions (the legacy route)
+    base_url: str | None = None  # the provider's default base URL; None: from args/credentials
+    gateway: bool = False  # the host's key goes in GATEWAY_HEADER (an API gateway), not Authorization
+    key_required: bool = True  # False: a key is sent when credentials.conf has one (a vLLM server may not)
+    platform: str | None = None  # anthropic/gemini: the i28 kinds' options.platform
+    api_version: str | None = None  # azure: the class's fixed api-version
+
+
+_OPENAI_ARGS = frozenset({"api_key", "base_url", "openai_model_name", "output_processor", "reasoning_effort",
+                          "endpoint"})
+_SHC_HTTP_ARGS = frozenset({"api_key", "endpoint", "deployment", "model", "timeout"})
+
+# HELM client class -> our kind. One table: the importer, `medhelm validate` and docs/providers.md read it.
+CLIENT_CLASSES: Mapping[str, HelmClass] = {
+    # OpenAI and OpenAI-compatible servers
+    "OpenAIClient": HelmClass("openai", _OPENAI_ARGS, base_url="https://api.openai.com/v1"),
+    "OpenAIResponseClient": HelmClass("openai", _OPENAI_ARGS, base_url="https://api.openai.com/v1"),
+    "OpenAILegacyCompletionsClient": HelmClass("openai", _OPENAI_ARGS, api="completions",
+                                               base_url="https://api.openai.com/v1"),
+    "VLLMClient": HelmClass("openai", frozenset({"base_url", "api_key", "vllm_model_name"}), api="completions",
+                            key_required=False),
+    "VLLMChatClient": HelmClass("openai", frozenset({"base_url", "api_key", "vllm_model_name", "output_processor",
+                                                     "reasoning_effort"}), key_required=False),
+    "TogetherClient": HelmClass("openai", frozenset({"api_key", "together_model", "base_url"}),
+                                base_url="https://api.together.xyz/v1"),
+    "TogetherChatClient": HelmClass("openai", frozenset({"api_key", "together_model", "base_url",
+                                                         "output_processor"}),
+                                    base_url="https://api.together.xyz/v1"),
+    "OpenRouterClient": HelmClass("openai", frozenset({"api_key", "base_url", "model_name", "openai_model_name",
+                                                       "output_processor"}),
+                                  base_url="https://openrouter.ai/api/v1"),
+    "HuggingFaceInferenceProvidersClient": HelmClass("openai", frozenset({"api_key", "hf_auth_token", "base_url",
+                                                                          "hf_model_name", "provider"}),
+                                                     base_url="https://router.huggingface.co/v1"),
+    "TGIClient": HelmClass("openai", frozenset({"base_url", "api_key", "model_name"}), key_required=False),
+    # Azure OpenAI
+    "AzureOpenAIClient": HelmClass("azure_openai", frozenset({"api_key", "endpoint", "deployment", "api_version",
+                                                              "base_url", "azure_openai_deployment_name",
+                                                              "openai_model_name", "output_processor"})),
+    # Stanford Health Care's gateway (Azure API Management): the key in Ocp-Apim-Subscription-Key
+    "StanfordHealthCareOpenAIClient": HelmClass("openai", _OPENAI_ARGS | {"model_name"}, gateway=True),
+    "StanfordHealthCareAzureOpenAIClient": HelmClass("azure_openai", frozenset({"api_key", "endpoint", "base_url",
+                                                                                "openai_model_name",
+                                                                                "api_version"}), gateway=True),
+    "StanfordHealthCareSHCOpenAIClient": HelmClass("azure_openai", frozenset({"api_key", "endpoint", "base_url",
+                                                                              "openai_model_name", "api_version"}),
+                                                   gateway=True, api_version="2024-08-01-preview"),
+    "StanfordHealthCareClaudeClient": HelmClass("anthropic", _SHC_HTTP_ARGS, gateway=True, platform="direct"),
+    "StanfordHealthCareGoogleClient": HelmClass("gemini", _SHC_HTTP_ARGS, gateway=True, platform="public"),
+    "StanfordHealthCareLlamaClient": HelmClass("openai", _SHC_HTTP_ARGS | {"base_url", "openai_model_name"},
+                                               gateway=True),
+    # Anthropic, Google, Amazon
+    "AnthropicMessagesClient": HelmClass("anthropic", frozenset({"api_key", "anthropic_model_name",
+                                                                 "thinking_budget_tokens", "base_url"}),
+                                         platform="direct"),
+    "AnthropicClient": HelmClass("anthropic", frozenset({"api_key", "anthropic_model_name", "base_url"}),
+                                 platform="direct"),
+    "GoogleGenAIClient": HelmClass("gemini", frozenset({"api_key", "genai_model_name", "thinking_budget",
+                                                        "project_id", "location", "genai_use_vertexai"}),
+                                   platform="public"),
+    "GeminiClient": HelmClass("gemini", frozenset({"api_key", "gemini_model_name", "project_id", "location"}),
+                              platform="public"),
+    "VertexAIChatClient": HelmClass("gemini", frozenset({"project_id", "location", "vertexai_model",
+                                                         "safety_settings_preset"}), platform="vertex",
+                                    key_required=False),
+    "BedrockClient": HelmClass("bedrock", frozenset({"bedrock_model_id", "assumed_role", "region"}),
+                               key_required=False),
+    "BedrockNovaClient": HelmClass("bedrock", frozenset({"bedrock_model_id", "assumed_role", "region"}),
+                                   key_required=False),
+    "BedrockLlamaClient": HelmClass("bedrock", frozenset({"bedrock_model_id", "assumed_role", "region"}),
+                                    key_required=False),
+    "BedrockMistralClient": HelmClass("bedrock", frozenset({"bedrock_model_id", "assumed_role", "region"}),
+                                      key_required=False),
+    "BedrockTitanClient": HelmClass("bedrock", frozenset({"bedrock_model_id", "assumed_role", "region"}),
+                                    key_required=False),
+}
+
+# the served model's name, by the arg each class uses for it (the first one given wins)
+_MODEL_ARGS = ("openai_model_name", "vllm_model_name", "azure_openai_deployment_name", "together_model",
+               "anthropic_model_name", "genai_model_name", "gemini_model_name", "vertexai_model",
+               "bedrock_model_id", "hf_model_name", "model_name", "model")
+
+_WHY_NOT = {  # classes a MedHELM user may have that we deliberately do not run, and what to do instead
+    "HuggingFaceClient": "it runs transformers inside HELM's process; serve the model with vLLM (or KServe's "
+                         "Hugging Face runtime) and use VLLMChatClient with its base_url",
+    "LocalVLLMClient": "it loads vLLM inside HELM's process; serve the model with `vllm serve` and use "
+                       "VLLMChatClient with its base_url",
+    "SimpleClient": "it is HELM's test stub",
+    "DSPyClient": "DSPy prompting strategies are not part of this evaluation",
+}
+
+
+class _ClientSpec(Strict):
+    class_name: Text
+    args: dict[str, Any] = {}
+
+
+class _HelmItem(Strict):
+    name: Text
+    model_name: Text
+    tokenizer_name: Text | None = None
+    max_sequence_length: Annotated[int, Field(gt=0, le=100_000_000)] | None = None
+    max_request_length: Annotated[int, Field(gt=0, le=100_000_000)] | None = None
+    max_sequence_and_generated_tokens_length: Annotated[int, Field(gt=0, le=100_000_000)] | None = None
+    client_spec: _ClientSpec
+    window_service_spec: dict[str, Any] | None = None
+    deprecated: bool = False
+    # ours, allowed beside HELM's keys
+    max_concurrency: Annotated[int, Field(gt=0, le=100_000)] | None = None
+    timeout_s: Annotated[Finite, Field(gt=0, le=86_400)] | None = None
+    redacted: bool = False
+    options: dict[str, Any] = {}
+    description: LongText | None = None
+
+
+def is_helm_item(raw: Any) -> bool:
+    return isinstance(raw, Mapping) and "client_spec" in raw
+
+
+def supported_classes() -> str:
+    return ", ".join(sorted(CLIENT_CLASSES))
+
+
+def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
+              credentials: Credentials) -> dict[str, Any]:
+    """One HELM entry -> the fields of our deployment item (``deployments._DeploymentItem``), or a ConfigError
+    naming the file, line and field."""
+    where = ("model_deployments", index)
+    item = check(_HelmItem, raw, path=path, doc=doc, prefix=where)
+    class_name = item.client_spec.class_name.rsplit(".", 1)[-1]
+    helm = CLIENT_CLASSES.get(class_name)
+
+    def fail(message: str, *field: str) -> ConfigError:
+        return ConfigError(message, path=path, line=doc.line(*where, *field),
+                           field=".".join((f"model_deployments[{index}]", *field)))
+
+    if helm is None:
+        why = f" ({_WHY_NOT[class_name]})" if class_name in _WHY_NOT else ""
+        raise fail(f"HELM client class {escape(class_name, 120)!r} is not supported{why}; supported: "
+                   f"{supported_classes()}", "client_spec", "class_name")
+    args = dict(item.client_spec.args)
+    for key in args:
+        if key not in helm.args and key not in _IGNORED_ARGS:
+            raise fail(f"is not an argument of {class_name} that medhelm understands (known: "
+                       f"{', '.join(sorted(helm.args))})", "client_spec", "args", str(key))
+    processor = args.get("output_processor")
+    if processor is not None and processor not in _THINK_PROCESSORS:
+        raise fail(f"output processor {escape(processor, 120)!r} is not applied by medhelm (only "
+                   f"{', '.join(sorted(_THINK_PROCESSORS))}, which every kind applies)",
+                   "client_spec", "args", "output_processor")
+    host = item.name.split("/", 1)[0]
+    options: dict[str, Any] = dict(item.options)
+    unresolved: list[str] = []
+
+    def from_credentials(arg: str, suffix: str) -> str | None:
+        """An arg as HELM injects it: given in args, else ``<host><Suffix>`` in credentials.conf."""
+        value = args.get(arg)
+        if value is None:
+            value = credentials.get(host + suffix)
+        return None if value is None else str(value)
+
+    endpoint = from_credentials("endpoint", "Endpoint")
+    base_url = args.get("base_url") or helm.base_url
+    if base_url and "{endpoint}" in str(base_url):
+        if endpoint is None:
+            unresolved.append(f"{host}Endpoint (the {{endpoint}} of client_spec.args.base_url)")
+            base_url = None
+        else:
+            base_url = str(base_url).replace("{endpoint}", endpoint.rstrip("/"))
+    served = next((str(args[k]) for k in _MODEL_ARGS if args.get(k) is not None), None)
+    route = args.get("deployment") or (credentials.get(host + "Deployment") if helm.kind == "azure_openai" else None)
+
+    if helm.kind == "openai" and helm.api != "chat":
+        options["api"] = helm.api
+    if class_name.startswith("StanfordHealthCare") and helm.kind in ("anthropic", "gemini"):
+        # SHC's HTTP model clients POST to {endpoint}/{deployment}: the gateway's route for this model
+        if endpoint is None:
+            unresolved.append(f"{host}Endpoint (the gateway's address)")
+        elif not args.get("deployment"):
+            raise fail(f"{class_name} needs args.deployment (the gateway route)", "client_spec", "args")
+        else:
+            base_url = f"{endpoint.rstrip('/')}/{str(args['deployment']).strip('/')}"
+    elif helm.kind == "azure_openai":
+        version = args.get("api_version") or helm.api_version
+        if version:
+            options["api_version"] = str(version)
+        served = str(args.get("azure_openai_deployment_name") or route or served or item.model_name.split("/")[-1])
+        if base_url:
+            # an explicit base path that stands for '<endpoint>/openai' (SHC: '{endpoint}/openai-eastus2'):
+            # the OpenAI client with Azure's deployments path spelled out
+            base_url = f"{str(base_url).rstrip('/')}/deployments/{served}"
+            options.setdefault("api_version", "2024-10-21")
+            helm = _replace_kind(helm, "openai")
+        elif endpoint is None:
+            unresolved.append(f"{host}Endpoint (the Azure OpenAI resource)")
+        else:
+            base_url = endpoint
+    elif helm.kind == "openai" and not base_url and not unresolved:
+        raise fail(f"{class_name} needs args.base_url (the server's .../v1 address)", "client_spec", "args")
+    if helm.kind == "bedrock":
+        region = args.get("region") or credentials.get(host + "Region")
+        if region:
+            options.setdefault("region", str(region))
+    if helm.kind == "gemini" and helm.platform == "vertex":
+        for arg, suffix, key in (("project_id", "ProjectId", "project"), ("location", "Location", "region")):
+            value = from_credentials(arg, suffix)
+            if value:
+                options.setdefault(key, value)
+    if helm.platform and not class_name.startswith("StanfordHealthCare"):
+        options.setdefault("platform", helm.platform)
+    if args.get("reasoning_effort") is not None:
+        options.setdefault("reasoning_effort", str(args["reasoning_effort"]))
+    for arg in ("thinking_budget_tokens", "thinking_budget"):
+        if isinstance(args.get(arg), int) and not isinstance(args.get(arg), bool):
+            options.setdefault("thinking_budget", args[arg])
+
+    key_name = credentials.api_key_name(host, item.name) if "api_key" not in args else None
+    if "api_key" in args:
+        raise fail("a key does not belong in model_deployments.yaml: put it in credentials.conf as "
+                   f"{host}ApiKey (HELM reads it from there too)", "client_spec", "args", "api_key")
+    if key_name is None and helm.key_required:
+        unresolved.append(f"{host}ApiKey (the key)")
+    if key_name is not None:
+        options["credentials"] = {"source": credentials.source, "name": key_name}
+        if helm.gateway:
+            if helm.kind == "openai":
+                options.setdefault("auth_header", GATEWAY_HEADER)  # the key itself goes in that header
+            else:
+                options["credentials"]["as"] = "subscription_key"
+                options.setdefault("subscription_key_header", GATEWAY_HEADER)
+    if unresolved:
+        options["unresolved"] = [f"{u} is not in {credentials.source or 'credentials.conf'}" for u in unresolved]
+    options.setdefault("helm_class", class_name)
+    windows = [w for w in (item.max_sequence_length, item.max_request_length) if w]
+    out: dict[str, Any] = {
+        "name": item.name, "model_name": item.model_name, "kind": helm.kind, "base_url": base_url,
+        "served_model_name": served or (item.model_name if helm.kind == "openai" and class_name.startswith("VLLM")
+                                        else None),
+        "max_sequence_length": min(windows) if windows else None, "options": options,
+        "redacted": item.redacted,
+    }
+    if item.tokenizer_name:
+        options.setdefault("tokenizer_name", item.tokenizer_name)
+    if item.max_concurrency is not None:
+        out["max_concurrency"] = item.max_concurrency
+    if item.timeout_s is not None:
+        out["timeout_s"] = item.timeout_s
+    elif isinstance(args.get("timeout"), (int, float)) and not isinstance(args.get("timeout"), bool):
+        out["timeout_s"] = float(min(max(args["timeout"], 1), 86_400))
+    if item.description is not None:
+        out["description"] = item.description
+    return out
+
+
+def _replace_kind(helm: HelmClass, kind: str) -> HelmClass:
+    from dataclasses import replace
+
+    return replace(helm, kind=kind)
+
+
+# ------------------------------------------------------------------------------------------------
+# model_metadata.yaml
+
+METADATA_FILE = "model_metadata.yaml"
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """What the leaderboard shows of a model besides its name (HELM's model_metadata.yaml entry)."""
+
+    name: str
+    display_name: str | None = None
+    creator_organization_name: str | None = None
+    access: str | None = None  # open | limited | closed
+    release_date: str | None = None
+    num_parameters: int | None = None
+    description: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+class _MetadataItem(Strict):
+    name: Text
+    display_name: Text | None = None
+    description: LongText | None = None
+    creator_organization_name: Text | None = None
+    access: Text | None = None
+    release_date: Any = None  # YAML may read 2025-02-19 as a date
+    num_parameters: Annotated[int, Field(ge=0)] | None = None
+    tags: list[Text] = []
+
+
+class _MetadataFile(Strict):
+    models: list[Any]
+
+
+def read_metadata(path: Path) -> list[ModelMetadata]:
+    """HELM's ``model_metadata.yaml`` (``models: [{name, display_name, creator_organization_name, access,
+    release_date, ...}]``), checked like every config: a ConfigError naming the file, line and field."""
+    doc = load_yaml_doc(path)
+    if not isinstance(doc.data, Mapping):
+        raise ConfigError("expected a list under the key 'models'", path=path)
+    top = check(_MetadataFile, doc.data, path=path, doc=doc)
+    out = []
+    for i, raw in enumerate(top.models):
+        item = check(_MetadataItem, raw, path=path, doc=doc, prefix=("models", i))
+        if item.access is not None and item.access not in ("open", "limited", "closed"):
+            raise ConfigError("must be open, limited or closed", path=path, line=doc.line("models", i, "access"),
+                              field=f"models[{i}].access")
+        out.append(ModelMetadata(item.name, item.display_name, item.creator_organization_name, item.access,
+                                 None if item.release_date is None else str(item.release_date),
+                                 item.num_parameters, item.description))
+    return out

@@ -1,0 +1,170 @@
+"""Reasoning models counted right: thinking tokens recorded apart from the answer (Usage, records, stats),
+priced apart, shown with the leaderboard's costs and in `medhelm jury stats`; the thinking budget added to
+the output budget; only the final answer scored, with or without a reasoning parser on the server. Against
+the project's mock OpenAI server imitating both server shapes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from medhelm.devtools.mock_openai import MockOpenAIServer
+from medhelm.inference.openai import OpenAIClient
+from medhelm.pipeline.records import instance_stats, scored_row_json
+from medhelm.specs import (Completion, Deployment, GenerationRequest, Instance, InstanceResult, Message, Prompt,
+                           Usage, plain_json)
+from medhelm.store.costs import Price, PriceTable
+from medhelm.store.costs import Usage as Totals
+
+
+def deployment(base_url: str, **options) -> Deployment:
+    return Deployment(name="mock/r1", model_name="test/r1", kind="openai", base_url=base_url,
+                      served_model_name="r1", timeout_s=10.0, options=options)
+
+
+def ask(dep: Deployment, max_tokens: int = 1, text: str = "Which one?\nA. one\nB. two\nAnswer:"):
+    async def go():
+        client = OpenAIClient(dep)
+        try:
+            return await client.generate(GenerationRequest((Message("user", text),), max_tokens=max_tokens))
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def test_split_server_answer_is_content_and_thinking_is_counted_apart():
+    with MockOpenAIServer(reasoning="split", thinking_tokens=8) as srv:
+        completion = ask(deployment(srv.base_url, thinking_budget=16))
+        [body] = srv.requests
+    assert body["max_tokens"] == 1 + 16  # the answer's budget after the thinking
+    assert completion.text in ("A", "B")  # content, never reasoning_content ("step0 step1 ...")
+    assert completion.usage.reasoning_tokens == 8 and completion.usage.completion_tokens == 9
+
+
+def test_inline_think_block_is_cut_when_the_server_has_no_reasoning_parser():
+    with MockOpenAIServer(reasoning="inline", thinking_tokens=5) as srv:
+        completion = ask(deployment(srv.base_url, thinking_budget=10))
+    assert completion.text in ("A", "B") and "step" not in completion.text
+    assert completion.usage.reasoning_tokens is None  # the server did not say: unknown, never a guess
+    assert completion.usage.completion_tokens == 6
+
+
+@pytest.mark.parametrize("mode", ["split", "inline"])
+def test_a_one_token_budget_without_a_thinking_budget_answers_nothing(mode):
+    """Why the thinking budget exists: a reasoning model given MedHELM's 1-token MC budget spends it thinking."""
+    with MockOpenAIServer(reasoning=mode, thinking_tokens=8) as srv:
+        completion = ask(deployment(srv.base_url))
+    assert completion.text == "" and completion.finish_reason == "length"
+
+
+def test_o_series_options_shape_the_body():
+    with MockOpenAIServer(reasoning="split") as srv:
+        ask(deployment(srv.base_url, reasoning_effort="high", max_tokens_param="max_completion_tokens",
+                       sampling=False, thinking_budget=100), max_tokens=3)
+        [body] = srv.requests
+    assert body["max_completion_tokens"] == 103 and "max_tokens" not in body
+    assert body["reasoning_effort"] == "high" and "temperature" not in body
+
+
+def test_default_body_bytes_are_unchanged_by_the_reasoning_code():
+    dep = deployment("http://127.0.0.1:9/v1")
+    req = GenerationRequest((Message("user", "hi"),), max_tokens=5, stop=("\n",))
+    client = OpenAIClient(dep)
+    assert client.body(req) == (b'{"model":"r1","messages":[{"content":"hi","role":"user"}],"max_tokens":5,'
+                                b'"temperature":0.0,"stop":["\\n"],"seed":0}')
+    assert json.loads(client.body(req)) == client.payload(req)
+
+
+def test_reasoning_options_join_the_cache_identity_only_when_set():
+    plain = deployment("http://h/v1")
+    assert "options" not in plain.identity()  # every existing cache key unchanged
+    thinking = deployment("http://h/v1", thinking_budget=512)
+    assert thinking.identity()["options"] == {"thinking_budget": 512}
+    req = GenerationRequest((Message("user", "x"),), max_tokens=1)
+    assert req.cache_key(plain) != req.cache_key(thinking)
+
+
+def test_openai_zero_reasoning_tokens_keep_the_record_bytes():
+    """gpt-4o states completion_tokens_details.reasoning_tokens: 0 — no reasoning: the record stays as it was."""
+    from medhelm.inference.openai import reasoning_tokens
+
+    assert reasoning_tokens({"completion_tokens_details": {"reasoning_tokens": 0}}) is None
+    assert reasoning_tokens({"completion_tokens_details": {"reasoning_tokens": 7}}) == 7
+    assert reasoning_tokens({"completion_tokens_details": None}) is None
+    assert reasoning_tokens({"completion_tokens_details": {"reasoning_tokens": True}}) is None
+
+
+def _record(usage: Usage, judge: Usage = Usage()) -> InstanceResult:
+    return InstanceResult(run="r", instance=Instance("1", "q"), prompt=Prompt.user("q"),
+                          completion=Completion("A", "stop", usage), stats={"exact_match": 1.0}, judge_usage=judge)
+
+
+def test_records_without_reasoning_keep_their_bytes_and_old_records_read():
+    old = _record(Usage(10, 2, 0.5))
+    text = plain_json(old.to_json())
+    assert "reasoning" not in text
+    assert text == ('{"run": "r", "position": 0, "instance": {"id": "1", "input": "q", "references": [], '
+                    '"split": "test", "choices": [], "extra": {}}, "prompt": {"messages": [{"role": "user", '
+                    '"content": "q"}], "truncated": false}, "completion": {"text": "A", "finish_reason": "stop", '
+                    '"usage": {"prompt_tokens": 10, "completion_tokens": 2, "latency_s": 0.5, "cached": false, '
+                    '"attempts": 1}}, "stats": {"exact_match": 1.0}, "judgements": [], "judge_usage": '
+                    '{"prompt_tokens": null, "completion_tokens": null, "latency_s": 0.0, "cached": false, '
+                    '"attempts": 1}, "error": null}')
+    assert InstanceResult.from_json(json.loads(text)) == old
+    new = _record(Usage(10, 40, 0.5, reasoning_tokens=38))
+    again = InstanceResult.from_json(json.loads(plain_json(new.to_json())))
+    assert again.completion.usage.reasoning_tokens == 38
+
+
+def test_per_instance_stats_count_the_thinking_from_objects_and_from_json_alike():
+    rec = _record(Usage(10, 40, 0.5, reasoning_tokens=38))
+    stats = instance_stats(rec)
+    assert stats["num_reasoning_tokens"] == 38 and stats["num_completion_tokens"] == 40
+    assert scored_row_json(json.loads(plain_json(rec.to_json())))[1] == stats
+    assert "num_reasoning_tokens" not in instance_stats(_record(Usage(10, 2)))
+
+
+def test_prices_charge_thinking_at_its_own_price(tmp_path):
+    path = tmp_path / "prices.yaml"
+    path.write_text("prices:\n  - deployment: openai/o3-mini\n    input_per_million: 1.0\n"
+                    "    output_per_million: 4.0\n    reasoning_per_million: 8.0\n"
+                    "  - deployment: plain\n    input_per_million: 1.0\n    output_per_million: 4.0\n")
+    table = PriceTable.load(path)
+    usage = Totals(prompt_tokens=1_000_000, completion_tokens=1_000_000, reasoning_tokens=750_000)
+    # 1 M prompt at 1 + 250 k answer at 4 + 750 k thinking at 8
+    assert table.cost("openai/o3-mini", "m", usage).usd == pytest.approx(1.0 + 1.0 + 6.0)
+    assert table.cost("plain", "m", usage).usd == pytest.approx(1.0 + 4.0)  # thinking at the output price
+    assert PriceTable({"x": Price(1.0, 4.0)}).cost("x", "m", Totals(1_000_000, 1_000_000)).usd == pytest.approx(5.0)
+    path.write_text("prices:\n  - deployment: a\n    output_per_million: 1\n    reasoning_per_million: -2\n")
+    with pytest.raises(Exception, match=r"prices\.yaml:4.*reasoning_per_million"):
+        PriceTable.load(path)
+
+
+def test_a_reasoning_option_of_the_wrong_type_is_one_line_naming_the_field(tmp_path):
+    from medhelm.deployments import DeploymentRegistry
+    from medhelm.errors import ConfigError
+
+    (tmp_path / "model_deployments.yaml").write_text(
+        "model_deployments:\n  - name: a/b\n    model_name: a/b\n    kind: openai\n    base_url: http://h/v1\n"
+        "    options:\n      thinking_budget: lots\n")
+    with pytest.raises(ConfigError, match=r"model_deployments.yaml:7: field 'model_deployments\[0\]\.options\."
+                                          r"thinking_budget': must be a whole number"):
+        DeploymentRegistry.load(tmp_path)
+
+
+def test_jury_summary_counts_judges_thinking_only_when_stated():
+    from medhelm.scoring.jury.summary import summarize
+    from medhelm.specs import JudgeScore
+
+    def judged(reasoning):
+        j = JudgeScore(judge="j", criterion="accuracy", score=4.0, min_score=1.0, max_score=5.0)
+        return InstanceResult(run="r", instance=Instance("1", "q"), prompt=Prompt.user("q"),
+                              completion=Completion("x"), stats={"jury_score": 4.0, "jury_score_normalized": 0.75},
+                              judgements=(j,), judge_usage=Usage(100, 30, reasoning_tokens=reasoning))
+
+    summary = summarize([judged(20), judged(5)], n_boot=10)
+    assert summary.to_json()["judge_reasoning_tokens"] == 25
+    assert "judge_reasoning_tokens" not in summarize([judged(None)], n_boot=10).to_json()
