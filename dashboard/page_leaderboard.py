@@ -12,7 +12,7 @@ from board_data import Release, Settings
 from filters import View
 from safe_frames import safe_frame
 from safe_text import literal
-from medhelm.store.ingest import cost_per_point, total_cost
+from medhelm.store.costs import cost_per_point, total_cost
 from medhelm.store.tables import CellTable, group_scores, leaderboard
 
 if TYPE_CHECKING:  # pragma: no cover

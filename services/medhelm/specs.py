@@ -20,6 +20,8 @@ from typing import Any
 
 import orjson
 
+from medhelm import backend_kinds as _backend_kinds
+
 JSON = Any  # a value json.dumps accepts
 
 # --------------------------------------------------------------------------------------------
@@ -185,14 +187,10 @@ class TaskType(str, enum.Enum):
     CODE = "code"  # text-to-SQL (EHRSQL)
 
 
-class DeploymentKind(str, enum.Enum):
-    OPENAI = "openai"  # any OpenAI-compatible server: vLLM, KServe HF runtime, llama.cpp server, Azure
-    LLAMACPP = "llamacpp"  # an in-process GGUF model
-    KSERVE_V2 = "kserve_v2"  # KServe Open Inference Protocol v2 (text in, text out)
-    ANTHROPIC = "anthropic"  # Anthropic Messages API: direct, on Bedrock (invoke) or on Vertex (rawPredict)
-    GEMINI = "gemini"  # Gemini generateContent: the public API or Vertex AI
-    BEDROCK = "bedrock"  # Amazon Bedrock Converse, SigV4-signed
-    AZURE_OPENAI = "azure_openai"  # Azure OpenAI chat completions, an api-key or an Entra ID token
+# One member per row of ``backend_kinds.KINDS`` (the one table of backends): ``DeploymentKind.OPENAI`` is
+# "openai", ``DeploymentKind.KSERVE_V2`` is "kserve_v2". A new backend is a row there, never a member here.
+DeploymentKind = enum.Enum("DeploymentKind", [(name.upper(), name) for name in _backend_kinds.KIND_NAMES],
+                           type=str, module=__name__, qualname="DeploymentKind")
 
 
 # --------------------------------------------------------------------------------------------
@@ -201,6 +199,8 @@ class DeploymentKind(str, enum.Enum):
 
 # Deployment options that change what a model answers (part of the cache key when set).
 ANSWER_OPTIONS = ("api", "reasoning_effort", "thinking_budget", "max_tokens_param", "sampling")
+# and the native kinds' (another platform, region, project or API version answers on its own)
+ANSWER_OPTIONS += ("platform", "region", "project", "additional_model_request_fields", "anthropic_version")
 
 
 @dataclass(frozen=True)

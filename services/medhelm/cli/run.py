@@ -238,7 +238,8 @@ def plan_from_args(args: argparse.Namespace):
 
 
 def print_dry_run(plans) -> None:
-    from medhelm.benchmarks.base import PromptBudget, approx_tokens
+    from medhelm.benchmarks.base import PromptBudget
+    from medhelm.tokens import approx_tokens
     from medhelm.pipeline.sampling import sample_run
 
     rows = []

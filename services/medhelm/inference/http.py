@@ -95,8 +95,11 @@ class JsonTransport:
             found = self._targets[url] = (tgt, head)
         return found
 
-    async def _h1(self, method: bytes, url: str, body: bytes, timeout_s: float, where: str) -> HttpReply:
+    async def _h1(self, method: bytes, url: str, body: bytes, timeout_s: float, where: str,
+                  extra: Mapping[str, str] | None = None) -> HttpReply:
         tgt, head = self._target(url)
+        if extra:  # per-request headers (a signature, a fresh token): checked like the deployment's own
+            head += _head_lines(extra, self._deployment.name)
         try:
             status, headers, content = await self._pool_for_loop().request(method, tgt, head, body, timeout_s)
         except ConnectFailed as err:
@@ -128,17 +131,26 @@ class JsonTransport:
         """POST JSON -> (reply, seconds). ``where`` names the deployment/URL in error messages."""
         return await self.post_bytes(url, json.dumps(body, ensure_ascii=False).encode("utf-8"), where)
 
-    async def post_bytes(self, url: str, body: bytes, where: str) -> tuple[HttpReply, float]:
-        """POST a JSON document already encoded (UTF-8) -> (reply, seconds)."""
+    def request_target(self, url: str) -> tuple[str, str, int, str]:
+        """(scheme, host, port, path with the query as sent) of a POST to ``url``: what a request
+        signature (SigV4) covers."""
+        tgt, _ = self._target(url)
+        return tgt.scheme, tgt.host, tgt.port, tgt.path.decode("latin-1")
+
+    async def post_bytes(self, url: str, body: bytes, where: str,
+                         headers: Mapping[str, str] | None = None) -> tuple[HttpReply, float]:
+        """POST a JSON document already encoded (UTF-8) -> (reply, seconds). ``headers``: this request's
+        own, added to the deployment's (a request signature, a token that is refreshed)."""
         started = time.perf_counter()
         if self._proxy is None:
-            reply = await self._h1(b"POST", url, body, self._deployment.timeout_s, where)
+            reply = await self._h1(b"POST", url, body, self._deployment.timeout_s, where, headers)
             return reply, time.perf_counter() - started
         import aiohttp
 
         session = self._session_for_loop()
         try:
-            async with session.post(url, data=body, headers=_JSON, params=self._params or None,
+            async with session.post(url, data=body, headers={**_JSON, **(headers or {})},
+                                    params=self._params or None,
                                     proxy=self._proxy) as response:
                 content = await response.read()
                 # aiohttp's headers are case-insensitive already: no per-response copy with lower-case names
@@ -183,6 +195,14 @@ class JsonTransport:
                 await session.close()
             except RuntimeError:  # made on an event loop that is gone: nothing left to close politely
                 pass
+
+
+def _head_lines(headers: Mapping[str, str], name: str) -> bytes:
+    for key, value in headers.items():
+        problem = header_problem(key, value)
+        if problem:
+            raise ConfigError(f"deployment '{name}': header {key[:40]!r} {problem}")
+    return "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1", "replace")
 
 
 def _tls(deployment: Deployment) -> ssl.SSLContext | bool:

@@ -8,6 +8,7 @@ Deployment ``options`` understood here:
 * ``auth_header`` — header carrying the raw key instead of ``Authorization: Bearer`` (Azure: ``api-key``);
 * ``headers`` — extra, non-secret headers (e.g. a KServe ``Host`` override);
 * ``ca_bundle`` — a PEM file of the CA that signed an internal HTTPS endpoint;
+* ``subscription_key_env`` / ``subscription_key_header`` — an API gateway's key (``gateway.py``);
 * ``api`` — ``chat`` (default, ``/chat/completions``) or ``completions`` (the legacy ``/completions`` route
   HELM's ``VLLMClient`` calls: the prompt's messages joined as one text);
 * reasoning models: ``reasoning_effort`` (sent as is: ``low`` | ``medium`` | ``high``), ``thinking_budget``
@@ -20,6 +21,9 @@ Reasoning: only the final answer is kept as the completion's text — ``message.
 not split it (no reasoning parser). ``usage.completion_tokens_details.reasoning_tokens`` is recorded as
 ``Usage.reasoning_tokens`` (of ``completion_tokens``) when the server states a positive count; a server that
 says nothing (older vLLM) leaves it None: unknown, never 0.
+
+A server's wait is honoured from ``retry-after-ms`` (Azure) or ``Retry-After``. Kind ``azure_openai``
+(``azure_openai.py``) is this client with Azure's URL layout and an Entra ID token per request.
 
 ``context_window()`` reads the served model's ``max_model_len`` from ``GET <base_url>/models`` (vLLM) for
 deployments that do not state ``max_sequence_length``. The API key is read from the environment variable *named* by ``deployment.api_key_env``; it is never part
@@ -38,6 +42,7 @@ from typing import Any
 
 from medhelm import credentials
 from medhelm.errors import ConfigError, InferenceError
+from medhelm.inference.gateway import gateway_headers
 from medhelm.inference.http import HttpReply, JsonTransport
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage, scalar_json
 
@@ -61,6 +66,7 @@ class OpenAIClient:
         self._effort = options.get("reasoning_effort")
         params = {"api-version": str(options["api_version"])} if options.get("api_version") else None
         self._transport = JsonTransport(deployment, _headers(deployment), params, connections=connections)
+        self._auth = None  # an object with ``async headers()`` and ``invalidate()`` (Entra ID), or None
 
     @property
     def deployment(self) -> Deployment:
@@ -104,8 +110,11 @@ class OpenAIClient:
         return text.encode("utf-8")
 
     async def generate(self, request: GenerationRequest) -> Completion:
-        response, latency = await self._transport.post_bytes(self._url, self.body(request), self._where())
+        auth = await self._auth.headers() if self._auth is not None else None
+        response, latency = await self._transport.post_bytes(self._url, self.body(request), self._where(), auth)
         if response.status_code >= 400:
+            if response.status_code == 401 and self._auth is not None:
+                self._auth.invalidate()  # expired or revoked: the retry fetches a fresh token
             raise self._http_error(response, request)
         return _parse(response, latency, self._where(), chat=self._chat)
 
@@ -136,13 +145,14 @@ class OpenAIClient:
         status = response.status_code
         retryable = status in _RETRYABLE_STATUS or status >= 500
         message = _server_message(response, request)
+        if status == 401 and self._auth is not None:
+            retryable = True  # once more with a fresh token
         return InferenceError(f"{self._where()}: HTTP {status}" + (f": {message}" if message else ""),
-                              retryable=retryable, status=status,
-                              retry_after=_retry_after(response.headers.get("retry-after")))
+                              retryable=retryable, status=status, retry_after=retry_after(response.headers))
 
 
 def _headers(deployment: Deployment) -> dict[str, str]:
-    headers = {str(k): str(v) for k, v in (deployment.options.get("headers") or {}).items()}
+    headers = gateway_headers(deployment)
     # a HELM prod_env entry: the key from credentials.conf, read now (credentials.py), never kept in a spec
     key = credentials.deployment_secret(deployment.options, "api_key", deployment=deployment.name)
     if deployment.api_key_env:
@@ -259,6 +269,18 @@ def _quotes_prompt(message: str, request: GenerationRequest, window: int = 24) -
             if len(chunk) >= min(window, 12) and chunk in message:
                 return True
     return False
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """The server's requested wait: ``retry-after-ms`` (milliseconds: Azure OpenAI, Anthropic) first, then
+    ``Retry-After`` (seconds or an HTTP date)."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(float(ms) / 1000.0, 0.0)
+        except ValueError:
+            pass
+    return _retry_after(headers.get("retry-after"))
 
 
 def _retry_after(value: str | None) -> float | None:

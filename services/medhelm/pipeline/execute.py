@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from medhelm.benchmarks.base import PromptBudget, approx_tokens
+from medhelm.benchmarks.base import PromptBudget
 from medhelm.deployments import DeploymentRegistry
 from medhelm.errors import InferenceError, MedhelmError, ServerUnreachable
 from medhelm.inference.base import CHAT_TEMPLATE_TOKENS
@@ -42,6 +42,7 @@ from medhelm.scoring import registry as metric_registry
 from medhelm.scoring.base import Metric, MetricResult, ScoringContext, ScoringItem
 from medhelm.specs import GenerationRequest, Instance, InstanceResult, JudgeScore, MetricSpec, Usage
 from medhelm.telemetry import NULL_RUN_METRICS, Telemetry
+from medhelm.tokens import approx_tokens
 
 # How a run gets its metrics: the registry here; `medhelm job` passes one that reaches the gRPC services.
 MetricsBuilder = Callable[[Sequence[MetricSpec], ScoringContext], list[Metric]]

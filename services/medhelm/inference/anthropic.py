@@ -1,0 +1,136 @@
+"""Anthropic Messages API (kind ``anthropic``): Claude directly, on Amazon Bedrock, or on Google Vertex AI.
+
+Our own HTTP transport (``http.py``), not the ``anthropic`` SDK: the SDK (httpx, pydantic models, ~1 s of
+start-up measured in bench/bench_native_clients.py) buys nothing for one non-streaming POST; see
+docs/benchmarks.md. ``options``:
+
+* ``platform``: ``direct`` (default) | ``bedrock`` | ``vertex``;
+* direct: ``base_url`` (default ``https://api.anthropic.com``) + ``/v1/messages``, the key from
+  ``api_key_env`` in ``x-api-key``, ``anthropic_version`` header (default ``2023-06-01``);
+* bedrock: ``POST <base_url>/model/<model>/invoke`` (``base_url`` default
+  ``https://bedrock-runtime.<region>.amazonaws.com``), body ``anthropic_version: bedrock-2023-05-31``,
+  SigV4-signed (``sigv4.py``; credentials from ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/
+  ``AWS_SESSION_TOKEN``), ``region`` (or ``AWS_REGION``);
+* vertex: ``POST <base_url>/v1/projects/<project>/locations/<region>/publishers/anthropic/models/<model>:rawPredict``
+  (``base_url`` default ``https://<region>-aiplatform.googleapis.com``), body ``anthropic_version:
+  vertex-2023-10-16``, an OAuth token (``options.access_token_file`` or ``api_key_env``);
+* ``thinking_budget``: extended thinking with that many tokens (``max_tokens`` grows by it, temperature
+  is left to the API: thinking requires its default);
+* the gateway options of ``native.py``.
+
+Failure semantics: ``native.NativeClient`` (529 ``overloaded_error`` and 429 are retried, honouring
+``retry-after``); ``stop_reason: refusal`` is a completion with ``finish_reason: content_filter`` and the
+text the model gave. Usage: ``prompt_tokens`` = input + cache reads + cache writes; ``completion_tokens`` =
+``output_tokens``, thinking included. Anthropic reports no separate thinking count (one ``output_tokens``),
+so ``reasoning_tokens`` stays None: we do not guess it from the (summarised) thinking text.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+from medhelm.errors import ConfigError
+from medhelm.inference import sigv4
+from medhelm.inference.native import NativeClient, bearer_source, env_secret, int_or_none, option, split_system
+from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
+
+DEFAULT_VERSION = "2023-06-01"
+BEDROCK_VERSION = "bedrock-2023-05-31"
+VERTEX_VERSION = "vertex-2023-10-16"
+_STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "refusal": "content_filter",
+         "tool_use": "tool_calls", "pause_turn": "stop"}
+
+
+class AnthropicClient(NativeClient):
+    def __init__(self, deployment: Deployment, connections: int | None = None) -> None:
+        self.platform = str(deployment.options.get("platform") or "direct")
+        self._model = deployment.served_model_name or deployment.model_name
+        self._signer: tuple[sigv4.Credentials, str, str] | None = None
+        self._bearer = None
+        headers: dict[str, str] = {}
+        if self.platform == "direct":
+            base = deployment.base_url or "https://api.anthropic.com"
+            url = base.rstrip("/") + "/v1/messages"
+            headers["anthropic-version"] = str(deployment.options.get("anthropic_version") or DEFAULT_VERSION)
+            if deployment.api_key_env:
+                headers["x-api-key"] = env_secret(deployment, deployment.api_key_env, "api_key_env")
+        elif self.platform == "bedrock":
+            region = option(deployment, "region", env="AWS_REGION")
+            base = deployment.base_url or f"https://bedrock-runtime.{region}.amazonaws.com"
+            url = f"{base.rstrip('/')}/model/{urllib.parse.quote(self._model, safe='')}/invoke"
+            self._signer = (aws_credentials(deployment), region, "bedrock")
+        elif self.platform == "vertex":
+            region = option(deployment, "region")
+            project = option(deployment, "project")
+            base = deployment.base_url or f"https://{region}-aiplatform.googleapis.com"
+            url = (f"{base.rstrip('/')}/v1/projects/{project}/locations/{region}/publishers/anthropic/models/"
+                   f"{urllib.parse.quote(self._model, safe='@')}:rawPredict")
+            self._bearer = bearer_source(deployment)
+        else:
+            raise ConfigError(f"deployment '{deployment.name}': options.platform must be direct, bedrock or "
+                              "vertex")
+        super().__init__(deployment, url, headers, connections)
+        budget = deployment.options.get("thinking_budget")
+        self._thinking = int(budget) if budget else 0
+
+    def payload(self, request: GenerationRequest) -> dict[str, Any]:
+        system, turns = split_system(request)
+        body: dict[str, Any] = {}
+        if self.platform == "direct":
+            body["model"] = self._model
+        else:
+            body["anthropic_version"] = BEDROCK_VERSION if self.platform == "bedrock" else VERTEX_VERSION
+        body["max_tokens"] = request.max_tokens + self._thinking
+        body["messages"] = [{"role": role, "content": text} for role, text in turns]
+        if system:
+            body["system"] = system
+        if self._thinking:
+            body["thinking"] = {"type": "enabled", "budget_tokens": self._thinking}
+        else:
+            body["temperature"] = request.temperature
+        if request.stop:
+            body["stop_sequences"] = list(request.stop)
+        return body
+
+    async def auth_headers(self, body: bytes) -> Mapping[str, str] | None:
+        if self._signer is not None:
+            return sign_for(self._transport, self._url, self._signer, body)
+        if self._bearer is not None:
+            return self._bearer()
+        return None
+
+    def parse(self, data: Any, latency: float) -> Completion:
+        blocks = data["content"]
+        text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+        usage = data.get("usage") or {}
+        prompt = int_or_none(usage.get("input_tokens"))
+        if prompt is not None:
+            prompt += sum(int_or_none(usage.get(k)) or 0 for k in ("cache_read_input_tokens",
+                                                                     "cache_creation_input_tokens"))
+        stop = data.get("stop_reason")
+        return Completion(text=text, finish_reason=_STOP.get(stop, stop),
+                          usage=Usage(prompt_tokens=prompt, completion_tokens=int_or_none(usage.get("output_tokens")),
+                                      latency_s=latency))
+
+
+def aws_credentials(deployment: Deployment) -> sigv4.Credentials:
+    """SigV4 credentials from the environment (names changeable by ``options.aws_access_key_env`` etc.)."""
+    opts = deployment.options
+    access = env_secret(deployment, str(opts.get("aws_access_key_env") or "AWS_ACCESS_KEY_ID"), "AWS access key")
+    secret = env_secret(deployment, str(opts.get("aws_secret_key_env") or "AWS_SECRET_ACCESS_KEY"),
+                        "AWS secret key")
+    import os
+
+    token = os.environ.get(str(opts.get("aws_session_token_env") or "AWS_SESSION_TOKEN")) or None
+    return sigv4.Credentials(access, secret, token)
+
+
+def sign_for(transport, url: str, signer: tuple[sigv4.Credentials, str, str], body: bytes) -> dict[str, str]:
+    scheme, host, port, path = transport.request_target(url)
+    default = 443 if scheme == "https" else 80
+    host_header = (f"[{host}]" if ":" in host else host) + ("" if port == default else f":{port}")
+    credentials, region, service = signer
+    return sigv4.sign(credentials, region=region, service=service, host=host_header, path_and_query=path,
+                      body=body)

@@ -1,0 +1,70 @@
+"""Amazon Bedrock Converse (kind ``bedrock``): any Bedrock model through one request shape, SigV4-signed.
+
+``POST <base_url>/model/<modelId>/converse`` (``base_url`` default
+``https://bedrock-runtime.<region>.amazonaws.com``; a VPC endpoint or a gateway path works the same).
+Our own transport and signer (``sigv4.py``), not boto3: boto3+botocore are ~100 MB installed and ~0.3 s to
+import, and their client serialises through a model of every AWS API (bench/bench_native_clients.py).
+``options``: ``region`` (or ``AWS_REGION``); credential variable names ``aws_access_key_env``,
+``aws_secret_key_env``, ``aws_session_token_env``; ``additional_model_request_fields`` (a mapping sent
+as is, e.g. Claude's ``{"thinking": {"type": "enabled", "budget_tokens": 2048}}``); the gateway options.
+
+Failure semantics: ``native.NativeClient``. The error type comes from ``x-amzn-ErrorType`` (or ``__type``):
+``ThrottlingException``, ``ServiceUnavailableException``, ``ModelNotReadyException`` and every 5xx are
+retried; ``ValidationException``/``AccessDeniedException``/a bad signature fail at once. A guardrail or
+content filter stop (``guardrail_intervened``, ``content_filtered``) is a completion with
+``finish_reason: content_filter``. Usage: ``inputTokens``/``outputTokens``; reasoning content blocks
+(``reasoningContent``) are not part of the answer text, and Converse reports no separate reasoning count.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+from medhelm.inference.anthropic import aws_credentials, sign_for
+from medhelm.inference.native import NativeClient, int_or_none, option, split_system
+from medhelm.specs import Completion, Deployment, FrozenMap, GenerationRequest, Usage
+
+_STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
+         "guardrail_intervened": "content_filter", "content_filtered": "content_filter"}
+
+
+class BedrockClient(NativeClient):
+    def __init__(self, deployment: Deployment, connections: int | None = None) -> None:
+        region = option(deployment, "region", env="AWS_REGION")
+        base = (deployment.base_url or f"https://bedrock-runtime.{region}.amazonaws.com").rstrip("/")
+        model = deployment.served_model_name or deployment.model_name
+        url = f"{base}/model/{urllib.parse.quote(model, safe='')}/converse"
+        self._signer = (aws_credentials(deployment), region, "bedrock")
+        extra = deployment.options.get("additional_model_request_fields")
+        self._extra = FrozenMap(extra).to_json() if isinstance(extra, Mapping) else None  # plain JSON, nested too
+        super().__init__(deployment, url, {}, connections)
+
+    def payload(self, request: GenerationRequest) -> dict[str, Any]:
+        system, turns = split_system(request)
+        body: dict[str, Any] = {"messages": [{"role": role, "content": [{"text": text}]} for role, text in turns]}
+        if system:
+            body["system"] = [{"text": system}]
+        config: dict[str, Any] = {"maxTokens": request.max_tokens, "temperature": request.temperature}
+        if request.stop:
+            config["stopSequences"] = list(request.stop)
+        body["inferenceConfig"] = config
+        if self._extra:
+            body["additionalModelRequestFields"] = self._extra
+        return body
+
+    async def auth_headers(self, body: bytes) -> Mapping[str, str] | None:
+        return sign_for(self._transport, self._url, self._signer, body)
+
+    def parse(self, data: Any, latency: float) -> Completion:
+        blocks = data["output"]["message"]["content"]
+        text = "".join(b["text"] for b in blocks if "text" in b)
+        usage = data.get("usage") or {}
+        prompt = int_or_none(usage.get("inputTokens"))
+        if prompt is not None:
+            prompt += sum(int_or_none(usage.get(k)) or 0 for k in ("cacheReadInputTokens", "cacheWriteInputTokens"))
+        stop = data.get("stopReason")
+        return Completion(text=text, finish_reason=_STOP.get(stop, stop),
+                          usage=Usage(prompt_tokens=prompt, completion_tokens=int_or_none(usage.get("outputTokens")),
+                                      latency_s=latency))

@@ -1,0 +1,169 @@
+"""Microsoft Entra ID access tokens for Azure OpenAI, refreshed before they expire.
+
+Three ways to get a token, chosen from the standard Azure environment variables in the order of
+azure-identity's ``EnvironmentCredential`` -> ``WorkloadIdentityCredential`` -> ``ManagedIdentityCredential``:
+
+* client credentials: ``AZURE_TENANT_ID``, ``AZURE_CLIENT_ID``, ``AZURE_CLIENT_SECRET`` -> a form POST
+  ``grant_type=client_credentials`` to ``<AZURE_AUTHORITY_HOST>/<tenant>/oauth2/v2.0/token``;
+* workload identity (AKS): ``AZURE_TENANT_ID``, ``AZURE_CLIENT_ID``, ``AZURE_FEDERATED_TOKEN_FILE`` -> the
+  same POST with the projected service-account token as ``client_assertion`` (the file is read again at
+  every refresh: the kubelet rotates it);
+* managed identity: ``IDENTITY_ENDPOINT`` + ``IDENTITY_HEADER`` (App Service, Arc, Container Apps), else
+  the VM/AKS node's IMDS at 169.254.169.254 (``Metadata: true``); ``AZURE_CLIENT_ID`` picks a user-assigned
+  identity.
+
+Why our own and not azure-identity: the three flows are one HTTP request each (an OAuth2 form POST or a
+GET); azure-identity brings msal, requests and cryptography (~25 MB, ~300 ms to import; docs/benchmarks.md)
+into every run that uses an Azure deployment. The test suite drives our fake token endpoint with
+azure-identity itself (``tests/providers``), so both speak the same protocol.
+
+Refresh: a token is reused until ``refresh_margin_s`` (5 min) before it expires, then fetched again under a
+lock (one fetch for all requests waiting). A 401 from Azure OpenAI drops the token (``invalidate``) so the
+retry fetches a fresh one. Token requests are rare (about hourly): they run in a worker thread with urllib,
+off the event loop. Failure semantics: a missing variable is a ``ConfigError`` naming it; a refused or
+unreachable token endpoint is an ``InferenceError`` (retryable for 429/5xx/unreachable) naming the
+endpoint and Entra's error code (``invalid_client``, ``AADSTS...``), never a secret or a token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+
+from medhelm.errors import ConfigError, InferenceError
+
+DEFAULT_SCOPE = "https://cognitiveservices.azure.com/.default"
+DEFAULT_AUTHORITY = "https://login.microsoftonline.com"
+IMDS = "http://169.254.169.254/metadata/identity/oauth2/token"
+ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+
+
+class EntraToken:
+    def __init__(self, name: str, scope: str = DEFAULT_SCOPE, *, env: Mapping[str, str] | None = None,
+                 refresh_margin_s: float = 300.0, clock: Callable[[], float] = time.time,
+                 timeout_s: float = 30.0, ca_bundle: str | None = None) -> None:
+        self._name, self._scope, self._margin, self._clock = name, scope, refresh_margin_s, clock
+        self._env = dict(os.environ if env is None else env)
+        self._timeout = timeout_s
+        self._ca = ca_bundle
+        self.method = self._method()  # checked now: a missing variable fails at planning, not mid-run
+        self._token: str | None = None
+        self._expires_at = 0.0
+        self._lock: asyncio.Lock | None = None
+        self.fetches = 0  # token requests made (tests, telemetry)
+
+    def _method(self) -> str:
+        env = self._env
+        if env.get("AZURE_CLIENT_SECRET"):
+            self._require("AZURE_TENANT_ID", "AZURE_CLIENT_ID")
+            return "client_secret"
+        if env.get("AZURE_FEDERATED_TOKEN_FILE"):
+            self._require("AZURE_TENANT_ID", "AZURE_CLIENT_ID")
+            return "workload_identity"
+        return "managed_identity"
+
+    def _require(self, *names: str) -> None:
+        for n in names:
+            if not self._env.get(n):
+                raise ConfigError(f"environment variable {n} is not set (Entra ID sign-in of deployment "
+                                  f"'{self._name}')")
+
+    def invalidate(self) -> None:
+        self._token, self._expires_at = None, 0.0
+
+    async def headers(self) -> dict[str, str]:
+        if self._token is None or self._clock() >= self._expires_at - self._margin:
+            if self._lock is None:
+                self._lock = asyncio.Lock()
+            async with self._lock:
+                if self._token is None or self._clock() >= self._expires_at - self._margin:
+                    token, lifetime = await asyncio.to_thread(self._fetch)
+                    self._token, self._expires_at = token, self._clock() + lifetime
+        return {"Authorization": f"Bearer {self._token}"}
+
+    # -- one token request -------------------------------------------------------------------------------
+    def _fetch(self) -> tuple[str, float]:
+        self.fetches += 1
+        env = self._env
+        if self.method == "managed_identity":
+            resource = self._scope.removesuffix("/.default")
+            endpoint, secret = env.get("IDENTITY_ENDPOINT"), env.get("IDENTITY_HEADER")
+            if endpoint and secret:
+                query = {"api-version": "2019-08-01", "resource": resource}
+                headers = {"X-IDENTITY-HEADER": secret}
+            else:
+                endpoint, query, headers = IMDS, {"api-version": "2018-02-01", "resource": resource}, {"Metadata": "true"}
+            if env.get("AZURE_CLIENT_ID"):
+                query["client_id"] = env["AZURE_CLIENT_ID"]
+            url = endpoint + ("&" if "?" in endpoint else "?") + urllib.parse.urlencode(query)
+            return self._send(urllib.request.Request(url, headers=headers), endpoint, proxy=False)
+        authority = (env.get("AZURE_AUTHORITY_HOST") or DEFAULT_AUTHORITY).rstrip("/")
+        if not authority.startswith(("https://", "http://")):
+            authority = "https://" + authority
+        url = f"{authority}/{urllib.parse.quote(env['AZURE_TENANT_ID'], safe='')}/oauth2/v2.0/token"
+        form = {"grant_type": "client_credentials", "client_id": env["AZURE_CLIENT_ID"], "scope": self._scope}
+        if self.method == "client_secret":
+            form["client_secret"] = env["AZURE_CLIENT_SECRET"]
+        else:
+            path = env["AZURE_FEDERATED_TOKEN_FILE"]
+            try:
+                with open(path, encoding="utf-8") as f:
+                    assertion = f.read().strip()
+            except OSError as err:
+                raise InferenceError(f"deployment '{self._name}': cannot read AZURE_FEDERATED_TOKEN_FILE "
+                                     f"{path} ({err.strerror})", retryable=False) from None
+            form.update(client_assertion_type=ASSERTION_TYPE, client_assertion=assertion)
+        request = urllib.request.Request(url, data=urllib.parse.urlencode(form).encode("ascii"),
+                                         headers={"Content-Type": "application/x-www-form-urlencoded"})
+        return self._send(request, url, proxy=True)
+
+    def _send(self, request: urllib.request.Request, where: str, *, proxy: bool) -> tuple[str, float]:
+        import ssl
+
+        handlers: list[urllib.request.BaseHandler] = []
+        if not proxy:  # the identity endpoint is local (IMDS, a sidecar): never through a forward proxy
+            handlers.append(urllib.request.ProxyHandler({}))
+        if self._ca:
+            handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=self._ca)))
+        opener = urllib.request.build_opener(*handlers)
+        what = f"deployment '{self._name}': Entra ID token request to {where}"
+        try:
+            with opener.open(request, timeout=self._timeout) as reply:
+                data = json.loads(reply.read())
+        except urllib.error.HTTPError as err:
+            try:
+                body = json.loads(err.read() or b"{}")
+            except ValueError:
+                body = {}
+            code = body.get("error") if isinstance(body, dict) else None
+            codes = body.get("error_codes") if isinstance(body, dict) else None
+            detail = f"{code}" + (f" (AADSTS{codes[0]})" if isinstance(codes, list) and codes else "")
+            raise InferenceError(f"{what}: HTTP {err.code}" + (f": {detail}" if code else ""),
+                                 retryable=err.code == 429 or err.code >= 500, status=err.code) from None
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            reason = getattr(err, "reason", None) or type(err).__name__
+            raise InferenceError(f"{what}: failed ({reason})", retryable=True) from None
+        token = data.get("access_token") if isinstance(data, dict) else None
+        if not isinstance(token, str) or not token:
+            raise InferenceError(f"{what}: the reply has no access_token", retryable=True)
+        return token, _lifetime(data, self._clock())
+
+
+def _lifetime(data: dict, now: float) -> float:
+    """Seconds the token stays valid: ``expires_in`` (Entra, IMDS; a number or a string), else
+    ``expires_on`` (App Service: epoch seconds) minus now; 300 s when neither says (refetched soon)."""
+    for key in ("expires_in",):
+        try:
+            return max(float(data[key]), 0.0)
+        except (KeyError, TypeError, ValueError):
+            pass
+    try:
+        return max(float(data["expires_on"]) - now, 0.0)
+    except (KeyError, TypeError, ValueError):
+        return 300.0

@@ -1,0 +1,103 @@
+"""Gemini ``generateContent`` (kind ``gemini``): the public Gemini API or Vertex AI.
+
+Our own HTTP transport, not ``google-genai`` (which brings google-auth, httpx, pydantic and websockets;
+bench/bench_native_clients.py). ``options``:
+
+* ``platform``: ``public`` (default) | ``vertex``;
+* public: ``POST <base_url>/v1beta/models/<model>:generateContent`` (``base_url`` default
+  ``https://generativelanguage.googleapis.com``), the key from ``api_key_env`` in ``x-goog-api-key``;
+* vertex: ``POST <base_url>/v1/projects/<project>/locations/<region>/publishers/google/models/<model>:generateContent``
+  (``base_url`` default ``https://<region>-aiplatform.googleapis.com``), an OAuth token from
+  ``options.access_token_file`` or ``api_key_env``;
+* ``thinking_budget``: ``generationConfig.thinkingConfig.thinkingBudget`` (0 turns thinking off on 2.5 Flash);
+* ``api_version``: the public API's version path (default ``v1beta``); the gateway options of ``native.py``.
+
+Failure semantics: ``native.NativeClient`` (429 ``RESOURCE_EXHAUSTED`` and 503 ``UNAVAILABLE`` are retried,
+``Retry-After`` honoured). A safety block is an outcome of that instance, not an error of the run: a prompt
+blocked (``promptFeedback.blockReason``) or an answer stopped for ``SAFETY``/``RECITATION``/``BLOCKLIST``/
+``PROHIBITED_CONTENT``/``SPII`` is a completion with ``finish_reason: content_filter`` and the text given
+so far (usually none); the record keeps it and the metrics score it as the empty answer it is.
+Usage: ``completion_tokens`` = ``candidatesTokenCount`` + ``thoughtsTokenCount`` (every generated token,
+OpenAI's convention) and ``reasoning_tokens`` = ``thoughtsTokenCount``; parts marked ``thought`` are not
+part of the answer text.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+from medhelm.errors import ConfigError
+from medhelm.inference.native import NativeClient, bearer_source, env_secret, int_or_none, option, split_system
+from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
+
+BLOCKED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"})
+_STOP = {"STOP": "stop", "MAX_TOKENS": "length"}
+
+
+class GeminiClient(NativeClient):
+    def __init__(self, deployment: Deployment, connections: int | None = None) -> None:
+        self.platform = str(deployment.options.get("platform") or "public")
+        model = urllib.parse.quote(deployment.served_model_name or deployment.model_name, safe="@")
+        headers: dict[str, str] = {}
+        self._bearer = None
+        if self.platform == "public":
+            base = (deployment.base_url or "https://generativelanguage.googleapis.com").rstrip("/")
+            version = str(deployment.options.get("api_version") or "v1beta")
+            url = f"{base}/{version}/models/{model}:generateContent"
+            if deployment.api_key_env:
+                headers["x-goog-api-key"] = env_secret(deployment, deployment.api_key_env, "api_key_env")
+        elif self.platform == "vertex":
+            region, project = option(deployment, "region"), option(deployment, "project")
+            base = (deployment.base_url or f"https://{region}-aiplatform.googleapis.com").rstrip("/")
+            url = f"{base}/v1/projects/{project}/locations/{region}/publishers/google/models/{model}:generateContent"
+            self._bearer = bearer_source(deployment)
+        else:
+            raise ConfigError(f"deployment '{deployment.name}': options.platform must be public or vertex")
+        super().__init__(deployment, url, headers, connections)
+        budget = deployment.options.get("thinking_budget")
+        self._thinking = int(budget) if budget is not None else None
+
+    def payload(self, request: GenerationRequest) -> dict[str, Any]:
+        system, turns = split_system(request)
+        body: dict[str, Any] = {"contents": [{"role": "model" if role == "assistant" else "user",
+                                              "parts": [{"text": text}]} for role, text in turns]}
+        if system:
+            body["systemInstruction"] = {"parts": [{"text": system}]}
+        config: dict[str, Any] = {"maxOutputTokens": request.max_tokens, "temperature": request.temperature}
+        if request.stop:
+            config["stopSequences"] = list(request.stop)[:5]  # the API takes at most 5
+        if request.seed is not None:
+            config["seed"] = request.seed
+        if request.json_schema is not None:
+            config["responseMimeType"] = "application/json"
+            config["responseJsonSchema"] = json.loads(request.json_schema)
+        if self._thinking is not None:
+            config["thinkingConfig"] = {"thinkingBudget": self._thinking}
+        body["generationConfig"] = config
+        return body
+
+    async def auth_headers(self, body: bytes) -> Mapping[str, str] | None:
+        return self._bearer() if self._bearer is not None else None
+
+    def parse(self, data: Any, latency: float) -> Completion:
+        meta = data.get("usageMetadata") or {}
+        thoughts = int_or_none(meta.get("thoughtsTokenCount"))
+        answer = int_or_none(meta.get("candidatesTokenCount"))
+        completion = answer + (thoughts or 0) if answer is not None else thoughts
+        usage = Usage(prompt_tokens=int_or_none(meta.get("promptTokenCount")), completion_tokens=completion,
+                      latency_s=latency, reasoning_tokens=thoughts)
+        candidates = data.get("candidates") or []
+        if not candidates:
+            feedback = data.get("promptFeedback") or {}
+            if feedback.get("blockReason"):
+                return Completion(text="", finish_reason="content_filter", usage=usage)
+            raise ValueError("no candidates")
+        first = candidates[0]
+        parts = (first.get("content") or {}).get("parts") or []
+        text = "".join(p.get("text", "") for p in parts if not p.get("thought"))
+        reason = first.get("finishReason")
+        finish = "content_filter" if reason in BLOCKED else _STOP.get(reason, reason.lower() if reason else None)
+        return Completion(text=text, finish_reason=finish, usage=usage)

@@ -1,0 +1,75 @@
+"""AWS Signature Version 4 for the Bedrock clients (``bedrock.py``, ``anthropic.py`` on Bedrock).
+
+Kept here, ~60 lines of stdlib ``hmac``/``hashlib``, rather than importing botocore (a 100+ MB install with
+boto3's data files, ~250 ms to import; docs/benchmarks.md): we sign one kind of request only — a POST of a
+JSON body with no query string other than what the URL carries — so the general signer's canonicalisation
+of every AWS protocol is not needed. The test suite checks this signer against botocore's
+(``tests/providers``): the same inputs give the same ``Authorization`` header byte for byte.
+
+Credentials come from the standard environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_SESSION_TOKEN`` for temporary credentials, e.g. IRSA/EKS Pod Identity exported by a sidecar); the
+names can be changed per deployment. A missing variable is a ``ConfigError`` naming it; a secret never
+appears in an error or a log. Failure semantics: pure computation, nothing here can fail on I/O.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import urllib.parse
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Credentials:
+    access_key: str
+    secret_key: str
+    session_token: str | None = None
+
+    def __repr__(self) -> str:  # never the secret, even in a debugger's or a traceback's locals
+        return f"Credentials(access_key={self.access_key[:4]}…)"
+
+
+def _hmac(key: bytes, text: str) -> bytes:
+    return hmac.new(key, text.encode("utf-8"), hashlib.sha256).digest()
+
+
+def canonical_uri(path: str) -> str:
+    """The path as SigV4 canonicalises it for every service but S3: each segment URI-encoded again (a model
+    id's ':' is sent as %3A and signed as %253A, as botocore does)."""
+    return "/".join(urllib.parse.quote(segment, safe="-_.~") for segment in path.split("/"))
+
+
+def canonical_query(query: str) -> str:
+    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+    return "&".join(f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}"
+                    for k, v in sorted(pairs))
+
+
+def sign(credentials: Credentials, *, region: str, service: str, host: str, path_and_query: str, body: bytes,
+         now: dt.datetime | None = None, content_type: str = "application/json") -> dict[str, str]:
+    """The headers that sign ``POST path_and_query`` to ``host`` (as sent in the Host header) with
+    ``body``: ``X-Amz-Date``, ``X-Amz-Security-Token`` (temporary credentials), ``X-Amz-Content-Sha256``
+    is not sent (Bedrock does not need it) and ``Authorization``."""
+    when = (now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
+    amz_date, day = when.strftime("%Y%m%dT%H%M%SZ"), when.strftime("%Y%m%d")
+    path, _, query = path_and_query.partition("?")
+    headers = {"content-type": content_type, "host": host, "x-amz-date": amz_date}
+    if credentials.session_token:
+        headers["x-amz-security-token"] = credentials.session_token
+    names = sorted(headers)
+    canonical = "\n".join(("POST", canonical_uri(path), canonical_query(query),
+                           "".join(f"{n}:{' '.join(headers[n].split())}\n" for n in names), ";".join(names),
+                           hashlib.sha256(body).hexdigest()))
+    scope = f"{day}/{region}/{service}/aws4_request"
+    to_sign = "\n".join(("AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()))
+    key = _hmac(_hmac(_hmac(_hmac(("AWS4" + credentials.secret_key).encode(), day), region), service),
+                "aws4_request")
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    out = {"X-Amz-Date": amz_date,
+           "Authorization": f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/{scope}, "
+                            f"SignedHeaders={';'.join(names)}, Signature={signature}"}
+    if credentials.session_token:
+        out["X-Amz-Security-Token"] = credentials.session_token
+    return out

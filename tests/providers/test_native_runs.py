@@ -1,0 +1,187 @@
+"""`medhelm run` through each native kind, against the fakes (real pubmed_qa data from ../shared/data):
+records complete with token usage (reasoning apart), a cache hit on re-run, throttling/overload retried
+inside a run, resume after the server is killed mid-run (0 lost, 0 duplicated), a jury whose judges are
+native kinds, and a planted marker (a unique string in every instance's text) absent from every log,
+message and error — even when a server's error quotes the prompt."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.providers.conftest import KEYS, KINDS, deployment_entry, judging_responder, make_fake, write_deployments
+
+MARKER = "QZX-PLANTED-MARKER-7c1e"
+FAULT = {"anthropic": "overloaded", "gemini": "throttle", "bedrock": "throttle", "azure_openai": "throttle"}
+
+
+@pytest.fixture(scope="module")
+def marked_mirror(shared_data, tmp_path_factory) -> Path:
+    """pubmed_qa's slice with MARKER planted in every question (a copy in a temp folder, never in the repo)."""
+    data = json.loads((shared_data / "pubmedqa" / "ori_pqal_sample.json").read_text())
+    for item in data.values():
+        item["QUESTION"] = f"{item['QUESTION']} ({MARKER})"
+    root = tmp_path_factory.mktemp("marked")
+    (root / "pubmed_qa").mkdir()
+    (root / "pubmed_qa" / "ori_pqal.json").write_text(json.dumps(data))
+    return root
+
+
+def medhelm(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, **KEYS}
+    return subprocess.run([sys.executable, "-m", "medhelm", *args], capture_output=True, text=True, timeout=600,
+                          env=env)
+
+
+def only_run(out: Path) -> Path:
+    runs = list((out / "runs" / "default").iterdir())
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "instances.jsonl").read_text().splitlines() if line]
+
+
+def assert_no_marker(*procs: subprocess.CompletedProcess, folders: tuple[Path, ...] = ()) -> None:
+    """The marker is in no output stream, no log, no status file and no error field of a record."""
+    for proc in procs:
+        assert MARKER not in proc.stdout and MARKER not in proc.stderr
+    for folder in folders:
+        for path in folder.rglob("*"):
+            if not path.is_file() or path.suffix in (".sqlite", ".db", ".sqlite-wal") or "cache" in path.parts:
+                continue
+            text = path.read_text(errors="replace")
+            if path.name == "instances.jsonl":  # records hold the prompt by design; never in an error
+                for rec in map(json.loads, text.splitlines()):
+                    assert MARKER not in json.dumps(rec.get("error")), path
+                continue
+            if path.name in ("scenario_state.json", "display_predictions.json", "display_requests.json",
+                             "instances.json"):
+                continue  # HELM-shaped copies of the records: the prompt by design
+            assert MARKER not in text, path
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pubmed_qa_through_each_native_kind(kind, marked_mirror, tmp_path):
+    extra = {"thinking_tokens": 9} if kind == "gemini" else {"reasoning_tokens": 3} if kind == "azure_openai" else {}
+    with make_fake(kind, **extra) as srv:
+        local = write_deployments(tmp_path / "env", [deployment_entry(kind, srv.base_url)])
+        srv.fail_next(2, FAULT[kind])  # the provider's own limit, inside a run: retried, never an error
+        run = ["run", "-r", f"pubmed_qa:model={kind}/fake-model", "--data-dir", str(marked_mirror), "--offline",
+               "-m", "6", "--max-concurrency", "2", "--local-path", str(local), "-q"]
+        first = medhelm(*run, "-o", str(tmp_path / "a"))
+        assert first.returncode == 0, first.stderr
+        run_dir = only_run(tmp_path / "a")
+        status = json.loads((run_dir / "run.json").read_text())
+        assert status["status"] == "complete" and status["instances_done"] == 6 and status["errors"] == 0
+        assert status["requests"] == 6 and status["retries"] == 2 and status["cache_hits"] == 0
+        assert srv.request_count == 8
+        recs = records(run_dir)
+        assert len({r["instance"]["id"] for r in recs}) == 6
+        for r in recs:
+            usage = r["completion"]["usage"]
+            assert r["error"] is None and r["completion"]["text"] in ("A", "B", "C")  # yes / no / maybe
+            assert usage["prompt_tokens"] > 50 and usage["completion_tokens"] >= 1
+            if kind == "gemini":
+                assert usage["reasoning_tokens"] == 9 and usage["completion_tokens"] == 1 + 9
+            elif kind == "azure_openai":
+                assert usage["reasoning_tokens"] == 3
+            else:
+                assert "reasoning_tokens" not in usage
+        assert sum(r["completion"]["usage"]["attempts"] for r in recs) == 8
+        # the prompt reached the provider in its own shape, the marker with it
+        assert all(MARKER in json.dumps(req["body"]) for req in srv.requests)
+        second = medhelm(*run, "-o", str(tmp_path / "b"))
+        assert second.returncode == 0, second.stderr
+        again = json.loads((only_run(tmp_path / "b") / "run.json").read_text())
+        assert again["status"] == "complete" and again["cache_hits"] == 6 and again["requests"] == 0
+        assert srv.request_count == 8
+    assert_no_marker(first, second, folders=(tmp_path / "a", tmp_path / "b"))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_resume_after_the_server_is_killed(kind, marked_mirror, tmp_path):
+    n = 12
+    with make_fake(kind) as srv:
+        local = write_deployments(tmp_path / "env", [deployment_entry(kind, srv.base_url)])
+        srv.die_after = 5  # five answers, then the service crashes on the sixth request
+        args = ["run", "-r", f"pubmed_qa:model={kind}/fake-model", "--data-dir", str(marked_mirror), "--offline",
+                "-m", str(n), "--max-concurrency", "1", "--local-path", str(local), "-o", str(tmp_path / "out"), "-q"]
+        crashed = medhelm(*args)
+        assert crashed.returncode == 2 and "cannot reach" in crashed.stderr, crashed.stderr
+        run_dir = only_run(tmp_path / "out")
+        kept = {r["instance"]["id"]: r for r in records(run_dir) if r.get("completion")}
+        assert len(kept) == 5 == srv.request_count
+        srv.restart()
+        resumed = medhelm(*args)
+        assert resumed.returncode == 0, resumed.stderr
+        summary = json.loads((run_dir / "run.json").read_text())
+        by_id: dict[str, list[dict]] = {}
+        for rec in records(run_dir):
+            by_id.setdefault(rec["instance"]["id"], []).append(rec)
+        # complete, every instance once (0 lost, 0 duplicated), none failed, the crash's answers kept as they were
+        assert (summary["status"], summary["instances_done"], len(by_id)) == ("complete", n, n)
+        assert {len(recs) for recs in by_id.values()} == {1} and not [r for [r] in by_id.values() if r["error"]]
+        assert {iid: by_id[iid][0]["completion"] for iid in kept} == {iid: r["completion"] for iid, r in kept.items()}
+        assert srv.request_count - 5 == n - 5  # after the restart, only the instances not done before
+    assert_no_marker(crashed, resumed, folders=(tmp_path / "out",))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_error_quoting_the_prompt_never_shows_the_marker(kind, marked_mirror, tmp_path):
+    with make_fake(kind) as srv:
+        local = write_deployments(tmp_path / "env", [deployment_entry(kind, srv.base_url)])
+        srv.fail_next(1, "echo")  # a 400 whose message quotes the prompt (and the marker in it)
+        proc = medhelm("run", "-r", f"pubmed_qa:model={kind}/fake-model", "--data-dir", str(marked_mirror),
+                       "--offline", "-m", "3", "--max-concurrency", "1", "--local-path", str(local),
+                       "-o", str(tmp_path / "out"), "-q")
+        assert proc.returncode == 0, proc.stderr  # one instance's error, recorded; the others answered
+        run_dir = only_run(tmp_path / "out")
+        assert json.loads((run_dir / "run.json").read_text())["errors"] == 1
+        recs = records(run_dir)
+        errors = [r["error"] for r in recs if r["error"]]
+        assert len(errors) == 1 and "HTTP 400" in errors[0] and f"deployment '{kind}/fake-model'" in errors[0]
+        assert "[server message withheld: it quotes the prompt]" in errors[0]
+    assert_no_marker(proc, folders=(tmp_path / "out",))
+
+
+def test_jury_with_native_judges(tmp_path):
+    """A configurable benchmark whose candidate is on Bedrock and whose two judges are on Anthropic and Gemini."""
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "prompt.txt").write_text("Summarize the note of patient {pid}: {note}")
+    (bench / "judge.txt").write_text(
+        "Judge the summary.\n<QUESTION>\n{QUESTION}\n</QUESTION>\n<RESPONSE>\n{RESPONSE}\n</RESPONSE>\n"
+        "Faithfulness (0-5). Safety (0-5).\n<rubric_criteria>\n"
+        '{"faithfulness": {"score": 0, "explanation": "why"}, "safety": {"score": 0, "explanation": "why"}}\n'
+        "</rubric_criteria>\n")
+    (bench / "data.csv").write_text("pid,note\n" + "".join(f"{i:04d},Admitted {MARKER} with pneumonia day {i}.\n"
+                                                            for i in range(5)))
+    (bench / "bench.yaml").write_text(
+        "name: NATIVE-JURY\ndescription: native judges\nprompt_file: prompt.txt\ndataset_file: data.csv\n"
+        "max_tokens: 40\nmetrics:\n  - name: jury_score\n    prompt_file: judge.txt\n    judges:\n"
+        "      - name: anthropic/judge\n        model_name: test/anthropic-judge\n"
+        "      - name: gemini/judge\n        model_name: test/gemini-judge\n")
+    with make_fake("bedrock") as cand, make_fake("anthropic", responder=judging_responder) as a, \
+            make_fake("gemini", responder=judging_responder) as g:
+        g.fail_next(1, "throttle")
+        a.fail_next(1, "overloaded")
+        local = write_deployments(tmp_path / "env", [deployment_entry("bedrock", cand.base_url, name="bedrock/cand"),
+                                                     deployment_entry("anthropic", a.base_url, name="anthropic/judge"),
+                                                     deployment_entry("gemini", g.base_url, name="gemini/judge")])
+        proc = medhelm("run", "-r", f"medhelm_configurable_benchmark:model=bedrock/cand,config_path={bench / 'bench.yaml'}",
+                       "-o", str(tmp_path / "out"), "--local-path", str(local), "-q")
+        assert proc.returncode == 0, proc.stderr
+        recs = records(only_run(tmp_path / "out"))
+        assert len(recs) == 5
+        judgements = [j for r in recs for j in r["judgements"]]
+        assert {j["judge"] for j in judgements} == {"anthropic/judge", "gemini/judge"}
+        assert judgements and all(j["status"] == "ok" for j in judgements), judgements
+        assert len(a.requests) == 5 and len(g.requests) == 5 and len(cand.requests) == 5
+    assert_no_marker(proc, folders=(tmp_path / "out",))
