@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from medhelm.cards import CARDS
 from medhelm.specs import BenchmarkSpec, MetricSpec, RunSpec, Stat
-from medhelm.store.helm_names import HELM_BENCHMARKS
 
 JUDGES = ("local/judge-a", "local/judge-b", "local/judge-c")
 
@@ -30,10 +30,10 @@ def default_models(n: int) -> list[SyntheticModel]:
             for i in range(n)]
 
 
-def catalogue(n: int = 37, names: Sequence[str] = ()) -> list[BenchmarkSpec]:
+def catalogue(n: int = len(CARDS), names: Sequence[str] = ()) -> list[BenchmarkSpec]:
     """The first ``n`` (or the named) upstream MedHELM benchmarks as specs (jury ones scored by ``jury_score``)."""
     out = []
-    for b in [b for b in HELM_BENCHMARKS if b.name in names] if names else HELM_BENCHMARKS[:n]:
+    for b in [b for b in CARDS if b.name in names] if names else CARDS[:n]:
         main = "jury_score" if b.jury else "exact_match"
         out.append(BenchmarkSpec(name=b.name, display_name=b.display_name, description=f"synthetic {b.display_name}",
                                  category=b.category, subcategory=b.subcategory, access=b.access,
