@@ -7,6 +7,7 @@ through a translated entry that carries the key from credentials.conf (never pri
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from medhelm.cli import main
 from medhelm.credentials import Credentials
 from medhelm.deployments import DeploymentRegistry, check_usable
 from medhelm.devtools.mock_openai import MockOpenAIServer
-from medhelm.errors import ConfigError
+from medhelm.errors import ConfigError, InferenceError
 from medhelm.specs import DeploymentKind, GenerationRequest, Message
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "helm_prod_env"
@@ -317,3 +318,135 @@ def test_model_metadata_reads_helms_shape(tmp_path):
     (env / "model_metadata.yaml").write_text("models:\n  - name: a/b\n    access: public\n")
     with pytest.raises(ConfigError, match=r"model_metadata.yaml:3: field 'models\[0\]\.access'"):
         helm_env.read_metadata(env / "model_metadata.yaml")
+
+
+# ------------------------------------------------------------------------------------------------
+# all nine paper models through a gateway, each provider a strict local fake
+
+
+class Gateway:
+    """Azure API Management as a hospital runs it in front of its providers (Stanford Health Care's shape):
+    every request must carry the subscription key in ``Ocp-Apim-Subscription-Key`` (401 otherwise, APIM's
+    body); a route prefix selects the backend; the key is removed and the backend's own credential added
+    (APIM's set-header policy), then the request is forwarded as it came."""
+
+    def __init__(self, key: str, routes: dict[str, tuple[str, dict[str, str]]]) -> None:
+        import http.server
+        import threading
+        import urllib.request
+
+        self.key, self.routes, self.seen = key, routes, []
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        gateway = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                gateway.seen.append((self.path, self.headers.get("Ocp-Apim-Subscription-Key")))
+                if self.headers.get("Ocp-Apim-Subscription-Key") != gateway.key:
+                    return self._reply(401, b'{"statusCode": 401, "message": "Access denied due to invalid '
+                                            b'subscription key. Make sure to provide a valid key for an active '
+                                            b'subscription."}')
+                prefix = next((p for p in gateway.routes if self.path.startswith(p + "/")), None)
+                if prefix is None:
+                    return self._reply(404, b'{"statusCode": 404, "message": "Resource not found"}')
+                backend, credential = gateway.routes[prefix]
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in ("host", "content-length", "ocp-apim-subscription-key", "connection")}
+                request = urllib.request.Request(backend + self.path[len(prefix):], data=body, method="POST",
+                                                 headers={**headers, **credential})
+                try:
+                    with opener.open(request, timeout=30) as reply:
+                        self._reply(reply.status, reply.read())
+                except urllib.error.HTTPError as err:
+                    self._reply(err.code, err.read())
+
+            def _reply(self, status, payload):
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_the_nine_paper_models_answer_through_the_gateway_with_the_key_from_credentials_conf(tmp_path):
+    from medhelm.devtools.fake_providers import FakeAnthropic, FakeAzureOpenAI, FakeGemini
+    from medhelm.inference import make_client
+
+    with FakeAnthropic(api_key="sk-ant-backend") as claude, FakeGemini(api_key="AIza-backend") as gemini, \
+            FakeAzureOpenAI(api_key="azure-backend") as azure, MockOpenAIServer() as gpu:
+        routes = {
+            "/openai-eastus2": (azure.base_url + "/openai", {"api-key": "azure-backend"}),
+            "/Claude37Sonnet/claude-3-7-sonnet": (claude.base_url, {"x-api-key": "sk-ant-backend"}),
+            "/Claude35Sonnetv2/claude-3-5-sonnet": (claude.base_url, {"x-api-key": "sk-ant-backend"}),
+            "/gcp-gem20flash-fa/apim-gcp-gem20flash-fa": (gemini.base_url, {"x-goog-api-key": "AIza-backend"}),
+            "/gcp-gem15pro-fa/apim-gcp-gem15pro-fa": (gemini.base_url, {"x-goog-api-key": "AIza-backend"}),
+            "/llama3370b": (gpu.base_url[: -len("/v1")], {}),
+            "/deepseekr1": (gpu.base_url[: -len("/v1")], {}),
+        }
+        with Gateway(SECRET, routes) as gateway:
+            registry = DeploymentRegistry.load(prod_env(tmp_path / "prod_env", endpoint=gateway.url))
+
+            async def ask_all():
+                answers = {}
+                for model, name in NINE_MODELS.items():
+                    dep = registry.get(name)
+                    check_usable(dep)
+                    client = make_client(dep)
+                    try:
+                        question = "Is the patient febrile? Answer yes or no."
+                        completion = await client.generate(GenerationRequest((Message("user", question),),
+                                                                             max_tokens=8))
+                    finally:
+                        await client.aclose()
+                    answers[model] = completion.text
+                return answers
+
+            answers = asyncio.run(ask_all())
+            (prod := tmp_path / "prod_env" / "credentials.conf").write_text(
+                prod.read_text().replace(SECRET, "not-the-key"))  # a wrong key: the gateway's 401, not retried
+            dep = DeploymentRegistry.load(tmp_path / "prod_env").get("stanfordhealthcare/gpt-4o-2024-05-13")
+
+            async def refused():
+                client = make_client(dep)
+                try:
+                    await client.generate(GenerationRequest((Message("user", "hi"),), max_tokens=2))
+                finally:
+                    await client.aclose()
+
+            with pytest.raises(InferenceError, match="HTTP 401") as err:
+                asyncio.run(refused())
+            assert not err.value.retryable and "not-the-key" not in str(err.value)
+            gateway.seen.pop()
+        seen_keys = {key for _, key in gateway.seen}
+        paths = sorted(path.split("?")[0] for path, _ in gateway.seen)
+    assert set(answers) == set(NINE_MODELS) and all(a in ("Yes", "No") for a in answers.values()), answers
+    assert seen_keys == {SECRET}  # every request carried the subscription key, read from credentials.conf
+    assert "/Claude37Sonnet/claude-3-7-sonnet/v1/messages" in paths
+    assert "/gcp-gem20flash-fa/apim-gcp-gem20flash-fa/v1beta/models/gemini-2.0-flash-001:generateContent" in paths
+    assert "/openai-eastus2/deployments/o3-mini/chat/completions" in paths
+    assert "/deepseekr1/v1/chat/completions" in paths
+    # the backends saw their own credential, never the hospital's subscription key
+    for fake in (claude, gemini, azure):
+        assert fake.requests and all(SECRET not in json.dumps(r, default=str) for r in fake.requests)
+    assert len(claude.requests) == 2 and len(gemini.requests) == 2 and len(azure.requests) == 3
+    o3 = next(r for r in azure.requests if "o3-mini" in json.dumps(r, default=str))
+    assert "max_completion_tokens" in json.dumps(o3, default=str)
