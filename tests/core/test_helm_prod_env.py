@@ -6,7 +6,6 @@ through a translated entry that carries the key from credentials.conf (never pri
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 from pathlib import Path
@@ -19,7 +18,8 @@ from medhelm.credentials import Credentials
 from medhelm.deployments import DeploymentRegistry, check_usable
 from medhelm.devtools.mock_openai import MockOpenAIServer
 from medhelm.errors import ConfigError, InferenceError
-from medhelm.specs import DeploymentKind, GenerationRequest, Message
+from medhelm.specs import DeploymentKind
+from tests.core.conftest import generate_once as generate
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "helm_prod_env"
 SECRET = "shc-subscription-4f9a1c77e2"  # a fake key: it must never appear in output, errors or specs
@@ -223,18 +223,7 @@ def test_a_gateway_entry_sends_the_key_in_the_subscription_header(tmp_path):
         env = prod_env(tmp_path / "prod_env", endpoint=srv.base_url[: -len("/v1")])
         (env / "model_deployments.yaml").write_text(
             (env / "model_deployments.yaml").read_text().replace("{endpoint}/llama3370b/v1", "{endpoint}/v1"))
-        dep = DeploymentRegistry.load(env).get("stanfordhealthcare/llama-3.3-70b-instruct")
-
-        async def go():
-            from medhelm.inference import make_client
-
-            client = make_client(dep)
-            try:
-                return await client.generate(GenerationRequest((Message("user", "Say hi"),), max_tokens=4))
-            finally:
-                await client.aclose()
-
-        completion = asyncio.run(go())
+        completion = generate(DeploymentRegistry.load(env).get("stanfordhealthcare/llama-3.3-70b-instruct"))
         [meta] = srv.request_meta
         [body] = srv.requests
     assert meta["headers"]["ocp-apim-subscription-key"] == SECRET
@@ -246,18 +235,7 @@ def test_vllm_legacy_completions_client_uses_the_completions_route(tmp_path):
     with MockOpenAIServer() as srv:
         env = write_yaml(tmp_path / "env", [entry("helm.clients.vllm_client.VLLMClient", {"base_url": srv.base_url},
                                                   name="vllm/legacy")])
-        dep = DeploymentRegistry.load(env).get("vllm/legacy")
-
-        async def go():
-            from medhelm.inference import make_client
-
-            client = make_client(dep)
-            try:
-                return await client.generate(GenerationRequest((Message("user", "alpha beta gamma"),), max_tokens=4))
-            finally:
-                await client.aclose()
-
-        completion = asyncio.run(go())
+        completion = generate(DeploymentRegistry.load(env).get("vllm/legacy"), "alpha beta gamma")
         [meta] = srv.request_meta
         [body] = srv.requests
     assert meta["target"] == "/v1/completions" and body["prompt"] == "alpha beta gamma"
@@ -389,7 +367,6 @@ class Gateway:
 
 def test_the_nine_paper_models_answer_through_the_gateway_with_the_key_from_credentials_conf(tmp_path):
     from medhelm.devtools.fake_providers import FakeAnthropic, FakeAzureOpenAI, FakeGemini
-    from medhelm.inference import make_client
 
     with FakeAnthropic(api_key="sk-ant-backend") as claude, FakeGemini(api_key="AIza-backend") as gemini, \
             FakeAzureOpenAI(api_key="azure-backend") as azure, MockOpenAIServer() as gpu:
@@ -405,35 +382,14 @@ def test_the_nine_paper_models_answer_through_the_gateway_with_the_key_from_cred
         with Gateway(SECRET, routes) as gateway:
             registry = DeploymentRegistry.load(prod_env(tmp_path / "prod_env", endpoint=gateway.url))
 
-            async def ask_all():
-                answers = {}
-                for model, name in NINE_MODELS.items():
-                    dep = registry.get(name)
-                    check_usable(dep)
-                    client = make_client(dep)
-                    try:
-                        question = "Is the patient febrile? Answer yes or no."
-                        completion = await client.generate(GenerationRequest((Message("user", question),),
-                                                                             max_tokens=8))
-                    finally:
-                        await client.aclose()
-                    answers[model] = completion.text
-                return answers
-
-            answers = asyncio.run(ask_all())
+            answers = {}
+            for model, name in NINE_MODELS.items():
+                check_usable(registry.get(name))
+                answers[model] = generate(registry.get(name), "Is the patient febrile? Answer yes or no.", 8).text
             (prod := tmp_path / "prod_env" / "credentials.conf").write_text(
                 prod.read_text().replace(SECRET, "not-the-key"))  # a wrong key: the gateway's 401, not retried
-            dep = DeploymentRegistry.load(tmp_path / "prod_env").get("stanfordhealthcare/gpt-4o-2024-05-13")
-
-            async def refused():
-                client = make_client(dep)
-                try:
-                    await client.generate(GenerationRequest((Message("user", "hi"),), max_tokens=2))
-                finally:
-                    await client.aclose()
-
             with pytest.raises(InferenceError, match="HTTP 401") as err:
-                asyncio.run(refused())
+                generate(DeploymentRegistry.load(tmp_path / "prod_env").get("stanfordhealthcare/gpt-4o-2024-05-13"))
             assert not err.value.retryable and "not-the-key" not in str(err.value)
             gateway.seen.pop()
         seen_keys = {key for _, key in gateway.seen}

@@ -5,7 +5,6 @@ the project's mock OpenAI server imitating both server shapes."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -17,6 +16,7 @@ from medhelm.specs import (Completion, Deployment, GenerationRequest, Instance, 
                            Usage, plain_json)
 from medhelm.store.costs import Price, PriceTable
 from medhelm.store.costs import Usage as Totals
+from tests.core.conftest import generate_once
 
 
 def deployment(base_url: str, **options) -> Deployment:
@@ -25,14 +25,7 @@ def deployment(base_url: str, **options) -> Deployment:
 
 
 def ask(dep: Deployment, max_tokens: int = 1, text: str = "Which one?\nA. one\nB. two\nAnswer:"):
-    async def go():
-        client = OpenAIClient(dep)
-        try:
-            return await client.generate(GenerationRequest((Message("user", text),), max_tokens=max_tokens))
-        finally:
-            await client.aclose()
-
-    return asyncio.run(go())
+    return generate_once(dep, text, max_tokens)
 
 
 def test_split_server_answer_is_content_and_thinking_is_counted_apart():
