@@ -256,6 +256,8 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
             unresolved.append(f"{host}Endpoint (the Azure OpenAI resource)")
         else:
             base_url = endpoint
+            if helm.gateway:
+                options.setdefault("auth", "none")  # the gateway authenticates (its subscription key)
     elif helm.kind == "openai" and not base_url and not unresolved:
         raise fail(f"{class_name} needs args.base_url (the server's .../v1 address)", "client_spec", "args")
     if helm.kind == "bedrock":

@@ -406,3 +406,21 @@ def test_the_nine_paper_models_answer_through_the_gateway_with_the_key_from_cred
     assert len(claude.requests) == 2 and len(gemini.requests) == 2 and len(azure.requests) == 3
     o3 = next(r for r in azure.requests if "o3-mini" in json.dumps(r, default=str))
     assert "max_completion_tokens" in json.dumps(o3, default=str)
+
+
+def test_helms_azure_openai_client_with_its_key_in_credentials_conf(tmp_path):
+    from medhelm.devtools.fake_providers import FakeAzureOpenAI
+
+    with FakeAzureOpenAI(api_key=SECRET) as azure:
+        env = write_yaml(tmp_path / "env", [entry("helm.clients.azure_openai_client.AzureOpenAIClient",
+                                                  {"azure_openai_deployment_name": "gpt-4o-prod",
+                                                   "api_version": "2024-10-21"}, name="azureacme/gpt-4o")],
+                         credentials=f'azureacmeEndpoint: "{azure.base_url}"\nazureacmeApiKey: "{SECRET}"\n')
+        dep = DeploymentRegistry.load(env).get("azureacme/gpt-4o")
+        assert (dep.kind, dep.base_url, dep.served_model_name) == (DeploymentKind.AZURE_OPENAI, azure.base_url,
+                                                                   "gpt-4o-prod")
+        check_usable(dep)
+        completion = generate(dep, "Is it raining? Answer yes or no.")
+        [seen] = azure.requests
+    assert completion.text in ("Yes", "No")
+    assert seen["path"] == "/openai/deployments/gpt-4o-prod/chat/completions" and seen["headers"]["api-key"] == SECRET
