@@ -188,6 +188,8 @@ def _run_and_summarize(tmp_path, srv, thinking_budget: int | None):
     with open_store(f"sqlite:///{out / 'results.sqlite'}") as store:
         [model] = read.models(store, "s")
         meta = read.meta(store, "s")
+    # thinking totals live in the release's meta (only when a model thought: other stores keep their layout)
+    model["reasoning"] = json.loads(meta.get("reasoning_tokens") or "{}").get("test/r1|mock/r1")
     # HELM's model_metadata.yaml: this release's models only, shown beside them on the leaderboard
     assert json.loads(meta["model_metadata"]) == {"test/r1": {
         "name": "test/r1", "display_name": "Test R1", "creator_organization_name": "Tests", "access": "open",
@@ -205,7 +207,7 @@ def test_a_reasoning_model_end_to_end_answers_with_its_thinking_budget_and_is_pr
         assert {b["max_tokens"] for b in srv.requests} == {2 + 64}
     assert all(r["completion"]["text"] == "Yes" and r["stats"]["exact_match"] == 1.0 for r in records)
     assert all(r["completion"]["usage"]["reasoning_tokens"] == 7 for r in records)
-    assert model["reasoning_tokens"] == 6 * 7 and model["completion_tokens"] == 6 * 8
+    assert model["reasoning"] == [6 * 7, 0] and model["completion_tokens"] == 6 * 8
     prompt = model["prompt_tokens"]
     assert model["cost_usd"] == pytest.approx((prompt * 1.0 + 6 * 1 * 2.0 + 6 * 7 * 10.0) / 1e6)
 
