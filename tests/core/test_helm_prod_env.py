@@ -193,6 +193,15 @@ def test_a_missing_endpoint_or_key_fails_at_planning_naming_the_entry_never_a_va
         check_usable(DeploymentRegistry.load(env).get("stanfordhealthcare/gpt-4o-2024-05-13"))
 
 
+def test_an_unquoted_endpoint_url_as_helms_docstrings_write_it(tmp_path):
+    env = prod_env(tmp_path / "prod_env")
+    (env / "credentials.conf").write_text("# HELM's docstring form\nstanfordhealthcareEndpoint: https://gw.example/\n"
+                                          f"stanfordhealthcareApiKey: {SECRET}\n")
+    dep = DeploymentRegistry.load(env).get("stanfordhealthcare/llama-3.3-70b-instruct")
+    assert dep.base_url == "https://gw.example/llama3370b/v1"
+    check_usable(dep)
+
+
 def test_a_bad_credentials_file_names_the_line_and_never_echoes_a_value(tmp_path):
     env = prod_env(tmp_path / "prod_env")
     (env / "credentials.conf").write_text(f'stanfordhealthcareEndpoint: "https://gw.example"\n'
