@@ -243,3 +243,37 @@ def test_the_leaderboard_shows_reasoning_tokens_and_model_metadata(tmp_path, das
     assert board["Reasoning tokens"].tolist() == [42] and board["Output tokens"].tolist() == [48]
     assert board[["Display name", "Creator", "Access", "Released"]].values.tolist() == [
         ["Test R1", "Tests", "open", "2025-01-20"]]
+
+
+def test_jury_stats_counts_a_reasoning_judges_thinking(tmp_path, capsys):
+    """Judges that think (the mock server with a reasoning parser): their verdict is the content, their
+    thinking is counted per record and shown by `medhelm jury stats`."""
+    from medhelm.cli import main
+    from tests.jury.conftest import SEEDS_PROMPT, write_judges
+
+    def responder(body):
+        if body["model"] == "candidate":
+            return "Summary of the stay."
+        return json.dumps({"faithfulness": {"score": 4, "explanation": "f"},
+                           "safety": {"score": 5, "explanation": "s"}})
+
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "prompt.txt").write_text("Write a summary for patient {patient_id}.")
+    (bench / "judge.txt").write_text(SEEDS_PROMPT)
+    (bench / "data.csv").write_text("patient_id\n0001\n0002\n0003\n")
+    (bench / "bench.yaml").write_text(
+        "name: JURY-R\ndescription: d\nprompt_file: prompt.txt\ndataset_file: data.csv\nmax_tokens: 20\n"
+        "metrics:\n  - name: jury_score\n    prompt_file: judge.txt\n    judges:\n"
+        "      - name: mock/judge-a\n        model_name: test/judge-a\n")
+    with MockOpenAIServer(responder=responder, reasoning="split", thinking_tokens=6) as srv:
+        write_judges(tmp_path / "env", srv.base_url, names=("judge-a", "candidate"))
+        entry = f"medhelm_configurable_benchmark:model=mock/candidate,config_path={bench / 'bench.yaml'}"
+        assert main(["run", "-r", entry, "--suite", "s", "-o", str(tmp_path / "out"), "--local-path",
+                     str(tmp_path / "env"), "-q"]) == 0
+    capsys.readouterr()
+    records = [json.loads(line) for line in next((tmp_path / "out").glob("runs/s/*/instances.jsonl")).open()]
+    assert all(r["stats"]["jury_score"] == 4.5 for r in records)  # the verdict came from content
+    assert [r["judge_usage"]["reasoning_tokens"] for r in records] == [6, 6, 6]
+    assert main(["jury", "stats", "--suite", "s", "-o", str(tmp_path / "out"), "--bootstrap", "10"]) == 0
+    assert "(of which reasoning 18)" in capsys.readouterr().out
