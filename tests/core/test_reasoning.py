@@ -51,6 +51,8 @@ def test_a_one_token_budget_without_a_thinking_budget_answers_nothing(mode):
     with MockOpenAIServer(reasoning=mode, thinking_tokens=8) as srv:
         completion = ask(deployment(srv.base_url))
     assert completion.text == "" and completion.finish_reason == "length"
+    # the one generated token was thinking, stated by the split server, known from the inline one's empty answer
+    assert completion.usage.completion_tokens == 1 and completion.usage.reasoning_tokens == 1
 
 
 def test_o_series_options_shape_the_body():
