@@ -433,3 +433,13 @@ def test_helms_azure_openai_client_with_its_key_in_credentials_conf(tmp_path):
         [seen] = azure.requests
     assert completion.text in ("Yes", "No")
     assert seen["path"] == "/openai/deployments/gpt-4o-prod/chat/completions" and seen["headers"]["api-key"] == SECRET
+
+
+def test_medhelms_own_jury_loads_against_the_example_prod_env(tmp_path):
+    from medhelm.scoring.jury import config
+
+    registry = DeploymentRegistry.load(prod_env(tmp_path / "prod_env"))
+    jury = config.load(EXAMPLE / "jury_medhelm_paper.yaml", registry)
+    assert [j.name for j in jury.judges] == ["stanfordhealthcare/gpt-4o-2024-05-13",
+                                              "stanfordhealthcare/llama-3.3-70b-instruct",
+                                              "stanfordhealthcare/claude-3-7-sonnet-20250219"]
