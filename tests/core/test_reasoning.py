@@ -279,3 +279,20 @@ def test_jury_stats_counts_a_reasoning_judges_thinking(tmp_path, capsys):
     assert [r["judge_usage"]["reasoning_tokens"] for r in records] == [6, 6, 6]
     assert main(["jury", "stats", "--suite", "s", "-o", str(tmp_path / "out"), "--bootstrap", "10"]) == 0
     assert "(of which reasoning 18)" in capsys.readouterr().out
+
+
+def test_medhelm_plan_reprices_thinking_from_a_release_and_from_a_suite(tmp_path):
+    """`medhelm plan`'s cost per instance: thinking at reasoning_per_million, from the store and the records."""
+    from medhelm.store import open_store
+    from medhelm.store.plan import costs_from_release, costs_from_suite
+
+    def yes(body):
+        return "Yes"
+
+    with MockOpenAIServer(responder=yes, reasoning="split", thinking_tokens=7) as srv:
+        model, _ = _run_and_summarize(tmp_path, srv, thinking_budget=64)
+    prices = PriceTable.load(tmp_path / "prod_env" / "prices.yaml")
+    per_instance = (model["prompt_tokens"] * 1.0 + 6 * 1 * 2.0 + 6 * 7 * 10.0) / 1e6 / 6
+    with open_store(f"sqlite:///{tmp_path / 'out' / 'results.sqlite'}") as store:
+        assert costs_from_release(store, "s", prices)[("test/r1", "mock/r1")] == pytest.approx(per_instance)
+    assert costs_from_suite(tmp_path / "out", "s", prices)[("test/r1", "mock/r1")] == pytest.approx(per_instance)
