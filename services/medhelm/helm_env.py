@@ -275,10 +275,10 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
         if isinstance(args.get(arg), int) and not isinstance(args.get(arg), bool):
             options.setdefault("thinking_budget", args[arg])
 
-    key_name = credentials.api_key_name(host, item.name) if "api_key" not in args else None
     if "api_key" in args:
         raise fail("a key does not belong in model_deployments.yaml: put it in credentials.conf as "
                    f"{host}ApiKey (HELM reads it from there too)", "client_spec", "args", "api_key")
+    key_name = credentials.api_key_name(host, item.name)
     if key_name is None and helm.key_required:
         unresolved.append(f"{host}ApiKey (the key)")
     if key_name is not None:
