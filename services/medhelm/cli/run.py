@@ -259,7 +259,7 @@ def _print_summary(outcomes, options) -> None:
         main = spec.benchmark.main_metric
         mean = "-"
         if not o.skipped and st.get("instances_done"):
-            from medhelm.pipeline import RunDir
+            from medhelm.rundir import RunDir
 
             for s in RunDir(o.plan.run_dir).stats() if (o.plan.run_dir / "stats.json").is_file() else []:
                 if s.name == main and s.split == spec.benchmark.main_split and s.mean is not None:
