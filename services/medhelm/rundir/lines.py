@@ -34,21 +34,15 @@ def _bad_record(e: Exception, path: Path, lineno: int) -> ConfigError:
 def record_lines(path: Path) -> Iterator[tuple[str, dict]]:
     """(line, parsed object) of each whole record line of ``path`` (a torn last line is skipped); a line that
     is not a record is a ConfigError naming the file and line."""
-    check_regular(path, what="records file (JSON lines)")
-    with open(path, encoding="utf-8") as f:
-        lineno = 0
+    for lineno, line in raw_lines(path):
         try:
-            for lineno, line in enumerate(f, 1):  # noqa: B007 - lineno is used in the error
-                if not line.endswith("\n"):
-                    return  # torn final line from an interrupted write: not a finished record
-                if line.strip():
-                    d = json.loads(line)
-                    if not isinstance(d, dict) or not isinstance(d["instance"]["id"], str) \
-                            or not isinstance(d.get("position", 0), int):
-                        raise TypeError("not a record")
-                    yield line, d
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # incl. UnicodeDecodeError
+            d = json.loads(line)
+            if not isinstance(d, dict) or not isinstance(d["instance"]["id"], str) \
+                    or not isinstance(d.get("position", 0), int):
+                raise TypeError("not a record")
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             raise _bad_record(e, path, lineno) from None
+        yield line, d
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,23 +95,19 @@ def record_heads(path: Path, file: int = 0, size: int | None = None) -> Iterator
 
 
 def read_records(path: Path) -> Iterator[InstanceResult]:
-    check_regular(path, what="records file (JSON lines)")
-    with open(path, encoding="utf-8") as f:
-        lineno = 0
+    """Each whole record line of ``path`` as an InstanceResult (a torn last line is skipped)."""
+    for lineno, line in raw_lines(path):
         try:
-            for lineno, line in enumerate(f, 1):  # noqa: B007 - lineno is used in the error
-                if not line.endswith("\n"):
-                    return  # torn final line from an interrupted write: not a finished record
-                line = line.strip()
-                if line:
-                    yield InstanceResult.from_json(json.loads(line))
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # incl. UnicodeDecodeError
+            yield InstanceResult.from_json(json.loads(line))
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             raise _bad_record(e, path, lineno) from None
 
 
 def raw_lines(path: Path, limit: int | None = None) -> Iterator[tuple[int, str]]:
     """(line number, line with its newline) of each whole, non-blank line of ``path``, unparsed: at most
-    ``limit`` lines (run.json's ``instances_done``: a run resumed while this reads appends after them)."""
+    ``limit`` lines (run.json's ``instances_done``: a run resumed while this reads appends after them). The
+    torn-tail rule lives here; every text-mode reader above is built on it (``record_heads`` applies the same
+    rule to bytes, as it needs their offsets)."""
     check_regular(path, what="records file (JSON lines)")
     left = -1 if limit is None else limit
     with open(path, encoding="utf-8") as f:
