@@ -78,7 +78,7 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
             if not run.exists():
                 continue
             status = run.status()
-            if (path / "stats.json").is_file() and "instances_done" in status:
+            if run.has_stats() and "instances_done" in status:
                 stats, done = run.stats(), int(status["instances_done"])
             else:  # not collected yet: derive from the records written so far
                 records = sorted(run.latest_records().values(), key=lambda r: r.position)

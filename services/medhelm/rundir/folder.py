@@ -17,7 +17,7 @@ from pathlib import Path
 
 from medhelm.errors import ConfigError
 from medhelm.files import load_json
-from medhelm.rundir.layout import (PLAIN_ID, RECORDS, SHARDS, SUPERSEDED, compat_digest, dump_json, retries_file,
+from medhelm.rundir.layout import (PLAIN_ID, RECORDS, SHARDS, STATS, SUPERSEDED, compat_digest, dump_json, retries_file,
                                    selection_text, shard_file, streamable_selection, write_atomic,
                                    write_atomic_lines)
 from medhelm.rundir.lines import RecordHead, read_records, record_heads, record_lines
@@ -85,6 +85,10 @@ class RunDir:
         if not isinstance(doc, dict):
             raise ConfigError("expected a JSON object (the run's status)", path=p)
         return doc
+
+    def has_stats(self) -> bool:
+        """stats.json is there (the run was finished at least once)."""
+        return (self.path / STATS).is_file()
 
     def stats(self) -> list[Stat]:
         doc = self._load("stats.json")

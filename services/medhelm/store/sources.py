@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from medhelm.errors import ConfigError
-from medhelm.rundir import RECORDS, STATS, RunDir, raw_lines
+from medhelm.rundir import RECORDS, RunDir, raw_lines
 from medhelm.specs import BenchmarkSpec, Stat, loads_json
 
 JURY_STAT, JURY_STAT_NORMALIZED = "jury_score", "jury_score_normalized"
@@ -102,7 +102,7 @@ def read_medhelm_run(path: Path, suite: str) -> RunSource:
     spec_json = run.spec_doc()
     spec = run.spec()
     status = run.status()
-    stats = tuple(run.stats()) if (path / STATS).exists() else ()
+    stats = tuple(run.stats()) if run.has_stats() else ()
     main = leaderboard_stat(spec.benchmark)
     return RunSource(suite=suite, run_name=path.name, benchmark=spec.benchmark, model=spec.model,
                      deployment=spec.deployment, main_stat=main, status=status, stats=stats,
