@@ -32,6 +32,10 @@ def test_every_row_names_an_importable_client_class_and_real_deployment_fields()
             assert callable(getattr(importlib.import_module(module), name)), path
 
 
+def test_only_the_embedded_engine_runs_in_process():
+    assert [row.kind for row in KINDS if row.in_process] == ["llamacpp"]
+
+
 def test_the_enum_has_one_member_per_row_and_keeps_its_names():
     assert [k.value for k in DeploymentKind] == [row.kind for row in KINDS]
     assert DeploymentKind.OPENAI.value == "openai" and DeploymentKind("kserve_v2") is DeploymentKind.KSERVE_V2

@@ -123,10 +123,12 @@ def main_job(args: argparse.Namespace) -> int:
         for p in plans:  # a file the services cannot be named is refused now, before any record is written
             names_for(p.spec, roots)
     if endpoint["scenarios"] is not None:
-        local = [p.spec.name for p in plans if p.deployment.kind.value == "llamacpp"]
+        from medhelm.backend_kinds import BY_KIND
+
+        local = [p for p in plans if BY_KIND[p.deployment.kind.value].in_process]
         if local:  # its prompts are cut to fit with its own tokenizer, which the service does not have
-            raise ConfigError(f"run '{local[0]}' evaluates an in-process llama.cpp model: "
-                              f"run it without --scenario-service")
+            raise ConfigError(f"run '{local[0].spec.name}' evaluates an in-process model "
+                              f"(kind '{local[0].deployment.kind.value}'): run it without --scenario-service")
         plans = [dataclasses.replace(p, benchmark=RemoteBenchmark(p.spec, endpoint["scenarios"],
                                                                   p.max_prompt_tokens))
                  for p in plans]
