@@ -78,3 +78,28 @@ def test_an_option_that_names_no_variant_is_a_one_line_config_error():
     with pytest.raises(ConfigError, match=r"^deployment 'k/x': options.protocol must be 'rest' or 'grpc'$"):
         make_client(Deployment(name="k/x", model_name="m", kind="kserve_v2", base_url="http://127.0.0.1:1",
                                options={"protocol": "smoke"}))
+
+
+def test_job_refuses_a_scenario_service_for_an_in_process_kind(tmp_path, capsys):
+    """The row's ``in_process`` (not the kind's name) makes ``medhelm job`` refuse a scenario service, before
+    anything is written or any service is called (127.0.0.1:9 is never reached)."""
+    from medhelm.cli import main
+
+    (tmp_path / "data.csv").write_text("patient_id,note,question,correct_answer,incorrect_answers\n"
+                                       '1,n,Q?,Yes,"[""No""]"\n')
+    (tmp_path / "p.txt").write_text("Answer.\n")
+    (tmp_path / "b.yaml").write_text("name: B\ndescription: d\nprompt_file: p.txt\ndataset_file: data.csv\n"
+                                     "max_tokens: 1\nmetrics:\n  - name: exact_match\n")
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    local = tmp_path / "prod"
+    local.mkdir()
+    (local / "model_deployments.yaml").write_text(
+        "model_deployments:\n  - name: here/m\n    model_name: t/m\n    kind: llamacpp\n"
+        f"    gguf_path: {tmp_path}/m.gguf\n")
+    code = main(["job", "--suite", "s", "-o", str(tmp_path / "out"), "--local-path", str(local),
+                 "--run-entries", f"medhelm_configurable_benchmark:model=t/m,config_path={tmp_path}/b.yaml",
+                 "--shard-index", "0", "--shard-count", "1", "--scenario-service", "127.0.0.1:9",
+                 "--benchmark-root", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "in-process model (kind 'llamacpp')" in err and "--scenario-service" in err
+    assert not (tmp_path / "out").exists()
