@@ -52,7 +52,8 @@ def test_the_schema_accepts_exactly_the_table_s_kinds_and_requires_each_row_s_fi
             assert f"model_deployments[0].{row.required[0]}" in str(err.value)
         else:
             assert DeploymentRegistry.load(tmp_path).get(f"x/{row.kind}").kind.value == row.kind
-    path.write_text("model_deployments:\n  - name: x/y\n    model_name: m\n    kind: telepathy\n    base_url: http://h/v1\n")
+    path.write_text("model_deployments:\n  - name: x/y\n    model_name: m\n    kind: telepathy\n"
+                    "    base_url: http://h/v1\n")
     with pytest.raises(ConfigError, match="model_deployments.yaml") as err:
         DeploymentRegistry.load(tmp_path)
     assert "kind" in str(err.value) and "openai" in str(err.value)  # the allowed values come from the table
