@@ -11,7 +11,7 @@ import pytest
 
 from medhelm.devtools.mock_openai import MockOpenAIServer
 from medhelm.inference.openai import OpenAIClient
-from medhelm.pipeline.records import instance_stats, scored_row_json
+from medhelm.pipeline.aggregate import instance_stats, scored_row_json
 from medhelm.specs import (Completion, Deployment, GenerationRequest, Instance, InstanceResult, Message, Prompt,
                            Usage, plain_json)
 from medhelm.store.costs import Price, PriceTable
