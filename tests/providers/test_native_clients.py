@@ -272,3 +272,27 @@ def test_missing_configuration_is_a_config_error(keys, monkeypatch):
                                options={"platform": "vertex", "region": "r"}))
     with pytest.raises(ConfigError, match="platform"):
         make_client(Deployment(name="a", model_name="m", kind="anthropic", options={"platform": "azure"}))
+
+
+def test_reasoning_tokens_reach_the_telemetry_apart(keys):
+    from medhelm.telemetry import Telemetry
+
+    telemetry = Telemetry("run")
+    with make_fake("gemini", thinking_tokens=30) as srv:
+        dep = _deployment("gemini", srv.base_url)
+
+        async def run() -> None:
+            pool = ClientPool(retry=FAST, observer=telemetry)
+            try:
+                for text in ("a b", "c d e"):
+                    await pool.get(dep).generate(_request(text))
+            finally:
+                await pool.aclose()
+
+        asyncio.run(run())
+
+    def tokens(kind: str) -> float | None:
+        return telemetry.registry.get_sample_value("medhelm_tokens_total", {"deployment": dep.name,
+                                                                            "role": "candidate", "kind": kind})
+
+    assert tokens("reasoning") == 60 and tokens("completion") == 2 + 3 + 60
