@@ -296,3 +296,17 @@ def test_reasoning_tokens_reach_the_telemetry_apart(keys):
                                                                             "role": "candidate", "kind": kind})
 
     assert tokens("reasoning") == 60 and tokens("completion") == 2 + 3 + 60
+
+
+def test_a_gateway_route_as_the_whole_url_with_keys_from_credentials_conf(keys, tmp_path, monkeypatch):
+    """A HELM prod_env entry behind a gateway (helm_env.py's translation): the subscription key from
+    credentials.conf, the route as the whole URL (``api_path: ""``)."""
+    (tmp_path / "credentials.conf").write_text('gatewayApiKey: "apim-from-credentials"\n')
+    with make_fake("anthropic", api_key="sk-direct") as srv:
+        monkeypatch.setenv("ANTHROPIC_TEST_KEY", "sk-direct")
+        dep = _deployment("anthropic", srv.base_url + "/v1/messages", api_path="",
+                          credentials={"source": str(tmp_path / "credentials.conf"), "name": "gatewayApiKey",
+                                       "as": "subscription_key"})
+        completion, _ = asyncio.run(_generate(dep, _request("route ok")))
+        assert completion.text == "route ok"
+        assert srv.requests[-1]["headers"]["ocp-apim-subscription-key"] == "apim-from-credentials"

@@ -5,7 +5,8 @@ either an ``api-key`` or a Microsoft Entra ID token.
 requests go to ``<base_url>/openai/deployments/<served_model_name>/chat/completions?api-version=<v>``
 (``options.api_version``, default ``2024-10-21``). Authentication (``options.auth``):
 
-* ``api_key`` (the default when ``api_key_env`` is set): the key in the ``api-key`` header;
+* ``api_key`` (the default when ``api_key_env`` is set, or a HELM entry names the key in credentials.conf):
+  the key in the ``api-key`` header;
 * ``entra``: a bearer token from ``entra.py`` (client secret, AKS workload identity or managed identity,
   from the standard ``AZURE_*`` variables), refreshed 5 minutes before it expires; ``options.entra_scope``
   (default ``https://cognitiveservices.azure.com/.default``).
@@ -31,10 +32,11 @@ DEFAULT_API_VERSION = "2024-10-21"
 
 class AzureOpenAIClient(OpenAIClient):
     def __init__(self, deployment: Deployment, connections: int | None = None) -> None:
-        auth = str(deployment.options.get("auth") or ("api_key" if deployment.api_key_env else "entra"))
+        has_key = bool(deployment.api_key_env or deployment.options.get("credentials"))  # a variable or credentials.conf
+        auth = str(deployment.options.get("auth") or ("api_key" if has_key else "entra"))
         if auth not in ("api_key", "entra"):
             raise ConfigError(f"deployment '{deployment.name}': options.auth must be api_key or entra")
-        if auth == "api_key" and not deployment.api_key_env:
+        if auth == "api_key" and not has_key:
             raise ConfigError(f"deployment '{deployment.name}': options.auth api_key needs api_key_env")
         name = deployment.served_model_name or deployment.model_name
         options = dict(deployment.options)
