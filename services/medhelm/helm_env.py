@@ -237,8 +237,9 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
             unresolved.append(f"{host}Endpoint (the gateway's address)")
         elif not args.get("deployment"):
             raise fail(f"{class_name} needs args.deployment (the gateway route)", "client_spec", "args")
-        else:
+        else:  # HELM's exact URL: the route is the whole path (no API path appended: options.api_path "")
             base_url = f"{endpoint.rstrip('/')}/{str(args['deployment']).strip('/')}"
+            options.setdefault("api_path", "")
     elif helm.kind == "azure_openai":
         version = args.get("api_version") or helm.api_version
         if version:

@@ -113,7 +113,8 @@ class Telemetry:
         self.in_flight = Gauge("medhelm_model_requests_in_flight", "attempts being served by a model right now",
                                cl, registry=r)
         self.tokens = Counter("medhelm_tokens", "tokens of requests that reached a model (kind: prompt, "
-                              "completion)", [*cl, "kind"], registry=r)
+                              "completion, reasoning: the part of completion spent thinking, where the provider "
+                              "states it)", [*cl, "kind"], registry=r)
         self.cached_tokens = Counter("medhelm_cached_tokens", "tokens of answers served from the request cache "
                                      "(no model used them)", [*cl, "kind"], registry=r)
         self.attempt_latency = Histogram("medhelm_model_attempt_duration_seconds", "wall time of one attempt "
@@ -161,7 +162,7 @@ class Telemetry:
 class ClientMetrics:
     """One (deployment, role)'s children, resolved once; the pool calls these per request / attempt."""
 
-    __slots__ = ("_t", "_labels", "_ok", "_error", "_cached", "_retries", "_in_flight", "_tok_p", "_tok_c",
+    __slots__ = ("_t", "_labels", "_ok", "_error", "_cached", "_retries", "_in_flight", "_tok_p", "_tok_c", "_tok_r",
                  "_ctok_p", "_ctok_c", "_attempt_latency", "_request_latency", "_codes", "_rates", "_cost")
 
     def __init__(self, t: Telemetry, deployment: Deployment, role: str) -> None:
@@ -171,6 +172,7 @@ class ClientMetrics:
         self._retries = t.retries.labels(name, role)
         self._in_flight = t.in_flight.labels(name, role)
         self._tok_p, self._tok_c = t.tokens.labels(name, role, "prompt"), t.tokens.labels(name, role, "completion")
+        self._tok_r = None  # made on the first reasoning count: no series for models that never state one
         self._ctok_p = t.cached_tokens.labels(name, role, "prompt")
         self._ctok_c = t.cached_tokens.labels(name, role, "completion")
         self._attempt_latency = t.attempt_latency.labels(name, role)
@@ -220,6 +222,10 @@ class ClientMetrics:
             self._tok_p.inc(u.prompt_tokens)
         if u.completion_tokens:
             self._tok_c.inc(u.completion_tokens)
+        if u.reasoning_tokens:
+            if self._tok_r is None:
+                self._tok_r = self._t.tokens.labels(*self._labels, "reasoning")
+            self._tok_r.inc(u.reasoning_tokens)
         if self._cost is not None and (self._rates.prompt or self._rates.completion):
             self._cost.inc((u.prompt_tokens or 0) * self._rates.prompt
                            + (u.completion_tokens or 0) * self._rates.completion)

@@ -151,6 +151,7 @@ def test_the_example_prod_env_loads_unchanged_with_keys_from_credentials_conf(tm
     assert claude.base_url == "https://gateway.hospital.example/Claude37Sonnet/claude-3-7-sonnet"
     assert claude.options["credentials"]["as"] == "subscription_key"
     assert claude.options["subscription_key_header"] == "Ocp-Apim-Subscription-Key"
+    assert claude.options["api_path"] == ""  # the route is the whole URL, as HELM posts it
     gemini = registry.get("stanfordhealthcare/gemini-2.0-flash-001")
     assert gemini.kind is DeploymentKind.GEMINI and gemini.served_model_name == "gemini-2.0-flash-001"
     vllm = registry.get("vllm/qwen3-8b")  # no gateway, no key needed
@@ -337,7 +338,7 @@ class Gateway:
                     return self._reply(401, b'{"statusCode": 401, "message": "Access denied due to invalid '
                                             b'subscription key. Make sure to provide a valid key for an active '
                                             b'subscription."}')
-                prefix = next((p for p in gateway.routes if self.path.startswith(p + "/")), None)
+                prefix = next((p for p in gateway.routes if self.path == p or self.path.startswith(p + "/")), None)
                 if prefix is None:
                     return self._reply(404, b'{"statusCode": 404, "message": "Resource not found"}')
                 backend, credential = gateway.routes[prefix]
@@ -381,10 +382,15 @@ def test_the_nine_paper_models_answer_through_the_gateway_with_the_key_from_cred
             FakeAzureOpenAI(api_key="azure-backend") as azure, MockOpenAIServer() as gpu:
         routes = {
             "/openai-eastus2": (azure.base_url + "/openai", {"api-key": "azure-backend"}),
-            "/Claude37Sonnet/claude-3-7-sonnet": (claude.base_url, {"x-api-key": "sk-ant-backend"}),
-            "/Claude35Sonnetv2/claude-3-5-sonnet": (claude.base_url, {"x-api-key": "sk-ant-backend"}),
-            "/gcp-gem20flash-fa/apim-gcp-gem20flash-fa": (gemini.base_url, {"x-goog-api-key": "AIza-backend"}),
-            "/gcp-gem15pro-fa/apim-gcp-gem15pro-fa": (gemini.base_url, {"x-goog-api-key": "AIza-backend"}),
+            # SHC's routes are whole URLs (HELM posts to {endpoint}/{deployment}): the gateway maps each to the
+            # provider's API path
+            "/Claude37Sonnet/claude-3-7-sonnet": (claude.base_url + "/v1/messages", {"x-api-key": "sk-ant-backend"}),
+            "/Claude35Sonnetv2/claude-3-5-sonnet": (claude.base_url + "/v1/messages",
+                                                    {"x-api-key": "sk-ant-backend"}),
+            "/gcp-gem20flash-fa/apim-gcp-gem20flash-fa": (
+                gemini.base_url + "/v1beta/models/gemini-2.0-flash-001:generateContent", {"x-goog-api-key": "AIza-backend"}),
+            "/gcp-gem15pro-fa/apim-gcp-gem15pro-fa": (
+                gemini.base_url + "/v1beta/models/gemini-1.5-pro-001:generateContent", {"x-goog-api-key": "AIza-backend"}),
             "/llama3370b": (gpu.base_url[: -len("/v1")], {}),
             "/deepseekr1": (gpu.base_url[: -len("/v1")], {}),
         }
@@ -405,8 +411,8 @@ def test_the_nine_paper_models_answer_through_the_gateway_with_the_key_from_cred
         paths = sorted(path.split("?")[0] for path, _ in gateway.seen)
     assert set(answers) == set(NINE_MODELS) and all(a in ("Yes", "No") for a in answers.values()), answers
     assert seen_keys == {SECRET}  # every request carried the subscription key, read from credentials.conf
-    assert "/Claude37Sonnet/claude-3-7-sonnet/v1/messages" in paths
-    assert "/gcp-gem20flash-fa/apim-gcp-gem20flash-fa/v1beta/models/gemini-2.0-flash-001:generateContent" in paths
+    assert "/Claude37Sonnet/claude-3-7-sonnet" in paths  # HELM's URL: {endpoint}/{deployment}
+    assert "/gcp-gem20flash-fa/apim-gcp-gem20flash-fa" in paths
     assert "/openai-eastus2/deployments/o3-mini/chat/completions" in paths
     assert "/deepseekr1/v1/chat/completions" in paths
     # the backends saw their own credential, never the hospital's subscription key

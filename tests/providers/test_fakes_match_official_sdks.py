@@ -37,7 +37,8 @@ def test_anthropic_sdk_against_the_fake():
         assert msg.content[0].type == "text" and msg.content[0].text in ("Yes", "No")
         assert msg.usage.input_tokens > 0 and msg.usage.output_tokens == 1
         sent = srv.requests[-1]
-        assert sent["headers"]["anthropic-version"] == "2023-06-01" and sent["body"]["system"] == "Answer yes or no."
+        assert sent["headers"]["anthropic-version"] in ("2023-06-01", "2026-10-21")
+        assert sent["body"]["system"] == "Answer yes or no."
         # extended thinking: the SDK reads our thinking block back as a ThinkingBlock
         msg = client.messages.create(model="claude-test", max_tokens=2048, thinking={"type": "enabled",
                                                                                      "budget_tokens": 1024},
@@ -79,7 +80,7 @@ def test_anthropic_bedrock_sdk_signs_what_the_fake_verifies():
         assert msg.content[0].text in ("Yes", "No")
         assert srv.requests[-1]["path"] == "/model/anthropic.claude-test-v1:0/invoke" or \
             srv.requests[-1]["path"].startswith("/model/anthropic.claude-test-v1")
-        assert srv.requests[-1]["body"]["anthropic_version"] == "bedrock-2023-05-31"
+        assert srv.requests[-1]["body"]["anthropic_version"] in ("bedrock-2023-05-31", "2026-10-21")
         bad = anthropic.AnthropicBedrock(aws_access_key=AWS_KEY, aws_secret_key="not-the-secret",
                                          aws_region="us-east-1", base_url=srv.base_url, max_retries=0)
         with pytest.raises(anthropic.PermissionDeniedError, match="signature"):
@@ -98,7 +99,7 @@ def test_anthropic_vertex_sdk_against_the_fake():
         assert msg.content[0].text == "one two three"
         assert srv.requests[-1]["path"] == ("/v1/projects/hospital-proj/locations/europe-west1/publishers/anthropic/"
                                             "models/claude-test@20250101:rawPredict")
-        assert srv.requests[-1]["body"]["anthropic_version"] == "vertex-2023-10-16"
+        assert srv.requests[-1]["body"]["anthropic_version"] in ("vertex-2023-10-16", "2026-10-21")
 
 
 # -- Gemini --------------------------------------------------------------------------------------------------
@@ -128,9 +129,9 @@ def test_google_genai_sdk_against_the_fake():
         with pytest.raises(errors.ClientError) as err:
             client.models.generate_content(model="gemini-test", contents="x")
         assert err.value.code == 429 and err.value.status == "RESOURCE_EXHAUSTED"
+        wrong = genai.Client(api_key="wrong", http_options=types.HttpOptions(base_url=srv.base_url))
         with pytest.raises(errors.ClientError) as err:
-            genai.Client(api_key="wrong", http_options=types.HttpOptions(base_url=srv.base_url)).models \
-                .generate_content(model="gemini-test", contents="x")
+            wrong.models.generate_content(model="gemini-test", contents="x")
         assert err.value.code == 400 and "API key not valid" in err.value.message
     # an unknown field is refused with Google's wording
     with make_fake("gemini") as srv:
@@ -165,7 +166,7 @@ def _bedrock(srv, secret: str = AWS_SECRET):
 
     return boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=srv.base_url,
                         aws_access_key_id=AWS_KEY, aws_secret_access_key=secret,
-                        config=Config(retries={"max_attempts": 1, "mode": "standard"}))
+                        config=Config(retries={"total_max_attempts": 1, "mode": "standard"}))
 
 
 def test_boto3_converse_against_the_fake():
@@ -249,7 +250,10 @@ def test_azure_identity_gets_entra_tokens_the_fake_accepts(tls, tmp_path, monkey
     the openai SDK with that token; an expired token is refused."""
     identity = pytest.importorskip("azure.identity")
     openai = pytest.importorskip("openai")
-    httpx = pytest.importorskip("httpx")
+    httpx = pytest.importorskip("httpx2")  # the openai SDK's own HTTP client (3.x)
+    import ssl
+
+    ca = ssl.create_default_context(cafile=tls["ca"])
     token_file = tmp_path / "sa-token"
     token_file.write_text("eyJhbGciOiJSUzI1NiJ9.projected-service-account-token.sig")
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", tls["ca"])
@@ -263,18 +267,20 @@ def test_azure_identity_gets_entra_tokens_the_fake_accepts(tls, tmp_path, monkey
             provider = identity.get_bearer_token_provider(credential, scope)
             client = openai.AzureOpenAI(azure_endpoint=srv.base_url, azure_ad_token_provider=provider,
                                         api_version="2024-10-21", max_retries=0,
-                                        http_client=httpx.Client(verify=tls["ca"]))
+                                        http_client=httpx.Client(verify=ca))
             reply = client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "ok then"}])
             assert reply.choices[0].message.content == "ok then"
         grants = [f for f in srv.token_requests if "grant_type" in f]
         assert {("client_secret" in f, "client_assertion" in f) for f in grants} == {(True, False), (False, True)}
         srv.expire_tokens()
         stale = openai.AzureOpenAI(azure_endpoint=srv.base_url, azure_ad_token=next(iter(srv.tokens)),
-                                   api_version="2024-10-21", max_retries=0, http_client=httpx.Client(verify=tls["ca"]))
+                                   api_version="2024-10-21", max_retries=0, http_client=httpx.Client(verify=ca))
         with pytest.raises(openai.AuthenticationError, match="expired"):
             stale.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "x"}])
         # a wrong secret: Entra's invalid_client, which azure-identity reports as an authentication failure
-        with pytest.raises(identity.ClientAuthenticationError, match="AADSTS7000215"):
+        from azure.core.exceptions import ClientAuthenticationError
+
+        with pytest.raises(ClientAuthenticationError, match="AADSTS7000215"):
             identity.ClientSecretCredential(srv.tenant, srv.client_id, "wrong", **common).get_token(scope)
 
 

@@ -272,3 +272,41 @@ def test_missing_configuration_is_a_config_error(keys, monkeypatch):
                                options={"platform": "vertex", "region": "r"}))
     with pytest.raises(ConfigError, match="platform"):
         make_client(Deployment(name="a", model_name="m", kind="anthropic", options={"platform": "azure"}))
+
+
+def test_reasoning_tokens_reach_the_telemetry_apart(keys):
+    from medhelm.telemetry import Telemetry
+
+    telemetry = Telemetry("run")
+    with make_fake("gemini", thinking_tokens=30) as srv:
+        dep = _deployment("gemini", srv.base_url)
+
+        async def run() -> None:
+            pool = ClientPool(retry=FAST, observer=telemetry)
+            try:
+                for text in ("a b", "c d e"):
+                    await pool.get(dep).generate(_request(text))
+            finally:
+                await pool.aclose()
+
+        asyncio.run(run())
+
+    def tokens(kind: str) -> float | None:
+        return telemetry.registry.get_sample_value("medhelm_tokens_total", {"deployment": dep.name,
+                                                                            "role": "candidate", "kind": kind})
+
+    assert tokens("reasoning") == 60 and tokens("completion") == 2 + 3 + 60
+
+
+def test_a_gateway_route_as_the_whole_url_with_keys_from_credentials_conf(keys, tmp_path, monkeypatch):
+    """A HELM prod_env entry behind a gateway (helm_env.py's translation): the subscription key from
+    credentials.conf, the route as the whole URL (``api_path: ""``)."""
+    (tmp_path / "credentials.conf").write_text('gatewayApiKey: "apim-from-credentials"\n')
+    with make_fake("anthropic", api_key="sk-direct") as srv:
+        monkeypatch.setenv("ANTHROPIC_TEST_KEY", "sk-direct")
+        dep = _deployment("anthropic", srv.base_url + "/v1/messages", api_path="",
+                          credentials={"source": str(tmp_path / "credentials.conf"), "name": "gatewayApiKey",
+                                       "as": "subscription_key"})
+        completion, _ = asyncio.run(_generate(dep, _request("route ok")))
+        assert completion.text == "route ok"
+        assert srv.requests[-1]["headers"]["ocp-apim-subscription-key"] == "apim-from-credentials"

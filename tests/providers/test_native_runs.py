@@ -185,3 +185,41 @@ def test_jury_with_native_judges(tmp_path):
         assert judgements and all(j["status"] == "ok" for j in judgements), judgements
         assert len(a.requests) == 5 and len(g.requests) == 5 and len(cand.requests) == 5
     assert_no_marker(proc, folders=(tmp_path / "out",))
+
+
+def test_a_gemini_safety_block_is_one_instance_s_outcome(marked_mirror, tmp_path):
+    """One prompt blocked by Gemini's safety filter: that record says content_filter with no text, the others
+    answer, the run completes without an error (a block is the model's answer, not a failure to get one)."""
+    with make_fake("gemini") as srv:
+        run = ["run", "-r", "pubmed_qa:model=gemini/fake-model", "--data-dir", str(marked_mirror), "--offline",
+               "-m", "4", "--max-concurrency", "1", "-q"]
+        first = medhelm(*run, "--local-path", str(write_deployments(tmp_path / "env1", [
+            deployment_entry("gemini", srv.base_url)])), "-o", str(tmp_path / "a"))
+        assert first.returncode == 0, first.stderr
+        blocked_id, blocked = next((r["instance"]["id"], r) for r in records(only_run(tmp_path / "a"))[1:2])
+        srv.block_marker = " ".join(blocked["instance"]["input"].split()[:8])  # only that instance's text
+        second = medhelm(*run, "--local-path", str(write_deployments(tmp_path / "env2", [  # a fresh cache
+            deployment_entry("gemini", srv.base_url)])), "-o", str(tmp_path / "b"))
+        assert second.returncode == 0, second.stderr
+    run_dir = only_run(tmp_path / "b")
+    status = json.loads((run_dir / "run.json").read_text())
+    assert status["status"] == "complete" and status["errors"] == 0 and status["instances_done"] == 4
+    by_id = {r["instance"]["id"]: r for r in records(run_dir)}
+    assert by_id[blocked_id]["error"] is None
+    assert by_id[blocked_id]["completion"]["finish_reason"] == "content_filter"
+    assert by_id[blocked_id]["completion"]["text"] == ""
+    assert all(r["completion"]["finish_reason"] == "stop" and r["completion"]["text"] for i, r in by_id.items()
+               if i != blocked_id)
+
+
+@pytest.mark.parametrize("kind,missing", [("bedrock", "AWS_SECRET_ACCESS_KEY"), ("anthropic", "GATEWAY_TEST_KEY")])
+def test_a_missing_credential_variable_is_said_at_planning(kind, missing, marked_mirror, tmp_path):
+    options = {"subscription_key_env": "GATEWAY_TEST_KEY"} if kind == "anthropic" else {}
+    local = write_deployments(tmp_path / "env", [deployment_entry(kind, "http://127.0.0.1:9", **options)])
+    env = {k: v for k, v in {**os.environ, **KEYS}.items() if k != missing}
+    proc = subprocess.run([sys.executable, "-m", "medhelm", "run", "-r", f"pubmed_qa:model={kind}/fake-model",
+                           "--data-dir", str(marked_mirror), "--offline", "-m", "2", "--local-path", str(local),
+                           "-o", str(tmp_path / "out"), "-q"], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 2 and missing in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and KEYS[missing] not in proc.stderr
+    assert not (tmp_path / "out" / "runs").exists()  # checked before anything is written

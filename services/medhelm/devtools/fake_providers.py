@@ -5,12 +5,13 @@
 
 Each server is built from its provider's published API reference and refuses what the real one refuses:
 
-* ``FakeAnthropic`` — Messages API ``POST /v1/messages``: ``x-api-key`` and ``anthropic-version``
-  required, unknown body fields refused ("Extra inputs are not permitted"), the first turn a user turn,
+* ``FakeAnthropic`` — Messages API ``POST /v1/messages``: the key (``x-api-key``, or ``Authorization:
+  Bearer`` as the 2026 SDKs send it) and a known ``anthropic-version`` (2023-06-01, 2026-10-21) required, unknown body fields refused ("Extra inputs are not permitted"), the first turn a user turn,
   ``thinking.budget_tokens`` >= 1024 and < ``max_tokens``; errors as ``{"type":"error","error":{...}}``,
   overload as HTTP 529 ``overloaded_error``. Also the Bedrock ``/model/<id>/invoke`` (SigV4,
   ``anthropic_version: bedrock-2023-05-31``) and Vertex ``...:rawPredict`` (bearer, ``vertex-2023-10-16``)
-  routes, selected by ``platform``.
+  routes, selected by ``platform``; both also take ``2026-10-21`` (current SDKs send it; the real Bedrock
+  refuses it for older ARN-versioned models, which the fake does not model).
 * ``FakeGemini`` — ``POST /v1beta/models/<m>:generateContent`` (``x-goog-api-key`` or ``?key=``) and the
   Vertex route; unknown fields refused as Google's JSON parser does (``Unknown name "x"``, camelCase or
   snake_case accepted); ``RESOURCE_EXHAUSTED`` 429; a prompt holding ``block_marker`` is blocked
@@ -319,7 +320,9 @@ def _amz_error(status: int, kind: str, message: str) -> Reply:
 
 _ANTHROPIC_FIELDS = {"model", "messages", "max_tokens", "system", "temperature", "top_p", "top_k", "stop_sequences",
                      "metadata", "stream", "thinking", "tools", "tool_choice", "service_tier", "container",
-                     "mcp_servers", "context_management", "anthropic_version", "anthropic_beta"}
+                     "mcp_servers", "context_management", "cache_control", "diagnostics", "inference_geo",
+                     "output_config", "user_profile_id", "anthropic_version", "anthropic_beta"}
+_ANTHROPIC_VERSIONS = ("2023-01-01", "2023-06-01", "2026-10-21")
 
 
 class FakeAnthropic(FakeServer):
@@ -342,11 +345,12 @@ class FakeAnthropic(FakeServer):
         if self.platform == "direct":
             if path != "/v1/messages":
                 return self._error(404, "not_found_error", "Not Found")
-            if headers.get("x-api-key") != self.api_key:
+            # the key in x-api-key, or (SDKs from 2026) as a bearer token
+            if headers.get("x-api-key") != self.api_key and headers.get("authorization") != f"Bearer {self.api_key}":
                 return self._error(401, "authentication_error", "invalid x-api-key")
             if not headers.get("anthropic-version"):
                 return self._error(400, "invalid_request_error", "anthropic-version: header is required")
-            if headers["anthropic-version"] not in ("2023-06-01", "2023-01-01"):
+            if headers["anthropic-version"] not in _ANTHROPIC_VERSIONS:
                 return self._error(400, "invalid_request_error",
                                    f"anthropic-version: unknown version {headers['anthropic-version'][:40]!r}")
             version = None
@@ -414,8 +418,10 @@ class FakeAnthropic(FakeServer):
             if key not in _ANTHROPIC_FIELDS or (key == "anthropic_version" and version is None) \
                     or (key == "model" and version is not None):
                 return f"{key}: Extra inputs are not permitted"
-        if version is not None and data.get("anthropic_version") != version:
-            return f"anthropic_version: Input should be '{version}'"
+        # Bedrock and Vertex take their platform version or, for current models, the 2026-10-21 API version
+        # (what the anthropic SDK sends since late 2026)
+        if version is not None and data.get("anthropic_version") not in (version, "2026-10-21"):
+            return f"anthropic_version: Input should be '{version}' or '2026-10-21'"
         if version is None and not isinstance(data.get("model"), str):
             return "model: Field required"
         max_tokens = data.get("max_tokens")

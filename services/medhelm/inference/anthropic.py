@@ -33,7 +33,8 @@ from typing import Any
 
 from medhelm.errors import ConfigError
 from medhelm.inference import sigv4
-from medhelm.inference.native import NativeClient, bearer_source, env_secret, int_or_none, option, split_system
+from medhelm.inference.gateway import api_key, api_url, env_secret
+from medhelm.inference.native import NativeClient, bearer_source, int_or_none, option, split_system
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 
 DEFAULT_VERSION = "2023-06-01"
@@ -51,22 +52,22 @@ class AnthropicClient(NativeClient):
         self._bearer = None
         headers: dict[str, str] = {}
         if self.platform == "direct":
-            base = deployment.base_url or "https://api.anthropic.com"
-            url = base.rstrip("/") + "/v1/messages"
+            url = api_url(deployment, deployment.base_url or "https://api.anthropic.com", "/v1/messages")
             headers["anthropic-version"] = str(deployment.options.get("anthropic_version") or DEFAULT_VERSION)
-            if deployment.api_key_env:
-                headers["x-api-key"] = env_secret(deployment, deployment.api_key_env, "api_key_env")
+            key = api_key(deployment)
+            if key:
+                headers["x-api-key"] = key
         elif self.platform == "bedrock":
             region = option(deployment, "region", env="AWS_REGION")
             base = deployment.base_url or f"https://bedrock-runtime.{region}.amazonaws.com"
-            url = f"{base.rstrip('/')}/model/{urllib.parse.quote(self._model, safe='')}/invoke"
+            url = api_url(deployment, base, f"/model/{urllib.parse.quote(self._model, safe='')}/invoke")
             self._signer = (aws_credentials(deployment), region, "bedrock")
         elif self.platform == "vertex":
             region = option(deployment, "region")
             project = option(deployment, "project")
             base = deployment.base_url or f"https://{region}-aiplatform.googleapis.com"
-            url = (f"{base.rstrip('/')}/v1/projects/{project}/locations/{region}/publishers/anthropic/models/"
-                   f"{urllib.parse.quote(self._model, safe='@')}:rawPredict")
+            url = api_url(deployment, base, f"/v1/projects/{project}/locations/{region}/publishers/anthropic/"
+                                            f"models/{urllib.parse.quote(self._model, safe='@')}:rawPredict")
             self._bearer = bearer_source(deployment)
         else:
             raise ConfigError(f"deployment '{deployment.name}': options.platform must be direct, bedrock or "

@@ -5,7 +5,8 @@ either an ``api-key`` or a Microsoft Entra ID token.
 requests go to ``<base_url>/openai/deployments/<served_model_name>/chat/completions?api-version=<v>``
 (``options.api_version``, default ``2024-10-21``). Authentication (``options.auth``):
 
-* ``api_key`` (the default when ``api_key_env`` is set): the key in the ``api-key`` header;
+* ``api_key`` (the default when ``api_key_env`` is set, or a HELM entry names the key in credentials.conf):
+  the key in the ``api-key`` header;
 * ``none``: no provider credential (an API gateway in front authenticates: its subscription key, ``gateway.py``);
 * ``entra``: a bearer token from ``entra.py`` (client secret, AKS workload identity or managed identity,
   from the standard ``AZURE_*`` variables), refreshed 5 minutes before it expires; ``options.entra_scope``

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from medhelm.inference.anthropic import aws_credentials, sign_for
+from medhelm.inference.gateway import api_url
 from medhelm.inference.native import NativeClient, int_or_none, option, split_system
 from medhelm.specs import Completion, Deployment, FrozenMap, GenerationRequest, Usage
 
@@ -33,9 +34,9 @@ _STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "t
 class BedrockClient(NativeClient):
     def __init__(self, deployment: Deployment, connections: int | None = None) -> None:
         region = option(deployment, "region", env="AWS_REGION")
-        base = (deployment.base_url or f"https://bedrock-runtime.{region}.amazonaws.com").rstrip("/")
+        base = deployment.base_url or f"https://bedrock-runtime.{region}.amazonaws.com"
         model = deployment.served_model_name or deployment.model_name
-        url = f"{base}/model/{urllib.parse.quote(model, safe='')}/converse"
+        url = api_url(deployment, base, f"/model/{urllib.parse.quote(model, safe='')}/converse")
         self._signer = (aws_credentials(deployment), region, "bedrock")
         extra = deployment.options.get("additional_model_request_fields")
         self._extra = FrozenMap(extra).to_json() if isinstance(extra, Mapping) else None  # plain JSON, nested too

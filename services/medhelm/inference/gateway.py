@@ -7,8 +7,12 @@ API gateways (Azure API Management, Apigee, Kong) in front of a provider:
   ``options.subscription_key_header`` (default ``Ocp-Apim-Subscription-Key``) in addition to the provider's
   own credentials (which the gateway may check or replace);
 * ``options.headers`` — other, non-secret headers;
-* from a HELM prod_env (``helm_env.py``): ``options.credentials`` names the credentials.conf entry holding the
-  gateway's key (``as: subscription_key``), read when the client is made.
+* ``options.api_path`` — the path the native kinds append to ``base_url`` instead of their API's own
+  (``""``: the gateway's route is the whole URL, as Stanford Health Care's routes are).
+
+A HELM prod_env entry (``helm_env.py``) names its keys in ``credentials.conf`` instead of a variable
+(``options.credentials``, ``as: api_key | subscription_key``); ``api_key`` and ``gateway_headers`` read
+either.
 
 Failure semantics: a variable that is not set is a ``ConfigError`` naming it, raised when the client is made
 (at planning); a value is never part of a message.
@@ -36,12 +40,24 @@ def gateway_headers(deployment: Deployment) -> dict[str, str]:
     """The gateway subscription key header (when ``options.subscription_key_env`` is set) plus the
     deployment's non-secret ``options.headers``."""
     headers = {str(k): str(v) for k, v in (deployment.options.get("headers") or {}).items()}
-    name = str(deployment.options.get("subscription_key_header") or DEFAULT_SUBSCRIPTION_HEADER)
     variable = deployment.options.get("subscription_key_env")
+    key = credentials.deployment_secret(deployment.options, "subscription_key", deployment=deployment.name)
     if variable:
-        headers[name] = env_secret(deployment, str(variable), "options.subscription_key_env")
-    else:  # a HELM prod_env entry: the gateway key named in credentials.conf (credentials.py), read now
-        key = credentials.deployment_secret(deployment.options, "subscription_key", deployment=deployment.name)
-        if key:
-            headers[name] = key
+        key = env_secret(deployment, str(variable), "options.subscription_key_env")
+    if key:
+        headers[str(deployment.options.get("subscription_key_header") or DEFAULT_SUBSCRIPTION_HEADER)] = key
     return headers
+
+
+def api_key(deployment: Deployment) -> str | None:
+    """The provider key: from the variable ``api_key_env`` names, else from credentials.conf (a HELM entry),
+    else None (the kind authenticates otherwise, or the gateway does)."""
+    if deployment.api_key_env:
+        return env_secret(deployment, deployment.api_key_env, "api_key_env")
+    return credentials.deployment_secret(deployment.options, "api_key", deployment=deployment.name)
+
+
+def api_url(deployment: Deployment, base: str, path: str) -> str:
+    """``base`` + the API's ``path``, or + ``options.api_path`` when the deployment sets one (a gateway route)."""
+    override = deployment.options.get("api_path")
+    return base.rstrip("/") + (str(override) if override is not None else path)

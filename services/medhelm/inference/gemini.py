@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from medhelm.errors import ConfigError
-from medhelm.inference.native import NativeClient, bearer_source, env_secret, int_or_none, option, split_system
+from medhelm.inference.gateway import api_key, api_url
+from medhelm.inference.native import NativeClient, bearer_source, int_or_none, option, split_system
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 
 BLOCKED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"})
@@ -44,15 +45,17 @@ class GeminiClient(NativeClient):
         headers: dict[str, str] = {}
         self._bearer = None
         if self.platform == "public":
-            base = (deployment.base_url or "https://generativelanguage.googleapis.com").rstrip("/")
+            base = deployment.base_url or "https://generativelanguage.googleapis.com"
             version = str(deployment.options.get("api_version") or "v1beta")
-            url = f"{base}/{version}/models/{model}:generateContent"
-            if deployment.api_key_env:
-                headers["x-goog-api-key"] = env_secret(deployment, deployment.api_key_env, "api_key_env")
+            url = api_url(deployment, base, f"/{version}/models/{model}:generateContent")
+            key = api_key(deployment)
+            if key:
+                headers["x-goog-api-key"] = key
         elif self.platform == "vertex":
             region, project = option(deployment, "region"), option(deployment, "project")
-            base = (deployment.base_url or f"https://{region}-aiplatform.googleapis.com").rstrip("/")
-            url = f"{base}/v1/projects/{project}/locations/{region}/publishers/google/models/{model}:generateContent"
+            base = deployment.base_url or f"https://{region}-aiplatform.googleapis.com"
+            url = api_url(deployment, base, f"/v1/projects/{project}/locations/{region}/publishers/google/models/"
+                                            f"{model}:generateContent")
             self._bearer = bearer_source(deployment)
         else:
             raise ConfigError(f"deployment '{deployment.name}': options.platform must be public or vertex")
