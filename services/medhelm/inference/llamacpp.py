@@ -60,6 +60,9 @@ class LlamaCppClient:
                     raise ConfigError(f"cannot load GGUF model ({err})", path=path) from None
             return self._llm
 
+    # An in-process engine serialises its own work (the lock above): never paced adaptively (inference/pacing.py).
+    in_process = True
+
     # The window is a setting of this process, not a server's answer: free to read, and the limit llama.cpp
     # enforces even when the deployment's max_sequence_length says more (ClientPool takes the smaller).
     context_window_is_local = True

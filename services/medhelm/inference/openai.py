@@ -16,16 +16,15 @@ of a spec, a log or an error. Error messages name the deployment and URL, never 
 
 from __future__ import annotations
 
-import email.utils
 import json
 import os
 import re
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from medhelm.errors import ConfigError, InferenceError
 from medhelm.inference.http import HttpReply, JsonTransport
+from medhelm.inference.pacing import retry_after_seconds
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage, scalar_json
 
 _SERVER_MESSAGE_CHARS = 300
@@ -43,6 +42,8 @@ class OpenAIClient:
         options = deployment.options
         params = {"api-version": str(options["api_version"])} if options.get("api_version") else None
         self._transport = JsonTransport(deployment, _headers(deployment), params, connections=connections)
+        # set by ClientPool: every reply's headers go to the deployment's pacer (x-ratelimit-* budgets)
+        self.rate_listener: Callable[[Mapping[str, str]], None] | None = None
 
     @property
     def deployment(self) -> Deployment:
@@ -82,6 +83,8 @@ class OpenAIClient:
 
     async def generate(self, request: GenerationRequest) -> Completion:
         response, latency = await self._transport.post_bytes(self._url, self.body(request), self._where())
+        if self.rate_listener is not None:
+            self.rate_listener(response.headers)
         if response.status_code >= 400:
             raise self._http_error(response, request)
         return _parse(response, latency, self._where())
@@ -115,7 +118,7 @@ class OpenAIClient:
         message = _server_message(response, request)
         return InferenceError(f"{self._where()}: HTTP {status}" + (f": {message}" if message else ""),
                               retryable=retryable, status=status,
-                              retry_after=_retry_after(response.headers.get("retry-after")))
+                              retry_after=retry_after_seconds(response.headers))
 
 
 def _headers(deployment: Deployment) -> dict[str, str]:
@@ -218,17 +221,3 @@ def _quotes_prompt(message: str, request: GenerationRequest, window: int = 24) -
             if len(chunk) >= min(window, 12) and chunk in message:
                 return True
     return False
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(when.timestamp() - time.time(), 0.0)
