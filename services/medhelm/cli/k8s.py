@@ -31,6 +31,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from medhelm import files, schedules
+from medhelm.cli.run import concurrency_arg
 from medhelm.errors import ConfigError, MedhelmError
 from medhelm.schemas import check
 
@@ -61,7 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                            help="run-entry files (shipped to the Job in a ConfigMap)")
             a.add_argument("--shards", type=int, default=3, help="completions = shards (default: %(default)s)")
             a.add_argument("--parallelism", type=int, help="shards at once (default: all)")
-            a.add_argument("--max-concurrency", type=int, default=8, help="requests in flight per shard")
+            a.add_argument("--max-concurrency", type=concurrency_arg, default="auto",
+                           help="requests in flight per shard: a number, or auto (paced to each server; default)")
             a.add_argument("-m", "--max-eval-instances", type=int, help="sample at most N instances per run")
             a.add_argument("--no-services", action="store_true", help="compute everything inside the shards")
             a.add_argument("--replace", action="store_true",
@@ -113,7 +115,8 @@ def add_schedule_arguments(p: argparse.ArgumentParser) -> None:
                        help="only the entries for these models")
         a.add_argument("--shards", type=int, default=3, help="completions = shards (default: %(default)s)")
         a.add_argument("--parallelism", type=int, help="shards at once (default: all)")
-        a.add_argument("--max-concurrency", type=int, default=8, help="requests in flight per shard")
+        a.add_argument("--max-concurrency", type=concurrency_arg, default="auto",
+                           help="requests in flight per shard: a number, or auto (paced to each server; default)")
         a.add_argument("-m", "--max-eval-instances", type=int, help="sample at most N instances per run")
         a.add_argument("--no-services", action="store_true", help="compute everything inside the shards")
         a.add_argument("--date-format", default=schedules.DEFAULT_DATE_FORMAT,
@@ -249,6 +252,8 @@ def build_job(template: dict, *, release: str, suite: str, args: list[str], comp
     for e in env:
         if e["name"] == "MEDHELM_SHARD_COUNT":
             e["value"] = str(completions)
+        if e["name"] == "MEDHELM_SHARD_PARALLELISM":
+            e["value"] = str(parallelism)
     c["env"] = env + list(extra_env or [])
     if conf_map:
         c.setdefault("volumeMounts", []).append({"name": "conf", "mountPath": CONF_DIR, "readOnly": True})
@@ -309,8 +314,8 @@ def schedule_manifests(args: argparse.Namespace, template: dict, store_env: list
     the last shard's summarize and the store env it needs, wrapped as the chart's templates/cronjobs.yaml does."""
     if not args.run_entries and not args.conf_paths:
         raise MedhelmError("nothing to run: give --run-entries and/or --conf-paths")
-    if args.shards < 1 or (args.parallelism is not None and args.parallelism < 1) or args.max_concurrency < 1:
-        raise ConfigError("must be at least 1", field="--shards/--parallelism/--max-concurrency")
+    if args.shards < 1 or (args.parallelism is not None and args.parallelism < 1):
+        raise ConfigError("must be at least 1", field="--shards/--parallelism")
     if min(args.keep_successful, args.keep_failed) < 0 or args.starting_deadline < 10:
         raise ConfigError("history limits must be >= 0 and the starting deadline >= 10 s",
                           field="--keep-successful/--keep-failed/--starting-deadline")

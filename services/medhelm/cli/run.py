@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="let a benchmark YAML name files anywhere on this machine (off: only under its folder "
                             "or a --data-root)")
     how = p.add_argument_group("how")
-    how.add_argument("-n", "--max-concurrency", "--num-threads", dest="max_concurrency", type=_concurrency,
+    how.add_argument("-n", "--max-concurrency", "--num-threads", dest="max_concurrency", type=concurrency_arg,
                      default="auto", metavar="N|auto",
                      help="requests in flight per run: a number (a hard cap), or auto: each remote deployment is "
                           f"paced to its server, at most {AUTO_CEILING} in flight (default: %(default)s)")
@@ -242,7 +242,7 @@ def plan_from_args(args: argparse.Namespace):
     return options, plan_runs(entries, options)
 
 
-def _concurrency(value: str) -> int | str:
+def concurrency_arg(value: str) -> int | str:
     """``--max-concurrency``: ``auto`` or an integer from 1 to 10,000."""
     return AUTO if value.strip().lower() == AUTO else int_in(1, 10_000)(value)
 
