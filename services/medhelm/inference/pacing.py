@@ -16,13 +16,16 @@ on one deployment share its concurrency and its rate budget). A pacer composes t
 ``AdaptiveLimit`` measures the deployment in *windows*: after a change of limit it lets one round of requests
 finish (the queue settles), then counts ``max(16, 2 x limit)`` completions and takes their throughput and median
 latency. It starts at 4 and doubles while doubling raises throughput by at least 30 % (slow start); the last
-limit that paid is the *plateau*. Then it cruises, and every ``cruise`` windows probes: up by a quarter (kept if
-throughput rose by at least 40 % of the proportional gain), else down by a fifth (kept if throughput fell by at
-most a quarter of the proportional loss: same work, shorter queue). A cruise window whose median latency is
-over ``latency_tolerance`` x the lowest median seen recently cuts the limit by a fifth: that is the signal every
-client of a shared server sees alike, so several shards (or processes) against one predictor back off together
-and converge to fair shares without a coordinator (multiplicative decrease, additive-sized probes). A window in
-which no request had to wait for a slot teaches nothing about the limit and changes nothing.
+limit that paid is the *plateau*. Then it cruises, and every ``cruise`` windows probes: up by about sqrt(limit)
+(kept if throughput rose by at least a quarter of the proportional gain), else down by a fifth (kept if
+throughput fell by at most a quarter of the proportional loss: same work, shorter queue). When a window's median
+latency is over ``latency_tolerance`` (3) x the lowest median seen (a minimum that forgets 0.2 % a window), the
+server is queueing for everyone: the limit follows limit x (tolerance x base / latency) + 1 each window until
+the median is back under 1.5 x the base. Every client of a shared server sees the same latency and applies the
+same rule, so several shards (or processes) against one predictor back off together and settle on shares of it
+without a coordinator; a continuous-batching server (vLLM) whose latency grows with its batch is driven up to
+that point while throughput still grows. A window in which no request had to wait for a slot teaches nothing
+about the limit and changes nothing.
 
 Failure semantics: pacing never fails a request; it only delays its start. A waiter that is cancelled leaves the
 queue having taken nothing; a slot is released exactly once per acquire, whatever the attempt's outcome (the
