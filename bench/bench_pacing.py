@@ -11,7 +11,9 @@ docs/benchmarks.md):
    of the budget used (the sustained rate, after the gateway's initial burst);
 3. four shards (four processes) against one server of capacity 32, against one process at fixed 32.
 
-Clients are the pool itself (``ClientPool.get(d).generate``) driven by as many workers as the ceiling, each
+Latency is the answered attempt's wall time (``Usage.latency_s``: request sent to answer read), what the server
+makes a request wait; time a request spends waiting for the pacer's slot is the client's own queue (a run's
+instances waiting their turn) and is reported apart as "waiting to start". Clients are the pool itself (``ClientPool.get(d).generate``) driven by as many workers as the ceiling, each
 sending a new prompt as soon as its last one is answered (a run's queue is always full). The server runs in its
 own process. ``python bench/bench_pacing.py [--quick]``.
 """
@@ -80,16 +82,15 @@ async def drive(url: str, *, seconds: float, warmup: float, fixed: int | None, c
         while time.perf_counter() < deadline:
             counter += 1
             request = GenerationRequest(messages=(Message("user", f"{tag} request {counter}"),), max_tokens=8)
-            t0 = time.perf_counter()
             try:
-                await client.generate(request)
+                completion = await client.generate(request)
             except Exception:
                 failed += 1
                 continue
             t1 = time.perf_counter()
             if t1 >= measure_from and t1 <= deadline:
                 done += 1
-                latencies.append(t1 - t0)
+                latencies.append(completion.usage.latency_s)  # at the server: the answered attempt's wall time
 
     await asyncio.gather(*(worker() for _ in range(workers)))
     pacer = pool.pacers().get("bench/paced")
