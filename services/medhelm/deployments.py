@@ -110,6 +110,13 @@ class DeploymentRegistry:
         return candidates[-1]  # the most recently added: a user's own deployment wins over a built-in
 
 
+class _RateLimits(Strict):
+    """The provider's budgets for this deployment (a gateway's quota), paced client-side."""
+
+    requests_per_minute: Annotated[Finite, Field(gt=0, le=1e9)] | None = None
+    tokens_per_minute: Annotated[Finite, Field(gt=0, le=1e12)] | None = None
+
+
 class _DeploymentItem(Strict):
     name: Text
     model_name: Text
@@ -119,7 +126,9 @@ class _DeploymentItem(Strict):
     api_key_env: EnvName | None = None
     max_sequence_length: Annotated[int, Field(gt=0, le=100_000_000)] | None = None
     gguf_path: Text | None = None
-    max_concurrency: Annotated[int, Field(gt=0, le=100_000)] | None = None
+    # a number: a hard cap on requests in flight; "auto" (or absent): paced by the run (inference/pacing.py)
+    max_concurrency: Annotated[int, Field(gt=0, le=100_000)] | Literal["auto"] | None = None
+    rate_limits: _RateLimits | None = None
     timeout_s: Annotated[Finite, Field(gt=0, le=86_400)] = 300.0
     redacted: bool = False
     options: dict[str, Any] = {}
@@ -163,7 +172,9 @@ def _deployment(item: _DeploymentItem, path: Path, index: int, doc: YamlDoc) -> 
     if gguf and not gguf.startswith("package:") and not Path(gguf).is_absolute():
         gguf = str((Path(path).parent / gguf).resolve())
     fields = item.model_dump(exclude={"description"})
-    fields.update(kind=kind, gguf_path=gguf, options=FrozenMap(item.options))
+    limits = {k: v for k, v in (item.rate_limits.model_dump() if item.rate_limits else {}).items() if v is not None}
+    fields.update(kind=kind, gguf_path=gguf, options=FrozenMap(item.options), rate_limits=FrozenMap(limits),
+                  max_concurrency=None if item.max_concurrency == "auto" else item.max_concurrency)
     return Deployment(**fields)
 
 

@@ -138,6 +138,8 @@ def build_job(template: dict, *, release: str, suite: str, args: list[str], comp
     for e in env:
         if e["name"] == "MEDHELM_SHARD_COUNT":
             e["value"] = str(completions)
+        if e["name"] == "MEDHELM_SHARD_PARALLELISM":
+            e["value"] = str(parallelism)
     c["env"] = env + list(extra_env or [])
     if conf_map:
         c.setdefault("volumeMounts", []).append({"name": "conf", "mountPath": CONF_DIR, "readOnly": True})
@@ -198,8 +200,8 @@ def schedule_manifests(args: argparse.Namespace, template: dict, store_env: list
     the last shard's summarize and the store env it needs, wrapped as the chart's templates/cronjobs.yaml does."""
     if not args.run_entries and not args.conf_paths:
         raise MedhelmError("nothing to run: give --run-entries and/or --conf-paths")
-    if args.shards < 1 or (args.parallelism is not None and args.parallelism < 1) or args.max_concurrency < 1:
-        raise ConfigError("must be at least 1", field="--shards/--parallelism/--max-concurrency")
+    if args.shards < 1 or (args.parallelism is not None and args.parallelism < 1):
+        raise ConfigError("must be at least 1", field="--shards/--parallelism")
     if min(args.keep_successful, args.keep_failed) < 0 or args.starting_deadline < 10:
         raise ConfigError("history limits must be >= 0 and the starting deadline >= 10 s",
                           field="--keep-successful/--keep-failed/--starting-deadline")

@@ -219,11 +219,15 @@ class Deployment:
     timeout_s: float = 300.0
     redacted: bool = False  # dashboard/export: never show this deployment's instance text
     options: FrozenMap = field(default_factory=FrozenMap)  # kind-specific extras (n_threads, headers, ...)
+    # the provider's budgets: requests_per_minute, tokens_per_minute (inference/pacing.py); not part of identity
+    rate_limits: FrozenMap = field(default_factory=FrozenMap)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", DeploymentKind(self.kind))
         if not isinstance(self.options, FrozenMap):
             object.__setattr__(self, "options", FrozenMap(self.options))
+        if not isinstance(self.rate_limits, FrozenMap):
+            object.__setattr__(self, "rate_limits", FrozenMap(self.rate_limits))
 
     def identity(self) -> dict[str, JSON]:
         """What makes two deployments answer identically; part of every cache key. The options that change an
@@ -246,11 +250,16 @@ class Deployment:
         d = dataclasses.asdict(self)
         d["kind"] = self.kind.value
         d["options"] = self.options.to_json()
+        if self.rate_limits:
+            d["rate_limits"] = self.rate_limits.to_json()
+        else:
+            del d["rate_limits"]  # absent when unset: run_spec.json of a deployment without budgets is unchanged
         return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, JSON]) -> Deployment:
-        return cls(**{**d, "options": FrozenMap(d.get("options") or {})})
+        return cls(**{**d, "options": FrozenMap(d.get("options") or {}),
+                      "rate_limits": FrozenMap(d.get("rate_limits") or {})})
 
 
 @dataclass(frozen=True)

@@ -144,6 +144,15 @@ class Telemetry:
                                       "unparseable answer, error = the judge refused)", ["judge", "criterion",
                                                                                           "status"], registry=r)
         self.judgements = Counter("medhelm_judgements", "judge scores produced (any status)", ["judge"], registry=r)
+        dl = ["deployment"]
+        self.pacing_limit = Gauge("medhelm_pacing_limit", "requests a deployment may have in flight now (adaptive "
+                                  "concurrency, --max-concurrency auto)", dl, registry=r)
+        self.pacing_plateau = Gauge("medhelm_pacing_plateau", "the concurrency past which the deployment's "
+                                    "throughput stopped growing, as last measured", dl, registry=r)
+        self.rate_limited = Counter("medhelm_rate_limited", "attempts the server refused as too many (429, 503, "
+                                    "529 overloaded): each halves an adaptive limit", dl, registry=r)
+        self.pacing_wait = Counter("medhelm_pacing_wait_seconds", "time requests waited to start: for a slot, "
+                                   "the rate budget or a server's Retry-After", dl, registry=r)
 
     # -- binding (once per client / run) -----------------------------------------------------
     def bind_client(self, deployment: Deployment, role: str = CANDIDATE) -> ClientMetrics:
@@ -152,11 +161,35 @@ class Telemetry:
     def bind_run(self, deployment: str, benchmark: str) -> RunMetrics:
         return RunMetrics(self, deployment, benchmark)
 
+    def bind_pacing(self, deployment: Deployment) -> PacingMetrics:
+        return PacingMetrics(self, deployment.name)
+
     def on_judgements(self, judgements: Iterable[JudgeScore]) -> None:
         for j in judgements:
             self.judgements.labels(j.judge).inc()
             if j.status.value != "ok":
                 self.judge_failures.labels(j.judge, j.criterion, j.status.value).inc()
+
+
+class PacingMetrics:
+    """One deployment's pacer gauges (``inference/pacing.Pacer`` calls these; candidate and judge share them)."""
+
+    __slots__ = ("_limit", "_plateau", "_limited", "_wait")
+
+    def __init__(self, t: Telemetry, deployment: str) -> None:
+        self._limit, self._plateau = t.pacing_limit.labels(deployment), t.pacing_plateau.labels(deployment)
+        self._limited, self._wait = t.rate_limited.labels(deployment), t.pacing_wait.labels(deployment)
+
+    def limit_changed(self, limit: int, plateau: int | None) -> None:
+        self._limit.set(limit)
+        if plateau is not None:
+            self._plateau.set(plateau)
+
+    def rate_limited(self) -> None:
+        self._limited.inc()
+
+    def waited(self, seconds: float) -> None:
+        self._wait.inc(seconds)
 
 
 class ClientMetrics:

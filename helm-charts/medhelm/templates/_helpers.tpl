@@ -236,6 +236,8 @@ spec:
             {{- include "medhelm.jobMetricsEnv" . | nindent 12 }}
             - name: MEDHELM_SHARD_COUNT
               value: {{ .Values.job.completions | quote }}
+            - name: MEDHELM_SHARD_PARALLELISM  # shards at once: each takes 1/n of a deployment's rate budget
+              value: {{ .Values.job.parallelism | quote }}
             {{- include "medhelm.jobAuthEnv" . | nindent 12 }}
             {{- if .Values.job.useServices }}
             {{- range $name := list "scenario" "jury" "metrics" }}

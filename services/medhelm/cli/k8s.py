@@ -30,6 +30,7 @@ from pathlib import Path
 import yaml
 
 from medhelm import files, schedules
+from medhelm.cli.run import concurrency_arg
 from medhelm.errors import ConfigError, MedhelmError
 from medhelm.manifests import (collect_job, fullname, job_name, parse_template, schedule_manifests,
                                submit_manifests, template_name)
@@ -56,7 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                            help="run-entry files (shipped to the Job in a ConfigMap)")
             a.add_argument("--shards", type=int, default=3, help="completions = shards (default: %(default)s)")
             a.add_argument("--parallelism", type=int, help="shards at once (default: all)")
-            a.add_argument("--max-concurrency", type=int, default=8, help="requests in flight per shard")
+            a.add_argument("--max-concurrency", type=concurrency_arg, default="auto",
+                           help="requests in flight per shard: a number, or auto (paced to each server; default)")
             a.add_argument("-m", "--max-eval-instances", type=int, help="sample at most N instances per run")
             a.add_argument("--no-services", action="store_true", help="compute everything inside the shards")
             a.add_argument("--replace", action="store_true",
@@ -108,7 +110,8 @@ def add_schedule_arguments(p: argparse.ArgumentParser) -> None:
                        help="only the entries for these models")
         a.add_argument("--shards", type=int, default=3, help="completions = shards (default: %(default)s)")
         a.add_argument("--parallelism", type=int, help="shards at once (default: all)")
-        a.add_argument("--max-concurrency", type=int, default=8, help="requests in flight per shard")
+        a.add_argument("--max-concurrency", type=concurrency_arg, default="auto",
+                           help="requests in flight per shard: a number, or auto (paced to each server; default)")
         a.add_argument("-m", "--max-eval-instances", type=int, help="sample at most N instances per run")
         a.add_argument("--no-services", action="store_true", help="compute everything inside the shards")
         a.add_argument("--date-format", default=schedules.DEFAULT_DATE_FORMAT,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from medhelm.cli import SEED_MAX, int_in
 from medhelm.errors import ConfigError, MedhelmError
+from medhelm.inference.pacing import AUTO, AUTO_CEILING
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,8 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="let a benchmark YAML name files anywhere on this machine (off: only under its folder "
                             "or a --data-root)")
     how = p.add_argument_group("how")
-    how.add_argument("-n", "--max-concurrency", "--num-threads", dest="max_concurrency", type=int_in(1, 10_000),
-                     default=8, metavar="N", help="requests in flight per run (default: %(default)s)")
+    how.add_argument("-n", "--max-concurrency", "--num-threads", dest="max_concurrency", type=concurrency_arg,
+                     default="auto", metavar="N|auto",
+                     help="requests in flight per run: a number (a hard cap), or auto: each remote deployment is "
+                          f"paced to its server, at most {AUTO_CEILING} in flight (default: %(default)s)")
     how.add_argument("-d", "--dry-run", action="store_true", help="plan and count; call no model")
     how.add_argument("--skip-completed-runs", action="store_true", help="skip runs that already finished")
     how.add_argument("--disable-cache", action="store_true", help="do not read or write the request cache")
@@ -224,7 +227,9 @@ def plan_from_args(args: argparse.Namespace):
     if not entries:
         raise MedhelmError("no run entry matches --priority/--models-to-run")
     options = RunOptions(suite=args.suite, output_path=args.output_path, local_path=args.local_path,
-                         max_eval_instances=args.max_eval_instances, max_concurrency=args.max_concurrency,
+                         max_eval_instances=args.max_eval_instances,
+                         max_concurrency=AUTO_CEILING if args.max_concurrency == AUTO else args.max_concurrency,
+                         adaptive=args.max_concurrency == AUTO, rate_share=_rate_share(args),
                          dry_run=getattr(args, "dry_run", False),
                          skip_completed=getattr(args, "skip_completed_runs", False), data_dir=args.data_dir,
                          offline=args.offline, use_cache=not args.disable_cache, seed=args.seed,
@@ -235,6 +240,22 @@ def plan_from_args(args: argparse.Namespace):
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise ConfigError("--data-dir is not a directory", path=args.data_dir)
     return options, plan_runs(entries, options)
+
+
+def concurrency_arg(value: str) -> int | str:
+    """``--max-concurrency``: ``auto`` or an integer from 1 to 10,000."""
+    return AUTO if value.strip().lower() == AUTO else int_in(1, 10_000)(value)
+
+
+def _rate_share(args: argparse.Namespace) -> float:
+    """This process's part of a deployment's configured rate budget: a Job's shards running at once split it
+    evenly (``MEDHELM_SHARD_PARALLELISM``, set by the Job; else every shard may run at once)."""
+    count = getattr(args, "shard_count", None)
+    if not count:
+        return 1.0
+    parallel = os.environ.get("MEDHELM_SHARD_PARALLELISM", "")
+    running = min(int(count), int(parallel)) if parallel.isdigit() and int(parallel) > 0 else int(count)
+    return 1.0 / max(1, running)
 
 
 def print_dry_run(plans) -> None:
@@ -272,6 +293,11 @@ def _print_summary(outcomes, options) -> None:
                      f"{o.wall_time_s:.1f}s", state))
     print()
     _table(("benchmark", "deployment", "instances", "main metric", "errors", "cached", "time", "status"), rows)
+    paced = {o.plan.spec.deployment: o.pacing for o in outcomes if o.pacing}  # the last run's word per deployment
+    if paced:
+        print()
+        for deployment, line in paced.items():
+            print(f"pacing {deployment}: {line}")
     print(f"\nResults: {options.suite_dir.resolve()}")
 
 

@@ -17,6 +17,13 @@ thinking inline as ``<think>...</think>`` before the answer, no count). The thin
 (``max_tokens`` or ``max_completion_tokens``) too small for both cuts the output there, ``finish_reason``
 ``length``: the thinking ate the answer. ``POST /v1/completions`` (the legacy route) answers ``choices[0].text``.
 
+Two server shapes for pacing (``bench/bench_pacing.py``): ``capacity=c`` serves at most c requests at once,
+the rest wait in a FIFO queue (latency = queueing + ``latency_s``), as a GPU server with c slots does;
+``requests_per_minute`` / ``tokens_per_minute`` make it a rate-limited gateway (a token bucket refilled
+continuously; past the budget a 429 with ``Retry-After`` the time the bucket needs; tokens counted as prompt words
++ ``max_tokens`` on arrival, as OpenAI counts), sending ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``
+on every answer when ``rate_headers`` is set.
+
 A ``responder(body) -> str`` gives the answer text; raising ``MockHTTPError(status, message)`` from it
 answers with that HTTP error instead. For assertions: ``requests`` (bodies), ``request_meta`` (target and
 headers), ``request_count``, ``max_in_flight``, ``connection_count``; ``reset()`` clears them.
@@ -74,11 +81,18 @@ class MockOpenAIServer:
     def __init__(self, responder: Responder | None = None, latency_s: float = 0.0, error_rate: float = 0.0,
                  rate_limit_rate: float = 0.0, malformed_rate: float = 0.0, seed: int = 0, *,
                  retry_after_s: float = 0.05, host: str = "127.0.0.1", port: int = 0,
-                 reasoning: str | None = None, thinking_tokens: int = 8) -> None:
+                 reasoning: str | None = None, thinking_tokens: int = 8, capacity: int | None = None,
+                 requests_per_minute: float | None = None, tokens_per_minute: float | None = None,
+                 rate_headers: bool = False) -> None:
         if reasoning not in (None, "split", "inline"):
             raise ValueError("reasoning must be None, 'split' or 'inline'")
         self.reasoning, self.thinking_tokens = reasoning, thinking_tokens
         self.responder = responder or default_responder
+        self.capacity = capacity
+        self._slots: asyncio.Semaphore | None = None  # made on the server's loop
+        self.rpm, self.tpm, self.rate_headers = requests_per_minute, tokens_per_minute, rate_headers
+        self._buckets: dict[str, list[float]] = {}  # "requests"/"tokens" -> [level, last refill time]
+        self.rate_limited_count = 0  # 429s sent by the gateway budget (not the injected ones)
         self.latency_s, self.seed, self.retry_after_s = latency_s, seed, retry_after_s
         # cumulative thresholds on one uniform draw: [error | rate limit | malformed | ok]
         self._faults = (error_rate, error_rate + rate_limit_rate, error_rate + rate_limit_rate + malformed_rate)
@@ -108,6 +122,7 @@ class MockOpenAIServer:
         self.request_meta.clear()
         self._seen.clear()
         self.connection_count = self.max_in_flight = 0
+        self.rate_limited_count = 0
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -135,6 +150,7 @@ class MockOpenAIServer:
     async def serve(self) -> None:
         """Serve until ``stop()`` (runs on the calling loop; ``start()`` gives it its own thread)."""
         self._loop, self._stopped = asyncio.get_running_loop(), asyncio.Event()
+        self._slots = asyncio.Semaphore(self.capacity) if self.capacity else None
         connections: set[asyncio.Task[None]] = set()
 
         async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -219,7 +235,21 @@ class MockOpenAIServer:
         self.requests.append(body)
         self.request_meta.append(meta)
         draw = self._draw(raw)
-        if self.latency_s > 0:
+        budget_headers: dict[str, str] = {}
+        if self.rpm or self.tpm:
+            cost = {"requests": 1.0, "tokens": sum(len(str(m.get("content", "")).split()) for m in messages)
+                    + float(body.get("max_tokens") or 0)}
+            wait, budget_headers = self._budget(cost)
+            if wait > 0:
+                self.rate_limited_count += 1
+                return 429, {**budget_headers, "Retry-After": f"{max(wait, 0.001):.3f}"}, _json(
+                    {"error": {"message": "rate limit reached for requests", "type": "requests",
+                               "code": "rate_limit_exceeded"}})
+        if self._slots is not None:
+            async with self._slots:  # c at once; the rest queue (FIFO), as a server with c slots does
+                if self.latency_s > 0:
+                    await asyncio.sleep(self.latency_s)
+        elif self.latency_s > 0:
             await asyncio.sleep(self.latency_s)
         if draw < self._faults[0]:
             return 500, {}, _json({"error": {"message": "injected server error", "type": "server_error"}})
@@ -244,8 +274,33 @@ class MockOpenAIServer:
             "model": body.get("model"), "choices": [choice], "usage": usage,
         })
         if draw < self._faults[2]:
-            return 200, {}, payload[: len(payload) // 2]  # a body cut short, as by a failing proxy
-        return 200, {}, payload
+            return 200, budget_headers, payload[: len(payload) // 2]  # a body cut short, as by a failing proxy
+        return 200, budget_headers, payload
+
+    def _budget(self, cost: dict[str, float]) -> tuple[float, dict[str, str]]:
+        """Take ``cost`` from the gateway's buckets -> (seconds to wait when it does not fit, else 0; headers)."""
+        now = asyncio.get_running_loop().time()
+        wait, headers = 0.0, {}
+        levels = {}
+        for what, per_minute in (("requests", self.rpm), ("tokens", self.tpm)):
+            if not per_minute:
+                continue
+            level, last = self._buckets.setdefault(what, [per_minute, now])
+            level = min(per_minute, level + (now - last) * per_minute / 60.0)
+            self._buckets[what] = [level, now]
+            levels[what] = (level, per_minute)
+            if level < cost[what]:
+                wait = max(wait, (cost[what] - level) * 60.0 / per_minute)
+        if wait == 0:
+            for what, (level, per_minute) in levels.items():
+                self._buckets[what][0] = level - cost[what]
+        if self.rate_headers:
+            for what, (_, per_minute) in levels.items():
+                left = self._buckets[what][0]
+                headers[f"x-ratelimit-limit-{what}"] = f"{per_minute:g}"
+                headers[f"x-ratelimit-remaining-{what}"] = f"{max(0, int(left))}"
+                headers[f"x-ratelimit-reset-{what}"] = f"{max(0.0, (per_minute - left) * 60.0 / per_minute):.3f}s"
+        return wait, headers
 
     def _answer(self, text: str, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int], str]:
         """(message fields, usage counts, finish_reason) for the answer ``text``, thinking first if asked."""

@@ -7,8 +7,9 @@
     pool.stats["vllm/qwen2.5-7b-instruct"].retries
     await pool.aclose()
 
-Order per request: cache lookup (a hit never waits for a slot) -> retries -> per-deployment
-concurrency slot (held for one attempt, released during backoff) -> the kind's client.
+Order per request: cache lookup (a hit never waits for a slot) -> retries -> the deployment's pacer
+(``pacing.py``: a concurrency slot, fixed or adaptive, and its rate budget; held for one attempt, released
+during backoff; a 429/503 pauses it for ``Retry-After``) -> the kind's client.
 Candidate models and judges share one pool, so they share connections, cache and counters. The
 observer (``medhelm.telemetry.Telemetry``) is bound once per (deployment, role): per request it costs a
 few counter increments (attempt code and latency, retries, in-flight, tokens, cache hits apart).
@@ -16,7 +17,6 @@ few counter increments (attempt code and latency, retries, in-flight, tokens, ca
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import time
 from dataclasses import dataclass
@@ -25,11 +25,12 @@ from medhelm.backend_kinds import BY_KIND
 from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
 from medhelm.inference.base import InferenceObserver, ModelClient, NullObserver
 from medhelm.inference.cache import RequestCache
+from medhelm.inference.pacing import OVERLOAD_STATUS, Pacer, PacingPolicy
 from medhelm.inference.retry import RetryingClient, RetryPolicy
 from medhelm.specs import Completion, Deployment, GenerationRequest, canonical_json
 
-__all__ = ["ClientPool", "ClientStats", "InferenceError", "NullObserver", "PooledClient", "RequestCache",
-           "RetryPolicy", "ServerUnreachable", "make_client"]
+__all__ = ["ClientPool", "ClientStats", "InferenceError", "NullObserver", "PacingPolicy", "PooledClient",
+           "RequestCache", "RetryPolicy", "ServerUnreachable", "make_client"]
 
 
 @dataclass(frozen=True)
@@ -75,21 +76,36 @@ class _Counters:
 
 
 class _Slots:
-    """Counts and times every attempt and holds a concurrency slot (if the deployment caps it) while it runs."""
+    """Counts and times every attempt, and holds the deployment's pacer slot (if it is paced) while it runs."""
 
-    def __init__(self, inner: ModelClient, counters: _Counters, limit: int | None, metrics) -> None:
+    def __init__(self, inner: ModelClient, counters: _Counters, pacer: Pacer | None, metrics) -> None:
         self._inner, self._counters, self._metrics = inner, counters, metrics
-        self._semaphore = asyncio.Semaphore(limit) if limit else None
+        self._pacer = pacer
 
     @property
     def deployment(self) -> Deployment:
         return self._inner.deployment
 
     async def generate(self, request: GenerationRequest) -> Completion:
-        if self._semaphore is None:
+        pacer = self._pacer
+        if pacer is None:
             return await self._attempt(request)
-        async with self._semaphore:
-            return await self._attempt(request)
+        tokens = _expected_tokens(request) if pacer.counts_tokens else 0.0
+        started = await pacer.acquire(tokens)
+        try:
+            completion = await self._attempt(request)
+        except InferenceError as err:
+            overloaded = err.status in OVERLOAD_STATUS or getattr(err, "throttled", False)
+            pacer.release(started, ok=False, overloaded=overloaded, retry_after=err.retry_after, tokens_taken=tokens)
+            raise
+        except BaseException:
+            pacer.release(started, ok=False, tokens_taken=tokens)
+            raise
+        usage = completion.usage
+        used = (usage.prompt_tokens or 0) + (usage.completion_tokens or 0) if usage.prompt_tokens is not None \
+            else None
+        pacer.release(started, ok=True, tokens_used=used, tokens_taken=tokens)
+        return completion
 
     async def _attempt(self, request: GenerationRequest) -> Completion:
         self._counters.requests += 1
@@ -111,6 +127,12 @@ class _Slots:
         await self._inner.aclose()
 
 
+def _expected_tokens(request: GenerationRequest) -> float:
+    """What a tokens-per-minute budget is charged up front (gateways count the prompt and ``max_tokens``);
+    the real usage replaces it when the answer comes. ~4 characters a token is the usual estimate."""
+    return len(request.messages_json()) / 4.0 + (request.max_tokens or 0)
+
+
 class PooledClient:
     """A deployment's client with the pool's cache, retries, concurrency cap and accounting."""
 
@@ -122,7 +144,7 @@ class PooledClient:
         self._window: int | None = None
         self._window_known = False
         self._identity = canonical_json(self._deployment.identity())  # the cache keys' constant part
-        self._client = RetryingClient(_Slots(inner, counters, self._deployment.max_concurrency, self._metrics),
+        self._client = RetryingClient(_Slots(inner, counters, pool.pacer(inner), self._metrics),
                                       pool.retry, on_retry=self._count_retry)
 
     @property
@@ -183,13 +205,36 @@ class PooledClient:
 
 class ClientPool:
     def __init__(self, cache: RequestCache | None = None, retry: RetryPolicy | None = None,
-                 observer: InferenceObserver | None = None, connections: int | None = None) -> None:
+                 observer: InferenceObserver | None = None, connections: int | None = None,
+                 pacing: PacingPolicy | None = None) -> None:
         self.cache = cache
         self.connections = connections  # requests in flight the owner allows (a run's --max-concurrency)
         self.retry = retry or RetryPolicy()
         self.observer = observer or NullObserver()
+        self.pacing = pacing or PacingPolicy(ceiling=connections or PacingPolicy.ceiling)
         self._clients: dict[tuple[Deployment, str], PooledClient] = {}
         self._counters: dict[str, _Counters] = {}
+        self._pacers: dict[Deployment, Pacer | None] = {}
+
+    def pacer(self, raw: ModelClient) -> Pacer | None:
+        """The deployment's one pacer (shared by its roles), or None when nothing limits it but the workers."""
+        deployment = raw.deployment
+        if deployment not in self._pacers:
+            local = BY_KIND[deployment.kind.value].in_process  # an in-process engine serialises its own work
+            settings = self.pacing.settings(fixed=deployment.max_concurrency, rate_limits=deployment.rate_limits,
+                                            local=local)
+            paced = settings.fixed or settings.adaptive or settings.requests_per_minute or settings.tokens_per_minute
+            bind = getattr(self.observer, "bind_pacing", None)
+            pacer = Pacer(settings, observer=bind(deployment) if bind is not None else None) if paced or (
+                not local and hasattr(raw, "rate_listener")) else None
+            if pacer is not None and hasattr(raw, "rate_listener"):
+                raw.rate_listener = pacer.observe_headers  # the server's x-ratelimit-* headers reach the budget
+            self._pacers[deployment] = pacer
+        return self._pacers[deployment]
+
+    def pacers(self) -> dict[str, Pacer]:
+        """Deployment name -> its pacer (the run's summary line reads limits, plateaus and waits here)."""
+        return {d.name: p for d, p in self._pacers.items() if p is not None}
 
     def get(self, deployment: Deployment, role: str = "candidate") -> PooledClient:
         """The pooled client of ``deployment``; ``role`` (candidate | judge) labels its metrics only."""

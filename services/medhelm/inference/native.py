@@ -56,8 +56,10 @@ def provider_error(where: str, reply: HttpReply, request: GenerationRequest) -> 
     retryable = status in _RETRYABLE_STATUS or status >= 500 or kind in THROTTLED
     text = safe_server_message(message, request) if message else ""
     label = f"{kind}: {text}" if kind and text else kind or text
-    return InferenceError(f"{where}: HTTP {status}" + (f": {safe_server_message(label, request)}" if label else ""),
-                          retryable=retryable, status=status, retry_after=retry_after(reply.headers))
+    err = InferenceError(f"{where}: HTTP {status}" + (f": {safe_server_message(label, request)}" if label else ""),
+                         retryable=retryable, status=status, retry_after=retry_after(reply.headers))
+    err.throttled = kind in THROTTLED  # the pacer halves for it whatever status carried it (inference/pacing.py)
+    return err
 
 
 def malformed(where: str, reply: HttpReply) -> InferenceError:
@@ -87,6 +89,8 @@ class NativeClient:
         self._deployment, self._url = deployment, url
         self._transport = JsonTransport(deployment, {**gateway_headers(deployment), **headers},
                                         connections=connections)
+        # set by ClientPool: every reply's headers go to the deployment's pacer (anthropic-ratelimit-* ...)
+        self.rate_listener: Callable[[Mapping[str, str]], None] | None = None
 
     @property
     def deployment(self) -> Deployment:
@@ -108,6 +112,8 @@ class NativeClient:
         body = json.dumps(self.payload(request), ensure_ascii=False).encode("utf-8")
         reply, latency = await self._transport.post_bytes(self._url, body, self._where(),
                                                           await self.auth_headers(body))
+        if self.rate_listener is not None:
+            self.rate_listener(reply.headers)
         if reply.status_code >= 400:
             if reply.status_code in (401, 403):
                 self.on_refused(reply.status_code)

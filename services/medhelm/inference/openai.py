@@ -34,18 +34,17 @@ of a spec, a log or an error. Error messages name the deployment and URL, never 
 
 from __future__ import annotations
 
-import email.utils
 import json
 import os
 import re
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from medhelm import credentials
 from medhelm.errors import ConfigError, InferenceError
 from medhelm.inference.gateway import gateway_headers
 from medhelm.inference.http import HttpReply, JsonTransport
+from medhelm.inference.pacing import retry_after_seconds
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage, scalar_json
 
 _SERVER_MESSAGE_CHARS = 300
@@ -69,6 +68,8 @@ class OpenAIClient:
         params = {"api-version": str(options["api_version"])} if options.get("api_version") else None
         self._transport = JsonTransport(deployment, _headers(deployment), params, connections=connections)
         self._auth = None  # an object with ``async headers()`` and ``invalidate()`` (Entra ID), or None
+        # set by ClientPool: every reply's headers go to the deployment's pacer (x-ratelimit-* budgets)
+        self.rate_listener: Callable[[Mapping[str, str]], None] | None = None
 
     @property
     def deployment(self) -> Deployment:
@@ -114,6 +115,8 @@ class OpenAIClient:
     async def generate(self, request: GenerationRequest) -> Completion:
         auth = await self._auth.headers() if self._auth is not None else None
         response, latency = await self._transport.post_bytes(self._url, self.body(request), self._where(), auth)
+        if self.rate_listener is not None:
+            self.rate_listener(response.headers)
         if response.status_code >= 400:
             if response.status_code == 401 and self._auth is not None:
                 self._auth.invalidate()  # expired or revoked: the retry fetches a fresh token
@@ -281,27 +284,6 @@ def _quotes_prompt(message: str, request: GenerationRequest, window: int = 24) -
     return False
 
 
-def retry_after(headers: Mapping[str, str]) -> float | None:
-    """The server's requested wait: ``retry-after-ms`` (milliseconds: Azure OpenAI, Anthropic) first, then
-    ``Retry-After`` (seconds or an HTTP date)."""
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(float(ms) / 1000.0, 0.0)
-        except ValueError:
-            pass
-    return _retry_after(headers.get("retry-after"))
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(when.timestamp() - time.time(), 0.0)
+# The server's requested wait (``retry-after-ms`` first, then ``Retry-After`` seconds or an HTTP date): one
+# reader for every kind, owned by the pacer that honours it.
+retry_after = retry_after_seconds

@@ -76,6 +76,7 @@ class RunOutcome:
     transient_failures: int = 0  # instances left for the next run after exhausting retries
     retries: int = 0  # retried attempts of the evaluated model's requests in this invocation (all instances)
     judge_retries: int = 0  # retried attempts of in-process judges / other deployments in this invocation
+    pacing: str = ""  # the evaluated deployment's pacer at the end of the run (limit, plateau, 429s, waiting)
 
 
 async def run_suite(plans: Sequence[RunPlan], options: RunOptions, *, pool=None,
@@ -83,7 +84,7 @@ async def run_suite(plans: Sequence[RunPlan], options: RunOptions, *, pool=None,
                     progress: Progress | bool | None = None,
                     build_metrics: MetricsBuilder | None = None,
                     telemetry: Telemetry | None = None) -> list[RunOutcome]:
-    from medhelm.inference import ClientPool, RequestCache, RetryPolicy
+    from medhelm.inference import ClientPool, PacingPolicy, RequestCache, RetryPolicy
 
     deployments = deployments or DeploymentRegistry.load(options.local_path)
     own_pool = pool is None
@@ -91,7 +92,9 @@ async def run_suite(plans: Sequence[RunPlan], options: RunOptions, *, pool=None,
         cache = RequestCache(options.cache_path) if options.use_cache else None
         pool = ClientPool(cache=cache, retry=RetryPolicy(max_attempts=options.max_attempts,
                                                          base_delay_s=options.retry_base_delay_s),
-                          observer=telemetry, connections=options.max_concurrency)
+                          observer=telemetry, connections=options.max_concurrency,
+                          pacing=PacingPolicy(adaptive=options.adaptive, ceiling=options.max_concurrency,
+                                              share=options.rate_share))
     if not isinstance(progress, Progress):
         progress = Progress(enabled=options.progress if progress is None else bool(progress))
     outcomes = []
@@ -222,6 +225,9 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
         run_dir.add_retries(outcome.retries, outcome.judge_retries, shard=(shard.index, shard.count) if shard else None)
 
     outcome.wall_time_s = time.perf_counter() - started
+    pacers = pool.pacers() if hasattr(pool, "pacers") else {}
+    if plan.deployment.name in pacers:
+        outcome.pacing = pacers[plan.deployment.name].summary()
     if shard is None:
         outcome.status = finalize(run_dir, extra_status={"wall_time_s": round(outcome.wall_time_s, 3)},
                                   ledger=writer.ledger, total=sample.count)

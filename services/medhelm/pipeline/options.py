@@ -12,7 +12,9 @@ class RunOptions:
     output_path: Path = Path("benchmark_output")
     local_path: Path = Path("prod_env")  # model_deployments.yaml and the request cache live here
     max_eval_instances: int | None = None  # a run entry's own max_eval_instances= wins (as in HELM)
-    max_concurrency: int = 8  # requests in flight per run
+    max_concurrency: int = 8  # requests in flight per run (with ``adaptive``: the ceiling of every deployment's)
+    adaptive: bool = False  # --max-concurrency auto: remote deployments paced to their servers (inference/pacing.py)
+    rate_share: float = 1.0  # this process's part of configured rate budgets (a Job's shards split them)
     dry_run: bool = False
     skip_completed: bool = False
     data_dir: Path | None = None  # air-gapped mirror of benchmark files

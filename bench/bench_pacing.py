@@ -1,0 +1,198 @@
+"""Adaptive concurrency (``--max-concurrency auto``, inference/pacing.py) against real servers on 127.0.0.1.
+
+Cases (issue 31), each measured in one run of this script and written as a table to stdout (copied into
+docs/benchmarks.md):
+
+1. a server of fixed capacity (the project's mock OpenAI server with ``capacity=c``: c requests served at once,
+   the rest queued FIFO; service time ``--service-ms``) for c = 4, 16, 64: a sweep of fixed concurrencies, then
+   ``auto``; throughput and p50 latency counted from ``--warmup`` s to the end;
+2. a token-bucket gateway (``requests_per_minute``, 429 + Retry-After past it): ``auto`` learning the budget
+   from ``x-ratelimit-*`` headers, and ``auto`` with the budget configured and no headers; 429s and the share
+   of the budget used (the sustained rate, after the gateway's initial burst);
+3. four shards (four processes) against one server of capacity 32, against one process at fixed 32.
+
+Latency is the answered attempt's wall time (``Usage.latency_s``: request sent to answer read), what the server
+makes a request wait; time a request spends waiting for the pacer's slot is the client's own queue (a run's
+instances waiting their turn) and is reported apart as "waiting to start". Clients are the pool itself (``ClientPool.get(d).generate``) driven by as many workers as the ceiling, each
+sending a new prompt as soon as its last one is answered (a run's queue is always full). The server runs in its
+own process. ``python bench/bench_pacing.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "services"))
+
+from medhelm.devtools.mock_openai import MockOpenAIServer  # noqa: E402
+from medhelm.inference import ClientPool, PacingPolicy  # noqa: E402
+from medhelm.inference.retry import RetryPolicy  # noqa: E402
+from medhelm.specs import Deployment, GenerationRequest, Message  # noqa: E402
+
+
+def _serve(conn, kwargs):
+    srv = MockOpenAIServer(**kwargs).start()
+    conn.send(srv.port)
+    conn.recv()  # until told to stop
+    conn.send({"rate_limited": srv.rate_limited_count, "requests": srv.request_count,
+               "max_in_flight": srv.max_in_flight})
+    srv.stop()
+
+
+class Server:
+    """The mock server in a child process (its own GIL and core time)."""
+
+    def __init__(self, **kwargs) -> None:
+        self._parent, child = mp.Pipe()
+        self._proc = mp.get_context("spawn").Process(target=_serve, args=(child, kwargs), daemon=True)
+        self._proc.start()
+        self.port = self._parent.recv()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+
+    def close(self) -> dict:
+        self._parent.send("stop")
+        stats = self._parent.recv()
+        self._proc.join(10)
+        return stats
+
+
+async def drive(url: str, *, seconds: float, warmup: float, fixed: int | None, ceiling: int = 256,
+                rate_limits: dict | None = None, tag: str = "") -> dict:
+    dep = Deployment(name="bench/paced", model_name="bench/model", kind="openai", base_url=url,
+                     served_model_name="mock-model", max_concurrency=fixed, rate_limits=rate_limits or {})
+    workers = fixed or ceiling
+    pool = ClientPool(connections=workers, retry=RetryPolicy(max_attempts=50, max_delay_s=10.0),
+                      pacing=PacingPolicy(adaptive=fixed is None, ceiling=ceiling))
+    client = pool.get(dep)
+    start = time.perf_counter()
+    deadline, measure_from = start + seconds, start + warmup
+    latencies: list[float] = []
+    done = failed = 0
+    counter = 0
+
+    async def worker() -> None:
+        nonlocal done, failed, counter
+        while time.perf_counter() < deadline:
+            counter += 1
+            request = GenerationRequest(messages=(Message("user", f"{tag} request {counter}"),), max_tokens=8)
+            try:
+                completion = await client.generate(request)
+            except Exception:
+                failed += 1
+                continue
+            t1 = time.perf_counter()
+            if t1 >= measure_from and t1 <= deadline:
+                done += 1
+                latencies.append(completion.usage.latency_s)  # at the server: the answered attempt's wall time
+
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    pacer = pool.pacers().get("bench/paced")
+    summary = pacer.summary() if pacer else ""
+    limit = pacer.limit if pacer else None
+    await pool.aclose()
+    span = seconds - warmup
+    return {"throughput": done / span, "p50": statistics.median(latencies) if latencies else float("nan"),
+            "done": done, "failed": failed, "limit": limit, "pacing": summary}
+
+
+def capacity_case(c: int, args) -> list[str]:
+    srv = Server(latency_s=args.service_ms / 1000, capacity=c)
+    rows, best = [], None
+    try:
+        for n in sorted({max(1, c // 2), c, 2 * c, 4 * c}):
+            r = asyncio.run(drive(srv.url, seconds=args.sweep_s, warmup=args.sweep_s / 3, fixed=n))
+            rows.append((f"fixed {n}", r))
+            if best is None or r["throughput"] > best[1]["throughput"] * 1.01:
+                best = (n, r)
+        auto = asyncio.run(drive(srv.url, seconds=args.auto_s, warmup=args.warmup, fixed=None))
+    finally:
+        srv.close()
+    out = [f"| c = {c} | best fixed = {best[0]}: {best[1]['throughput']:.1f}/s, p50 {best[1]['p50'] * 1000:.0f} ms "
+           f"| auto: {auto['throughput']:.1f}/s (**{auto['throughput'] / best[1]['throughput']:.3f}** x), "
+           f"p50 {auto['p50'] * 1000:.0f} ms (**{auto['p50'] / best[1]['p50']:.2f}** x); {auto['pacing']} |"]
+    out += [f"|  | {name}: {r['throughput']:.1f}/s, p50 {r['p50'] * 1000:.0f} ms |  |" for name, r in rows]
+    return out
+
+
+def gateway_case(args) -> list[str]:
+    rpm = args.rpm
+    out = []
+    for label, server_kw, limits in (
+            ("headers (learnt)", {"rate_headers": True}, None),
+            ("configured, no headers", {"rate_headers": False}, {"requests_per_minute": rpm})):
+        srv = Server(latency_s=args.service_ms / 1000, requests_per_minute=rpm, **server_kw)
+        try:
+            r = asyncio.run(drive(srv.url, seconds=args.gateway_s, warmup=args.gateway_warmup, fixed=None,
+                                  rate_limits=limits))
+        finally:
+            stats = srv.close()
+        sent = stats["requests"]
+        share = r["throughput"] / (rpm / 60.0)
+        out.append(f"| {label} | {rpm} req/min | {r['throughput'] * 60:.0f} req/min sustained (**{share:.3f}** of "
+                   f"the budget) | 429s: {stats['rate_limited']} of {sent} (**{stats['rate_limited'] / sent:.2%}**) "
+                   f"| failed instances: {r['failed']} |")
+    return out
+
+
+def _shard(url, seconds, warmup, tag, q):
+    q.put(asyncio.run(drive(url, seconds=seconds, warmup=warmup, fixed=None, tag=tag)))
+
+
+def shards_case(args) -> list[str]:
+    srv = Server(latency_s=args.service_ms / 1000, capacity=32)
+    try:
+        one = asyncio.run(drive(srv.url, seconds=args.sweep_s, warmup=args.sweep_s / 3, fixed=32))
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        procs = [ctx.Process(target=_shard, args=(srv.url, args.auto_s, args.warmup, f"s{i}", q)) for i in range(4)]
+        for p in procs:
+            p.start()
+        results = [q.get() for _ in procs]
+        for p in procs:
+            p.join()
+    finally:
+        srv.close()
+    total = sum(r["throughput"] for r in results)
+    shares = [r["throughput"] / total for r in results]
+    return [f"| 4 shards, capacity 32 | one process at fixed 32: {one['throughput']:.1f}/s | total "
+            f"{total:.1f}/s (**{total / one['throughput']:.3f}** x) | shares "
+            + ", ".join(f"{s:.1%}" for s in shares) + f" (min **{min(shares):.1%}**) |"]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true", help="shorter runs (a smoke test of the script)")
+    p.add_argument("--service-ms", type=float, default=200.0)
+    p.add_argument("--rpm", type=int, default=1200)
+    args = p.parse_args()
+    args.sweep_s, args.auto_s, args.warmup = (6, 20, 10) if args.quick else (15, 60, 30)
+    args.gateway_s, args.gateway_warmup = (30, 10) if args.quick else (120, 60)
+    import os
+
+    print(f"load before: {os.getloadavg()}", flush=True)
+    lines = ["| case | reference | auto | |", "|---|---|---|---|"]
+    for c in (4, 16, 64):
+        lines += capacity_case(c, args)
+        print("\n".join(lines[-5:]), flush=True)
+    lines.append("")
+    lines += ["| gateway | budget | auto | 429s | |", "|---|---|---|---|---|"]
+    lines += gateway_case(args)
+    print("\n".join(lines[-2:]), flush=True)
+    lines.append("")
+    lines += ["| case | reference | auto | fairness |", "|---|---|---|---|"]
+    lines += shards_case(args)
+    print(f"load after: {os.getloadavg()}")
+    print("\n".join(lines))
+    print(json.dumps({"args": vars(args)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,582 @@
+"""Pacing: how many requests a deployment has in flight, and how fast new ones may start.
+
+``ClientPool`` gives every deployment one ``Pacer`` (candidate and judge roles share it, so judges and candidates
+on one deployment share its concurrency and its rate budget). A pacer composes three limits, each optional:
+
+* **concurrency** — fixed (the deployment's ``max_concurrency: N`` or the run's ``--max-concurrency N``: a hard
+  ceiling, never exceeded), or adaptive (``auto``, the default for remote kinds): ``AdaptiveLimit`` below, always
+  under the run's ceiling;
+* **rate budget** — requests and tokens per minute (``RateBudget``, token buckets), from the deployment's
+  ``rate_limits`` and corrected by what the server says it has left (``x-ratelimit-remaining-*``,
+  ``anthropic-ratelimit-*-remaining``); a bucket the configuration does not set is learnt from the server's
+  ``*-limit-*`` headers;
+* **pause** — after a 429/503 or a provider's overload code, no request of the deployment starts before the
+  server's ``Retry-After`` (``retry-after-ms``) has passed, and an adaptive limit halves.
+
+``AdaptiveLimit`` measures the deployment in *windows*: after a change of limit it lets one round of requests
+finish (the queue settles), then counts ``max(16, 2 x limit)`` completions and takes their throughput and median
+latency. It starts at 4 and doubles while doubling raises throughput by at least 30 % (slow start); the last
+limit that paid is the *plateau*. Then it cruises, and every ``cruise`` windows probes: up by about sqrt(limit)
+(kept if throughput rose by at least a quarter of the proportional gain), else down by a fifth (kept if
+throughput fell by at most a quarter of the proportional loss: same work, shorter queue). When a window's median
+latency is over ``latency_tolerance`` (3) x the lowest median seen (a minimum that forgets 0.2 % a window), the
+server is queueing for everyone: the limit follows limit x (tolerance x base / latency) + 1 each window until
+the median is back under 1.5 x the base. Every client of a shared server sees the same latency and applies the
+same rule, so several shards (or processes) against one predictor back off together and settle on shares of it
+without a coordinator; a continuous-batching server (vLLM) whose latency grows with its batch is driven up to
+that point while throughput still grows. A window in which no request had to wait for a slot teaches nothing
+about the limit and changes nothing.
+
+Failure semantics: pacing never fails a request; it only delays its start. A waiter that is cancelled leaves the
+queue having taken nothing; a slot is released exactly once per acquire, whatever the attempt's outcome (the
+pool releases in ``finally``). Header values that do not parse are ignored (a server's odd header never stops a
+run). Time comes from an injected clock, so the controller runs deterministically on a simulated one in tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import email.utils
+import math
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+AUTO = "auto"
+OVERLOAD_STATUS = frozenset({429, 503, 529})  # too many requests, unavailable, Anthropic's "overloaded"
+AUTO_CEILING = 256
+_CONGESTED_WINDOWS = 64  # requests in flight a run allows at most under ``--max-concurrency auto``
+START_LIMIT = 4
+
+
+# --------------------------------------------------------------------------------------------
+# the adaptive concurrency controller (pure: no asyncio, an injected clock)
+
+
+@dataclass
+class _Window:
+    limit: int
+    skip: int  # completions to let pass before measuring (the queue settles after a change)
+    target: int  # completions to measure
+    first_t: float | None = None
+    last_t: float = 0.0
+    count: int = 0
+    latencies: list[float] = field(default_factory=list)
+    limited: bool = False  # some request waited for a slot during the window: the limit was binding
+
+    def throughput(self) -> float:
+        if self.first_t is None or self.count < 2 or self.last_t <= self.first_t:
+            return 0.0
+        return (self.count - 1) / (self.last_t - self.first_t)
+
+    def median(self) -> float:
+        s = sorted(self.latencies)
+        return s[len(s) // 2] if s else 0.0
+
+
+class AdaptiveLimit:
+    """Requests in flight for one deployment under ``auto``; read ``limit``, report completions and overloads."""
+
+    def __init__(self, ceiling: int, *, start: int = START_LIMIT, cruise: int = 8, latency_tolerance: float = 3.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if ceiling < 1:
+            raise ValueError("ceiling must be >= 1")
+        self.ceiling = ceiling
+        self.limit = max(1, min(start, ceiling))
+        self.plateau: int | None = None  # the limit slow start found (None while starting)
+        self.phase = "startup"  # startup | cruise | probe_up | probe_down
+        self._cruise = cruise
+        self._tolerance = latency_tolerance
+        self._clock = clock
+        self._window = self._new_window()
+        self._prev: tuple[int, float] | None = None  # startup: (limit, throughput) of the window before
+        self._ref: collections.deque[float] = collections.deque(maxlen=4)  # cruise throughputs at this limit
+        self._ref_limit = self.limit
+        self._cruising = 0
+        self._medians: collections.deque[float] = collections.deque(maxlen=64)
+        self._base: float | None = None  # the lowest median seen, drifting up 0.2 % a window (a slow forgetting)
+        self._last_cut = -math.inf
+        self._congested = 0  # windows left of additive-only growth after the latency guard fired
+        self.changes = 0  # how often the limit changed (tests, metrics)
+
+    # -- what the gate reports
+
+    def note_waiting(self) -> None:
+        """A request found every slot taken: the limit is what holds it back."""
+        self._window.limited = True
+
+    def completed(self, latency_s: float) -> None:
+        """A request finished (any answer the server gave, an error other than overload included)."""
+        w = self._window
+        if w.skip > 0:
+            w.skip -= 1
+            return
+        now = self._clock()
+        if w.first_t is None:
+            w.first_t = now
+        w.last_t = now
+        w.count += 1
+        w.latencies.append(latency_s)
+        if w.count >= w.target:
+            self._decide(w)
+
+    def overloaded(self) -> None:
+        """The server said too many (429, 503, overloaded): halve, at most once per median latency."""
+        now = self._clock()
+        recent = self._medians[-1] if self._medians else 0.0
+        if now - self._last_cut < max(recent, 0.05):
+            return
+        self._last_cut = now
+        if self.plateau is None:
+            self.plateau = max(1, self.limit // 2)
+        self._set(max(1, self.limit // 2), "cruise")
+
+    @property
+    def base_latency(self) -> float | None:
+        return self._base
+
+    # -- decisions, one per measured window
+
+    def _new_window(self) -> _Window:
+        return _Window(self.limit, skip=self.limit, target=max(16, 2 * self.limit))
+
+    def _set(self, limit: int, phase: str) -> None:
+        limit = max(1, min(self.ceiling, limit))
+        if limit != self.limit:
+            self.changes += 1
+        if phase == "cruise" and (limit != self._ref_limit or self.phase != "cruise"):
+            if limit != self._ref_limit:
+                self._ref.clear()
+            self._ref_limit = limit
+            self._cruising = 0
+        self.limit, self.phase = limit, phase
+        self._window = self._new_window()
+
+    def _decide(self, w: _Window) -> None:
+        x, median = w.throughput(), w.median()
+        base = self._base
+        self._medians.append(median)
+        self._base = median if base is None else min(base * 1.002, median)
+        slow = base is not None and median > self._tolerance * base
+        if not w.limited:  # demand, not the limit, held throughput: nothing learnt about the limit
+            self._window = self._new_window()
+            return
+        if self.phase == "startup":
+            if self._prev is not None and x < 1.3 * self._prev[1]:
+                self.plateau = self._prev[0]  # doubling did not pay: the last limit that did is the plateau
+                self._set(self._prev[0], "cruise")
+            elif slow or self.limit >= self.ceiling:
+                self.plateau = self.limit
+                self._set(self.limit, "cruise")
+            else:
+                self._prev = (self.limit, x)
+                self._set(self.limit * 2, "startup")
+            return
+        if self.phase == "cruise":
+            if slow or self._congested:
+                # Shared and queueing (or a batching server past its knee): every client of the server sees the
+                # same latency, so every client applies the same gradient. limit x (tolerance x base / latency)
+                # + 1 has one fixed point for all of them alike: equal shares, without a coordinator. Probing
+                # resumes once the queue has drained (the median back under 1.5 x the base).
+                self._congested = 1 if median > 1.5 * (base or median) else 0
+                gradient = min(1.0, self._tolerance * (base or median) / median) if median > 0 else 1.0
+                self._set(max(1, math.floor(self.limit * gradient) + 1), "cruise")
+                return
+            self._ref.append(x)
+            self._cruising += 1
+            if self._cruising >= self._cruise:
+                up = min(self.ceiling, self.limit + max(1, math.ceil(math.sqrt(self.limit))))
+                if up > self.limit:
+                    self._probe_from = self.limit
+                    self._set(up, "probe_up")
+                else:
+                    self._probe_down()
+            else:
+                self._window = self._new_window()
+            return
+        ref = sum(self._ref) / len(self._ref) if self._ref else x
+        start = self._probe_from
+        if self.phase == "probe_up":
+            gain = self.limit / start - 1
+            if x >= ref * (1 + 0.25 * gain) and not slow:
+                self.plateau = self.limit
+                self._set(self.limit, "cruise")
+            else:
+                self._set(start, "cruise")
+                self._probe_down()
+            return
+        # probe_down
+        loss = 1 - self.limit / start
+        if x >= ref * (1 - 0.25 * loss):
+            self.plateau = self.limit
+            self._set(self.limit, "cruise")
+        else:
+            self._set(start, "cruise")
+            self._cruising = 0
+
+    def _probe_down(self) -> None:
+        down = max(1, min(self.limit - 1, math.floor(self.limit * 0.8)))
+        if down < self.limit:
+            self._probe_from = self.limit
+            self._set(down, "probe_down")
+        else:
+            self._cruising = 0
+            self._window = self._new_window()
+
+    _probe_from: int = 0
+
+
+# --------------------------------------------------------------------------------------------
+# rate budgets (token buckets) and the servers' rate-limit headers
+
+
+class Bucket:
+    """A token bucket: ``per_minute`` refilled continuously, holding at most ``burst`` (default: 1 s of refill,
+    at least one request's worth) so a paced client never sends a minute's budget at once."""
+
+    def __init__(self, per_minute: float, now: float, burst: float | None = None) -> None:
+        self.per_minute = float(per_minute)
+        self.burst = burst if burst is not None else max(1.0, self.per_minute / 60.0)
+        self.level = self.burst
+        self._t = now
+
+    def refill(self, now: float) -> None:
+        if now > self._t:
+            self.level = min(self.burst, self.level + (now - self._t) * self.per_minute / 60.0)
+            self._t = now
+
+    def wait_for(self, amount: float, now: float) -> float:
+        """Seconds until ``amount`` is available (0: it is); an amount over the burst waits for a full bucket."""
+        self.refill(now)
+        need = min(amount, self.burst) - self.level
+        return 0.0 if need <= 0 else need * 60.0 / self.per_minute
+
+    def take(self, amount: float, now: float) -> None:
+        self.refill(now)
+        self.level -= amount
+
+    def cap(self, remaining: float, now: float) -> None:
+        """The server says this much is left: never believe we have more."""
+        self.refill(now)
+        self.level = min(self.level, remaining)
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_reset(value: str | None, now_epoch: float | None = None) -> float | None:
+    """Seconds until a rate-limit window resets: ``"1s"``, ``"6m0s"``, ``"20ms"`` (OpenAI), a number of seconds,
+    or an RFC 3339 / HTTP date (Anthropic). None when it does not parse."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    parts = _DURATION.findall(value)
+    if parts and "".join(n + u for n, u in parts) == value.replace(" ", ""):
+        return sum(float(n) * _UNITS[u] for n, u in parts)
+    now_epoch = time.time() if now_epoch is None else now_epoch
+    try:
+        from datetime import datetime
+
+        return max(0.0, datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() - now_epoch)
+    except ValueError:
+        pass
+    try:
+        parsed = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, parsed.timestamp() - now_epoch) if parsed is not None else None
+
+
+def _number(headers: Mapping[str, str], name: str) -> float | None:
+    raw = headers.get(name)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+@dataclass(frozen=True)
+class RateHeaders:
+    """What a server's reply says of its rate limits (each field None when not sent)."""
+
+    limit_requests: float | None = None
+    remaining_requests: float | None = None
+    limit_tokens: float | None = None
+    remaining_tokens: float | None = None
+
+    @classmethod
+    def parse(cls, headers: Mapping[str, str]) -> RateHeaders | None:
+        """OpenAI/Azure (``x-ratelimit-{limit,remaining}-{requests,tokens}``) and Anthropic
+        (``anthropic-ratelimit-{requests,tokens}-{limit,remaining}``); lower-case keys expected."""
+        got = cls(
+            _number(headers, "x-ratelimit-limit-requests") or _number(headers, "anthropic-ratelimit-requests-limit"),
+            _first(_number(headers, "x-ratelimit-remaining-requests"),
+                   _number(headers, "anthropic-ratelimit-requests-remaining")),
+            _number(headers, "x-ratelimit-limit-tokens") or _number(headers, "anthropic-ratelimit-tokens-limit"),
+            _first(_number(headers, "x-ratelimit-remaining-tokens"),
+                   _number(headers, "anthropic-ratelimit-tokens-remaining")),
+        )
+        return None if got == cls() else got
+
+
+def _first(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """``retry-after-ms`` (OpenAI/Azure, milliseconds) before ``retry-after`` (seconds or an HTTP date)."""
+    ms = _number(headers, "retry-after-ms")
+    if ms is not None:
+        return ms / 1000.0
+    return parse_reset(headers.get("retry-after"))
+
+
+# --------------------------------------------------------------------------------------------
+# the gate a request passes before it is sent
+
+
+@dataclass(frozen=True)
+class PaceSettings:
+    """How one deployment is paced: ``fixed`` in flight (a hard cap) or ``auto`` under ``ceiling``; budgets."""
+
+    fixed: int | None = None
+    ceiling: int = AUTO_CEILING
+    adaptive: bool = False
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+    share: float = 1.0  # this process's part of the configured budgets (a Job's shards split them evenly)
+
+
+@dataclass(frozen=True)
+class PacingPolicy:
+    """A process's pacing rule for every deployment it reaches (``RunOptions`` -> ``ClientPool``).
+
+    ``adaptive``: deployments without a fixed ``max_concurrency`` are paced by ``AdaptiveLimit`` (remote kinds
+    only: an in-process model serialises its own work) under ``ceiling``; else they are capped by the workers
+    alone, as a fixed ``--max-concurrency N`` run always was. ``share``: this process's part of configured
+    rate budgets (a Job's shards running at once each take 1/n)."""
+
+    adaptive: bool = False
+    ceiling: int = AUTO_CEILING
+    share: float = 1.0
+
+    def settings(self, *, fixed: int | None, rate_limits: Mapping[str, object], local: bool) -> PaceSettings:
+        rpm, tpm = rate_limits.get("requests_per_minute"), rate_limits.get("tokens_per_minute")
+        return PaceSettings(fixed=fixed, ceiling=self.ceiling, adaptive=self.adaptive and not local and not fixed,
+                            requests_per_minute=float(rpm) if rpm else None,
+                            tokens_per_minute=float(tpm) if tpm else None, share=self.share)
+
+
+class PacerObserver:
+    """Telemetry hooks (``telemetry.PacingMetrics``); the default does nothing."""
+
+    def limit_changed(self, limit: int, plateau: int | None) -> None: ...
+
+    def rate_limited(self) -> None: ...
+
+    def waited(self, seconds: float) -> None: ...
+
+
+class Pacer:
+    """The per-deployment gate: ``async with pacer.slot(tokens):`` around one attempt; report its outcome."""
+
+    def __init__(self, settings: PaceSettings, *, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], object] = asyncio.sleep, observer: PacerObserver | None = None) -> None:
+        self.settings = settings
+        self._clock, self._sleep = clock, sleep
+        self.observer = observer or PacerObserver()
+        self.adaptive = AdaptiveLimit(settings.ceiling, clock=clock) if settings.adaptive and not settings.fixed \
+            else None
+        now = clock()
+        self._requests = Bucket(settings.requests_per_minute * settings.share, now) \
+            if settings.requests_per_minute else None
+        self._tokens = Bucket(settings.tokens_per_minute * settings.share, now,
+                              burst=max(1.0, settings.tokens_per_minute * settings.share / 60.0)) \
+            if settings.tokens_per_minute else None
+        self._learnt_requests = self._requests is None  # buckets made from headers follow the headers' limit
+        self._learnt_tokens = self._tokens is None
+        self.in_flight = 0
+        self._tokens_out = 0.0  # tokens charged for requests in flight
+        self.paused_until = 0.0
+        self.rate_limited = 0
+        self.waited_s = 0.0
+        self._waiters: collections.deque[tuple[asyncio.Future[float], float]] = collections.deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._reported = (None, None)
+
+    @property
+    def limit(self) -> int | None:
+        if self.settings.fixed:
+            return self.settings.fixed
+        if self.adaptive is not None:
+            return self.adaptive.limit
+        return None
+
+    def _blocked_for(self, tokens: float) -> float:
+        """0 when a request may start now, else seconds to wait (inf: until a slot frees)."""
+        now = self._clock()
+        wait = max(0.0, self.paused_until - now)
+        limit = self.limit
+        if limit is not None and self.in_flight >= limit:
+            if self.adaptive is not None:
+                self.adaptive.note_waiting()
+            return math.inf
+        if self._requests is not None:
+            wait = max(wait, self._requests.wait_for(1, now))
+        if self._tokens is not None and tokens:
+            wait = max(wait, self._tokens.wait_for(tokens, now))
+        return wait
+
+    async def acquire(self, tokens: float = 0.0) -> float:
+        """Wait until a request may start (first come, first served); returns the time it started (pass it to
+        ``release``). ``tokens``: what the request is expected to use of a tokens-per-minute budget. A waiter is
+        handed its slot by ``_grant`` (the one place that takes slots for waiters), so the order is kept."""
+        if not self._waiters and self._blocked_for(tokens) == 0.0:
+            return self._take(tokens)
+        started_wait = self._clock()
+        fut: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        entry = (fut, tokens)
+        self._waiters.append(entry)
+        self._grant()
+        try:
+            started = await fut
+        except BaseException:
+            if entry in self._waiters:
+                self._waiters.remove(entry)
+            elif fut.done() and not fut.cancelled():  # granted, then cancelled before it ran: give it back
+                self.in_flight -= 1
+                self._tokens_out -= tokens
+                self._grant()
+            raise
+        waited = self._clock() - started_wait
+        self.waited_s += waited
+        self.observer.waited(waited)
+        return started
+
+    def _take(self, tokens: float) -> float:
+        now = self._clock()
+        self.in_flight += 1
+        self._tokens_out += tokens
+        if self._requests is not None:
+            self._requests.take(1, now)
+        if self._tokens is not None and tokens:
+            self._tokens.take(tokens, now)
+        return now
+
+    def _grant(self) -> None:
+        """Hand slots to the waiters at the head of the queue while they fit; arm a timer for a budget wait."""
+        while self._waiters:
+            fut, tokens = self._waiters[0]
+            if fut.done():  # cancelled while queued
+                self._waiters.popleft()
+                continue
+            wait = self._blocked_for(tokens)
+            if wait > 0.0:
+                if math.isfinite(wait):
+                    self._arm(wait)
+                return
+            self._waiters.popleft()
+            fut.set_result(self._take(tokens))
+
+    @property
+    def counts_tokens(self) -> bool:
+        return self._tokens is not None or self._learnt_tokens
+
+    def observe_headers(self, headers: Mapping[str, str]) -> None:
+        """A reply's headers (any status): the server's own account of its rate limits, when it sends one."""
+        self._from_headers(headers, self._clock())
+
+    def release(self, started: float, *, ok: bool, overloaded: bool = False, retry_after: float | None = None,
+                tokens_used: float | None = None, tokens_taken: float = 0.0) -> None:
+        """One acquire's end: ``ok`` (an answer), ``overloaded`` (429/503/529: halve, pause ``retry_after``)."""
+        now = self._clock()
+        self.in_flight -= 1
+        self._tokens_out -= tokens_taken
+        if self._tokens is not None and tokens_used is not None and tokens_taken:
+            self._tokens.level += tokens_taken - tokens_used  # charge what the request really used
+        if overloaded:
+            self.rate_limited += 1
+            self.observer.rate_limited()
+            if retry_after:
+                self.paused_until = max(self.paused_until, now + retry_after)
+            if self.adaptive is not None:
+                self.adaptive.overloaded()
+        elif ok and self.adaptive is not None:  # only answers measure the server (a quick 500 says nothing)
+            self.adaptive.completed(now - started)
+        self._report()
+        self._grant()
+
+    def summary(self) -> str:
+        """One line for the run's summary: the limit now and its plateau, throttling, time waited to start."""
+        parts = []
+        if self.adaptive is not None:
+            plateau = f", plateau {self.adaptive.plateau}" if self.adaptive.plateau is not None else ""
+            parts.append(f"auto: {self.adaptive.limit} in flight{plateau}")
+        elif self.settings.fixed:
+            parts.append(f"fixed: {self.settings.fixed} in flight")
+        budgets = [f"{b.per_minute:g} {what}/min" for b, what in ((self._requests, "requests"),
+                                                                   (self._tokens, "tokens")) if b is not None]
+        if budgets:
+            parts.append("budget " + ", ".join(budgets))
+        parts.append(f"{self.rate_limited} throttled (429/503/529)")
+        parts.append(f"{self.waited_s:.1f} s waiting to start")
+        return "; ".join(parts)
+
+    def _from_headers(self, headers: Mapping[str, str], now: float) -> None:
+        """Budgets the configuration does not set follow the server's stated limit (per minute, its whole
+        burst); every bucket is set to what the server says is left, less what this process has in flight
+        beyond the request that brought the reply (already counted there, not yet here)."""
+        rate = RateHeaders.parse(headers)
+        if rate is None:
+            return
+        share = self.settings.share
+        if rate.limit_requests and self._learnt_requests:
+            per_minute = rate.limit_requests * share
+            if self._requests is None or self._requests.per_minute != per_minute:
+                self._requests = Bucket(per_minute, now, burst=max(1.0, per_minute))
+        if rate.limit_tokens and self._learnt_tokens:
+            per_minute = rate.limit_tokens * share
+            if self._tokens is None or self._tokens.per_minute != per_minute:
+                self._tokens = Bucket(per_minute, now, burst=max(1.0, per_minute))
+        others = max(0, self.in_flight - 1)
+        if rate.remaining_requests is not None and self._requests is not None:
+            self._set_level(self._requests, rate.remaining_requests * share - others, now, self._learnt_requests)
+        if rate.remaining_tokens is not None and self._tokens is not None:
+            self._set_level(self._tokens, rate.remaining_tokens * share - self._tokens_out, now, self._learnt_tokens)
+
+    @staticmethod
+    def _set_level(bucket: Bucket, remaining: float, now: float, learnt: bool) -> None:
+        if learnt:  # the server's account is the truth (it may have refilled more than our estimate)
+            bucket.refill(now)
+            bucket.level = min(bucket.burst, remaining)
+        else:  # a configured budget: never believe we have more than the server says
+            bucket.cap(remaining, now)
+
+    def _report(self) -> None:
+        if self.adaptive is not None:
+            state = (self.adaptive.limit, self.adaptive.plateau)
+            if state != self._reported:
+                self._reported = state
+                self.observer.limit_changed(*state)
+
+    def _arm(self, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        if self._timer is not None:
+            if self._timer.when() <= loop.time() + delay:
+                return
+            self._timer.cancel()
+        self._timer = loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._grant()
