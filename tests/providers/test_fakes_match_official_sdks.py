@@ -316,3 +316,13 @@ def test_azure_identity_managed_identity_against_the_fake(monkeypatch):
         token = identity.ManagedIdentityCredential().get_token("https://cognitiveservices.azure.com/.default")
         assert token.token in srv.tokens
         assert srv.token_requests[-1]["resource"] == "https://cognitiveservices.azure.com"
+
+
+def test_azure_identity_imds_against_the_fake(monkeypatch):
+    identity = pytest.importorskip("azure.identity")
+    for name in ("IDENTITY_ENDPOINT", "IDENTITY_HEADER", "MSI_ENDPOINT", "MSI_SECRET", "AZURE_CLIENT_ID"):
+        monkeypatch.delenv(name, raising=False)
+    with make_fake("azure_openai") as srv:
+        monkeypatch.setenv("AZURE_POD_IDENTITY_AUTHORITY_HOST", srv.base_url)
+        token = identity.ManagedIdentityCredential().get_token("https://cognitiveservices.azure.com/.default")
+        assert token.token in srv.tokens and srv.token_requests[-1]["resource"] == "https://cognitiveservices.azure.com"

@@ -263,6 +263,14 @@ def test_entra_managed_identity_and_a_wrong_secret():
         EntraToken("azure/x", env={"AZURE_CLIENT_SECRET": "s", "AZURE_CLIENT_ID": "c"})
 
 
+def test_entra_managed_identity_through_imds():
+    with make_fake("azure_openai", api_key=None) as srv:
+        token = EntraToken("azure/imds", env={"AZURE_POD_IDENTITY_AUTHORITY_HOST": srv.base_url})
+        header = asyncio.run(token.headers())["Authorization"]
+    assert header[7:] in srv.tokens
+    assert srv.token_requests[-1] == {"api-version": "2018-02-01", "resource": "https://cognitiveservices.azure.com"}
+
+
 def test_missing_configuration_is_a_config_error(keys, monkeypatch):
     monkeypatch.delenv("AWS_REGION", raising=False)
     with pytest.raises(ConfigError, match="options.region"):

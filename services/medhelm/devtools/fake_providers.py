@@ -25,8 +25,9 @@ Each server is built from its provider's published API reference and refuses wha
   404, ``api-key`` or an Entra bearer token it issued and that has not expired; unknown arguments refused
   ("Unrecognized request argument supplied"); 429 with ``retry-after-ms``/``retry-after``. It is also the
   Entra token endpoint: ``POST /<tenant>/oauth2/v2.0/token`` (client secret or federated
-  ``client_assertion``), the OpenID metadata MSAL reads, and a managed-identity endpoint
-  (``GET /msi/token``, ``X-IDENTITY-HEADER``). ``expire_tokens()`` makes every issued token expired.
+  ``client_assertion``), the OpenID metadata MSAL reads, and the managed-identity endpoints
+  (``GET /msi/token`` with ``X-IDENTITY-HEADER``; IMDS ``GET /metadata/identity/oauth2/token`` with
+  ``Metadata: true``). ``expire_tokens()`` makes every issued token expired.
 
 Where: ``medhelm.devtools`` (beside ``mock_openai.py``), not ``tests/``: bench/bench_native_clients.py
 measures our clients against them, and a developer can point a deployment at one from the CLI
@@ -721,6 +722,8 @@ class FakeAzureOpenAI(FakeServer):
             return self._token(method, headers, body)
         if path == "/msi/token":
             return self._managed_identity(method, query, headers)
+        if path == "/metadata/identity/oauth2/token":
+            return self._imds(method, query, headers)
         m = re.fullmatch(r"/openai/deployments/([^/]+)/chat/completions", path)
         params = dict(urllib.parse.parse_qsl(query))
         if not m or method != "POST" or not params.get("api-version"):
@@ -828,6 +831,22 @@ class FakeAzureOpenAI(FakeServer):
         token, lifetime = self._issue()
         return _json(200, {"access_token": token, "expires_on": str(int(time.time()) + lifetime),
                            "resource": params["resource"], "token_type": "Bearer", "client_id": self.client_id})
+
+
+    def _imds(self, method: str, query: str, headers: dict[str, str]) -> Reply:
+        """The VM/AKS node's Instance Metadata Service: ``Metadata: true`` required (it stops SSRF)."""
+        params = dict(urllib.parse.parse_qsl(query))
+        with self._lock:
+            self.token_requests.append(params)
+        if method != "GET" or headers.get("metadata") != "true":
+            return _json(400, {"error": "invalid_request", "error_description": "Required metadata header not specified"})
+        if not params.get("api-version") or not params.get("resource"):
+            return _json(400, {"error": "invalid_request", "error_description": "Required query variable 'resource' is missing"})
+        token, lifetime = self._issue()
+        now = int(time.time())
+        return _json(200, {"access_token": token, "client_id": self.client_id, "expires_in": str(lifetime),
+                           "expires_on": str(now + lifetime), "ext_expires_in": str(lifetime), "not_before": str(now),
+                           "resource": params["resource"], "token_type": "Bearer"})
 
 
 FAKES = {"anthropic": FakeAnthropic, "gemini": FakeGemini, "bedrock": FakeBedrock, "azure_openai": FakeAzureOpenAI}
