@@ -79,6 +79,9 @@ def test_error_types_and_waits_as_the_providers_send_them(keys):
         srv.fail_next(1, "overloaded")
         err = asyncio.run(one(_deployment("anthropic", srv.base_url)))
         assert err.retryable and err.status == 529 and "overloaded_error" in str(err)
+        srv.fail_next(1, "throttle")
+        err = asyncio.run(one(_deployment("anthropic", srv.base_url)))
+        assert err.retryable and err.status == 429 and "rate_limit_error" in str(err) and err.retry_after == 2.0
     with make_fake("gemini") as srv:
         srv.fail_next(1, "throttle")
         err = asyncio.run(one(_deployment("gemini", srv.base_url)))

@@ -384,7 +384,7 @@ class FakeAnthropic(FakeServer):
             return self._error(529, "overloaded_error", "Overloaded")
         if fault == "throttle":
             return self._error(429, "rate_limit_error", "Number of request tokens has exceeded your per-minute "
-                               "rate limit", {"retry-after": "0"})
+                               "rate limit", {"retry-after": "2"})
         if fault == "server_error":
             return self._error(500, "api_error", "Internal server error")
         self._accepted(path, headers, data)
