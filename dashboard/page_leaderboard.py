@@ -57,7 +57,8 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
 
 def leaderboard_frame(rel: Release, view: View) -> pd.DataFrame:
     models = rel.models.set_index(["model", "deployment"]) if len(rel.models) else pd.DataFrame()
-    metadata = _metadata(rel.meta)
+    metadata = _meta_json(rel.meta, "model_metadata")
+    reasoning = _meta_json(rel.meta, "reasoning_tokens")  # "model|deployment" -> [own, judges'], when any
     out = []
     for r in leaderboard(view.table):
         m = models.loc[(r.model, r.deployment)] if (r.model, r.deployment) in models.index else {}
@@ -70,21 +71,23 @@ def leaderboard_frame(rel: Release, view: View) -> pd.DataFrame:
                     "Benchmarks": r.n_benchmarks, "Cost (USD)": cost, "Candidate USD": own, "Jury USD": jury,
                     "USD per point": cost_per_point(cost, r.mean_score),
                     "Prompt tokens": _int(m.get("prompt_tokens")), "Output tokens": _int(m.get("completion_tokens")),
-                    # of the output tokens, a reasoning model's thinking (priced apart: reasoning_per_million)
-                    "Reasoning tokens": _int(m.get("reasoning_tokens")),
                     "Inference s": _num(m.get("inference_s")),
                     "s / instance": _per(m.get("inference_s"), m.get("n_instances")),
+                    # of the output tokens, a reasoning model's thinking (priced apart: reasoning_per_million)
+                    **({"Reasoning tokens": _int((reasoning.get(f"{r.model}|{r.deployment}") or [None])[0])}
+                       if reasoning else {}),
                     **({"Display name": about.get("display_name"), "Creator": about.get("creator_organization_name"),
                         "Access": about.get("access"), "Released": about.get("release_date")} if metadata else {})})
     return pd.DataFrame(out)
 
 
-def _metadata(meta: dict) -> dict:
-    """HELM's model_metadata.yaml as summarize kept it (model -> display name, creator, access, release date)."""
+def _meta_json(meta: dict, key: str) -> dict:
+    """A JSON object summarize kept in the release's meta: ``model_metadata`` (HELM's model_metadata.yaml:
+    model -> display name, creator, access, release date) or ``reasoning_tokens``; {} when absent."""
     import json
 
     try:
-        value = json.loads(meta.get("model_metadata") or "{}")
+        value = json.loads(meta.get(key) or "{}")
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}

@@ -16,6 +16,8 @@ A row (``BackendKind``):
     summary   one line for docs and errors
     option, variants  (optional) ``options.<option>`` picks the client among ``variants`` (value ->
               ``"module:Class"``); the first variant is the default and ``client`` must equal it
+    in_process  (optional) the model runs inside this process with a tokenizer of its own, so its prompts
+              are cut to fit here, never by a scenario service (``medhelm job`` refuses the combination)
 
 Adding a backend: write its client module under ``medhelm/inference/`` and add one row here. Failure
 semantics: the table is data and imports nothing of ours (``specs.py`` builds its enum from it); a bad
@@ -37,6 +39,7 @@ class BackendKind:
     summary: str = ""
     option: str | None = None
     variants: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    in_process: bool = False
 
     def client_path(self, options: Mapping[str, object]) -> str | None:
         """``"module:Class"`` for a deployment with these ``options``; None when ``options.<option>`` names
@@ -51,7 +54,7 @@ KINDS: tuple[BackendKind, ...] = (
     BackendKind("openai", "medhelm.inference.openai:OpenAIClient", ("base_url",),
                 "any OpenAI-compatible server: vLLM, KServe HF runtime, llama.cpp server, Azure"),
     BackendKind("llamacpp", "medhelm.inference.llamacpp:LlamaCppClient", ("gguf_path",),
-                "an in-process GGUF model (llama-cpp-python, the embedded extra)"),
+                "an in-process GGUF model (llama-cpp-python, the embedded extra)", in_process=True),
     BackendKind("kserve_v2", "medhelm.inference.kserve_v2:KServeV2Client", ("base_url",),
                 "KServe Open Inference Protocol v2 (text in, text out), REST or gRPC",
                 option="protocol",

@@ -121,9 +121,15 @@ def deployment_secret(options: Mapping[str, Any], role: str, *, deployment: str)
     return secret(reference, deployment=deployment)
 
 
+# ``name: https://host/path`` unquoted, as HELM's docstrings write it: quoted before parsing (HOCON would read
+# ``//`` as the start of a comment)
+_BARE_URL = re.compile(r'^(\s*[A-Za-z0-9_."-]+\s*[:=]\s*)(https?://[^\s"#,{}\[\]]+)[ \t]*(?=\r?$)', re.MULTILINE)
+
+
 def _parse(text: str, source: str) -> dict[str, Any]:
     from medhelm.runentries import parse_hocon
 
+    text = _BARE_URL.sub(lambda m: m.group(1) + json.dumps(m.group(2)), text)
     text = _substitute(text, source)
     try:
         doc = parse_hocon(text, Path(source))

@@ -32,6 +32,7 @@ file can hold entries for hosts this machine has no key for.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,18 +83,17 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
                             key_required=False),
     "VLLMChatClient": HelmClass("openai", frozenset({"base_url", "api_key", "vllm_model_name", "output_processor",
                                                      "reasoning_effort"}), key_required=False),
-    "TogetherClient": HelmClass("openai", frozenset({"api_key", "together_model", "base_url"}),
+    "TogetherClient": HelmClass("openai", frozenset({"api_key", "together_model", "base_url"}), api="completions",
                                 base_url="https://api.together.xyz/v1"),
     "TogetherChatClient": HelmClass("openai", frozenset({"api_key", "together_model", "base_url",
                                                          "output_processor"}),
                                     base_url="https://api.together.xyz/v1"),
-    "OpenRouterClient": HelmClass("openai", frozenset({"api_key", "base_url", "model_name", "openai_model_name",
+    "OpenRouterClient": HelmClass("openai", frozenset({"api_key", "base_url", "openrouter_model_name",
                                                        "output_processor"}),
                                   base_url="https://openrouter.ai/api/v1"),
-    "HuggingFaceInferenceProvidersClient": HelmClass("openai", frozenset({"api_key", "hf_auth_token", "base_url",
-                                                                          "hf_model_name", "provider"}),
+    "HuggingFaceInferenceProvidersClient": HelmClass("openai", frozenset({"api_key", "base_url",
+                                                                          "huggingface_model_name"}),
                                                      base_url="https://router.huggingface.co/v1"),
-    "TGIClient": HelmClass("openai", frozenset({"base_url", "api_key", "model_name"}), key_required=False),
     # Azure OpenAI
     "AzureOpenAIClient": HelmClass("azure_openai", frozenset({"api_key", "endpoint", "deployment", "api_version",
                                                               "base_url", "azure_openai_deployment_name",
@@ -108,8 +108,6 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
                                                    gateway=True, api_version="2024-08-01-preview"),
     "StanfordHealthCareClaudeClient": HelmClass("anthropic", _SHC_HTTP_ARGS, gateway=True, platform="direct"),
     "StanfordHealthCareGoogleClient": HelmClass("gemini", _SHC_HTTP_ARGS, gateway=True, platform="public"),
-    "StanfordHealthCareLlamaClient": HelmClass("openai", _SHC_HTTP_ARGS | {"base_url", "openai_model_name"},
-                                               gateway=True),
     # Anthropic, Google, Amazon
     "AnthropicMessagesClient": HelmClass("anthropic", frozenset({"api_key", "anthropic_model_name",
                                                                  "thinking_budget_tokens", "base_url"}),
@@ -138,8 +136,8 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
 
 # the served model's name, by the arg each class uses for it (the first one given wins)
 _MODEL_ARGS = ("openai_model_name", "vllm_model_name", "azure_openai_deployment_name", "together_model",
-               "anthropic_model_name", "genai_model_name", "gemini_model_name", "vertexai_model",
-               "bedrock_model_id", "hf_model_name", "model_name", "model")
+               "openrouter_model_name", "anthropic_model_name", "genai_model_name", "gemini_model_name",
+               "vertexai_model", "bedrock_model_id", "huggingface_model_name", "model_name", "model")
 
 _WHY_NOT = {  # classes a MedHELM user may have that we deliberately do not run, and what to do instead
     "HuggingFaceClient": "it runs transformers inside HELM's process; serve the model with vLLM (or KServe's "
@@ -239,8 +237,9 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
             unresolved.append(f"{host}Endpoint (the gateway's address)")
         elif not args.get("deployment"):
             raise fail(f"{class_name} needs args.deployment (the gateway route)", "client_spec", "args")
-        else:
+        else:  # HELM's exact URL: the route is the whole path (no API path appended: options.api_path "")
             base_url = f"{endpoint.rstrip('/')}/{str(args['deployment']).strip('/')}"
+            options.setdefault("api_path", "")
     elif helm.kind == "azure_openai":
         version = args.get("api_version") or helm.api_version
         if version:
@@ -256,6 +255,8 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
             unresolved.append(f"{host}Endpoint (the Azure OpenAI resource)")
         else:
             base_url = endpoint
+            if helm.gateway:
+                options.setdefault("auth", "none")  # the gateway authenticates (its subscription key)
     elif helm.kind == "openai" and not base_url and not unresolved:
         raise fail(f"{class_name} needs args.base_url (the server's .../v1 address)", "client_spec", "args")
     if helm.kind == "bedrock":
@@ -275,10 +276,10 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
         if isinstance(args.get(arg), int) and not isinstance(args.get(arg), bool):
             options.setdefault("thinking_budget", args[arg])
 
-    key_name = credentials.api_key_name(host, item.name) if "api_key" not in args else None
     if "api_key" in args:
         raise fail("a key does not belong in model_deployments.yaml: put it in credentials.conf as "
                    f"{host}ApiKey (HELM reads it from there too)", "client_spec", "args", "api_key")
+    key_name = credentials.api_key_name(host, item.name)
     if key_name is None and helm.key_required:
         unresolved.append(f"{host}ApiKey (the key)")
     if key_name is not None:
@@ -314,9 +315,7 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
 
 
 def _replace_kind(helm: HelmClass, kind: str) -> HelmClass:
-    from dataclasses import replace
-
-    return replace(helm, kind=kind)
+    return dataclasses.replace(helm, kind=kind)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -10,6 +10,23 @@ from medhelm.devtools.fixtures import write_configurable_benchmark, write_openai
 from medhelm.devtools.mock_openai import MockOpenAIServer
 
 
+def generate_once(dep, text: str = "Say hi", max_tokens: int = 4):
+    """One request through the deployment's own client (its kind's, as a run makes it), then closed."""
+    import asyncio
+
+    from medhelm.inference import make_client
+    from medhelm.specs import GenerationRequest, Message
+
+    async def go():
+        client = make_client(dep)
+        try:
+            return await client.generate(GenerationRequest((Message("user", text),), max_tokens=max_tokens))
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
 def write_benchmark(folder: Path, rows: int) -> Path:
     """A yes/no configurable benchmark in the seeds' format; row i's answer is Yes iff i % 3 == 0."""
     return write_configurable_benchmark(folder, rows, name="YESNO", answers=("Yes", "No", "No"))

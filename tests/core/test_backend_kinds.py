@@ -32,6 +32,10 @@ def test_every_row_names_an_importable_client_class_and_real_deployment_fields()
             assert callable(getattr(importlib.import_module(module), name)), path
 
 
+def test_only_the_embedded_engine_runs_in_process():
+    assert [row.kind for row in KINDS if row.in_process] == ["llamacpp"]
+
+
 def test_the_enum_has_one_member_per_row_and_keeps_its_names():
     assert [k.value for k in DeploymentKind] == [row.kind for row in KINDS]
     assert DeploymentKind.OPENAI.value == "openai" and DeploymentKind("kserve_v2") is DeploymentKind.KSERVE_V2
@@ -48,7 +52,8 @@ def test_the_schema_accepts_exactly_the_table_s_kinds_and_requires_each_row_s_fi
             assert f"model_deployments[0].{row.required[0]}" in str(err.value)
         else:
             assert DeploymentRegistry.load(tmp_path).get(f"x/{row.kind}").kind.value == row.kind
-    path.write_text("model_deployments:\n  - name: x/y\n    model_name: m\n    kind: telepathy\n    base_url: http://h/v1\n")
+    path.write_text("model_deployments:\n  - name: x/y\n    model_name: m\n    kind: telepathy\n"
+                    "    base_url: http://h/v1\n")
     with pytest.raises(ConfigError, match="model_deployments.yaml") as err:
         DeploymentRegistry.load(tmp_path)
     assert "kind" in str(err.value) and "openai" in str(err.value)  # the allowed values come from the table
@@ -74,3 +79,28 @@ def test_an_option_that_names_no_variant_is_a_one_line_config_error():
     with pytest.raises(ConfigError, match=r"^deployment 'k/x': options.protocol must be 'rest' or 'grpc'$"):
         make_client(Deployment(name="k/x", model_name="m", kind="kserve_v2", base_url="http://127.0.0.1:1",
                                options={"protocol": "smoke"}))
+
+
+def test_job_refuses_a_scenario_service_for_an_in_process_kind(tmp_path, capsys):
+    """The row's ``in_process`` (not the kind's name) makes ``medhelm job`` refuse a scenario service, before
+    anything is written or any service is called (127.0.0.1:9 is never reached)."""
+    from medhelm.cli import main
+
+    (tmp_path / "data.csv").write_text("patient_id,note,question,correct_answer,incorrect_answers\n"
+                                       '1,n,Q?,Yes,"[""No""]"\n')
+    (tmp_path / "p.txt").write_text("Answer.\n")
+    (tmp_path / "b.yaml").write_text("name: B\ndescription: d\nprompt_file: p.txt\ndataset_file: data.csv\n"
+                                     "max_tokens: 1\nmetrics:\n  - name: exact_match\n")
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    local = tmp_path / "prod"
+    local.mkdir()
+    (local / "model_deployments.yaml").write_text(
+        "model_deployments:\n  - name: here/m\n    model_name: t/m\n    kind: llamacpp\n"
+        f"    gguf_path: {tmp_path}/m.gguf\n")
+    code = main(["job", "--suite", "s", "-o", str(tmp_path / "out"), "--local-path", str(local),
+                 "--run-entries", f"medhelm_configurable_benchmark:model=t/m,config_path={tmp_path}/b.yaml",
+                 "--shard-index", "0", "--shard-count", "1", "--scenario-service", "127.0.0.1:9",
+                 "--benchmark-root", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "in-process model (kind 'llamacpp')" in err and "--scenario-service" in err
+    assert not (tmp_path / "out").exists()

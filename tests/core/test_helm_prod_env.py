@@ -6,7 +6,7 @@ through a translated entry that carries the key from credentials.conf (never pri
 
 from __future__ import annotations
 
-import asyncio
+import json
 import shutil
 from pathlib import Path
 
@@ -17,8 +17,9 @@ from medhelm.cli import main
 from medhelm.credentials import Credentials
 from medhelm.deployments import DeploymentRegistry, check_usable
 from medhelm.devtools.mock_openai import MockOpenAIServer
-from medhelm.errors import ConfigError
-from medhelm.specs import DeploymentKind, GenerationRequest, Message
+from medhelm.errors import ConfigError, InferenceError
+from medhelm.specs import DeploymentKind
+from tests.core.conftest import generate_once as generate
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "helm_prod_env"
 SECRET = "shc-subscription-4f9a1c77e2"  # a fake key: it must never appear in output, errors or specs
@@ -150,6 +151,7 @@ def test_the_example_prod_env_loads_unchanged_with_keys_from_credentials_conf(tm
     assert claude.base_url == "https://gateway.hospital.example/Claude37Sonnet/claude-3-7-sonnet"
     assert claude.options["credentials"]["as"] == "subscription_key"
     assert claude.options["subscription_key_header"] == "Ocp-Apim-Subscription-Key"
+    assert claude.options["api_path"] == ""  # the route is the whole URL, as HELM posts it
     gemini = registry.get("stanfordhealthcare/gemini-2.0-flash-001")
     assert gemini.kind is DeploymentKind.GEMINI and gemini.served_model_name == "gemini-2.0-flash-001"
     vllm = registry.get("vllm/qwen3-8b")  # no gateway, no key needed
@@ -192,6 +194,15 @@ def test_a_missing_endpoint_or_key_fails_at_planning_naming_the_entry_never_a_va
         check_usable(DeploymentRegistry.load(env).get("stanfordhealthcare/gpt-4o-2024-05-13"))
 
 
+def test_an_unquoted_endpoint_url_as_helms_docstrings_write_it(tmp_path):
+    env = prod_env(tmp_path / "prod_env")
+    (env / "credentials.conf").write_text("# HELM's docstring form\nstanfordhealthcareEndpoint: https://gw.example/\n"
+                                          f"stanfordhealthcareApiKey: {SECRET}\n")
+    dep = DeploymentRegistry.load(env).get("stanfordhealthcare/llama-3.3-70b-instruct")
+    assert dep.base_url == "https://gw.example/llama3370b/v1"
+    check_usable(dep)
+
+
 def test_a_bad_credentials_file_names_the_line_and_never_echoes_a_value(tmp_path):
     env = prod_env(tmp_path / "prod_env")
     (env / "credentials.conf").write_text(f'stanfordhealthcareEndpoint: "https://gw.example"\n'
@@ -222,18 +233,7 @@ def test_a_gateway_entry_sends_the_key_in_the_subscription_header(tmp_path):
         env = prod_env(tmp_path / "prod_env", endpoint=srv.base_url[: -len("/v1")])
         (env / "model_deployments.yaml").write_text(
             (env / "model_deployments.yaml").read_text().replace("{endpoint}/llama3370b/v1", "{endpoint}/v1"))
-        dep = DeploymentRegistry.load(env).get("stanfordhealthcare/llama-3.3-70b-instruct")
-
-        async def go():
-            from medhelm.inference import make_client
-
-            client = make_client(dep)
-            try:
-                return await client.generate(GenerationRequest((Message("user", "Say hi"),), max_tokens=4))
-            finally:
-                await client.aclose()
-
-        completion = asyncio.run(go())
+        completion = generate(DeploymentRegistry.load(env).get("stanfordhealthcare/llama-3.3-70b-instruct"))
         [meta] = srv.request_meta
         [body] = srv.requests
     assert meta["headers"]["ocp-apim-subscription-key"] == SECRET
@@ -245,18 +245,7 @@ def test_vllm_legacy_completions_client_uses_the_completions_route(tmp_path):
     with MockOpenAIServer() as srv:
         env = write_yaml(tmp_path / "env", [entry("helm.clients.vllm_client.VLLMClient", {"base_url": srv.base_url},
                                                   name="vllm/legacy")])
-        dep = DeploymentRegistry.load(env).get("vllm/legacy")
-
-        async def go():
-            from medhelm.inference import make_client
-
-            client = make_client(dep)
-            try:
-                return await client.generate(GenerationRequest((Message("user", "alpha beta gamma"),), max_tokens=4))
-            finally:
-                await client.aclose()
-
-        completion = asyncio.run(go())
+        completion = generate(DeploymentRegistry.load(env).get("vllm/legacy"), "alpha beta gamma")
         [meta] = srv.request_meta
         [body] = srv.requests
     assert meta["target"] == "/v1/completions" and body["prompt"] == "alpha beta gamma"
@@ -317,3 +306,146 @@ def test_model_metadata_reads_helms_shape(tmp_path):
     (env / "model_metadata.yaml").write_text("models:\n  - name: a/b\n    access: public\n")
     with pytest.raises(ConfigError, match=r"model_metadata.yaml:3: field 'models\[0\]\.access'"):
         helm_env.read_metadata(env / "model_metadata.yaml")
+
+
+# ------------------------------------------------------------------------------------------------
+# all nine paper models through a gateway, each provider a strict local fake
+
+
+class Gateway:
+    """Azure API Management as a hospital runs it in front of its providers (Stanford Health Care's shape):
+    every request must carry the subscription key in ``Ocp-Apim-Subscription-Key`` (401 otherwise, APIM's
+    body); a route prefix selects the backend; the key is removed and the backend's own credential added
+    (APIM's set-header policy), then the request is forwarded as it came."""
+
+    def __init__(self, key: str, routes: dict[str, tuple[str, dict[str, str]]]) -> None:
+        import http.server
+        import threading
+        import urllib.request
+
+        self.key, self.routes, self.seen = key, routes, []
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        gateway = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                gateway.seen.append((self.path, self.headers.get("Ocp-Apim-Subscription-Key")))
+                if self.headers.get("Ocp-Apim-Subscription-Key") != gateway.key:
+                    return self._reply(401, b'{"statusCode": 401, "message": "Access denied due to invalid '
+                                            b'subscription key. Make sure to provide a valid key for an active '
+                                            b'subscription."}')
+                prefix = next((p for p in gateway.routes if self.path == p or self.path.startswith(p + "/")), None)
+                if prefix is None:
+                    return self._reply(404, b'{"statusCode": 404, "message": "Resource not found"}')
+                backend, credential = gateway.routes[prefix]
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in ("host", "content-length", "ocp-apim-subscription-key", "connection")}
+                request = urllib.request.Request(backend + self.path[len(prefix):], data=body, method="POST",
+                                                 headers={**headers, **credential})
+                try:
+                    with opener.open(request, timeout=30) as reply:
+                        self._reply(reply.status, reply.read())
+                except urllib.error.HTTPError as err:
+                    self._reply(err.code, err.read())
+
+            def _reply(self, status, payload):
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_the_nine_paper_models_answer_through_the_gateway_with_the_key_from_credentials_conf(tmp_path):
+    from medhelm.devtools.fake_providers import FakeAnthropic, FakeAzureOpenAI, FakeGemini
+
+    with FakeAnthropic(api_key="sk-ant-backend") as claude, FakeGemini(api_key="AIza-backend") as gemini, \
+            FakeAzureOpenAI(api_key="azure-backend") as azure, MockOpenAIServer() as gpu:
+        routes = {
+            "/openai-eastus2": (azure.base_url + "/openai", {"api-key": "azure-backend"}),
+            # SHC's routes are whole URLs (HELM posts to {endpoint}/{deployment}): the gateway maps each to the
+            # provider's API path
+            "/Claude37Sonnet/claude-3-7-sonnet": (claude.base_url + "/v1/messages", {"x-api-key": "sk-ant-backend"}),
+            "/Claude35Sonnetv2/claude-3-5-sonnet": (claude.base_url + "/v1/messages",
+                                                    {"x-api-key": "sk-ant-backend"}),
+            "/gcp-gem20flash-fa/apim-gcp-gem20flash-fa": (
+                gemini.base_url + "/v1beta/models/gemini-2.0-flash-001:generateContent", {"x-goog-api-key": "AIza-backend"}),
+            "/gcp-gem15pro-fa/apim-gcp-gem15pro-fa": (
+                gemini.base_url + "/v1beta/models/gemini-1.5-pro-001:generateContent", {"x-goog-api-key": "AIza-backend"}),
+            "/llama3370b": (gpu.base_url[: -len("/v1")], {}),
+            "/deepseekr1": (gpu.base_url[: -len("/v1")], {}),
+        }
+        with Gateway(SECRET, routes) as gateway:
+            registry = DeploymentRegistry.load(prod_env(tmp_path / "prod_env", endpoint=gateway.url))
+
+            answers = {}
+            for model, name in NINE_MODELS.items():
+                check_usable(registry.get(name))
+                answers[model] = generate(registry.get(name), "Is the patient febrile? Answer yes or no.", 8).text
+            (prod := tmp_path / "prod_env" / "credentials.conf").write_text(
+                prod.read_text().replace(SECRET, "not-the-key"))  # a wrong key: the gateway's 401, not retried
+            with pytest.raises(InferenceError, match="HTTP 401") as err:
+                generate(DeploymentRegistry.load(tmp_path / "prod_env").get("stanfordhealthcare/gpt-4o-2024-05-13"))
+            assert not err.value.retryable and "not-the-key" not in str(err.value)
+            gateway.seen.pop()
+        seen_keys = {key for _, key in gateway.seen}
+        paths = sorted(path.split("?")[0] for path, _ in gateway.seen)
+    assert set(answers) == set(NINE_MODELS) and all(a in ("Yes", "No") for a in answers.values()), answers
+    assert seen_keys == {SECRET}  # every request carried the subscription key, read from credentials.conf
+    assert "/Claude37Sonnet/claude-3-7-sonnet" in paths  # HELM's URL: {endpoint}/{deployment}
+    assert "/gcp-gem20flash-fa/apim-gcp-gem20flash-fa" in paths
+    assert "/openai-eastus2/deployments/o3-mini/chat/completions" in paths
+    assert "/deepseekr1/v1/chat/completions" in paths
+    # the backends saw their own credential, never the hospital's subscription key
+    for fake in (claude, gemini, azure):
+        assert fake.requests and all(SECRET not in json.dumps(r, default=str) for r in fake.requests)
+    assert len(claude.requests) == 2 and len(gemini.requests) == 2 and len(azure.requests) == 3
+    o3 = next(r for r in azure.requests if "o3-mini" in json.dumps(r, default=str))
+    assert "max_completion_tokens" in json.dumps(o3, default=str)
+
+
+def test_helms_azure_openai_client_with_its_key_in_credentials_conf(tmp_path):
+    from medhelm.devtools.fake_providers import FakeAzureOpenAI
+
+    with FakeAzureOpenAI(api_key=SECRET) as azure:
+        env = write_yaml(tmp_path / "env", [entry("helm.clients.azure_openai_client.AzureOpenAIClient",
+                                                  {"azure_openai_deployment_name": "gpt-4o-prod",
+                                                   "api_version": "2024-10-21"}, name="azureacme/gpt-4o")],
+                         credentials=f'azureacmeEndpoint: "{azure.base_url}"\nazureacmeApiKey: "{SECRET}"\n')
+        dep = DeploymentRegistry.load(env).get("azureacme/gpt-4o")
+        assert (dep.kind, dep.base_url, dep.served_model_name) == (DeploymentKind.AZURE_OPENAI, azure.base_url,
+                                                                   "gpt-4o-prod")
+        check_usable(dep)
+        completion = generate(dep, "Is it raining? Answer yes or no.")
+        [seen] = azure.requests
+    assert completion.text in ("Yes", "No")
+    assert seen["path"] == "/openai/deployments/gpt-4o-prod/chat/completions" and seen["headers"]["api-key"] == SECRET
+
+
+def test_medhelms_own_jury_loads_against_the_example_prod_env(tmp_path):
+    from medhelm.scoring.jury import config
+
+    registry = DeploymentRegistry.load(prod_env(tmp_path / "prod_env"))
+    jury = config.load(EXAMPLE / "jury_medhelm_paper.yaml", registry)
+    assert [j.name for j in jury.judges] == ["stanfordhealthcare/gpt-4o-2024-05-13",
+                                              "stanfordhealthcare/llama-3.3-70b-instruct",
+                                              "stanfordhealthcare/claude-3-7-sonnet-20250219"]

@@ -5,18 +5,18 @@ the project's mock OpenAI server imitating both server shapes."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
 
 from medhelm.devtools.mock_openai import MockOpenAIServer
 from medhelm.inference.openai import OpenAIClient
-from medhelm.pipeline.records import instance_stats, scored_row_json
+from medhelm.pipeline.aggregate import instance_stats, scored_row_json
 from medhelm.specs import (Completion, Deployment, GenerationRequest, Instance, InstanceResult, Message, Prompt,
                            Usage, plain_json)
 from medhelm.store.costs import Price, PriceTable
 from medhelm.store.costs import Usage as Totals
+from tests.core.conftest import generate_once
 
 
 def deployment(base_url: str, **options) -> Deployment:
@@ -25,14 +25,7 @@ def deployment(base_url: str, **options) -> Deployment:
 
 
 def ask(dep: Deployment, max_tokens: int = 1, text: str = "Which one?\nA. one\nB. two\nAnswer:"):
-    async def go():
-        client = OpenAIClient(dep)
-        try:
-            return await client.generate(GenerationRequest((Message("user", text),), max_tokens=max_tokens))
-        finally:
-            await client.aclose()
-
-    return asyncio.run(go())
+    return generate_once(dep, text, max_tokens)
 
 
 def test_split_server_answer_is_content_and_thinking_is_counted_apart():
@@ -58,6 +51,8 @@ def test_a_one_token_budget_without_a_thinking_budget_answers_nothing(mode):
     with MockOpenAIServer(reasoning=mode, thinking_tokens=8) as srv:
         completion = ask(deployment(srv.base_url))
     assert completion.text == "" and completion.finish_reason == "length"
+    # the one generated token was thinking, stated by the split server, known from the inline one's empty answer
+    assert completion.usage.completion_tokens == 1 and completion.usage.reasoning_tokens == 1
 
 
 def test_o_series_options_shape_the_body():
@@ -168,3 +163,136 @@ def test_jury_summary_counts_judges_thinking_only_when_stated():
     summary = summarize([judged(20), judged(5)], n_boot=10)
     assert summary.to_json()["judge_reasoning_tokens"] == 25
     assert "judge_reasoning_tokens" not in summarize([judged(None)], n_boot=10).to_json()
+
+
+def _run_and_summarize(tmp_path, srv, thinking_budget: int | None):
+    """`medhelm run` of a yes/no benchmark (max_tokens 2) on the mock reasoning server, then `summarize`."""
+    from medhelm.cli import main
+    from medhelm.devtools.fixtures import write_configurable_benchmark
+    from medhelm.store import open_store, read
+
+    cfg = write_configurable_benchmark(tmp_path / "bench", 6, answers=("Yes",))
+    env = tmp_path / "prod_env"
+    env.mkdir()
+    extra = f"    options: {{thinking_budget: {thinking_budget}}}\n" if thinking_budget is not None else ""
+    (env / "model_deployments.yaml").write_text(
+        "model_deployments:\n  - name: mock/r1\n    model_name: test/r1\n    kind: openai\n"
+        f"    base_url: {srv.base_url}\n    served_model_name: r1\n    max_sequence_length: 4096\n" + extra)
+    (env / "prices.yaml").write_text("prices:\n  - deployment: mock/r1\n    input_per_million: 1.0\n"
+                                     "    output_per_million: 2.0\n    reasoning_per_million: 10.0\n")
+    (env / "model_metadata.yaml").write_text("models:\n  - name: test/r1\n    display_name: Test R1\n"
+                                             "    creator_organization_name: Tests\n    access: open\n"
+                                             "    release_date: 2025-01-20\n  - name: other/model\n")
+    out = tmp_path / "out"
+    assert main(["run", "--run-entries", f"medhelm_configurable_benchmark:model=mock/r1,config_path={cfg}",
+                 "--suite", "s", "-o", str(out), "--local-path", str(env), "-q"]) == 0
+    assert main(["summarize", "--suite", "s", "-o", str(out), "--local-path", str(env)]) == 0
+    with open_store(f"sqlite:///{out / 'results.sqlite'}") as store:
+        [model] = read.models(store, "s")
+        meta = read.meta(store, "s")
+    # thinking totals live in the release's meta (only when a model thought: other stores keep their layout)
+    model["reasoning"] = json.loads(meta.get("reasoning_tokens") or "{}").get("test/r1|mock/r1")
+    # HELM's model_metadata.yaml: this release's models only, shown beside them on the leaderboard
+    assert json.loads(meta["model_metadata"]) == {"test/r1": {
+        "name": "test/r1", "display_name": "Test R1", "creator_organization_name": "Tests", "access": "open",
+        "release_date": "2025-01-20"}}
+    records = [json.loads(line) for line in next(out.glob("runs/s/*/instances.jsonl")).read_text().splitlines()]
+    return model, records
+
+
+def test_a_reasoning_model_end_to_end_answers_with_its_thinking_budget_and_is_priced_apart(tmp_path):
+    def yes(body):
+        return "Yes"
+
+    with MockOpenAIServer(responder=yes, reasoning="split", thinking_tokens=7) as srv:
+        model, records = _run_and_summarize(tmp_path, srv, thinking_budget=64)
+        assert {b["max_tokens"] for b in srv.requests} == {2 + 64}
+    assert all(r["completion"]["text"] == "Yes" and r["stats"]["exact_match"] == 1.0 for r in records)
+    assert all(r["completion"]["usage"]["reasoning_tokens"] == 7 for r in records)
+    assert model["reasoning"] == [6 * 7, 0] and model["completion_tokens"] == 6 * 8
+    prompt = model["prompt_tokens"]
+    assert model["cost_usd"] == pytest.approx((prompt * 1.0 + 6 * 1 * 2.0 + 6 * 7 * 10.0) / 1e6)
+
+
+def test_without_a_thinking_budget_the_one_token_answers_are_lost_to_thinking(tmp_path):
+    def yes(body):
+        return "Yes"
+
+    with MockOpenAIServer(responder=yes, reasoning="split", thinking_tokens=7) as srv:
+        _, records = _run_and_summarize(tmp_path, srv, thinking_budget=None)
+    assert all(r["completion"]["text"] == "" and r["stats"]["exact_match"] == 0.0 for r in records)
+    assert all(r["completion"]["finish_reason"] == "length" for r in records)
+
+
+def test_the_leaderboard_shows_reasoning_tokens_and_model_metadata(tmp_path, dashboard_env):
+    """The Streamlit app itself (AppTest: the real script on the real store) after a reasoning model's run."""
+    import os
+    from pathlib import Path
+
+    app_test = pytest.importorskip("streamlit.testing.v1").AppTest
+
+    def yes(body):
+        return "Yes"
+
+    with MockOpenAIServer(responder=yes, reasoning="split", thinking_tokens=7) as srv:
+        _run_and_summarize(tmp_path, srv, thinking_budget=64)
+    os.environ["MEDHELM_STORE"] = str(tmp_path / "out" / "results.sqlite")
+    for key in ("MEDHELM_RELEASE", "MEDHELM_REDACTED"):
+        os.environ.pop(key, None)
+    at = app_test.from_file(str(Path(__file__).parents[2] / "dashboard" / "app.py"), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    board = at.dataframe[0].value
+    assert board["Reasoning tokens"].tolist() == [42] and board["Output tokens"].tolist() == [48]
+    assert board[["Display name", "Creator", "Access", "Released"]].values.tolist() == [
+        ["Test R1", "Tests", "open", "2025-01-20"]]
+
+
+def test_jury_stats_counts_a_reasoning_judges_thinking(tmp_path, capsys):
+    """Judges that think (the mock server with a reasoning parser): their verdict is the content, their
+    thinking is counted per record and shown by `medhelm jury stats`."""
+    from medhelm.cli import main
+    from tests.jury.conftest import SEEDS_PROMPT, write_judges
+
+    def responder(body):
+        if body["model"] == "candidate":
+            return "Summary of the stay."
+        return json.dumps({"faithfulness": {"score": 4, "explanation": "f"},
+                           "safety": {"score": 5, "explanation": "s"}})
+
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "prompt.txt").write_text("Write a summary for patient {patient_id}.")
+    (bench / "judge.txt").write_text(SEEDS_PROMPT)
+    (bench / "data.csv").write_text("patient_id\n0001\n0002\n0003\n")
+    (bench / "bench.yaml").write_text(
+        "name: JURY-R\ndescription: d\nprompt_file: prompt.txt\ndataset_file: data.csv\nmax_tokens: 20\n"
+        "metrics:\n  - name: jury_score\n    prompt_file: judge.txt\n    judges:\n"
+        "      - name: mock/judge-a\n        model_name: test/judge-a\n")
+    with MockOpenAIServer(responder=responder, reasoning="split", thinking_tokens=6) as srv:
+        write_judges(tmp_path / "env", srv.base_url, names=("judge-a", "candidate"))
+        entry = f"medhelm_configurable_benchmark:model=mock/candidate,config_path={bench / 'bench.yaml'}"
+        assert main(["run", "-r", entry, "--suite", "s", "-o", str(tmp_path / "out"), "--local-path",
+                     str(tmp_path / "env"), "-q"]) == 0
+    capsys.readouterr()
+    records = [json.loads(line) for line in next((tmp_path / "out").glob("runs/s/*/instances.jsonl")).open()]
+    assert all(r["stats"]["jury_score"] == 4.5 for r in records)  # the verdict came from content
+    assert [r["judge_usage"]["reasoning_tokens"] for r in records] == [6, 6, 6]
+    assert main(["jury", "stats", "--suite", "s", "-o", str(tmp_path / "out"), "--bootstrap", "10"]) == 0
+    assert "(of which reasoning 18)" in capsys.readouterr().out
+
+
+def test_medhelm_plan_reprices_thinking_from_a_release_and_from_a_suite(tmp_path):
+    """`medhelm plan`'s cost per instance: thinking at reasoning_per_million, from the store and the records."""
+    from medhelm.store import open_store
+    from medhelm.store.plan import costs_from_release, costs_from_suite
+
+    def yes(body):
+        return "Yes"
+
+    with MockOpenAIServer(responder=yes, reasoning="split", thinking_tokens=7) as srv:
+        model, _ = _run_and_summarize(tmp_path, srv, thinking_budget=64)
+    prices = PriceTable.load(tmp_path / "prod_env" / "prices.yaml")
+    per_instance = (model["prompt_tokens"] * 1.0 + 6 * 1 * 2.0 + 6 * 7 * 10.0) / 1e6 / 6
+    with open_store(f"sqlite:///{tmp_path / 'out' / 'results.sqlite'}") as store:
+        assert costs_from_release(store, "s", prices)[("test/r1", "mock/r1")] == pytest.approx(per_instance)
+    assert costs_from_suite(tmp_path / "out", "s", prices)[("test/r1", "mock/r1")] == pytest.approx(per_instance)

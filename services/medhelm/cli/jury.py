@@ -51,7 +51,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _records(run_dir: Path) -> list:
-    from medhelm.pipeline.records import RunDir
+    from medhelm.rundir import RunDir
 
     rd = RunDir(run_dir)
     if not rd.exists():

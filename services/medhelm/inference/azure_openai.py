@@ -7,6 +7,7 @@ requests go to ``<base_url>/openai/deployments/<served_model_name>/chat/completi
 
 * ``api_key`` (the default when ``api_key_env`` is set, or a HELM entry names the key in credentials.conf):
   the key in the ``api-key`` header;
+* ``none``: no provider credential (an API gateway in front authenticates: its subscription key, ``gateway.py``);
 * ``entra``: a bearer token from ``entra.py`` (client secret, AKS workload identity or managed identity,
   from the standard ``AZURE_*`` variables), refreshed 5 minutes before it expires; ``options.entra_scope``
   (default ``https://cognitiveservices.azure.com/.default``).
@@ -32,11 +33,12 @@ DEFAULT_API_VERSION = "2024-10-21"
 
 class AzureOpenAIClient(OpenAIClient):
     def __init__(self, deployment: Deployment, connections: int | None = None) -> None:
-        has_key = bool(deployment.api_key_env or deployment.options.get("credentials"))  # a variable or credentials.conf
-        auth = str(deployment.options.get("auth") or ("api_key" if has_key else "entra"))
-        if auth not in ("api_key", "entra"):
-            raise ConfigError(f"deployment '{deployment.name}': options.auth must be api_key or entra")
-        if auth == "api_key" and not has_key:
+        # a key from api_key_env, or (a HELM prod_env entry) the credentials.conf entry options.credentials names
+        keyed = bool(deployment.api_key_env) or _credential_key(deployment)
+        auth = str(deployment.options.get("auth") or ("api_key" if keyed else "entra"))
+        if auth not in ("api_key", "entra", "none"):
+            raise ConfigError(f"deployment '{deployment.name}': options.auth must be api_key, entra or none")
+        if auth == "api_key" and not keyed:
             raise ConfigError(f"deployment '{deployment.name}': options.auth api_key needs api_key_env")
         name = deployment.served_model_name or deployment.model_name
         options = dict(deployment.options)
@@ -51,3 +53,8 @@ class AzureOpenAIClient(OpenAIClient):
         if auth == "entra":
             self._auth = EntraToken(deployment.name, str(deployment.options.get("entra_scope") or DEFAULT_SCOPE),
                                     ca_bundle=deployment.options.get("ca_bundle"))
+
+
+def _credential_key(deployment: Deployment) -> bool:
+    reference = deployment.options.get("credentials")
+    return bool(reference) and str(reference.get("as") or "api_key") == "api_key"

@@ -20,7 +20,9 @@ Reasoning: only the final answer is kept as the completion's text — ``message.
 ``reasoning_content``/``reasoning`` — and a leading ``<think>...</think>`` block is cut when the server did
 not split it (no reasoning parser). ``usage.completion_tokens_details.reasoning_tokens`` is recorded as
 ``Usage.reasoning_tokens`` (of ``completion_tokens``) when the server states a positive count; a server that
-says nothing (older vLLM) leaves it None: unknown, never 0.
+says nothing (vLLM before its reasoning usage, a server without a parser) leaves it None: unknown, never 0 —
+except a reply with thinking and no answer (the budget ran out while thinking), where every completion
+token was thinking.
 
 A server's wait is honoured from ``retry-after-ms`` (Azure) or ``Retry-After``. Kind ``azure_openai``
 (``azure_openai.py``) is this client with Azure's URL layout and an Entra ID token per request.
@@ -175,9 +177,11 @@ def _parse(response: HttpReply, latency: float, where: str, *, chat: bool = True
         choice = data["choices"][0]
         if chat:
             # the answer only: vLLM's reasoning parser puts the thinking in reasoning_content (or reasoning)
-            content = (choice.get("message") or {}).get("content") or ""
+            message = choice.get("message") or {}
+            content = message.get("content") or ""
+            thought = bool(message.get("reasoning_content") or message.get("reasoning"))
         else:
-            content = choice.get("text") or ""
+            content, thought = choice.get("text") or "", False
         if not isinstance(content, str):
             raise TypeError
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
@@ -187,11 +191,17 @@ def _parse(response: HttpReply, latency: float, where: str, *, chat: bool = True
     usage = data.get("usage") or {}
     if not isinstance(usage, Mapping):
         usage = {}
+    text = strip_reasoning(content)
+    thinking = reasoning_tokens(usage)
+    completion = usage.get("completion_tokens")
+    if (thinking is None and not text and (thought or text != content) and isinstance(completion, int)
+            and not isinstance(completion, bool) and completion > 0):
+        thinking = completion  # no answer, only thinking (cut off by the budget): every generated token thought
     return Completion(
-        text=strip_reasoning(content),
+        text=text,
         finish_reason=choice.get("finish_reason"),
-        usage=Usage(prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
-                    latency_s=latency, reasoning_tokens=reasoning_tokens(usage)),
+        usage=Usage(prompt_tokens=usage.get("prompt_tokens"), completion_tokens=completion,
+                    latency_s=latency, reasoning_tokens=thinking),
     )
 
 

@@ -248,12 +248,11 @@ def _write_models(store: Store, options: SummarizeOptions, ingested: _Ingest) ->
                     ",".join(sorted(ingested.suites[(model, dep)])), int(t["n_instances"]), int(t["prompt_tokens"]),
                     int(t["completion_tokens"]), int(t["judge_prompt_tokens"]), int(t["judge_completion_tokens"]),
                     t["inference_s"], t["gpu_s"], cost.usd, cost.basis,
-                    jury_cost(options.prices, ingested.judge_tokens.get((model, dep), {})),
-                    int(t["reasoning_tokens"]), int(t["judge_reasoning_tokens"])))
+                    jury_cost(options.prices, ingested.judge_tokens.get((model, dep), {}))))
     store.insert_many("models", ("release", "model", "deployment", "redacted", "suites", "n_instances",
                                  "prompt_tokens", "completion_tokens", "judge_prompt_tokens",
                                  "judge_completion_tokens", "inference_s", "gpu_s", "cost_usd", "cost_basis",
-                                 "jury_cost_usd", "reasoning_tokens", "judge_reasoning_tokens"), out)
+                                 "jury_cost_usd"), out)
 
 
 def _write_leaderboard(store: Store, release: str) -> None:
@@ -291,6 +290,12 @@ def _write_meta(store: Store, options: SummarizeOptions, ingested: _Ingest) -> N
     metadata = {m: dict(v) for m, v in sorted(options.model_metadata.items()) if m in shown}
     if metadata:
         meta["model_metadata"] = json.dumps(metadata, ensure_ascii=False)
+    # of the completion tokens, reasoning models' thinking (model and judges'), per "model|deployment"; kept in
+    # the release's meta, and only when some model thought: a store without reasoning keeps its layout and bytes
+    reasoning = {f"{m}|{d}": [int(t["reasoning_tokens"]), int(t["judge_reasoning_tokens"])]
+                 for (m, d), t in sorted(ingested.usage.items()) if t["reasoning_tokens"] or t["judge_reasoning_tokens"]}
+    if reasoning:
+        meta["reasoning_tokens"] = json.dumps(reasoning, ensure_ascii=False)
     store.insert_many("meta", ("release", "key", "value"), [(options.release, k, str(v)) for k, v in meta.items()])
     store.execute("DELETE FROM meta WHERE release = '' AND key = 'schema_version'")
     store.insert_many("meta", ("release", "key", "value"), [("", "schema_version", str(SCHEMA_VERSION))])

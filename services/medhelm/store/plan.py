@@ -24,6 +24,7 @@ psi allows) gets ``n_required = None`` and says why in ``note``; bad options rai
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -177,15 +178,22 @@ def costs_from_release(store: Store, release: str, prices: PriceTable | None) ->
     """USD per instance per (model, deployment): the stored candidate + jury cost (priced at summarize),
     or the stored tokens / GPU time re-priced with ``prices``."""
     out: dict[Row, float | None] = {}
+    # reasoning models' thinking (summarize keeps it in the release's meta, when some model thought)
+    kept = store.query("SELECT value FROM meta WHERE release = ? AND key = 'reasoning_tokens'", (release,))
+    try:
+        thinking = json.loads(kept[0][0]) if kept else {}
+    except (ValueError, TypeError):
+        thinking = {}
     for m in store.query_dicts("SELECT * FROM models WHERE release = ?", (release,)):
         n = m.get("n_instances") or 0
         if not n:
             out[(m["model"], m["deployment"])] = None
             continue
         if prices is not None:
+            reasoning = (thinking.get(f"{m['model']}|{m['deployment']}") or [0])[0] if isinstance(thinking, dict) else 0
             usd = prices.cost(m["deployment"], m["model"], Usage(int(m["prompt_tokens"] or 0),
                                                                   int(m["completion_tokens"] or 0),
-                                                                  float(m["gpu_s"] or 0.0))).usd
+                                                                  float(m["gpu_s"] or 0.0), int(reasoning or 0))).usd
         else:
             usd = total_cost(m.get("cost_usd"), m.get("jury_cost_usd"))
         out[(m["model"], m["deployment"])] = None if usd is None else usd / n
@@ -200,17 +208,19 @@ def costs_from_suite(output_path: Path, suite: str, prices: PriceTable) -> dict[
     for src in suite_sources(Path(output_path), [suite]):
         if not src.complete:
             continue
-        t = totals.setdefault((src.model, src.deployment), [0.0, 0.0, 0.0, 0.0])
+        t = totals.setdefault((src.model, src.deployment), [0.0, 0.0, 0.0, 0.0, 0.0])
         latency = 0.0
         for r in src.rows(False):
             t[0] += r.prompt_tokens
             t[1] += r.completion_tokens
             t[3] += 1
+            t[4] += r.reasoning_tokens  # thinking, at its own price (reasoning_per_million)
             latency += r.latency_s
         wall = src.status.get("wall_time_s")
         t[2] += float(wall) if isinstance(wall, (int, float)) and wall > 0 else latency
-    return {row: (None if not t[3] else _per(prices.cost(row[1], row[0], Usage(int(t[0]), int(t[1]), t[2])).usd,
-                                             t[3])) for row, t in totals.items()}
+    return {row: (None if not t[3] else _per(prices.cost(row[1], row[0], Usage(int(t[0]), int(t[1]), t[2],
+                                                                            int(t[4]))).usd, t[3]))
+            for row, t in totals.items()}
 
 
 def _per(usd: float | None, n: float) -> float | None:

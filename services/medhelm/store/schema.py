@@ -48,7 +48,6 @@ TABLES: dict[str, str] = {
         suites TEXT, n_instances BIGINT, prompt_tokens BIGINT, completion_tokens BIGINT,
         judge_prompt_tokens BIGINT, judge_completion_tokens BIGINT, inference_s DOUBLE PRECISION,
         gpu_s DOUBLE PRECISION, cost_usd DOUBLE PRECISION, cost_basis TEXT, jury_cost_usd DOUBLE PRECISION,
-        reasoning_tokens BIGINT, judge_reasoning_tokens BIGINT,
         PRIMARY KEY (release, model, deployment)""",
     "leaderboard": """
         release TEXT NOT NULL, model TEXT NOT NULL, deployment TEXT NOT NULL,
@@ -65,8 +64,7 @@ TABLES: dict[str, str] = {
 
 # Columns added after a table first shipped: (table, column, type), added to an existing store on its next
 # summarize (readers of an older store see the column missing and show "no value").
-ADDED_COLUMNS = (("models", "jury_cost_usd", "DOUBLE PRECISION"), ("models", "reasoning_tokens", "BIGINT"),
-                 ("models", "judge_reasoning_tokens", "BIGINT"))
+ADDED_COLUMNS = (("models", "jury_cost_usd", "DOUBLE PRECISION"),)
 
 INDEXES = (
     "CREATE INDEX IF NOT EXISTS runs_by_benchmark ON runs (release, benchmark)",
