@@ -193,7 +193,12 @@ def test_jury_with_native_judges(tmp_path):
         assert {(j["criterion"], j["score"]) for j in judgements} == {("faithfulness", 4), ("safety", 5)}
         assert [len(s.requests) for s in (cand, a, g, z)] == [5, 5, 5, 5]
         assert [s.request_count for s in (cand, a, g, z)] == [6, 6, 6, 6]  # one refusal each, retried
-    assert_no_marker(proc, folders=(tmp_path / "out",))
+        again = medhelm("run", "-r", f"medhelm_configurable_benchmark:model=bedrock/cand,config_path={bench / 'bench.yaml'}",
+                        "-o", str(tmp_path / "out2"), "--local-path", str(local), "-q")
+        assert again.returncode == 0, again.stderr
+        assert [s.request_count for s in (cand, a, g, z)] == [6, 6, 6, 6]  # candidate and judges: all from the cache
+        assert [r["judgements"] for r in records(only_run(tmp_path / "out2"))] == [r["judgements"] for r in recs]
+    assert_no_marker(proc, again, folders=(tmp_path / "out", tmp_path / "out2"))
 
 
 def test_a_gemini_safety_block_is_one_instance_s_outcome(marked_mirror, tmp_path):
