@@ -6,7 +6,8 @@
 Each server is built from its provider's published API reference and refuses what the real one refuses:
 
 * ``FakeAnthropic`` — Messages API ``POST /v1/messages``: the key (``x-api-key``, or ``Authorization:
-  Bearer`` as the 2026 SDKs send it) and a known ``anthropic-version`` (2023-06-01, 2026-10-21) required, unknown body fields refused ("Extra inputs are not permitted"), the first turn a user turn,
+  Bearer`` as the 2026 SDKs send it) and a known ``anthropic-version`` (2023-06-01, 2026-10-21) required,
+  unknown body fields refused ("Extra inputs are not permitted"), the first turn a user turn,
   ``thinking.budget_tokens`` >= 1024 and < ``max_tokens``; errors as ``{"type":"error","error":{...}}``,
   overload as HTTP 529 ``overloaded_error``. Also the Bedrock ``/model/<id>/invoke`` (SigV4,
   ``anthropic_version: bedrock-2023-05-31``) and Vertex ``...:rawPredict`` (bearer, ``vertex-2023-10-16``)
@@ -311,7 +312,8 @@ class SigV4Verifier:
 
 
 def _amz_error(status: int, kind: str, message: str) -> Reply:
-    return status, {"Content-Type": "application/json", "x-amzn-ErrorType": f"{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/",
+    amz_type = f"{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/"
+    return status, {"Content-Type": "application/json", "x-amzn-ErrorType": amz_type,
                     "x-amzn-RequestId": secrets.token_hex(8)}, json.dumps({"message": message}).encode()
 
 
@@ -379,7 +381,8 @@ class FakeAnthropic(FakeServer):
             return self._error(400, "invalid_request_error", problem)
         fault = self._take_fault()
         if fault == "echo":
-            return self._error(400, "invalid_request_error", "prompt is too long: " + _text_of(data["messages"][-1]["content"])[:200])
+            quoted = _text_of(data["messages"][-1]["content"])[:200]
+            return self._error(400, "invalid_request_error", "prompt is too long: " + quoted)
         if fault == "overloaded":
             return self._error(529, "overloaded_error", "Overloaded")
         if fault == "throttle":
@@ -652,7 +655,8 @@ class FakeBedrock(FakeServer):
     def _check(data: dict[str, Any]) -> str | None:
         for key in data:
             if key not in _CONVERSE_FIELDS:
-                return f"Malformed input request: extraneous key [{key}] is not permitted, please reformat your input and try again."
+                return (f"Malformed input request: extraneous key [{key}] is not permitted, please reformat your "
+                        "input and try again.")
         messages = data.get("messages")
         if not isinstance(messages, list) or not messages:
             return "A conversation must start with a user message. Try again with a conversation that starts with a user message."
@@ -674,10 +678,12 @@ class FakeBedrock(FakeServer):
                 return f"Malformed input request: extraneous key [inferenceConfig.{key}] is not permitted"
         temperature = config.get("temperature")
         if temperature is not None and not (0 <= temperature <= 1):
-            return "1 validation error detected: Value at 'inferenceConfig.temperature' failed to satisfy constraint: Member must have value less than or equal to 1"
+            return ("1 validation error detected: Value at 'inferenceConfig.temperature' failed to satisfy "
+                    "constraint: Member must have value less than or equal to 1")
         max_tokens = config.get("maxTokens")
         if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-            return "1 validation error detected: Value at 'inferenceConfig.maxTokens' failed to satisfy constraint: Member must have value greater than or equal to 1"
+            return ("1 validation error detected: Value at 'inferenceConfig.maxTokens' failed to satisfy "
+                    "constraint: Member must have value greater than or equal to 1")
         return None
 
 
