@@ -193,7 +193,31 @@ def test_boto3_converse_against_the_fake():
         with pytest.raises(ParamValidationError):  # boto3 refuses an unknown field before sending; so do we:
             client.converse(modelId="m", messages=[{"role": "user", "content": [{"text": "x"}]}], seed=1)
         status, body = _post(srv.base_url + "/model/m/converse", {"messages": [], "seed": 1}, {})
-        assert status == 400 or status == 403  # unsigned: refused before the body is looked at
+        assert status == 400 and body["message"].startswith("Authorization header requires")  # unsigned
+        # signed (by our signer, equal to botocore's below) but with an unknown field, or signed too long ago
+        import datetime as dt
+
+        from medhelm.inference import sigv4
+
+        def signed(body: dict, now=None) -> tuple[int, dict]:
+            raw = json.dumps(body).encode()
+            host = srv.base_url.split("//", 1)[1]
+            headers = sigv4.sign(sigv4.Credentials(AWS_KEY, AWS_SECRET), region="us-east-1", service="bedrock",
+                                 host=host, path_and_query="/model/m/converse", body=raw, now=now)
+            request = urllib.request.Request(srv.base_url + "/model/m/converse", data=raw,
+                                             headers={"Content-Type": "application/json", **headers})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as reply:
+                    return reply.status, json.loads(reply.read())
+            except urllib.error.HTTPError as err:
+                return err.code, {"type": err.headers["x-amzn-ErrorType"].split(":")[0], **json.loads(err.read())}
+
+        ok = {"messages": [{"role": "user", "content": [{"text": "x"}]}]}
+        assert signed(ok)[0] == 200
+        status, body = signed({**ok, "seed": 1})
+        assert (status, body["type"]) == (400, "ValidationException") and "[seed]" in body["message"]
+        status, body = signed(ok, now=dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1))
+        assert (status, body["type"], body["message"]) == (403, "InvalidSignatureException", "Signature expired")
 
 
 def test_our_sigv4_signer_equals_botocore():
@@ -292,3 +316,13 @@ def test_azure_identity_managed_identity_against_the_fake(monkeypatch):
         token = identity.ManagedIdentityCredential().get_token("https://cognitiveservices.azure.com/.default")
         assert token.token in srv.tokens
         assert srv.token_requests[-1]["resource"] == "https://cognitiveservices.azure.com"
+
+
+def test_azure_identity_imds_against_the_fake(monkeypatch):
+    identity = pytest.importorskip("azure.identity")
+    for name in ("IDENTITY_ENDPOINT", "IDENTITY_HEADER", "MSI_ENDPOINT", "MSI_SECRET", "AZURE_CLIENT_ID"):
+        monkeypatch.delenv(name, raising=False)
+    with make_fake("azure_openai") as srv:
+        monkeypatch.setenv("AZURE_POD_IDENTITY_AUTHORITY_HOST", srv.base_url)
+        token = identity.ManagedIdentityCredential().get_token("https://cognitiveservices.azure.com/.default")
+        assert token.token in srv.tokens and srv.token_requests[-1]["resource"] == "https://cognitiveservices.azure.com"

@@ -79,6 +79,9 @@ def test_error_types_and_waits_as_the_providers_send_them(keys):
         srv.fail_next(1, "overloaded")
         err = asyncio.run(one(_deployment("anthropic", srv.base_url)))
         assert err.retryable and err.status == 529 and "overloaded_error" in str(err)
+        srv.fail_next(1, "throttle")
+        err = asyncio.run(one(_deployment("anthropic", srv.base_url)))
+        assert err.retryable and err.status == 429 and "rate_limit_error" in str(err) and err.retry_after == 2.0
     with make_fake("gemini") as srv:
         srv.fail_next(1, "throttle")
         err = asyncio.run(one(_deployment("gemini", srv.base_url)))
@@ -261,6 +264,14 @@ def test_entra_managed_identity_and_a_wrong_secret():
         assert "wrong-secret" not in str(err.value) and not err.value.retryable
     with pytest.raises(ConfigError, match="AZURE_TENANT_ID"):
         EntraToken("azure/x", env={"AZURE_CLIENT_SECRET": "s", "AZURE_CLIENT_ID": "c"})
+
+
+def test_entra_managed_identity_through_imds():
+    with make_fake("azure_openai", api_key=None) as srv:
+        token = EntraToken("azure/imds", env={"AZURE_POD_IDENTITY_AUTHORITY_HOST": srv.base_url})
+        header = asyncio.run(token.headers())["Authorization"]
+    assert header[7:] in srv.tokens
+    assert srv.token_requests[-1] == {"api-version": "2018-02-01", "resource": "https://cognitiveservices.azure.com"}
 
 
 def test_missing_configuration_is_a_config_error(keys, monkeypatch):

@@ -152,7 +152,8 @@ def test_an_error_quoting_the_prompt_never_shows_the_marker(kind, marked_mirror,
 
 
 def test_jury_with_native_judges(tmp_path):
-    """A configurable benchmark whose candidate is on Bedrock and whose two judges are on Anthropic and Gemini."""
+    """A configurable benchmark whose candidate is on Bedrock and whose three judges are on Anthropic, Gemini and
+    Azure OpenAI: every native kind in one jury run, throttled and overloaded on the way."""
     bench = tmp_path / "bench"
     bench.mkdir()
     (bench / "prompt.txt").write_text("Summarize the note of patient {pid}: {note}")
@@ -167,24 +168,37 @@ def test_jury_with_native_judges(tmp_path):
         "name: NATIVE-JURY\ndescription: native judges\nprompt_file: prompt.txt\ndataset_file: data.csv\n"
         "max_tokens: 40\nmetrics:\n  - name: jury_score\n    prompt_file: judge.txt\n    judges:\n"
         "      - name: anthropic/judge\n        model_name: test/anthropic-judge\n"
-        "      - name: gemini/judge\n        model_name: test/gemini-judge\n")
+        "      - name: gemini/judge\n        model_name: test/gemini-judge\n"
+        "      - name: azure/judge\n        model_name: test/azure-judge\n")
     with make_fake("bedrock") as cand, make_fake("anthropic", responder=judging_responder) as a, \
-            make_fake("gemini", responder=judging_responder) as g:
+            make_fake("gemini", responder=judging_responder) as g, \
+            make_fake("azure_openai", responder=judging_responder) as z:
         g.fail_next(1, "throttle")
         a.fail_next(1, "overloaded")
+        z.fail_next(1, "throttle")
+        cand.fail_next(1, "throttle")
         local = write_deployments(tmp_path / "env", [deployment_entry("bedrock", cand.base_url, name="bedrock/cand"),
                                                      deployment_entry("anthropic", a.base_url, name="anthropic/judge"),
-                                                     deployment_entry("gemini", g.base_url, name="gemini/judge")])
+                                                     deployment_entry("gemini", g.base_url, name="gemini/judge"),
+                                                     deployment_entry("azure_openai", z.base_url, name="azure/judge")])
         proc = medhelm("run", "-r", f"medhelm_configurable_benchmark:model=bedrock/cand,config_path={bench / 'bench.yaml'}",
                        "-o", str(tmp_path / "out"), "--local-path", str(local), "-q")
         assert proc.returncode == 0, proc.stderr
         recs = records(only_run(tmp_path / "out"))
         assert len(recs) == 5
         judgements = [j for r in recs for j in r["judgements"]]
-        assert {j["judge"] for j in judgements} == {"anthropic/judge", "gemini/judge"}
-        assert judgements and all(j["status"] == "ok" for j in judgements), judgements
-        assert len(a.requests) == 5 and len(g.requests) == 5 and len(cand.requests) == 5
-    assert_no_marker(proc, folders=(tmp_path / "out",))
+        assert {j["judge"] for j in judgements} == {"anthropic/judge", "gemini/judge", "azure/judge"}
+        assert len(judgements) == 5 * 3 * 2 and all(j["status"] == "ok" for j in judgements), judgements
+        # each judge's verdict read back as the fakes gave it: faithfulness 4, safety 5
+        assert {(j["criterion"], j["score"]) for j in judgements} == {("faithfulness", 4), ("safety", 5)}
+        assert [len(s.requests) for s in (cand, a, g, z)] == [5, 5, 5, 5]
+        assert [s.request_count for s in (cand, a, g, z)] == [6, 6, 6, 6]  # one refusal each, retried
+        again = medhelm("run", "-r", f"medhelm_configurable_benchmark:model=bedrock/cand,config_path={bench / 'bench.yaml'}",
+                        "-o", str(tmp_path / "out2"), "--local-path", str(local), "-q")
+        assert again.returncode == 0, again.stderr
+        assert [s.request_count for s in (cand, a, g, z)] == [6, 6, 6, 6]  # candidate and judges: all from the cache
+        assert [r["judgements"] for r in records(only_run(tmp_path / "out2"))] == [r["judgements"] for r in recs]
+    assert_no_marker(proc, again, folders=(tmp_path / "out", tmp_path / "out2"))
 
 
 def test_a_gemini_safety_block_is_one_instance_s_outcome(marked_mirror, tmp_path):

@@ -6,7 +6,8 @@
 Each server is built from its provider's published API reference and refuses what the real one refuses:
 
 * ``FakeAnthropic`` — Messages API ``POST /v1/messages``: the key (``x-api-key``, or ``Authorization:
-  Bearer`` as the 2026 SDKs send it) and a known ``anthropic-version`` (2023-06-01, 2026-10-21) required, unknown body fields refused ("Extra inputs are not permitted"), the first turn a user turn,
+  Bearer`` as the 2026 SDKs send it) and a known ``anthropic-version`` (2023-06-01, 2026-10-21) required,
+  unknown body fields refused ("Extra inputs are not permitted"), the first turn a user turn,
   ``thinking.budget_tokens`` >= 1024 and < ``max_tokens``; errors as ``{"type":"error","error":{...}}``,
   overload as HTTP 529 ``overloaded_error``. Also the Bedrock ``/model/<id>/invoke`` (SigV4,
   ``anthropic_version: bedrock-2023-05-31``) and Vertex ``...:rawPredict`` (bearer, ``vertex-2023-10-16``)
@@ -25,8 +26,9 @@ Each server is built from its provider's published API reference and refuses wha
   404, ``api-key`` or an Entra bearer token it issued and that has not expired; unknown arguments refused
   ("Unrecognized request argument supplied"); 429 with ``retry-after-ms``/``retry-after``. It is also the
   Entra token endpoint: ``POST /<tenant>/oauth2/v2.0/token`` (client secret or federated
-  ``client_assertion``), the OpenID metadata MSAL reads, and a managed-identity endpoint
-  (``GET /msi/token``, ``X-IDENTITY-HEADER``). ``expire_tokens()`` makes every issued token expired.
+  ``client_assertion``), the OpenID metadata MSAL reads, and the managed-identity endpoints
+  (``GET /msi/token`` with ``X-IDENTITY-HEADER``; IMDS ``GET /metadata/identity/oauth2/token`` with
+  ``Metadata: true``). ``expire_tokens()`` makes every issued token expired.
 
 Where: ``medhelm.devtools`` (beside ``mock_openai.py``), not ``tests/``: bench/bench_native_clients.py
 measures our clients against them, and a developer can point a deployment at one from the CLI
@@ -310,7 +312,8 @@ class SigV4Verifier:
 
 
 def _amz_error(status: int, kind: str, message: str) -> Reply:
-    return status, {"Content-Type": "application/json", "x-amzn-ErrorType": f"{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/",
+    amz_type = f"{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/"
+    return status, {"Content-Type": "application/json", "x-amzn-ErrorType": amz_type,
                     "x-amzn-RequestId": secrets.token_hex(8)}, json.dumps({"message": message}).encode()
 
 
@@ -378,12 +381,13 @@ class FakeAnthropic(FakeServer):
             return self._error(400, "invalid_request_error", problem)
         fault = self._take_fault()
         if fault == "echo":
-            return self._error(400, "invalid_request_error", "prompt is too long: " + _text_of(data["messages"][-1]["content"])[:200])
+            quoted = _text_of(data["messages"][-1]["content"])[:200]
+            return self._error(400, "invalid_request_error", "prompt is too long: " + quoted)
         if fault == "overloaded":
             return self._error(529, "overloaded_error", "Overloaded")
         if fault == "throttle":
             return self._error(429, "rate_limit_error", "Number of request tokens has exceeded your per-minute "
-                               "rate limit", {"retry-after": "0"})
+                               "rate limit", {"retry-after": "2"})
         if fault == "server_error":
             return self._error(500, "api_error", "Internal server error")
         self._accepted(path, headers, data)
@@ -651,7 +655,8 @@ class FakeBedrock(FakeServer):
     def _check(data: dict[str, Any]) -> str | None:
         for key in data:
             if key not in _CONVERSE_FIELDS:
-                return f"Malformed input request: extraneous key [{key}] is not permitted, please reformat your input and try again."
+                return (f"Malformed input request: extraneous key [{key}] is not permitted, please reformat your "
+                        "input and try again.")
         messages = data.get("messages")
         if not isinstance(messages, list) or not messages:
             return "A conversation must start with a user message. Try again with a conversation that starts with a user message."
@@ -673,10 +678,12 @@ class FakeBedrock(FakeServer):
                 return f"Malformed input request: extraneous key [inferenceConfig.{key}] is not permitted"
         temperature = config.get("temperature")
         if temperature is not None and not (0 <= temperature <= 1):
-            return "1 validation error detected: Value at 'inferenceConfig.temperature' failed to satisfy constraint: Member must have value less than or equal to 1"
+            return ("1 validation error detected: Value at 'inferenceConfig.temperature' failed to satisfy "
+                    "constraint: Member must have value less than or equal to 1")
         max_tokens = config.get("maxTokens")
         if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-            return "1 validation error detected: Value at 'inferenceConfig.maxTokens' failed to satisfy constraint: Member must have value greater than or equal to 1"
+            return ("1 validation error detected: Value at 'inferenceConfig.maxTokens' failed to satisfy "
+                    "constraint: Member must have value greater than or equal to 1")
         return None
 
 
@@ -721,6 +728,8 @@ class FakeAzureOpenAI(FakeServer):
             return self._token(method, headers, body)
         if path == "/msi/token":
             return self._managed_identity(method, query, headers)
+        if path == "/metadata/identity/oauth2/token":
+            return self._imds(method, query, headers)
         m = re.fullmatch(r"/openai/deployments/([^/]+)/chat/completions", path)
         params = dict(urllib.parse.parse_qsl(query))
         if not m or method != "POST" or not params.get("api-version"):
@@ -828,6 +837,22 @@ class FakeAzureOpenAI(FakeServer):
         token, lifetime = self._issue()
         return _json(200, {"access_token": token, "expires_on": str(int(time.time()) + lifetime),
                            "resource": params["resource"], "token_type": "Bearer", "client_id": self.client_id})
+
+
+    def _imds(self, method: str, query: str, headers: dict[str, str]) -> Reply:
+        """The VM/AKS node's Instance Metadata Service: ``Metadata: true`` required (it stops SSRF)."""
+        params = dict(urllib.parse.parse_qsl(query))
+        with self._lock:
+            self.token_requests.append(params)
+        if method != "GET" or headers.get("metadata") != "true":
+            return _json(400, {"error": "invalid_request", "error_description": "Required metadata header not specified"})
+        if not params.get("api-version") or not params.get("resource"):
+            return _json(400, {"error": "invalid_request", "error_description": "Required query variable 'resource' is missing"})
+        token, lifetime = self._issue()
+        now = int(time.time())
+        return _json(200, {"access_token": token, "client_id": self.client_id, "expires_in": str(lifetime),
+                           "expires_on": str(now + lifetime), "ext_expires_in": str(lifetime), "not_before": str(now),
+                           "resource": params["resource"], "token_type": "Bearer"})
 
 
 FAKES = {"anthropic": FakeAnthropic, "gemini": FakeGemini, "bedrock": FakeBedrock, "azure_openai": FakeAzureOpenAI}

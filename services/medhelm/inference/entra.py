@@ -9,8 +9,8 @@ azure-identity's ``EnvironmentCredential`` -> ``WorkloadIdentityCredential`` -> 
   same POST with the projected service-account token as ``client_assertion`` (the file is read again at
   every refresh: the kubelet rotates it);
 * managed identity: ``IDENTITY_ENDPOINT`` + ``IDENTITY_HEADER`` (App Service, Arc, Container Apps), else
-  the VM/AKS node's IMDS at 169.254.169.254 (``Metadata: true``); ``AZURE_CLIENT_ID`` picks a user-assigned
-  identity.
+  the VM/AKS node's IMDS at 169.254.169.254 (``Metadata: true``; ``AZURE_POD_IDENTITY_AUTHORITY_HOST``
+  moves it, as in azure-identity); ``AZURE_CLIENT_ID`` picks a user-assigned identity.
 
 Why our own and not azure-identity: the three flows are one HTTP request each (an OAuth2 form POST or a
 GET); azure-identity brings msal, requests and cryptography (~25 MB, ~300 ms to import; docs/benchmarks.md)
@@ -40,7 +40,8 @@ from medhelm.errors import ConfigError, InferenceError
 
 DEFAULT_SCOPE = "https://cognitiveservices.azure.com/.default"
 DEFAULT_AUTHORITY = "https://login.microsoftonline.com"
-IMDS = "http://169.254.169.254/metadata/identity/oauth2/token"
+IMDS_HOST = "http://169.254.169.254"
+IMDS_PATH = "/metadata/identity/oauth2/token"
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 
 
@@ -98,7 +99,9 @@ class EntraToken:
                 query = {"api-version": "2019-08-01", "resource": resource}
                 headers = {"X-IDENTITY-HEADER": secret}
             else:
-                endpoint, query, headers = IMDS, {"api-version": "2018-02-01", "resource": resource}, {"Metadata": "true"}
+                host = (env.get("AZURE_POD_IDENTITY_AUTHORITY_HOST") or IMDS_HOST).rstrip("/")
+                endpoint = host + IMDS_PATH
+                query, headers = {"api-version": "2018-02-01", "resource": resource}, {"Metadata": "true"}
             if env.get("AZURE_CLIENT_ID"):
                 query["client_id"] = env["AZURE_CLIENT_ID"]
             url = endpoint + ("&" if "?" in endpoint else "?") + urllib.parse.urlencode(query)
