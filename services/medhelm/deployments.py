@@ -190,8 +190,9 @@ def check_usable(dep: Deployment, *, source: str | Path | None = None) -> None:
     """What a run needs from a deployment, checked at planning (before anything is written): the API key's
     environment variable is set, a GGUF file is there. (Types and URL schemes were checked on reading.)"""
     where = f"deployment '{escape(dep.name)}'" + (f" ({escape(source)})" if source else "")
-    if dep.api_key_env and not os.environ.get(dep.api_key_env):
-        raise ConfigError(f"{where}: the environment variable {dep.api_key_env} (api_key_env) is not set; "
+    if dep.api_key_env and not (os.environ.get(dep.api_key_env) or os.environ.get(f"{dep.api_key_env}_FILE")):
+        raise ConfigError(f"{where}: the environment variable {dep.api_key_env} (api_key_env) is not set, nor "
+                          f"{dep.api_key_env}_FILE; "
                           "export it with the API key before running")
     if dep.kind is DeploymentKind.LLAMACPP and dep.gguf_path:
         try:

@@ -150,6 +150,23 @@ def test_audit_cli_lists_and_filters(marked_output, policy):
     assert code == 2 and err.count("\n") == 1 and "--since" in err
 
 
+def test_audit_table_escapes_control_characters_in_actor_names(marked_output, policy):
+    """An actor is whatever the identity provider put in the claim: a terminal escape or a newline in it must
+    not repaint the reviewer's terminal or forge a row of the table."""
+    store = str(marked_output / "results.sqlite")
+    forged = "eve\x1b[2K\r\nad@h.org\u202e"
+    who = policy.principal({"sub": "9", "email": forged, "groups": ["medhelm-analysts"]})
+    with open_store(store) as s:
+        run_id = s.query("SELECT MIN(run_id) FROM runs")[0][0]
+        read.instances_page(s, run_id, principal=who, limit=1)
+    code, out, err = run_cli("audit", "--store", store)
+    assert code == 0, err
+    assert "\x1b" not in out and "\r" not in out and "\u202e" not in out
+    (line,) = [row for row in out.splitlines() if row.split()[1].startswith("eve")]
+    assert "eve\\x1b[2K\\r\\nad@h.org" in line  # shown escaped, on its own row
+    assert not any(row.startswith("ad@h.org") for row in out.splitlines())  # no forged row
+
+
 def test_exports_are_audited_and_redacted_bundles_hold_no_text(marked_output, tmp_path):
     store = str(marked_output / "results.sqlite")
     code, _, err = run_cli("export", str(tmp_path / "shared"), "--redact", "--store", store)
@@ -196,7 +213,7 @@ def test_sign_in_settings_never_come_from_flags(tmp_path, access_yaml):
 
         auth = tomllib.loads(path.read_text())["auth"]
         assert auth["server_metadata_url"] == "https://login.example/tenant/v2.0/.well-known/openid-configuration"
-        assert auth["client_secret"] == "the-client-secret" and auth["client_kwargs"]["scope"] == "openid email profile"
+        assert auth["client_secret"] == "the-client-secret" and auth["client_kwargs"]["scope"] == "openid email profile groups"
     finally:
         import shutil
 

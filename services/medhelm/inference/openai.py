@@ -121,9 +121,11 @@ class OpenAIClient:
 def _headers(deployment: Deployment) -> dict[str, str]:
     headers = {str(k): str(v) for k, v in (deployment.options.get("headers") or {}).items()}
     if deployment.api_key_env:
-        key = os.environ.get(deployment.api_key_env)
+        from medhelm.files import env_secret
+
+        key = env_secret(deployment.api_key_env)  # or the file $<name>_FILE names (the chart mounts keys so)
         if not key:
-            raise ConfigError(f"environment variable {deployment.api_key_env} is not set "
+            raise ConfigError(f"environment variable {deployment.api_key_env} (or {deployment.api_key_env}_FILE) is not set "
                               f"(api_key_env of deployment '{deployment.name}')")
         auth_header = deployment.options.get("auth_header")
         if auth_header:
