@@ -239,3 +239,23 @@ def test_the_dashboard_data_layer_hides_restricted_releases(tmp_path, policy):
     with pytest.raises(AccessDenied):  # the drill-down's reader refuses a viewer whatever the page shows
         board_data.instances(store, run_id, 0, 5, p["viewer"])
     assert len(board_data.instances(store, run_id, 0, 5, p["analyst"])) == 3
+
+
+@pytest.mark.parametrize("subject", [
+    "[update your password](https://evil.example/login)", "**admin** · role admin", "![x](https://evil.example/t.png)",
+    "<img src=x onerror=alert(1)>", "a_b_c\\*d`code`", "$\\LaTeX$ ~~gone~~ | table |", "eve\nrole **admin**",
+    "# heading", "1. list", "> quote",
+])
+def test_signed_in_as_shows_the_subject_as_text(subject):
+    """The identity provider's subject goes into Streamlit Markdown ("Signed in as ..."): rendered by a
+    CommonMark parser with GFM's tables and strikethrough (react-markdown's dialect), it is one paragraph of
+    exactly the subject's text (control characters shown escaped): no link, image, emphasis, HTML or block."""
+    import html
+
+    from markdown_it import MarkdownIt
+
+    signin = pytest.importorskip("medhelm_dashboard.signin")
+    from medhelm.errors import escape
+
+    rendered = MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(signin.md_literal(subject))
+    assert rendered == f"<p>{html.escape(escape(subject, 200), quote=False)}</p>\n"

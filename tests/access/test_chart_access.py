@@ -128,7 +128,7 @@ def test_access_values_wire_oidc_roles_callers_and_ingress(chart, helm_bin):
     assert ing["metadata"]["annotations"]["cert-manager.io/cluster-issuer"] == "internal-ca"
     svc, svc_pod = _container(docs, "rel-medhelm-metrics")
     assert "--caller-tokens=/etc/medhelm/callers/callers" in svc["args"]
-    assert "--allow-client=medhelm-job.clinical-ai.svc" in svc["args"] and "--insecure-no-auth" not in svc["args"]
+    assert "--allow-client=dns:medhelm-job.clinical-ai.svc" in svc["args"] and "--insecure-no-auth" not in svc["args"]
     vol = next(v for v in svc_pod["volumes"] if v["name"] == "callers")
     assert vol["secret"]["items"] == [{"key": "callers", "path": "callers"}]
     job, job_pod = _container(docs, "rel-medhelm-eval-nightly")
