@@ -77,8 +77,11 @@ def test_collect_job_summarizes_with_the_store_secret(repo_root, tmp_path, helm_
     release_yaml.write_text(_helm_template(helm_bin, repo_root, tmp_path, "ci/full-values.yaml"))
     calls = tmp_path / "calls.txt"
     fake = tmp_path / "kubectl"
+    done_job = json.dumps({"metadata": {"name": "rel-medhelm-eval-nightly-collect"},
+                           "status": {"conditions": [{"type": "Complete", "status": "True"}]}})
     fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {calls}\ncase \"$*\" in\n"
-                    f"  apply*) cat > {tmp_path}/applied.yaml ;;\n  wait*) echo 'condition met' ;;\n"
+                    f"  apply*) cat > {tmp_path}/applied.yaml ;;\n"
+                    f"  'get job rel-medhelm-eval-nightly-collect'*) echo '{done_job}' ;;\n"
                     f"  logs*) echo 'complete 4/4 run' ;;\nesac\n")
     fake.chmod(0o755)
     done = _medhelm("k8s", "collect", "--release", "rel", "--suite", "nightly", "--kubectl", str(fake),
@@ -92,7 +95,40 @@ def test_collect_job_summarizes_with_the_store_secret(repo_root, tmp_path, helm_
     store = [e for e in c["env"] if e["name"] == "MEDHELM_STORE_URL"]
     assert store == [{"name": "MEDHELM_STORE_URL",
                       "valueFrom": {"secretKeyRef": {"name": "medhelm-postgres", "key": "url"}}}]
-    assert calls.read_text().splitlines()[0] == "delete job rel-medhelm-eval-nightly-collect --ignore-not-found --wait=true"
+    assert calls.read_text().splitlines()[:2] == [
+        "get job rel-medhelm-eval-nightly -o json --ignore-not-found",  # the suite's Job: not failed (none here)
+        "delete job rel-medhelm-eval-nightly-collect --ignore-not-found --wait=true"]
+
+
+@pytest.mark.parametrize("which", ["suite", "collect"])
+def test_collect_stops_as_soon_as_a_job_fails_naming_its_indexes(which, repo_root, tmp_path, helm_bin):
+    """A failed suite Job is named with its failed indexes before anything is collected; a collect Job that
+    fails ends the wait at once (the first poll sees it), not after --timeout (1h here)."""
+    release_yaml = tmp_path / "release.yaml"
+    release_yaml.write_text(_helm_template(helm_bin, repo_root, tmp_path, None))
+    calls = tmp_path / "calls.txt"
+    failed = {"spec": {"completions": 4}, "status": {"failed": 2, "failedIndexes": "1,3", "conditions": [
+        {"type": "FailureTarget", "status": "True", "reason": "FailedIndexes"},
+        {"type": "Failed", "status": "True", "reason": "FailedIndexes"}]}}
+    suite = {**failed, "metadata": {"name": "rel-medhelm-eval-nightly"}} if which == "suite" else {}
+    collect = {"metadata": {"name": "rel-medhelm-eval-nightly-collect"}, "status": {
+        "failed": 1, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}}
+    fake = tmp_path / "kubectl"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {calls}\ncase \"$*\" in\n"
+                    f"  'get job rel-medhelm-eval-nightly -o'*) echo '{json.dumps(suite)}' ;;\n"
+                    f"  'get job rel-medhelm-eval-nightly-collect'*) echo '{json.dumps(collect)}' ;;\n"
+                    f"  apply*) cat > /dev/null ;;\n  logs*) echo 'collect: missing instances' ;;\nesac\n")
+    fake.chmod(0o755)
+    done = _medhelm("k8s", "collect", "--release", "rel", "--suite", "nightly", "--kubectl", str(fake),
+                    "--job-template", str(release_yaml), "--timeout", "1h")
+    assert done.returncode == 2
+    lines = calls.read_text().splitlines()
+    if which == "suite":
+        assert done.stderr.count("\n") == 1 and "rel-medhelm-eval-nightly failed (failed indexes: 1,3)" in done.stderr
+        assert lines == ["get job rel-medhelm-eval-nightly -o json --ignore-not-found"]  # nothing collected
+    else:
+        assert "collect job rel-medhelm-eval-nightly-collect: failed (BackoffLimitExceeded)" in done.stderr
+        assert lines.count("get job rel-medhelm-eval-nightly-collect -o json") == 1  # the first poll ends it
 
 
 def test_resubmit_replaces_a_finished_job_and_refuses_a_running_one(repo_root, tmp_path, helm_bin):

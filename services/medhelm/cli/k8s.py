@@ -575,12 +575,61 @@ def _collect(args: argparse.Namespace) -> int:
     template, store_env = load_template(args)
     job = collect_job(args, template, store_env)
     name = job["metadata"]["name"]
+    limit_s = _seconds(args.timeout)
+    # the suite's own Job: a failed one is named with its failed indexes at once (collecting it would only
+    # report the same instances missing after the collect Job ran)
+    suite_job = json.loads(_kubectl(args, "get", "job", job_name(args.release, args.suite), "-o", "json",
+                                    "--ignore-not-found") or "{}")
+    failed = _failed(suite_job)
+    if failed is not None:
+        raise MedhelmError(f"job {suite_job['metadata']['name']} failed ({failed}); re-submit the suite to resume "
+                           f"them (finished instances are kept), then collect")
     _kubectl(args, "delete", "job", name, "--ignore-not-found", "--wait=true")
     _kubectl(args, "apply", "-f", "-", input_text=yaml.safe_dump(job, sort_keys=False))
-    waited = _kubectl(args, "wait", "--for=condition=complete", f"job/{name}", f"--timeout={args.timeout}",
-                      check=False)
+    state = _wait_job(args, name, limit_s)
     print(_kubectl(args, "logs", f"job/{name}", check=False), end="")
-    return 0 if "condition met" in waited else 2
+    if state != "Complete":
+        print(f"collect job {name}: {state}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _seconds(text: str) -> float:
+    """``--timeout`` as kubectl writes durations: 600s, 10m, 1h, or a bare number of seconds."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smh]?)", str(text).strip())
+    if not m:
+        raise ConfigError(f"--timeout {str(text)[:20]!r}: a duration such as 600s, 10m or 1h", field="--timeout")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def _failed(job: dict) -> str | None:
+    """What failed in a Job (its failed indexes, or its Failed condition's reason), None while it has not."""
+    st = job.get("status") or {}
+    conditions = {c.get("type"): c for c in st.get("conditions", [])}
+    failure = conditions.get("Failed") or conditions.get("FailureTarget")
+    if not failure or failure.get("status") != "True":
+        return None
+    indexes = st.get("failedIndexes")
+    return f"failed indexes: {indexes}" if indexes else (failure.get("reason") or "Failed")
+
+
+def _wait_job(args: argparse.Namespace, name: str, limit_s: float, every_s: float = 3.0) -> str:
+    """Poll the Job until it completes or fails - whichever comes first, so a failure stops the wait at once
+    (``kubectl wait --for=condition=complete`` would sit out the whole timeout) - or the time is up."""
+    import time
+
+    deadline = time.monotonic() + limit_s
+    while True:
+        job = json.loads(_kubectl(args, "get", "job", name, "-o", "json"))
+        failed = _failed(job)
+        if failed is not None:
+            return f"failed ({failed})"
+        if any(c.get("type") == "Complete" and c.get("status") == "True"
+               for c in (job.get("status") or {}).get("conditions", [])):
+            return "Complete"
+        if time.monotonic() >= deadline:
+            return f"not complete after {args.timeout}"
+        time.sleep(min(every_s, max(deadline - time.monotonic(), 0.0)))
 
 
 def _kubectl(args: argparse.Namespace, *cmd: str, input_text: str | None = None, check: bool = True) -> str:
