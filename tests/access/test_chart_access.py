@@ -31,7 +31,8 @@ def _render(helm: Path, chart: Path, *values: str) -> list[dict]:
 
 
 def _container(docs: list[dict], name: str) -> tuple[dict, dict]:
-    dep = next(d for d in docs if d["kind"] in ("Deployment", "Job") and d["metadata"]["name"] == name)
+    dep = next(d for d in docs if d["kind"] in ("Deployment", "Job") and name in  # the chart's Job: <name>-<spec hash>
+               (d["metadata"]["name"], d["metadata"]["name"].rsplit("-", 1)[0] if d["kind"] == "Job" else None))
     return dep["spec"]["template"]["spec"]["containers"][0], dep["spec"]["template"]["spec"]
 
 

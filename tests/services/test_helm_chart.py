@@ -522,6 +522,25 @@ def test_job_rides_out_disruptions_and_fails_fast_on_bad_input(chart, helm_bin):
             assert spec["template"]["spec"]["restartPolicy"] == "Never"  # podFailurePolicy requires it
 
 
+def test_the_charts_job_survives_helm_upgrade(chart, helm_bin):
+    """A Job's pod template is immutable: an upgrade that patched it would fail. The chart's Job is named with a
+    hash of its spec, so an upgrade that leaves the Job's spec alone renders the very same Job (nothing to patch)
+    and one that changes it (an image tag) renders a Job of a new name (Helm creates it and removes the old)."""
+    base = [*VALUE_SETS["full"], "--set", "schedules=null"]
+
+    def job(*extra: str) -> dict:
+        (j,) = [d for d in _render(helm_bin, chart, [*base, *extra]) if d["kind"] == "Job"]
+        return j
+
+    first = job()
+    assert re.fullmatch(r"rel-medhelm-eval-nightly-[0-9a-f]{6}", first["metadata"]["name"])
+    assert job("--set", "services.jury.replicas=5", "--set", "dashboard.replicas=3") == first  # not the Job's
+    retagged = job("--set", "image.tag=0.2.0")
+    assert retagged["metadata"]["name"] != first["metadata"]["name"]
+    assert retagged["metadata"]["name"].rsplit("-", 1)[0] == first["metadata"]["name"].rsplit("-", 1)[0]
+    assert job("--set", "job.runEntries[0]=pubmed_qa:model=a/b")["metadata"]["name"] != first["metadata"]["name"]
+
+
 def test_production_values_keep_two_of_everything_through_a_drain(chart, helm_bin):
     docs = _render(helm_bin, chart, _values_args("production-values.yaml"))
     deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in docs if d["kind"] == "Deployment"}

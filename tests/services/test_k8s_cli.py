@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import os
 import subprocess
 import sys
@@ -54,7 +55,10 @@ def test_submit_renders_the_charts_own_job(values_file, repo_root, tmp_path, hel
                               "--set", "job.suite=nightly", "--set", "job.completions=4", "--set", "job.parallelism=2",
                               "--set-json", f"job.runEntries={json.dumps(ENTRIES)}")
     chart_job = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Job")
-    assert chart_job["metadata"]["name"] == job["metadata"]["name"] == "rel-medhelm-eval-nightly"
+    # the chart's Job carries a hash of its spec (a helm upgrade that changes it makes a new Job, docs/kubernetes.md)
+    assert job["metadata"]["name"] == "rel-medhelm-eval-nightly"
+    assert re.fullmatch(r"rel-medhelm-eval-nightly-[0-9a-f]{6}", chart_job["metadata"]["name"])
+    chart_job["metadata"]["name"] = job["metadata"]["name"]
     ours = copy.deepcopy(job)
     ours_pod = ours["spec"]["template"]["spec"]
     c = ours_pod["containers"][0]
@@ -97,7 +101,8 @@ def test_collect_job_summarizes_with_the_store_secret(repo_root, tmp_path, helm_
                       "valueFrom": {"secretKeyRef": {"name": "medhelm-postgres", "key": "url"}}}]
     assert calls.read_text().splitlines()[:2] == [
         "get job rel-medhelm-eval-nightly -o json --ignore-not-found",  # the suite's Job: not failed (none here)
-        "delete job rel-medhelm-eval-nightly-collect --ignore-not-found --wait=true"]
+        "get jobs -l app.kubernetes.io/instance=rel,medhelm.io/suite=nightly -o json"]  # nor one of the chart's
+    assert "delete job rel-medhelm-eval-nightly-collect --ignore-not-found --wait=true" in calls.read_text()
 
 
 @pytest.mark.parametrize("which", ["suite", "collect"])
@@ -149,9 +154,35 @@ def test_resubmit_replaces_a_finished_job_and_refuses_a_running_one(repo_root, t
         if active:
             assert "still has 2 shard(s) running" in done.stderr and not any(x.startswith("apply") for x in lines)
         else:  # the failed Job is deleted and created again: its shards resume from the volume
-            assert lines == ["get job rel-medhelm-eval-s -o json --ignore-not-found",
+            assert lines == ["get jobs -l app.kubernetes.io/instance=rel,medhelm.io/suite=s -o json",
+                             "get job rel-medhelm-eval-s -o json --ignore-not-found",
                              "delete job rel-medhelm-eval-s --wait=true --ignore-not-found", "apply -f -"]
             assert "shards resume" in done.stdout
+
+
+def test_submit_refuses_to_run_beside_the_charts_own_job_of_the_suite(repo_root, tmp_path, helm_bin):
+    """The chart's Job is hash-named, so `submit` finds it by its labels: while it runs the suite, a submitted
+    Job of the same suite (which would write the same shard files) is refused, one line naming it; `status`
+    reports the chart's Job when no submitted one exists."""
+    release_yaml = tmp_path / "release.yaml"
+    release_yaml.write_text(_helm_template(helm_bin, repo_root, tmp_path, None))
+    calls = tmp_path / "calls.txt"
+    chart_job = {"metadata": {"name": "rel-medhelm-eval-s-1a2b3c", "creationTimestamp": "2026-11-27T01:00:00Z"},
+                 "spec": {"completions": 3}, "status": {"active": 2, "succeeded": 1, "completedIndexes": "0"}}
+    older = {"metadata": {"name": "rel-medhelm-eval-s-999999", "creationTimestamp": "2026-11-20T01:00:00Z"},
+             "spec": {"completions": 3}, "status": {"succeeded": 3}}
+    listed = json.dumps({"items": [chart_job, older]})
+    fake = tmp_path / "kubectl"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {calls}\ncase \"$*\" in\n"
+                    f"  'get jobs -l'*) echo '{listed}' ;;\n  apply*) cat > /dev/null ;;\nesac\n")
+    fake.chmod(0o755)
+    done = _medhelm("k8s", "submit", "--release", "rel", "--suite", "s", "--kubectl", str(fake),
+                    "--job-template", str(release_yaml), "-r", ENTRIES[0])
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "rel-medhelm-eval-s-1a2b3c (the release's own) is running suite s" in done.stderr
+    assert not any(line.startswith("apply") for line in calls.read_text().splitlines())
+    done = _medhelm("k8s", "status", "--release", "rel", "--suite", "s", "--kubectl", str(fake))
+    assert done.returncode == 0 and "rel-medhelm-eval-s-1a2b3c: 1/3 shards done, 2 running" in done.stdout
 
 
 def test_submit_errors_are_one_line(tmp_path):
@@ -176,6 +207,7 @@ def test_status_and_logs_drive_kubectl(tmp_path):
     done = _medhelm("k8s", "logs", "--suite", "s", "--kubectl", str(fake))
     assert done.returncode == 0 and "shard 1/3 done" in done.stdout
     assert calls.read_text().splitlines() == [
-        "-n clinical-ai get job medhelm-eval-s -o json",
+        "-n clinical-ai get job medhelm-eval-s -o json --ignore-not-found",
         "-n clinical-ai get pods -l batch.kubernetes.io/job-name=medhelm-eval-s -o json",
+        "get job medhelm-eval-s -o json --ignore-not-found",
         "logs -l batch.kubernetes.io/job-name=medhelm-eval-s --prefix --all-containers --tail=200"]

@@ -136,8 +136,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end -}}
 
-{{/* The same, as an env var from the Secret: for the collect+summarize Job `medhelm k8s submit` builds from
-     the job-template ConfigMap (medhelm/cli/k8s.py adds env only). */}}
+{{/* The same, as an env var from the Secret: for the scheduled runs' shards (the last one summarizes) and the
+     collect+summarize Job, which `medhelm k8s schedule create|collect` build from the job-template ConfigMap
+     (medhelm/cli/k8s.py adds env only, so the chart's CronJob carries the same to stay identical). */}}
 {{- define "medhelm.storeEnvRef" -}}
 {{- if eq .Values.resultsStore.kind "postgres" }}
 - name: MEDHELM_STORE_URL
@@ -376,7 +377,7 @@ spec:
               valueFrom:
                 fieldRef:
                   fieldPath: metadata.labels['batch.kubernetes.io/job-name']
-            {{- include "medhelm.storeEnv" . | nindent 12 }}
+            {{- include "medhelm.storeEnvRef" . | nindent 12 }}  {{- /* as `medhelm k8s schedule create` adds it */}}
             {{- end }}
           {{- include "medhelm.jobMetricsPorts" . | nindent 10 }}
           securityContext:
@@ -388,9 +389,6 @@ spec:
             {{- include "medhelm.tlsMount" (dict "root" .) | nindent 12 }}
             {{- include "medhelm.serviceAuthMounts" . | nindent 12 }}
             {{- include "medhelm.apiKeyMounts" (dict "root" . "who" "job") | nindent 12 }}
-            {{- if .medhelmSchedule }}
-            {{- include "medhelm.storeMount" . | nindent 12 }}
-            {{- end }}
             {{- with .medhelmSchedule }}{{ if .confMap }}
             - name: conf
               mountPath: /etc/medhelm/conf
@@ -401,9 +399,6 @@ spec:
         {{- include "medhelm.tlsVolume" (dict "root" . "side" "client") | nindent 8 }}
         {{- include "medhelm.jobAuthVolumes" . | nindent 8 }}
         {{- include "medhelm.apiKeyVolumes" (dict "root" . "who" "job") | nindent 8 }}
-        {{- if .medhelmSchedule }}
-        {{- include "medhelm.storeVolume" . | nindent 8 }}
-        {{- end }}
         {{- with .medhelmSchedule }}{{ if .confMap }}
         - name: conf
           configMap:

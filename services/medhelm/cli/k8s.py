@@ -387,6 +387,13 @@ def _submit(args: argparse.Namespace) -> int:
         print(text, end="")
         return 0
     name = docs[-1]["metadata"]["name"]
+    # the chart's own Job of this suite (hash-named) must not run beside ours: both would write its shards
+    listed = json.loads(_kubectl(args, "get", "jobs", "-l", _suite_selector(args), "-o", "json") or "{}")
+    for other in listed.get("items") or []:
+        other_name = other.get("metadata", {}).get("name")
+        if other_name != name and (other.get("status") or {}).get("active"):
+            raise MedhelmError(f"job {other_name} (the release's own) is running suite {args.suite}; wait for it "
+                               f"(medhelm k8s status) or submit another --suite")
     existing = _kubectl(args, "get", "job", name, "-o", "json", "--ignore-not-found")
     if existing.strip():
         status = json.loads(existing).get("status", {})
@@ -485,8 +492,25 @@ def _schedule_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def suite_job(args: argparse.Namespace) -> dict:
+    """The suite's Job: the one `submit` names <release>-medhelm-eval-<suite>, else the newest the chart made
+    (named with a hash of its spec, found by its labels); {} when there is none."""
+    found = _kubectl(args, "get", "job", job_name(args.release, args.suite), "-o", "json", "--ignore-not-found")
+    if found.strip():
+        return json.loads(found)
+    listed = json.loads(_kubectl(args, "get", "jobs", "-l", _suite_selector(args), "-o", "json") or "{}")
+    items = sorted(listed.get("items") or [], key=lambda j: j.get("metadata", {}).get("creationTimestamp", ""))
+    return items[-1] if items else {}
+
+
+def _suite_selector(args: argparse.Namespace) -> str:
+    return f"app.kubernetes.io/instance={args.release},medhelm.io/suite={args.suite}"
+
+
 def _status(args: argparse.Namespace) -> int:
-    job = json.loads(_kubectl(args, "get", "job", job_name(args.release, args.suite), "-o", "json"))
+    job = suite_job(args)
+    if not job:
+        raise MedhelmError(f"no Job for suite {args.suite} of release {args.release}")
     spec, st = job.get("spec", {}), job.get("status", {})
     print(f"{job['metadata']['name']}: {st.get('succeeded', 0)}/{spec.get('completions', '?')} shards done, "
           f"{st.get('active', 0)} running, {st.get('failed', 0)} failed")
@@ -560,7 +584,7 @@ def progress_line(scrape: str) -> str:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    name = job_name(args.release, args.suite)
+    name = (suite_job(args).get("metadata") or {}).get("name") or job_name(args.release, args.suite)
     print(_kubectl(args, "logs", "-l", f"batch.kubernetes.io/job-name={name}", "--prefix", "--all-containers",
                    f"--tail={args.tail}"), end="")
     return 0
@@ -578,11 +602,10 @@ def _collect(args: argparse.Namespace) -> int:
     limit_s = _seconds(args.timeout)
     # the suite's own Job: a failed one is named with its failed indexes at once (collecting it would only
     # report the same instances missing after the collect Job ran)
-    suite_job = json.loads(_kubectl(args, "get", "job", job_name(args.release, args.suite), "-o", "json",
-                                    "--ignore-not-found") or "{}")
-    failed = _failed(suite_job)
+    suites = suite_job(args)
+    failed = _failed(suites)
     if failed is not None:
-        raise MedhelmError(f"job {suite_job['metadata']['name']} failed ({failed}); re-submit the suite to resume "
+        raise MedhelmError(f"job {suites['metadata']['name']} failed ({failed}); re-submit the suite to resume "
                            f"them (finished instances are kept), then collect")
     _kubectl(args, "delete", "job", name, "--ignore-not-found", "--wait=true")
     _kubectl(args, "apply", "-f", "-", input_text=yaml.safe_dump(job, sort_keys=False))
