@@ -19,19 +19,7 @@ from typing import Any
 import streamlit as st
 
 from medhelm.access import AccessPolicy, Principal, Role
-
-
-_MD_SPECIAL = frozenset("\\`*_{}[]()<>#+-.!|~$:&=\"'/")
-
-
-def md_literal(text: str) -> str:
-    """``text`` as Markdown that renders exactly as the text: every ASCII punctuation character backslash-escaped
-    (CommonMark allows it for all of them; ``$`` too, which Streamlit would read as LaTeX), line breaks and other
-    control characters shown escaped. For the identity provider's subject, which we do not control: a claim like
-    ``[update your password](https://evil)`` or ``**admin**`` is shown, never rendered as a link or emphasis."""
-    from medhelm.errors import escape
-
-    return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in escape(text, 200))
+from safe_text import literal  # the subject is the provider's text: shown, never rendered
 
 
 def auth_enabled() -> bool:
@@ -67,7 +55,7 @@ def current_principal(redacted: bool, title: str) -> Principal:
     principal = policy().principal(claims)
     if principal.role == Role.NONE and not principal.clinician:
         st.title(title)
-        st.error(f"Signed in as {md_literal(principal.subject)}, but this account has no MedHELM role. Ask your administrator "
+        st.error(f"Signed in as {literal(principal.subject)}, but this account has no MedHELM role. Ask your administrator "
                  "to add you to a viewer, analyst, admin or clinician group.")
         st.button("Sign out", on_click=st.logout, key="signout_norole")
         st.stop()
@@ -84,5 +72,5 @@ def _sign_in_screen(title: str, message: str) -> None:
 def sidebar_identity(principal: Principal) -> None:
     if not auth_enabled():
         return
-    st.sidebar.caption(f"Signed in as **{md_literal(principal.subject)}** · role **{principal.label}**")
+    st.sidebar.caption(f"Signed in as **{literal(principal.subject)}** · role **{principal.label}**")
     st.sidebar.button("Sign out", on_click=st.logout, key="signout")

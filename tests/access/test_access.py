@@ -244,18 +244,20 @@ def test_the_dashboard_data_layer_hides_restricted_releases(tmp_path, policy):
 @pytest.mark.parametrize("subject", [
     "[update your password](https://evil.example/login)", "**admin** · role admin", "![x](https://evil.example/t.png)",
     "<img src=x onerror=alert(1)>", "a_b_c\\*d`code`", "$\\LaTeX$ ~~gone~~ | table |", "eve\nrole **admin**",
-    "# heading", "1. list", "> quote",
+    "# heading", ":red[alert] :material/lock:",
 ])
 def test_signed_in_as_shows_the_subject_as_text(subject):
-    """The identity provider's subject goes into Streamlit Markdown ("Signed in as ..."): rendered by a
-    CommonMark parser with GFM's tables and strikethrough (react-markdown's dialect), it is one paragraph of
-    exactly the subject's text (control characters shown escaped): no link, image, emphasis, HTML or block."""
+    """The sidebar's "Signed in as **<subject>** · role **<role>**" (dashboard/signin.py, the subject through
+    safe_text.literal), rendered by a CommonMark parser with GFM's tables and strikethrough: exactly two bold
+    runs, the first holding the subject's own text; no link, image, HTML or block from the identity provider."""
     import html
 
     from markdown_it import MarkdownIt
 
-    signin = pytest.importorskip("medhelm_dashboard.signin")
-    from medhelm.errors import escape
-
-    rendered = MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(signin.md_literal(subject))
-    assert rendered == f"<p>{html.escape(escape(subject, 200), quote=False)}</p>\n"
+    safe_text = pytest.importorskip("medhelm_dashboard.safe_text")
+    source = (Path(__file__).parents[2] / "dashboard" / "signin.py").read_text()
+    assert 'f"Signed in as **{literal(principal.subject)}** · role **{principal.label}**"' in source
+    md = f"Signed in as **{safe_text.literal(subject)}** · role **admin**"
+    rendered = MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(md)
+    shown = html.escape(safe_text.one_line(subject), quote=False)
+    assert rendered.replace("\u2060", "") == f"<p>Signed in as <strong>{shown}</strong> · role <strong>admin</strong></p>\n"

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -20,6 +21,16 @@ ENTRIES = ["pubmed_qa:model=qwen/qwen2.5-7b-instruct,max_eval_instances=100",
 def _medhelm(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "medhelm", *args], capture_output=True, text=True, timeout=60,
                           env={**os.environ, **(env or {})})
+
+
+def _fake_kubectl(tmp_path: Path, calls: Path, cases: dict[str, str]) -> Path:
+    """A recording kubectl: every call's args appended to ``calls``; ``cases`` maps a shell ``case`` pattern to
+    what that call prints (``apply`` reads its manifest from stdin)."""
+    fake = tmp_path / "kubectl"
+    arms = "".join(f"  {pattern}) {action} ;;\n" for pattern, action in cases.items())
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {calls}\ncase \"$*\" in\n{arms}esac\n")
+    fake.chmod(0o755)
+    return fake
 
 
 def _helm_template(helm_bin, repo_root, tmp_path, values_file: str | None, *sets: str) -> str:
@@ -80,14 +91,11 @@ def test_collect_job_summarizes_with_the_store_secret(repo_root, tmp_path, helm_
     release_yaml = tmp_path / "release.yaml"
     release_yaml.write_text(_helm_template(helm_bin, repo_root, tmp_path, "ci/full-values.yaml"))
     calls = tmp_path / "calls.txt"
-    fake = tmp_path / "kubectl"
     done_job = json.dumps({"metadata": {"name": "rel-medhelm-eval-nightly-collect"},
                            "status": {"conditions": [{"type": "Complete", "status": "True"}]}})
-    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {calls}\ncase \"$*\" in\n"
-                    f"  apply*) cat > {tmp_path}/applied.yaml ;;\n"
-                    f"  'get job rel-medhelm-eval-nightly-collect'*) echo '{done_job}' ;;\n"
-                    f"  logs*) echo 'complete 4/4 run' ;;\nesac\n")
-    fake.chmod(0o755)
+    fake = _fake_kubectl(tmp_path, calls, {"apply*": f"cat > {tmp_path}/applied.yaml",
+                                           "'get job rel-medhelm-eval-nightly-collect'*": f"echo '{done_job}'",
+                                           "logs*": "echo 'complete 4/4 run'"})
     done = _medhelm("k8s", "collect", "--release", "rel", "--suite", "nightly", "--kubectl", str(fake),
                     "--job-template", str(release_yaml))
     assert done.returncode == 0, done.stderr
@@ -118,12 +126,9 @@ def test_collect_stops_as_soon_as_a_job_fails_naming_its_indexes(which, repo_roo
     suite = {**failed, "metadata": {"name": "rel-medhelm-eval-nightly"}} if which == "suite" else {}
     collect = {"metadata": {"name": "rel-medhelm-eval-nightly-collect"}, "status": {
         "failed": 1, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}}
-    fake = tmp_path / "kubectl"
-    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {calls}\ncase \"$*\" in\n"
-                    f"  'get job rel-medhelm-eval-nightly -o'*) echo '{json.dumps(suite)}' ;;\n"
-                    f"  'get job rel-medhelm-eval-nightly-collect'*) echo '{json.dumps(collect)}' ;;\n"
-                    f"  apply*) cat > /dev/null ;;\n  logs*) echo 'collect: missing instances' ;;\nesac\n")
-    fake.chmod(0o755)
+    fake = _fake_kubectl(tmp_path, calls, {"'get job rel-medhelm-eval-nightly -o'*": f"echo '{json.dumps(suite)}'",
+                                           "'get job rel-medhelm-eval-nightly-collect'*": f"echo '{json.dumps(collect)}'",
+                                           "apply*": "cat > /dev/null", "logs*": "echo 'collect: missing instances'"})
     done = _medhelm("k8s", "collect", "--release", "rel", "--suite", "nightly", "--kubectl", str(fake),
                     "--job-template", str(release_yaml), "--timeout", "1h")
     assert done.returncode == 2
@@ -143,10 +148,7 @@ def test_resubmit_replaces_a_finished_job_and_refuses_a_running_one(repo_root, t
     for active, expect in ((0, 0), (2, 2)):
         calls.write_text("")
         status = {"status": {"active": active, "failed": 1, "failedIndexes": "1"}}
-        fake = tmp_path / "kubectl"
-        fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {calls}\ncase \"$*\" in\n"
-                        f"  'get job'*) echo '{json.dumps(status)}' ;;\n  apply*) cat > /dev/null ;;\nesac\n")
-        fake.chmod(0o755)
+        fake = _fake_kubectl(tmp_path, calls, {"'get job'*": f"echo '{json.dumps(status)}'", "apply*": "cat > /dev/null"})
         done = _medhelm("k8s", "submit", "--release", "rel", "--suite", "s", "--kubectl", str(fake),
                         "--job-template", str(release_yaml), "-r", ENTRIES[0])
         assert done.returncode == expect, done.stderr
@@ -172,10 +174,7 @@ def test_submit_refuses_to_run_beside_the_charts_own_job_of_the_suite(repo_root,
     older = {"metadata": {"name": "rel-medhelm-eval-s-999999", "creationTimestamp": "2026-11-20T01:00:00Z"},
              "spec": {"completions": 3}, "status": {"succeeded": 3}}
     listed = json.dumps({"items": [chart_job, older]})
-    fake = tmp_path / "kubectl"
-    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {calls}\ncase \"$*\" in\n"
-                    f"  'get jobs -l'*) echo '{listed}' ;;\n  apply*) cat > /dev/null ;;\nesac\n")
-    fake.chmod(0o755)
+    fake = _fake_kubectl(tmp_path, calls, {"'get jobs -l'*": f"echo '{listed}'", "apply*": "cat > /dev/null"})
     done = _medhelm("k8s", "submit", "--release", "rel", "--suite", "s", "--kubectl", str(fake),
                     "--job-template", str(release_yaml), "-r", ENTRIES[0])
     assert done.returncode == 2 and done.stderr.count("\n") == 1
