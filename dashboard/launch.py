@@ -140,6 +140,9 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
                                                / "results.sqlite")
     env = {k: v for k, v in os.environ.items() if k not in SECRET_VARS}  # the app never needs them
     env["MEDHELM_STORE"] = store
+    # sign-out is recorded here (medhelm.access.sessions): beside the results, on the volume replicas share
+    env.setdefault("MEDHELM_SESSIONS_ENDED",
+                   str(Path(getattr(args, "output_path", None) or "benchmark_output") / ".sessions-ended"))
     if getattr(args, "oidc_issuer", None):
         env["MEDHELM_AUTH"] = "oidc"
     if getattr(args, "access_policy", None) is not None:

@@ -261,3 +261,36 @@ def test_signed_in_as_shows_the_subject_as_text(subject):
     rendered = MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(md)
     shown = html.escape(safe_text.one_line(subject), quote=False)
     assert rendered.replace("\u2060", "") == f"<p>Signed in as <strong>{shown}</strong> · role <strong>admin</strong></p>\n"
+
+
+def test_sign_out_ends_the_session_for_every_replica(tmp_path):
+    """Sign-out records the session's fingerprint on the shared folder: the same cookie's claims are refused by
+    any process reading it (the dashboard checks `ended` before any read); another session of the same user (a
+    new sign-in: new iat and nonce) is not; markers of sessions past their expiry are cleared; a folder that
+    cannot be written is one line naming it."""
+    import os
+
+    from medhelm.access import sessions
+
+    folder = tmp_path / "volume" / ".sessions-ended"
+    now = 1_800_000_000
+    claims = {"iss": "https://idp.example", "sub": "u-1", "email": "a@h.org", "iat": now - 60, "nonce": "n1",
+              "exp": now + 3600}
+    again = {**claims, "iat": now - 5, "nonce": "n2"}
+    assert not sessions.ended(folder, claims)
+    sessions.end(folder, claims, now=now)
+    assert sessions.ended(folder, claims) and sessions.ended(folder, dict(claims))  # any replica, same cookie
+    assert not sessions.ended(folder, again)
+    (marker,) = folder.iterdir()
+    assert "u-1" not in marker.name and "a@h.org" not in marker.name and marker.read_bytes() == b""
+    stale = {**claims, "nonce": "old", "exp": now - 3600}
+    sessions.end(folder, stale, now=now)  # its own marker is already past expiry: cleared with the rest
+    assert sessions.ended(folder, claims) and not sessions.ended(folder, stale)
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    with pytest.raises(ConfigError, match="cannot record the sign-out") as err:
+        sessions.end(blocked / "sub", claims)
+    assert str(blocked) in str(err.value) and "\n" not in str(err.value)
+    assert os.stat(folder).st_mode & 0o777 == 0o700
+    source = (Path(__file__).parents[2] / "dashboard" / "signin.py").read_text()  # the dashboard's door to it
+    assert "sessions.ended(_ended_folder(), claims)" in source and 'on_click=sign_out, key="signout"' in source
