@@ -2,7 +2,7 @@
 service that is down (UNAVAILABLE from the service itself) and then gets the same answers as if it had never
 gone; a service that stays down fails the call as "unreachable", naming it, once the budget is spent.
 
-The restart is played by a TCP gate in front of a real `medhelm serve` process: it closes the first N
+The restart is played by a TCP front (tcp_front.py) in front of a real `medhelm serve` process: it closes the first N
 connections at once (what a pod's port does while the pod restarts) and pipes every later one through. The
 count of closed connections is the evidence the client came back after being refused (no timing)."""
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 
 import pytest
 
@@ -24,50 +23,7 @@ from medhelm.scoring.base import ScoringItem
 from medhelm.specs import Completion
 
 from .conftest import write_deployment, write_qa_benchmark
-
-
-class Gate:
-    """127.0.0.1:<any port> in front of ``backend``: the first ``refuse`` connections are closed unanswered."""
-
-    def __init__(self, backend: str, refuse: int) -> None:
-        host, port = backend.rsplit(":", 1)
-        self.backend = (host, int(port))
-        self.refuse, self.refused, self.passed = refuse, 0, 0
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:  # closed
-                return
-            if self.refused < self.refuse:
-                self.refused += 1
-                conn.close()
-                continue
-            self.passed += 1
-            upstream = socket.create_connection(self.backend)
-            for a, b in ((conn, upstream), (upstream, conn)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self.sock.close()
+from .tcp_front import Front
 
 
 @pytest.fixture
@@ -82,7 +38,7 @@ def plan(tmp_path):
 def test_the_instance_stream_survives_a_restart(plan, start_service, tmp_path):
     svc = start_service("scenarios", "--output-path", str(tmp_path / "out"), "--offline",
                         "--benchmark-root", str(tmp_path / "bench"))
-    gate = Gate(svc.address, refuse=4)
+    gate = Front(svc.address, refuse=4)
     try:
         endpoint = Endpoint(gate.address, benchmark_roots=(tmp_path / "bench",), retry_s=300)
         remote = RemoteBenchmark(plan.spec, endpoint, 60)
@@ -112,7 +68,7 @@ def test_scoring_waits_for_the_service_then_scores_as_before(plan, start_service
             await metric.aclose()
 
     direct = asyncio.run(score(svc.address))
-    gate = Gate(svc.address, refuse=4)
+    gate = Front(svc.address, refuse=4)
     try:
         through_restart = asyncio.run(score(gate.address))
     finally:
