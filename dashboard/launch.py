@@ -34,7 +34,9 @@ DEFAULT_PORT = 8501
 
 def add_dashboard_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """The dashboard's own flags (``medhelm serve`` adds --host, --port and --output-path itself)."""
-    p.add_argument("--store", default=os.environ.get("MEDHELM_STORE_URL") or None,
+    from medhelm.files import env_secret
+
+    p.add_argument("--store", default=env_secret("MEDHELM_STORE_URL"),
                    help="results store: sqlite:///path or postgresql://... (default: env MEDHELM_STORE_URL, "
                         "so a password never sits in argv; else <output-path>/results.sqlite)")
     p.add_argument("--release", "--suite", dest="release",
@@ -62,6 +64,9 @@ def add_dashboard_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup
 
 
 SECRET_VARS = ("MEDHELM_OIDC_CLIENT_SECRET", "MEDHELM_OIDC_COOKIE_SECRET")
+# `groups` asks the provider for the group claim access.yaml maps to roles (Keycloak, Okta, Dex, Authentik);
+# Entra ID sends groups from its token configuration instead and refuses the scope: set MEDHELM_OIDC_SCOPES there.
+DEFAULT_SCOPES = "openid email profile groups"
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,7 @@ class Oidc:
     redirect_uri: str
     client_secret: str
     cookie_secret: str
-    scopes: str = "openid email profile"
+    scopes: str = DEFAULT_SCOPES
 
     def secrets_toml(self) -> str:
         metadata = self.issuer.rstrip("/") + "/.well-known/openid-configuration"
@@ -107,7 +112,7 @@ def oidc_settings(args: argparse.Namespace, env: dict[str, str] | None = None) -
     if getattr(args, "access_policy", None) is None:
         raise ConfigError("sign-in needs --access-policy access.yaml (which groups are viewer/analyst/admin)")
     return Oidc(issuer, client_id, redirect, _secret(env, "MEDHELM_OIDC_CLIENT_SECRET"),
-                _secret(env, "MEDHELM_OIDC_COOKIE_SECRET"), env.get("MEDHELM_OIDC_SCOPES") or "openid email profile")
+                _secret(env, "MEDHELM_OIDC_COOKIE_SECRET"), env.get("MEDHELM_OIDC_SCOPES") or DEFAULT_SCOPES)
 
 
 def _secret(env: dict[str, str], name: str) -> str:
@@ -135,6 +140,9 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
                                                / "results.sqlite")
     env = {k: v for k, v in os.environ.items() if k not in SECRET_VARS}  # the app never needs them
     env["MEDHELM_STORE"] = store
+    # sign-out is recorded here (medhelm.access.sessions): beside the results, on the volume replicas share
+    env.setdefault("MEDHELM_SESSIONS_ENDED",
+                   str(Path(getattr(args, "output_path", None) or "benchmark_output") / ".sessions-ended"))
     if getattr(args, "oidc_issuer", None):
         env["MEDHELM_AUTH"] = "oidc"
     if getattr(args, "access_policy", None) is not None:

@@ -13,12 +13,15 @@ Sign-in off (loopback, or ``--insecure-no-auth``): the local user, admin — or 
 from __future__ import annotations
 
 import os
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
-from medhelm.access import AccessPolicy, Principal, Role
+from medhelm.access import AccessPolicy, Principal, Role, sessions
+from safe_text import literal  # the subject is the provider's text: shown, never rendered
 
 
 def auth_enabled() -> bool:
@@ -51,14 +54,28 @@ def current_principal(redacted: bool, title: str) -> Principal:
     exp = claims.get("exp")
     if not isinstance(exp, (int, float)) or exp <= time.time():
         _sign_in_screen(title, "Your sign-in has expired. Sign in again to continue.")
+    if sessions.ended(_ended_folder(), claims):  # signed out (on any replica): this cookie is void
+        _sign_in_screen(title, "You signed out. Sign in again to continue.")
     principal = policy().principal(claims)
     if principal.role == Role.NONE and not principal.clinician:
         st.title(title)
-        st.error(f"Signed in as {principal.subject}, but this account has no MedHELM role. Ask your administrator "
+        st.error(f"Signed in as {literal(principal.subject)}, but this account has no MedHELM role. Ask your administrator "
                  "to add you to a viewer, analyst, admin or clinician group.")
-        st.button("Sign out", on_click=st.logout, key="signout_norole")
+        st.button("Sign out", on_click=sign_out, key="signout_norole")
         st.stop()
     return principal.capped(Role.VIEWER) if redacted else principal
+
+
+def _ended_folder() -> Path:
+    """Where ended sessions are recorded (medhelm.access.sessions): the shared volume, seen by every replica."""
+    return Path(os.environ.get("MEDHELM_SESSIONS_ENDED") or Path(tempfile.gettempdir()) / "medhelm-sessions-ended")
+
+
+def sign_out() -> None:
+    """End the session on the server (every replica refuses its cookie from now on), then in the browser."""
+    if st.user.is_logged_in:
+        sessions.end(_ended_folder(), st.user.to_dict())
+    st.logout()
 
 
 def _sign_in_screen(title: str, message: str) -> None:
@@ -71,5 +88,5 @@ def _sign_in_screen(title: str, message: str) -> None:
 def sidebar_identity(principal: Principal) -> None:
     if not auth_enabled():
         return
-    st.sidebar.caption(f"Signed in as **{principal.subject}** · role **{principal.label}**")
-    st.sidebar.button("Sign out", on_click=st.logout, key="signout")
+    st.sidebar.caption(f"Signed in as **{literal(principal.subject)}** · role **{principal.label}**")
+    st.sidebar.button("Sign out", on_click=sign_out, key="signout")

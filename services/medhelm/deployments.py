@@ -249,11 +249,12 @@ def check_usable(dep: Deployment, *, source: str | Path | None = None) -> None:
         raise ConfigError(f"{where}: {problem}")
     if dep.options.get("credentials"):
         credentials.secret(dep.options["credentials"], deployment=dep.name)  # read (a ConfigError if absent), never shown
-    if dep.api_key_env and not os.environ.get(dep.api_key_env):
-        raise ConfigError(f"{where}: the environment variable {dep.api_key_env} (api_key_env) is not set; "
+    if dep.api_key_env and not (os.environ.get(dep.api_key_env) or os.environ.get(f"{dep.api_key_env}_FILE")):
+        raise ConfigError(f"{where}: the environment variable {dep.api_key_env} (api_key_env) is not set, nor "
+                          f"{dep.api_key_env}_FILE; "
                           "export it with the API key before running")
     for variable, what in _secret_variables(dep):
-        if not os.environ.get(variable):
+        if not (os.environ.get(variable) or os.environ.get(f"{variable}_FILE")):
             raise ConfigError(f"{where}: the environment variable {variable} ({what}) is not set; export it "
                               "before running")
     if dep.kind is DeploymentKind.LLAMACPP and dep.gguf_path:

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 INTERNAL_EXIT = 70  # EX_SOFTWARE: a bug, never a user mistake
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")  # + bidi overrides
 MAX_VALUE_CHARS = 300
 
 

@@ -376,3 +376,19 @@ def plain_name(value: str, *, what: str) -> str:
         raise ConfigError(f"{what} '{escape(value, 80)}' must be a plain name (letters, digits, _ . + -, at most "
                           "128 characters, no / or ..): it names a folder under the output path")
     return value
+
+
+def env_secret(name: str, env: dict[str, str] | None = None) -> str | None:
+    """A secret handed over by environment: ``$NAME`` itself, else the content of the file ``$NAME_FILE``
+    names (a mounted Kubernetes Secret key: the chart's way, so the value is in no env var), stripped; None
+    when neither is set. An unreadable or empty file is a ``ConfigError`` naming ``NAME_FILE``, never the value."""
+    env = os.environ if env is None else env
+    if env.get(name):
+        return env[name]
+    path = env.get(f"{name}_FILE")
+    if not path:
+        return None
+    value = read_text(path, missing=f"{name}_FILE names a missing file", what=f"{name}_FILE").strip()
+    if not value:
+        raise ConfigError(f"{name}_FILE names an empty file", path=path)
+    return value

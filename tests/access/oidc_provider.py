@@ -80,7 +80,7 @@ class Provider:
         return {"issuer": i, "authorization_endpoint": f"{i}/authorize", "token_endpoint": f"{i}/token",
                 "jwks_uri": f"{i}/jwks", "response_types_supported": ["code"],
                 "subject_types_supported": ["public"], "id_token_signing_alg_values_supported": ["RS256"],
-                "scopes_supported": ["openid", "email", "profile"], "grant_types_supported": ["authorization_code"],
+                "scopes_supported": ["openid", "email", "profile", "groups"], "grant_types_supported": ["authorization_code"],
                 "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
                 "code_challenge_methods_supported": ["S256"], "claims_supported": ["sub", "email", "name", "groups"]}
 

@@ -150,6 +150,23 @@ def test_audit_cli_lists_and_filters(marked_output, policy):
     assert code == 2 and err.count("\n") == 1 and "--since" in err
 
 
+def test_audit_table_escapes_control_characters_in_actor_names(marked_output, policy):
+    """An actor is whatever the identity provider put in the claim: a terminal escape or a newline in it must
+    not repaint the reviewer's terminal or forge a row of the table."""
+    store = str(marked_output / "results.sqlite")
+    forged = "eve\x1b[2K\r\nad@h.org\u202e"
+    who = policy.principal({"sub": "9", "email": forged, "groups": ["medhelm-analysts"]})
+    with open_store(store) as s:
+        run_id = s.query("SELECT MIN(run_id) FROM runs")[0][0]
+        read.instances_page(s, run_id, principal=who, limit=1)
+    code, out, err = run_cli("audit", "--store", store)
+    assert code == 0, err
+    assert "\x1b" not in out and "\r" not in out and "\u202e" not in out
+    (line,) = [row for row in out.splitlines() if row.split()[1].startswith("eve")]
+    assert "eve\\x1b[2K\\r\\nad@h.org" in line  # shown escaped, on its own row
+    assert not any(row.startswith("ad@h.org") for row in out.splitlines())  # no forged row
+
+
 def test_exports_are_audited_and_redacted_bundles_hold_no_text(marked_output, tmp_path):
     store = str(marked_output / "results.sqlite")
     code, _, err = run_cli("export", str(tmp_path / "shared"), "--redact", "--store", store)
@@ -196,7 +213,7 @@ def test_sign_in_settings_never_come_from_flags(tmp_path, access_yaml):
 
         auth = tomllib.loads(path.read_text())["auth"]
         assert auth["server_metadata_url"] == "https://login.example/tenant/v2.0/.well-known/openid-configuration"
-        assert auth["client_secret"] == "the-client-secret" and auth["client_kwargs"]["scope"] == "openid email profile"
+        assert auth["client_secret"] == "the-client-secret" and auth["client_kwargs"]["scope"] == "openid email profile groups"
     finally:
         import shutil
 
@@ -222,3 +239,58 @@ def test_the_dashboard_data_layer_hides_restricted_releases(tmp_path, policy):
     with pytest.raises(AccessDenied):  # the drill-down's reader refuses a viewer whatever the page shows
         board_data.instances(store, run_id, 0, 5, p["viewer"])
     assert len(board_data.instances(store, run_id, 0, 5, p["analyst"])) == 3
+
+
+@pytest.mark.parametrize("subject", [
+    "[update your password](https://evil.example/login)", "**admin** · role admin", "![x](https://evil.example/t.png)",
+    "<img src=x onerror=alert(1)>", "a_b_c\\*d`code`", "$\\LaTeX$ ~~gone~~ | table |", "eve\nrole **admin**",
+    "# heading", ":red[alert] :material/lock:",
+])
+def test_signed_in_as_shows_the_subject_as_text(subject):
+    """The sidebar's "Signed in as **<subject>** · role **<role>**" (dashboard/signin.py, the subject through
+    safe_text.literal), rendered by a CommonMark parser with GFM's tables and strikethrough: exactly two bold
+    runs, the first holding the subject's own text; no link, image, HTML or block from the identity provider."""
+    import html
+
+    from markdown_it import MarkdownIt
+
+    safe_text = pytest.importorskip("medhelm_dashboard.safe_text")
+    source = (Path(__file__).parents[2] / "dashboard" / "signin.py").read_text()
+    assert 'f"Signed in as **{literal(principal.subject)}** · role **{principal.label}**"' in source
+    md = f"Signed in as **{safe_text.literal(subject)}** · role **admin**"
+    rendered = MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(md)
+    shown = html.escape(safe_text.one_line(subject), quote=False)
+    assert rendered.replace("\u2060", "") == f"<p>Signed in as <strong>{shown}</strong> · role <strong>admin</strong></p>\n"
+
+
+def test_sign_out_ends_the_session_for_every_replica(tmp_path):
+    """Sign-out records the session's fingerprint on the shared folder: the same cookie's claims are refused by
+    any process reading it (the dashboard checks `ended` before any read); another session of the same user (a
+    new sign-in: new iat and nonce) is not; markers of sessions past their expiry are cleared; a folder that
+    cannot be written is one line naming it."""
+    import os
+
+    from medhelm.access import sessions
+
+    folder = tmp_path / "volume" / ".sessions-ended"
+    now = 1_800_000_000
+    claims = {"iss": "https://idp.example", "sub": "u-1", "email": "a@h.org", "iat": now - 60, "nonce": "n1",
+              "exp": now + 3600}
+    again = {**claims, "iat": now - 5, "nonce": "n2"}
+    assert not sessions.ended(folder, claims)
+    sessions.end(folder, claims, now=now)
+    assert sessions.ended(folder, claims) and sessions.ended(folder, dict(claims))  # any replica, same cookie
+    assert not sessions.ended(folder, again)
+    (marker,) = folder.iterdir()
+    assert "u-1" not in marker.name and "a@h.org" not in marker.name and marker.read_bytes() == b""
+    stale = {**claims, "nonce": "old", "exp": now - 3600}
+    sessions.end(folder, stale, now=now)  # its own marker is already past expiry: cleared with the rest
+    assert sessions.ended(folder, claims) and not sessions.ended(folder, stale)
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    with pytest.raises(ConfigError, match="cannot record the sign-out") as err:
+        sessions.end(blocked / "sub", claims)
+    assert str(blocked) in str(err.value) and "\n" not in str(err.value)
+    assert os.stat(folder).st_mode & 0o777 == 0o700
+    source = (Path(__file__).parents[2] / "dashboard" / "signin.py").read_text()  # the dashboard's door to it
+    assert "sessions.ended(_ended_folder(), claims)" in source and 'on_click=sign_out, key="signout"' in source

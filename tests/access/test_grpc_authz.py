@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
+import sys
 from pathlib import Path
 
 import grpc
@@ -158,7 +159,7 @@ def pki(tmp_path: Path) -> Path:
 
 def test_mtls_identity_is_authorized_per_certificate(pki, tmp_path):
     svc = Service("scenarios", "--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key"),
-                  "--tls-client-ca", str(pki / "ca.pem"), "--allow-client", "medhelm-job",
+                  "--tls-client-ca", str(pki / "ca.pem"), "--allow-client", "cn:medhelm-job",
                   "--output-path", str(tmp_path / "out"), "--offline")
     service = SERVICES["scenarios"]
     try:
@@ -174,6 +175,47 @@ def test_mtls_identity_is_authorized_per_certificate(pki, tmp_path):
     finally:
         log = _stop(svc)
     assert MARKER not in log and "for certificate intruder" in log
+
+
+def test_allow_client_matches_its_own_field_only(pki, tmp_path):
+    """`--allow-client dns:X` admits a certificate whose DNS SAN is X, never one carrying X as its CN (any
+    certificate from the same CA may carry any CN); `uri:` matches a URI SAN (a SPIFFE id). An identity without
+    its field is refused at start."""
+    spiffe = "spiffe://cluster.local/ns/clinical-ai/sa/medhelm"
+    for name, cn, san in (("by-uri", "a", f"URI:{spiffe}"), ("by-dns", "b", "DNS:job.example"),
+                          ("cn-only", "job.example", "DNS:other.example")):
+        (pki / f"{name}.cnf").write_text(f"subjectAltName={san}\n")
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={cn}", "-keyout", f"{name}.key",
+                 "-out", f"{name}.csr", cwd=pki)
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-days", "2", "-extfile", f"{name}.cnf", "-out", f"{name}.pem", cwd=pki)
+    svc = Service("scenarios", "--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key"),
+                  "--tls-client-ca", str(pki / "ca.pem"), "--allow-client", f"uri:{spiffe}",
+                  "--allow-client", "dns:job.example", "--output-path", str(tmp_path / "out"), "--offline")
+    service = SERVICES["scenarios"]
+    method = service.methods_by_name["ListBenchmarks"]
+    try:
+        def status(name: str) -> grpc.StatusCode:
+            ep = Endpoint(svc.address, ca=pki / "ca.pem", cert=pki / f"{name}.pem", key=pki / f"{name}.key")
+            with ep.channel() as ch:
+                return _call(ch, service, method)
+
+        assert status("by-uri") == grpc.StatusCode.OK
+        assert status("by-dns") == grpc.StatusCode.OK
+        assert status("cn-only") == grpc.StatusCode.PERMISSION_DENIED  # job.example as its CN: the wrong field
+    finally:
+        _stop(svc)
+    for bad in ("medhelm-job", "san:medhelm-job", "uri:"):
+        code, err = _serve_error(pki, tmp_path, bad)
+        assert code == 2 and "uri:VALUE, dns:VALUE, email:VALUE or cn:VALUE" in err and err.count("\n") == 1
+
+
+def _serve_error(pki: Path, tmp_path: Path, identity: str) -> tuple[int, str]:
+    done = subprocess.run([sys.executable, "-m", "medhelm", "serve", "scenarios", "--port", "0",
+                           "--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key"),
+                           "--tls-client-ca", str(pki / "ca.pem"), "--allow-client", identity,
+                           "--output-path", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stderr
 
 
 def test_allow_client_needs_mutual_tls(capsys):

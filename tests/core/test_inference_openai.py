@@ -89,6 +89,27 @@ def test_azure_variant_api_key_header_and_api_version(monkeypatch):
     assert meta["target"] == "/v1/chat/completions?api-version=2024-06-01"
 
 
+def test_key_from_the_file_its_env_var_names(monkeypatch, tmp_path):
+    """The chart mounts each API key as a file and sets <api_key_env>_FILE (never the key as an env var)."""
+    from medhelm.deployments import check_usable
+
+    monkeypatch.delenv("FILE_KEY_FOR_TEST", raising=False)
+    (tmp_path / "key").write_text("sk-from-file\n")
+    monkeypatch.setenv("FILE_KEY_FOR_TEST_FILE", str(tmp_path / "key"))
+    with MockOpenAIServer() as srv:
+        dep = deployment(srv.base_url, api_key_env="FILE_KEY_FOR_TEST")
+        check_usable(dep)
+        generate(dep, request())
+        [meta] = srv.request_meta
+    assert meta["headers"]["authorization"] == "Bearer sk-from-file"
+    (tmp_path / "key").write_text("  \n")  # an empty file is named, its (empty) content never shown
+    with pytest.raises(ConfigError, match="FILE_KEY_FOR_TEST_FILE names an empty file"):
+        OpenAIClient(deployment("http://127.0.0.1:1/v1", api_key_env="FILE_KEY_FOR_TEST"))
+    monkeypatch.setenv("FILE_KEY_FOR_TEST_FILE", str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="FILE_KEY_FOR_TEST_FILE names a missing file"):
+        OpenAIClient(deployment("http://127.0.0.1:1/v1", api_key_env="FILE_KEY_FOR_TEST"))
+
+
 def test_missing_key_env_var_is_a_config_error(monkeypatch):
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
     with pytest.raises(ConfigError, match="NOT_SET_ANYWHERE.*mock/model"):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-VALUE_SETS = {"default": [], "full": ["-f", "ci/full-values.yaml"]}
+VALUE_SETS = {"default": [], "full": ["-f", "ci/full-values.yaml"], "production": ["-f", "ci/production-values.yaml"]}
 
 
 def _helm(helm: Path, chart: Path, *args: str) -> subprocess.CompletedProcess:
@@ -43,7 +43,9 @@ def test_lint_template_and_validate_strict(values, chart, helm_bin, kubernetes_v
     expected = {"Deployment", "Service", "PersistentVolumeClaim", "ConfigMap", "NetworkPolicy"}
     if values == "full":
         expected |= {"InferenceService", "Job", "ServiceMonitor"}
-    assert expected <= set(kinds) and "Secret" not in kinds  # secrets are referenced, never rendered
+    assert expected <= set(kinds)
+    # secrets are referenced, never rendered, but for the caller token the chart generates (auth.callers)
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"] == ["rel-medhelm-callers"]
     deployments = {d["metadata"]["name"] for d in docs if d["kind"] == "Deployment"}
     assert deployments == {f"rel-medhelm-{n}" for n in ("scenarios", "jury", "metrics", "dashboard")}
     for d in docs:
@@ -68,7 +70,7 @@ def _quantity(q) -> float:
 def test_inference_services_and_job_from_values(chart, helm_bin):
     docs = _render(helm_bin, chart, VALUE_SETS["full"])
     isvcs = {d["metadata"]["name"]: d for d in docs if d["kind"] == "InferenceService"}
-    assert set(isvcs) == {"qwen25-7b", "qwen2-5-7b-instruct", "llama-3-1-8b-instruct"}
+    assert set(isvcs) == {"qwen25-7b", "qwen2-5-7b-instruct", "llama-3-1-8b-instruct", "meditron-mig"}
     cand = isvcs["qwen25-7b"]
     assert cand["apiVersion"] == "serving.kserve.io/v1beta1"
     model = cand["spec"]["predictor"]["model"]
@@ -77,13 +79,29 @@ def test_inference_services_and_job_from_values(chart, helm_bin):
     assert model["args"] == ["--model_name=qwen25-7b", "--backend=vllm", "--max-model-len=16384",
                              "--gpu-memory-utilization=0.90", "--enable-prefix-caching"]
     assert model["resources"]["limits"]["nvidia.com/gpu"] == "1" and model["resources"]["limits"]["memory"] == "32Gi"
-    judge = isvcs["llama-3-1-8b-instruct"]["spec"]["predictor"]["model"]
+    predictor = isvcs["llama-3-1-8b-instruct"]["spec"]["predictor"]
+    judge = predictor["model"]
     assert judge["resources"]["requests"]["nvidia.com/gpu"] == "2"
-    assert judge["env"][0]["valueFrom"]["secretKeyRef"] == {"name": "hf-token", "key": "HF_TOKEN"}
+    # the gated download's token: a ServiceAccount listing the Secret (KServe's storage initializer reads the
+    # Secrets of its pod's ServiceAccount), never an env var of the model server
+    assert "env" not in judge and predictor["serviceAccountName"] == "llama-3-1-8b-instruct-model-store"
+    (sa,) = [d for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == predictor["serviceAccountName"]]
+    assert sa["secrets"] == [{"name": "hf-token"}] and sa["automountServiceAccountToken"] is False
+    # scheduling knobs reach the predictor pod
+    assert predictor["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    assert predictor["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert (predictor["priorityClassName"], predictor["runtimeClassName"]) == ("medhelm-models", "nvidia")
+    mig = isvcs["meditron-mig"]["spec"]["predictor"]
+    assert mig["model"]["resources"]["limits"]["nvidia.com/mig-3g.40gb"] == 1
+    assert "nvidia.com/gpu" not in mig["model"]["resources"]["limits"]  # a MIG slice, not a whole GPU
+    assert mig["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     # complete resources: KServe would merge its runtime defaults (cpu 1 / 2Gi) into any gap
     for name, isvc in isvcs.items():
         res = isvc["spec"]["predictor"]["model"]["resources"]
-        for what in ("cpu", "memory", "nvidia.com/gpu"):
+        assert isvc["spec"]["predictor"]["labels"]["app.kubernetes.io/component"] == "model"
+        gpu = [k for k in res["limits"] if k.startswith("nvidia.com/")]
+        assert len(gpu) == 1, (name, gpu)
+        for what in ("cpu", "memory", *gpu):
             assert what in res["requests"] and what in res["limits"], (name, what)
             assert _quantity(res["requests"][what]) <= _quantity(res["limits"][what]), (name, what)
     # the Job and the jury reach each model through KServe's OpenAI route
@@ -150,7 +168,16 @@ def test_broken_template_or_value_fails(chart, helm_bin, kubernetes_validate, tm
     # values.schema.json refuses a wrong type or an unknown kind at render time, naming the value
     for bad, field in (("services:\n  jury:\n    replicas: two\n", "services.jury.replicas"),
                        ("resultsStore:\n  kind: postgress\n", "resultsStore.kind"),
-                       ("tls:\n  enabld: true\n", "enabld")):
+                       ("tls:\n  enabld: true\n", "enabld"),
+                       ("colour: red\n", "colour"),  # unknown keys, at the top and deep down
+                       ("auth:\n  oidc:\n    issuerr: x\n", "issuerr"),
+                       ("monitoring:\n  podMonitor:\n    intervall: 1m\n", "intervall"),
+                       ("envFrom: [{secretRef: {name: keys}}]\n", "envFrom"),  # gone: apiKeys, one file each
+                       ("services:\n  jury:\n    resources: {requests: {cpu: lots}}\n", "services.jury.resources.requests.cpu"),
+                       ("job:\n  resources: {limits: {memory: 4 GB}}\n", "job.resources.limits.memory"),
+                       ("services:\n  jury:\n    resources: {requests: {gpu: 1}}\n", "gpu"),
+                       ("inferenceServices: [{name: m, modelName: a/b, storageUri: 'pvc://m', "
+                        "resources: {limits: {nvidia.com/mig-big: 1}}}]\n", "nvidia.com/mig-big")):
         bad_value = tmp_path / "bad.yaml"
         bad_value.write_text(bad)
         done = _helm(helm_bin, broken, "template", "rel", ".", "-f", str(bad_value))
@@ -263,8 +290,8 @@ def _allowed(policies: list[dict], direction: str, pod: dict, peer_ns: dict, pee
 
 
 def _workloads(docs: list[dict]) -> dict[str, dict]:
-    """Pod labels and named ports of every pod the release makes (KServe predictors: the InferenceService's
-    labels propagate to its pods, plus KServe's own component label)."""
+    """Pod labels and named ports of every pod the release makes (KServe predictors: the predictor's own
+    ``labels`` are set on its pods, plus KServe's own component label)."""
     out = {}
     for d in docs:
         kind = d["kind"]
@@ -276,7 +303,7 @@ def _workloads(docs: list[dict]) -> dict[str, dict]:
             out[d["metadata"]["name"]] = {"kind": kind, "labels": d["metadata"]["labels"], "ports": {}}
         elif kind == "InferenceService":
             out[d["metadata"]["name"] + "-predictor"] = {
-                "kind": kind, "labels": {**d["metadata"]["labels"], "component": "predictor"},
+                "kind": kind, "labels": {**d["spec"]["predictor"].get("labels", {}), "component": "predictor"},
                 "ports": {"http": 8080}}
     return out
 
@@ -310,11 +337,15 @@ def test_every_service_selector_routes_to_its_pods(values, chart, helm_bin):
             continue
         for c in d["spec"]["template"]["spec"]["containers"]:
             ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-            for probe in (c.get("readinessProbe"), c.get("livenessProbe")):
+            assert c.get("startupProbe"), (d["metadata"]["name"], "a slow start must not be killed by liveness")
+            for probe in (c.get("startupProbe"), c.get("readinessProbe"), c.get("livenessProbe")):
                 if probe and "grpc" in probe:
                     assert probe["grpc"]["port"] == ports["health"] and probe["grpc"]["service"].startswith("medhelm.v1.")
+                elif probe and "exec" in probe:  # a dashboard on loopback: probed from inside its container
+                    assert f"http://127.0.0.1:{ports['http']}/_stcore/health" in probe["exec"]["command"][-1]
+                    assert "--host=127.0.0.1" in c["args"]
                 elif probe:
-                    assert probe["httpGet"]["port"] in ports
+                    assert probe["httpGet"]["port"] in ports and "--host=0.0.0.0" in c["args"]
     # the ServiceMonitor selects the gRPC Services and names a port they have
     for sm in (d for d in docs if d["kind"] == "ServiceMonitor"):
         selected = [s for s in services if _selects(sm["spec"]["selector"], s["metadata"]["labels"])]
@@ -334,7 +365,7 @@ def test_network_policy_traced_rule_by_rule(values, chart, helm_bin):
     ours = {n: w for n, w in pods.items() if w["kind"] != "InferenceService"}
     predictors = {n: w for n, w in pods.items() if w["kind"] == "InferenceService"}
     selected = {n for n, w in pods.items() if any(_selects(p["spec"]["podSelector"], w["labels"]) for p in policies)}
-    assert selected == set(ours)  # every medhelm pod, and no KServe predictor (storage-initializer, activator)
+    assert selected == set(pods)  # every pod of the release, the KServe predictors too
     svc = {w["labels"]["app.kubernetes.io/component"]: w for w in ours.values()
            if w["labels"]["app.kubernetes.io/component"] in ("scenarios", "jury", "metrics", "dashboard")}
     jobs = [w for w in ours.values() if w["kind"] == "Job"] or [
@@ -367,9 +398,179 @@ def test_network_policy_traced_rule_by_rule(values, chart, helm_bin):
         prom = {"app.kubernetes.io/name": "prometheus"}
         assert _allowed(policies, "Ingress", w, MONITORING, prom, w["ports"]["metrics"])
         assert not _allowed(policies, "Ingress", w, MONITORING, prom, w["ports"]["grpc"])
-    # predictors are not selected: their egress (hf:// download) is not blocked by this chart
+    _check_predictor_fence(values, policies, predictors, ours)
+    _check_dashboard_paths(values, policies, ours)
+
+
+def _check_predictor_fence(values: str, policies: list[dict], predictors: dict, ours: dict) -> None:
+    """A model is called by the Job, the jury and metrics only; it reaches DNS and its model store only."""
+    by_component = {w["labels"]["app.kubernetes.io/component"]: w for w in ours.values()}
+    store = yaml.safe_load((Path(__file__).resolve().parents[2] / "helm-charts/medhelm/ci" / values).read_text()) \
+        .get("networkPolicy", {}).get("models", {}).get("storeEgress", []) if values != "default" else []
     for pred in predictors.values():
-        assert _allowed(policies, "Egress", pred, {}, None, 443, ip="8.8.8.8")
+        for caller in ("job", "jury", "metrics"):
+            labels = by_component.get(caller, {"labels": {"app.kubernetes.io/instance": "rel",
+                                                          "app.kubernetes.io/component": caller}})["labels"]
+            assert _allowed(policies, "Ingress", pred, NS, labels, 8080), caller
+        for other in ("dashboard", "scenarios", "test"):
+            assert not _allowed(policies, "Ingress", pred, NS, by_component[other]["labels"], 8080), other
+        assert not _allowed(policies, "Ingress", pred, NS, {"app": "anything"}, 8080)
+        assert not _allowed(policies, "Ingress", pred, {"kubernetes.io/metadata.name": "other"},
+                            {"app.kubernetes.io/instance": "rel", "app.kubernetes.io/component": "job"}, 8080)
+        assert not _allowed(policies, "Ingress", pred, {"kubernetes.io/metadata.name": "knative-serving"},
+                            {"app": "activator"}, 8012)  # RawDeployment: no system namespace needs to
+        assert _allowed(policies, "Egress", pred, {"kubernetes.io/metadata.name": "kube-system"},
+                        {"k8s-app": "kube-dns"}, 53)
+        assert not _allowed(policies, "Egress", pred, {}, None, 443, ip="8.8.8.8")
+        assert not _allowed(policies, "Egress", pred, NS, {"app.kubernetes.io/component": "jury"}, 50051)
+        for rule in store:
+            cidr = rule["to"][0]["ipBlock"]["cidr"]
+            assert _allowed(policies, "Egress", pred, {}, None, rule["ports"][0]["port"],
+                            ip=cidr.split("/")[0].rsplit(".", 1)[0] + ".9")
+
+
+def _check_dashboard_paths(values: str, policies: list[dict], ours: dict) -> None:
+    """`helm test` reaches the dashboard; with sign-in the dashboard reaches its issuer and nothing else outside."""
+    by_component = {w["labels"]["app.kubernetes.io/component"]: w for w in ours.values()}
+    dash, test = by_component["dashboard"], by_component["test"]
+    assert _allowed(policies, "Ingress", dash, NS, test["labels"], dash["ports"]["http"])
+    assert _allowed(policies, "Egress", test, NS, dash["labels"], dash["ports"]["http"])
+    oidc = (yaml.safe_load((Path(__file__).resolve().parents[2] / "helm-charts/medhelm/ci" / values).read_text())
+            .get("auth", {}).get("oidc", {}) if values != "default" else {})
+    for peer in oidc.get("issuerEgress", []) if oidc.get("enabled") else []:
+        ip = peer["cidr"].split("/")[0]
+        assert _allowed(policies, "Egress", dash, {}, None, peer.get("port", 443), ip=ip)
+        assert not _allowed(policies, "Egress", dash, {}, None, 80, ip=ip)
+        assert not _allowed(policies, "Egress", by_component["scenarios"], {}, None, peer.get("port", 443), ip=ip)
+    assert not _allowed(policies, "Egress", dash, {}, None, 443, ip="8.8.8.8")
+
+
+def test_serverless_predictors_admit_the_knative_namespace(chart, helm_bin):
+    docs = _render(helm_bin, chart, [*VALUE_SETS["full"], "--set", "kserve.deploymentMode=Serverless"])
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    pred = _workloads(docs)["qwen25-7b-predictor"]
+    assert _allowed(policies, "Ingress", pred, {"kubernetes.io/metadata.name": "knative-serving"}, {"app": "activator"}, 8012)
+    assert not _allowed(policies, "Ingress", pred, {"kubernetes.io/metadata.name": "kserve"}, {"app": "x"}, 8012)
+
+
+def test_a_downloaded_model_needs_its_store_egress(chart, helm_bin, tmp_path):
+    values = tmp_path / "v.yaml"
+    values.write_text("kserve: {enabled: true}\ninferenceServices:\n"
+                      "  - {name: m1, modelName: a/b, storageUri: 'hf://org/model'}\n")
+    done = _helm(helm_bin, chart, "template", "rel", ".", "-f", str(values))
+    assert done.returncode != 0 and "networkPolicy.models.storeEgress" in done.stderr and "m1" in done.stderr
+    # pvc:// needs no egress; with networkPolicy off nothing is fenced (and nothing is asked)
+    assert _helm(helm_bin, chart, "template", "rel", ".", "-f", str(values), "--set",
+                 "networkPolicy.enabled=false").returncode == 0
+
+
+def test_names_longer_than_a_dns_label_fail_naming_the_value(chart, helm_bin):
+    """Kubernetes refuses names over 63 characters only when the object is created, half-way through an
+    install; the chart refuses them at render, naming what to shorten (it never truncates: two releases
+    could collide)."""
+    longest_ok = "r" * 37  # rel + "-medhelm" = 45: the longest prefix whose every name fits
+    docs = _render_named(helm_bin, chart, longest_ok, [*VALUE_SETS["full"], "--set", "job.suite=n", "--set",
+                                                       "schedules=null"])  # a CronJob has its own limit, 52
+    names = [d["metadata"]["name"] for d in docs]
+    assert max(len(n) for n in names) <= 63 and f"{longest_ok}-medhelm-dashboard-ingress" in names
+    done = _helm(helm_bin, chart, "template", longest_ok + "r", ".")
+    assert done.returncode != 0 and "shorten the release name to at most 37 characters" in done.stderr
+    suite = "s" * 40  # valid by the schema, but rel-medhelm-eval-<40> is 57; a 26-character release makes it 80
+    done = _helm(helm_bin, chart, "template", "r" * 26, ".", "--set", "job.enabled=true", "--set",
+                 f"job.suite={suite}", "--set", "job.runEntries[0]=pubmed_qa:model=a/b")
+    assert done.returncode != 0 and "80 characters" in done.stderr and "shorten job.suite" in done.stderr
+
+
+def _render_named(helm: Path, chart: Path, release: str, values: list[str]) -> list[dict]:
+    done = _helm(helm, chart, "template", release, ".", "--namespace", "clinical-ai", *values)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("services: {jury: {resources: {requests: {cpu: '2'}, limits: {cpu: 1500m}}}}",
+     "services.jury.resources.requests.cpu (2) is above its limit (1500m)"),
+    ("job: {resources: {requests: {memory: 5Gi}, limits: {memory: 4Gi}}}",
+     "job.resources.requests.memory (5Gi) is above its limit (4Gi)"),
+    ("dashboard: {resources: {requests: {memory: 3000M}, limits: {memory: 2Gi}}}",
+     "dashboard.resources.requests.memory (3000M) is above its limit (2Gi)"),
+    ("kserve: {enabled: true}\ninferenceServices: [{name: m, modelName: a/b, storageUri: 'pvc://m', "
+     "resources: {requests: {cpu: '9'}}}]", "inferenceServices[m].resources.requests.cpu (9) is above its limit (8)"),
+    ("kserve: {enabled: true}\ninferenceServices: [{name: m, modelName: a/b, storageUri: 'pvc://m', gpus: 0, "
+     "resources: {requests: {nvidia.com/mig-1g.10gb: 2}, limits: {nvidia.com/mig-1g.10gb: 1}}}]",
+     "requests and limits of nvidia.com/mig-1g.10gb must be equal"),
+])
+def test_requests_above_limits_are_refused_at_render(bad, message, chart, helm_bin, tmp_path):
+    values = tmp_path / "bad.yaml"
+    values.write_text(bad + "\n")
+    done = _helm(helm_bin, chart, "template", "rel", ".", "-f", str(values))
+    assert done.returncode != 0 and message in done.stderr, done.stderr
+    # the same quantities the right way round render
+    ok = _helm(helm_bin, chart, "template", "rel", ".", "--set", "services.jury.resources.requests.cpu=1500m",
+               "--set", "services.jury.resources.limits.cpu=2")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_job_rides_out_disruptions_and_fails_fast_on_bad_input(chart, helm_bin):
+    for values in ALL_VALUES:
+        for job in (d for d in _render(helm_bin, chart, _values_args(values)) if d["kind"] in ("Job", "CronJob")):
+            spec = job["spec"]["jobTemplate"]["spec"] if job["kind"] == "CronJob" else job["spec"]
+            rules = spec["podFailurePolicy"]["rules"]
+            assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+            assert rules[1] == {"action": "FailIndex", "onExitCodes": {"containerName": "shard", "operator": "In",
+                                                                       "values": [2]}}
+            assert spec["template"]["spec"]["restartPolicy"] == "Never"  # podFailurePolicy requires it
+
+
+def test_the_charts_job_survives_helm_upgrade(chart, helm_bin):
+    """A Job's pod template is immutable: an upgrade that patched it would fail. The chart's Job is named with a
+    hash of its spec, so an upgrade that leaves the Job's spec alone renders the very same Job (nothing to patch)
+    and one that changes it (an image tag) renders a Job of a new name (Helm creates it and removes the old)."""
+    base = [*VALUE_SETS["full"], "--set", "schedules=null"]
+
+    def job(*extra: str) -> dict:
+        (j,) = [d for d in _render(helm_bin, chart, [*base, *extra]) if d["kind"] == "Job"]
+        return j
+
+    first = job()
+    assert re.fullmatch(r"rel-medhelm-eval-nightly-[0-9a-f]{6}", first["metadata"]["name"])
+    assert job("--set", "services.jury.replicas=5", "--set", "dashboard.replicas=3") == first  # not the Job's
+    retagged = job("--set", "image.tag=0.2.0")
+    assert retagged["metadata"]["name"] != first["metadata"]["name"]
+    assert retagged["metadata"]["name"].rsplit("-", 1)[0] == first["metadata"]["name"].rsplit("-", 1)[0]
+    assert job("--set", "job.runEntries[0]=pubmed_qa:model=a/b")["metadata"]["name"] != first["metadata"]["name"]
+
+
+def test_production_values_keep_two_of_everything_through_a_drain(chart, helm_bin):
+    docs = _render(helm_bin, chart, _values_args("production-values.yaml"))
+    deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in docs if d["kind"] == "Deployment"}
+    pdbs = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    assert set(deployments) == {"scenarios", "jury", "metrics", "dashboard"}
+    for name, dep in deployments.items():
+        assert dep["spec"]["replicas"] >= 2, name
+        (pdb,) = [p for p in pdbs if _selects(p["spec"]["selector"], dep["spec"]["template"]["metadata"]["labels"])]
+        assert pdb["spec"]["maxUnavailable"] == 1  # one at a time: the other replica keeps serving
+
+
+def test_documented_admission_policy_is_valid_and_pins_what_the_chart_renders(chart, helm_bin, kubernetes_validate):
+    """docs/k8s/job-admission-policy.yaml: strict Kubernetes 1.30 schema; the names it pins (ServiceAccount, claim,
+    container, caller-token key) are the ones the chart renders for a release called medhelm."""
+    policy_file = chart.parents[1] / "docs" / "k8s" / "job-admission-policy.yaml"
+    check = subprocess.run([*kubernetes_validate, str(policy_file)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    text = policy_file.read_text()
+    docs = _render_named(helm_bin, chart, "medhelm", ["--set", "job.enabled=true", "--set",
+                                                      "job.runEntries[0]=pubmed_qa:model=a/b"])
+    job = next(d for d in docs if d["kind"] == "Job")
+    pod = job["spec"]["template"]["spec"]
+    assert f"variables.pod.serviceAccountName == '{pod['serviceAccountName']}'" in text
+    assert pod["automountServiceAccountToken"] is False and pod["securityContext"]["runAsNonRoot"] is True
+    (c,) = pod["containers"]
+    assert c["name"] == "shard" and "command" not in c and c["args"][0] == "job"
+    claim = next(v for v in pod["volumes"] if "persistentVolumeClaim" in v)["persistentVolumeClaim"]["claimName"]
+    assert f"v.persistentVolumeClaim.claimName == '{claim}'" in text
+    callers = next(v for v in pod["volumes"] if v["name"] == "callers")["secret"]
+    assert callers["secretName"] in text and callers["items"] == [{"key": "job", "path": "job"}]
 
 
 # Checks the chart does not follow, each for a reason a platform team can read (everything else must pass):

@@ -1,7 +1,58 @@
 {{/* Names and shared pieces of the medhelm chart. */}}
+{{/* <release>-medhelm (or the release name when it holds "medhelm"). Never truncated (two releases could
+     collide): a prefix that would make any name the chart builds from it (longest suffix: 18 characters,
+     e.g. -dashboard-ingress) longer than a DNS label's 63 characters fails the render, naming the value. */}}
 {{- define "medhelm.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}{{ .Release.Name | trunc 50 | trimSuffix "-" }}
-{{- else -}}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" }}{{- end -}}
+{{- $name := ternary .Release.Name (printf "%s-%s" .Release.Name .Chart.Name) (contains .Chart.Name .Release.Name) -}}
+{{- if gt (len $name) 45 -}}
+{{- fail (printf "release name '%s' is too long: names such as %s-dashboard-ingress would exceed 63 characters; shorten the release name to at most %d characters" .Release.Name $name (sub (len .Release.Name) (sub (len $name) 45))) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
+{{/* Fails the render when a name is longer than a DNS label (63). Call with (list name "the value to shorten"). */}}
+{{- define "medhelm.checkName" -}}
+{{- $name := index . 0 -}}
+{{- if gt (len $name) 63 -}}
+{{- fail (printf "name %s is %d characters (Kubernetes allows 63): shorten %s" $name (len $name) (index . 1)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A Kubernetes quantity as a plain number (cpu in cores, memory in bytes), for comparing requests and
+     limits at render time. The schema (definitions/quantity) already refused anything else. */}}
+{{- define "medhelm.quantity" -}}
+{{- $q := toString . -}}
+{{- $num := regexFind "^[0-9]+(\\.[0-9]+)?" $q -}}
+{{- $factor := dict "" 1.0 "m" 0.001 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 -}}
+{{- mulf (float64 $num) (index $factor (trimPrefix $num $q)) -}}
+{{- end -}}
+
+{{/* Refuses requests above limits (the API server would reject the pod only when it is created, long after
+     the install). Call with (list resources "the values path"). */}}
+{{- define "medhelm.checkResources" -}}
+{{- $res := index . 0 | default dict -}}
+{{- $limits := $res.limits | default dict -}}
+{{- range $what, $req := ($res.requests | default dict) -}}
+{{- if hasKey $limits $what -}}
+{{- if gt (float64 (include "medhelm.quantity" $req)) (float64 (include "medhelm.quantity" (index $limits $what))) -}}
+{{- fail (printf "%s.requests.%s (%v) is above its limit (%v)" (index $ 1) $what $req (index $limits $what)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The egress rule every fenced pod needs: the cluster DNS. */}}
+{{- define "medhelm.dnsEgress" -}}
+- to:
+    - namespaceSelector: {}
+      podSelector:
+        matchLabels:
+          k8s-app: kube-dns
+  ports:
+    - protocol: UDP
+      port: 53
+    - protocol: TCP
+      port: 53
 {{- end -}}
 
 {{- define "medhelm.labels" -}}
@@ -42,24 +93,76 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end -}}
 
-{{/* envFrom for the containers that call models (the jury and metrics services, the Job): the Secrets
-     holding the API keys model_deployments.yaml names in api_key_env. */}}
-{{- define "medhelm.envFrom" -}}
-{{- with .Values.envFrom }}
-envFrom:
-  {{- toYaml . | nindent 2 }}
+{{/* Model API keys (.Values.apiKeys) for one caller ("job", "jury" or "metrics"): each key the caller uses is
+     a file of its own Secret key, never an env var and never a key it does not use. Call with
+     (dict "root" $ "who" "jury"); medhelm.apiKeyEnv / medhelm.apiKeyMounts / medhelm.apiKeyVolumes. */}}
+{{- define "medhelm.apiKeyEnv" -}}
+{{- range .root.Values.apiKeys }}{{ if has $.who .usedBy }}
+- name: {{ .env }}_FILE
+  value: /etc/medhelm/keys/{{ .env }}
+{{- end }}{{ end }}
+{{- end -}}
+
+{{- define "medhelm.apiKeyMounts" -}}
+{{- $any := false }}
+{{- range .root.Values.apiKeys }}{{ if has $.who .usedBy }}{{ $any = true }}{{ end }}{{ end }}
+{{- if $any }}
+- name: api-keys  # one folder, no subPath: a rotated key reaches the running pod
+  mountPath: /etc/medhelm/keys
+  readOnly: true
 {{- end }}
 {{- end -}}
 
-{{/* The results store's URL: only for the pods that read or write the store (dashboard, summarize),
-     from the Secret, as an env var (never in argv, where `ps` and the pod spec's args would show it). */}}
+{{- define "medhelm.apiKeyVolumes" -}}
+{{- $sources := list }}
+{{- range .root.Values.apiKeys }}{{ if has $.who .usedBy }}
+{{- $sources = append $sources (dict "secret" (dict "name" .secretName "items" (list (dict "key" (.key | default .env) "path" .env)))) }}
+{{- end }}{{ end }}
+{{- if $sources }}
+- name: api-keys
+  projected:
+    sources:
+      {{- toYaml $sources | nindent 6 }}
+{{- end }}
+{{- end -}}
+
+{{/* The results store's URL: only for the pods that read or write the store (dashboard, summarize), as a
+     file of its Secret (MEDHELM_STORE_URL_FILE): never argv, never an env var a crash dump or `env` shows.
+     medhelm.storeMount / medhelm.storeVolume put the file there. */}}
 {{- define "medhelm.storeEnv" -}}
+{{- if eq .Values.resultsStore.kind "postgres" }}
+- name: MEDHELM_STORE_URL_FILE
+  value: /etc/medhelm/store/url
+{{- end }}
+{{- end -}}
+
+{{/* The same, as an env var from the Secret: for the scheduled runs' shards (the last one summarizes) and the
+     collect+summarize Job, which `medhelm k8s schedule create|collect` build from the job-template ConfigMap
+     (medhelm/cli/k8s.py adds env only, so the chart's CronJob carries the same to stay identical). */}}
+{{- define "medhelm.storeEnvRef" -}}
 {{- if eq .Values.resultsStore.kind "postgres" }}
 - name: MEDHELM_STORE_URL
   valueFrom:
     secretKeyRef:
       name: {{ required "resultsStore.postgres.secretName is required for kind postgres" .Values.resultsStore.postgres.secretName }}
       key: {{ .Values.resultsStore.postgres.secretKey }}
+{{- end }}
+{{- end -}}
+
+{{- define "medhelm.storeMount" -}}
+{{- if eq .Values.resultsStore.kind "postgres" }}
+- name: store-url
+  mountPath: /etc/medhelm/store
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "medhelm.storeVolume" -}}
+{{- if eq .Values.resultsStore.kind "postgres" }}
+- name: store-url
+  secret:
+    secretName: {{ required "resultsStore.postgres.secretName is required for kind postgres" .Values.resultsStore.postgres.secretName }}
+    items: [{key: {{ .Values.resultsStore.postgres.secretKey }}, path: url}]
 {{- end }}
 {{- end -}}
 
@@ -174,6 +277,8 @@ model_deployments:
      Job's name from the downward API, the store env for the last shard's summarize, a run-entries .conf). */}}
 {{- define "medhelm.jobManifest" -}}
 {{- $full := include "medhelm.fullname" . -}}
+{{- include "medhelm.checkName" (list (printf "%s-eval-%s" $full .Values.job.suite) "job.suite (or the release name)") -}}
+{{- include "medhelm.checkResources" (list .Values.job.resources "job.resources") -}}
 apiVersion: batch/v1
 kind: Job
 metadata:
@@ -193,6 +298,17 @@ spec:
   completions: {{ .Values.job.completions }}
   parallelism: {{ .Values.job.parallelism }}
   backoffLimitPerIndex: {{ .Values.job.backoffLimitPerIndex }}
+  podFailurePolicy:
+    rules:
+      - action: Ignore  # a drain, preemption or eviction: the shard reruns (resuming from its records) for free
+        onPodConditions:
+          - type: DisruptionTarget
+            status: "True"
+      - action: FailIndex  # exit 2 is bad input (a run entry, a config): retrying cannot fix it
+        onExitCodes:
+          containerName: shard
+          operator: In
+          values: [2]
   ttlSecondsAfterFinished: {{ .Values.job.ttlSecondsAfterFinished }}
   template:
     metadata:
@@ -229,11 +345,11 @@ spec:
             - {{ . | quote }}
             {{- end }}
             {{- end }}
-          {{- include "medhelm.envFrom" . | nindent 10 }}
           env:
             {{- include "medhelm.env" . | nindent 12 }}
             {{- include "medhelm.cacheEnv" . | nindent 12 }}
             {{- include "medhelm.jobMetricsEnv" . | nindent 12 }}
+            {{- include "medhelm.apiKeyEnv" (dict "root" . "who" "job") | nindent 12 }}
             - name: MEDHELM_SHARD_COUNT
               value: {{ .Values.job.completions | quote }}
             - name: MEDHELM_SHARD_PARALLELISM  # shards at once: each takes 1/n of a deployment's rate budget
@@ -263,7 +379,7 @@ spec:
               valueFrom:
                 fieldRef:
                   fieldPath: metadata.labels['batch.kubernetes.io/job-name']
-            {{- include "medhelm.storeEnv" . | nindent 12 }}
+            {{- include "medhelm.storeEnvRef" . | nindent 12 }}  {{- /* as `medhelm k8s schedule create` adds it */}}
             {{- end }}
           {{- include "medhelm.jobMetricsPorts" . | nindent 10 }}
           securityContext:
@@ -274,6 +390,7 @@ spec:
             {{- include "medhelm.volumeMounts" . | nindent 12 }}
             {{- include "medhelm.tlsMount" (dict "root" .) | nindent 12 }}
             {{- include "medhelm.serviceAuthMounts" . | nindent 12 }}
+            {{- include "medhelm.apiKeyMounts" (dict "root" . "who" "job") | nindent 12 }}
             {{- with .medhelmSchedule }}{{ if .confMap }}
             - name: conf
               mountPath: /etc/medhelm/conf
@@ -283,6 +400,7 @@ spec:
         {{- include "medhelm.volumes" . | nindent 8 }}
         {{- include "medhelm.tlsVolume" (dict "root" . "side" "client") | nindent 8 }}
         {{- include "medhelm.jobAuthVolumes" . | nindent 8 }}
+        {{- include "medhelm.apiKeyVolumes" (dict "root" . "who" "job") | nindent 8 }}
         {{- with .medhelmSchedule }}{{ if .confMap }}
         - name: conf
           configMap:

@@ -47,10 +47,13 @@ def main(args: argparse.Namespace) -> int:
         return 0
     print(f"{'at (UTC)':<27} {'actor':<28} {'role':<8} {'action':<16} {'release':<16} {'runs':<10} "
           f"{'instances':>9}  detail")
-    for e in rows:
+    from medhelm.errors import escape
+
+    for e in rows:  # an actor is what the identity provider said: its control characters never reach the terminal
         runs = ",".join(str(r) for r in e.run_ids)
-        print(f"{e.at[:26]:<27} {e.actor[:28]:<28} {e.role:<8} {e.action:<16} {(e.release or '')[:16]:<16} "
-              f"{runs[:10]:<10} {len(e.instance_ids):>9}  {e.detail}")
+        print(f"{e.at[:26]:<27} {escape(e.actor, 28):<28} "
+              f"{escape(e.role, 8):<8} {escape(e.action, 16):<16} {escape(e.release or '', 16):<16} "
+              f"{runs[:10]:<10} {len(e.instance_ids):>9}  {escape(e.detail or '', 200)}")
     return 0
 
 

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from medhelm.cli import int_in
+from medhelm.cli import float_in, int_in
 from medhelm.cli import run as run_cli
 from medhelm.errors import ConfigError, MedhelmError
 from medhelm.files import plain_name
@@ -65,6 +65,9 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     svc.add_argument("--service-token-file", type=Path, default=_env_path("MEDHELM_SERVICE_TOKEN_FILE"),
                      help="file holding this caller's bearer token for the services' caller authorization "
                           "(env MEDHELM_SERVICE_TOKEN_FILE; mount it from a Kubernetes Secret)")
+    svc.add_argument("--service-retry-s", type=float_in(0, 86_400), default=None, metavar="S",
+                     help="how long a call waits for a service that is down (restarting, drained) before the "
+                          "instance fails as unreachable (env MEDHELM_SERVICE_RETRY_S; default 120)")
     sched = p.add_argument_group("scheduled runs (a CronJob's Job: docs/kubernetes.md)")
     sched.add_argument("--suite-date", action="store_true",
                        help="append the scheduled date to --suite: <suite>-<date> from the CronJob's scheduled "
@@ -113,8 +116,11 @@ def main_job(args: argparse.Namespace) -> int:
 
     token = read_token(args.service_token_file) if getattr(args, "service_token_file", None) else None
     roots = tuple(getattr(args, "benchmark_roots", None) or ())
+    from medhelm.rpc.remote import default_retry_s
+
+    retry_s = args.service_retry_s if getattr(args, "service_retry_s", None) is not None else default_retry_s()
     endpoint = {name: Endpoint(addr, ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key, token=token,
-                               benchmark_roots=roots) if addr else None
+                               benchmark_roots=roots, retry_s=retry_s) if addr else None
                 for name, addr in (("scenarios", args.scenario_service), ("jury", args.jury_service),
                                    ("metrics", args.metrics_service))}
     if any(endpoint.values()):

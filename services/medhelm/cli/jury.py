@@ -113,9 +113,11 @@ def _store_ratings(args: argparse.Namespace) -> tuple[list, list, str]:
     from medhelm.store import open_store, read, review
     from medhelm.errors import without_password
 
-    location = args.store or os.environ.get("MEDHELM_STORE_URL", "")
+    from medhelm.files import env_secret
+
+    location = args.store or env_secret("MEDHELM_STORE_URL") or ""
     if not location:
-        raise ConfigError("--store without a location needs env MEDHELM_STORE_URL")
+        raise ConfigError("--store without a location needs env MEDHELM_STORE_URL (or MEDHELM_STORE_URL_FILE)")
     with open_store(location) as store:
         release = read.resolve_release(store, args.release)
         stored = review.stored_ratings(store, release=release, benchmark=args.benchmark)

@@ -159,6 +159,13 @@ def _submit(args: argparse.Namespace) -> int:
         print(text, end="")
         return 0
     name = docs[-1]["metadata"]["name"]
+    # the chart's own Job of this suite (hash-named) must not run beside ours: both would write its shards
+    listed = json.loads(_kubectl(args, "get", "jobs", "-l", _suite_selector(args), "-o", "json") or "{}")
+    for other in listed.get("items") or []:
+        other_name = other.get("metadata", {}).get("name")
+        if other_name != name and (other.get("status") or {}).get("active"):
+            raise MedhelmError(f"job {other_name} (the release's own) is running suite {args.suite}; wait for it "
+                               f"(medhelm k8s status) or submit another --suite")
     existing = _kubectl(args, "get", "job", name, "-o", "json", "--ignore-not-found")
     if existing.strip():
         status = json.loads(existing).get("status", {})
@@ -257,8 +264,25 @@ def _schedule_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def suite_job(args: argparse.Namespace) -> dict:
+    """The suite's Job: the one `submit` names <release>-medhelm-eval-<suite>, else the newest the chart made
+    (named with a hash of its spec, found by its labels); {} when there is none."""
+    found = _kubectl(args, "get", "job", job_name(args.release, args.suite), "-o", "json", "--ignore-not-found")
+    if found.strip():
+        return json.loads(found)
+    listed = json.loads(_kubectl(args, "get", "jobs", "-l", _suite_selector(args), "-o", "json") or "{}")
+    items = sorted(listed.get("items") or [], key=lambda j: j.get("metadata", {}).get("creationTimestamp", ""))
+    return items[-1] if items else {}
+
+
+def _suite_selector(args: argparse.Namespace) -> str:
+    return f"app.kubernetes.io/instance={args.release},medhelm.io/suite={args.suite}"
+
+
 def _status(args: argparse.Namespace) -> int:
-    job = json.loads(_kubectl(args, "get", "job", job_name(args.release, args.suite), "-o", "json"))
+    job = suite_job(args)
+    if not job:
+        raise MedhelmError(f"no Job for suite {args.suite} of release {args.release}")
     spec, st = job.get("spec", {}), job.get("status", {})
     print(f"{job['metadata']['name']}: {st.get('succeeded', 0)}/{spec.get('completions', '?')} shards done, "
           f"{st.get('active', 0)} running, {st.get('failed', 0)} failed")
@@ -332,7 +356,7 @@ def progress_line(scrape: str) -> str:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    name = job_name(args.release, args.suite)
+    name = (suite_job(args).get("metadata") or {}).get("name") or job_name(args.release, args.suite)
     print(_kubectl(args, "logs", "-l", f"batch.kubernetes.io/job-name={name}", "--prefix", "--all-containers",
                    f"--tail={args.tail}"), end="")
     return 0
@@ -347,12 +371,60 @@ def _collect(args: argparse.Namespace) -> int:
     template, store_env = load_template(args)
     job = collect_job(args, template, store_env)
     name = job["metadata"]["name"]
+    limit_s = _seconds(args.timeout)
+    # the suite's own Job: a failed one is named with its failed indexes at once (collecting it would only
+    # report the same instances missing after the collect Job ran)
+    suites = suite_job(args)
+    failed = _failed(suites)
+    if failed is not None:
+        raise MedhelmError(f"job {suites['metadata']['name']} failed ({failed}); re-submit the suite to resume "
+                           f"them (finished instances are kept), then collect")
     _kubectl(args, "delete", "job", name, "--ignore-not-found", "--wait=true")
     _kubectl(args, "apply", "-f", "-", input_text=yaml.safe_dump(job, sort_keys=False))
-    waited = _kubectl(args, "wait", "--for=condition=complete", f"job/{name}", f"--timeout={args.timeout}",
-                      check=False)
+    state = _wait_job(args, name, limit_s)
     print(_kubectl(args, "logs", f"job/{name}", check=False), end="")
-    return 0 if "condition met" in waited else 2
+    if state != "Complete":
+        print(f"collect job {name}: {state}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _seconds(text: str) -> float:
+    """``--timeout`` as kubectl writes durations: 600s, 10m, 1h, or a bare number of seconds."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smh]?)", str(text).strip())
+    if not m:
+        raise ConfigError(f"--timeout {str(text)[:20]!r}: a duration such as 600s, 10m or 1h", field="--timeout")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def _failed(job: dict) -> str | None:
+    """What failed in a Job (its failed indexes, or its Failed condition's reason), None while it has not."""
+    st = job.get("status") or {}
+    conditions = {c.get("type"): c for c in st.get("conditions", [])}
+    failure = conditions.get("Failed") or conditions.get("FailureTarget")
+    if not failure or failure.get("status") != "True":
+        return None
+    indexes = st.get("failedIndexes")
+    return f"failed indexes: {indexes}" if indexes else (failure.get("reason") or "Failed")
+
+
+def _wait_job(args: argparse.Namespace, name: str, limit_s: float, every_s: float = 3.0) -> str:
+    """Poll the Job until it completes or fails - whichever comes first, so a failure stops the wait at once
+    (``kubectl wait --for=condition=complete`` would sit out the whole timeout) - or the time is up."""
+    import time
+
+    deadline = time.monotonic() + limit_s
+    while True:
+        job = json.loads(_kubectl(args, "get", "job", name, "-o", "json"))
+        failed = _failed(job)
+        if failed is not None:
+            return f"failed ({failed})"
+        if any(c.get("type") == "Complete" and c.get("status") == "True"
+               for c in (job.get("status") or {}).get("conditions", [])):
+            return "Complete"
+        if time.monotonic() >= deadline:
+            return f"not complete after {args.timeout}"
+        time.sleep(min(every_s, max(deadline - time.monotonic(), 0.0)))
 
 
 def _kubectl(args: argparse.Namespace, *cmd: str, input_text: str | None = None, check: bool = True) -> str:

@@ -46,9 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tls-key", type=Path, help="server private key (PEM)")
     g.add_argument("--tls-client-ca", type=Path, help="CA for client certificates: enables mutual TLS")
     a = p.add_argument_group("who may call / see (docs/access.md)")
-    a.add_argument("--allow-client", action="append", default=[], metavar="IDENTITY",
-                   help="gRPC: a client certificate identity (CN or SAN) allowed to call; repeatable; needs "
-                        "--tls-client-ca")
+    a.add_argument("--allow-client", action="append", default=[], metavar="TYPE:VALUE",
+                   help="gRPC: a client certificate identity allowed to call, matched in that field only: "
+                        "uri:spiffe://..., dns:job.ns.svc, email:..., cn:...; repeatable; needs --tls-client-ca")
     a.add_argument("--caller-tokens", type=Path, default=Path(os.environ["MEDHELM_CALLER_TOKENS"])
                    if os.environ.get("MEDHELM_CALLER_TOKENS") else None,
                    help="gRPC: file of '<caller> <bearer token>' lines allowed to call (env MEDHELM_CALLER_TOKENS)")

@@ -60,8 +60,11 @@ def add_store_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def store_location(args: argparse.Namespace) -> str:
-    # env MEDHELM_STORE_URL: how the chart hands a PostgreSQL URL over (a password never sits in argv)
-    return args.store or os.environ.get("MEDHELM_STORE_URL") or str(Path(args.output_path) / "results.sqlite")
+    # env MEDHELM_STORE_URL_FILE (a mounted Secret key): how the chart hands a PostgreSQL URL over (its password
+    # never sits in argv or in an env var); MEDHELM_STORE_URL itself for a shell
+    from medhelm.files import env_secret
+
+    return args.store or env_secret("MEDHELM_STORE_URL") or str(Path(args.output_path) / "results.sqlite")
 
 
 def main(args: argparse.Namespace) -> int:

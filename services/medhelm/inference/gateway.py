@@ -20,9 +20,8 @@ Failure semantics: a variable that is not set is a ``ConfigError`` naming it, ra
 
 from __future__ import annotations
 
-import os
 
-from medhelm import credentials
+from medhelm import credentials, files
 from medhelm.errors import ConfigError
 from medhelm.specs import Deployment
 
@@ -30,9 +29,11 @@ DEFAULT_SUBSCRIPTION_HEADER = "Ocp-Apim-Subscription-Key"
 
 
 def env_secret(deployment: Deployment, variable: str, what: str) -> str:
-    value = os.environ.get(variable)
+    """``$variable``, else the file ``$variable_FILE`` names (files.env_secret: the chart mounts keys as files)."""
+    value = files.env_secret(variable)
     if not value:
-        raise ConfigError(f"environment variable {variable} is not set ({what} of deployment '{deployment.name}')")
+        raise ConfigError(f"environment variable {variable} is not set, nor {variable}_FILE ({what} of deployment "
+                          f"'{deployment.name}')")
     return value
 
 

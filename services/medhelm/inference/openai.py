@@ -161,9 +161,11 @@ def _headers(deployment: Deployment) -> dict[str, str]:
     # a HELM prod_env entry: the key from credentials.conf, read now (credentials.py), never kept in a spec
     key = credentials.deployment_secret(deployment.options, "api_key", deployment=deployment.name)
     if deployment.api_key_env:
-        key = os.environ.get(deployment.api_key_env)
+        from medhelm.files import env_secret
+
+        key = env_secret(deployment.api_key_env)  # or the file $<name>_FILE names (the chart mounts keys so)
         if not key:
-            raise ConfigError(f"environment variable {deployment.api_key_env} is not set "
+            raise ConfigError(f"environment variable {deployment.api_key_env} (or {deployment.api_key_env}_FILE) is not set "
                               f"(api_key_env of deployment '{deployment.name}')")
     if key:
         auth_header = deployment.options.get("auth_header")

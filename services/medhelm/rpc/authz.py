@@ -6,8 +6,11 @@ or reads the results on the server, so every one is guarded; health checks and r
 
 * a bearer token (``authorization: Bearer <token>`` metadata) whose SHA-256 is in the caller-token
   file (``--caller-tokens``: lines ``<caller name> <token>``; compared in constant time), or
-* over mutual TLS, a client certificate whose identity (subject CN, or a DNS/URI/e-mail SAN) is in
-  ``--allow-client`` (the certificate's chain is already checked by TLS against ``--tls-client-ca``).
+* over mutual TLS, a client certificate carrying one ``--allow-client TYPE:VALUE`` identity in exactly that
+  field: ``uri:`` a URI SAN (e.g. a SPIFFE id), ``dns:`` a DNS SAN, ``email:`` an e-mail SAN, ``cn:`` the
+  subject CN. A value never matches in another field (``dns:x`` is not satisfied by a CN or URI ``x``, which
+  another team's certificate from the same CA could carry). The chain is already checked by TLS against
+  ``--tls-client-ca``; gRPC reports each SAN type apart (``peer_uri``, ``peer_dns``, ``peer_email``).
 
 Failure semantics: no credentials at all -> ``UNAUTHENTICATED``; credentials that are not allowed ->
 ``PERMISSION_DENIED``; both before the servicer runs, so no data is read or sent. Each refusal counts
@@ -30,7 +33,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter
 
 from medhelm import files
-from medhelm.errors import ConfigError
+from medhelm.errors import ConfigError, escape
 
 log = logging.getLogger("medhelm.rpc")
 
@@ -38,11 +41,24 @@ GUARDED_PREFIX = "/medhelm.v1."
 TOKEN_HEADER = "authorization"
 
 
+# --allow-client TYPE -> the gRPC auth-context property holding exactly that field of the client certificate
+IDENTITY_FIELDS = {"uri": "peer_uri", "dns": "peer_dns", "email": "peer_email", "cn": "x509_common_name"}
+
+
+def parse_identity(text: str) -> tuple[str, str]:
+    """``TYPE:VALUE`` (``uri:spiffe://...``, ``dns:job.ns.svc``, ``email:...``, ``cn:...``) as (type, value)."""
+    kind, sep, value = text.strip().partition(":")
+    if not sep or kind.lower() not in IDENTITY_FIELDS or not value:
+        raise ConfigError(f"--allow-client {text.strip()[:80]!r}: give the certificate field it must match, as "
+                          "uri:VALUE, dns:VALUE, email:VALUE or cn:VALUE", field="--allow-client")
+    return kind.lower(), value
+
+
 @dataclass(frozen=True)
 class CallerPolicy:
-    """Who may call: mTLS client identities and (caller name, SHA-256 of token) pairs."""
+    """Who may call: mTLS client identities ((field, value) pairs) and (caller name, SHA-256 of token) pairs."""
 
-    identities: frozenset[str] = frozenset()
+    identities: frozenset[tuple[str, str]] = frozenset()
     tokens: tuple[tuple[str, bytes], ...] = ()
 
     @property
@@ -51,7 +67,7 @@ class CallerPolicy:
 
     @classmethod
     def build(cls, identities: Iterable[str] = (), token_file: Path | None = None) -> CallerPolicy:
-        return cls(frozenset(i.strip() for i in identities if i.strip()),
+        return cls(frozenset(parse_identity(i) for i in identities if i.strip()),
                    read_token_file(token_file) if token_file else ())
 
     def caller_for_token(self, token: str) -> str | None:
@@ -89,12 +105,10 @@ def read_token(path: Path) -> str:
     return token
 
 
-def certificate_identities(auth_context: Mapping[str, Sequence[bytes]]) -> list[str]:
-    """The names a verified client certificate carries: subject CN and SANs (DNS, URI, e-mail)."""
-    names = []
-    for key in ("x509_common_name", "x509_subject_alternative_name"):
-        names += [v.decode("utf-8", "replace") for v in auth_context.get(key, ())]
-    return names
+def certificate_identities(auth_context: Mapping[str, Sequence[bytes]]) -> list[tuple[str, str]]:
+    """The (field, value) identities a verified client certificate carries: subject CN, URI/DNS/e-mail SANs."""
+    return [(kind, v.decode("utf-8", "replace")) for kind, key in IDENTITY_FIELDS.items()
+            for v in auth_context.get(key, ())]
 
 
 class CallerAuthorization(grpc.aio.ServerInterceptor):
@@ -139,7 +153,8 @@ class CallerAuthorization(grpc.aio.ServerInterceptor):
         if not presented:
             return (grpc.StatusCode.UNAUTHENTICATED,
                     "this service needs caller credentials: a bearer token or a client certificate", "anonymous")
-        who = f"certificate {identities[0]}" if identities else "an unknown bearer token"
+        first = next((v for k, v in identities if k == "cn"), identities[0][1]) if identities else ""
+        who = f"certificate {escape(first)}" if identities else "an unknown bearer token"
         return grpc.StatusCode.PERMISSION_DENIED, "this caller is not allowed on this service", who
 
 

@@ -1,9 +1,13 @@
 """MetricsService: per-instance scores (any registered metric) and the aggregates of a run or a suite.
 
-Aggregation is the pipeline's own (``pipeline/aggregate.py``), so a run's stats from here equal its stats.json."""
+Aggregation is the pipeline's own (``pipeline/aggregate.py``), so a run's stats from here equal its stats.json.
+``AggregateRun`` adds each record to the pipeline's order-independent ``Aggregator`` as it arrives: memory
+stays bounded by the number of (stat, split) pairs whatever the stream's length, and the event loop gets a
+turn after every message (health and other calls answer throughout)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,7 +15,7 @@ from pathlib import Path
 import grpc
 
 from medhelm.errors import ConfigError
-from medhelm.pipeline.aggregate import aggregate, aggregate_rows, scored_row
+from medhelm.pipeline.aggregate import Aggregator, aggregate, scored_row
 from medhelm.rundir import RunDir
 from medhelm.rpc import codec
 from medhelm.rpc.scoring import MetricHost
@@ -45,24 +49,23 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
     async def AggregateRun(self, request_iterator: AsyncIterator[metrics_pb2.AggregateRunRequest],
                            context: grpc.aio.ServicerContext) -> metrics_pb2.RunStats:
         spec: RunSpec | None = None
-        # Only (position, split, stats) of each record is kept: memory grows with the number of records,
-        # never with their text, and past max_records the call is refused.
-        rows: list[tuple[int, tuple | None]] = []
+        # Each record is folded into the running sums as it arrives (the Aggregator's sums are exact, so the
+        # order does not matter): nothing per record is kept; past max_records the call is still refused.
+        agg, count = Aggregator(), 0
         async for msg in request_iterator:
             if spec is None:
                 spec = codec.run_spec(msg.run_spec_json)
-            if len(rows) + len(msg.instance_result_json) > self._max_records:
+            if count + len(msg.instance_result_json) > self._max_records:
                 raise LimitExceeded(f"more than {self._max_records} records in one AggregateRun call "
                                     f"(the server's --max-aggregate-records)")
             for line in msg.instance_result_json:
-                rec = codec.loads(line, InstanceResult.from_json, "instance_result_json")
-                rows.append((rec.position, scored_row(rec)))
+                agg.add(scored_row(codec.loads(line, InstanceResult.from_json, "instance_result_json")))
+            count += len(msg.instance_result_json)
+            await asyncio.sleep(0)  # a long stream of buffered messages still lets every other call in
         if spec is None:
             raise ConfigError("empty stream: the first message must carry run_spec_json", field="run_spec_json")
-        rows.sort(key=lambda r: r[0])
-        stats = aggregate_rows(row for _, row in rows)
-        return metrics_pb2.RunStats(run=spec.name, stats_json=codec.dumps([s.to_json() for s in stats]),
-                                    instances=len(rows))
+        return metrics_pb2.RunStats(run=spec.name, stats_json=codec.dumps([s.to_json() for s in agg.stats()]),
+                                    instances=count)
 
     @rpc_method
     async def AggregateSuite(self, request: metrics_pb2.AggregateSuiteRequest,

@@ -7,12 +7,23 @@ The services take file arguments only as names relative to their benchmark root 
 run spec a service is sent has each of them (``config_path=``, ``data_path=``, ``jury_config_path=``,
 ``prompt_path=``) rewritten as its path relative to ``Endpoint.benchmark_roots``, the folder the job shares
 with the services (``--benchmark-root``; in the chart, the data volume). A file outside them is a
-``ConfigError`` naming the run and the field, before anything is sent (``names_for``)."""
+``ConfigError`` naming the run and the field, before anything is sent (``names_for``).
+
+A service that is down (a restart, a drain, a rolling update: UNAVAILABLE without the service's
+``medhelm-upstream`` marker) is waited for: each call is retried with jittered exponential backoff (0.5 s
+doubling to 10 s) until ``Endpoint.retry_s`` (default 120 s, ``MEDHELM_SERVICE_RETRY_S``) has passed, then it
+fails as ``ServerUnreachable`` naming the service. Scoring calls are idempotent and an instance stream is
+re-read from its start, so a retry never duplicates anything. A failure of the model behind the service (the
+marker) is not retried here: the instance fails as it would locally, and the next run retries it."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+import os
+import random
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,14 +35,15 @@ from medhelm.errors import ConfigError
 from medhelm.rpc import codec
 from medhelm.rpc.authz import BearerToken, aio_bearer_interceptors
 from medhelm.rpc.scoring import JURY_METRICS
-from medhelm.rpc.status import error_from
+from medhelm.rpc.status import error_from, service_down
 from medhelm.rpc.tls import read_pem
 from medhelm.scoring import registry
 from medhelm.scoring.base import Metric, MetricResult, ScoringContext, ScoringItem
 from medhelm.specs import BenchmarkSpec, FrozenMap, Instance, MetricSpec, Prompt, RunSpec
 from medhelm.v1 import common_pb2, jury_pb2_grpc, metrics_pb2_grpc, scenarios_pb2, scenarios_pb2_grpc
 
-# Services restart (rolling updates, node drains): retry UNAVAILABLE a few times before giving up.
+# Transparent retries of UNAVAILABLE inside gRPC (a few, ~7.5 s); the bounded wait for a service that is
+# down for longer (a restart) is the loop around each call (_Patience, Endpoint.retry_s).
 # round_robin over every address the name resolves to: behind the chart's headless Services that is every
 # replica, so one shard's channel spreads its calls instead of pinning to one pod.
 _SERVICE_CONFIG = json.dumps({"loadBalancingConfig": [{"round_robin": {}}], "methodConfig": [{
@@ -39,6 +51,48 @@ _SERVICE_CONFIG = json.dumps({"loadBalancingConfig": [{"round_robin": {}}], "met
     "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.5s", "maxBackoff": "8s", "backoffMultiplier": 2,
                     "retryableStatusCodes": ["UNAVAILABLE"]},
 }]})
+
+
+DEFAULT_RETRY_S = 120.0  # longer than a pod restart or a rolling update of one replica
+_BACKOFF_FIRST_S, _BACKOFF_MAX_S = 0.5, 10.0
+
+
+def default_retry_s() -> float:
+    """``MEDHELM_SERVICE_RETRY_S`` (seconds, >= 0), else ``DEFAULT_RETRY_S``."""
+    raw = os.environ.get("MEDHELM_SERVICE_RETRY_S", "")
+    try:
+        value = float(raw) if raw else DEFAULT_RETRY_S
+    except ValueError:
+        raise ConfigError(f"MEDHELM_SERVICE_RETRY_S must be a number of seconds, got {raw[:40]!r}") from None
+    if not 0 <= value <= 86_400:
+        raise ConfigError("MEDHELM_SERVICE_RETRY_S must be between 0 and 86400 seconds")
+    return value
+
+
+class _Patience:
+    """The retry budget of one call: ``wait()`` gives the next backoff delay, or None once it is spent."""
+
+    def __init__(self, budget_s: float) -> None:
+        self._deadline = time.monotonic() + budget_s
+        self._delay = _BACKOFF_FIRST_S
+        self.attempts = 1
+
+    def wait(self) -> float | None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            return None
+        delay = min(left, random.uniform(self._delay / 2, self._delay))  # jitter: shards do not retry in step
+        self._delay = min(self._delay * 2, _BACKOFF_MAX_S)
+        self.attempts += 1
+        return delay
+
+
+def _gave_up(err: grpc.RpcError, address: str, patience: _Patience, budget_s: float):
+    from medhelm.errors import ServerUnreachable
+
+    details = (err.details() if hasattr(err, "details") else "") or "UNAVAILABLE"
+    return ServerUnreachable(f"service {address} unavailable: gave up after {patience.attempts} attempt(s), "
+                             f"retry budget {budget_s:g} s ({details})")
 
 
 @dataclass(frozen=True)
@@ -53,11 +107,15 @@ class Endpoint:
     timeout_s: float = 600.0
     token: str | None = field(default=None, repr=False)  # bearer token sent on every call (caller authorization)
     benchmark_roots: tuple[Path, ...] = ()  # the folder(s) shared with the services: file args are sent as names
+    retry_s: float = field(default_factory=default_retry_s)  # how long a call waits for a service that is down
 
     def _options(self) -> list[tuple[str, object]]:
         limit = self.max_message_mb * 1024 * 1024
+        # reconnect at most 5 s apart: gRPC's default backs off to 120 s, longer than the whole retry budget
         return [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
-                ("grpc.enable_retries", 1), ("grpc.service_config", _SERVICE_CONFIG)]
+                ("grpc.enable_retries", 1), ("grpc.service_config", _SERVICE_CONFIG),
+                ("grpc.initial_reconnect_backoff_ms", 500), ("grpc.min_reconnect_backoff_ms", 500),
+                ("grpc.max_reconnect_backoff_ms", 5000)]
 
     def _credentials(self) -> grpc.ChannelCredentials | None:
         if self.ca is None:
@@ -142,16 +200,24 @@ class RemoteBenchmark:
                                                        shard_index=0, shard_count=1)
         if max_prompt_tokens is not None:
             request.max_prompt_tokens = max_prompt_tokens
-        out = []
+        patience = _Patience(self._endpoint.retry_s)
         with self._endpoint.channel() as channel:
             stub = scenarios_pb2_grpc.ScenarioServiceStub(channel)
-            try:
-                for item in stub.StreamInstances(request, timeout=self._endpoint.timeout_s):
-                    inst = codec.loads(item.instance_json, Instance.from_json, "instance_json")
-                    prompt = codec.loads(item.prompt_json, Prompt.from_json, "prompt_json")
-                    out.append((inst, prompt))
-            except grpc.RpcError as err:
-                raise error_from(err, self._endpoint.address) from None
+            while True:
+                out = []  # a retried stream is read again from its start: nothing twice
+                try:
+                    for item in stub.StreamInstances(request, timeout=self._endpoint.timeout_s):
+                        inst = codec.loads(item.instance_json, Instance.from_json, "instance_json")
+                        prompt = codec.loads(item.prompt_json, Prompt.from_json, "prompt_json")
+                        out.append((inst, prompt))
+                    break
+                except grpc.RpcError as err:
+                    if not service_down(err):
+                        raise error_from(err, self._endpoint.address) from None
+                    delay = patience.wait()
+                    if delay is None:
+                        raise _gave_up(err, self._endpoint.address, patience, self._endpoint.retry_s) from None
+                    time.sleep(delay)
         self._prompts = {inst.id: prompt for inst, prompt in out}
         return out
 
@@ -178,11 +244,18 @@ class RemoteMetric:
             wire = names_for(item.run, self._endpoint.benchmark_roots)
             self._setup = (item.run, codec.setup_message(wire, self._specs))
         request = common_pb2.ScoreRequest(setup=self._setup[1], item=codec.item_message(item, 0))
-        try:
-            reply = await self._call(request, timeout=self._endpoint.timeout_s)
-        except grpc.aio.AioRpcError as err:
-            raise error_from(err, self._endpoint.address) from None
-        return codec.metric_result(reply)
+        patience = _Patience(self._endpoint.retry_s)
+        while True:
+            try:
+                reply = await self._call(request, timeout=self._endpoint.timeout_s)
+                return codec.metric_result(reply)
+            except grpc.aio.AioRpcError as err:
+                if not service_down(err):
+                    raise error_from(err, self._endpoint.address) from None
+                delay = patience.wait()
+                if delay is None:
+                    raise _gave_up(err, self._endpoint.address, patience, self._endpoint.retry_s) from None
+                await asyncio.sleep(delay)
 
     async def aclose(self) -> None:
         await self._channel.close()

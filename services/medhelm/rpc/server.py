@@ -26,6 +26,7 @@ from prometheus_client import start_http_server
 
 from medhelm.errors import ConfigError
 from medhelm.rpc.authz import CallerAuthorization, CallerPolicy
+from medhelm.rpc.decoding import StrictDecoding
 from medhelm.rpc.telemetry import CallLimits, Telemetry
 from medhelm.rpc.tls import TlsFiles
 
@@ -138,6 +139,7 @@ async def serve(config: ServerConfig, *, on_ready: Callable[[int, int | None], N
     limit = config.max_message_mb * 1024 * 1024
     guard = [CallerAuthorization(config.callers, config.service, telemetry.registry)] \
         if config.callers is not None and not config.callers.empty else []
+    guard.append(StrictDecoding())  # after the caller check: an unauthorized caller's bytes are never parsed
     server = grpc.aio.server(interceptors=guard, options=[("grpc.max_receive_message_length", limit),
                                       ("grpc.max_send_message_length", limit),
                                       ("grpc.so_reuseport", 0)])

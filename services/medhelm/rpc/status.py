@@ -56,6 +56,13 @@ def error_from(err: grpc.aio.AioRpcError | grpc.RpcError, address: str) -> Medhe
     return MedhelmError(f"service {address} failed: {code.name if code else 'unknown'}: {details}")
 
 
+def service_down(err: object) -> bool:
+    """UNAVAILABLE from the service itself (refused, reset, restarting), not from the model server behind it
+    (which the service marks with ``medhelm-upstream``): what a client waits out (rpc/remote.py)."""
+    code = err.code() if hasattr(err, "code") else None  # type: ignore[attr-defined]
+    return code == grpc.StatusCode.UNAVAILABLE and _upstream(err) is None
+
+
 def _upstream(err: object) -> str | None:
     try:
         pairs = err.trailing_metadata() or ()  # type: ignore[attr-defined]
