@@ -437,3 +437,44 @@ def test_a_name_too_long_for_the_file_system_is_one_line(tmp_path: Path) -> None
     assert_bad_input(r, names=long_name, contains="too long")
     r = run_cli(["validate", "--run-entries", f"pubmed_qa:model={SMOL}", "--local-path", long_name], cwd=tmp_path)
     assert_bad_input(r, names=long_name, contains="too long")
+
+
+# ------------------------------------------------------------------- issue 30: every input bounded (A-D)
+
+
+def _edit_first_record(run_dir: Path, edit) -> None:
+    lines = (run_dir / "instances.jsonl").read_text().splitlines()
+    record = json.loads(lines[0])
+    edit(record)
+    lines[0] = json.dumps(record)
+    (run_dir / "instances.jsonl").write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("edit,says", [
+    (lambda d: d["completion"]["usage"].update(prompt_tokens=-10 ** 30), "completion.usage.prompt_tokens"),
+    (lambda d: d["completion"]["usage"].update(latency_s="slow"), "latency_s"),
+    (lambda d: d.update(error=["a", "list"]), "'error'"),
+    (lambda d: d["stats"].update({next(iter(d["stats"])): "high"}), "must be a number or null"),
+    (lambda d: d.update(position=1.5), "'position'"),
+])
+def test_record_fields_of_the_wrong_type_are_one_line(tmp_path: Path, finished: Path, edit, says: str) -> None:
+    run_dir = next((finished / "runs" / "s1").iterdir())
+    _edit_first_record(run_dir, edit)
+    before = snapshot(finished)
+    r = run_cli(["summarize", "--suites", "s1", "--output-path", finished, "--bootstrap", "10"], cwd=tmp_path)
+    assert_bad_input(r, names=f"{run_dir / 'instances.jsonl'}:1", out=finished, before=before, contains=says)
+
+
+@pytest.mark.parametrize("name,field,value", [("run_spec.json", "deployment", {"a": 1}),
+                                              ("run_spec.json", "model", 5),
+                                              ("run.json", "wall_time_s", "long"),
+                                              ("run.json", "instances_done", -3)])
+def test_run_files_fields_of_the_wrong_type_are_one_line(tmp_path: Path, finished: Path, name: str, field: str,
+                                                         value: object) -> None:
+    run_dir = next((finished / "runs" / "s1").iterdir())
+    doc = json.loads((run_dir / name).read_text())
+    doc[field] = value
+    (run_dir / name).write_text(json.dumps(doc))
+    before = snapshot(finished)
+    r = run_cli(["summarize", "--suites", "s1", "--output-path", finished, "--bootstrap", "10"], cwd=tmp_path)
+    assert_bad_input(r, names=run_dir / name, out=finished, before=before, contains=field)

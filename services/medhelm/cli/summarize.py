@@ -102,6 +102,8 @@ def writable_store(location: str) -> Iterator[Store]:
     from medhelm.store.backends import sqlite_path
 
     path = sqlite_path(location)
+    if path is not None and path.is_symlink():
+        path = Path(os.path.realpath(path))  # a failure removes what this command made, never the user's link
     created = path is not None and not path.exists()
     was_empty = path is not None and not created and path.is_file() and path.stat().st_size == 0
     try:
