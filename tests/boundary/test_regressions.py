@@ -478,3 +478,160 @@ def test_run_files_fields_of_the_wrong_type_are_one_line(tmp_path: Path, finishe
     before = snapshot(finished)
     r = run_cli(["summarize", "--suites", "s1", "--output-path", finished, "--bootstrap", "10"], cwd=tmp_path)
     assert_bad_input(r, names=run_dir / name, out=finished, before=before, contains=field)
+
+
+@pytest.mark.parametrize("cell", ["[" + "1" * 5000 + "]", "[" * 100_000 + "]" * 100_000])
+def test_incorrect_answers_cell_too_deep_or_too_long_is_one_line(tmp_path: Path, bench: Path, cell: str) -> None:
+    csv_path = bench.parent / "dataset.csv"
+    lines = csv_path.read_text().splitlines()
+    lines[1] = lines[1].rsplit(",", 1)[0] + f',"{cell}"'  # row 1's incorrect_answers (the last column)
+    csv_path.write_text("\n".join(lines) + "\n")
+    r = run_cli(["validate", "--run-entries", entry(bench)], cwd=tmp_path)
+    assert_bad_input(r, names=csv_path, contains="incorrect_answers")
+
+
+def test_rubric_criteria_json_too_deep_is_one_line(tmp_path: Path, bench: Path) -> None:
+    judge_prompt = bench.parent / "judge.txt"
+    judge_prompt.write_text("Q: {QUESTION}\nR: {RESPONSE}\nScore 0 to 5.\n<rubric_criteria>"
+                            + "[" * 100_000 + "]" * 100_000 + "</rubric_criteria>\n")
+    bench.write_text(bench.read_text().replace("  - name: exact_match\n",
+                                               "  - name: jury_score\n    prompt_file: judge.txt\n"))
+    r = run_cli(["validate", "--run-entries", entry(bench)], cwd=tmp_path)
+    assert_bad_input(r, names=None, contains="rubric_criteria")
+
+
+def test_unclosed_ipv6_bracket_in_base_url_found_before_writing(tmp_path: Path, bench: Path) -> None:
+    local = deployments(tmp_path, "model_deployments:\n" + openai_item(base_url="'http://[::1:8000/v1'"))
+    out = tmp_path / "out"
+    r = run_cli(["run", "--run-entries", entry(bench, "mine/model"), "--local-path", local, "--output-path", out],
+                cwd=tmp_path)
+    assert_bad_input(r, names=local / "model_deployments.yaml", out=out, contains="IPv6")
+
+
+def test_store_url_of_another_scheme_is_refused_not_a_folder(tmp_path: Path, finished: Path) -> None:
+    before = snapshot(tmp_path)
+    r = run_cli(["summarize", "--suites", "s1", "--output-path", finished, "--store", "mysql://x/y"], cwd=tmp_path)
+    assert_bad_input(r, names=None, out=tmp_path, before=before, contains="mysql://")
+    assert not (tmp_path / "mysql:").exists()
+
+
+def test_refused_summarize_keeps_a_dangling_symlink_store_and_an_older_store_as_they_were(
+        tmp_path: Path, finished: Path) -> None:
+    (finished / "runs" / "empty").mkdir()
+    link = tmp_path / "link.sqlite"
+    os.symlink(tmp_path / "target.sqlite", link)
+    r = run_cli(["summarize", "--suites", "empty", "--output-path", finished, "--store", link], cwd=tmp_path)
+    assert_bad_input(r, names=None, contains="no complete run")
+    assert link.is_symlink() and not (tmp_path / "target.sqlite").exists()
+    # an older store (made before the ratings table existed): a refused summarize must not add it
+    store = finished / "results.sqlite"
+    con = sqlite3.connect(store)
+    con.execute("DROP INDEX IF EXISTS review_by_benchmark")
+    con.execute("DROP TABLE review_ratings")
+    con.commit()
+    con.close()
+    before = snapshot(finished)
+    r = run_cli(["summarize", "--suites", "empty", "--output-path", finished], cwd=tmp_path)
+    assert_bad_input(r, names=None, out=finished, before=before, contains="no complete run")
+    r = run_cli(["summarize", "--suites", "s1", "--output-path", finished, "--bootstrap", "10"], cwd=tmp_path)
+    assert r.code == 0, r.stderr  # a summarize that succeeds adds it, in its own transaction
+    con = sqlite3.connect(store)
+    assert con.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'review_ratings'").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize("pragma,says", [("PRAGMA query_only = 1", "read-only"),
+                                         ("PRAGMA max_page_count = 1", "no space")])
+def test_a_store_that_cannot_be_written_says_so_not_damaged(tmp_path: Path, pragma: str, says: str) -> None:
+    from medhelm.errors import OutputUnwritable
+    from medhelm.store import open_store
+
+    with open_store(tmp_path / "results.sqlite", create=True) as store:
+        store._conn.execute(pragma)  # what a read-only folder or a full disk does to SQLite's writes
+        with pytest.raises(OutputUnwritable) as err:
+            with store.transaction():
+                store.insert_many("meta", ("release", "key", "value"), [("r", "k", "v" * 100_000)])
+    assert says in str(err.value) and "damaged" not in str(err.value) and err.value.exit_code == 74
+
+
+# -------------------------------------------------------------------------------------- HELM imports
+
+
+def _helm_suite(tmp_path: Path) -> Path:
+    from tests.leaderboard.test_import_helm import _helm_run
+
+    suite = tmp_path / "helm" / "runs" / "v1"
+    _helm_run(suite, "pubmed_qa", "openai/gpt-4o", [1, 1, 0, 1], "exact_match", ["pubmed_qa"])
+    _helm_run(suite, "med_dialog,subset=icliniq", "openai/gpt-4o", [5, 4, 3], "med_dialog_accuracy", ["med_dialog"])
+    return suite
+
+
+def _helm_file(suite: Path, head: str, name: str) -> Path:
+    return next(d for d in suite.iterdir() if d.name.startswith(head)) / name
+
+
+@pytest.mark.parametrize("damage,says", [
+    ("fifo", "not a regular file"), ("devzero", "not a regular file"), ("dir", "is a folder"),
+    ("empty", "lists no instance"),
+])
+def test_helm_per_instance_file_of_another_kind_is_named_not_dropped(tmp_path: Path, damage: str, says: str) -> None:
+    suite = _helm_suite(tmp_path)
+    target = _helm_file(suite, "pubmed_qa", "per_instance_stats.json")
+    target.unlink()
+    if damage == "fifo":
+        os.mkfifo(target)
+    elif damage == "devzero":
+        os.symlink("/dev/zero", target)
+    elif damage == "dir":
+        target.mkdir()
+    else:
+        target.write_text("[]")
+    out = tmp_path / "out"
+    r = run_cli(["import-helm", suite, "--output-path", out], cwd=tmp_path)
+    assert_bad_input(r, names=target, out=out, contains=says)
+
+
+@pytest.mark.parametrize("edit,says", [
+    (lambda s: s[0].update(sum=None), "'sum' is missing or null"), (lambda s: s[0].update(count="one"), "'count'"),
+    (lambda s: s[0].update(count=1.5), "'count'"), (lambda s: s[0].update(mean=[1]), "'mean'"),
+])
+def test_helm_stats_that_are_not_numbers_are_errors_not_zero(tmp_path: Path, edit, says: str) -> None:
+    suite = _helm_suite(tmp_path)
+    stats = _helm_file(suite, "pubmed_qa", "stats.json")
+    doc = json.loads(stats.read_text())
+    edit(doc)
+    stats.write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    r = run_cli(["import-helm", suite, "--output-path", out], cwd=tmp_path)
+    assert_bad_input(r, names=stats, out=out, contains=says)
+
+
+@pytest.mark.parametrize("value", ["'a lot'", "1.5", "-2", "[1]"])
+def test_helm_max_tokens_not_a_whole_number(tmp_path: Path, value: str) -> None:
+    suite = _helm_suite(tmp_path)
+    spec_file = _helm_file(suite, "pubmed_qa", "run_spec.json")
+    spec = json.loads(spec_file.read_text())
+    spec["adapter_spec"]["max_tokens"] = json.loads(value.replace("'", '"'))
+    spec_file.write_text(json.dumps(spec))
+    out = tmp_path / "out"
+    r = run_cli(["import-helm", suite, "--output-path", out], cwd=tmp_path)
+    assert_bad_input(r, names=spec_file, out=out, contains="adapter_spec.max_tokens")
+
+
+def test_helm_folder_without_run_spec_is_named_in_a_note(tmp_path: Path) -> None:
+    suite = _helm_suite(tmp_path)
+    (suite / "half_copied_run").mkdir()
+    (suite / "half_copied_run" / "stats.json").write_text("[]")
+    r = run_cli(["import-helm", suite, "--output-path", tmp_path / "out", "--bootstrap", "10"], cwd=tmp_path)
+    assert r.code == 0, r.stderr
+    assert "note: skipped half_copied_run: no run_spec.json" in r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every folder whatever its mode")
+def test_unreadable_helm_suite_folder_is_one_line(tmp_path: Path) -> None:
+    suite = _helm_suite(tmp_path)
+    suite.chmod(0)
+    try:
+        r = run_cli(["import-helm", suite, "--output-path", tmp_path / "out"], cwd=tmp_path)
+        assert_bad_input(r, names=suite, contains="cannot read")
+    finally:
+        suite.chmod(0o755)
