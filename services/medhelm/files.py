@@ -150,6 +150,27 @@ def exists(path: str | Path, *, field: str | None = None) -> bool:
         raise ConfigError(f"cannot be opened ({reason})", path=path, field=field) from None
 
 
+def check_output_folder(path: str | Path, *, flag: str) -> Path:
+    """Fail before anything is written when ``path`` (made later if missing) cannot become a folder of files:
+    its nearest existing ancestor must be a folder on a file system that holds files (not /proc, /sys)."""
+    path = Path(path)
+    probe = path
+    try:
+        while not os.path.lexists(probe) and probe != probe.parent:
+            probe = probe.parent
+        if not probe.is_dir():
+            raise ConfigError(f"{flag}: cannot be a folder ({escape(probe)} is a file, not a folder)", path=path)
+        fs = os.statvfs(probe)
+    except OSError as err:
+        raise ConfigError(f"{flag}: cannot be used ({err.strerror or type(err).__name__})", path=path) from None
+    except ValueError:
+        raise ConfigError(f"{flag}: the path contains a NUL byte", path=path) from None
+    if fs.f_blocks == 0:
+        raise ConfigError(f"{flag}: {escape(probe)} is on a virtual file system (such as /proc) that cannot hold "
+                          "results; give a folder on a real disk", path=path)
+    return path
+
+
 def check_regular(path: str | Path, *, missing: str = "file not found", what: str = "file") -> Path:
     """Fail early (before anything is written) when ``path`` is not an openable regular file."""
     path = Path(path)

@@ -635,3 +635,13 @@ def test_unreadable_helm_suite_folder_is_one_line(tmp_path: Path) -> None:
         assert_bad_input(r, names=suite, contains="cannot read")
     finally:
         suite.chmod(0o755)
+
+
+@pytest.mark.parametrize("where", ["/proc/self/medhelm-out", "/dev/null/out"])
+def test_output_path_that_cannot_hold_files_is_one_line(tmp_path: Path, bench: Path, where: str) -> None:
+    local = deployments(tmp_path, "model_deployments:\n" + openai_item())
+    r = run_cli(["run", "--run-entries", entry(bench, "mine/model"), "--local-path", local, "--output-path", where],
+                cwd=tmp_path)
+    assert_bad_input(r, names=where, contains="--output-path")
+    r = run_cli(["import-helm", _helm_suite(tmp_path), "--output-path", where], cwd=tmp_path)
+    assert_bad_input(r, names=None, contains="cannot")

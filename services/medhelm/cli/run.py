@@ -209,11 +209,12 @@ def main_validate(args: argparse.Namespace) -> int:
 
 
 def plan_from_args(args: argparse.Namespace):
-    from medhelm.files import plain_name
+    from medhelm.files import check_output_folder, plain_name
     from medhelm.pipeline import RunOptions, plan_runs
     from medhelm.runentries import parse_run_entry, read_conf, select
 
     plain_name(args.suite, what="--suite")
+    check_output_folder(args.output_path, flag="--output-path")
 
     entries = [parse_run_entry(e) for e in args.run_entries]
     for conf in args.conf_paths:

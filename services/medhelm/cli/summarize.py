@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -111,13 +111,14 @@ def writable_store(location: str) -> Iterator[Store]:
             yield store
     except BaseException:
         if (created or was_empty) and path is not None:
-            for leftover in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"),
-                             path.with_name(path.name + "-journal")):
-                leftover.unlink(missing_ok=True)
-            if created:
-                path.unlink(missing_ok=True)
-            else:
-                os.truncate(path, 0)  # an empty file given as the store is left empty, as it was
+            with suppress(OSError):  # nothing to remove where the store could not even be made: the error says why
+                for leftover in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"),
+                                 path.with_name(path.name + "-journal")):
+                    leftover.unlink(missing_ok=True)
+                if created:
+                    path.unlink(missing_ok=True)
+                else:
+                    os.truncate(path, 0)  # an empty file given as the store is left empty, as it was
         raise
 
 

@@ -18,6 +18,7 @@ was. A full disk or a read-only file/folder is ``OutputUnwritable`` (exit 74, "c
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sqlite3
@@ -203,7 +204,13 @@ class Store:
 
 class SqliteStore(Store):
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # /proc/..., a file on the way, a read-only or full file system
+            reason = {errno.ENOENT: "a folder on the way cannot be created there", errno.EEXIST: "a file is in the way",
+                      errno.ENOTDIR: "a part of the path is not a folder"}.get(err.errno, err.strerror or "")
+            raise ConfigError(f"cannot create the results store's folder ({reason or type(err).__name__})",
+                              path=path.parent) from None
         # A brand-new file has no reader yet: its first load goes through a rollback journal, which does not
         # write the new pages twice as WAL does (~25% of a large summarize); then WAL, so the dashboard can
         # read while a later summarize writes.
@@ -238,7 +245,7 @@ class SqliteStore(Store):
                               "MedHELM store? Give another --store, or restore it from a backup", path=self.path) \
                 from None
 
-    def _unwritable(self, err: sqlite3.DatabaseError) -> OutputUnwritable | None:
+    def _unwritable(self, err: sqlite3.DatabaseError) -> ConfigError | OutputUnwritable | None:
         """A full disk or a read-only file/folder is not damage: say what it is (exit 74), the store unchanged."""
         primary = getattr(err, "sqlite_errorcode", 0) & 0xFF
         reason = {sqlite3.SQLITE_FULL: "no space left on the device (or the file reached its size limit)",
@@ -248,6 +255,9 @@ class SqliteStore(Store):
                 fs = os.statvfs(self.path.parent)
             except OSError:
                 return None
+            if fs.f_blocks == 0:  # /proc, /sys: no file system that holds files
+                return ConfigError("cannot be a results store (a virtual file system such as /proc); give a file on "
+                                   "a real disk with --store or --output-path", path=self.path)
             if fs.f_flag & os.ST_RDONLY:
                 reason = "read-only file system"
             elif fs.f_bavail * fs.f_frsize < 1024 * 1024:
