@@ -645,3 +645,30 @@ def test_output_path_that_cannot_hold_files_is_one_line(tmp_path: Path, bench: P
     assert_bad_input(r, names=where, contains="--output-path")
     r = run_cli(["import-helm", _helm_suite(tmp_path), "--output-path", where], cwd=tmp_path)
     assert_bad_input(r, names=None, contains="cannot")
+
+
+@pytest.mark.parametrize("name", ["per_instance_stats.json", "scenario_state.json"])
+def test_helm_streamed_file_nested_100k_deep_is_one_line_within_the_memory_cap(tmp_path: Path, name: str) -> None:
+    suite = _helm_suite(tmp_path)
+    target = _helm_file(suite, "pubmed_qa", name)
+    opener = '{"request_states": ' if name == "scenario_state.json" else ""
+    target.write_text(opener + '[{"instance_id": "a", "stats": ' + "[" * 100_000 + "]" * 100_000 + "}]"
+                      + ("}" if opener else ""))
+    out = tmp_path / "out"
+    r = run_cli(["import-helm", suite, "--output-path", out], cwd=tmp_path)  # under 1 GiB of address space
+    assert_bad_input(r, names=target, out=out, contains="nested too deeply")
+
+
+def test_json_depth_guard_skips_strings_and_escapes(tmp_path: Path) -> None:
+    from medhelm.errors import ConfigError
+    from medhelm.files import check_json_stream_depth
+
+    cases = {'[["a"]]': 2, '["\\\\"]': 1, '["\\"[[[", 1]': 1, '[[["\\\\\\"["]]]': 3, '"[[["': 0,
+             '{"k[": [{"v\\\\": "]]]"}]}': 3}
+    for text, depth in cases.items():
+        (tmp_path / "x.json").write_text(text)
+        for chunk in (1, 2, 3, 4096):  # strings, escapes and brackets split across reads
+            check_json_stream_depth(tmp_path / "x.json", limit=depth, chunk=chunk)
+            if depth:
+                with pytest.raises(ConfigError, match="nested too deeply"):
+                    check_json_stream_depth(tmp_path / "x.json", limit=depth - 1, chunk=chunk)

@@ -21,7 +21,12 @@ when present, ``scenario_state.json`` (which requests failed, which judges answe
   ``failed_as_zero`` (``import-helm --failed-as-zero``) keeps HELM's 0. Partial judge failures are counted.
 
 Failure semantics: every malformed input is a ``ConfigError`` naming the file (and entry) — raised while
-the summarize transaction is open, so nothing is half-imported.
+the summarize transaction is open, so nothing is half-imported. A run file that is there must be a regular
+file (a FIFO or ``/dev/zero`` is named, never read as "no instances"); a per-instance file that lists no
+instance is an error; streamed files are checked for nesting before ijson builds them; every stat number
+is a finite JSON number where HELM writes one (text, a list or a ``null`` sum is an error, never 0); a
+folder of a suite without ``run_spec.json`` is named in a note. A suite folder wins over a release folder
+when run folders sit in it (``helm-summarize --suite`` writes ``runs_to_run_suites.json`` there too).
 """
 
 from __future__ import annotations
@@ -505,6 +510,7 @@ def _stream(path: Path, prefix: str, what: str) -> Iterator[Any]:
     import ijson
 
     opener = b"{" if prefix.startswith("request_states") else b"["
+    files.check_json_stream_depth(path)  # before ijson builds a value: its prefixes grow with the square of depth
     try:
         with open(path, "rb") as f:
             head = f.read(4096).lstrip()
