@@ -672,3 +672,34 @@ def test_json_depth_guard_skips_strings_and_escapes(tmp_path: Path) -> None:
             if depth:
                 with pytest.raises(ConfigError, match="nested too deeply"):
                     check_json_stream_depth(tmp_path / "x.json", limit=depth - 1, chunk=chunk)
+
+
+@pytest.mark.parametrize("jury", ["default", "file", "no judges"])
+def test_unreachable_or_missing_judges_found_before_the_candidate_runs(tmp_path: Path, bench: Path,
+                                                                       jury: str) -> None:
+    import socket
+
+    closed = socket.socket()  # bound, never listening: a refused port that stays refused
+    closed.bind(("127.0.0.1", 0))
+    try:
+        with MockOpenAIServer(responder=lambda body: "Yes") as server:
+            local = tmp_path / "prod_env"
+            write_openai_deployment(local, server.base_url, name="mock/yes", model_name="test/yes-model")
+            with open(local / "model_deployments.yaml", "a") as f:
+                f.write(openai_item("judge/down", base_url=f"http://127.0.0.1:{closed.getsockname()[1]}/v1"))
+            if jury == "no judges":
+                bench.write_text(bench.read_text().replace("  - name: exact_match\n",
+                                                           JURY_METRIC + "    judges: []\n"))
+                extra = ""
+            else:
+                bench.write_text(bench.read_text().replace("  - name: exact_match\n", JURY_METRIC))
+                (tmp_path / "jury.yaml").write_text("judges:\n  - name: judge/down\n")
+                extra = ",jury_config_path=" + ("default" if jury == "default" else str(tmp_path / "jury.yaml"))
+            out = tmp_path / "out"
+            r = run_cli(["run", "--run-entries", entry(bench, "mock/yes", extra), "--local-path", local,
+                         "--output-path", out, "--max-eval-instances", "2"], cwd=tmp_path)
+            says = "judges" if jury == "no judges" else "cannot be reached"
+            assert_bad_input(r, names=None, out=out, contains=says)
+            assert server.request_count == 0  # the candidate was never asked
+    finally:
+        closed.close()
