@@ -703,3 +703,17 @@ def test_unreachable_or_missing_judges_found_before_the_candidate_runs(tmp_path:
             assert server.request_count == 0  # the candidate was never asked
     finally:
         closed.close()
+
+
+@pytest.mark.parametrize("flag", ["--metrics-port", "--port", "--health-port"])
+def test_serve_on_a_busy_port_names_the_port_and_the_flag(tmp_path: Path, flag: str) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        ports = {"--port": "0", "--metrics-port": "-1", flag: port}
+        r = run_cli(["serve", "scenarios", *[x for kv in ports.items() for x in kv]], cwd=tmp_path)
+    line = assert_bad_input(r, names=None, contains=f":{port}")
+    assert f"with {flag}" in line
