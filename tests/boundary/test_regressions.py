@@ -717,3 +717,19 @@ def test_serve_on_a_busy_port_names_the_port_and_the_flag(tmp_path: Path, flag: 
         r = run_cli(["serve", "scenarios", *[x for kv in ports.items() for x in kv]], cwd=tmp_path)
     line = assert_bad_input(r, names=None, contains=f":{port}")
     assert f"with {flag}" in line
+
+
+def test_prompts_cut_to_fit_are_said_also_under_quiet(tmp_path: Path, bench: Path) -> None:
+    csv_path = bench.parent / "dataset.csv"
+    lines = csv_path.read_text().splitlines()
+    lines[1] = lines[1].replace(f"{MARKER} note", f"{MARKER} note " + "word " * 20_000, 1)  # one long cell
+    csv_path.write_text("\n".join(lines) + "\n")
+    with MockOpenAIServer(responder=lambda body: "Yes") as server:
+        local = tmp_path / "prod_env"
+        write_openai_deployment(local, server.base_url, name="mock/yes", model_name="test/yes-model",
+                                max_sequence_length=512)
+        r = run_cli(["run", "--run-entries", entry(bench, "mock/yes"), "--output-path", tmp_path / "out",
+                     "--local-path", local, "--max-eval-instances", "6", "--quiet"], cwd=tmp_path)
+    assert r.code == 0, r.stderr
+    notes = [ln for ln in r.stderr.splitlines() if "cut to fit the context window" in ln]
+    assert len(notes) == 1 and "1 of 6 prompt(s)" in notes[0] and MARKER not in r.stderr
