@@ -733,3 +733,41 @@ def test_prompts_cut_to_fit_are_said_also_under_quiet(tmp_path: Path, bench: Pat
     assert r.code == 0, r.stderr
     notes = [ln for ln in r.stderr.splitlines() if "cut to fit the context window" in ln]
     assert len(notes) == 1 and "1 of 6 prompt(s)" in notes[0] and MARKER not in r.stderr
+
+
+def test_a_15_mb_run_entry_in_a_conf_is_refused_within_a_few_times_its_size(tmp_path: Path) -> None:
+    """Issue 30 F: the tokenizer's string pattern kept a backtracking frame per character (4.1 GB peak for
+    15 MB); now memory stays within a few times the file (traced allocations, deterministic)."""
+    import tracemalloc
+
+    from medhelm.errors import ConfigError
+    from medhelm.runentries import read_conf
+
+    conf = tmp_path / "big.conf"
+    size = 15_000_000
+    conf.write_text('entries: [{description: "medhelm_configurable_benchmark:config_path=' + "a" * size
+                    + '", priority: 1}]\n')
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError, match="more than 4000 characters"):
+            read_conf(conf)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 6 * size, peak
+
+
+def test_yaml_with_one_10_mb_line_parses_within_a_few_times_its_size(tmp_path: Path) -> None:
+    import tracemalloc
+
+    from medhelm.files import load_yaml
+
+    size = 10_000_000
+    (tmp_path / "big.yaml").write_text("name: " + "b" * size + "\n")
+    tracemalloc.start()
+    try:
+        assert len(load_yaml(tmp_path / "big.yaml")["name"]) == size
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * size, peak
