@@ -1,5 +1,5 @@
 """Issue 30 F: work in proportion to the input under the size caps. Each case runs in a fresh process and reports
-its wall time and peak resident memory (``ru_maxrss``) against the input's size; writes section `input-sizes` of
+its wall time and peak resident memory (``VmHWM``: ru_maxrss survives exec) against the input's size; writes section `input-sizes` of
 docs/benchmarks.md. The target: memory within a few times the input, about 1 s per 10 MB on an idle machine.
 
     python bench/bench_input_sizes.py [--no-write]
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from doc_sections import write_section  # noqa: E402
 
 PROBE = """
-import json, resource, sys, time
+import json, sys, time
 from pathlib import Path
 sys.path.insert(0, {services!r})
 from medhelm.errors import ConfigError
@@ -31,8 +31,8 @@ try:
     outcome = "read"
 except ConfigError as err:
     outcome = "refused: " + str(err).split(": ", 1)[-1][:60]
-print(json.dumps({{"s": time.perf_counter() - started, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "outcome": outcome}}))
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(json.dumps({{"s": time.perf_counter() - started, "rss_mb": hwm / 1024, "outcome": outcome}}))
 """
 
 
