@@ -3,7 +3,7 @@
 A two-way random-effects model with a known ICC(2,1) = var_t / (var_t + var_j + var_e): n targets x k judges,
 ``y = t_i + j_r + e_ir`` with normal effects; every design and variance setting is simulated ``--reps`` times with a
 fixed seed. "F (pingouin)" is the Satterthwaite F interval of McGraw & Wong (1996) that pingouin and R psych give;
-"ours" is what ``agreement.icc_interval`` gives (the hull of that interval and the modified large-sample one).
+"ours" is what ``agreement.icc_interval`` gives (the hull of that interval and the generalized confidence interval).
 Writes the table into docs/jury.md between the ``icc-coverage`` markers (a measurement, not a timed test).
 
     python bench/bench_icc_coverage.py [--reps 400] [--seed 30] [--no-write]

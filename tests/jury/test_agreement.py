@@ -151,8 +151,8 @@ def test_icc_f_intervals_match_pingouins_documented_example(form):
     assert round(e.value, 3) == value and e.reason is None and e.n == 8
     f_low, f_high, _ = ag._f_interval(ag.icc(WINES), form)
     assert (round(f_low, 2), round(f_high, 2)) == (low, high)  # the reference's interval, as published
-    if form[0] == "2":  # ours holds it (the hull with the modified large-sample interval)
-        assert e.low <= f_low and e.high >= f_high and e.method == ag.MLS_METHOD
+    if form[0] == "2":  # ours holds it (the hull with the generalized confidence interval)
+        assert e.low <= f_low and e.high >= f_high and e.method == ag.ICC2_METHOD
     else:
         assert (e.low, e.high) == (f_low, f_high) and e.method == ag.F_METHOD
 
@@ -254,7 +254,7 @@ def test_a_judge_without_any_valid_score_is_dropped_with_a_note():
     assert report.judges == ("judge-a", "judge-b")
     assert report.notes == ("judge judge-dead has no valid score here: left out of the agreement",)
     assert report.icc2_1.value == pytest.approx(ag.icc_value((np.array([a, b]).T - 1) / 4, "2,1"))
-    assert report.icc2_1.low is not None and report.icc2_1.method == ag.MLS_METHOD
+    assert report.icc2_1.low is not None and report.icc2_1.method == ag.ICC2_METHOD
     [criterion] = report.criteria
     assert criterion.alpha_level == "ordinal" and criterion.scale == (1, 5)
     binary = judge_agreement(_records(40, {"a": [float(t > 3) for t in truth], "b": [float(t > 2) for t in truth]},
@@ -280,10 +280,13 @@ def test_icc2_interval_covers_with_many_targets_and_few_judges_where_the_f_inter
         ours += low <= truth <= high
         reference += f_low <= truth <= f_high
     assert ours / reps >= 0.93 and reference / reps < 0.88, (ours / reps, reference / reps)
-    # the MLS bounds by hand at one point: rho >= p exactly when Q(p) >= 0, so Q's MLS lower bound is 0 at `low`
+    # the generalized pivots by hand: the same seeded draws give the same percentiles; a rerun gives the same interval
     r = ag.icc(_simulate(np.random.default_rng(1), 200, 4, 1.0, 0.3, 0.7))
-    low, high = ag.icc2_mls(r)
-    q = ag._mls_quantiles((199.0, 3.0, 597.0), 0.025)
-    coefs = (200 * (1 - low), -low * 4, -(200 + low * (800 - 4 - 400)))
-    assert abs(ag._mls_bound(coefs, (r.bms, r.jms, r.ems), q, True)) < 1e-6 * r.bms * 200
+    low, high = ag.icc2_gci(r)
+    g = np.random.default_rng(0)
+    e = r.ems * 597 / g.chisquare(597, ag.GCI_DRAWS)
+    t = np.maximum((r.bms * 199 / g.chisquare(199, ag.GCI_DRAWS) - e) / 4, 0)
+    j = np.maximum((r.jms * 3 / g.chisquare(3, ag.GCI_DRAWS) - e) / 200, 0)
+    assert (low, high) == pytest.approx(tuple(np.quantile(t / (t + j + e), [0.025, 0.975])), abs=1e-12)
+    assert (low, high) == ag.icc2_gci(r)
     assert -1 < low < r.icc2_1 < high < 1

@@ -5,9 +5,9 @@
   95 % intervals from the F distribution (McGraw & Wong 1996; Shrout & Fleiss 1979), the formulas of
   pingouin's ``intraclass_corr`` and R psych's ``ICC``: exact F for ICC(1,·) and ICC(3,·), the
   Satterthwaite approximation for ICC(2,1) and its Spearman-Brown step-up for ICC(2,k). For ICC(2,·)
-  we give more than the reference: the hull of that F interval and the modified large-sample interval
-  (Cappelleri & Ting 2003), since the F one alone under-covers with many targets and few judges (0.72 at
-  1,000 x 3; coverage table in docs/jury.md, bench/bench_icc_coverage.py). A percentile
+  we give more than the reference: the hull of that F interval and a generalized confidence interval
+  (generalized pivots, seeded), since the F one alone under-covers with many targets and few judges (0.74 at
+  100 x 2; coverage table in docs/jury.md, bench/bench_icc_coverage.py). A percentile
   bootstrap over targets keeps the judges fixed, so it leaves out the between-judge variance ICC(2) is
   about (it covered the truth 53-82 % of the time where these cover 84-95 %).
 * Krippendorff's alpha — coincidence-matrix form (Krippendorff 2011), any number of raters, missing
@@ -23,10 +23,8 @@ the statistic's range) the estimate carries no interval and a one-line ``reason`
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -179,9 +177,9 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
 
 
 F_METHOD = "F distribution (McGraw & Wong 1996; as pingouin / R psych)"
-MLS_METHOD = ("modified large-sample (Cappelleri & Ting 2003) joined with the F interval (McGraw & Wong 1996); "
-              "bench/bench_icc_coverage.py")
-ICC_METHOD = f"ICC(2,·): {MLS_METHOD}; ICC(1,·), ICC(3,·): {F_METHOD}"
+ICC2_METHOD = ("generalized confidence interval (generalized pivots, 4,000 seeded draws) joined with the F "
+              "interval (McGraw & Wong 1996); bench/bench_icc_coverage.py")
+ICC_METHOD = f"ICC(2,·): {ICC2_METHOD}; ICC(1,·), ICC(3,·): {F_METHOD}"
 BOOTSTRAP_METHOD = "percentile bootstrap over targets"
 MIN_BOOTSTRAP_TARGETS = 5  # fewer distinct resamples than this gives no usable percentile interval
 
@@ -228,18 +226,19 @@ def icc_estimate(matrix: np.ndarray, form: str, level: float = 0.95) -> Estimate
     low, high, reason = icc_interval(result, form, level)
     if reason is not None:
         return Estimate(float(value), n=result.n, reason=reason)
-    return Estimate(float(value), low, high, n=result.n, method=MLS_METHOD if form[0] == "2" else F_METHOD)
+    return Estimate(float(value), low, high, n=result.n, method=ICC2_METHOD if form[0] == "2" else F_METHOD)
 
 
 def icc_interval(r: ICC, form: str, level: float = 0.95) -> tuple[float | None, float | None, str | None]:
     """(low, high, None) or (None, None, reason). ICC(1,·), ICC(3,·): the exact F intervals (McGraw & Wong 1996
-    Table 7, cases 1 and 3C; as pingouin and R psych). ICC(2,·): the hull of the modified large-sample interval
-    (``icc2_mls``) and the F interval with the Satterthwaite df (case 2A, pingouin's); the F interval alone covered
-    the true ICC(2,1) only 72-88 % of the time with 300-1,000 targets and 3-5 judges (bench/bench_icc_coverage.py)."""
+    Table 7, cases 1 and 3C; as pingouin and R psych). ICC(2,·): the hull of the generalized confidence
+    interval (``icc2_gci``) and the F interval with the Satterthwaite df (case 2A, pingouin's); the F interval alone
+    covered the true ICC(2,1) only 74-88 % of the time with 100-1,000 targets and 2-5 judges
+    (bench/bench_icc_coverage.py)."""
     low, high, reason = _f_interval(r, form, level)
     if form[0] != "2" or reason == "the ICC is undefined" or r.n < 3:
         return low, high, reason
-    bounds = icc2_mls(r, level)
+    bounds = icc2_gci(r, level)
     if bounds is None:
         return low, high, reason
     m_low, m_high = bounds
@@ -250,73 +249,34 @@ def icc_interval(r: ICC, form: str, level: float = 0.95) -> tuple[float | None, 
     if reason is None:
         m_low, m_high = min(m_low, low), max(m_high, high)  # type: ignore[type-var]
     value = float(r.get(form) or 0.0)
-    m_low, m_high = max(m_low, -1.0), min(m_high, 1.0)
+    # the pivots' variance components are >= 0, so their ICC is too: a negative estimate stays inside the hull
+    m_low, m_high = max(min(m_low, value), -1.0), min(max(m_high, value), 1.0)
     if not m_low - 1e-9 <= value <= m_high + 1e-9:
         return low, high, reason
     return m_low, m_high, None
 
 
-@lru_cache(maxsize=256)
-def _mls_quantiles(dfs: tuple[float, ...], alpha: float) -> tuple[tuple, tuple, tuple, tuple]:
-    """Graybill-Wang constants of the MLS bounds (Ting, Burdick, Graybill et al. 1990) for mean squares with
-    ``dfs`` degrees of freedom, one-sided level ``alpha``."""
-    from scipy.stats import chi2, f as f_dist
-
-    g = tuple(1 - d / chi2.ppf(1 - alpha, d) for d in dfs)
-    h = tuple(d / chi2.ppf(alpha, d) - 1 for d in dfs)
-    idx = range(len(dfs))
-    f_hi = [[f_dist.ppf(1 - alpha, dfs[i], dfs[j]) for j in idx] for i in idx]
-    f_lo = [[f_dist.ppf(alpha, dfs[i], dfs[j]) for j in idx] for i in idx]
-    g_ij = tuple(tuple(((f_hi[i][j] - 1) ** 2 - g[i] ** 2 * f_hi[i][j] ** 2 - h[j] ** 2) / f_hi[i][j] for j in idx)
-                 for i in idx)
-    h_ij = tuple(tuple(((1 - f_lo[i][j]) ** 2 - h[i] ** 2 * f_lo[i][j] ** 2 - g[j] ** 2) / f_lo[i][j] for j in idx)
-                 for i in idx)
-    return g, h, g_ij, h_ij
+GCI_DRAWS = 4000  # Monte Carlo draws of the generalized pivot: quantiles within ~0.005 of their limit
 
 
-def _mls_bound(coefs: tuple[float, ...], ms: tuple[float, ...], q: tuple, lower: bool) -> float:
-    """The MLS lower (or upper) confidence bound of sum(coefs * E[ms])."""
-    g, h, g_ij, h_ij = q
-    est = sum(c * m for c, m in zip(coefs, ms))
-    pos = [i for i, c in enumerate(coefs) if c > 0]
-    neg = [j for j, c in enumerate(coefs) if c < 0]
-    own_pos, own_neg, cross = (g, h, g_ij) if lower else (h, g, h_ij)
-    v = sum(own_pos[i] ** 2 * (coefs[i] * ms[i]) ** 2 for i in pos)
-    v += sum(own_neg[j] ** 2 * (coefs[j] * ms[j]) ** 2 for j in neg)
-    v += sum(cross[i][j] * coefs[i] * -coefs[j] * ms[i] * ms[j] for i in pos for j in neg)
-    root = math.sqrt(max(v, 0.0))
-    return est - root if lower else est + root
-
-
-def icc2_mls(r: ICC, level: float = 0.95) -> tuple[float, float] | None:
-    """Modified large-sample interval of ICC(2,1) (Cappelleri & Ting 2003): rho >= p exactly when
-    Q(p) = n(1-p)E[BMS] - pk E[JMS] - (n + p(kn-k-2n)) E[EMS] >= 0; each bound is the p where the MLS bound of
-    Q(p) crosses 0 (bisection). Unlike the Satterthwaite F interval, the judges' mean square keeps its own k-1
-    degrees of freedom, so a few judges' spread is not averaged away as the targets grow."""
+def icc2_gci(r: ICC, level: float = 0.95, draws: int = GCI_DRAWS) -> tuple[float, float] | None:
+    """Generalized confidence interval of ICC(2,1) (Weerahandi's generalized pivotal quantities; for this ICC
+    Ionan et al. 2014, BMC Med Res Methodol 14:121): each expected mean square is its sum of squares over a
+    chi-square draw with its own degrees of freedom, the variance components follow, and the interval is the
+    percentiles of the ICC they give. The judges' mean square keeps its k-1 degrees of freedom, so a few judges'
+    spread is not averaged away as the targets grow (what the Satterthwaite F interval does). Seeded: the same
+    ratings give the same interval."""
     n, k = r.n, r.k
     if n < 3 or r.ems <= 0 or r.bms <= 0:
         return None
-    alpha = (1.0 - level) / 2.0
-    q = _mls_quantiles((float(n - 1), float(k - 1), float((n - 1) * (k - 1))), alpha)
-    ms = (r.bms, max(r.jms, 0.0), r.ems)
-
-    def coefs(p: float) -> tuple[float, float, float]:
-        return n * (1 - p), -p * k, -(n + p * (k * n - k - 2 * n))
-
-    def crossing(lower: bool) -> float:
-        def holds(p: float) -> bool:  # rho >= p (lower bound) / rho may exceed p (upper bound)
-            return _mls_bound(coefs(p), ms, q, lower) > 0 if not lower else _mls_bound(coefs(p), ms, q, True) >= 0
-        lo, hi = -1.0, 1.0
-        if not holds(lo):
-            return -1.0
-        if holds(hi):
-            return 1.0
-        for _ in range(50):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if holds(mid) else (lo, mid)
-        return lo
-
-    return crossing(True), crossing(False)
+    rng = np.random.default_rng(0)
+    e = r.ems * (n - 1) * (k - 1) / rng.chisquare((n - 1) * (k - 1), draws)
+    targets = np.maximum((r.bms * (n - 1) / rng.chisquare(n - 1, draws) - e) / k, 0.0)
+    judges = np.maximum((max(r.jms, 0.0) * (k - 1) / rng.chisquare(k - 1, draws) - e) / n, 0.0)
+    rho = targets / (targets + judges + e)
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(rho, [tail, 1.0 - tail])
+    return float(low), float(high)
 
 
 def _f_interval(r: ICC, form: str, level: float = 0.95) -> tuple[float | None, float | None, str | None]:
