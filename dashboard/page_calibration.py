@@ -48,7 +48,7 @@ def render(cfg: Settings, release: str) -> None:
         created = store.query("SELECT value FROM meta WHERE release = ? AND key = 'created_at'", (release,))
     principal.require_aggregates(release)  # the cache below is shared: ask before reading from it
     a = _agreement(cfg.store, release, bench, (tuple(latest[0]), created[0][0] if created else ""), principal)
-    st.caption(f"ICC(2,1) with 95% CI ({ag.F_METHOD}); bias by {ag.BOOTSTRAP_METHOD}. "
+    st.caption(f"ICC(2,1) with 95% CI ({ag.ICC2_METHOD}); bias by {ag.BOOTSTRAP_METHOD}. "
                f"Clinician ratings: {a.ratings} from {a.raters} rater(s)"
                + (f", {a.not_blind} by raters not blind to the model" if a.not_blind else "") + ".")
     c = a.clinicians

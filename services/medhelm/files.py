@@ -150,6 +150,27 @@ def exists(path: str | Path, *, field: str | None = None) -> bool:
         raise ConfigError(f"cannot be opened ({reason})", path=path, field=field) from None
 
 
+def check_output_folder(path: str | Path, *, flag: str) -> Path:
+    """Fail before anything is written when ``path`` (made later if missing) cannot become a folder of files:
+    its nearest existing ancestor must be a folder on a file system that holds files (not /proc, /sys)."""
+    path = Path(path)
+    probe = path
+    try:
+        while not os.path.lexists(probe) and probe != probe.parent:
+            probe = probe.parent
+        if not probe.is_dir():
+            raise ConfigError(f"{flag}: cannot be a folder ({escape(probe)} is a file, not a folder)", path=path)
+        fs = os.statvfs(probe)
+    except OSError as err:
+        raise ConfigError(f"{flag}: cannot be used ({err.strerror or type(err).__name__})", path=path) from None
+    except ValueError:
+        raise ConfigError(f"{flag}: the path contains a NUL byte", path=path) from None
+    if fs.f_blocks == 0:
+        raise ConfigError(f"{flag}: {escape(probe)} is on a virtual file system (such as /proc) that cannot hold "
+                          "results; give a folder on a real disk", path=path)
+    return path
+
+
 def check_regular(path: str | Path, *, missing: str = "file not found", what: str = "file") -> Path:
     """Fail early (before anything is written) when ``path`` is not an openable regular file."""
     path = Path(path)
@@ -220,11 +241,54 @@ def check_depth(value: Any, path: str | Path, *, line: int | None = None, limit:
         stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
 
 
+def check_json_stream_depth(path: str | Path, *, limit: int = MAX_DEPTH, chunk: int = 4 * MIB) -> None:
+    """Refuse a JSON file nested deeper than ``limit`` before a streaming parser builds it: ijson keeps one
+    prefix string per level (quadratic: 100,000 levels took 6 GiB). One vectorised pass over the bytes (numpy)
+    that looks only at quotes and brackets, strings and escaped quotes skipped; ``chunk`` bytes at a time."""
+    import numpy as np
+
+    structural = np.zeros(256, dtype=bool)
+    structural[[0x22, 0x5B, 0x5D, 0x7B, 0x7D]] = True
+    step = np.zeros(256, dtype=np.int64)
+    step[[0x5B, 0x7B]], step[[0x5D, 0x7D]] = 1, -1
+    depth, in_string, backslashes = 0, 0, 0  # carried from one chunk to the next
+    with open_regular(path, what="JSON file")[0] as f:
+        while block := f.read(chunk):
+            a = np.frombuffer(block, dtype=np.uint8)
+            pos = np.flatnonzero(structural[a])
+            c = a[pos]
+            quote = c == 0x22
+            trailing = 0
+            bs = a == 0x5C
+            if backslashes or bs.any():  # a quote after an odd run of backslashes is inside its string
+                idx = np.arange(a.size)
+                last_other = np.maximum.accumulate(np.where(bs, -1, idx))
+                before = np.where(pos == 0, -1, last_other[np.maximum(pos - 1, 0)])
+                run = np.where(pos == 0, backslashes,
+                               np.where(before < 0, pos + backslashes, pos - 1 - before))
+                quote &= run % 2 == 0
+                trailing = int(a.size - 1 - last_other[-1]) + (backslashes if last_other[-1] < 0 else 0)
+            parity = np.cumsum(quote, dtype=np.int64) + in_string  # quotes so far, this one included
+            delta = step[c]
+            delta[((parity - quote) % 2 == 1) | quote] = 0  # brackets inside strings do not nest
+            if delta.size:
+                levels = depth + np.cumsum(delta)
+                if levels.max() > limit:
+                    raise ConfigError(f"JSON nested too deeply (more than {limit} levels)", path=path)
+                depth = int(levels[-1])
+                in_string = int(parity[-1] % 2)
+            backslashes = trailing
+
+
 # ------------------------------------------------------------------------------------------------
 # YAML
 
 
-class _StrictLoader(yaml.SafeLoader):
+# libyaml's parser when PyYAML has it (the wheels do): the pure-Python scanner took 7.8 s on one 10 MB line
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _StrictLoader(_SAFE_LOADER):  # type: ignore[misc,valid-type]
     """PyYAML's safe loader, refusing duplicate keys (the last one silently won before)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:

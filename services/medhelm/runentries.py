@@ -127,7 +127,7 @@ def select(entries: Iterable[RunEntry], *, priority: int | None = None,
 # a small HOCON-subset reader (with line numbers in errors)
 
 _TOKEN = re.compile(
-    r'(?P<ws>[ \t\r]+)|(?P<nl>\n)|(?P<comment>(#|//)[^\n]*)|(?P<str>"(?:[^"\\\n]|\\.)*")'
+    r'(?P<ws>[ \t\r]+)|(?P<nl>\n)|(?P<comment>(#|//)[^\n]*)|(?P<str>"[^"\\\n]*(?:\\.[^"\\\n]*)*")'
     r"|(?P<punct>[{}\[\]:=,])|(?P<bare>[^\s{}\[\]:=,\"#]+)"
 )
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 import types
@@ -51,6 +52,14 @@ def _url(value: str) -> str:
     scheme, sep, rest = value.partition("://")
     if not sep or scheme.lower() not in ("http", "https") or not rest or rest.startswith("/"):
         raise ValueError("must be an http:// or https:// URL with a host")
+    try:  # what the clients will parse: an unclosed IPv6 bracket or a bad port fails here, before any write
+        parts = urllib.parse.urlsplit(value)
+        port = parts.port
+    except ValueError as err:
+        reason = "an unclosed [IPv6] bracket" if "IPv6" in str(err) else "the port is not a number from 0 to 65535"
+        raise ValueError(f"is not a valid URL ({reason})") from None
+    if not parts.hostname or port == 0:
+        raise ValueError("must be an http:// or https:// URL with a host (and a port from 1 to 65535)")
     return value
 
 

@@ -331,8 +331,8 @@ def serve_http(telemetry: Telemetry, port: int, host: str = "127.0.0.1"):
     try:
         server, _thread = start_http_server(port, addr=host, registry=telemetry.registry)
     except OSError as err:
-        raise ConfigError(f"cannot serve metrics on {host}:{port} ({err.strerror or err})",
-                          field="--metrics-port") from None
+        raise ConfigError(f"cannot serve metrics on {host}:{port} ({err.strerror or err}): choose another port with "
+                          "--metrics-port (0: any free port, -1: none)") from None
     return server, server.server_port
 
 

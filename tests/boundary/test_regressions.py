@@ -437,3 +437,337 @@ def test_a_name_too_long_for_the_file_system_is_one_line(tmp_path: Path) -> None
     assert_bad_input(r, names=long_name, contains="too long")
     r = run_cli(["validate", "--run-entries", f"pubmed_qa:model={SMOL}", "--local-path", long_name], cwd=tmp_path)
     assert_bad_input(r, names=long_name, contains="too long")
+
+
+# ------------------------------------------------------------------- issue 30: every input bounded (A-D)
+
+
+def _edit_first_record(run_dir: Path, edit) -> None:
+    lines = (run_dir / "instances.jsonl").read_text().splitlines()
+    record = json.loads(lines[0])
+    edit(record)
+    lines[0] = json.dumps(record)
+    (run_dir / "instances.jsonl").write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("edit,says", [
+    (lambda d: d["completion"]["usage"].update(prompt_tokens=-10 ** 30), "completion.usage.prompt_tokens"),
+    (lambda d: d["completion"]["usage"].update(latency_s="slow"), "latency_s"),
+    (lambda d: d.update(error=["a", "list"]), "'error'"),
+    (lambda d: d["stats"].update({next(iter(d["stats"])): "high"}), "must be a number or null"),
+    (lambda d: d.update(position=1.5), "'position'"),
+])
+def test_record_fields_of_the_wrong_type_are_one_line(tmp_path: Path, finished: Path, edit, says: str) -> None:
+    run_dir = next((finished / "runs" / "s1").iterdir())
+    _edit_first_record(run_dir, edit)
+    before = snapshot(finished)
+    r = run_cli(["summarize", "--suites", "s1", "--output-path", finished, "--bootstrap", "10"], cwd=tmp_path)
+    assert_bad_input(r, names=f"{run_dir / 'instances.jsonl'}:1", out=finished, before=before, contains=says)
+
+
+@pytest.mark.parametrize("name,field,value", [("run_spec.json", "deployment", {"a": 1}),
+                                              ("run_spec.json", "model", 5),
+                                              ("run.json", "wall_time_s", "long"),
+                                              ("run.json", "instances_done", -3)])
+def test_run_files_fields_of_the_wrong_type_are_one_line(tmp_path: Path, finished: Path, name: str, field: str,
+                                                         value: object) -> None:
+    run_dir = next((finished / "runs" / "s1").iterdir())
+    doc = json.loads((run_dir / name).read_text())
+    doc[field] = value
+    (run_dir / name).write_text(json.dumps(doc))
+    before = snapshot(finished)
+    r = run_cli(["summarize", "--suites", "s1", "--output-path", finished, "--bootstrap", "10"], cwd=tmp_path)
+    assert_bad_input(r, names=run_dir / name, out=finished, before=before, contains=field)
+
+
+@pytest.mark.parametrize("cell", ["[" + "1" * 5000 + "]", "[" * 100_000 + "]" * 100_000])
+def test_incorrect_answers_cell_too_deep_or_too_long_is_one_line(tmp_path: Path, bench: Path, cell: str) -> None:
+    csv_path = bench.parent / "dataset.csv"
+    lines = csv_path.read_text().splitlines()
+    lines[1] = lines[1].rsplit(",", 1)[0] + f',"{cell}"'  # row 1's incorrect_answers (the last column)
+    csv_path.write_text("\n".join(lines) + "\n")
+    r = run_cli(["validate", "--run-entries", entry(bench)], cwd=tmp_path)
+    assert_bad_input(r, names=csv_path, contains="incorrect_answers")
+
+
+def test_rubric_criteria_json_too_deep_is_one_line(tmp_path: Path, bench: Path) -> None:
+    judge_prompt = bench.parent / "judge.txt"
+    judge_prompt.write_text("Q: {QUESTION}\nR: {RESPONSE}\nScore 0 to 5.\n<rubric_criteria>"
+                            + "[" * 100_000 + "]" * 100_000 + "</rubric_criteria>\n")
+    bench.write_text(bench.read_text().replace("  - name: exact_match\n",
+                                               "  - name: jury_score\n    prompt_file: judge.txt\n"))
+    r = run_cli(["validate", "--run-entries", entry(bench)], cwd=tmp_path)
+    assert_bad_input(r, names=None, contains="rubric_criteria")
+
+
+def test_unclosed_ipv6_bracket_in_base_url_found_before_writing(tmp_path: Path, bench: Path) -> None:
+    local = deployments(tmp_path, "model_deployments:\n" + openai_item(base_url="'http://[::1:8000/v1'"))
+    out = tmp_path / "out"
+    r = run_cli(["run", "--run-entries", entry(bench, "mine/model"), "--local-path", local, "--output-path", out],
+                cwd=tmp_path)
+    assert_bad_input(r, names=local / "model_deployments.yaml", out=out, contains="IPv6")
+
+
+def test_store_url_of_another_scheme_is_refused_not_a_folder(tmp_path: Path, finished: Path) -> None:
+    before = snapshot(tmp_path)
+    r = run_cli(["summarize", "--suites", "s1", "--output-path", finished, "--store", "mysql://x/y"], cwd=tmp_path)
+    assert_bad_input(r, names=None, out=tmp_path, before=before, contains="mysql://")
+    assert not (tmp_path / "mysql:").exists()
+
+
+def test_refused_summarize_keeps_a_dangling_symlink_store_and_an_older_store_as_they_were(
+        tmp_path: Path, finished: Path) -> None:
+    (finished / "runs" / "empty").mkdir()
+    link = tmp_path / "link.sqlite"
+    os.symlink(tmp_path / "target.sqlite", link)
+    r = run_cli(["summarize", "--suites", "empty", "--output-path", finished, "--store", link], cwd=tmp_path)
+    assert_bad_input(r, names=None, contains="no complete run")
+    assert link.is_symlink() and not (tmp_path / "target.sqlite").exists()
+    # an older store (made before the ratings table existed): a refused summarize must not add it
+    store = finished / "results.sqlite"
+    con = sqlite3.connect(store)
+    con.execute("DROP INDEX IF EXISTS review_by_benchmark")
+    con.execute("DROP TABLE review_ratings")
+    con.commit()
+    con.close()
+    before = snapshot(finished)
+    r = run_cli(["summarize", "--suites", "empty", "--output-path", finished], cwd=tmp_path)
+    assert_bad_input(r, names=None, out=finished, before=before, contains="no complete run")
+    r = run_cli(["summarize", "--suites", "s1", "--output-path", finished, "--bootstrap", "10"], cwd=tmp_path)
+    assert r.code == 0, r.stderr  # a summarize that succeeds adds it, in its own transaction
+    con = sqlite3.connect(store)
+    assert con.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'review_ratings'").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize("pragma,says", [("PRAGMA query_only = 1", "read-only"),
+                                         ("PRAGMA max_page_count = 1", "no space")])
+def test_a_store_that_cannot_be_written_says_so_not_damaged(tmp_path: Path, pragma: str, says: str) -> None:
+    from medhelm.errors import OutputUnwritable
+    from medhelm.store import open_store
+
+    with open_store(tmp_path / "results.sqlite", create=True) as store:
+        store._conn.execute(pragma)  # what a read-only folder or a full disk does to SQLite's writes
+        with pytest.raises(OutputUnwritable) as err:
+            with store.transaction():
+                store.insert_many("meta", ("release", "key", "value"), [("r", "k", "v" * 100_000)])
+    assert says in str(err.value) and "damaged" not in str(err.value) and err.value.exit_code == 74
+
+
+# -------------------------------------------------------------------------------------- HELM imports
+
+
+def _helm_suite(tmp_path: Path) -> Path:
+    from tests.leaderboard.test_import_helm import _helm_run
+
+    suite = tmp_path / "helm" / "runs" / "v1"
+    _helm_run(suite, "pubmed_qa", "openai/gpt-4o", [1, 1, 0, 1], "exact_match", ["pubmed_qa"])
+    _helm_run(suite, "med_dialog,subset=icliniq", "openai/gpt-4o", [5, 4, 3], "med_dialog_accuracy", ["med_dialog"])
+    return suite
+
+
+def _helm_file(suite: Path, head: str, name: str) -> Path:
+    return next(d for d in suite.iterdir() if d.name.startswith(head)) / name
+
+
+@pytest.mark.parametrize("damage,says", [
+    ("fifo", "not a regular file"), ("devzero", "not a regular file"), ("dir", "is a folder"),
+    ("empty", "lists no instance"),
+])
+def test_helm_per_instance_file_of_another_kind_is_named_not_dropped(tmp_path: Path, damage: str, says: str) -> None:
+    suite = _helm_suite(tmp_path)
+    target = _helm_file(suite, "pubmed_qa", "per_instance_stats.json")
+    target.unlink()
+    if damage == "fifo":
+        os.mkfifo(target)
+    elif damage == "devzero":
+        os.symlink("/dev/zero", target)
+    elif damage == "dir":
+        target.mkdir()
+    else:
+        target.write_text("[]")
+    out = tmp_path / "out"
+    r = run_cli(["import-helm", suite, "--output-path", out], cwd=tmp_path)
+    assert_bad_input(r, names=target, out=out, contains=says)
+
+
+@pytest.mark.parametrize("edit,says", [
+    (lambda s: s[0].update(sum=None), "'sum' is missing or null"), (lambda s: s[0].update(count="one"), "'count'"),
+    (lambda s: s[0].update(count=1.5), "'count'"), (lambda s: s[0].update(mean=[1]), "'mean'"),
+])
+def test_helm_stats_that_are_not_numbers_are_errors_not_zero(tmp_path: Path, edit, says: str) -> None:
+    suite = _helm_suite(tmp_path)
+    stats = _helm_file(suite, "pubmed_qa", "stats.json")
+    doc = json.loads(stats.read_text())
+    edit(doc)
+    stats.write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    r = run_cli(["import-helm", suite, "--output-path", out], cwd=tmp_path)
+    assert_bad_input(r, names=stats, out=out, contains=says)
+
+
+@pytest.mark.parametrize("value", ["'a lot'", "1.5", "-2", "[1]"])
+def test_helm_max_tokens_not_a_whole_number(tmp_path: Path, value: str) -> None:
+    suite = _helm_suite(tmp_path)
+    spec_file = _helm_file(suite, "pubmed_qa", "run_spec.json")
+    spec = json.loads(spec_file.read_text())
+    spec["adapter_spec"]["max_tokens"] = json.loads(value.replace("'", '"'))
+    spec_file.write_text(json.dumps(spec))
+    out = tmp_path / "out"
+    r = run_cli(["import-helm", suite, "--output-path", out], cwd=tmp_path)
+    assert_bad_input(r, names=spec_file, out=out, contains="adapter_spec.max_tokens")
+
+
+def test_helm_folder_without_run_spec_is_named_in_a_note(tmp_path: Path) -> None:
+    suite = _helm_suite(tmp_path)
+    (suite / "half_copied_run").mkdir()
+    (suite / "half_copied_run" / "stats.json").write_text("[]")
+    r = run_cli(["import-helm", suite, "--output-path", tmp_path / "out", "--bootstrap", "10"], cwd=tmp_path)
+    assert r.code == 0, r.stderr
+    assert "note: skipped half_copied_run: no run_spec.json" in r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every folder whatever its mode")
+def test_unreadable_helm_suite_folder_is_one_line(tmp_path: Path) -> None:
+    suite = _helm_suite(tmp_path)
+    suite.chmod(0)
+    try:
+        r = run_cli(["import-helm", suite, "--output-path", tmp_path / "out"], cwd=tmp_path)
+        assert_bad_input(r, names=suite, contains="cannot read")
+    finally:
+        suite.chmod(0o755)
+
+
+@pytest.mark.parametrize("where", ["/proc/self/medhelm-out", "/dev/null/out"])
+def test_output_path_that_cannot_hold_files_is_one_line(tmp_path: Path, bench: Path, where: str) -> None:
+    local = deployments(tmp_path, "model_deployments:\n" + openai_item())
+    r = run_cli(["run", "--run-entries", entry(bench, "mine/model"), "--local-path", local, "--output-path", where],
+                cwd=tmp_path)
+    assert_bad_input(r, names=where, contains="--output-path")
+    r = run_cli(["import-helm", _helm_suite(tmp_path), "--output-path", where], cwd=tmp_path)
+    assert_bad_input(r, names=None, contains="cannot")
+
+
+@pytest.mark.parametrize("name", ["per_instance_stats.json", "scenario_state.json"])
+def test_helm_streamed_file_nested_100k_deep_is_one_line_within_the_memory_cap(tmp_path: Path, name: str) -> None:
+    suite = _helm_suite(tmp_path)
+    target = _helm_file(suite, "pubmed_qa", name)
+    opener = '{"request_states": ' if name == "scenario_state.json" else ""
+    target.write_text(opener + '[{"instance_id": "a", "stats": ' + "[" * 100_000 + "]" * 100_000 + "}]"
+                      + ("}" if opener else ""))
+    out = tmp_path / "out"
+    r = run_cli(["import-helm", suite, "--output-path", out], cwd=tmp_path)  # under 1 GiB of address space
+    assert_bad_input(r, names=target, out=out, contains="nested too deeply")
+
+
+def test_json_depth_guard_skips_strings_and_escapes(tmp_path: Path) -> None:
+    from medhelm.errors import ConfigError
+    from medhelm.files import check_json_stream_depth
+
+    cases = {'[["a"]]': 2, '["\\\\"]': 1, '["\\"[[[", 1]': 1, '[[["\\\\\\"["]]]': 3, '"[[["': 0,
+             '{"k[": [{"v\\\\": "]]]"}]}': 3}
+    for text, depth in cases.items():
+        (tmp_path / "x.json").write_text(text)
+        for chunk in (1, 2, 3, 4096):  # strings, escapes and brackets split across reads
+            check_json_stream_depth(tmp_path / "x.json", limit=depth, chunk=chunk)
+            if depth:
+                with pytest.raises(ConfigError, match="nested too deeply"):
+                    check_json_stream_depth(tmp_path / "x.json", limit=depth - 1, chunk=chunk)
+
+
+@pytest.mark.parametrize("jury", ["default", "file", "no judges"])
+def test_unreachable_or_missing_judges_found_before_the_candidate_runs(tmp_path: Path, bench: Path,
+                                                                       jury: str) -> None:
+    import socket
+
+    closed = socket.socket()  # bound, never listening: a refused port that stays refused
+    closed.bind(("127.0.0.1", 0))
+    try:
+        with MockOpenAIServer(responder=lambda body: "Yes") as server:
+            local = tmp_path / "prod_env"
+            write_openai_deployment(local, server.base_url, name="mock/yes", model_name="test/yes-model")
+            with open(local / "model_deployments.yaml", "a") as f:
+                f.write(openai_item("judge/down", base_url=f"http://127.0.0.1:{closed.getsockname()[1]}/v1"))
+            if jury == "no judges":
+                bench.write_text(bench.read_text().replace("  - name: exact_match\n",
+                                                           JURY_METRIC + "    judges: []\n"))
+                extra = ""
+            else:
+                bench.write_text(bench.read_text().replace("  - name: exact_match\n", JURY_METRIC))
+                (tmp_path / "jury.yaml").write_text("judges:\n  - name: judge/down\n")
+                extra = ",jury_config_path=" + ("default" if jury == "default" else str(tmp_path / "jury.yaml"))
+            out = tmp_path / "out"
+            r = run_cli(["run", "--run-entries", entry(bench, "mock/yes", extra), "--local-path", local,
+                         "--output-path", out, "--max-eval-instances", "2"], cwd=tmp_path)
+            says = "judges" if jury == "no judges" else "cannot be reached"
+            assert_bad_input(r, names=None, out=out, contains=says)
+            assert server.request_count == 0  # the candidate was never asked
+    finally:
+        closed.close()
+
+
+@pytest.mark.parametrize("flag", ["--metrics-port", "--port", "--health-port"])
+def test_serve_on_a_busy_port_names_the_port_and_the_flag(tmp_path: Path, flag: str) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        ports = {"--port": "0", "--metrics-port": "-1", flag: port}
+        r = run_cli(["serve", "scenarios", *[x for kv in ports.items() for x in kv]], cwd=tmp_path)
+    line = assert_bad_input(r, names=None, contains=f":{port}")
+    assert f"with {flag}" in line
+
+
+def test_prompts_cut_to_fit_are_said_also_under_quiet(tmp_path: Path, bench: Path) -> None:
+    csv_path = bench.parent / "dataset.csv"
+    lines = csv_path.read_text().splitlines()
+    lines[1] = lines[1].replace(f"{MARKER} note", f"{MARKER} note " + "word " * 20_000, 1)  # one long cell
+    csv_path.write_text("\n".join(lines) + "\n")
+    with MockOpenAIServer(responder=lambda body: "Yes") as server:
+        local = tmp_path / "prod_env"
+        write_openai_deployment(local, server.base_url, name="mock/yes", model_name="test/yes-model",
+                                max_sequence_length=512)
+        r = run_cli(["run", "--run-entries", entry(bench, "mock/yes"), "--output-path", tmp_path / "out",
+                     "--local-path", local, "--max-eval-instances", "6", "--quiet"], cwd=tmp_path)
+    assert r.code == 0, r.stderr
+    notes = [ln for ln in r.stderr.splitlines() if "cut to fit the context window" in ln]
+    assert len(notes) == 1 and "1 of 6 prompt(s)" in notes[0] and MARKER not in r.stderr
+
+
+def test_a_15_mb_run_entry_in_a_conf_is_refused_within_a_few_times_its_size(tmp_path: Path) -> None:
+    """Issue 30 F: the tokenizer's string pattern kept a backtracking frame per character (4.1 GB peak for
+    15 MB); now memory stays within a few times the file (traced allocations, deterministic)."""
+    import tracemalloc
+
+    from medhelm.errors import ConfigError
+    from medhelm.runentries import read_conf
+
+    conf = tmp_path / "big.conf"
+    size = 15_000_000
+    conf.write_text('entries: [{description: "medhelm_configurable_benchmark:config_path=' + "a" * size
+                    + '", priority: 1}]\n')
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError, match="more than 4000 characters"):
+            read_conf(conf)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 6 * size, peak
+
+
+def test_yaml_with_one_10_mb_line_parses_within_a_few_times_its_size(tmp_path: Path) -> None:
+    import tracemalloc
+
+    from medhelm.files import load_yaml
+
+    size = 10_000_000
+    (tmp_path / "big.yaml").write_text("name: " + "b" * size + "\n")
+    tracemalloc.start()
+    try:
+        assert len(load_yaml(tmp_path / "big.yaml")["name"]) == size
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * size, peak

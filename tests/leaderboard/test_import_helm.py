@@ -406,3 +406,50 @@ def test_group_scores_have_no_empty_rows_and_export_counts_text(tmp_path: Path, 
     code, out, err = run_cli("export", str(tmp_path / "bundle"), "-o", str(tmp_path))
     assert code == 0 and "warning" not in err, err
     assert "18 instance scores included, 0 with prompt and output (imported HELM runs carry scores only)" in out
+
+
+def test_suite_folder_summarized_with_helm_summarize_suite_imports_wherever_it_sits(tmp_path: Path) -> None:
+    """helm-summarize --suite writes runs_to_run_suites.json into the suite folder: it stays a suite folder (its
+    runs are here), also outside a runs/ folder; numbers as when imported from its place."""
+    import shutil
+
+    suite = tmp_path / "copied" / "fixtures"
+    shutil.copytree(DATA / "real" / "runs" / "fixtures", suite)
+    runs = sorted(p.name for p in suite.iterdir() if (p / "run_spec.json").is_file())
+    (suite / "runs_to_run_suites.json").write_text(json.dumps(dict.fromkeys(runs, "fixtures")))
+    stdout, _ = _import(suite, tmp_path / "a")
+    assert "release 'fixtures': 9 runs, 120 instances" in stdout
+    _import(DATA / "real" / "runs" / "fixtures", tmp_path / "b")
+    values = []
+    for out in (tmp_path / "a", tmp_path / "b"):
+        with open_store(out / "results.sqlite") as store:
+            values.append({(c["model"], c["benchmark"]): c["value"] for c in read.cells(store, "fixtures")})
+    assert values[0] == values[1] and len(values[0]) == 9
+
+
+def test_judge_usage_helm_never_recorded_is_unknown_not_zero(tmp_path: Path, helm_suite: Path) -> None:
+    _import(helm_suite, tmp_path)
+    with open_store(tmp_path / "results.sqlite") as store:
+        models = {m["model"]: m for m in read.models(store, "v2.0.0")}
+        raw = {r[0]: r[1:] for r in store.query("SELECT model, judge_prompt_tokens, judge_completion_tokens, "
+                                                "jury_cost_usd FROM models WHERE release = 'v2.0.0'")}
+    assert raw["openai/gpt-4o"] == (None, None, None)  # med_dialog is judged: HELM kept no judge usage
+    assert models["openai/gpt-4o"]["prompt_tokens"] == 100 * (4 + 3 + 2)  # the candidate's own usage is known
+
+
+def test_a_one_benchmark_group_interval_is_that_benchmarks_own(tmp_path: Path) -> None:
+    """Replicates are kept as float64: a category of one benchmark has exactly that benchmark's interval."""
+    out = tmp_path / "out"
+    write_suite(out, "s", default_models(3), catalogue(names=("pubmed_qa", "med_dialog", "medcalc_bench")), 40)
+    code, _, err = run_cli("summarize", "--suites", "s", "-o", str(out), "--bootstrap", "200")
+    assert code == 0, err
+    with open_store(out / "results.sqlite") as store:
+        cells = {(c["benchmark"], c["model"]): c for c in read.cells(store, "s")}
+        category = {b["benchmark"]: b["category"] for b in read.benchmarks(store, "s")}
+        groups = store.query_dicts("SELECT * FROM group_scores WHERE release = 's' AND level = 'category' "
+                                   "AND n_benchmarks = 1")
+    assert groups
+    for g in groups:
+        (bench,) = [b for b, c in category.items() if c == g["grp"]]
+        cell = cells[(bench, g["model"])]
+        assert (g["value"], g["ci_low"], g["ci_high"]) == (cell["value"], cell["ci_low"], cell["ci_high"])

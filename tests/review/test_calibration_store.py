@@ -88,7 +88,7 @@ def _check(report: dict) -> None:
     hand = np.array([[2, 2], [3, 3], [4, 4.5], [5, 4.5], [1, 1.5]])
     expected = ag.icc_estimate(hand, "2,1")
     got = report["jury_icc2_1"]
-    assert expected.value == pytest.approx(JURY_ICC) and got["method"] == ag.F_METHOD
+    assert expected.value == pytest.approx(JURY_ICC) and got["method"] == ag.ICC2_METHOD
     assert (got["low"], got["high"]) == pytest.approx((expected.low, expected.high))
     assert got["low"] < JURY_ICC < got["high"]
 

@@ -291,6 +291,9 @@ def _wrong_answers(raw: str, path: Path, line: int) -> tuple[str, ...]:
     except json.JSONDecodeError as err:
         raise ConfigError(f"not valid JSON ({err.msg} at character {err.pos + 1}); expected a list such as "
                           '["No"] (in CSV: "[""No""]")', path=path, line=line, field=WRONG) from None
+    except (RecursionError, ValueError):  # nested past the stack, or an integer of more than 4,300 digits
+        raise ConfigError('not a JSON list of strings (nested too deeply or a number too long); expected a list '
+                          'such as ["No"]', path=path, line=line, field=WRONG) from None
     if wrong is None:
         wrong = []
     if not isinstance(wrong, list) or not all(isinstance(w, (str, int, float)) for w in wrong):

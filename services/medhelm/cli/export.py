@@ -7,9 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from medhelm.cli.summarize import (add_store_arguments, add_summarize_options, print_report, run_summarize,
-                                   store_location, summarize_options, writable_store)
-from medhelm.errors import ConfigError
+from medhelm.cli.summarize import (_note, add_store_arguments, add_summarize_options, print_report,
+                                   run_summarize, store_location, summarize_options, writable_store)
+from medhelm.errors import ConfigError, escape
 
 
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
@@ -68,6 +68,8 @@ def main_import_helm(args: argparse.Namespace) -> int:
     for suite in args.suites:
         plain_name(suite, what="--suites")
     found = find_helm_release(Path(args.path), args.release)
+    for other in found.not_runs:
+        _note(f"skipped {escape(other.name)}: no run_spec.json (not a HELM run folder, or a damaged one)")
     # every run spec and stats file is read (and checked) before the store is opened
     imported = [read_helm_run(d, suite, found.schema, failed_as_zero=args.failed_as_zero) if is_helm_run(d)
                 else read_medhelm_run(d, suite) for d, suite in found.runs]

@@ -150,7 +150,7 @@ def _est(e: dict) -> str:
 def _agreement_text(a: dict, indent: str = "  ") -> list[str]:
     methods = a.get("methods") or {}
     lines = [f"{indent}agreement between judges ({', '.join(a['judges'])}; 0-1 scores; 95% CI):",
-             f"{indent}  (ICC intervals: {methods.get('icc', ag.F_METHOD)}; "
+             f"{indent}  (ICC intervals: {methods.get('icc', ag.ICC_METHOD)}; "
              f"alpha, Spearman and the rest: {methods.get('other', ag.BOOTSTRAP_METHOD)})"]
     lines += [f"{indent}  note: {note}" for note in a.get("notes", ())]
     lines += [f"{indent}  ICC(2,1) {_est(a['icc2_1'])}   ICC(2,k) {_est(a['icc2_k'])}   ICC(3,k) {_est(a['icc3_k'])}",
@@ -192,7 +192,7 @@ def _stats_text(out: dict) -> str:
 def _calibration_text(r: dict) -> str:
     lines = [f"clinicians: {', '.join(r['clinicians'])}; rated targets in the run: {r['targets']} "
              f"(ratings not in the run: {r['unmatched']})",
-             f"95% CI: ICC by {ag.F_METHOD}; bias, alpha and Spearman by {ag.BOOTSTRAP_METHOD}",
+             f"95% CI: ICC by {ag.ICC_METHOD}; bias, alpha and Spearman by {ag.BOOTSTRAP_METHOD}",
              f"clinician-clinician  ICC(2,1) {_est(r['clinician_icc2_1'])}  ICC(2,k) {_est(r['clinician_icc2_k'])}  "
              f"alpha(ordinal) {_est(r['clinician_alpha_ordinal'])}",
              f"jury-clinician       ICC(2,1) {_est(r['jury_icc2_1'])}  Spearman {_est(r['jury_spearman'])}  "

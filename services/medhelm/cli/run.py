@@ -126,10 +126,26 @@ def _folder_trouble(folder) -> int | None:
 def report(outcomes, options) -> int:
     """The summary table, then one error line per run that stopped or left instances failing (run and job)."""
     _print_summary(outcomes, options)
+    _note_truncation(outcomes)
     failed = [o for o in outcomes if o.error]
     for o in failed:
         print(f"medhelm: error: {o.plan.spec.name}: {o.error}", file=sys.stderr)
     return 2 if failed else 0
+
+
+def _note_truncation(outcomes) -> None:
+    """One note per run whose prompts were cut to fit the context window (also under -q: a cut note or record
+    changes what was evaluated, and the stat alone is easy to miss)."""
+    from medhelm.pipeline import RunDir
+
+    for o in outcomes:
+        if o.skipped or not (o.plan.run_dir / "stats.json").is_file():
+            continue
+        cut = sum(s.sum for s in RunDir(o.plan.run_dir).stats() if s.name == "prompt_truncated")
+        if cut:
+            print(f"note: {o.plan.spec.name}: {int(cut)} of {o.status.get('instances_done', '?')} prompt(s) were cut "
+                  "to fit the context window (stat prompt_truncated; raise max_sequence_length or shorten the input)",
+                  file=sys.stderr)
 
 
 class MetricsExport:
@@ -212,11 +228,12 @@ def main_validate(args: argparse.Namespace) -> int:
 
 
 def plan_from_args(args: argparse.Namespace):
-    from medhelm.files import plain_name
+    from medhelm.files import check_output_folder, plain_name
     from medhelm.pipeline import RunOptions, plan_runs
     from medhelm.runentries import parse_run_entry, read_conf, select
 
     plain_name(args.suite, what="--suite")
+    check_output_folder(args.output_path, flag="--output-path")
 
     entries = [parse_run_entry(e) for e in args.run_entries]
     for conf in args.conf_paths:

@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -105,6 +105,8 @@ def writable_store(location: str) -> Iterator[Store]:
     from medhelm.store.backends import sqlite_path
 
     path = sqlite_path(location)
+    if path is not None and path.is_symlink():
+        path = Path(os.path.realpath(path))  # a failure removes what this command made, never the user's link
     created = path is not None and not path.exists()
     was_empty = path is not None and not created and path.is_file() and path.stat().st_size == 0
     try:
@@ -112,13 +114,14 @@ def writable_store(location: str) -> Iterator[Store]:
             yield store
     except BaseException:
         if (created or was_empty) and path is not None:
-            for leftover in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"),
-                             path.with_name(path.name + "-journal")):
-                leftover.unlink(missing_ok=True)
-            if created:
-                path.unlink(missing_ok=True)
-            else:
-                os.truncate(path, 0)  # an empty file given as the store is left empty, as it was
+            with suppress(OSError):  # nothing to remove where the store could not even be made: the error says why
+                for leftover in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"),
+                                 path.with_name(path.name + "-journal")):
+                    leftover.unlink(missing_ok=True)
+                if created:
+                    path.unlink(missing_ok=True)
+                else:
+                    os.truncate(path, 0)  # an empty file given as the store is left empty, as it was
         raise
 
 

@@ -87,6 +87,8 @@ async def run_suite(plans: Sequence[RunPlan], options: RunOptions, *, pool=None,
     from medhelm.inference import ClientPool, PacingPolicy, RequestCache, RetryPolicy
 
     deployments = deployments or DeploymentRegistry.load(options.local_path)
+    if build_metrics is None:  # judges asked from this process (a Job's remote jury is the service's to reach)
+        await check_judges_reachable(plans, deployments)
     own_pool = pool is None
     if own_pool:
         cache = RequestCache(options.cache_path) if options.use_cache else None
@@ -109,6 +111,45 @@ async def run_suite(plans: Sequence[RunPlan], options: RunOptions, *, pool=None,
         if own_pool:
             await pool.aclose()
     return outcomes
+
+
+JUDGE_CONNECT_TIMEOUT_S = 5.0
+
+
+async def check_judges_reachable(plans: Sequence[RunPlan], deployments: DeploymentRegistry) -> None:
+    """Before anything is written (run folders, the candidate's records): every remote judge the plans' juries
+    name accepts a TCP connection. An unreachable judge stopped the run only after the candidate had answered
+    and its folder was written. Skipped for a host a proxy serves (the proxy is the one to reach it)."""
+    import urllib.parse
+    import urllib.request
+
+    names = {str(j.get("name")) for plan in plans for m in plan.spec.benchmark.metrics
+             for j in (m.args.to_json().get("judges") or ()) if isinstance(j, dict)}
+    targets = {}
+    proxies = urllib.request.getproxies()
+    for name in sorted(names):
+        dep = deployments.get(name) if name in deployments else None
+        if dep is None or not dep.base_url:
+            continue  # in-process judges (llama.cpp) were checked at plan time
+        url = urllib.parse.urlsplit(dep.base_url)
+        if url.scheme in proxies and not urllib.request.proxy_bypass(url.hostname or ""):
+            continue
+        targets[name] = (dep.base_url, url.hostname, url.port or (443 if url.scheme == "https" else 80))
+
+    async def probe(name: str, base_url: str, host: str, port: int) -> str | None:
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), JUDGE_CONNECT_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError) as err:
+            reason = "no answer in 5 s" if isinstance(err, asyncio.TimeoutError) else (err.strerror or str(err))
+            return (f"judge '{name}' cannot be reached at {base_url} ({reason}); nothing was run or written: start "
+                    "it, or name other judges with jury_config_path=")
+        writer.close()
+        return None
+
+    problems = await asyncio.gather(*(probe(n, *t) for n, t in targets.items()))
+    first = next((p for p in problems if p), None)
+    if first:
+        raise ServerUnreachable(first)
 
 
 async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: DeploymentRegistry,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,13 +23,13 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import start_http_server
 
 from medhelm.errors import ConfigError
 from medhelm.rpc.authz import CallerAuthorization, CallerPolicy
 from medhelm.rpc.decoding import StrictDecoding
 from medhelm.rpc.telemetry import CallLimits, Telemetry
 from medhelm.rpc.tls import TlsFiles
+from medhelm.telemetry import serve_http
 
 log = logging.getLogger("medhelm.rpc")
 
@@ -149,15 +150,18 @@ async def serve(config: ServerConfig, *, on_ready: Callable[[int, int | None], N
     reflection.enable_server_reflection((FULL_NAMES[config.service], health.SERVICE_NAME,
                                          reflection.SERVICE_NAME), server)
     address = f"{config.host}:{config.port}"
-    port = (server.add_secure_port(address, config.tls.credentials()) if config.tls
-            else server.add_insecure_port(address))
+    check_port_free(config.host, config.port, "--port")
+    try:  # grpcio returns 0 or, since 1.5x, raises RuntimeError for a port in use
+        port = (server.add_secure_port(address, config.tls.credentials()) if config.tls
+                else server.add_insecure_port(address))
+    except RuntimeError:
+        port = 0
     if port == 0:
-        raise ConfigError(f"cannot listen on {address} (in use?)")
+        raise ConfigError(f"cannot listen on {address} (in use?): choose another port with --port")
     http = None
     metrics_port = None
     if config.metrics_port is not None:
-        http, _ = start_http_server(config.metrics_port, addr=config.host, registry=telemetry.registry)
-        metrics_port = http.server_port
+        http, metrics_port = serve_http(telemetry, config.metrics_port, config.host)
     probe = _HealthPort(config, FULL_NAMES[config.service]) if config.health_port is not None else None
     await server.start()
     for name in ("", FULL_NAMES[config.service]):
@@ -200,6 +204,21 @@ async def serve(config: ServerConfig, *, on_ready: Callable[[int, int | None], N
 
 
 
+def check_port_free(host: str, port: int, flag: str) -> None:
+    """A port in use is one line naming it and the flag that changes it, before gRPC tries it (gRPC's C core
+    logs its own multi-line complaint to stderr first)."""
+    if not port:
+        return
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as a server: TIME_WAIT is no obstacle
+            probe.bind(where)
+    except OSError as err:
+        raise ConfigError(f"cannot listen on {host}:{port} ({err.strerror or err}): choose another port with {flag}")\
+            from None
+
+
 class _HealthPort(health.HealthServicer):
     """Plaintext ``grpc.health.v1`` on its own port and threads (see the module docstring)."""
 
@@ -217,9 +236,13 @@ class _HealthPort(health.HealthServicer):
                                   options=[("grpc.so_reuseport", 0)])
         health_pb2_grpc.add_HealthServicer_to_server(self, self.server)
         address = f"{config.host}:{config.health_port}"
-        self.port = self.server.add_insecure_port(address)
+        check_port_free(config.host, config.health_port, "--health-port")
+        try:
+            self.port = self.server.add_insecure_port(address)
+        except RuntimeError:
+            self.port = 0
         if self.port == 0:
-            raise ConfigError(f"cannot listen on {address} (health port in use?)")
+            raise ConfigError(f"cannot listen on {address} (health port in use?): choose another with --health-port")
 
     def start(self) -> None:
         self.server.start()

@@ -10,12 +10,17 @@ a transaction-scoped advisory lock — so a second ``summarize`` into the same s
 then replaces the release itself; it never fails on a lock or a duplicate key, and readers see either
 release whole (one transaction each). Past the timeout it is the one-line "locked" error. Tables made on
 first use (the clinicians' ratings, the audit trail: ``ensure_relations``) are made the same way, and only
-when missing: a reader that finds them writes nothing and never waits.
+when missing: a reader that finds them writes nothing and never waits. An existing store is changed only
+inside a writer's transaction (``migrate``): a refused summarize leaves an older store byte for byte as it
+was. A full disk or a read-only file/folder is ``OutputUnwritable`` (exit 74, "cannot write"), never
+"damaged"; a store URL of another scheme (``mysql://``) is refused, never taken for a folder name.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -24,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from medhelm import files
-from medhelm.errors import ConfigError, escape, without_password
+from medhelm.errors import ConfigError, OutputUnwritable, escape, without_password
 from medhelm.store.schema import ADDED_COLUMNS, REVIEW_DDL, REVIEW_INDEX, SCHEMA_VERSION, TABLES, ddl
 
 DEFAULT_FILENAME = "results.sqlite"
@@ -117,6 +122,9 @@ class Store:
         """The tables, where missing (a no-op on a complete store: nothing is written to it here). One
         exclusive writer at a time: two processes creating the same table at once would fail on PostgreSQL
         (``CREATE TABLE IF NOT EXISTS`` is not safe against a concurrent creation)."""
+        if "meta" in self.schema_columns():
+            return  # an existing store: what it lacks is made by ``migrate`` inside the writer's transaction,
+            # so a summarize refused later leaves an older store exactly as it was (no table added)
         with self.transaction(exclusive=True):
             # the clinicians' ratings (kept across re-summarise, like the audit trail) are made here too, so a
             # dashboard whose database user may only INSERT/SELECT finds them
@@ -145,7 +153,11 @@ class Store:
 
     def migrate(self) -> None:
         """Columns added since an older store was made; called inside the transaction that replaces a release,
-        so a summarize that fails leaves an older store exactly as it was."""
+        so a summarize that fails leaves an older store exactly as it was. Tables an older store lacks (the
+        ratings) are made here too, in the same transaction."""
+        for stmt in (*ddl(self.blob_type), *REVIEW_DDL):
+            self.execute(stmt)
+        self._review_ready = True
         for table, column, kind in ADDED_COLUMNS:
             if column not in self.columns(table):
                 self.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
@@ -192,7 +204,13 @@ class Store:
 
 class SqliteStore(Store):
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # /proc/..., a file on the way, a read-only or full file system
+            reason = {errno.ENOENT: "a folder on the way cannot be created there", errno.EEXIST: "a file is in the way",
+                      errno.ENOTDIR: "a part of the path is not a folder"}.get(err.errno, err.strerror or "")
+            raise ConfigError(f"cannot create the results store's folder ({reason or type(err).__name__})",
+                              path=path.parent) from None
         # A brand-new file has no reader yet: its first load goes through a rollback journal, which does not
         # write the new pages twice as WAL does (~25% of a large summarize); then WAL, so the dashboard can
         # read while a later summarize writes.
@@ -219,10 +237,37 @@ class SqliteStore(Store):
         except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
             raise  # our SQL or our data: a bug (exit 70), not the user's file
         except sqlite3.DatabaseError as err:
+            unwritable = self._unwritable(err)
+            if unwritable is not None:
+                raise unwritable from None
             first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
             raise ConfigError(f"the results store cannot be used ({first}); is it damaged, locked or not a "
                               "MedHELM store? Give another --store, or restore it from a backup", path=self.path) \
                 from None
+
+    def _unwritable(self, err: sqlite3.DatabaseError) -> ConfigError | OutputUnwritable | None:
+        """A full disk or a read-only file/folder is not damage: say what it is (exit 74), the store unchanged."""
+        primary = getattr(err, "sqlite_errorcode", 0) & 0xFF
+        reason = {sqlite3.SQLITE_FULL: "no space left on the device (or the file reached its size limit)",
+                  sqlite3.SQLITE_READONLY: "the file or its folder is read-only"}.get(primary)
+        if reason is None and primary in (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN):
+            try:
+                fs = os.statvfs(self.path.parent)
+            except OSError:
+                return None
+            if fs.f_blocks == 0:  # /proc, /sys: no file system that holds files
+                return ConfigError("cannot be a results store (a virtual file system such as /proc); give a file on "
+                                   "a real disk with --store or --output-path", path=self.path)
+            if fs.f_flag & os.ST_RDONLY:
+                reason = "read-only file system"
+            elif fs.f_bavail * fs.f_frsize < 1024 * 1024:
+                reason = "no space left on the device"
+            elif not os.access(self.path.parent, os.W_OK):
+                reason = "the folder is not writable (permission denied)"
+        if reason is None:
+            return None
+        return OutputUnwritable(f"{escape(self.path, 1000)}: cannot write the results store ({reason}); nothing was "
+                                "changed in it: free space or make it writable, then run the same command again")
 
     def schema_columns(self) -> dict[str, set[str]]:
         tables = [r[0] for r in self.query("SELECT name FROM sqlite_master WHERE type = 'table'")]
@@ -326,6 +371,10 @@ def sqlite_path(location: str | Path) -> Path | None:
     text = str(location)
     if text.startswith(("postgresql://", "postgres://")):
         return None
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", text)
+    if scheme and not text.startswith("sqlite:///"):
+        raise ConfigError(f"--store: '{escape(scheme.group(1), 40)}://' is not a store this version reads; give "
+                          "sqlite:///path, postgresql://user@host/db or a plain path")
     path = Path(text[len("sqlite:///"):] if text.startswith("sqlite:///") else text)
     if path.is_dir() or (not path.suffix and not path.exists()):
         path = path / DEFAULT_FILENAME

@@ -61,7 +61,7 @@ def write_cells(store: Store, release: str, replicates: int, seed: int) -> None:
             exact = from_stats[i]
             out.append((release, benchmark, row[0], row[1], suites, _f(point[i]), None if exact else _f(low[i]),
                         None if exact else _f(high[i]), int(n_inst[i]), int(unscored[i]), n_runs,
-                        None if exact or np.isnan(point[i]) else reps[:, i].astype(np.float32).tobytes()))
+                        None if exact or np.isnan(point[i]) else reps[:, i].astype(np.float64).tobytes()))
         store.insert_many("cells", ("release", "benchmark", "model", "deployment", "suites", "value", "ci_low",
                                     "ci_high", "n_instances", "n_unscored", "n_runs", "boot"), out)
 

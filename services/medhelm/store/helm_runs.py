@@ -21,12 +21,19 @@ when present, ``scenario_state.json`` (which requests failed, which judges answe
   ``failed_as_zero`` (``import-helm --failed-as-zero``) keeps HELM's 0. Partial judge failures are counted.
 
 Failure semantics: every malformed input is a ``ConfigError`` naming the file (and entry) — raised while
-the summarize transaction is open, so nothing is half-imported.
+the summarize transaction is open, so nothing is half-imported. A run file that is there must be a regular
+file (a FIFO or ``/dev/zero`` is named, never read as "no instances"); a per-instance file that lists no
+instance is an error; streamed files are checked for nesting before ijson builds them; every stat number
+is a finite JSON number where HELM writes one (text, a list or a ``null`` sum is an error, never 0); a
+folder of a suite without ``run_spec.json`` is named in a note. A suite folder wins over a release folder
+when run folders sit in it (``helm-summarize --suite`` writes ``runs_to_run_suites.json`` there too).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,9 +41,9 @@ from typing import Any
 
 from medhelm import files
 from medhelm.cards import BY_HELM_NAME, BenchmarkCard
-from medhelm.errors import ConfigError
+from medhelm.errors import ConfigError, escape
 from medhelm.specs import Access, BenchmarkSpec, MetricSpec, Stat
-from medhelm.store.sources import JURY_STAT_NORMALIZED, InstanceRow, RunSource, number
+from medhelm.store.sources import JURY_STAT_NORMALIZED, InstanceRow, RunSource, list_suite
 
 RUN_SPEC, STATS, PER_INSTANCE, SCENARIO_STATE = ("run_spec.json", "stats.json", "per_instance_stats.json",
                                                  "scenario_state.json")
@@ -90,6 +97,7 @@ class HelmRelease:
     name: str
     runs: tuple[tuple[Path, str], ...]  # (run directory, suite it lives in)
     schema: HelmSchema
+    not_runs: tuple[Path, ...] = ()  # folders of the suite without run_spec.json (named in a note, never dropped silently)
 
 
 def find_helm_release(path: Path, release: str | None = None) -> HelmRelease:
@@ -102,11 +110,22 @@ def find_helm_release(path: Path, release: str | None = None) -> HelmRelease:
     if not path.is_dir():
         raise ConfigError("not a folder (give a HELM suite folder, release folder or benchmark_output root)",
                           path=path)
+    try:
+        return _find_release(path, release)
+    except OSError as err:  # a folder on the way that cannot be listed
+        raise ConfigError(f"cannot read the folder ({err.strerror or type(err).__name__})",
+                          path=err.filename or path) from None
+
+
+def _find_release(path: Path, release: str | None) -> HelmRelease:
+    # A suite folder summarized with `helm-summarize --suite` holds runs_to_run_suites.json too: run folders here
+    # make it a suite (a release folder never holds runs itself).
+    runs_here, others = list_suite(path)
+    if runs_here:
+        return HelmRelease(release or path.name, tuple((d, path.name) for d in runs_here),
+                           HelmSchema.load(path / "schema.json"), tuple(others))
     if (path / "runs_to_run_suites.json").is_file():
         return _release_folder(path, path.parent.parent / "runs")
-    if any(path.glob(f"*/{RUN_SPEC}")):
-        runs = tuple((d, path.name) for d in sorted(p.parent for p in path.glob(f"*/{RUN_SPEC}")))
-        return HelmRelease(release or path.name, runs, HelmSchema.load(path / "schema.json"))
     if (path / "runs").is_dir():
         releases = sorted(p.parent.name for p in (path / "releases").glob("*/runs_to_run_suites.json"))
         suites = sorted(p.name for p in (path / "runs").iterdir() if any(p.glob(f"*/{RUN_SPEC}")))
@@ -156,7 +175,7 @@ def read_helm_run(path: Path, suite: str, schema: HelmSchema | None = None, *,
     spec = _load(path / RUN_SPEC)
     if not isinstance(spec, Mapping) or not isinstance(spec.get("adapter_spec"), Mapping):
         raise ConfigError("not a HELM run spec (no adapter_spec)", path=path / RUN_SPEC)
-    has_stats, has_instances = (path / STATS).is_file(), (path / PER_INSTANCE).is_file()
+    has_stats, has_instances = _present(path / STATS), _present(path / PER_INSTANCE)
     if not has_stats and not has_instances:
         raise ConfigError(f"not a finished HELM run: neither {STATS} nor {PER_INSTANCE} is here", path=path)
     name = str(spec.get("name") or path.name)
@@ -175,7 +194,7 @@ def read_helm_run(path: Path, suite: str, schema: HelmSchema | None = None, *,
     bench = BenchmarkSpec(name=info.name, display_name=display, description="imported from HELM",
                           category=info.category, subcategory=info.subcategory, access=info.access,
                           task_type=_task_type(spec, main, info), metrics=(MetricSpec(leaderboard_stat),),
-                          main_metric=leaderboard_stat, max_tokens=int(adapter.get("max_tokens") or 0),
+                          main_metric=leaderboard_stat, max_tokens=_max_tokens(adapter, path / RUN_SPEC),
                           source="HELM benchmark_output", main_split=main.split)
     reader = _RunReader(path, main, scale, leaderboard_stat, failed_as_zero)
     return RunSource(suite=suite, run_name=path.name, benchmark=bench, model=str(adapter.get("model") or "?"),
@@ -183,6 +202,26 @@ def read_helm_run(path: Path, suite: str, schema: HelmSchema | None = None, *,
                      main_stat=leaderboard_stat, status={"status": "complete", "source": "helm"}, stats=stats,
                      spec_json=json.dumps(spec, ensure_ascii=False), source="helm",
                      rows=lambda with_text: reader.rows(), summary=reader.summary)
+
+
+def _present(path: Path) -> bool:
+    """Whether a run file is there; one that is there must be a regular file (a FIFO, ``/dev/zero`` or a folder
+    in its place is an error naming it, never "no instances")."""
+    if not os.path.lexists(path):
+        return False
+    files.check_regular(path, what="HELM run file (JSON)")
+    return True
+
+
+def _max_tokens(adapter: Mapping[str, Any], where: Path) -> int:
+    value = adapter.get("max_tokens")
+    if value is None:
+        return 0
+    if type(value) is float and value.is_integer():
+        value = int(value)
+    if type(value) is not int or not 0 <= value <= 100_000_000:
+        raise ConfigError("must be a whole number of tokens >= 0", path=where, field="adapter_spec.max_tokens")
+    return value
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -300,15 +339,33 @@ def _stats(raw: Any, where: Path, main: _Main, scale: Any) -> tuple[Stat, ...]:
         name = _stat_name(s, where, i)
         if not _plain(s):
             continue
-        count = int(number(s.get("count")) or 0)
+        field = f"stat #{i} ({escape(name['name'], 80)})"
+        count = _strict(s, "count", where, field, whole=True)
+        count = 0 if count is None else int(count)
         split = str(name.get("split") or "test")
+        total, squares = (_strict(s, key, where, field, required=count > 0) for key in ("sum", "sum_squared"))
+        low, high, mean = (_strict(s, key, where, field) for key in ("min", "max", "mean"))
         if main.normalize and name["name"] == main.stat:  # the 1-5 column, stored on 0-1 under our name
-            v = scale(number(s.get("mean")))
+            v = scale(mean if mean is not None else (total / count if count and total is not None else None))
             out.append(Stat(JURY_STAT_NORMALIZED, split, count, (v or 0.0) * count, (v or 0.0) ** 2 * count,
-                            scale(number(s.get("min"))), scale(number(s.get("max")))))
-        out.append(Stat(name["name"], split, count, number(s.get("sum")) or 0.0, number(s.get("sum_squared")) or 0.0,
-                        number(s.get("min")), number(s.get("max"))))
+                            scale(low), scale(high)))
+        out.append(Stat(name["name"], split, count, total or 0.0, squares or 0.0, low, high))
     return tuple(out)
+
+
+def _strict(s: Mapping[str, Any], key: str, where: Path, field: str, *, required: bool = False,
+            whole: bool = False) -> float | None:
+    """A stat's number as HELM wrote it: a finite JSON number (whole for ``count``), or absent/null where HELM
+    leaves it out. Text, a list or ``null`` where a number is needed is an error naming the stat, never a 0."""
+    value = s.get(key)
+    if value is None:
+        if required:
+            raise ConfigError(f"{field}: '{key}' is missing or null (count > 0 needs it)", path=where)
+        return None
+    if type(value) not in (int, float) or not math.isfinite(value) or (whole and (value < 0 or value != int(value))):
+        raise ConfigError(f"{field}: '{key}' must be a {'whole number >= 0' if whole else 'finite number'}",
+                          path=where)
+    return float(value)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -351,7 +408,7 @@ class _RunReader:
 
     def rows(self) -> Iterator[InstanceRow]:
         merged = _per_instance(self.path / PER_INSTANCE)
-        state = _scenario_state(self.path / SCENARIO_STATE, self.main) if (self.path / SCENARIO_STATE).is_file() \
+        state = _scenario_state(self.path / SCENARIO_STATE, self.main) if _present(self.path / SCENARIO_STATE) \
             else {}
         s = self.summary  # the object the RunSource holds: filled in place
         s.__dict__.update(vars(RunSummary()))
@@ -383,6 +440,9 @@ class _RunReader:
             yield InstanceRow(instance_id, position, main_value, error, json.dumps(stats), None,
                               int(stats.get("num_prompt_tokens") or 0), int(stats.get("num_output_tokens") or 0),
                               float(stats.get("inference_runtime") or 0.0), 0, 0)
+        if not s.instances and _present(self.path / PER_INSTANCE):
+            raise ConfigError("lists no instance (an empty list): a finished run has one entry per instance; "
+                              f"remove the file to import the run's {STATS} means only", path=self.path / PER_INSTANCE)
         s.helm_mean = helm_total / helm_n if helm_n else None
         s.mean = total / n if n else None
 
@@ -390,7 +450,7 @@ class _RunReader:
 def _per_instance(path: Path) -> dict[str, dict[str, float | None]]:
     """instance id -> every plain stat of its train-trial-0, unperturbed entries (one entry per metric group)."""
     merged: dict[str, dict[str, float | None]] = {}
-    if not path.is_file():
+    if not _present(path):
         return merged
     for position, entry in enumerate(_stream(path, "item", "a list of per-instance stats")):
         if not isinstance(entry, Mapping) or "instance_id" not in entry:
@@ -404,7 +464,7 @@ def _per_instance(path: Path) -> dict[str, dict[str, float | None]]:
         for j, s in enumerate(entry_stats):
             name = _stat_name(s, path, j)
             if _plain(s):
-                stats.setdefault(name["name"], _mean(s))
+                stats.setdefault(name["name"], _mean(s, path, position))
     return merged
 
 
@@ -450,6 +510,7 @@ def _stream(path: Path, prefix: str, what: str) -> Iterator[Any]:
     import ijson
 
     opener = b"{" if prefix.startswith("request_states") else b"["
+    files.check_json_stream_depth(path)  # before ijson builds a value: its prefixes grow with the square of depth
     try:
         with open(path, "rb") as f:
             head = f.read(4096).lstrip()
@@ -463,11 +524,14 @@ def _stream(path: Path, prefix: str, what: str) -> Iterator[Any]:
         raise ConfigError(f"cannot read ({e.strerror})", path=path) from None
 
 
-def _mean(s: Mapping[str, Any]) -> float | None:
-    if s.get("mean") is not None:
-        return number(s["mean"])
-    count = number(s.get("count")) or 0
-    return number(s.get("sum")) / count if count and number(s.get("sum")) is not None else None
+def _mean(s: Mapping[str, Any], where: Path, position: int) -> float | None:
+    field = f"per-instance entry #{position}"
+    mean = _strict(s, "mean", where, field)
+    if mean is not None:
+        return mean
+    count = _strict(s, "count", where, field, whole=True) or 0
+    total = _strict(s, "sum", where, field, required=count > 0)
+    return total / count if count else None
 
 
 def _load(path: Path) -> Any:

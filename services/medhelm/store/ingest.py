@@ -29,7 +29,7 @@ from medhelm.store.costs import PriceTable, Usage, cost_per_point, jury_cost, to
 from medhelm.store.helm_runs import HelmSchema, is_helm_run, read_helm_run
 from medhelm.store.read import load_cells
 from medhelm.store.schema import SCHEMA_VERSION
-from medhelm.store.sources import RunSource, list_suite, read_medhelm_run
+from medhelm.store.sources import JURY_STAT, JURY_STAT_NORMALIZED, RunSource, list_suite, read_medhelm_run
 from medhelm.store.tables import group_scores, leaderboard
 
 Note = Callable[[str], None]
@@ -117,6 +117,8 @@ class _Ingest:
         # (model, deployment) -> judge deployment -> [prompt, completion, reasoning] tokens its judges spent on it
         self.judge_tokens: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(
             lambda: defaultdict(lambda: [0.0, 0.0, 0.0]))
+        # rows whose judges' usage is not known: HELM never records what its jury spent (unknown, never 0 tokens)
+        self.judge_usage_unknown: set[tuple[str, str]] = set()
         self.redacted: dict[tuple[str, str], bool] = {}
         self.suites: dict[tuple[str, str], set[str]] = defaultdict(set)
         self.runs = self.instances = 0
@@ -138,6 +140,8 @@ class _Ingest:
         redacted = self.options.redact or src.deployment in self.options.redacted_deployments
         self.redacted[row] = self.redacted.get(row, False) or redacted
         self.suites[row].add(src.suite)
+        if src.source == "helm" and src.main_stat in (JURY_STAT, JURY_STAT_NORMALIZED):
+            self.judge_usage_unknown.add(row)
         self._add_benchmark(src)
         self._add_run(src, redacted)
         if _custom_prompt(src.spec_json):
@@ -244,11 +248,13 @@ def _write_models(store: Store, options: SummarizeOptions, ingested: _Ingest) ->
     for (model, dep), t in sorted(ingested.usage.items()):
         cost = options.prices.cost(dep, model, Usage(int(t["prompt_tokens"]), int(t["completion_tokens"]),
                                                      t["gpu_s"], int(t["reasoning_tokens"])))
+        unknown = (model, dep) in ingested.judge_usage_unknown  # NULL: unknown, shown as such (never 0 / $0)
         out.append((options.release, model, dep, int(ingested.redacted[(model, dep)]),
                     ",".join(sorted(ingested.suites[(model, dep)])), int(t["n_instances"]), int(t["prompt_tokens"]),
-                    int(t["completion_tokens"]), int(t["judge_prompt_tokens"]), int(t["judge_completion_tokens"]),
-                    t["inference_s"], t["gpu_s"], cost.usd, cost.basis,
-                    jury_cost(options.prices, ingested.judge_tokens.get((model, dep), {}))))
+                    int(t["completion_tokens"]), None if unknown else int(t["judge_prompt_tokens"]),
+                    None if unknown else int(t["judge_completion_tokens"]), t["inference_s"], t["gpu_s"], cost.usd,
+                    cost.basis, None if unknown else jury_cost(options.prices, ingested.judge_tokens.get((model, dep),
+                                                                                                        {}))))
     store.insert_many("models", ("release", "model", "deployment", "redacted", "suites", "n_instances",
                                  "prompt_tokens", "completion_tokens", "judge_prompt_tokens",
                                  "judge_completion_tokens", "inference_s", "gpu_s", "cost_usd", "cost_basis",

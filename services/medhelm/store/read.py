@@ -72,10 +72,12 @@ def load_cells(store: Store, release: str) -> CellTable:
         if i is None or j is None or value is None:
             continue
         values[i, j] = value
-        if boot and len(boot) != 4 * replicates:
+        # float64 replicates (a group's interval is computed from them); 4 bytes each in stores written before
+        if boot and len(boot) not in (8 * replicates, 4 * replicates):
             raise ConfigError(f"release '{release}': a cell's bootstrap replicates do not match meta.replicates "
                               f"(damaged store? re-run `medhelm summarize`)")
-        reps[:, i, j] = np.frombuffer(boot, dtype=np.float32) if boot else value
+        reps[:, i, j] = (np.frombuffer(boot, dtype=np.float64 if len(boot) == 8 * replicates else np.float32)
+                         if boot else value)
     return CellTable(tuple(rows), tuple(cols), values, reps)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from medhelm.errors import ConfigError
+from medhelm.errors import ConfigError, escape
 from medhelm.rundir import RECORDS, RunDir, raw_lines
 from medhelm.specs import BenchmarkSpec, Stat, loads_json
 
@@ -103,7 +103,14 @@ def read_medhelm_run(path: Path, suite: str) -> RunSource:
     run = RunDir(path)
     spec_json = run.spec_doc()
     spec = run.spec()
+    for name in ("entry", "model", "deployment"):  # a record's identity: text, never trusted as anything else
+        if type(getattr(spec, name)) is not str:
+            raise ConfigError("must be text", path=path / "run_spec.json", field=name)
     status = run.status()
+    for name, kinds in (("instances_total", (int,)), ("instances_done", (int,)), ("wall_time_s", (int, float))):
+        v = status.get(name)
+        if v is not None and (type(v) not in kinds or not 0 <= v < math.inf):
+            raise ConfigError("must be a number >= 0", path=path / "run.json", field=name)
     stats = tuple(run.stats()) if run.has_stats() else ()
     main = leaderboard_stat(spec.benchmark)
     return RunSource(suite=suite, run_name=path.name, benchmark=spec.benchmark, model=spec.model,
@@ -143,7 +150,41 @@ def _medhelm_rows(path: Path, main: str, with_text: bool, limit: int | None = No
                 usage.get("reasoning_tokens") or 0, judge.get("reasoning_tokens") or 0)
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             raise ConfigError(f"bad instance record ({type(e).__name__})", path=path, line=lineno) from None
+        bad = bad_field(row, stats)
+        if bad is not None:
+            raise ConfigError(f"bad instance record: {bad}", path=path, line=lineno)
         yield row
+
+
+_COUNT_FIELDS = (("prompt_tokens", "completion.usage.prompt_tokens"),
+                 ("completion_tokens", "completion.usage.completion_tokens"),
+                 ("judge_prompt_tokens", "judge_usage.prompt_tokens"),
+                 ("judge_completion_tokens", "judge_usage.completion_tokens"))
+_MAX_COUNT = 1 << 53  # token counts past this are not counts (and lose precision as floats)
+
+
+def bad_field(row: InstanceRow, stats: Mapping[str, Any]) -> str | None:
+    """What is wrong with a parsed record's typed fields (named, never its value), or None.
+
+    A record is trusted only as far as its types are checked here: a string latency, a list as ``error`` or a
+    huge negative token count must be one line naming the field, never a traceback or a silent 0."""
+    for attr, name in _COUNT_FIELDS:
+        v = getattr(row, attr)
+        if type(v) is not int or not 0 <= v < _MAX_COUNT:
+            return f"'{name}' must be a token count (a whole number from 0 to 2^53)"
+    lat = row.latency_s
+    if type(lat) not in (int, float) or not 0 <= lat < math.inf:
+        return "'completion.usage.latency_s' must be a finite number of seconds >= 0"
+    if row.error is not None and type(row.error) is not str:
+        return "'error' must be text or null"
+    if type(row.position) is not int or not 0 <= row.position < _MAX_COUNT:
+        return "'position' must be a whole number >= 0"
+    if type(stats) is not dict:
+        return "'stats' must be an object of stat name -> number or null"
+    for name, v in stats.items():
+        if v is not None and type(v) not in (float, int, bool):
+            return f"stat '{escape(name, 80)}' must be a number or null (unscored)"
+    return None
 
 
 def number(value: Any) -> float | None:

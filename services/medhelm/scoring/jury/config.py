@@ -137,7 +137,7 @@ def resolve(spec: MetricSpec, ctx: Any) -> MetricSpec:
     override = ctx.benchmark_args.get("jury_config_path")
     if override:
         jury = load(config_path(str(override), ctx.base_dir), ctx.deployments)
-    elif args.get("judges"):
+    elif "judges" in args:  # `judges: []` is a jury without judges: an error, never the default jury in silence
         jury = from_mapping(args, ctx.deployments, where=str(ctx.benchmark_args.get("config_path") or ""))
     else:
         jury = load(config_path(DEFAULT_JURY, ctx.base_dir), ctx.deployments)

@@ -174,7 +174,10 @@ def _criteria_of(text: str, where: str | None) -> tuple[str, ...]:
     body = blocks[-1].strip()
     try:
         obj = json.loads(body)
-    except json.JSONDecodeError:
+    except (RecursionError, ValueError) as err:
+        if not isinstance(err, json.JSONDecodeError):  # nested past the stack, a 5,000-digit integer
+            raise ConfigError("the <rubric_criteria> block is not a usable JSON object (nested too deeply or a "
+                              "number too long)", path=where, field="prompt_file") from None
         # Tolerate an illustrative, not-quite-JSON example: read the top-level "key": { lines.
         obj = dict.fromkeys(re.findall(r'^\s{0,4}"([^"]+)"\s*:\s*\{', body, re.M))
     if not isinstance(obj, dict) or not obj:

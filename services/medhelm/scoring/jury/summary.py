@@ -145,7 +145,7 @@ class AgreementReport:
                 "alpha_ordinal": self.alpha_ordinal.to_json(), "alpha_level": self.alpha_level,
                 "alpha": self.alpha.to_json(), "pairs": [p.to_json() for p in self.pairs],
                 "criteria": [c.to_json() for c in self.criteria], "notes": list(self.notes),
-                "methods": {"icc": ag.F_METHOD, "other": ag.BOOTSTRAP_METHOD}}
+                "methods": {"icc": ag.ICC_METHOD, "other": ag.BOOTSTRAP_METHOD}}
 
 
 def judge_agreement(records: Iterable[InstanceResult], *, n_boot: int = ag.DEFAULT_BOOTSTRAP, seed: int = 0,
