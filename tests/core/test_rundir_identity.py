@@ -2,7 +2,9 @@
 (``medhelm/rundir``): a run, a resume after a kill (a torn last line, run.json gone), a sharded Job merged by
 ``collect``, and ``summarize`` into SQLite, all with fixed inputs against the mock OpenAI server, compared with
 ``tests/data/rundir_golden.json``. The golden was written by the code before the move
-(``python tests/core/test_rundir_identity.py --write GOLDEN`` with that code first on PYTHONPATH).
+(``python tests/core/test_rundir_identity.py --write GOLDEN`` with that code first on PYTHONPATH). One change
+since, on purpose: the store's bootstrap replicates (``cells.boot``) are float64 (issue 30: a one-benchmark
+category's interval equals that benchmark's own exactly); that column alone was re-written, by the code after.
 
 Only what differs between two runs of the same code is masked: latencies and wall times (measured), the
 store's creation times. Everything else — every file's name, every line, every stat, every store row — must

@@ -136,10 +136,10 @@ def report(outcomes, options) -> int:
 def _note_truncation(outcomes) -> None:
     """One note per run whose prompts were cut to fit the context window (also under -q: a cut note or record
     changes what was evaluated, and the stat alone is easy to miss)."""
-    from medhelm.pipeline import RunDir
+    from medhelm.rundir import RunDir
 
     for o in outcomes:
-        if o.skipped or not (o.plan.run_dir / "stats.json").is_file():
+        if o.skipped or not RunDir(o.plan.run_dir).has_stats():
             continue
         cut = sum(s.sum for s in RunDir(o.plan.run_dir).stats() if s.name == "prompt_truncated")
         if cut:
