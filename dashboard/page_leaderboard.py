@@ -15,6 +15,8 @@ from safe_text import literal
 from medhelm.store.ingest import cost_per_point, total_cost
 from medhelm.store.tables import CellTable, group_scores, leaderboard
 
+BASELINE_MARK = " (baseline)"
+
 if TYPE_CHECKING:  # pragma: no cover
     import altair as alt
 
@@ -27,7 +29,13 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
     if not table.rows or not table.columns:
         st.warning("Nothing to rank with these filters.")
         return
-    board = leaderboard_frame(rel, view)
+    rank_baselines = st.sidebar.checkbox(
+        "Rank baselines with the models", value=rel.meta.get("rank_baselines") == "1", key=f"rank_base_{rel.name}",
+        help="Reference baselines (baseline/…) answer without a model. Off: they are compared with the models "
+             "(their win rate says where they would stand) but not ranked, and the models' win rates ignore them.")
+    board = leaderboard_frame(rel, view, rank_baselines=rank_baselines)
+    for note in board_notes(board, rank_baselines):
+        st.info(note)
     st.dataframe(safe_frame(board), hide_index=True, width="stretch", key="leaderboard", column_config={
         "Mean win rate": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.3f"),
         "Mean score": st.column_config.NumberColumn(format="%.3f"),
@@ -39,12 +47,17 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
     left, right = st.columns(2)
     with left:
         st.subheader("Categories (macro average)")
-        st.altair_chart(_heatmap(table), width="stretch")
+        if any(g.value is not None for g in group_scores(table, "category")):
+            st.altair_chart(_heatmap(table), width="stretch")
+        else:
+            st.info("No benchmark on this page is placed in the MedHELM taxonomy: give its YAML `category:` and "
+                    "`subcategory:` (see `medhelm list`) to see the category heatmap.")
     with right:
         st.subheader("Cost vs mean win rate")
-        priced = board.dropna(subset=["Cost (USD)"])
+        priced = board.dropna(subset=["Cost (USD)", "Mean win rate"])
         if priced.empty:
-            st.info("No prices: add a prices YAML (`medhelm summarize --prices prices.yaml`) to see cost.")
+            st.info("No point to plot: a point needs a price (`medhelm summarize --prices prices.yaml`) and a "
+                    "win rate (two or more models or baselines on a benchmark).")
         else:
             st.altair_chart(_scatter(priced), width="stretch")
     st.subheader("Benchmarks (main metric; jury scores on 0–1)")
@@ -55,14 +68,15 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
             f"{b} × {m} [{d}]" for b, m, d in custom) + ". Not comparable with default-prompt results.", 2000))
 
 
-def leaderboard_frame(rel: Release, view: View) -> pd.DataFrame:
+def leaderboard_frame(rel: Release, view: View, *, rank_baselines: bool = False) -> pd.DataFrame:
     models = rel.models.set_index(["model", "deployment"]) if len(rel.models) else pd.DataFrame()
     out = []
-    for r in leaderboard(view.table):
+    for r in leaderboard(view.table, rank_baselines=rank_baselines):
         m = models.loc[(r.model, r.deployment)] if (r.model, r.deployment) in models.index else {}
         own, jury = _num(m.get("cost_usd")), _num(m.get("jury_cost_usd"))
         cost = total_cost(own, jury)
-        out.append({"Rank": r.rank, "Model": r.model, "Deployment": r.deployment, "Mean win rate": r.win_rate,
+        rank = str(r.rank) if r.rank is not None else "baseline" if r.baseline else "–"
+        out.append({"Rank": rank, "Model": r.model + (BASELINE_MARK if r.baseline else ""), "Deployment": r.deployment, "Mean win rate": r.win_rate,
                     "Win rate 95% CI": _ci(r.win_rate_low, r.win_rate_high, "{:.2f}"),
                     "Rank 95% CI": _ci(r.rank_low, r.rank_high, "{:.0f}"), "Mean score": r.mean_score,
                     "Benchmarks": r.n_benchmarks, "Cost (USD)": cost, "Candidate USD": own, "Jury USD": jury,
@@ -71,6 +85,28 @@ def leaderboard_frame(rel: Release, view: View) -> pd.DataFrame:
                     "Inference s": _num(m.get("inference_s")),
                     "s / instance": _per(m.get("inference_s"), m.get("n_instances"))})
     return pd.DataFrame(out)
+
+
+def board_notes(board: pd.DataFrame, rank_baselines: bool = False) -> list[str]:
+    """What a reader needs to read the table: why a win rate or rank is missing, what a baseline is."""
+    if not len(board):
+        return []
+    base = board["Model"].str.endswith(BASELINE_MARK)
+    models = board[~base]
+    notes = []
+    if len(models) == 1 and not rank_baselines:
+        notes.append("Win rates compare models benchmark by benchmark, so they need two or more: with one model "
+                     "on this page there is nothing for it to win against, hence no win rate or rank. Add a model, "
+                     "or switch on \"Rank baselines with the models\" in the sidebar to rank it against them.")
+    elif models["Rank"].eq("–").any():
+        notes.append("A model marked – shares no benchmark with another row: win rates need two on a benchmark.")
+    if base.any():
+        notes.append("Rows marked (baseline) are zero-cost reference answers (a random or the majority answer, an "
+                     "empty answer, the input copied back), scored by the same metrics: a model should beat them. "
+                     + ("They are ranked with the models here (sidebar switch)." if rank_baselines else
+                        "Their win rate says where they would stand against the models; they are not ranked and do "
+                        "not change the models' win rates (sidebar switch)."))
+    return notes
 
 
 def _heatmap(table: CellTable) -> alt.Chart:

@@ -189,6 +189,7 @@ class DeploymentKind(str, enum.Enum):
     OPENAI = "openai"  # any OpenAI-compatible server: vLLM, KServe HF runtime, llama.cpp server, Azure
     LLAMACPP = "llamacpp"  # an in-process GGUF model
     KSERVE_V2 = "kserve_v2"  # KServe Open Inference Protocol v2 (text in, text out)
+    BASELINE = "baseline"  # a zero-cost reference answer (random, majority, empty, copy of the input)
 
 
 # --------------------------------------------------------------------------------------------

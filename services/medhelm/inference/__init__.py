@@ -51,6 +51,10 @@ def make_client(deployment: Deployment, *, connections: int | None = None) -> Mo
         from medhelm.inference.llamacpp import LlamaCppClient
 
         return LlamaCppClient(deployment)
+    if deployment.kind is DeploymentKind.BASELINE:
+        from medhelm.inference.baseline import BaselineClient
+
+        return BaselineClient(deployment)
     if deployment.kind is DeploymentKind.KSERVE_V2:
         protocol = deployment.options.get("protocol", "rest")
         if protocol not in ("rest", "grpc"):
@@ -133,6 +137,12 @@ class PooledClient:
     @property
     def deployment(self) -> Deployment:
         return self._deployment
+
+    @property
+    def answers_instances(self):
+        """The raw client's ``answer(instance, request, majority=)`` when it answers from the instance (kind
+        baseline: no model, nothing to cache or retry), else None."""
+        return getattr(self._raw, "answer", None)
 
     def count_tokens(self, text: str) -> int | None:
         """Exact token count when the model's tokenizer is local (llama.cpp), else None (estimate yourself)."""

@@ -8,9 +8,16 @@ prices:
   - deployment: vllm/qwen2.5-7b-instruct  # local deployment: GPU-hour price x GPU-seconds
     gpu_hour: 2.10
     gpus: 1
+  - deployment: local/smollm2-135m-instruct  # CPU model: core-hour price x cores x seconds
+    cpu_hour: 0.048
+    cpus: 2
 ```
 
-A GPU-priced deployment is charged for the wall time of its runs (``run.json`` ``wall_time_s``: the
+Built-in prices (``config/prices.yaml``: the embedded model's CPU time) apply unless the user's file prices
+the same name (``PriceTable.configured``). A reference baseline (``baselines.is_baseline``) costs 0: it calls
+no model.
+
+A GPU- or CPU-priced deployment is charged for the wall time of its runs (``run.json`` ``wall_time_s``: the
 GPU is held while the run goes), or the summed request latency when a run has no wall time. A
 deployment without a price has no cost (shown as such), never a cost of 0.
 
@@ -28,6 +35,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from medhelm.baselines import is_baseline
 from medhelm.errors import ConfigError, escape
 from medhelm.files import load_yaml_doc
 from medhelm.schemas import Finite, NameText, Strict, check
@@ -39,6 +47,8 @@ class Price:
     output_per_million: float | None = None
     gpu_hour: float | None = None
     gpus: float = 1.0
+    cpu_hour: float | None = None
+    cpus: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -53,7 +63,7 @@ class Usage:
 @dataclass(frozen=True)
 class Cost:
     usd: float | None
-    basis: str  # "api tokens" | "gpu time" | "no price"
+    basis: str  # "api tokens" | "gpu time" | "cpu time" | "baseline" | "no price"
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,12 @@ class PriceTable:
     @classmethod
     def empty(cls) -> PriceTable:
         return cls({})
+
+    @classmethod
+    def configured(cls, path: str | Path | None) -> PriceTable:
+        """The built-in prices, overridden name by name by the user's file (``path``; None = none)."""
+        builtin = cls.load(BUILTIN_PATH).by_name
+        return cls({**builtin, **(cls.load(path).by_name if path is not None else {})})
 
     @classmethod
     def load(cls, path: str | Path) -> PriceTable:
@@ -78,24 +94,31 @@ class PriceTable:
             where = {"path": path, "line": doc.line("prices", i), "field": f"prices[{i}]"}
             if not name:
                 raise ConfigError("needs 'deployment' (or 'model')", **where)
-            if item.gpu_hour is None and item.input_per_million is None and item.output_per_million is None:
-                raise ConfigError("needs input_per_million/output_per_million (API) or gpu_hour (local)", **where)
+            if all(x is None for x in (item.gpu_hour, item.cpu_hour, item.input_per_million,
+                                       item.output_per_million)):
+                raise ConfigError("needs input_per_million/output_per_million (API), gpu_hour (GPU) or cpu_hour "
+                                  "(CPU)", **where)
             if name in out:
                 raise ConfigError(f"a second price for '{escape(name)}'", **where)
             out[name] = Price(input_per_million=item.input_per_million, output_per_million=item.output_per_million,
-                              gpu_hour=item.gpu_hour, gpus=item.gpus)
+                              gpu_hour=item.gpu_hour, gpus=item.gpus, cpu_hour=item.cpu_hour, cpus=item.cpus)
         return cls(out)
 
     def cost(self, deployment: str, model: str, usage: Usage) -> Cost:
+        if is_baseline(deployment):
+            return Cost(0.0, "baseline")
         price = self.by_name.get(deployment) or self.by_name.get(model)
         if price is None:
             return Cost(None, "no price")
         if price.gpu_hour is not None:
             return Cost(price.gpu_hour * price.gpus * usage.gpu_s / 3600.0, "gpu time")
+        if price.cpu_hour is not None:  # the model time of its runs, on this many cores
+            return Cost(price.cpu_hour * price.cpus * usage.gpu_s / 3600.0, "cpu time")
         return Cost((usage.prompt_tokens * (price.input_per_million or 0.0)
                      + usage.completion_tokens * (price.output_per_million or 0.0)) / 1e6, "api tokens")
 
 
+BUILTIN_PATH = Path(__file__).resolve().parent.parent / "config" / "prices.yaml"
 Money = Annotated[Finite, Field(ge=0, le=1e9)]
 
 
@@ -106,6 +129,8 @@ class _PriceItem(Strict):
     output_per_million: Money | None = None
     gpu_hour: Money | None = None
     gpus: Annotated[Finite, Field(gt=0, le=1_000_000)] = 1.0
+    cpu_hour: Money | None = None
+    cpus: Annotated[Finite, Field(gt=0, le=1_000_000)] = 1.0
 
 
 class _PricesFile(Strict):
