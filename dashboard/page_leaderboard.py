@@ -12,10 +12,14 @@ from board_data import Release, Settings
 from filters import View
 from safe_frames import safe_frame
 from safe_text import literal
+from medhelm.baselines import is_baseline
 from medhelm.store.ingest import cost_per_point, total_cost
 from medhelm.store.tables import CellTable, group_scores, leaderboard
 
 BASELINE_MARK = " (baseline)"
+BOARD_FORMATS = {"Mean win rate": "{:.3f}", "Mean score": "{:.3f}", "Cost (USD)": "${:.2f}", "Candidate USD": "${:.2f}",
+                 "Jury USD": "${:.2f}", "USD per point": "${:.4f}", "Prompt tokens": "{:,.0f}",
+                 "Output tokens": "{:,.0f}", "Inference s": "{:.1f}", "s / instance": "{:.3f}"}
 
 if TYPE_CHECKING:  # pragma: no cover
     import altair as alt
@@ -23,7 +27,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
     table = view.table
-    st.caption(f"Release **{literal(rel.name, 80)}** · {len(table.rows)} models · {len(table.columns)} benchmarks · "
+    n_base = sum(is_baseline(m) for m, _ in table.rows)
+    rows = f"{len(table.rows) - n_base} models" + (f" + {n_base} baselines" if n_base else "")
+    st.caption(f"Release **{literal(rel.name, 80)}** · {rows} · {len(table.columns)} benchmarks · "
                f"95% bootstrap intervals ({literal(rel.meta.get('replicates', '?'), 12)} replicates, seed "
                f"{literal(rel.meta.get('seed', '?'), 20)}) · win rate: ties count half")
     if not table.rows or not table.columns:
@@ -36,14 +42,13 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
     board = leaderboard_frame(rel, view, rank_baselines=rank_baselines)
     for note in board_notes(board, rank_baselines):
         st.info(note)
-    st.dataframe(safe_frame(board), hide_index=True, width="stretch", key="leaderboard", column_config={
+    shown = filled(board)
+    numeric = {c: f for c, f in BOARD_FORMATS.items() if c in shown and pd.api.types.is_numeric_dtype(shown[c])}
+    st.dataframe(safe_frame(shown).style.format(numeric), hide_index=True, width="stretch", key="leaderboard",
+                 column_config={
         "Mean win rate": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.3f"),
-        "Mean score": st.column_config.NumberColumn(format="%.3f"),
-        "Cost (USD)": st.column_config.NumberColumn(format="$%.2f"),
-        "Candidate USD": st.column_config.NumberColumn(format="$%.2f", help="the model's own requests"),
-        "Jury USD": st.column_config.NumberColumn(format="$%.2f", help="its judges' tokens, same price table"),
-        "USD per point": st.column_config.NumberColumn(format="$%.4f"),
-        "s / instance": st.column_config.NumberColumn(format="%.3f")})
+        "Candidate USD": st.column_config.Column(help="the model's own requests"),
+        "Jury USD": st.column_config.Column(help="its judges' tokens, same price table")})
     left, right = st.columns(2)
     with left:
         st.subheader("Categories (macro average)")
@@ -62,7 +67,8 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
             st.altair_chart(_scatter(priced), width="stretch")
     st.subheader("Benchmarks (main metric; jury scores on 0–1)")
     custom = custom_prompts(rel.meta)
-    st.dataframe(safe_frame(_matrix(view, {b for b, _, _ in custom})), width="stretch", key="matrix")
+    st.dataframe(safe_frame(_matrix(view, {b for b, _, _ in custom}).map(
+        lambda v: "not run" if np.isnan(v) else f"{v:.3f}")), width="stretch", key="matrix")
     if custom:
         st.caption(literal("† prompt differs from the benchmark's default (prompt_path=): " + "; ".join(
             f"{b} × {m} [{d}]" for b, m, d in custom) + ". Not comparable with default-prompt results.", 2000))
@@ -85,6 +91,18 @@ def leaderboard_frame(rel: Release, view: View, *, rank_baselines: bool = False)
                     "Inference s": _num(m.get("inference_s")),
                     "s / instance": _per(m.get("inference_s"), m.get("n_instances"))})
     return pd.DataFrame(out)
+
+
+def filled(board: pd.DataFrame) -> pd.DataFrame:
+    """The table with each missing number shown as "–": the grid draws a missing number as "None", and
+    neither its column formats nor a Styler's ``na_rep`` change that. A column with a gap becomes text in its
+    format (it then sorts as text); a full column stays numeric. The win-rate bar draws a gap as empty."""
+    out = board.copy()
+    for col, fmt in BOARD_FORMATS.items():
+        if col in out and col != "Mean win rate" and out[col].isna().any():
+            out[col] = [("–" if v is None or (isinstance(v, float) and np.isnan(v)) else fmt.format(v))
+                        for v in out[col]]
+    return out
 
 
 def board_notes(board: pd.DataFrame, rank_baselines: bool = False) -> list[str]:
@@ -128,8 +146,10 @@ def _heatmap(table: CellTable) -> alt.Chart:
 def _scatter(priced: pd.DataFrame) -> alt.Chart:
     import altair as alt
 
-    return alt.Chart(priced).mark_circle(size=90).encode(
+    kind = np.where(priced["Model"].str.endswith(BASELINE_MARK), "baseline (zero cost)", "model")
+    return alt.Chart(priced.assign(Kind=kind)).mark_circle(size=90).encode(
         x=alt.X("Cost (USD):Q", scale=alt.Scale(zero=False)), y=alt.Y("Mean win rate:Q", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("Kind:N", legend=alt.Legend(orient="bottom", title=None)),
         tooltip=["Model", "Deployment", alt.Tooltip("Cost (USD):Q", format="$.2f"),
                  alt.Tooltip("Mean win rate:Q", format=".3f")]).properties(height=320)
 
@@ -148,11 +168,11 @@ def _matrix(view: View, custom: set[str] = frozenset()) -> pd.DataFrame:
     t = view.table
     names = [f"{r[0]} [{r[1]}]" for r in t.rows]
     columns = [c.display_name + (" †" if c.benchmark in custom else "") for c in t.columns]
-    return pd.DataFrame(t.values, index=names, columns=columns).round(3)
+    return pd.DataFrame(t.values, index=names, columns=columns)
 
 
 def _ci(low: float | None, high: float | None, fmt: str) -> str:
-    return "" if low is None or high is None else f"[{fmt.format(low)}, {fmt.format(high)}]"
+    return "–" if low is None or high is None else f"[{fmt.format(low)}, {fmt.format(high)}]"
 
 
 def _num(v: object) -> float | None:

@@ -14,7 +14,7 @@ async function main() {
   });
   const out = { step: "open" };
   try {
-    const page = await browser.newPage({ viewport: { width: 1500, height: 1100 } });
+    const page = await browser.newPage({ viewport: { width: 2600, height: 1400 } });
     await page.goto(url, { waitUntil: "domcontentloaded", timeout });
     await page.locator('[data-testid="stDataFrame"]').first().waitFor({ state: "visible", timeout });
     out.step = "charts";
@@ -23,6 +23,9 @@ async function main() {
     out.step = "read";
     out.text = await page.locator('[data-testid="stMain"], section.main, body').first().innerText();
     out.cells = await page.locator('[data-testid="stDataFrame"]').first().locator('[role="gridcell"], td, th')
+      .allInnerTexts();
+    // every grid on the page (the benchmark matrix too), all columns drawn in the wide viewport
+    out.all_cells = await page.locator('[data-testid="stDataFrame"] [role="gridcell"], [data-testid="stDataFrame"] td')
       .allInnerTexts();
     out.headers = await page.locator('[data-testid="stDataFrame"]').first().locator('[role="columnheader"]')
       .allInnerTexts();
