@@ -16,7 +16,7 @@ from medhelm.pipeline import RunDir
 from medhelm.scoring.choice import gold_label
 from medhelm.specs import Instance, Reference, TaskType
 from medhelm.store import open_store, read
-from tests.leaderboard.helpers import run_cli
+from tests.leaderboard.helpers import note_summary_benchmark, run_cli
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 EM_YAML = EXAMPLES / "exact_match_demo" / "exact_match_demo.yaml"
@@ -77,18 +77,6 @@ def test_a_user_deployment_cannot_pose_as_a_baseline(tmp_path: Path) -> None:
         DeploymentRegistry.load(local)
 
 
-GEN_YAML = """name: GEN-BASE
-description: a small generation benchmark
-prompt_file: {prompt}
-dataset_file: {csv}
-max_tokens: 20
-category: Clinical Note Generation
-subcategory: Documenting Patient Visits
-metrics:
-  - name: rouge_l
-"""
-
-
 def _runs(suite: Path) -> dict[tuple[str, str], RunDir]:
     out = {}
     for p in suite.iterdir():
@@ -103,10 +91,7 @@ def baseline_suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("base")
     local = root / "prod_env"
     local.mkdir()
-    gen_dir = EXAMPLES / "summarization_demo"
-    gen = root / "gen.yaml"
-    gen.write_text(GEN_YAML.format(prompt=gen_dir / "summarization_demo_prompt.txt",
-                                   csv=gen_dir / "summarization_demo_dataset.csv"))
+    gen = note_summary_benchmark(root, "GEN-BASE")
     with MockOpenAIServer(responder=lambda body: "Yes" if body["model"] == "says-yes" else "No") as srv:
         (local / "model_deployments.yaml").write_text("model_deployments:\n" + "".join(
             f"  - name: mock/{m}\n    model_name: test/{m}\n    kind: openai\n    base_url: {srv.base_url}\n"

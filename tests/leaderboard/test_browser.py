@@ -27,32 +27,18 @@ def test_leaderboard_renders_in_a_real_browser(small_output: Path, tmp_path: Pat
         Path(os.environ["MEDHELM_SCREENSHOT_DIR"], "leaderboard.png").write_bytes(data)
 
 
-GEN_YAML = """name: NOTE-SUMMARY
-description: one-sentence summaries of clinic notes
-prompt_file: {prompt}
-dataset_file: {csv}
-max_tokens: 20
-category: Clinical Note Generation
-subcategory: Documenting Patient Visits
-metrics:
-  - name: rouge_l
-"""
-
-
 @pytest.fixture(scope="module")
 def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The quickstart's shape on a mock model: one model and the baselines on the yes/no example and a
     summary benchmark, both placed in the taxonomy; summarised twice, baselines apart and ranked."""
     from medhelm.devtools.mock_openai import MockOpenAIServer
-    from tests.leaderboard.helpers import run_cli
+    from tests.leaderboard.helpers import note_summary_benchmark, run_cli
 
     root = tmp_path_factory.mktemp("demo")
     examples = Path(__file__).parents[2] / "examples"
     local = root / "prod_env"
     local.mkdir()
-    gen = root / "gen.yaml"
-    gen.write_text(GEN_YAML.format(prompt=examples / "summarization_demo" / "summarization_demo_prompt.txt",
-                                   csv=examples / "summarization_demo" / "summarization_demo_dataset.csv"))
+    gen = note_summary_benchmark(root)
     with MockOpenAIServer(responder=lambda body: "Yes") as srv:
         (local / "model_deployments.yaml").write_text(
             f"model_deployments:\n  - name: mock/yes\n    model_name: test/yes\n    kind: openai\n"
