@@ -254,6 +254,6 @@ def _stop_with_parent() -> None:
 
 
 def _shown(store: str) -> str:
-    from medhelm.store.backends import _without_password
+    from medhelm.errors import without_password
 
-    return _without_password(store)
+    return without_password(store)

@@ -13,7 +13,7 @@ from filters import View
 from safe_frames import safe_frame
 from safe_text import literal
 from medhelm.baselines import is_baseline
-from medhelm.store.ingest import cost_per_point, total_cost
+from medhelm.store.costs import cost_per_point, total_cost
 from medhelm.store.tables import CellTable, group_scores, leaderboard
 
 BASELINE_MARK = " (baseline)"

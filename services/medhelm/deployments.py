@@ -1,7 +1,8 @@
 """The model-deployment registry: built-in entries plus the user's ``<local-path>/model_deployments.yaml``.
 
 Shape (HELM's, so existing prod_env files carry over): a list under ``model_deployments``; each item has
-``name``, ``model_name``, ``kind`` (openai | llamacpp | kserve_v2 | baseline) and per kind ``base_url``,
+``name``, ``model_name``, ``kind`` (a row of ``backend_kinds.KINDS``: openai, llamacpp, kserve_v2, ...) and
+per kind (that row's ``required``) ``base_url``,
 ``served_model_name``, ``api_key_env``, ``max_sequence_length`` or ``gguf_path``.
 
 Each file is checked against a typed schema (``schemas.py``, pydantic) when read: strict types, known keys,
@@ -25,6 +26,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from medhelm import baselines, files
+from medhelm.backend_kinds import BY_KIND, KIND_NAMES
 from medhelm.errors import ConfigError, escape
 from medhelm.files import YamlDoc, load_yaml_doc
 from medhelm.schemas import EnvName, Finite, Strict, Text, Url, check
@@ -35,8 +37,6 @@ USER_FILE = "model_deployments.yaml"
 ENV_FILES = "MEDHELM_MODEL_DEPLOYMENTS"
 DEFAULT_DEPLOYMENT = "local/smollm2-135m-instruct"
 
-_REQUIRED_BY_KIND = {DeploymentKind.OPENAI: ("base_url",), DeploymentKind.LLAMACPP: ("gguf_path",),
-                     DeploymentKind.KSERVE_V2: ("base_url",), DeploymentKind.BASELINE: ()}
 
 
 class DeploymentRegistry:
@@ -107,7 +107,7 @@ class DeploymentRegistry:
 class _DeploymentItem(Strict):
     name: Text
     model_name: Text
-    kind: Literal["openai", "llamacpp", "kserve_v2", "baseline"]
+    kind: Literal[KIND_NAMES]  # type: ignore[valid-type]  # the kinds of backend_kinds.KINDS
     base_url: Url | None = None
     served_model_name: Text | None = None
     api_key_env: EnvName | None = None
@@ -147,7 +147,7 @@ def _deployment(item: _DeploymentItem, path: Path, index: int, doc: YamlDoc) -> 
         raise ConfigError(f"kind 'baseline' goes with the names {', '.join(map(baselines.name_of, baselines.STRATEGIES))}"
                           f" and those names with kind 'baseline' only", path=path,
                           line=doc.line("model_deployments", index, "name"), field=f"model_deployments[{index}].name")
-    for key in _REQUIRED_BY_KIND[kind]:
+    for key in BY_KIND[kind.value].required:
         if not getattr(item, key):
             raise ConfigError(f"is required for kind '{kind.value}'", path=path,
                               line=doc.line("model_deployments", index), field=f"model_deployments[{index}].{key}")

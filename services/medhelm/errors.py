@@ -28,6 +28,15 @@ def escape(value: object, limit: int = MAX_VALUE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def without_password(url: str) -> str:
+    """A connection URL fit for a message: the password of ``scheme://user:password@host`` becomes ``***``."""
+    if "://" in url and "@" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+    return url
+
+
 def one_line(message: str, limit: int = 4000) -> str:
     """A whole message as one line (the CLI's last step before printing)."""
     return escape(message, limit)

@@ -20,6 +20,8 @@ from typing import Any
 
 import orjson
 
+from medhelm import backend_kinds as _backend_kinds
+
 JSON = Any  # a value json.dumps accepts
 
 # --------------------------------------------------------------------------------------------
@@ -185,11 +187,10 @@ class TaskType(str, enum.Enum):
     CODE = "code"  # text-to-SQL (EHRSQL)
 
 
-class DeploymentKind(str, enum.Enum):
-    OPENAI = "openai"  # any OpenAI-compatible server: vLLM, KServe HF runtime, llama.cpp server, Azure
-    LLAMACPP = "llamacpp"  # an in-process GGUF model
-    KSERVE_V2 = "kserve_v2"  # KServe Open Inference Protocol v2 (text in, text out)
-    BASELINE = "baseline"  # a zero-cost reference answer (random, majority, empty, copy of the input)
+# One member per row of ``backend_kinds.KINDS`` (the one table of backends): ``DeploymentKind.OPENAI`` is
+# "openai", ``DeploymentKind.KSERVE_V2`` is "kserve_v2". A new backend is a row there, never a member here.
+DeploymentKind = enum.Enum("DeploymentKind", [(name.upper(), name) for name in _backend_kinds.KIND_NAMES],
+                           type=str, module=__name__, qualname="DeploymentKind")
 
 
 # --------------------------------------------------------------------------------------------

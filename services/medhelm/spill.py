@@ -3,9 +3,9 @@ the things a benchmark has one of per row are sorted without holding them all (a
 the memory of a 1k one).
 
 Users: the dataset's id digests (the duplicate-id check at planning, ``benchmarks/user_dataset.py``), the
-record writer's ledger (finishing in position order), and a resumed or sharded run's bookkeeping (which
-positions are finished, which records are kept, their order: ``pipeline/records.py``). Each keeps one
-chunk in memory, sorts it and hands it here as a *run* (``Sorter`` does both for rows added in any
+record writer's ledger (``rundir/writer.py``: finishing in position order), and a resumed or sharded run's
+bookkeeping (which positions are finished, which records are kept, their order: ``pipeline/finish.py``). Each
+keeps one chunk in memory, sorts it and hands it here as a *run* (``Sorter`` does both for rows added in any
 order); ``runs()`` reads every run back a block at a time, so merging costs one block per run (about
 ``MERGE_BYTES`` for all of them), not the data.
 

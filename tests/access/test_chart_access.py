@@ -108,7 +108,7 @@ def test_an_open_text_dashboard_behind_an_ingress_is_refused(chart, helm_bin):
 def test_k8s_submitted_jobs_carry_only_the_jobs_token(helm_bin, chart):  # noqa: F811
     """`medhelm k8s submit` builds its Job from the chart's own job template: with auth.callers the shard gets
     the Job's token (key `job` of the Secret) and nothing else of it."""
-    from medhelm.cli.k8s import build_job, parse_template
+    from medhelm.manifests import build_job, parse_template
 
     docs = _render(helm_bin, chart, "--set", "auth.callers.tokenSecret=medhelm-callers")
     template, _ = parse_template(docs, "helm template")

@@ -1,4 +1,5 @@
-"""Catalogue invariants: 37 benchmarks, the whole taxonomy, access counts, metrics the registry knows."""
+"""Catalogue invariants: one row per benchmark card (upstream's names), the whole taxonomy, access counts,
+metrics the registry knows."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import pytest
 
 from medhelm.benchmarks import LoadContext, resolve
 from medhelm.benchmarks.catalogue import all_entries
+from medhelm.cards import BY_HELM_NAME, CARDS
 from medhelm.errors import ConfigError
 from medhelm.scoring import registry
 from medhelm.specs import Access, FrozenMap, TaskType
-from medhelm.taxonomy import SUBCATEGORIES, check
+from medhelm.taxonomy import SUBCATEGORIES, TAXONOMY, check
 
 ENTRIES = all_entries()
 
@@ -28,9 +30,25 @@ JURY_RUBRICS = {"aci_bench", "chw_care_plan", "dischargeme", "med_dialog", "meda
                 "starr_patient_instructions"}
 
 
-def test_the_37_upstream_benchmarks_under_their_run_entry_names():
-    assert len(ENTRIES) == 37
+def test_the_upstream_benchmarks_under_their_run_entry_names():
+    assert len(ENTRIES) == len(UPSTREAM_NAMES) == len({e.name for e in ENTRIES})
     assert {e.name for e in ENTRIES} == UPSTREAM_NAMES
+
+
+def test_the_catalogue_has_one_row_per_card_and_takes_the_card_s_fields():
+    """Cards (medhelm/cards.py) are written once: the catalogue and the store's HELM import read them."""
+    assert {c.name for c in CARDS} == {e.name for e in ENTRIES}
+    by_name = {e.name: e for e in ENTRIES}
+    for card in CARDS:
+        e = by_name[card.name]
+        assert (e.display_name, e.category, e.subcategory, e.access, e.main_metric, e.main_split) == (
+            card.display_name, card.category, card.subcategory, card.access, card.main_metric, card.main_split)
+        # a jury card is scored by the jury; its HELM column is the 1-5 mean <name>_accuracy
+        assert card.jury == any(m.name == "jury_score" for m in e.metrics)
+        assert card.helm_main_stat == (f"{card.name}_accuracy" if card.jury else e.main_metric)
+        check(card.category, card.subcategory)
+    assert BY_HELM_NAME["med_qa"].name == "medhelm_med_qa" and BY_HELM_NAME["med_mcqa"].main_split == "valid"
+    assert [c.category for c in CARDS] == sorted((c.category for c in CARDS), key=list(TAXONOMY).index)
 
 
 def test_every_subcategory_is_covered_and_every_pair_is_in_the_taxonomy():

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from medhelm.cli import main
-from medhelm.pipeline import RunDir
+from medhelm.rundir import RunDir
 
 pytestmark = [pytest.mark.slow, pytest.mark.embedded]
 

@@ -95,3 +95,63 @@ def test_no_module_of_medhelm_is_in_an_import_cycle():
     graph = {name: _imports(name, path, set(modules)) for name, path in modules.items()}
     assert "medhelm.scoring.factory" in graph["medhelm.scoring.registry"]  # the graph sees real edges
     assert _cycles(graph) == []
+
+
+# The floors of docs/architecture.md, lowest first. A module may import its own package and any package on a
+# lower floor, never a sibling on its own floor nor anything above. Every top-level module (specs.py,
+# errors.py, backend_kinds.py, cards.py, manifests.py, tokens.py, ...) is the base floor; the base-level
+# packages (the generated stubs, the run folder's owner) stand on it.
+FLOORS: dict[str, int] = {
+    "base": 0,
+    "v1": 1, "oip": 1, "rundir": 1,
+    "inference": 2, "access": 2, "devtools": 2,
+    "scoring": 3,
+    "benchmarks": 4, "store": 4,
+    "pipeline": 5,
+    "rpc": 6,
+    "cli": 7,
+    "__main__": 8,
+}
+
+
+def _package(name: str, modules: dict[str, Path]) -> str:
+    parts = name.split(".")
+    if len(parts) == 1 or (len(parts) == 2 and modules[name].name != "__init__.py" and parts[1] != "__main__"):
+        return "base"
+    return parts[1]
+
+
+def test_every_package_has_a_floor():
+    modules = _modules()
+    assert {_package(name, modules) for name in modules} <= set(FLOORS), "add the new package to FLOORS"
+    assert _package("medhelm.specs", modules) == "base" and _package("medhelm.store.ingest", modules) == "store"
+
+
+def test_imports_point_down_a_floor_never_sideways_or_up():
+    modules = _modules()
+    wrong = []
+    for name, path in modules.items():
+        here = _package(name, modules)
+        for target in _imports(name, path, set(modules)):
+            there = _package(target, modules)
+            if there != here and not (FLOORS[there] < FLOORS[here] or there == here == "base"):
+                wrong.append(f"{name} ({here}) -> {target} ({there})")
+    assert sorted(wrong) == []
+
+
+def test_no_module_imports_a_private_name_of_another_package():
+    """``_name`` is its package's own (a base module's own: each base module is its own owner)."""
+    modules = _modules()
+
+    def owner(module: str) -> str:
+        return module if _package(module, modules) == "base" else _package(module, modules)
+
+    leaks = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and node.module in modules) or node.level:
+                continue
+            if owner(node.module) != owner(name):
+                leaks += [f"{name} imports {node.module}.{alias.name}" for alias in node.names
+                          if alias.name.startswith("_") and not alias.name.startswith("__")]
+    assert leaks == []

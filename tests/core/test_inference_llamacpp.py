@@ -123,7 +123,7 @@ def test_embedded_aci_bench_candidate_and_judge_prompts_fit_n_ctx(smollm2, share
     The candidate prompt and the judge's prompt are fitted to llama.cpp's own window: no instance and no
     judgement fails for length."""
     from medhelm.cli import main
-    from medhelm.pipeline import RunDir
+    from medhelm.rundir import RunDir
 
     dep = {**smollm2.to_json(), "name": "local/smollm2-1k", "max_sequence_length": None,
            "options": {"n_ctx": 1024, "n_threads": 1}}

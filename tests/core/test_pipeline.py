@@ -16,7 +16,7 @@ import pytest
 
 from medhelm.cli import main
 from medhelm.devtools.mock_openai import MockOpenAIServer
-from medhelm.pipeline import RunDir
+from medhelm.rundir import RunDir
 
 from .conftest import write_benchmark, write_deployment, yes_responder
 

@@ -10,7 +10,8 @@ import random
 
 import pytest
 
-from medhelm.pipeline.records import RunDir
+from medhelm.pipeline.aggregate import RecordTally
+from medhelm.rundir import RunDir
 
 from .test_streaming import _record
 
@@ -26,7 +27,7 @@ def test_a_turns_records_are_in_the_file_at_the_start_of_the_next_turn(tmp_path)
     records = [_record(i, rng) for i in range(7)]
 
     async def go() -> list[int]:
-        writer = rd.writer()
+        writer = rd.writer(tally=RecordTally)
         seen = []
         for turn in (records[:3], records[3:]):
             for r in turn:
@@ -44,7 +45,7 @@ def test_a_turns_records_are_in_the_file_at_the_start_of_the_next_turn(tmp_path)
 def test_without_a_running_loop_each_record_is_written_at_once(tmp_path):
     rd = RunDir(tmp_path / "run")
     rd.path.mkdir()
-    writer = rd.writer()
+    writer = rd.writer(tally=RecordTally)
     writer.write(_record(0, random.Random(2)))
     assert len(_lines(writer.path)) == 1
     writer.close()
@@ -87,7 +88,7 @@ def test_a_failed_write_is_raised_by_the_next_write_and_keeps_whole_lines_only(t
     records = [_record(i, rng) for i in range(6)]
 
     async def go() -> None:
-        writer = rd.writer()
+        writer = rd.writer(tally=RecordTally)
         for r in records[:2]:
             writer.write(r)
         await asyncio.sleep(0)  # two whole lines written

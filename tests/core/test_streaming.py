@@ -14,8 +14,8 @@ import pytest
 from medhelm.benchmarks import configurable
 from medhelm.benchmarks.base import LoadContext
 from medhelm.errors import ConfigError
-from medhelm.pipeline import bounded, records
-from medhelm.pipeline.records import RunDir, _dump, _selection_text
+from medhelm.pipeline import aggregate, bounded, finish
+from medhelm.rundir import RunDir, dump_json as _dump, selection_text as _selection_text
 from medhelm.pipeline.sampling import select_instances, stream_run
 from medhelm.specs import (Completion, FrozenMap, Instance, InstanceResult, JudgeScore, Prompt, Reference, RunSpec,
                            Usage)
@@ -144,7 +144,7 @@ def _todays_finalize(lines: list[str], selection: list[str], spec: RunSpec):
               "requests": sum(1 for c in completions if not c.usage.cached),
               "cache_hits": sum(1 for c in completions if c.usage.cached),
               "retries": sum(max(c.usage.attempts - 1, 0) for c in completions)}
-    return [_line(r) for r in ordered], superseded, [s.to_json() for s in records.aggregate(ordered)], status
+    return [_line(r) for r in ordered], superseded, [s.to_json() for s in aggregate.aggregate(ordered)], status
 
 
 @pytest.mark.parametrize("chunk", [None, 7])  # all in memory; every sort spilled in runs of 7 and merged
@@ -172,7 +172,7 @@ def test_finalize_streams_the_same_result(tmp_path, monkeypatch, chunk):
     lines = [_line(r) for r in main + again + worse + shard]
 
     want_records, want_superseded, want_stats, want_status = _todays_finalize(lines, selection, spec)
-    status = rd.finalize()
+    status = finish.finalize(rd)
 
     assert (rd.path / "instances.jsonl").read_text() == "".join(want_records)
     assert (rd.path / "superseded.jsonl").read_text() == "".join(want_superseded)
@@ -180,7 +180,7 @@ def test_finalize_streams_the_same_result(tmp_path, monkeypatch, chunk):
     assert {k: status[k] for k in want_status} == want_status and status["status"] == "complete"
     assert not (rd.path / "shards").exists()
     assert not list(rd.path.glob(".*"))  # no temporary file left behind
-    again_status = rd.finalize()  # idempotent
+    again_status = finish.finalize(rd)  # idempotent
     assert again_status == status and (rd.path / "instances.jsonl").read_text() == "".join(want_records)
 
 
@@ -198,14 +198,14 @@ def test_a_position_beyond_64_bits_is_a_corrupt_record_line(tmp_path, spelling):
         huge = json.dumps(json.loads(huge), indent=None, separators=(",", ":")) + "\n"
     (rd.path / "instances.jsonl").write_text(good + huge)
     with pytest.raises(ConfigError) as err:
-        rd.finalize()
+        finish.finalize(rd)
     assert ":2" in str(err.value) and "corrupt record line" in str(err.value)
 
 
 def test_finalize_reads_many_shards_with_few_descriptors(tmp_path, monkeypatch):
     """Shards are read round-robin in position order; with at most 2 files open at once the result is the
     same as before streaming, and a line appended while finishing runs is left for the next finish."""
-    monkeypatch.setattr(records._LineReader, "OPEN", 2)
+    monkeypatch.setattr(finish._LineReader, "OPEN", 2)
     rng = random.Random(8)
     n, count = 120, 5
     spec = spec_for(load(write_benchmark(tmp_path / "b", 3)), n, 0)
@@ -223,15 +223,15 @@ def test_finalize_reads_many_shards_with_few_descriptors(tmp_path, monkeypatch):
     (rd.path / "selection.json").write_text(_dump({"instance_ids": selection}))
     want_records, _, want_stats, want_status = _todays_finalize(lines, selection, spec)
 
-    original = RunDir._record_heads
+    original = RunDir.record_heads
 
     def appended_meanwhile(self, files=None):  # another line lands in a shard after the first pass began
         yield from original(self, files)
         with open(rd.path / "shards" / f"shard-00000-of-{count:05d}.jsonl", "a", encoding="utf-8") as f:
             f.write(_line(_record(0, rng, error=True)))
 
-    monkeypatch.setattr(RunDir, "_record_heads", appended_meanwhile)
-    status = rd.finalize()
+    monkeypatch.setattr(RunDir, "record_heads", appended_meanwhile)
+    status = finish.finalize(rd)
     assert (rd.path / "instances.jsonl").read_text() == "".join(want_records)
     assert json.loads((rd.path / "stats.json").read_text()) == want_stats
     assert {k: status[k] for k in want_status} == want_status and status["status"] == "complete"
@@ -263,7 +263,7 @@ def test_sorter_and_the_positions_join(tmp_path, monkeypatch, chunk):
 def test_selection_reads_back_every_id_as_written(tmp_path):
     """Plain ids are read back without a parse, escaped ones parsed: the ids are the ones written."""
     ids = ["a", "b c", 'q"x', "\u00e9", "t\\n", "\u2028", "", "  x ", "\x7f", "\U0001f600", "z"]
-    (tmp_path / "selection.json").write_text("".join(records._selection_text(ids)), encoding="utf-8")
+    (tmp_path / "selection.json").write_text("".join(_selection_text(ids)), encoding="utf-8")
     assert list(RunDir(tmp_path).iter_selection()) == ids
     assert json.loads((tmp_path / "selection.json").read_text(encoding="utf-8"))["instance_ids"] == ids
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from medhelm.cli import main
-from medhelm.pipeline import RunDir
+from medhelm.rundir import RunDir
 from medhelm.specs import JudgeStatus
 
 pytestmark = [pytest.mark.slow, pytest.mark.embedded]

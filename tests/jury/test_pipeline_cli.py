@@ -12,7 +12,7 @@ import pytest
 
 from medhelm.cli import main
 from medhelm.devtools.mock_openai import MockOpenAIServer
-from medhelm.pipeline import RunDir
+from medhelm.rundir import RunDir
 from medhelm.scoring.jury import agreement as ag
 from medhelm.scoring.jury.summary import judge_agreement, summarize
 

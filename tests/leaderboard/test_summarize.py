@@ -126,7 +126,7 @@ def test_judge_tokens_are_priced_as_the_models_jury_cost_and_shown_apart(tmp_pat
     from medhelm.store.synthetic import JUDGES
 
     models = default_models(2)
-    benchmarks = [b for b in catalogue(37) if b.main_metric == "jury_score"][:1] + catalogue(1)
+    benchmarks = [b for b in catalogue() if b.main_metric == "jury_score"][:1] + catalogue(1)
     write_suite(tmp_path, "s", models, benchmarks, 10)
     prices = tmp_path / "prices.yaml"
     prices.write_text("prices:\n" + "".join(f"  - deployment: {m.deployment}\n    input_per_million: 1.0\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from medhelm.pipeline import RunOptions, plan_runs, run_suite
-from medhelm.pipeline.records import RunDir
+from medhelm.rundir import RunDir
 from medhelm.runentries import read_conf
 
 pytestmark = pytest.mark.embedded

@@ -18,7 +18,7 @@ from medhelm.benchmarks.base import PromptBudget
 from medhelm.deployments import DeploymentRegistry
 from medhelm.pipeline import RunOptions, plan_runs
 from medhelm.pipeline.execute import merge_results
-from medhelm.pipeline.records import aggregate
+from medhelm.pipeline.aggregate import aggregate
 from medhelm.pipeline.sampling import select_instances
 from medhelm.rpc import codec
 from medhelm.rpc.remote import Endpoint, RemoteBenchmark, RemoteMetric, names_for

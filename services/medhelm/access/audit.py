@@ -13,16 +13,16 @@ also counts in Prometheus (``medhelm_audit_events_total{action,role}``; failures
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import Counter
 
 from medhelm.access.roles import Principal
-from medhelm.errors import ConfigError, MedhelmError
-from medhelm.store.backends import Store, _without_password
+from medhelm.errors import ConfigError, MedhelmError, without_password
 
 TABLE = "audit"
 INDEX = "audit_by_time"  # made after the table: when it exists, both do
@@ -37,6 +37,21 @@ ACTIONS = ("view-instances", "view-paired", "export", "export-redacted", "denied
 
 EVENTS = Counter("medhelm_audit_events", "audited accesses to instance text and exports", ["action", "role"])
 FAILURES = Counter("medhelm_audit_failures", "audit records that could not be written (the text was withheld)")
+
+
+class Store(Protocol):
+    """What the trail needs of a results store (``medhelm.store.backends.Store`` is one; access sits below
+    the store, which calls it, so it names the interface rather than importing the class)."""
+
+    url: str
+
+    def ensure_relations(self, statements: Sequence[str], *, last: str) -> None: ...
+
+    def transaction(self) -> AbstractContextManager[Any]: ...
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None: ...
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]: ...
 
 
 class AuditError(MedhelmError):
@@ -91,7 +106,7 @@ def events(store: Store, *, since: str | None = None, until: str | None = None, 
     try:
         ensure_table(store)
     except Exception as err:  # noqa: BLE001 - a read-only login on a store that never had the table
-        raise ConfigError(f"cannot open the audit trail in {_without_password(store.url)} "
+        raise ConfigError(f"cannot open the audit trail in {without_password(store.url)} "
                           f"({type(err).__name__})") from None
     where, params = [], []  # type: ignore[var-annotated]
     for column, op, value in (("at", ">=", since), ("at", "<", until), ("actor", "=", actor),

@@ -15,14 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from medhelm.specs import BenchmarkSpec, FrozenMap, Instance, Prompt
-
-
-def approx_tokens(text: str) -> int:
-    """A tokenizer-free, deliberately generous estimate (≈3 characters per token).
-
-    English prose is ~4 characters per token, but clinical text (abbreviations, numbers, units)
-    tokenizes denser; over-estimating only truncates a little early, under-estimating overflows."""
-    return (len(text) + 2) // 3
+from medhelm.tokens import approx_tokens
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,23 @@
-"""Pieces the three catalogue tables share: metric sets, argument sets, taxonomy shorthands."""
+"""Pieces the three catalogue tables share: each row's card, metric sets, argument sets."""
 
 from __future__ import annotations
 
 from medhelm.benchmarks.entry import Arg
+from medhelm.cards import BY_NAME
 from medhelm.specs import MetricSpec
 
-CDS = "Clinical Decision Support"
-CNG = "Clinical Note Generation"
-PCE = "Patient Communication and Education"
-MRA = "Medical Research Assistance"
-AW = "Administration and Workflow"
+
+def card(name: str) -> dict[str, object]:
+    """What a catalogue row takes from its card (``medhelm/cards.py``, written once): name, display name,
+    category, subcategory, access, main metric and main split. A row is ``CatalogueEntry(**card("x"), ...)``."""
+    c = BY_NAME[name]
+    return {"name": c.name, "display_name": c.display_name, "category": c.category, "subcategory": c.subcategory,
+            "access": c.access, "main_metric": c.main_metric, "main_split": c.main_split}
+
 
 # Multiple choice: the answer is mapped to an option ("A", "(A)", "Answer: A", the option text);
-# `exact_match` is the leaderboard column, as upstream.
+# `exact_match` is the leaderboard column, as upstream (the cards' main_metric).
 CHOICE = (MetricSpec("multiple_choice"),)
-CHOICE_MAIN = "exact_match"
 
 EXACT = (MetricSpec("exact_match"),)
 
@@ -25,7 +28,6 @@ def jury(rubric: str) -> tuple[MetricSpec, ...]:
             MetricSpec("rouge_l"))
 
 
-JURY_MAIN = "jury_score_normalized"  # the 1-5 judge mean mapped to 0-1: comparable across columns
 JURY_ARGS = (
     Arg("jury_config_path", "a jury YAML replacing the default judges (see docs/jury.md)"),
     Arg("bertscore", "also compute BERTScore P/R/F (needs the bertscore extra)", choices=("true", "false")),

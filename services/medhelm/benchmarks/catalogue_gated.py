@@ -3,27 +3,25 @@
 
 from __future__ import annotations
 
-from medhelm.benchmarks.catalogue_common import (AW, CDS, CHOICE, CHOICE_MAIN, CNG, DATA_PATH, JURY_ARGS, JURY_MAIN,
-                                                 MRA, jury)
+from medhelm.benchmarks.catalogue_common import CHOICE, DATA_PATH, JURY_ARGS, card, jury
 from medhelm.benchmarks.entry import Arg, CatalogueEntry
 from medhelm.benchmarks.loaders import physionet, records
 from medhelm.benchmarks.prompts import PromptStyle
-from medhelm.specs import Access, MetricSpec, TaskType
+from medhelm.specs import MetricSpec, TaskType
 
 PHYSIONET = "request access at https://physionet.org (credentialed user + the dataset's data use agreement)"
 YES_NO_ONLY = "Answer A for yes, B for no. Respond with only the letter."
 
 GATED: tuple[CatalogueEntry, ...] = (
     CatalogueEntry(
-        name="ehrshot", display_name="EHRSHOT",
+        **card("ehrshot"),
         description="Predict a clinical outcome (readmission, ICU transfer, length of stay, an abnormal lab, a new "
                     "diagnosis) from a patient's coded longitudinal record up to the prediction time (EHRSHOT, "
                     "Wornow et al., 2023, Stanford; MEDS format). subject= picks the task; each task is asked as "
                     "upstream asks it (specialist persona, the question, and for new diagnoses the clinical and "
                     "code definitions); lab tasks are sampled to 10,000 labels (seed 1) and prompts over "
                     "max_length tokens are dropped, as upstream.",
-        category=CDS, subcategory="Predicting Patient Risks and Outcomes", access=Access.GATED,
-        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, main_metric=CHOICE_MAIN, max_tokens=1,
+        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, max_tokens=1,
         source="user data_path (EHRSHOT MEDS release)", loader=records.load_ehrshot,
         args=(DATA_PATH, Arg("subject", "the prediction task", choices=records.EHRSHOT_TASKS, required=True),
               Arg("max_length", "drop prompts longer than this many tokens (upstream's ehrshot:max_length=; "
@@ -35,12 +33,11 @@ GATED: tuple[CatalogueEntry, ...] = (
                            keep_end=True),
     ),
     CatalogueEntry(
-        name="medalign", display_name="MedAlign",
+        **card("medalign"),
         description="Follow a clinician's instruction over a patient's full electronic health record "
                     "(MedAlign, Fleming et al., 2024; 983 instructions with clinician-written responses). The "
                     "oldest part of the record is truncated first. Scored by the LLM jury with ROUGE.",
-        category=CDS, subcategory="Providing Clinical Knowledge Support", access=Access.GATED,
-        task_type=TaskType.GENERATION, metrics=jury("medalign"), main_metric=JURY_MAIN, max_tokens=256,
+        task_type=TaskType.GENERATION, metrics=jury("medalign"), max_tokens=256,
         source="user data_path (MedAlign release)", loader=records.load_medalign,
         args=(DATA_PATH, Arg("max_length", "prompt tokens the EHR is cut to, from the left (upstream's "
                                            "medalign:max_length=; default 40000)")) + JURY_ARGS,
@@ -52,12 +49,12 @@ GATED: tuple[CatalogueEntry, ...] = (
                            question_label="Question", keep_end=True),
     ),
     CatalogueEntry(
-        name="dischargeme", display_name="DischargeMe",
+        **card("dischargeme"),
         description="Write the brief hospital course and the discharge instructions of an admission from its "
                     "discharge note (target section removed) and first radiology report (Discharge Me!, BioNLP 2024, "
                     "MIMIC-IV, phase-1 test set; two instances per admission). Scored by the LLM jury with ROUGE.",
-        category=CNG, subcategory="Documenting Patient Visits", access=Access.GATED, task_type=TaskType.GENERATION,
-        metrics=jury("dischargeme"), main_metric=JURY_MAIN, max_tokens=300,
+        task_type=TaskType.GENERATION,
+        metrics=jury("dischargeme"), max_tokens=300,
         source="user data_path (PhysioNet discharge-me 1.3, test_phase_1)", loader=physionet.load_dischargeme,
         args=(DATA_PATH,) + JURY_ARGS,
         expected="the PhysioNet download root, or its files/discharge-me/1.3/test_phase_1/ folder, with "
@@ -70,11 +67,10 @@ GATED: tuple[CatalogueEntry, ...] = (
                            "document from the context provided."),
     ),
     CatalogueEntry(
-        name="mimic_rrs", display_name="MIMIC-RRS",
+        **card("mimic_rrs"),
         description="Write the impression of a radiology report from its findings (MIMIC-III radiology report "
                     "summarisation, test split). Scored by the LLM jury with ROUGE.",
-        category=CNG, subcategory="Documenting Diagnostic Reports", access=Access.GATED,
-        task_type=TaskType.GENERATION, metrics=jury("mimic_rrs"), main_metric=JURY_MAIN, max_tokens=128,
+        task_type=TaskType.GENERATION, metrics=jury("mimic_rrs"), max_tokens=128,
         source="user data_path (MIMIC-III radiology report summarisation split)", loader=physionet.load_mimic_rrs,
         args=(DATA_PATH,) + JURY_ARGS, expected="a folder with test.findings.tok and test.impression.tok "
                                                 "(line-aligned)", access_note=PHYSIONET,
@@ -83,11 +79,11 @@ GATED: tuple[CatalogueEntry, ...] = (
                            context_label="Findings", answer_label="Impression"),
     ),
     CatalogueEntry(
-        name="mimic_bhc", display_name="MIMIC-IV-BHC",
+        **card("mimic_bhc"),
         description="Summarise a MIMIC-IV discharge note into its brief hospital course (Aali et al., 2024). "
                     "Scored by the LLM jury with ROUGE.",
-        category=CNG, subcategory="Documenting Patient Visits", access=Access.GATED, task_type=TaskType.GENERATION,
-        metrics=jury("mimic_bhc"), main_metric=JURY_MAIN, max_tokens=1024,
+        task_type=TaskType.GENERATION,
+        metrics=jury("mimic_bhc"), max_tokens=1024,
         source="user data_path (PhysioNet labelled-notes-hospital-course)", loader=physionet.load_mimic_bhc,
         args=(DATA_PATH,) + JURY_ARGS, expected="mimic_iv_bhc.json (JSON Lines with input, target) or its folder",
         access_note=PHYSIONET,
@@ -95,12 +91,11 @@ GATED: tuple[CatalogueEntry, ...] = (
                            answer_label="Brief Hospital Course"),
     ),
     CatalogueEntry(
-        name="mimiciv_billing_code", display_name="MIMIC-IV Billing Code",
+        **card("mimiciv_billing_code"),
         description="List the ICD-10 codes that apply to a MIMIC-IV discharge note. Scored per instance by "
                     "set precision, recall and F1 against the admission's billed codes.",
-        category=AW, subcategory="Overseeing Financial Activities", access=Access.GATED,
         task_type=TaskType.GENERATION, metrics=(MetricSpec("mimiciv_billing_code_f1"),),
-        main_metric="mimiciv_billing_code_f1", max_tokens=256,
+        max_tokens=256,
         source="user data_path (MIMIC-IV notes + hosp/diagnoses_icd, prepared as a feather file)",
         loader=physionet.load_mimiciv_billing_code, args=(DATA_PATH,),
         expected="mimiciv_icd10.feather (columns text, target = list of ICD-10 codes; needs pyarrow) or its folder",
@@ -109,11 +104,10 @@ GATED: tuple[CatalogueEntry, ...] = (
                            context_label="Note", answer_label="Predicted ICD-10 Codes"),
     ),
     CatalogueEntry(
-        name="n2c2_ct_matching", display_name="N2C2-CT Matching",
+        **card("n2c2_ct_matching"),
         description="Decide whether a patient's longitudinal notes meet a clinical-trial inclusion criterion "
                     "(n2c2 2018 track 1 cohort selection, 86 test patients; subject= picks the criterion).",
-        category=MRA, subcategory="Managing Research Enrollment", access=Access.GATED,
-        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, main_metric=CHOICE_MAIN, max_tokens=1,
+        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, max_tokens=1,
         source="user data_path (n2c2 2018 track 1 test XML)", loader=records.load_n2c2_ct_matching,
         args=(DATA_PATH, Arg("subject", "the inclusion criterion", choices=tuple(records.N2C2_CRITERIA),
                              required=True)),

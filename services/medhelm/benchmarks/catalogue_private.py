@@ -4,12 +4,11 @@ in the documented columns (see docs/catalogue.md and the private run-entry templ
 
 from __future__ import annotations
 
-from medhelm.benchmarks.catalogue_common import (AW, CDS, CHOICE, CHOICE_MAIN, CNG, DATA_PATH, JURY_ARGS, JURY_MAIN,
-                                                 MRA, PCE, jury)
+from medhelm.benchmarks.catalogue_common import CHOICE, DATA_PATH, JURY_ARGS, card, jury
 from medhelm.benchmarks.entry import Arg, CatalogueEntry
 from medhelm.benchmarks.loaders import private
 from medhelm.benchmarks.prompts import PromptStyle
-from medhelm.specs import Access, TaskType
+from medhelm.specs import TaskType
 
 # NoteExtract: upstream's extraction task — the Chief Complaint and the History of Present Illness as the
 # OPQRST-style fields below, "Not mentioned" when the note does not say, the patient's own wording.
@@ -51,31 +50,31 @@ PRIVATE_NOTE = ("private dataset: not distributed; use your organisation's equiv
 YES_NO = ("Yes", "No")
 
 # The ten SHC classifiers: one loader, one row each (upstream had ten copy-pasted classes).
-# (name, display name, category, subcategory, upstream file, options, what is asked)
+# (name, upstream file, options, what is asked); the name's card (medhelm/cards.py) says the rest
 _SHC = (
-    ("shc_ptbm_med", "ADHD-Behavior", CDS, "Providing Clinical Knowledge Support", "medhelm-PTBM-dataset_filtered.csv",
+    ("shc_ptbm_med", "medhelm-PTBM-dataset_filtered.csv",
      YES_NO, "whether a clinician recommended parent training in behavior management (PTBM) for a child with ADHD, "
              "from the visit note"),
-    ("shc_sei_med", "ADHD-MedEffects", CDS, "Providing Clinical Knowledge Support", "medhelm-SEI-dataset_filtered.csv",
+    ("shc_sei_med", "medhelm-SEI-dataset_filtered.csv",
      YES_NO, "whether a clinician documented side-effect inquiry for a child's ADHD medication, from the visit note"),
-    ("shc_conf_med", "MedConfInfo", PCE, "Patient-Provider Messaging", "medhelm-CONF-dataset_filtered.csv",
+    ("shc_conf_med", "medhelm-CONF-dataset_filtered.csv",
      YES_NO, "whether a clinical note contains confidential information (e.g. for adolescents) that should not be "
              "shared with a guardian"),
-    ("shc_proxy_med", "ProxySender", PCE, "Patient-Provider Messaging", "medhelm-PROXY-dataset_filtered.csv",
+    ("shc_proxy_med", "medhelm-PROXY-dataset_filtered.csv",
      ("Yes", "No", "Unclear"), "whether a patient-portal message was written by someone other than the patient "
                                "(a proxy); upstream's third label has no documented meaning and is shown as "
                                "'Unclear'"),
-    ("shc_privacy_med", "PrivacyDetection", PCE, "Patient-Provider Messaging", "medhelm-PRIVACY-dataset_filtered.csv",
+    ("shc_privacy_med", "medhelm-PRIVACY-dataset_filtered.csv",
      YES_NO, "whether a patient-portal message contains private or sensitive information"),
-    ("shc_bmt_med", "BMT-Status", MRA, "Recording Research Processes", "medhelm-BMT-dataset_filtered.csv",
+    ("shc_bmt_med", "medhelm-BMT-dataset_filtered.csv",
      YES_NO, "whether a patient received a bone marrow transplant, from the clinical notes"),
-    ("shc_gip_med", "HospiceReferral", AW, "Scheduling Resources and Staff", "medhelm-GIP-dataset_filtered.csv",
+    ("shc_gip_med", "medhelm-GIP-dataset_filtered.csv",
      YES_NO, "whether a patient meets the criteria for general inpatient (GIP) hospice care"),
-    ("shc_sequoia_med", "ClinicReferral", AW, "Organizing Workflow Processes", "medhelm-sequoia-dataset_filtered.csv",
+    ("shc_sequoia_med", "medhelm-sequoia-dataset_filtered.csv",
      YES_NO, "whether a referral to a specialty clinic is appropriate, from the referral's clinical context"),
-    ("shc_cdi_med", "CDI-QA", AW, "Care Coordination and Planning", "medhelm-CDI-dataset_filtered.csv",
+    ("shc_cdi_med", "medhelm-CDI-dataset_filtered.csv",
      YES_NO, "clinical documentation integrity (CDI) verification questions answered from previous notes"),
-    ("shc_ent_med", "ENT-Referral", AW, "Care Coordination and Planning", "medhelm-ENT-dataset_filtered.csv",
+    ("shc_ent_med", "medhelm-ENT-dataset_filtered.csv",
      ("Yes", "No", "No mention"), "whether a patient should be referred to the Ear, Nose and Throat department"),
 )
 
@@ -102,15 +101,15 @@ PREAMBLES = {
 }
 
 
-def _shc_entry(name, display, category, subcategory, file, options, what) -> CatalogueEntry:
+def _shc_entry(name, file, options, what) -> CatalogueEntry:
     letters = ", ".join("ABC"[: len(options)])
     qcol = "question" if name == "shc_sequoia_med" else "prompt"
     return CatalogueEntry(
-        name=name, display_name=display,
+        **card(name),
         description=f"Stanford Health Care private benchmark: decide {what}. Multiple choice "
                     f"({' / '.join(options)}).",
-        category=category, subcategory=subcategory, access=Access.PRIVATE, task_type=TaskType.MULTIPLE_CHOICE,
-        metrics=CHOICE, main_metric=CHOICE_MAIN, max_tokens=1, source=f"user data_path (SHC {file})",
+        task_type=TaskType.MULTIPLE_CHOICE,
+        metrics=CHOICE, max_tokens=1, source=f"user data_path (SHC {file})",
         loader=private.load_shc,
         args=(DATA_PATH, Arg("skip_unlabelled", "skip rows whose label is empty instead of failing",
                              choices=("true", "false"))),
@@ -124,12 +123,11 @@ def _shc_entry(name, display, category, subcategory, file, options, what) -> Cat
 
 PRIVATE: tuple[CatalogueEntry, ...] = tuple(_shc_entry(*row) for row in _SHC) + (
     CatalogueEntry(
-        name="clear", display_name="CLEAR",
+        **card("clear"),
         description="Decide from a clinical note whether a patient has a history of a condition (13 "
                     "conditions, e.g. alcohol dependence, chronic pain, homelessness; condition= picks one): has, "
                     "has not, or uncertain (Stanford, human-labelled).",
-        category=CDS, subcategory="Supporting Diagnostic Decisions", access=Access.PRIVATE,
-        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, main_metric=CHOICE_MAIN, max_tokens=1,
+        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, max_tokens=1,
         source="user data_path (Stanford CLEAR human_labeled/<condition>.xlsx)", loader=private.load_clear,
         args=(DATA_PATH, Arg("condition", "the condition", choices=private.CLEAR_CONDITIONS, required=True)),
         expected="a folder with <condition>.xlsx (columns text, result_human = 1 has, 0 has not, 2 uncertain)",
@@ -138,25 +136,24 @@ PRIVATE: tuple[CatalogueEntry, ...] = tuple(_shc_entry(*row) for row in _SHC) + 
                            context_label="Clinical note", question_label="Question"),
     ),
     CatalogueEntry(
-        name="chw_care_plan", display_name="NoteExtract",
+        **card("chw_care_plan"),
         description="Extract, without inference, the chief complaint and the history of present illness (onset, "
                     "provoking/palliating factors, quality, region/radiation, severity, timing, related symptoms; "
                     "'Not mentioned' when absent) from a community health worker's free-text note (Stanford). The "
                     "jury checks accuracy against the note, structure and clarity.",
-        category=CNG, subcategory="Documenting Care Plans", access=Access.PRIVATE, task_type=TaskType.GENERATION,
-        metrics=jury("chw_care_plan"), main_metric=JURY_MAIN, max_tokens=768,
+        task_type=TaskType.GENERATION,
+        metrics=jury("chw_care_plan"), max_tokens=768,
         source="user data_path (Stanford CHW_Dataset.csv)", loader=private.load_chw_care_plan,
         args=(DATA_PATH,) + JURY_ARGS, expected="CHW_Dataset.csv (column 'MO Note') or its folder",
         access_note=PRIVATE_NOTE, options={"file": "CHW_Dataset.csv"},
         prompt=PromptStyle(CHW_INSTRUCTIONS, context_label="Clinical Note", answer_label=""),
     ),
     CatalogueEntry(
-        name="starr_patient_instructions", display_name="PatientInstruct",
+        **card("starr_patient_instructions"),
         description="Write personalised post-procedure instructions for a patient from the diagnosis, the "
                     "procedure, the history & physical and the operative report (Stanford STARR-OMOP, "
                     "quality-controlled cases). Scored by the LLM jury with ROUGE.",
-        category=PCE, subcategory="Delivering Personalized Care Instructions", access=Access.PRIVATE,
-        task_type=TaskType.GENERATION, metrics=jury("starr_patient_instructions"), main_metric=JURY_MAIN,
+        task_type=TaskType.GENERATION, metrics=jury("starr_patient_instructions"),
         max_tokens=256, source="user data_path (Stanford dataset_cases_qc.csv)",
         loader=private.load_starr_patient_instructions, args=(DATA_PATH,) + JURY_ARGS,
         expected="dataset_cases_qc.csv (columns " + ", ".join(private.STARR_COLUMNS) + ") or its folder",
@@ -167,11 +164,10 @@ PRIVATE: tuple[CatalogueEntry, ...] = tuple(_shc_entry(*row) for row in _SHC) + 
                            context_label="Case Details", answer_label="Patient Instructions"),
     ),
     CatalogueEntry(
-        name="mental_health", display_name="MentalHealth",
+        **card("mental_health"),
         description="Write the counselor's next turn in a mental-health counselling conversation (Stanford, "
                     "processed dialogues). Scored by the LLM jury with ROUGE.",
-        category=PCE, subcategory="Facilitating Patient Engagement and Support", access=Access.PRIVATE,
-        task_type=TaskType.GENERATION, metrics=jury("mental_health"), main_metric=JURY_MAIN, max_tokens=512,
+        task_type=TaskType.GENERATION, metrics=jury("mental_health"), max_tokens=512,
         source="user data_path (Stanford processed_dialogues.csv)", loader=private.load_mental_health,
         args=(DATA_PATH,) + JURY_ARGS,
         expected="processed_dialogues.csv (columns context, gold_counselor_response, topic, dialogue_type) "

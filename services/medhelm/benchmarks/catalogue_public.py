@@ -3,13 +3,12 @@ commit/revision upstream HELM uses; where upstream is unpinned the source says s
 
 from __future__ import annotations
 
-from medhelm.benchmarks.catalogue_common import (CDS, CHOICE, CHOICE_MAIN, CNG, EXACT, JURY_ARGS, JURY_MAIN, MRA,
-                                                 PCE, jury)
+from medhelm.benchmarks.catalogue_common import CHOICE, EXACT, JURY_ARGS, card, jury
 from medhelm.benchmarks.entry import Arg, CatalogueEntry
 from medhelm.benchmarks.loaders import calculation, clinical_notes, exams, literature, patient_questions
 from medhelm.benchmarks.loaders.fetch import RemoteFile
 from medhelm.benchmarks.prompts import PromptStyle
-from medhelm.specs import Access, MetricSpec, TaskType
+from medhelm.specs import MetricSpec, TaskType
 
 GH = "https://raw.githubusercontent.com"
 HF = "https://huggingface.co/datasets"
@@ -48,15 +47,14 @@ MEDHALLU_INSTRUCTIONS = (
 
 PUBLIC: tuple[CatalogueEntry, ...] = (
     CatalogueEntry(
-        name="medcalc_bench", display_name="MedCalc-Bench",
+        **card("medcalc_bench"),
         description="Compute a clinical value (a score, a lab-derived quantity, a dose, a date) from a patient "
                     "note and a question, across 55 calculators (Khandekar et al., 2024). Scored per category: "
                     "formula results within the dataset's ±5 % limits, rule-based scores exactly, dates and "
                     "gestational ages by value; strict on the raw answer and lenient on verbose output.",
-        category=CDS, subcategory="Supporting Diagnostic Decisions", access=Access.PUBLIC,
         task_type=TaskType.CALCULATION,
         metrics=(MetricSpec("medcalc_bench_accuracy"), MetricSpec("exact_match")),
-        main_metric="medcalc_bench_accuracy", max_tokens=10,
+        max_tokens=10,
         source=f"{HF}/ncbi/MedCalc-Bench-v1.0 test split (revision main; upstream HELM is unpinned too)",
         loader=calculation.load_medcalc_bench,
         prompt=PromptStyle("Given a patient note and a clinical question, compute the requested medical value. "
@@ -70,13 +68,13 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         left_out="the train split (10,053 items): evaluation is zero-shot, as upstream",
     ),
     CatalogueEntry(
-        name="mtsamples_replicate", display_name="MTSamples",
+        **card("mtsamples_replicate"),
         description="Generate a treatment plan from a transcribed medical report (MTSamples.com, many "
                     "specialties). The reference is the report's own PLAN (else SUMMARY or FINDINGS) line; the "
                     "report is shown up to that section only. Scored by the LLM jury (accuracy, completeness, "
                     "clarity) with ROUGE.",
-        category=CDS, subcategory="Planning Treatments", access=Access.PUBLIC, task_type=TaskType.GENERATION,
-        metrics=jury("mtsamples_replicate"), main_metric=JURY_MAIN, max_tokens=512,
+        task_type=TaskType.GENERATION,
+        metrics=jury("mtsamples_replicate"), max_tokens=512,
         source=f"github.com/raulista1997/benchmarkdata@{MTSAMPLES_REV}/mtsamples_processed/*.txt",
         loader=clinical_notes.load_mtsamples, args=JURY_ARGS,
         prompt=PromptStyle("Given various information about a patient, return a reasonable treatment plan for "
@@ -90,13 +88,13 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                  "read, from a mirror or a download alike (upstream's download listed at most 1,000 files)",
     ),
     CatalogueEntry(
-        name="medec", display_name="Medec",
+        **card("medec"),
         description="Detect and correct a medical error in a clinical note (MEDEC, Ben Abacha et al., 2024; "
                     "MS test set, 597 notes). Each note is correct or holds one error (diagnosis, management, "
                     "treatment, pharmacotherapy or causal organism); the model answers CORRECT or the erroneous "
                     "sentence's id with a corrected sentence. Scored on the error flag and on the sentence id.",
-        category=CDS, subcategory="Planning Treatments", access=Access.PUBLIC, task_type=TaskType.GENERATION,
-        metrics=(MetricSpec("medec"),), main_metric="medec_error_flag_accuracy", max_tokens=256,
+        task_type=TaskType.GENERATION,
+        metrics=(MetricSpec("medec"),), max_tokens=256,
         source=f"github.com/abachaa/MEDEC@{MEDEC_REV}/MEDEC-MS/MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv",
         loader=literature.load_medec,
         prompt=PromptStyle(
@@ -115,12 +113,11 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                  "file's 328 trailing empty rows are skipped and counted",
     ),
     CatalogueEntry(
-        name="head_qa", display_name="HeadQA",
+        **card("head_qa"),
         description="Multiple-choice questions from Spanish healthcare specialisation exams (medicine, "
                     "nursing, psychology, chemistry, pharmacology, biology), English version, test split; "
                     "questions that need an image are left out (HEAD-QA, Vilares & Gómez-Rodríguez, 2019).",
-        category=CDS, subcategory="Providing Clinical Knowledge Support", access=Access.PUBLIC,
-        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, main_metric=CHOICE_MAIN, max_tokens=1,
+        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, max_tokens=1,
         source=f"{HF}/dvilares/head_qa config en, split test (parquet conversion; upstream unpinned)",
         loader=exams.load_head_qa,
         prompt=PromptStyle("You are a highly knowledgeable AI assistant specializing in biomedical sciences. "
@@ -136,11 +133,10 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                    "revision), and how many test questions need an image was not recorded offline",
     ),
     CatalogueEntry(
-        name="medbullets", display_name="Medbullets",
+        **card("medbullets"),
         description="USMLE Step 2/3-style clinical vignettes with five options, written by Medbullets "
                     "(Chen et al., 2024, op5 file).",
-        category=CDS, subcategory="Providing Clinical Knowledge Support", access=Access.PUBLIC,
-        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, main_metric=CHOICE_MAIN, max_tokens=1,
+        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, max_tokens=1,
         source="github.com/HanjieChen/ChallengeClinicalQA@main/medbullets/medbullets_op5.csv "
                "(upstream unpinned; mirror the file to pin it)",
         loader=exams.load_medbullets,
@@ -152,11 +148,10 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         counts={"": 308},
     ),
     CatalogueEntry(
-        name="medhelm_med_qa", display_name="MedQA",
+        **card("medhelm_med_qa"),
         description="Answer USMLE-style clinical knowledge questions with four options (MedQA, Jin et al., 2021; "
                     "US English, 4-option test split of 1,273 questions).",
-        category=CDS, subcategory="Providing Clinical Knowledge Support", access=Access.PUBLIC,
-        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, main_metric=CHOICE_MAIN, max_tokens=1,
+        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, max_tokens=1,
         source="Google Drive zip 1ImYUSLk9JbgHXOemfvyiDiirluZHPeQw: "
                "data_clean/questions/US/4_options/phrases_no_exclude_test.jsonl",
         loader=exams.load_med_qa,
@@ -169,12 +164,11 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                  "the leaderboard; train (zero-shot)",
     ),
     CatalogueEntry(
-        name="medhelm_med_mcqa", display_name="MedMCQA",
+        **card("medhelm_med_mcqa"),
         description="Four-option questions from Indian medical entrance exams (AIIMS, NEET PG) across 21 "
                     "subjects (MedMCQA, Pal et al., 2022); the dev file is the evaluation split.",
-        category=CDS, subcategory="Providing Clinical Knowledge Support", access=Access.PUBLIC,
-        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, main_metric=CHOICE_MAIN, max_tokens=1,
-        source="Google Drive zip 15VkJdq5eyWIkfb_aoD3oS8i4tScbHYky: dev.json", main_split="valid",
+        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, max_tokens=1,
+        source="Google Drive zip 15VkJdq5eyWIkfb_aoD3oS8i4tScbHYky: dev.json",
         loader=exams.load_med_mcqa,
         prompt=PromptStyle("Answer the following medical exam question. " + MCQ_LETTERS, question_label="Question"),
         remote=(RemoteFile("https://drive.usercontent.google.com/download?id=15VkJdq5eyWIkfb_aoD3oS8i4tScbHYky"
@@ -183,12 +177,12 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         left_out="the train file (zero-shot); MedMCQA's test split has no public answers",
     ),
     CatalogueEntry(
-        name="aci_bench", display_name="ACI-Bench",
+        **card("aci_bench"),
         description="Write a clinical note (history of present illness, physical exam, results, assessment "
                     "and plan) from a doctor-patient conversation (ACI-Bench, Yim et al., 2023; the three "
                     "test sets). Scored by the LLM jury with ROUGE.",
-        category=CNG, subcategory="Documenting Patient Visits", access=Access.PUBLIC, task_type=TaskType.GENERATION,
-        metrics=jury("aci_bench"), main_metric=JURY_MAIN, max_tokens=768,
+        task_type=TaskType.GENERATION,
+        metrics=jury("aci_bench"), max_tokens=768,
         source=f"github.com/wyim/aci-bench@{ACI_REV}/data/challenge_data_json/ ({', '.join(ACI_TESTS)})",
         loader=clinical_notes.load_aci_bench,
         args=JURY_ARGS + (Arg("subset", "one test set instead of all three", default="all",
@@ -203,11 +197,11 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         left_out="the train file (zero-shot; upstream loads it but evaluates the test files only)",
     ),
     CatalogueEntry(
-        name="mtsamples_procedures", display_name="MTSamples Procedures",
+        **card("mtsamples_procedures"),
         description="Generate the plan (else summary or findings) that follows an operative or procedure "
                     "note from MTSamples. Scored by the LLM jury with ROUGE.",
-        category=CNG, subcategory="Recording Procedures", access=Access.PUBLIC, task_type=TaskType.GENERATION,
-        metrics=jury("mtsamples_procedures"), main_metric=JURY_MAIN, max_tokens=512,
+        task_type=TaskType.GENERATION,
+        metrics=jury("mtsamples_procedures"), max_tokens=512,
         source=f"github.com/raulista1997/benchmarkdata@{BENCHDATA_REV}/mtsample_procedure/*.txt "
                "(listing pinned too; upstream listed the default branch)",
         loader=clinical_notes.load_mtsamples, args=JURY_ARGS,
@@ -221,11 +215,10 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                    "in it was not recorded offline",
     ),
     CatalogueEntry(
-        name="medication_qa", display_name="MedicationQA",
+        **card("medication_qa"),
         description="Answer consumers' questions about medications (Ben Abacha et al., MedInfo 2019; ~690 "
                     "questions with pharmacist-sourced answers). Scored by the LLM jury with ROUGE.",
-        category=PCE, subcategory="Providing Patient Education Resources", access=Access.PUBLIC,
-        task_type=TaskType.GENERATION, metrics=jury("medication_qa"), main_metric=JURY_MAIN, max_tokens=512,
+        task_type=TaskType.GENERATION, metrics=jury("medication_qa"), max_tokens=512,
         source="github.com/abachaa/Medication_QA_MedInfo2019@master/MedInfo2019-QA-Medications.xlsx "
                "(upstream unpinned; mirror the file to pin it)",
         loader=patient_questions.load_medication_qa, args=JURY_ARGS,
@@ -235,11 +228,11 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                            "MedInfo2019-QA-Medications.xlsx"),),
     ),
     CatalogueEntry(
-        name="med_dialog", display_name="MedDialog",
+        **card("med_dialog"),
         description="Summarise a patient-doctor conversation in one sentence (MedDialog English, BioBART "
                     "splits; subset=healthcaremagic or icliniq). Scored by the LLM jury with ROUGE.",
-        category=PCE, subcategory="Patient-Provider Messaging", access=Access.PUBLIC, task_type=TaskType.GENERATION,
-        metrics=jury("med_dialog"), main_metric=JURY_MAIN, max_tokens=80,
+        task_type=TaskType.GENERATION,
+        metrics=jury("med_dialog"), max_tokens=80,
         source="CodaLab bundle 0x82f0c47f6d3e4462ae9ef8ea39eebe64/<subset>/test.json",
         loader=patient_questions.load_med_dialog,
         args=(Arg("subset", "which dialogue source", choices=("healthcaremagic", "icliniq"), required=True),)
@@ -251,11 +244,10 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         left_out="the train and validation splits (zero-shot)",
     ),
     CatalogueEntry(
-        name="medi_qa", display_name="MEDIQA",
+        **card("medi_qa"),
         description="Answer consumer health questions (MEDIQA 2019 QA task, 150 test questions); the "
                     "reference is the answer the experts ranked first. Scored by the LLM jury with ROUGE.",
-        category=PCE, subcategory="Enhancing Patient Understanding and Accessibility in Health Communication",
-        access=Access.PUBLIC, task_type=TaskType.GENERATION, metrics=jury("medi_qa"), main_metric=JURY_MAIN,
+        task_type=TaskType.GENERATION, metrics=jury("medi_qa"),
         max_tokens=1024, source=f"{HF}/bigbio/mediqa_qa@{MEDIQA_REV} (config mediqa_qa_source, split test)",
         loader=patient_questions.load_medi_qa, args=JURY_ARGS,
         prompt=PromptStyle("Answer the following consumer health question.", question_label="Question"),
@@ -264,11 +256,10 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         counts={"": 150},
     ),
     CatalogueEntry(
-        name="pubmed_qa", display_name="PubMedQA",
+        **card("pubmed_qa"),
         description="Answer a biomedical research question yes, no or maybe from a PubMed abstract "
                     "(PubMedQA PQA-L, Jin et al., 2019; the 1,000 expert-labelled items).",
-        category=MRA, subcategory="Conducting Literature Research", access=Access.PUBLIC,
-        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, main_metric=CHOICE_MAIN, max_tokens=1,
+        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, max_tokens=1,
         source=f"github.com/pubmedqa/pubmedqa@{PUBMEDQA_REV}/data/ori_pqal.json",
         loader=literature.load_pubmed_qa,
         prompt=PromptStyle("Answer A for yes, B for no or C for maybe. Do not include any explanation or "
@@ -278,14 +269,14 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         counts={"": 1000},
     ),
     CatalogueEntry(
-        name="ehr_sql", display_name="EHRSQL",
+        **card("ehr_sql"),
         description="Write the SQL query that answers a clinical research question over the eICU database "
                     "schema, or nothing if the question cannot be answered (EHRSQL, Lee et al., 2022; test "
                     "split). Scored by executing the gold and the generated query on a read-only copy of the "
                     "database with a time limit.",
-        category=MRA, subcategory="Analyzing Clinical Research Data", access=Access.PUBLIC, task_type=TaskType.CODE,
+        task_type=TaskType.CODE,
         metrics=(MetricSpec("ehr_sql_execution_accuracy"), MetricSpec("exact_match")),
-        main_metric="ehr_sql_execution_accuracy", max_tokens=1024,
+        max_tokens=1024,
         source=f"github.com/glee4810/EHRSQL@{EHRSQL_REV}/dataset/ehrsql/eicu/{{test.json,eicu.sql}} + "
                f"github.com/raulista1997/benchmarkdata@{BENCHDATA_REV}/eicu.sqlite",
         loader=calculation.load_ehr_sql,
@@ -303,12 +294,11 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                    "offline (later EHRSQL releases changed the files)",
     ),
     CatalogueEntry(
-        name="race_based_med", display_name="RaceBias",
+        **card("race_based_med"),
         description="Decide whether a model's answer to a medical question propagates race-based medicine "
                     "(harmful, inaccurate or race-based content), from the supplement of Omiye et al., npj "
                     "Digital Medicine 2023, where reviewers marked such content in red.",
-        category=MRA, subcategory="Ensuring Clinical Research Quality", access=Access.PUBLIC,
-        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, main_metric=CHOICE_MAIN, max_tokens=1,
+        task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, max_tokens=1,
         source="static-content.springer.com/esm/art%3A10.1038%2Fs41746-023-00939-z/MediaObjects/"
                "41746_2023_939_MOESM1_ESM.docx",
         loader=patient_questions.load_race_based_med,
@@ -321,12 +311,11 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                    "recorded offline",
     ),
     CatalogueEntry(
-        name="medhallu", display_name="MedHallu",
+        **card("medhallu"),
         description="Decide whether an answer to a PubMed-based question is factual (0) or hallucinated (1) "
                     "given world knowledge (MedHallu, Pandit et al., 2025; pqa_labeled, 1,000 questions, each "
                     "with its ground-truth and its hallucinated answer).",
-        category=MRA, subcategory="Ensuring Clinical Research Quality", access=Access.PUBLIC,
-        task_type=TaskType.CLASSIFICATION, metrics=EXACT, main_metric="exact_match", max_tokens=5,
+        task_type=TaskType.CLASSIFICATION, metrics=EXACT, max_tokens=5,
         source=f"{HF}/UTAustin-AIHealth/MedHallu@{MEDHALLU_REV} (pqa_labeled, split train)",
         loader=literature.load_medhallu,
         prompt=PromptStyle(MEDHALLU_INSTRUCTIONS, answer_label="Your Judgment"),

@@ -34,7 +34,7 @@ from medhelm.errors import ConfigError, MedhelmError
 from medhelm.files import plain_name
 
 if TYPE_CHECKING:  # pragma: no cover
-    from medhelm.pipeline import RunDir
+    from medhelm.rundir import RunDir
 
 
 def add_job_arguments(p: argparse.ArgumentParser) -> None:
@@ -123,10 +123,12 @@ def main_job(args: argparse.Namespace) -> int:
         for p in plans:  # a file the services cannot be named is refused now, before any record is written
             names_for(p.spec, roots)
     if endpoint["scenarios"] is not None:
-        local = [p.spec.name for p in plans if p.deployment.kind.value == "llamacpp"]
+        from medhelm.backend_kinds import BY_KIND
+
+        local = [p for p in plans if BY_KIND[p.deployment.kind.value].in_process]
         if local:  # its prompts are cut to fit with its own tokenizer, which the service does not have
-            raise ConfigError(f"run '{local[0]}' evaluates an in-process llama.cpp model: "
-                              f"run it without --scenario-service")
+            raise ConfigError(f"run '{local[0].spec.name}' evaluates an in-process model "
+                              f"(kind '{local[0].deployment.kind.value}'): run it without --scenario-service")
         plans = [dataclasses.replace(p, benchmark=RemoteBenchmark(p.spec, endpoint["scenarios"],
                                                                   p.max_prompt_tokens))
                  for p in plans]
@@ -172,7 +174,7 @@ SUMMARIZED, LOCK = ".summarized", ".finalize.lock"
 def owed_shards(suite_dir: Path) -> dict[str, list[int]] | None:
     """Per run of the suite, the shard indexes still owing instances (read only: the shard files as they
     are). None when the suite has no run yet. The shard count is the one in the shard files' names."""
-    from medhelm.pipeline import RunDir
+    from medhelm.rundir import RunDir
 
     runs = sorted(p for p in suite_dir.iterdir() if RunDir(p).exists()) if suite_dir.is_dir() else []
     if not runs:
@@ -234,7 +236,7 @@ def finalize_when_complete(suite: str, output_path: Path, local_path: Path | Non
         code = main_collect(argparse.Namespace(suite=suite, output_path=Path(output_path), summarize=True,
                                                local_path=local_path))
         if code == 0:
-            from medhelm.pipeline.records import write_atomic
+            from medhelm.rundir import write_atomic
 
             write_atomic(suite_dir / SUMMARIZED, json.dumps({"release": suite, "at": time.time()}) + "\n")
             print(f"suite {suite}: all shards done; summarized into release {suite}")
@@ -262,7 +264,8 @@ def _termination_message(shard, outcomes) -> None:
 
 def main_collect(args: argparse.Namespace) -> int:
     from medhelm.files import plain_name
-    from medhelm.pipeline import RunDir, collect_shards
+    from medhelm.pipeline import collect_shards
+    from medhelm.rundir import RunDir
 
     plain_name(args.suite, what="--suite")
     suite_dir = Path(args.output_path) / "runs" / args.suite
@@ -297,8 +300,10 @@ def missing_shards(run: RunDir) -> list[int]:
         if (run.path / "shards").is_dir() else set()
     if len(counts) != 1:
         return []
+    from medhelm.pipeline import finished_positions
+
     count = counts.pop()
-    done = run.finished_positions()  # a bit a position, the ids joined on disk: any suite size
+    done = finished_positions(run)  # a bit a position, the ids joined on disk: any suite size
     return sorted({pos % count for pos, _ in enumerate(run.iter_selection()) if pos not in done})
 
 

@@ -51,7 +51,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _records(run_dir: Path) -> list:
-    from medhelm.pipeline.records import RunDir
+    from medhelm.rundir import RunDir
 
     rd = RunDir(run_dir)
     if not rd.exists():
@@ -111,7 +111,7 @@ def _store_ratings(args: argparse.Namespace) -> tuple[list, list, str]:
     import os
 
     from medhelm.store import open_store, read, review
-    from medhelm.store.backends import _without_password
+    from medhelm.errors import without_password
 
     location = args.store or os.environ.get("MEDHELM_STORE_URL", "")
     if not location:
@@ -124,7 +124,7 @@ def _store_ratings(args: argparse.Namespace) -> tuple[list, list, str]:
             stored = [r for r in stored if r.run_name == args.run_dir.name]
             where += f", run '{args.run_dir.name}'"
         if not stored:
-            raise ConfigError(f"no clinician ratings in {_without_password(store.url)} for {where} (clinicians rate on "
+            raise ConfigError(f"no clinician ratings in {without_password(store.url)} for {where} (clinicians rate on "
                               "the dashboard's Review page)")
         benchmarks = sorted({r.benchmark for r in stored})
         if len(benchmarks) > 1:
@@ -134,7 +134,7 @@ def _store_ratings(args: argparse.Namespace) -> tuple[list, list, str]:
         ratings = [r for r in ratings if args.run_dir is None or r.run == args.run_dir.name]
         records = _records(args.run_dir) if args.run_dir is not None else \
             review.rated_records(store, release, benchmarks[0])
-        return ratings, records, _without_password(store.url)
+        return ratings, records, without_password(store.url)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -241,7 +241,8 @@ def plan_from_args(args: argparse.Namespace):
 
 
 def print_dry_run(plans) -> None:
-    from medhelm.benchmarks.base import PromptBudget, approx_tokens
+    from medhelm.benchmarks.base import PromptBudget
+    from medhelm.tokens import approx_tokens
     from medhelm.pipeline.sampling import sample_run
 
     rows = []
@@ -261,9 +262,10 @@ def _print_summary(outcomes, options) -> None:
         main = spec.benchmark.main_metric
         mean = "-"
         if not o.skipped and st.get("instances_done"):
-            from medhelm.pipeline import RunDir
+            from medhelm.rundir import RunDir
 
-            for s in RunDir(o.plan.run_dir).stats() if (o.plan.run_dir / "stats.json").is_file() else []:
+            run_dir = RunDir(o.plan.run_dir)
+            for s in run_dir.stats() if run_dir.has_stats() else []:
                 if s.name == main and s.split == spec.benchmark.main_split and s.mean is not None:
                     mean = f"{s.mean:.3f}" + (f" ({s.unscored} unscored)" if s.unscored else "")
         state = "skipped" if o.skipped else ("stopped" if o.error else st.get("status", "?"))

@@ -21,11 +21,12 @@ import importlib
 import time
 from dataclasses import dataclass
 
+from medhelm.backend_kinds import BY_KIND
 from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
 from medhelm.inference.base import InferenceObserver, ModelClient, NullObserver
 from medhelm.inference.cache import RequestCache
 from medhelm.inference.retry import RetryingClient, RetryPolicy
-from medhelm.specs import Completion, Deployment, DeploymentKind, GenerationRequest, canonical_json
+from medhelm.specs import Completion, Deployment, GenerationRequest, canonical_json
 
 __all__ = ["ClientPool", "ClientStats", "InferenceError", "NullObserver", "PooledClient", "RequestCache",
            "RetryPolicy", "ServerUnreachable", "make_client"]
@@ -40,37 +41,26 @@ class ClientStats:
 
 
 def make_client(deployment: Deployment, *, connections: int | None = None) -> ModelClient:
-    """The bare client for a deployment's kind (no cache, no retries). ``connections``: how many requests
-    the caller may have in flight, the HTTP clients' connection cap when the deployment sets no
-    ``max_concurrency`` (never below ``http.DEFAULT_POOL_SIZE``)."""
-    if deployment.kind is DeploymentKind.OPENAI:
-        from medhelm.inference.openai import OpenAIClient
-
-        return OpenAIClient(deployment, connections=connections)
-    if deployment.kind is DeploymentKind.LLAMACPP:
-        from medhelm.inference.llamacpp import LlamaCppClient
-
-        return LlamaCppClient(deployment)
-    if deployment.kind is DeploymentKind.BASELINE:
-        from medhelm.inference.baseline import BaselineClient
-
-        return BaselineClient(deployment)
-    if deployment.kind is DeploymentKind.KSERVE_V2:
-        protocol = deployment.options.get("protocol", "rest")
-        if protocol not in ("rest", "grpc"):
-            raise ConfigError(f"deployment '{deployment.name}': options.protocol must be 'rest' or 'grpc'")
-        name = "medhelm.inference.kserve_v2_grpc" if protocol == "grpc" else "medhelm.inference.kserve_v2"
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            if err.name != name:
-                raise
-            raise ConfigError(f"deployment '{deployment.name}': kind 'kserve_v2' is not available in this "
-                              f"installation ({name} is missing)") from None
-        if protocol == "grpc":
-            return module.KServeV2GrpcClient(deployment)
-        return module.KServeV2Client(deployment, connections=connections)
-    raise ConfigError(f"deployment '{deployment.name}': unsupported kind '{deployment.kind.value}'")
+    """The bare client for a deployment's kind (no cache, no retries): the class its row of
+    ``backend_kinds.KINDS`` names, imported now. ``connections``: how many requests the caller may have in
+    flight, the HTTP clients' connection cap when the deployment sets no ``max_concurrency`` (never below
+    ``http.DEFAULT_POOL_SIZE``)."""
+    row = BY_KIND.get(deployment.kind.value)
+    if row is None:
+        raise ConfigError(f"deployment '{deployment.name}': unsupported kind '{deployment.kind.value}'")
+    path = row.client_path(deployment.options)
+    if path is None:
+        allowed = " or ".join(f"'{value}'" for value in row.variants)
+        raise ConfigError(f"deployment '{deployment.name}': options.{row.option} must be {allowed}")
+    module_name, _, class_name = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name != module_name:
+            raise
+        raise ConfigError(f"deployment '{deployment.name}': kind '{row.kind}' is not available in this "
+                          f"installation ({module_name} is missing)") from None
+    return getattr(module, class_name)(deployment, connections=connections)
 
 
 class _Counters:

@@ -17,7 +17,7 @@ from medhelm.specs import Completion, Deployment, GenerationRequest, Instance, U
 
 
 class BaselineClient:
-    def __init__(self, deployment: Deployment) -> None:
+    def __init__(self, deployment: Deployment, *, connections: int | None = None) -> None:  # no connections
         self._deployment = deployment
         self.strategy = baselines.strategy_of(deployment.name)
 

@@ -62,7 +62,7 @@ _INT_FORMATS = {"INT64": "<q", "INT32": "<i", "UINT64": "<Q", "UINT32": "<I"}
 
 
 class KServeV2GrpcClient:
-    def __init__(self, deployment: Deployment) -> None:
+    def __init__(self, deployment: Deployment, connections: int | None = None) -> None:  # pools none
         if not deployment.base_url:
             raise ConfigError(f"deployment '{deployment.name}' has no base_url")
         self._deployment = deployment

@@ -28,7 +28,7 @@ DEFAULT_N_CTX = 4096
 
 
 class LlamaCppClient:
-    def __init__(self, deployment: Deployment) -> None:
+    def __init__(self, deployment: Deployment, connections: int | None = None) -> None:  # pools none
         if not deployment.gguf_path:
             raise ConfigError(f"deployment '{deployment.name}' has no gguf_path")
         self._deployment = deployment

@@ -3,7 +3,7 @@
 from medhelm.pipeline.execute import RunOutcome, Shard, run_one, run_suite
 from medhelm.pipeline.options import RunOptions
 from medhelm.pipeline.plan import RunPlan, plan_runs
-from medhelm.pipeline.records import RunDir, collect_shards
+from medhelm.pipeline.finish import collect_shards, finalize, finished_positions
 
-__all__ = ["RunOptions", "RunPlan", "RunOutcome", "Shard", "plan_runs", "run_suite", "run_one", "RunDir",
-           "collect_shards"]
+__all__ = ["RunOptions", "RunPlan", "RunOutcome", "Shard", "plan_runs", "run_suite", "run_one", "collect_shards",
+           "finalize", "finished_positions"]

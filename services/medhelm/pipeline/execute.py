@@ -5,7 +5,7 @@ reports (vLLM ``GET /v1/models`` ``max_model_len``), minus the output tokens. Ea
 ``max_concurrency`` instances in flight: a fixed set of worker tasks pulling from a bounded queue that one
 producer fills from the sampled instances as they are read (``sampling.stream_run``), so neither the
 instances nor the queue grow with the benchmark; statistics are aggregated while the records are merged
-(``records.RunDir.finalize``), never from all records in memory. Every finished instance is appended to
+(``finish.finalize``), never from all records in memory. Every finished instance is appended to
 the run's records at once; a run that is stopped at any point resumes without redoing finished instances.
 
 Failure semantics, per instance:
@@ -29,19 +29,22 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from medhelm.benchmarks.base import PromptBudget, approx_tokens
+from medhelm.benchmarks.base import PromptBudget
 from medhelm.deployments import DeploymentRegistry
 from medhelm.errors import InferenceError, MedhelmError, ServerUnreachable
 from medhelm.inference.base import CHAT_TEMPLATE_TOKENS
+from medhelm.pipeline.aggregate import RecordTally
+from medhelm.pipeline.finish import finalize, finished_positions
 from medhelm.pipeline.options import RunOptions
 from medhelm.pipeline.plan import RunPlan
 from medhelm.pipeline.progress import Progress
-from medhelm.pipeline.records import RunDir, compat_digest
 from medhelm.pipeline.sampling import stream_run
+from medhelm.rundir import RunDir, compat_digest
 from medhelm.scoring import registry as metric_registry
 from medhelm.scoring.base import Metric, MetricResult, ScoringContext, ScoringItem
 from medhelm.specs import GenerationRequest, Instance, InstanceResult, JudgeScore, MetricSpec, Usage
 from medhelm.telemetry import NULL_RUN_METRICS, Telemetry
+from medhelm.tokens import approx_tokens
 
 # How a run gets its metrics: the registry here; `medhelm job` passes one that reaches the gRPC services.
 MetricsBuilder = Callable[[Sequence[MetricSpec], ScoringContext], list[Metric]]
@@ -116,7 +119,7 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
 
     sample = stream_run(plan.benchmark, spec)
     run_dir.prepare(spec, sample.ids())
-    finished = run_dir.finished_positions()  # a bit a position: resuming a million instances costs 125 KB
+    finished = finished_positions(run_dir)  # a bit a position: resuming a million instances costs 125 KB
     owns = shard.owns if shard is not None else None
     mine = sample.count if shard is None else len(range(shard.index, sample.count, shard.count))
     already = sum(1 for pos in finished if owns is None or owns(pos))
@@ -131,7 +134,7 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
         deployments=deployments, clients=pool, evaluated_deployment=plan.deployment.name))
     client = pool.get(plan.deployment)
     budget = PromptBudget(max_prompt_tokens=await _prompt_limit(plan, client), count_tokens=_token_counter(client))
-    writer = run_dir.writer((shard.index, shard.count) if shard else None)
+    writer = run_dir.writer((shard.index, shard.count) if shard else None, tally=RecordTally)
     outcome = RunOutcome(plan)
     run_name = spec.name  # a property that formats the name: once per run, not per instance
     n_workers = max(1, min(options.max_concurrency, todo))
@@ -220,8 +223,8 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
 
     outcome.wall_time_s = time.perf_counter() - started
     if shard is None:
-        outcome.status = run_dir.finalize(extra_status={"wall_time_s": round(outcome.wall_time_s, 3)},
-                                          ledger=writer.ledger, total=sample.count)
+        outcome.status = finalize(run_dir, extra_status={"wall_time_s": round(outcome.wall_time_s, 3)},
+                                  ledger=writer.ledger, total=sample.count)
     else:
         outcome.status = {"status": "shard-done" if not outcome.error else "partial",
                           "instances_total": mine, "instances_done": already + outcome.evaluated}

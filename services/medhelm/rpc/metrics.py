@@ -1,6 +1,6 @@
 """MetricsService: per-instance scores (any registered metric) and the aggregates of a run or a suite.
 
-Aggregation is the pipeline's own (``records.aggregate``), so a run's stats from here equal its stats.json."""
+Aggregation is the pipeline's own (``pipeline/aggregate.py``), so a run's stats from here equal its stats.json."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 import grpc
 
 from medhelm.errors import ConfigError
-from medhelm.pipeline.records import RunDir, aggregate, aggregate_rows, scored_row
+from medhelm.pipeline.aggregate import aggregate, aggregate_rows, scored_row
+from medhelm.rundir import RunDir
 from medhelm.rpc import codec
 from medhelm.rpc.scoring import MetricHost
 from medhelm.rpc.status import LimitExceeded
@@ -77,7 +78,7 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
             if not run.exists():
                 continue
             status = run.status()
-            if (path / "stats.json").is_file() and "instances_done" in status:
+            if run.has_stats() and "instances_done" in status:
                 stats, done = run.stats(), int(status["instances_done"])
             else:  # not collected yet: derive from the records written so far
                 records = sorted(run.latest_records().values(), key=lambda r: r.position)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from medhelm import files
-from medhelm.errors import ConfigError, escape
+from medhelm.errors import ConfigError, escape, without_password
 from medhelm.store.schema import ADDED_COLUMNS, REVIEW_DDL, REVIEW_INDEX, SCHEMA_VERSION, TABLES, ddl
 
 DEFAULT_FILENAME = "results.sqlite"
@@ -256,7 +256,7 @@ class PostgresStore(Store):
             conn = psycopg.connect(url, autocommit=False, connect_timeout=10)
         except psycopg.OperationalError as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ConfigError(f"cannot connect to the results store {_without_password(url)}: {first}") from None
+            raise ConfigError(f"cannot connect to the results store {without_password(url)}: {first}") from None
         super().__init__(conn)
         self.url = url
 
@@ -287,7 +287,7 @@ class PostgresStore(Store):
             except psycopg.Error:
                 pass
             first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-            raise ConfigError(f"the results store {_without_password(self.url)} cannot be used ({first}); is it a "
+            raise ConfigError(f"the results store {without_password(self.url)} cannot be used ({first}); is it a "
                               "MedHELM store of this version? Give another --store") from None
 
     def _sql(self, sql: str) -> str:
@@ -480,12 +480,4 @@ def _check_schema(store: Store) -> None:
 
 def _named(store: Store) -> str:
     """How an error names a store: its file (SQLite; the dashboard hides URLs), else its URL without password."""
-    return escape(store.path, 1000) if isinstance(store, SqliteStore) else _without_password(store.url)
-
-
-def _without_password(url: str) -> str:
-    if "://" in url and "@" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
-    return url
+    return escape(store.path, 1000) if isinstance(store, SqliteStore) else without_password(store.url)

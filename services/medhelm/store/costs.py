@@ -21,6 +21,9 @@ A GPU- or CPU-priced deployment is charged for the wall time of its runs (``run.
 GPU is held while the run goes), or the summed request latency when a run has no wall time. A
 deployment without a price has no cost (shown as such), never a cost of 0.
 
+``jury_cost``, ``total_cost`` and ``cost_per_point`` are the cost arithmetic ``summarize`` writes and the
+dashboard and the planner show (one place; unknown stays None, never 0).
+
 Failure semantics: the file is checked against a typed schema (``schemas.py``: known keys, finite
 non-negative prices) when read, before ``summarize`` writes anything; a problem is a ConfigError naming
 the file, line and field.
@@ -135,3 +138,28 @@ class _PriceItem(Strict):
 
 class _PricesFile(Strict):
     prices: list[_PriceItem]
+
+
+def jury_cost(prices: PriceTable, judge_tokens: dict[str, list[float]]) -> float | None:
+    """USD the judges spent scoring one model, each judge priced by its deployment's token price; None when a
+    judge that spent tokens has no token price (unknown, never 0; a GPU-hour judge's time is not attributable
+    to one candidate). 0.0 when no judge spent any token."""
+    total = 0.0
+    for judge, (prompt, completion) in judge_tokens.items():
+        cost = prices.cost(judge, judge, Usage(round(prompt), round(completion), 0.0))
+        if cost.basis != "api tokens" or cost.usd is None:
+            return None
+        total += cost.usd
+    return total
+
+
+def total_cost(candidate_usd: float | None, jury_usd: float | None) -> float | None:
+    """Candidate plus jury cost; None without a candidate price (an unpriced jury adds nothing)."""
+    return None if candidate_usd is None else candidate_usd + (jury_usd or 0.0)
+
+
+def cost_per_point(cost_usd: float | None, mean_score: float | None) -> float | None:
+    """USD per percentage point of mean score (None when either is unknown or the score is 0)."""
+    if cost_usd is None or not mean_score:
+        return None
+    return cost_usd / (mean_score * 100.0)

@@ -8,7 +8,7 @@ when present, ``scenario_state.json`` (which requests failed, which judges answe
 * **Main metric**, in this order: the suite's ``schema.json`` run group (``environment.main_name`` /
   ``main_split``, what helm-summarize shows), the configurable benchmark's own YAML (its first metric),
   the run spec's metric specs (an ``LLMJuryMetric``'s ``metric_name``; the exact-match family), then
-  upstream MedHELM's table (``helm_names.py``). No main metric found -> a one-line error, never a guess.
+  upstream MedHELM's cards (``medhelm/cards.py``). No main metric found -> a one-line error, never a guess.
   Built-in MedHELM jury metrics (``<name>_accuracy``, a 1-5 mean) are stored on 0-1 as
   ``jury_score_normalized``; a configurable benchmark's ``jury_score`` keeps HELM's raw scale.
 * **Per-instance stats**: HELM's runner appends one list per metric, so an instance has one entry per
@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from medhelm import files
+from medhelm.cards import BY_HELM_NAME, BenchmarkCard
 from medhelm.errors import ConfigError
-from medhelm.specs import BenchmarkSpec, MetricSpec, Stat
-from medhelm.store.helm_names import BY_NAME, HelmBenchmark
+from medhelm.specs import Access, BenchmarkSpec, MetricSpec, Stat
 from medhelm.store.sources import JURY_STAT_NORMALIZED, InstanceRow, RunSource, number
 
 RUN_SPEC, STATS, PER_INSTANCE, SCENARIO_STATE = ("run_spec.json", "stats.json", "per_instance_stats.json",
@@ -189,17 +189,17 @@ def read_helm_run(path: Path, suite: str, schema: HelmSchema | None = None, *,
 # which benchmark, which main metric
 
 
-def _benchmark_of(run_name: str, groups: list[str], spec: Mapping[str, Any]) -> HelmBenchmark:
+def _benchmark_of(run_name: str, groups: list[str], spec: Mapping[str, Any]) -> BenchmarkCard:
     head = run_name.split(":", 1)[0].split(",", 1)[0]
     for candidate in (head, *groups):
-        if candidate in BY_NAME:
-            return BY_NAME[candidate]
+        if candidate in BY_HELM_NAME:
+            return BY_HELM_NAME[candidate]
     # Not a MedHELM leaf: kept, unclassified. A configurable benchmark (its YAML `name` is the run name and group)
     # runs on the user's own data: private.
     scenario = str((spec.get("scenario_spec") or {}).get("class_name") or "")
     configurable = "Configurable" in scenario or head == "medhelm_configurable_benchmark"
     name = groups[0] if groups and head == "medhelm_configurable_benchmark" else head
-    return HelmBenchmark(name, name, "", "", "private" if configurable else "public", "")
+    return BenchmarkCard(name, name, "", "", Access.PRIVATE if configurable else Access.PUBLIC, "")
 
 
 def _metric_specs(spec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
@@ -214,7 +214,7 @@ def _jury_spec(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return next((args for cls, args in _metric_specs(spec) if cls == JURY_METRIC_CLASS), None)
 
 
-def _main_metric(path: Path, spec: Mapping[str, Any], groups: list[str], info: HelmBenchmark,
+def _main_metric(path: Path, spec: Mapping[str, Any], groups: list[str], info: BenchmarkCard,
                  schema: HelmSchema) -> _Main:
     jury = _jury_spec(spec)
     jury_name = str(jury.get("metric_name")) if jury and jury.get("metric_name") else None
@@ -227,8 +227,8 @@ def _main_metric(path: Path, spec: Mapping[str, Any], groups: list[str], info: H
         stat, source = _configurable_main(spec), "the configurable benchmark's YAML"
     if stat is None and jury_name:
         stat, source = jury_name, "the run spec's LLMJuryMetric"
-    if stat is None and info.main_stat:
-        stat, source = info.main_stat, "upstream MedHELM's schema"
+    if stat is None and info.helm_main_stat:
+        stat, source = info.helm_main_stat, "upstream MedHELM's schema"
     if stat is None and any(cls == EXACT_MATCH_CLASS and "exact_match" in (args.get("names") or ())
                             for cls, args in _metric_specs(spec)):
         stat, source = "exact_match", "the run spec's exact-match metrics"
@@ -236,7 +236,7 @@ def _main_metric(path: Path, spec: Mapping[str, Any], groups: list[str], info: H
         raise ConfigError("cannot tell this run's main metric: no schema.json run group, no configurable YAML, "
                           "no jury or exact-match metric spec (pass the suite folder holding schema.json)",
                           path=path / RUN_SPEC)
-    is_jury = stat == jury_name or (info.jury and stat == info.main_stat)
+    is_jury = stat == jury_name or (info.jury and stat == info.helm_main_stat)
     judges = tuple(str(j) for j in ((jury or {}).get("annotator_models") or {})) or \
         (BUILTIN_JUDGES if is_jury else ())
     annotator = str((jury or {}).get("scenario_name") or (groups[0] if groups else info.name))
@@ -256,7 +256,7 @@ def _configurable_main(spec: Mapping[str, Any]) -> str | None:
     return str(first["name"]) if isinstance(first, Mapping) and first.get("name") else None
 
 
-def _task_type(spec: Mapping[str, Any], main: _Main, info: HelmBenchmark) -> str:
+def _task_type(spec: Mapping[str, Any], main: _Main, info: BenchmarkCard) -> str:
     method = str((spec.get("adapter_spec") or {}).get("method") or "")
     if main.jury or any(cls == SUMMARIZATION_CLASS for cls, _ in _metric_specs(spec)):
         return "generation"

@@ -24,7 +24,7 @@ import numpy as np
 from medhelm.errors import ConfigError, escape
 from medhelm.store.backends import Store
 from medhelm.store.cells import write_cells
-from medhelm.store.costs import PriceTable, Usage
+from medhelm.store.costs import PriceTable, Usage, cost_per_point, jury_cost, total_cost
 from medhelm.store.helm_runs import HelmSchema, is_helm_run, read_helm_run
 from medhelm.store.read import load_cells
 from medhelm.store.schema import SCHEMA_VERSION
@@ -249,24 +249,6 @@ def _write_models(store: Store, options: SummarizeOptions, ingested: _Ingest) ->
                                  "jury_cost_usd"), out)
 
 
-def jury_cost(prices: PriceTable, judge_tokens: dict[str, list[float]]) -> float | None:
-    """USD the judges spent scoring one model, each judge priced by its deployment's token price; None when a
-    judge that spent tokens has no token price (unknown, never 0; a GPU-hour judge's time is not attributable
-    to one candidate). 0.0 when no judge spent any token."""
-    total = 0.0
-    for judge, (prompt, completion) in judge_tokens.items():
-        cost = prices.cost(judge, judge, Usage(round(prompt), round(completion), 0.0))
-        if cost.basis != "api tokens" or cost.usd is None:
-            return None
-        total += cost.usd
-    return total
-
-
-def total_cost(candidate_usd: float | None, jury_usd: float | None) -> float | None:
-    """Candidate plus jury cost; None without a candidate price (an unpriced jury adds nothing)."""
-    return None if candidate_usd is None else candidate_usd + (jury_usd or 0.0)
-
-
 def _write_leaderboard(store: Store, release: str, *, rank_baselines: bool = False) -> None:
     table = load_cells(store, release)
     costs = {(m, d): total_cost(c, j) for m, d, c, j in store.query(
@@ -281,13 +263,6 @@ def _write_leaderboard(store: Store, release: str, *, rank_baselines: bool = Fal
                                        "n_benchmarks"),
                       [(release, g.level, g.group, g.model, g.deployment, g.value, g.ci_low, g.ci_high, g.n_benchmarks)
                        for level in ("category", "subcategory") for g in group_scores(table, level)])
-
-
-def cost_per_point(cost_usd: float | None, mean_score: float | None) -> float | None:
-    """USD per percentage point of mean score (None when either is unknown or the score is 0)."""
-    if cost_usd is None or not mean_score:
-        return None
-    return cost_usd / (mean_score * 100.0)
 
 
 def _custom_prompt(spec_json: str | None) -> bool:

@@ -33,7 +33,7 @@ import numpy as np
 from medhelm.errors import ConfigError, escape
 from medhelm.store.backends import Store
 from medhelm.store.compare import Row, Side, paired_values
-from medhelm.store.costs import PriceTable, Usage
+from medhelm.store.costs import PriceTable, Usage, total_cost
 from medhelm.store.paired import (independent_discordance, is_binary, minimum_detectable_mcnemar,
                                   minimum_detectable_t, n_mcnemar, n_paired_t)
 
@@ -187,7 +187,7 @@ def costs_from_release(store: Store, release: str, prices: PriceTable | None) ->
                                                                   int(m["completion_tokens"] or 0),
                                                                   float(m["gpu_s"] or 0.0))).usd
         else:
-            usd = None if m.get("cost_usd") is None else m["cost_usd"] + (m.get("jury_cost_usd") or 0.0)
+            usd = total_cost(m.get("cost_usd"), m.get("jury_cost_usd"))
         out[(m["model"], m["deployment"])] = None if usd is None else usd / n
     return out
 

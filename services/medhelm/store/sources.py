@@ -1,7 +1,8 @@
 """Finished runs as the store reads them: one ``RunSource`` per run directory, instances streamed.
 
-Two formats feed the same ingestion: our run directories (``run_spec.json``, ``run.json``, ``stats.json``,
-``instances.jsonl``; see docs/output-format.md) and HELM's (``helm_runs.py``). Instances are read one line
+Two formats feed the same ingestion: our run directories, read through their owner ``medhelm.rundir``
+(``run_spec.json``, ``run.json``, ``stats.json``, ``instances.jsonl``; docs/output-format.md), and HELM's
+(``helm_runs.py``). Instances are read one line
 at a time, so memory does not grow with the number of instances.
 """
 
@@ -15,11 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from medhelm import files
 from medhelm.errors import ConfigError
-from medhelm.specs import BenchmarkSpec, RunSpec, Stat, loads_json
+from medhelm.rundir import RECORDS, RunDir, raw_lines
+from medhelm.specs import BenchmarkSpec, Stat, loads_json
 
-RECORDS = "instances.jsonl"
 JURY_STAT, JURY_STAT_NORMALIZED = "jury_score", "jury_score_normalized"
 
 
@@ -98,19 +98,11 @@ def list_suite(suite_dir: Path) -> tuple[list[Path], list[Path]]:
 
 
 def read_medhelm_run(path: Path, suite: str) -> RunSource:
-    spec_json = load_json(path / "run_spec.json")
-    try:
-        spec = RunSpec.from_json(spec_json)
-    except (KeyError, TypeError, ValueError, AttributeError) as e:  # never the value: it may be instance text
-        raise ConfigError(f"not a MedHELM run spec ({type(e).__name__})", path=path / "run_spec.json") from None
-    status = load_json(path / "run.json") if (path / "run.json").exists() else {"status": "partial"}
-    if not isinstance(status, Mapping):
-        raise ConfigError("expected a JSON object (the run's status)", path=path / "run.json")
-    try:
-        stats = tuple(Stat.from_json(s) for s in load_json(path / "stats.json")) if (path / "stats.json").exists() \
-            else ()
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise ConfigError(f"expected a list of stats ({type(e).__name__})", path=path / "stats.json") from None
+    run = RunDir(path)
+    spec_json = run.spec_doc()
+    spec = run.spec()
+    status = run.status()
+    stats = tuple(run.stats()) if run.has_stats() else ()
     main = leaderboard_stat(spec.benchmark)
     return RunSource(suite=suite, run_name=path.name, benchmark=spec.benchmark, model=spec.model,
                      deployment=spec.deployment, main_stat=main, status=status, stats=stats,
@@ -128,29 +120,12 @@ def _medhelm_rows(path: Path, main: str, with_text: bool, limit: int | None = No
     # This loop runs once per instance of a release (370k in the bench): keep it flat.
     # A `medhelm run` may resume this run while summarize reads it (after summarize read run.json): its new
     # records are appended after the finalized ones, the last maybe torn. Only the first ``limit`` lines
-    # (run.json's instances_done) are the finished run, and a line without its newline is never a record.
+    # (run.json's instances_done) are the finished run; the run folder's reader (``rundir.raw_lines``)
+    # stops there and never yields a line without its newline.
     if not path.exists():
         raise ConfigError("missing (the run has no records)", path=path)
-    files.check_regular(path, what="records file (JSON lines)")
-    with open(path, encoding="utf-8") as f:
-        lineno = 0
-        try:
-            for lineno, row in _parse_rows(f, main, with_text, path, limit):  # noqa: B007 - the error's line
-                yield row
-        except UnicodeDecodeError:
-            raise ConfigError("not UTF-8 text", path=path, line=lineno + 1) from None
-
-
-def _parse_rows(f: Any, main: str, with_text: bool, path: Path, limit: int | None = None
-                ) -> Iterator[tuple[int, InstanceRow]]:
     loads, dumps = loads_json, json.dumps  # orjson parses (the json module what it refuses)
-    left = -1 if limit is None else limit
-    for lineno, line in enumerate(f, 1):
-        if line.isspace():
-            continue
-        if not left or not line.endswith("\n"):
-            return  # past the finished run, or a torn line being written right now
-        left -= 1
+    for lineno, line in raw_lines(path, limit):
         try:
             d = loads(line)
             stats = d["stats"] or {}
@@ -165,7 +140,7 @@ def _parse_rows(f: Any, main: str, with_text: bool, path: Path, limit: int | Non
                 tuple({str(j.get("judge", "")): 0 for j in d.get("judgements") or ()}) if judge else ())
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             raise ConfigError(f"bad instance record ({type(e).__name__})", path=path, line=lineno) from None
-        yield lineno, row
+        yield row
 
 
 def number(value: Any) -> float | None:
@@ -177,7 +152,3 @@ def number(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return None if math.isnan(f) else f
-
-
-def load_json(path: Path) -> Any:
-    return files.load_json(path, missing="missing (not a finished run directory?)")

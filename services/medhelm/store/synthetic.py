@@ -6,14 +6,14 @@ known order. Jury benchmarks carry three judges' scores and explanations like re
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from medhelm.specs import BenchmarkSpec, MetricSpec, RunSpec, Stat
-from medhelm.store.helm_names import HELM_BENCHMARKS
+from medhelm.cards import CARDS
+from medhelm.rundir import RECORDS, RUN_SPEC, STATS, STATUS, dump_json, write_atomic, write_atomic_lines
+from medhelm.specs import BenchmarkSpec, MetricSpec, RunSpec, Stat, plain_json
 
 JUDGES = ("local/judge-a", "local/judge-b", "local/judge-c")
 
@@ -30,10 +30,10 @@ def default_models(n: int) -> list[SyntheticModel]:
             for i in range(n)]
 
 
-def catalogue(n: int = 37, names: Sequence[str] = ()) -> list[BenchmarkSpec]:
+def catalogue(n: int = len(CARDS), names: Sequence[str] = ()) -> list[BenchmarkSpec]:
     """The first ``n`` (or the named) upstream MedHELM benchmarks as specs (jury ones scored by ``jury_score``)."""
     out = []
-    for b in [b for b in HELM_BENCHMARKS if b.name in names] if names else HELM_BENCHMARKS[:n]:
+    for b in [b for b in CARDS if b.name in names] if names else CARDS[:n]:
         main = "jury_score" if b.jury else "exact_match"
         out.append(BenchmarkSpec(name=b.name, display_name=b.display_name, description=f"synthetic {b.display_name}",
                                  category=b.category, subcategory=b.subcategory, access=b.access,
@@ -61,20 +61,25 @@ def _write_run(run_dir: Path, spec: RunSpec, m: SyntheticModel, n: int, rng: ran
     jury = spec.benchmark.main_metric == "jury_score"
     sums: dict[str, list[float]] = {}
     latency = 0.0
-    with open(run_dir / "instances.jsonl", "w", encoding="utf-8") as f:
+
+    def lines():
+        nonlocal latency
         for pos in range(n):
             rec, stats = _record(spec, m, pos, rng, jury)
             latency += rec["completion"]["usage"]["latency_s"]
             for k, v in stats.items():
                 sums.setdefault(k, []).append(v)
-            f.write(json.dumps(rec) + "\n")
-    (run_dir / "run_spec.json").write_text(json.dumps(spec.to_json(), indent=1), encoding="utf-8")
+            yield plain_json(rec) + "\n"
+
+    # written as the pipeline writes a run folder (medhelm.rundir: the format's one owner), streamed
+    write_atomic_lines(run_dir / RECORDS, lines())
+    write_atomic(run_dir / RUN_SPEC, dump_json(spec.to_json()))
     stats_json = [Stat(k, "test", len(v), sum(v), sum(x * x for x in v), min(v), max(v)).to_json()
                   for k, v in sorted(sums.items())]
-    (run_dir / "stats.json").write_text(json.dumps(stats_json, indent=1), encoding="utf-8")
-    (run_dir / "run.json").write_text(json.dumps(
+    write_atomic(run_dir / STATS, dump_json(stats_json))
+    write_atomic(run_dir / STATUS, dump_json(
         {"status": status, "digest": spec.digest(), "instances_total": n, "instances_done": n, "errors": 0,
-         "requests": n, "cache_hits": 0, "retries": 0, "wall_time_s": round(latency / 4, 3)}), encoding="utf-8")
+         "requests": n, "cache_hits": 0, "retries": 0, "wall_time_s": round(latency / 4, 3)}))
 
 
 def _record(spec: RunSpec, m: SyntheticModel, pos: int, rng: random.Random, jury: bool) -> tuple[dict, dict]:

@@ -74,7 +74,7 @@ def token_counter(offline: bool = False):
     """GPT-4's tokenizer when tiktoken is installed (upstream's count), else ``approx_tokens``. Offline, the
     estimate is used: tiktoken fetches its vocabulary file on first use, which an air-gapped network cannot."""
     if offline:
-        from medhelm.benchmarks.base import approx_tokens
+        from medhelm.tokens import approx_tokens
 
         return approx_tokens
     try:
@@ -83,7 +83,7 @@ def token_counter(offline: bool = False):
         enc = tiktoken.get_encoding("cl100k_base")
         return lambda text: len(enc.encode(text, disallowed_special=()))
     except Exception:  # not installed, or its encoding file cannot be fetched offline
-        from medhelm.benchmarks.base import approx_tokens
+        from medhelm.tokens import approx_tokens
 
         return approx_tokens
 

@@ -17,7 +17,6 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from medhelm.benchmarks.base import approx_tokens
 from medhelm.errors import InferenceError
 from medhelm.inference.base import CHAT_TEMPLATE_TOKENS, ModelClient
 from medhelm.scoring.base import MetricResult, ScoringItem
@@ -25,6 +24,7 @@ from medhelm.scoring.jury.config import Judge
 from medhelm.scoring.jury.parse import NO_VERDICT, Judgement, Quoted, parse_judgement
 from medhelm.scoring.jury.rubrics import Rubric
 from medhelm.specs import Completion, GenerationRequest, JudgeScore, JudgeStatus, Message, Usage
+from medhelm.tokens import approx_tokens
 
 STATS = ("jury_score", "jury_score_normalized", "jury_coverage")
 EMPTY_RESPONSE_JUDGE = "rule:empty-response"  # not a deployment: marks scores no judge was asked for

@@ -1,0 +1,69 @@
+"""The table of deployment kinds (inference backends): the ONE place a backend is registered.
+
+Read by ``specs.DeploymentKind`` (the enum is built from it), the deployment schema in ``deployments.py``
+(the ``kind:`` values it accepts and the fields each kind requires) and ``inference.make_client`` (which
+imports a kind's client module by path, only when a client is made, so this table stays at base level and
+an optional engine's module is never imported by reading a config). Shaped like lm-eval's ``MODEL_MAPPING``:
+a name to a lazily imported class.
+
+A row (``BackendKind``):
+    kind      the ``kind:`` value in model_deployments.yaml; lower case, ``[a-z][a-z0-9_]*`` (it also names
+              the enum member: ``kserve_v2`` -> ``DeploymentKind.KSERVE_V2``)
+    client    ``"module.path:ClassName"``, the client class; it is called as ``ClassName(deployment,
+              connections=n)`` (``connections``: requests the caller may have in flight, None when unknown;
+              a client that pools no connections ignores it) and follows ``inference.base.ModelClient``
+    required  the ``Deployment`` fields a deployment of this kind must set (checked when the file is read)
+    summary   one line for docs and errors
+    option, variants  (optional) ``options.<option>`` picks the client among ``variants`` (value ->
+              ``"module:Class"``); the first variant is the default and ``client`` must equal it
+    in_process  (optional) the model runs inside this process with a tokenizer of its own, so its prompts
+              are cut to fit here, never by a scenario service (``medhelm job`` refuses the combination)
+
+Adding a backend: write its client module under ``medhelm/inference/`` and add one row here. Failure
+semantics: the table is data and imports nothing of ours (``specs.py`` builds its enum from it); a bad
+option value or a module that cannot be imported is a one-line ConfigError from the factory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+@dataclass(frozen=True)
+class BackendKind:
+    kind: str
+    client: str
+    required: tuple[str, ...] = ()
+    summary: str = ""
+    option: str | None = None
+    variants: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    in_process: bool = False
+
+    def client_path(self, options: Mapping[str, object]) -> str | None:
+        """``"module:Class"`` for a deployment with these ``options``; None when ``options.<option>`` names
+        no variant (the caller says which values are allowed: ``variants``)."""
+        if self.option is None:
+            return self.client
+        value = options.get(self.option, next(iter(self.variants)))
+        return self.variants.get(value) if isinstance(value, str) else None
+
+
+KINDS: tuple[BackendKind, ...] = (
+    BackendKind("openai", "medhelm.inference.openai:OpenAIClient", ("base_url",),
+                "any OpenAI-compatible server: vLLM, KServe HF runtime, llama.cpp server, Azure"),
+    BackendKind("llamacpp", "medhelm.inference.llamacpp:LlamaCppClient", ("gguf_path",),
+                "an in-process GGUF model (llama-cpp-python, the embedded extra)", in_process=True),
+    BackendKind("kserve_v2", "medhelm.inference.kserve_v2:KServeV2Client", ("base_url",),
+                "KServe Open Inference Protocol v2 (text in, text out), REST or gRPC",
+                option="protocol",
+                variants=MappingProxyType({"rest": "medhelm.inference.kserve_v2:KServeV2Client",
+                                           "grpc": "medhelm.inference.kserve_v2_grpc:KServeV2GrpcClient"})),
+    BackendKind("baseline", "medhelm.inference.baseline:BaselineClient", (),
+                "a zero-cost reference answer, no model: random, majority, empty, copy of the input "
+                "(medhelm/baselines.py)"),
+)
+
+BY_KIND: Mapping[str, BackendKind] = MappingProxyType({row.kind: row for row in KINDS})
+KIND_NAMES: tuple[str, ...] = tuple(BY_KIND)
