@@ -12,7 +12,7 @@ import pytest
 from medhelm import baselines
 from medhelm.devtools.mock_openai import MockOpenAIServer
 from medhelm.errors import ConfigError
-from medhelm.pipeline import RunDir
+from medhelm.rundir import RunDir
 from medhelm.scoring.choice import gold_label
 from medhelm.specs import Instance, Reference, TaskType
 from medhelm.store import open_store, read
