@@ -12,8 +12,14 @@ from board_data import Release, Settings
 from filters import View
 from safe_frames import safe_frame
 from safe_text import literal
+from medhelm.baselines import is_baseline
 from medhelm.store.costs import cost_per_point, total_cost
 from medhelm.store.tables import CellTable, group_scores, leaderboard
+
+BASELINE_MARK = " (baseline)"
+BOARD_FORMATS = {"Mean win rate": "{:.3f}", "Mean score": "{:.3f}", "Cost (USD)": "${:.2f}", "Candidate USD": "${:.2f}",
+                 "Jury USD": "${:.2f}", "USD per point": "${:.4f}", "Prompt tokens": "{:,.0f}",
+                 "Output tokens": "{:,.0f}", "Inference s": "{:.1f}", "s / instance": "{:.3f}"}
 
 if TYPE_CHECKING:  # pragma: no cover
     import altair as alt
@@ -21,51 +27,65 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
     table = view.table
-    st.caption(f"Release **{literal(rel.name, 80)}** · {len(table.rows)} models · {len(table.columns)} benchmarks · "
+    n_base = sum(is_baseline(m) for m, _ in table.rows)
+    rows = f"{len(table.rows) - n_base} models" + (f" + {n_base} baselines" if n_base else "")
+    st.caption(f"Release **{literal(rel.name, 80)}** · {rows} · {len(table.columns)} benchmarks · "
                f"95% bootstrap intervals ({literal(rel.meta.get('replicates', '?'), 12)} replicates, seed "
                f"{literal(rel.meta.get('seed', '?'), 20)}) · win rate: ties count half")
     if not table.rows or not table.columns:
         st.warning("Nothing to rank with these filters.")
         return
-    board = leaderboard_frame(rel, view)
-    st.dataframe(safe_frame(board), hide_index=True, width="stretch", key="leaderboard", column_config={
+    rank_baselines = st.sidebar.checkbox(
+        "Rank baselines with the models", value=rel.meta.get("rank_baselines") == "1", key=f"rank_base_{rel.name}",
+        help="Reference baselines (baseline/…) answer without a model. Off: they are compared with the models "
+             "(their win rate says where they would stand) but not ranked, and the models' win rates ignore them.")
+    board = leaderboard_frame(rel, view, rank_baselines=rank_baselines)
+    for note in board_notes(board, rank_baselines):
+        st.info(note)
+    shown = filled(board)
+    numeric = {c: f for c, f in BOARD_FORMATS.items() if c in shown and pd.api.types.is_numeric_dtype(shown[c])}
+    st.dataframe(safe_frame(shown).style.format(numeric), hide_index=True, width="stretch", key="leaderboard",
+                 column_config={
         "Mean win rate": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.3f"),
-        "Mean score": st.column_config.NumberColumn(format="%.3f"),
-        "Cost (USD)": st.column_config.NumberColumn(format="$%.2f"),
-        "Candidate USD": st.column_config.NumberColumn(format="$%.2f", help="the model's own requests"),
-        "Jury USD": st.column_config.NumberColumn(format="$%.2f", help="its judges' tokens, same price table"),
-        "USD per point": st.column_config.NumberColumn(format="$%.4f"),
-        "s / instance": st.column_config.NumberColumn(format="%.3f")})
+        "Candidate USD": st.column_config.Column(help="the model's own requests"),
+        "Jury USD": st.column_config.Column(help="its judges' tokens, same price table")})
     left, right = st.columns(2)
     with left:
         st.subheader("Categories (macro average)")
-        st.altair_chart(_heatmap(table), width="stretch")
+        if any(g.value is not None for g in group_scores(table, "category")):
+            st.altair_chart(_heatmap(table), width="stretch")
+        else:
+            st.info("No benchmark on this page is placed in the MedHELM taxonomy: give its YAML `category:` and "
+                    "`subcategory:` (see `medhelm list`) to see the category heatmap.")
     with right:
         st.subheader("Cost vs mean win rate")
-        priced = board.dropna(subset=["Cost (USD)"])
+        priced = board.dropna(subset=["Cost (USD)", "Mean win rate"])
         if priced.empty:
-            st.info("No prices: add a prices YAML (`medhelm summarize --prices prices.yaml`) to see cost.")
+            st.info("No point to plot: a point needs a price (`medhelm summarize --prices prices.yaml`) and a "
+                    "win rate (two or more models or baselines on a benchmark).")
         else:
             st.altair_chart(_scatter(priced), width="stretch")
     st.subheader("Benchmarks (main metric; jury scores on 0–1)")
     custom = custom_prompts(rel.meta)
-    st.dataframe(safe_frame(_matrix(view, {b for b, _, _ in custom})), width="stretch", key="matrix")
+    st.dataframe(safe_frame(_matrix(view, {b for b, _, _ in custom}).map(
+        lambda v: "not run" if np.isnan(v) else f"{v:.3f}")), width="stretch", key="matrix")
     if custom:
         st.caption(literal("† prompt differs from the benchmark's default (prompt_path=): " + "; ".join(
             f"{b} × {m} [{d}]" for b, m, d in custom) + ". Not comparable with default-prompt results.", 2000))
 
 
-def leaderboard_frame(rel: Release, view: View) -> pd.DataFrame:
+def leaderboard_frame(rel: Release, view: View, *, rank_baselines: bool = False) -> pd.DataFrame:
     models = rel.models.set_index(["model", "deployment"]) if len(rel.models) else pd.DataFrame()
     metadata = _meta_json(rel.meta, "model_metadata")
     reasoning = _meta_json(rel.meta, "reasoning_tokens")  # "model|deployment" -> [own, judges'], when any
     out = []
-    for r in leaderboard(view.table):
+    for r in leaderboard(view.table, rank_baselines=rank_baselines):
         m = models.loc[(r.model, r.deployment)] if (r.model, r.deployment) in models.index else {}
         about = metadata.get(r.model) or {}
         own, jury = _num(m.get("cost_usd")), _num(m.get("jury_cost_usd"))
         cost = total_cost(own, jury)
-        out.append({"Rank": r.rank, "Model": r.model, "Deployment": r.deployment, "Mean win rate": r.win_rate,
+        rank = str(r.rank) if r.rank is not None else "baseline" if r.baseline else "–"
+        out.append({"Rank": rank, "Model": r.model + (BASELINE_MARK if r.baseline else ""), "Deployment": r.deployment, "Mean win rate": r.win_rate,
                     "Win rate 95% CI": _ci(r.win_rate_low, r.win_rate_high, "{:.2f}"),
                     "Rank 95% CI": _ci(r.rank_low, r.rank_high, "{:.0f}"), "Mean score": r.mean_score,
                     "Benchmarks": r.n_benchmarks, "Cost (USD)": cost, "Candidate USD": own, "Jury USD": jury,
@@ -93,6 +113,40 @@ def _meta_json(meta: dict, key: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def filled(board: pd.DataFrame) -> pd.DataFrame:
+    """The table with each missing number shown as "–": the grid draws a missing number as "None", and
+    neither its column formats nor a Styler's ``na_rep`` change that. A column with a gap becomes text in its
+    format (it then sorts as text); a full column stays numeric. The win-rate bar draws a gap as empty."""
+    out = board.copy()
+    for col, fmt in BOARD_FORMATS.items():
+        if col in out and col != "Mean win rate" and out[col].isna().any():
+            out[col] = [("–" if v is None or (isinstance(v, float) and np.isnan(v)) else fmt.format(v))
+                        for v in out[col]]
+    return out
+
+
+def board_notes(board: pd.DataFrame, rank_baselines: bool = False) -> list[str]:
+    """What a reader needs to read the table: why a win rate or rank is missing, what a baseline is."""
+    if not len(board):
+        return []
+    base = board["Model"].str.endswith(BASELINE_MARK)
+    models = board[~base]
+    notes = []
+    if len(models) == 1 and not rank_baselines:
+        notes.append("Win rates compare models benchmark by benchmark, so they need two or more: with one model "
+                     "on this page there is nothing for it to win against, hence no win rate or rank. Add a model, "
+                     "or switch on \"Rank baselines with the models\" in the sidebar to rank it against them.")
+    elif models["Rank"].eq("–").any():
+        notes.append("A model marked – shares no benchmark with another row: win rates need two on a benchmark.")
+    if base.any():
+        notes.append("Rows marked (baseline) are zero-cost reference answers (a random or the majority answer, an "
+                     "empty answer, the input copied back), scored by the same metrics: a model should beat them. "
+                     + ("They are ranked with the models here (sidebar switch)." if rank_baselines else
+                        "Their win rate says where they would stand against the models; they are not ranked and do "
+                        "not change the models' win rates (sidebar switch)."))
+    return notes
+
+
 def _heatmap(table: CellTable) -> alt.Chart:
     import altair as alt  # imported after the table is on its way: it costs ~1 s on a cold start
 
@@ -112,8 +166,10 @@ def _heatmap(table: CellTable) -> alt.Chart:
 def _scatter(priced: pd.DataFrame) -> alt.Chart:
     import altair as alt
 
-    return alt.Chart(priced).mark_circle(size=90).encode(
+    kind = np.where(priced["Model"].str.endswith(BASELINE_MARK), "baseline (zero cost)", "model")
+    return alt.Chart(priced.assign(Kind=kind)).mark_circle(size=90).encode(
         x=alt.X("Cost (USD):Q", scale=alt.Scale(zero=False)), y=alt.Y("Mean win rate:Q", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("Kind:N", legend=alt.Legend(orient="bottom", title=None)),
         tooltip=["Model", "Deployment", alt.Tooltip("Cost (USD):Q", format="$.2f"),
                  alt.Tooltip("Mean win rate:Q", format=".3f")]).properties(height=320)
 
@@ -132,11 +188,11 @@ def _matrix(view: View, custom: set[str] = frozenset()) -> pd.DataFrame:
     t = view.table
     names = [f"{r[0]} [{r[1]}]" for r in t.rows]
     columns = [c.display_name + (" †" if c.benchmark in custom else "") for c in t.columns]
-    return pd.DataFrame(t.values, index=names, columns=columns).round(3)
+    return pd.DataFrame(t.values, index=names, columns=columns)
 
 
 def _ci(low: float | None, high: float | None, fmt: str) -> str:
-    return "" if low is None or high is None else f"[{fmt.format(low)}, {fmt.format(high)}]"
+    return "–" if low is None or high is None else f"[{fmt.format(low)}, {fmt.format(high)}]"
 
 
 def _num(v: object) -> float | None:

@@ -18,6 +18,8 @@ A row (``BackendKind``):
               ``"module:Class"``); the first variant is the default and ``client`` must equal it
     in_process  (optional) the model runs inside this process with a tokenizer of its own, so its prompts
               are cut to fit here, never by a scenario service (``medhelm job`` refuses the combination)
+    local     (optional) answers come from this process, not a server: nothing to pace (``inference/pacing.py``
+              adapts concurrency and rate budgets only for servers); true for every in_process kind
 
 Adding a backend: write its client module under ``medhelm/inference/`` and add one row here. Failure
 semantics: the table is data and imports nothing of ours (``specs.py`` builds its enum from it); a bad
@@ -40,6 +42,12 @@ class BackendKind:
     option: str | None = None
     variants: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     in_process: bool = False
+    local: bool = False
+
+    @property
+    def paced(self) -> bool:
+        """A server answers: its concurrency and rate budget are paced."""
+        return not (self.local or self.in_process)
 
     def client_path(self, options: Mapping[str, object]) -> str | None:
         """``"module:Class"`` for a deployment with these ``options``; None when ``options.<option>`` names
@@ -69,6 +77,9 @@ KINDS: tuple[BackendKind, ...] = (
                 "Amazon Bedrock Converse, SigV4-signed"),
     BackendKind("azure_openai", "medhelm.inference.azure_openai:AzureOpenAIClient", ("base_url",),
                 "Azure OpenAI chat completions with an api-key or a Microsoft Entra ID token"),
+    BackendKind("baseline", "medhelm.inference.baseline:BaselineClient", (),
+                "a zero-cost reference answer, no model: random, majority, empty, copy of the input "
+                "(medhelm/baselines.py)", local=True),
 )
 
 BY_KIND: Mapping[str, BackendKind] = MappingProxyType({row.kind: row for row in KINDS})

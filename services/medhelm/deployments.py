@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from medhelm import credentials, files, helm_env
+from medhelm import baselines, credentials, files, helm_env
 from medhelm.backend_kinds import BY_KIND, KIND_NAMES
 from medhelm.credentials import Credentials
 from medhelm.errors import ConfigError, escape
@@ -162,6 +162,11 @@ def _read(path: Path) -> Iterator[Deployment]:
 
 def _deployment(item: _DeploymentItem, path: Path, index: int, doc: YamlDoc) -> Deployment:
     kind = DeploymentKind(item.kind)
+    if (kind is DeploymentKind.BASELINE) != baselines.is_baseline(item.name) or (
+            kind is DeploymentKind.BASELINE and item.name.removeprefix(baselines.PREFIX) not in baselines.STRATEGIES):
+        raise ConfigError(f"kind 'baseline' goes with the names {', '.join(map(baselines.name_of, baselines.STRATEGIES))}"
+                          f" and those names with kind 'baseline' only", path=path,
+                          line=doc.line("model_deployments", index, "name"), field=f"model_deployments[{index}].name")
     for key in BY_KIND[kind.value].required:
         if not getattr(item, key) and not item.options.get("unresolved"):  # unresolved: said at planning
             raise ConfigError(f"is required for kind '{kind.value}'", path=path,

@@ -21,7 +21,11 @@ def test_both_examples_on_the_embedded_model(repo_root, tmp_path, capsys):
                "--local-path", str(tmp_path / "prod_env"), "-q"])
     out = capsys.readouterr().out
     assert rc == 0, out
-    runs = {p.name.split(":")[0]: RunDir(p) for p in (tmp_path / "out" / "runs" / "DEMO").iterdir()}
+    all_runs = [RunDir(p) for p in (tmp_path / "out" / "runs" / "DEMO").iterdir()]
+    assert sorted(r.spec().deployment for r in all_runs) == sorted(  # the examples name the baselines too
+        ["local/smollm2-135m-instruct"] * 2 + ["baseline/random", "baseline/majority", "baseline/empty",
+                                               "baseline/copy-input"])
+    runs = {r.path.name.split(":")[0]: r for r in all_runs if r.spec().deployment == "local/smollm2-135m-instruct"}
     assert set(runs) == {"EXACT-MATCH-DEMO", "LLM-JURY-SCORE-DEMO"}
 
     em = runs["EXACT-MATCH-DEMO"]

@@ -18,7 +18,10 @@ pytestmark = pytest.mark.embedded
 def test_exact_match_demo_end_to_end(repo_root: Path, tmp_path: Path) -> None:
     options = RunOptions(suite="DEMO", output_path=tmp_path / "out", local_path=tmp_path / "prod_env",
                          max_eval_instances=3, progress=False)
-    [plan] = plan_runs(read_conf(repo_root / "examples/exact_match_demo/exact_match_demo.conf"), options)
+    plans = plan_runs(read_conf(repo_root / "examples/exact_match_demo/exact_match_demo.conf"), options)
+    assert sorted(p.deployment.name for p in plans) == ["baseline/majority", "baseline/random",
+                                                        "local/smollm2-135m-instruct"]  # the demo's baselines
+    [plan] = [p for p in plans if p.deployment.name == "local/smollm2-135m-instruct"]
     [outcome] = asyncio.run(run_suite([plan], options, progress=False))
     run = RunDir(plan.run_dir)
     records = list(run.iter_records())

@@ -200,6 +200,9 @@ class _Loader:
 
     def taxonomy(self) -> tuple[str, str]:
         category, subcategory = (self.file.category or "").strip(), (self.file.subcategory or "").strip()
+        if subcategory and not category and subcategory not in taxonomy.CATEGORY_OF:
+            raise self.fail(f"unknown subcategory {subcategory!r} (see `medhelm list`); expected one of "
+                            f"{', '.join(taxonomy.SUBCATEGORIES)}", "subcategory")
         category = category or taxonomy.CATEGORY_OF.get(subcategory, "")
         try:
             taxonomy.check(category, subcategory)

@@ -108,7 +108,6 @@ def _calibrate(args: argparse.Namespace) -> int:
 def _store_ratings(args: argparse.Namespace) -> tuple[list, list, str]:
     """(ratings, records, source) from the results store's ``review_ratings`` (latest per rater x item x
     criterion); the records from the store, or from ``--run-dir``."""
-    import os
 
     from medhelm.store import open_store, read, review
     from medhelm.errors import without_password

@@ -27,6 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="sample at most N instances per run (seeded, reproducible)")
     src.add_argument("--num-output-tokens", type=int_in(1, 10**7), metavar="N", help="override max output tokens")
     src.add_argument("--seed", type=int_in(0, SEED_MAX), default=0, help="sampling and request seed (default: 0)")
+    src.add_argument("--baselines", action="store_true",
+                     help="also run the reference baselines on every benchmark (zero cost, no model): random and "
+                          "majority answers for multiple choice/classification, empty and copied input for generation")
     where = p.add_argument_group("where")
     where.add_argument("-o", "--output-path", default="benchmark_output", type=Path,
                        help="results root (default: %(default)s)")
@@ -166,7 +169,7 @@ class MetricsExport:
         from medhelm.telemetry import Telemetry, serve_http
 
         prices_path = args.prices or (Path(args.local_path) / "prices.yaml")
-        prices = PriceTable.load(prices_path) if args.prices or prices_path.is_file() else None
+        prices = PriceTable.configured(prices_path if args.prices or prices_path.is_file() else None)
         self.telemetry = Telemetry(self._service, prices=prices)
         if args.metrics_port is not None:
             self._server, self.port = serve_http(self.telemetry, args.metrics_port, args.metrics_host)
@@ -256,7 +259,7 @@ def plan_from_args(args: argparse.Namespace):
                          data_roots=tuple(args.data_roots), any_data_path=args.allow_any_data_path)
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise ConfigError("--data-dir is not a directory", path=args.data_dir)
-    return options, plan_runs(entries, options)
+    return options, plan_runs(entries, options, with_baselines=getattr(args, "baselines", False))
 
 
 def concurrency_arg(value: str) -> int | str:

@@ -44,6 +44,9 @@ def add_summarize_options(how: argparse._ArgumentGroup | argparse.ArgumentParser
                      help="model_deployments.yaml (deployments marked `redacted: true`) and prices.yaml")
     how.add_argument("--prices", type=Path, help="prices YAML (default: <local-path>/prices.yaml if present)")
     how.add_argument("--redact", action="store_true", help="keep no instance text in the store (aggregates only)")
+    how.add_argument("--rank-baselines", action="store_true",
+                     help="count the reference baselines (baseline/...) in the models' win rates and ranks "
+                          "(default: shown marked, compared with the models, unranked)")
     how.add_argument("--bootstrap", type=int_in(0, 100_000), default=1000, metavar="N",
                      help="bootstrap replicates, 0-100000 (default 1000)")
     how.add_argument("--seed", type=int_in(0, SEED_MAX), default=0, help="bootstrap seed (default 0)")
@@ -136,11 +139,12 @@ def summarize_options(args: argparse.Namespace, release: str, suites: list[str])
         raise ConfigError("--bootstrap must be >= 0")
     registry = DeploymentRegistry.load(Path(args.local_path))
     prices_path = args.prices or (Path(args.local_path) / "prices.yaml")
-    prices = PriceTable.load(prices_path) if args.prices or prices_path.is_file() else PriceTable.empty()
+    prices = PriceTable.configured(prices_path if args.prices or prices_path.is_file() else None)
     metadata_path = Path(args.local_path) / METADATA_FILE  # HELM's prod_env/model_metadata.yaml, if there
     metadata = {m.name: m.to_json() for m in read_metadata(metadata_path)} if metadata_path.is_file() else {}
     return SummarizeOptions(release=release, suites=tuple(suites), replicates=args.bootstrap, seed=args.seed,
-                            redact=args.redact, prices=prices, allow_fewer_runs=args.allow_fewer_runs,
+                            redact=args.redact, rank_baselines=args.rank_baselines, prices=prices,
+                            allow_fewer_runs=args.allow_fewer_runs,
                             redacted_deployments=frozenset(d.name for d in registry if d.redacted),
                             model_metadata=metadata)
 
@@ -158,6 +162,7 @@ def _note(msg: str) -> None:
 
 
 def print_report(store: Store, report: SummaryReport, top: int = 10) -> None:
+    from medhelm.baselines import is_baseline
     from medhelm.store import read
 
     print(f"release '{report.release}': {report.runs} runs, {report.instances} instances, {report.benchmarks} "
@@ -178,7 +183,8 @@ def print_report(store: Store, report: SummaryReport, top: int = 10) -> None:
         if priced:
             own, jury = costs.get((r["model"], r["deployment"]), (None, None))
             money = f"{_usd(own):>13} {_usd(jury):>10}  "
-        print(f"  {r['rank'] if r['rank'] is not None else '-':>4}  {wr + ci:<24} {money}{r['model']} "
+        rank = r["rank"] if r["rank"] is not None else "base" if is_baseline(r["model"]) else "-"
+        print(f"  {rank:>4}  {wr + ci:<24} {money}{r['model']} "
               f"[{r['deployment']}]")
     if len(rows) > top:
         print(f"  ... {len(rows) - top} more: medhelm serve --store {store.url} --release {report.release}")

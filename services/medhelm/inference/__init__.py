@@ -151,6 +151,12 @@ class PooledClient:
     def deployment(self) -> Deployment:
         return self._deployment
 
+    @property
+    def answers_instances(self):
+        """The raw client's ``answer(instance, request, majority=)`` when it answers from the instance (kind
+        baseline: no model, nothing to cache or retry), else None."""
+        return getattr(self._raw, "answer", None)
+
     def count_tokens(self, text: str) -> int | None:
         """Exact token count when the model's tokenizer is local (llama.cpp), else None (estimate yourself)."""
         counter = getattr(self._raw, "count_tokens", None)
@@ -220,7 +226,7 @@ class ClientPool:
         """The deployment's one pacer (shared by its roles), or None when nothing limits it but the workers."""
         deployment = raw.deployment
         if deployment not in self._pacers:
-            local = BY_KIND[deployment.kind.value].in_process  # an in-process engine serialises its own work
+            local = not BY_KIND[deployment.kind.value].paced  # in-process engines and baselines: no server to pace
             settings = self.pacing.settings(fixed=deployment.max_concurrency, rate_limits=deployment.rate_limits,
                                             local=local)
             paced = settings.fixed or settings.adaptive or settings.requests_per_minute or settings.tokens_per_minute

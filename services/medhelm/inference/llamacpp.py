@@ -13,6 +13,7 @@ the model's own tokenizer.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import threading
@@ -103,8 +104,8 @@ class LlamaCppClient:
             "stop": list(request.stop),
             "seed": request.seed,
         }
-        if request.json_schema is not None:  # grammar-constrained decoding: the output parses as JSON
-            kwargs["response_format"] = {"type": "json_object", "schema": json.loads(request.json_schema)}
+        if request.json_schema is not None:  # grammar-constrained decoding: the output is the schema's JSON
+            kwargs["grammar"] = schema_grammar(request.json_schema)
         try:
             return self._llm.create_chat_completion(**kwargs)
         except ValueError as err:
@@ -120,3 +121,38 @@ class LlamaCppClient:
             close = getattr(llm, "close", None)
             if close is not None:
                 close()
+
+
+@functools.lru_cache(maxsize=32)
+def schema_grammar(schema_text: str) -> Any:
+    """The llama.cpp grammar (``LlamaGrammar``) that holds the output to a JSON schema, built once per schema.
+
+    Not ``response_format={"type": "json_object", "schema": ...}``: on a schema its converter cannot read,
+    llama-cpp-python silently falls back to "any JSON", and its converter drops an integer's ``minimum``/
+    ``maximum`` (a rubric's score range), so a judge could write a score of 7 on a 0-5 rubric and be
+    unscored. Here a bounded integer becomes the enum of its values, and a schema that does not convert is
+    an error (a looser grammar would go unnoticed)."""
+    from llama_cpp import LlamaGrammar
+
+    schema = _bounded_integers(json.loads(schema_text))
+    try:
+        return LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
+    except Exception as err:  # the converter raises assertions and ValueErrors alike
+        raise InferenceError(f"llama.cpp cannot hold the output to this JSON schema ({type(err).__name__}: "
+                             f"{str(err)[:200]})", retryable=False) from None
+
+
+_ENUM_LIMIT = 1000  # a wider integer range stays a plain integer (the parser still checks the range)
+
+
+def _bounded_integers(node: Any) -> Any:
+    """The schema with each ``{"type": "integer", "minimum": a, "maximum": b}`` (a small range) as an enum."""
+    if isinstance(node, list):
+        return [_bounded_integers(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    lo, hi = node.get("minimum"), node.get("maximum")
+    if node.get("type") == "integer" and isinstance(lo, int) and isinstance(hi, int) and 0 <= hi - lo <= _ENUM_LIMIT:
+        return {k: v for k, v in node.items() if k not in ("type", "minimum", "maximum")} | {
+            "enum": list(range(lo, hi + 1))}
+    return {k: _bounded_integers(v) for k, v in node.items()}

@@ -35,7 +35,6 @@ of a spec, a log or an error. Error messages name the deployment and URL, never 
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable, Mapping
 from typing import Any

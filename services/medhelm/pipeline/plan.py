@@ -12,14 +12,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from medhelm import benchmarks
+from medhelm import baselines, benchmarks
 from medhelm.benchmarks.base import Benchmark, LoadContext
 from medhelm.deployments import DeploymentRegistry, check_usable
 from medhelm.errors import ConfigError, MedhelmError, escape
 from medhelm.pipeline.options import RunOptions
-from medhelm.runentries import RunEntry
+from medhelm.runentries import MODEL_KEYS, RunEntry
 from medhelm.scoring import registry as metric_registry
-from medhelm.specs import Deployment, FrozenMap, RunSpec
+from medhelm.scoring.choice import gold_label
+from medhelm.pipeline.sampling import stream_run
+from medhelm.specs import Deployment, DeploymentKind, FrozenMap, RunSpec
 
 
 @dataclass(frozen=True, eq=False)
@@ -28,6 +30,7 @@ class RunPlan:
     deployment: Deployment
     benchmark: Benchmark
     run_dir: Path
+    majority: str | None = None  # baseline/majority: the most frequent gold label of the run's instances
 
     @property
     def max_prompt_tokens(self) -> int | None:
@@ -38,7 +41,9 @@ class RunPlan:
 
 def plan_runs(entries: Sequence[RunEntry], options: RunOptions, *,
               deployments: DeploymentRegistry | None = None,
-              warn: Callable[[str], None] | None = None) -> list[RunPlan]:
+              warn: Callable[[str], None] | None = None, with_baselines: bool = False) -> list[RunPlan]:
+    """``with_baselines``: every benchmark also gets the reference baselines that fit its task
+    (``baselines.for_task``), on the same instances (same run arguments: sample size, seed)."""
     deployments = deployments or DeploymentRegistry.load(options.local_path)
     warn = warn or (lambda msg: print(f"medhelm: warning: {msg}", file=sys.stderr))
     plans: dict[str, RunPlan] = {}
@@ -50,10 +55,25 @@ def plan_runs(entries: Sequence[RunEntry], options: RunOptions, *,
         planned.add((entry.text, entry.base_dir))
         plan = _plan_one(entry, options, deployments, warn, cache)
         name = plan.run_dir.name
-        if name in plans and plans[name].spec != plan.spec:
+        if name in plans and plans[name].spec != plan.spec and not (  # a baseline asked twice (.conf, --baselines)
+                baselines.is_baseline(plan.deployment.name)
+                and dataclasses.replace(plans[name].spec, entry="") == dataclasses.replace(plan.spec, entry="")):
             raise ConfigError(f"two run entries map to run '{name}' with different settings", path=entry.source)
         plans.setdefault(name, plan)
+        if with_baselines and not baselines.is_baseline(plan.deployment.name):
+            for extra in _baseline_entries(entry, plan.spec.benchmark.task_type):
+                if (extra.text, extra.base_dir) not in planned:
+                    planned.add((extra.text, extra.base_dir))
+                    baseline = _plan_one(extra, options, deployments, warn, cache)
+                    plans.setdefault(baseline.run_dir.name, baseline)
     return list(plans.values())
+
+
+def _baseline_entries(entry: RunEntry, task) -> list[RunEntry]:
+    """The entry's benchmark with each baseline that fits its task as the model (run arguments kept)."""
+    kept = {k: v for k, v in entry.args.items() if k not in MODEL_KEYS}
+    return [dataclasses.replace(entry, args=FrozenMap({**kept, "model": name}), text=entry.name + ":" + ",".join(
+        f"{k}={v}" for k, v in sorted({**kept, "model": name}.items()))) for name in baselines.for_task(task)]
 
 
 def _plan_one(entry: RunEntry, options: RunOptions, deployments: DeploymentRegistry,
@@ -86,6 +106,9 @@ def _plan_one(entry: RunEntry, options: RunOptions, deployments: DeploymentRegis
     spec = dataclasses.replace(spec, metrics=cache[metrics_key])
     if not options.dry_run:  # a missing API key or GGUF file is found now, not after run_spec.json is written
         for name in (deployment.name, *_judges(spec.metrics)):
+            if name != deployment.name and baselines.is_baseline(name):
+                raise ConfigError(f"run entry '{escape(entry.text)}': '{escape(name)}' is a reference baseline, "
+                                  f"not a judge", path=_where(entry))
             if ("usable", name) not in cache and name in deployments:
                 check_usable(deployments.get(name), source=deployments.sources.get(name))
                 cache[("usable", name)] = True
@@ -122,7 +145,22 @@ def _plan_one(entry: RunEntry, options: RunOptions, deployments: DeploymentRegis
     if len(name.encode("utf-8")) > 255:  # one folder name on every filesystem we write to
         raise ConfigError(f"run entry '{escape(entry.text, 120)}': its run name is longer than a folder name may be "
                           "(255 bytes); shorten the benchmark arguments or the deployment name", path=_where(entry))
-    return RunPlan(spec=run_spec, deployment=deployment, benchmark=benchmark, run_dir=options.suite_dir / name)
+    majority = _baseline_fits(run_spec, deployment, benchmark, entry) if deployment.kind is DeploymentKind.BASELINE \
+        else None
+    return RunPlan(spec=run_spec, deployment=deployment, benchmark=benchmark, run_dir=options.suite_dir / name,
+                   majority=majority)
+
+
+def _baseline_fits(spec: RunSpec, deployment: Deployment, benchmark: Benchmark, entry: RunEntry) -> str | None:
+    """A baseline run, checked against the instances it will answer (the seeded sample the run evaluates):
+    the strategy fits the benchmark; for the majority baseline, the label counted from their gold answers."""
+    try:
+        strategy = baselines.strategy_of(deployment.name)
+        instances = list(stream_run(benchmark, spec))
+        baselines.check_fits(strategy, spec.benchmark.task_type, instances)
+        return baselines.majority_label(map(gold_label, instances))[0] if strategy == baselines.MAJORITY else None
+    except MedhelmError as err:
+        raise ConfigError(f"run entry '{escape(entry.text)}': {err}", path=_where(entry)) from None
 
 
 def _judges(metrics: Sequence[object]) -> list[str]:

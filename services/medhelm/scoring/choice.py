@@ -68,6 +68,15 @@ def correct_index(instance: Instance) -> int | None:
     return hits[0] if len(hits) == 1 else None
 
 
+def gold_label(instance: Instance) -> str | None:
+    """The instance's gold label as a model would answer it: the correct option's letter (multiple choice),
+    else its first correct answer's text; None when it has none (the majority baseline counts these)."""
+    if instance.choices:
+        index = correct_index(instance)
+        return None if index is None else LETTERS[index]
+    return next((r.text for r in instance.correct_references if r.text.strip()), None)
+
+
 def _score(instance: Instance, answer: str) -> dict[str, float | None]:
     truth = correct_index(instance)
     if truth is None or not instance.choices:

@@ -12,9 +12,16 @@ prices:
   - deployment: vllm/qwen2.5-7b-instruct  # local deployment: GPU-hour price x GPU-seconds
     gpu_hour: 2.10
     gpus: 1
+  - deployment: local/smollm2-135m-instruct  # CPU model: core-hour price x cores x seconds
+    cpu_hour: 0.048
+    cpus: 2
 ```
 
-A GPU-priced deployment is charged for the wall time of its runs (``run.json`` ``wall_time_s``: the
+Built-in prices (``config/prices.yaml``: the embedded model's CPU time) apply unless the user's file prices
+the same name (``PriceTable.configured``). A reference baseline (``baselines.is_baseline``) costs 0: it calls
+no model.
+
+A GPU- or CPU-priced deployment is charged for the wall time of its runs (``run.json`` ``wall_time_s``: the
 GPU is held while the run goes), or the summed request latency when a run has no wall time. Reasoning
 tokens are part of the output tokens (OpenAI's convention): the answer's tokens are charged at
 ``output_per_million``, the thinking at ``reasoning_per_million`` (the output price when not given). A
@@ -37,6 +44,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from medhelm.baselines import is_baseline
 from medhelm.errors import ConfigError, escape
 from medhelm.files import load_yaml_doc
 from medhelm.schemas import Finite, NameText, Strict, check
@@ -49,6 +57,8 @@ class Price:
     reasoning_per_million: float | None = None  # None: thinking costs the output price
     gpu_hour: float | None = None
     gpus: float = 1.0
+    cpu_hour: float | None = None
+    cpus: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,7 @@ class Usage:
 @dataclass(frozen=True)
 class Cost:
     usd: float | None
-    basis: str  # "api tokens" | "gpu time" | "no price"
+    basis: str  # "api tokens" | "gpu time" | "cpu time" | "baseline" | "no price"
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,12 @@ class PriceTable:
     @classmethod
     def empty(cls) -> PriceTable:
         return cls({})
+
+    @classmethod
+    def configured(cls, path: str | Path | None) -> PriceTable:
+        """The built-in prices, overridden name by name by the user's file (``path``; None = none)."""
+        builtin = cls.load(BUILTIN_PATH).by_name
+        return cls({**builtin, **(cls.load(path).by_name if path is not None else {})})
 
     @classmethod
     def load(cls, path: str | Path) -> PriceTable:
@@ -89,22 +105,27 @@ class PriceTable:
             where = {"path": path, "line": doc.line("prices", i), "field": f"prices[{i}]"}
             if not name:
                 raise ConfigError("needs 'deployment' (or 'model')", **where)
-            if item.gpu_hour is None and item.input_per_million is None and item.output_per_million is None \
-                    and item.reasoning_per_million is None:
-                raise ConfigError("needs input_per_million/output_per_million (API) or gpu_hour (local)", **where)
+            if all(x is None for x in (item.gpu_hour, item.cpu_hour, item.input_per_million,
+                                       item.output_per_million, item.reasoning_per_million)):
+                raise ConfigError("needs input_per_million/output_per_million (API), gpu_hour (GPU) or cpu_hour "
+                                  "(CPU)", **where)
             if name in out:
                 raise ConfigError(f"a second price for '{escape(name)}'", **where)
             out[name] = Price(input_per_million=item.input_per_million, output_per_million=item.output_per_million,
                               reasoning_per_million=item.reasoning_per_million, gpu_hour=item.gpu_hour,
-                              gpus=item.gpus)
+                              gpus=item.gpus, cpu_hour=item.cpu_hour, cpus=item.cpus)
         return cls(out)
 
     def cost(self, deployment: str, model: str, usage: Usage) -> Cost:
+        if is_baseline(deployment):
+            return Cost(0.0, "baseline")
         price = self.by_name.get(deployment) or self.by_name.get(model)
         if price is None:
             return Cost(None, "no price")
         if price.gpu_hour is not None:
             return Cost(price.gpu_hour * price.gpus * usage.gpu_s / 3600.0, "gpu time")
+        if price.cpu_hour is not None:  # the model time of its runs, on this many cores
+            return Cost(price.cpu_hour * price.cpus * usage.gpu_s / 3600.0, "cpu time")
         output = price.output_per_million or 0.0
         thinking = price.reasoning_per_million if price.reasoning_per_million is not None else output
         reasoning = min(max(usage.reasoning_tokens, 0), usage.completion_tokens)
@@ -112,6 +133,7 @@ class PriceTable:
                      + (usage.completion_tokens - reasoning) * output + reasoning * thinking) / 1e6, "api tokens")
 
 
+BUILTIN_PATH = Path(__file__).resolve().parent.parent / "config" / "prices.yaml"
 Money = Annotated[Finite, Field(ge=0, le=1e9)]
 
 
@@ -123,6 +145,8 @@ class _PriceItem(Strict):
     reasoning_per_million: Money | None = None
     gpu_hour: Money | None = None
     gpus: Annotated[Finite, Field(gt=0, le=1_000_000)] = 1.0
+    cpu_hour: Money | None = None
+    cpus: Annotated[Finite, Field(gt=0, le=1_000_000)] = 1.0
 
 
 class _PricesFile(Strict):

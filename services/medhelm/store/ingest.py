@@ -49,6 +49,7 @@ class SummarizeOptions:
     # model name -> HELM model_metadata.yaml fields (display_name, creator_organization_name, access,
     # release_date, ...) shown beside the model on the leaderboard; kept in the release's meta
     model_metadata: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    rank_baselines: bool = False  # reference baselines in the models' win rates and ranks (off: marked apart)
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ def summarize(store: Store, sources: Iterable[RunSource], options: SummarizeOpti
         write_cells(store, options.release, options.replicates, options.seed)
         _write_models(store, options, ingested)
         _write_meta(store, options, ingested)
-        _write_leaderboard(store, options.release)
+        _write_leaderboard(store, options.release, rank_baselines=options.rank_baselines)
     return SummaryReport(options.release, ingested.runs, ingested.instances, len(ingested.benchmarks),
                          len(ingested.usage), tuple(ingested.skipped), time.perf_counter() - started)
 
@@ -261,7 +262,7 @@ def _write_models(store: Store, options: SummarizeOptions, ingested: _Ingest) ->
                                  "jury_cost_usd"), out)
 
 
-def _write_leaderboard(store: Store, release: str) -> None:
+def _write_leaderboard(store: Store, release: str, *, rank_baselines: bool = False) -> None:
     table = load_cells(store, release)
     costs = {(m, d): total_cost(c, j) for m, d, c, j in store.query(
         "SELECT model, deployment, cost_usd, jury_cost_usd FROM models WHERE release = ?", (release,))}
@@ -270,7 +271,7 @@ def _write_leaderboard(store: Store, release: str) -> None:
                       [(release, r.model, r.deployment, r.win_rate, r.win_rate_low, r.win_rate_high, r.rank,
                         r.rank_low, r.rank_high, r.mean_score, r.n_benchmarks,
                         cost_per_point(costs.get((r.model, r.deployment)), r.mean_score))
-                       for r in leaderboard(table)])
+                       for r in leaderboard(table, rank_baselines=rank_baselines)])
     store.insert_many("group_scores", ("release", "level", "grp", "model", "deployment", "value", "ci_low", "ci_high",
                                        "n_benchmarks"),
                       [(release, g.level, g.group, g.model, g.deployment, g.value, g.ci_low, g.ci_high, g.n_benchmarks)
@@ -288,7 +289,8 @@ def _custom_prompt(spec_json: str | None) -> bool:
 def _write_meta(store: Store, options: SummarizeOptions, ingested: _Ingest) -> None:
     meta = {"schema_version": SCHEMA_VERSION, "created_at": datetime.now().isoformat(timespec="microseconds"),
             "suites": json.dumps(list(options.suites)), "replicates": options.replicates, "seed": options.seed,
-            "redact": int(options.redact), "runs": ingested.runs, "instances": ingested.instances,
+            "redact": int(options.redact), "rank_baselines": int(options.rank_baselines), "runs": ingested.runs,
+            "instances": ingested.instances,
             "skipped": json.dumps(ingested.skipped),
             # cells whose prompt is not the benchmark's default (prompt_path=): the dashboard marks them
             "custom_prompts": json.dumps(sorted(ingested.custom_prompts))}

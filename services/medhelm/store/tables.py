@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from medhelm.baselines import is_baseline
 from medhelm.store.leaderboard import interval, macro_average, nanmean, ranks, win_rates
 
 Row = tuple[str, str]  # (model, deployment)
@@ -58,6 +59,7 @@ class LeaderboardRow:
     rank_high: float | None
     mean_score: float | None  # mean of the higher-is-better benchmark values the model has
     n_benchmarks: int
+    baseline: bool = False  # a reference baseline (``medhelm.baselines``): marked, unranked unless asked
 
 
 @dataclass(frozen=True)
@@ -72,22 +74,41 @@ class GroupScore:
     n_benchmarks: int
 
 
-def leaderboard(table: CellTable) -> list[LeaderboardRow]:
-    """Rows sorted by mean win rate (best first), with 95% bootstrap intervals for win rate and rank."""
+def leaderboard(table: CellTable, *, rank_baselines: bool = False) -> list[LeaderboardRow]:
+    """Rows sorted by mean win rate (best first), with 95% bootstrap intervals for win rate and rank.
+
+    Reference baselines are kept out of the models' win rates and ranks: the models are compared among
+    themselves, and each baseline's win rate is what it would score against those models alone (where it
+    would stand), with no rank. ``rank_baselines``: everyone compared and ranked together."""
     lower = table.lower_is_better
-    wr = win_rates(table.values, lower)
-    rk = ranks(wr)
-    reps = table.replicates
-    wr_reps = win_rates(reps, lower) if reps.shape[0] else np.empty((0, len(table.rows)))
-    wr_low, wr_high = interval(wr_reps)
-    rk_low, rk_high = interval(ranks(wr_reps)) if reps.shape[0] else (wr_low, wr_high)
+    is_base = np.array([is_baseline(m) or is_baseline(d) for m, d in table.rows], bool)
+    n_rows = len(table.rows)
+    wr, wr_low, wr_high, rk, rk_low, rk_high = (np.full(n_rows, np.nan) for _ in range(6))
+    groups = [np.arange(n_rows)] if rank_baselines or not is_base.any() else \
+        [np.flatnonzero(~is_base)] + [np.append(np.flatnonzero(~is_base), b) for b in np.flatnonzero(is_base)]
+    for index in groups:
+        board = _compare(table.values[index], table.replicates[:, index], lower, n_rows=len(index))
+        keep = slice(None) if len(groups) == 1 or index is groups[0] else slice(-1, None)  # a baseline: its own row
+        for target, values in zip((wr, wr_low, wr_high, rk, rk_low, rk_high), board):
+            target[index[keep]] = values[keep]
+    if not rank_baselines:
+        rk[is_base] = rk_low[is_base] = rk_high[is_base] = np.nan
     higher = ~np.asarray(lower, bool)
-    mean = nanmean(table.values[:, higher], axis=1) if higher.any() else np.full(len(table.rows), np.nan)
+    mean = nanmean(table.values[:, higher], axis=1) if higher.any() else np.full(n_rows, np.nan)
     n = (~np.isnan(table.values)).sum(axis=1)
     out = [LeaderboardRow(m, d, _f(wr[i]), _f(wr_low[i]), _f(wr_high[i]), None if np.isnan(rk[i]) else int(rk[i]),
-                          _f(rk_low[i]), _f(rk_high[i]), _f(mean[i]), int(n[i]))
+                          _f(rk_low[i]), _f(rk_high[i]), _f(mean[i]), int(n[i]), bool(is_base[i]))
            for i, (m, d) in enumerate(table.rows)]
     return sorted(out, key=lambda r: (r.win_rate is None, -(r.win_rate or 0.0), r.model, r.deployment))
+
+
+def _compare(values: np.ndarray, reps: np.ndarray, lower: Sequence[bool], n_rows: int) -> tuple[np.ndarray, ...]:
+    """Win rate, its interval, rank and its interval of the rows of ``values`` compared among themselves."""
+    wr = win_rates(values, lower)
+    wr_reps = win_rates(reps, lower) if reps.shape[0] else np.empty((0, n_rows))
+    wr_low, wr_high = interval(wr_reps)
+    rk_low, rk_high = interval(ranks(wr_reps)) if reps.shape[0] else (wr_low, wr_high)
+    return wr, wr_low, wr_high, ranks(wr), rk_low, rk_high
 
 
 def group_scores(table: CellTable, level: str) -> list[GroupScore]:
