@@ -38,6 +38,7 @@ class InstanceRow(NamedTuple):
     judge_prompt_tokens: int
     judge_completion_tokens: int
     judges: tuple[str, ...] = ()  # deployments of the judges whose tokens these are (priced apart as jury cost)
+    subgroups: Mapping[str, Any] | None = None  # the instance's patient subgroup labels (store/subgroups.py)
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,8 @@ def _medhelm_rows(path: Path, main: str, with_text: bool, limit: int | None = No
                 usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0,
                 usage.get("latency_s") or 0.0, judge.get("prompt_tokens") or 0,
                 judge.get("completion_tokens") or 0,
-                tuple({str(j.get("judge", "")): 0 for j in d.get("judgements") or ()}) if judge else ())
+                tuple({str(j.get("judge", "")): 0 for j in d.get("judgements") or ()}) if judge else (),
+                d["instance"].get("subgroups"))
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             raise ConfigError(f"bad instance record ({type(e).__name__})", path=path, line=lineno) from None
         yield row
