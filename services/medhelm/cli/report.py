@@ -58,7 +58,7 @@ def _write(args: argparse.Namespace) -> int:
     if not 0 <= args.bootstrap <= 100_000:
         raise ConfigError("--bootstrap must be from 0 to 100000")
     key = Key.load(args.sign) if args.sign else None  # every input checked before anything is written
-    report_render._pyplot()
+    report_render.pyplot()
     with open_store(store_location(args)) as store:
         release = resolve_release(store, args.release)
         out = args.out or Path(args.output_path) / "reports" / f"{plain_name(release, what='--release')}.html"

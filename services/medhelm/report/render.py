@@ -75,7 +75,7 @@ class _Raw:
         self.html = markup
 
 
-def _pyplot():
+def pyplot():
     try:
         import matplotlib
     except ImportError:
@@ -88,7 +88,7 @@ def _pyplot():
 
 def _svg(fig: Any, label: str) -> str:
     """The figure as inline SVG: text as text (selectable), no date, ids fixed (the same input, the same bytes)."""
-    plt = _pyplot()
+    plt = pyplot()
     buf = io.StringIO()
     with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "medhelm-report"}):
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
@@ -101,7 +101,7 @@ def _svg(fig: Any, label: str) -> str:
 def interval_plot(title: str, labels: Sequence[str], values: Sequence[float | None],
                   lows: Sequence[float | None], highs: Sequence[float | None], xlabel: str) -> str:
     """Points with 95 % intervals, one row per label (top to bottom in the given order)."""
-    plt = _pyplot()
+    plt = pyplot()
     n = len(labels)
     fig, ax = plt.subplots(figsize=(7.5, 0.8 + 0.28 * n))
     ys = list(range(n))[::-1]
