@@ -142,3 +142,25 @@ def test_a_subgroup_column_missing_from_the_csv_is_one_line(tmp_path: Path, caps
     err = capsys.readouterr().err
     assert code == 2 and "subgroup column 'ethnicity'" in err and "data.csv" in err
     assert "PLANTED-MARKER" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_postgres_and_sqlite_stores_hold_the_same_subgroups(tmp_path: Path, postgres_url: str) -> None:
+    from medhelm.store import open_store
+    from medhelm.store.subgroups import read_subgroups
+
+    s = make_subgroup_suite(tmp_path)
+    got = []
+    for store in (str(s["store"]), postgres_url):
+        for _ in range(2):  # the second summarize replaces the release (its labels, scores and gaps) in place
+            assert cli(["summarize", "--suite", "s", "--release", "sg-pg", "-o", str(s["out"]), "--local-path",
+                        str(s["local"]), "--store", store, "--bootstrap", "300"]) == 0
+        with open_store(store) as st:
+            got.append(read_subgroups(st, "sg-pg"))
+            labels = st.query("SELECT COUNT(*) FROM subgroup_labels l JOIN runs r ON r.run_id = l.run_id "
+                              "WHERE r.release = 'sg-pg'")[0][0]
+            assert labels == 2  # one run, two attributes: the first summarize's rows were replaced
+    sqlite_rows, pg_rows = got
+    assert sqlite_rows == pg_rows and len(sqlite_rows[0]) == 3
+    html = tmp_path / "pg.html"
+    assert cli(["report", "--release", "sg-pg", "--store", postgres_url, "--out", str(html)]) == 0
+    assert cli(["report", "verify", str(html), "--store", postgres_url]) == 0
