@@ -164,3 +164,25 @@ def test_postgres_and_sqlite_stores_hold_the_same_subgroups(tmp_path: Path, post
     html = tmp_path / "pg.html"
     assert cli(["report", "--release", "sg-pg", "--store", postgres_url, "--out", str(html)]) == 0
     assert cli(["report", "verify", str(html), "--store", postgres_url]) == 0
+
+
+def test_a_redacted_export_carries_the_shown_subgroups_and_no_labels(tmp_path: Path) -> None:
+    s = make_subgroup_suite(tmp_path)
+    assert cli(["summarize", "--suite", "s", "-o", str(s["out"]), "--local-path", str(s["local"]), "--store",
+                str(s["store"]), "--bootstrap", "100"]) == 0
+    bundle = tmp_path / "bundle"
+    assert cli(["export", str(bundle), "--redact", "--store", str(s["store"])]) == 0
+    con = sqlite3.connect(bundle / "results.sqlite")
+    assert con.execute("SELECT COUNT(*) FROM subgroup_labels").fetchone()[0] == 0  # per instance: not shared
+    assert con.execute("SELECT attribute, grp FROM subgroup_scores ORDER BY attribute, grp").fetchall() == [
+        ("age_band", "old"), ("sex", "F"), ("sex", "M")]
+    con.close()
+    csv_text = (bundle / "subgroup_scores.csv").read_text() + (bundle / "subgroup_gaps.csv").read_text()
+    assert "old" in csv_text and "young" not in csv_text and "child" not in csv_text
+    assert cli(["report", "--store", str(bundle / "results.sqlite"), "--out", str(tmp_path / "r.html")]) == 0
+    assert ">old<" in (tmp_path / "r.html").read_text()
+    full = tmp_path / "full"
+    assert cli(["export", str(full), "--store", str(s["store"])]) == 0
+    con = sqlite3.connect(full / "results.sqlite")
+    assert con.execute("SELECT COUNT(*) FROM subgroup_labels").fetchone()[0] == 2
+    con.close()

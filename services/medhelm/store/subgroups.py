@@ -212,6 +212,25 @@ def write_subgroups(store: Store, release: str, replicates: int, seed: int, min_
     return written
 
 
+def copy_release(source: Store, target: Store, release: str, *, labels: bool) -> bool:
+    """A release's subgroup rows into another store (an export bundle; inside its transaction): the scores and
+    gaps (aggregates, suppressed groups already absent), and the labels only when ``labels`` (the bundle keeps
+    instances). Whether the source had any."""
+    if not has_tables(source):
+        return False
+    scores, gaps = read_subgroups(source, release)
+    rows = source.query_dicts(f"SELECT l.run_id, l.attribute, l.labels FROM {LABELS} l JOIN runs r ON r.run_id = "
+                              "l.run_id WHERE r.release = ?", (release,)) if labels else []
+    if not (scores or gaps or rows):
+        return False
+    for stmt in DDL:
+        target.execute(stmt)
+    for table, part in ((SCORES, scores), (GAPS, gaps), (LABELS, rows)):
+        if part:
+            _insert(target, table, list(part[0]), [tuple(r.values()) for r in part])
+    return True
+
+
 def read_subgroups(store: Store, release: str) -> tuple[list[dict], list[dict]]:
     """(scores, gaps) of a release as stored (only shown groups exist); empty when the store has none."""
     if not has_tables(store):
