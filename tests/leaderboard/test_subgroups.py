@@ -17,7 +17,7 @@ from scipy import stats
 from medhelm.cli import main as cli
 from medhelm.store.paired import holm
 from medhelm.store.subgroups import analyse, permutation_p, shown_groups
-from tests.leaderboard.subgroup_helpers import make_subgroup_suite
+from tests.leaderboard.subgroup_helpers import MARKER, make_subgroup_suite
 
 
 def _known_gap(rng: np.random.Generator) -> pd.DataFrame:
@@ -141,7 +141,7 @@ def test_a_subgroup_column_missing_from_the_csv_is_one_line(tmp_path: Path, caps
     code = cli(["validate", "--run-entries", entry, "--local-path", str(s["local"])])
     err = capsys.readouterr().err
     assert code == 2 and "subgroup column 'ethnicity'" in err and "data.csv" in err
-    assert "PLANTED-MARKER" not in err and len(err.strip().splitlines()) == 1
+    assert MARKER not in err and len(err.strip().splitlines()) == 1
 
 
 def test_postgres_and_sqlite_stores_hold_the_same_subgroups(tmp_path: Path, postgres_url: str) -> None:
@@ -186,3 +186,15 @@ def test_a_redacted_export_carries_the_shown_subgroups_and_no_labels(tmp_path: P
     con = sqlite3.connect(full / "results.sqlite")
     assert con.execute("SELECT COUNT(*) FROM subgroup_labels").fetchone()[0] == 2
     con.close()
+
+
+def test_a_free_text_subgroup_column_is_refused_without_echoing_it(tmp_path: Path, capsys) -> None:
+    s = make_subgroup_suite(tmp_path)
+    s["cfg"].write_text(s["cfg"].read_text().replace("[age_band, sex]", "[note]"))  # the note: patient text
+    data = tmp_path / "data.csv"
+    data.write_text(data.read_text().replace(" patient ", " patient with a long history of hypertension "))
+    entry = f"medhelm_configurable_benchmark:model=test/m,model_deployment=mock/m,config_path={s['cfg']}"
+    code = cli(["validate", "--run-entries", entry, "--local-path", str(s["local"])])
+    err = capsys.readouterr().err
+    assert code == 2 and "subgroup column 'note' holds a value of" in err and "data.csv:2" in err
+    assert MARKER not in err and "patient" not in err

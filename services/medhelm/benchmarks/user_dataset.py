@@ -172,17 +172,30 @@ def _rows(path: Path, template: PromptTemplate, answer_required: bool, rows, sub
         if not instance_id:
             raise ConfigError("empty id", path=path, line=line, field=ID)
         empty = False
+        groups = {name: _label(values[name], path, line, name) for name in subgroups}  # checked at planning too
         if not build:
             _references(values, path, line, answer_required, wrong_memo, build=False)  # its checks only
             yield line, instance_id
             continue
         references = _references(values, path, line, answer_required, wrong_memo)
         used = {field: values[field] for field in fields}
-        groups = {name: values[name].strip() or BLANK_GROUP for name in subgroups}
         yield line, Instance(id=instance_id, input=template.render(used), references=references,
                              extra=FrozenMap(used), subgroups=FrozenMap(groups))
     if empty:
         raise ConfigError("the dataset has a header but no data rows", path=path)
+
+
+MAX_LABEL = 64
+
+
+def _label(cell: str, path: Path, line: int, column: str) -> str:
+    """A subgroup label: a category (an age band, a sex), never free text; the cell is never echoed."""
+    label = cell.strip()
+    if len(label) > MAX_LABEL:
+        raise ConfigError(f"subgroup column '{escape(column, 80)}' holds a value of {len(label)} characters (at most "
+                          f"{MAX_LABEL}: a subgroup column holds categories such as an age band, not free text)",
+                          path=path, line=line, field=column)
+    return label or BLANK_GROUP
 
 
 class _Rows:
