@@ -198,3 +198,30 @@ def test_a_free_text_subgroup_column_is_refused_without_echoing_it(tmp_path: Pat
     err = capsys.readouterr().err
     assert code == 2 and "subgroup column 'note' holds a value of" in err and "data.csv:2" in err
     assert MARKER not in err and "patient" not in err
+
+
+@pytest.mark.parametrize("redacted", ["0", "1"])  # 1: a viewer's session (aggregates only) sees the same
+def test_the_equity_page_shows_the_shown_groups_and_the_gap(tmp_path: Path, dashboard_env, redacted: str) -> None:
+    import os
+
+    from streamlit.testing.v1 import AppTest
+
+    s = make_subgroup_suite(tmp_path)
+    assert cli(["summarize", "--suite", "s", "-o", str(s["out"]), "--local-path", str(s["local"]), "--store",
+                str(s["store"]), "--bootstrap", "200"]) == 0
+    os.environ.pop("MEDHELM_RELEASE", None)
+    os.environ.update(MEDHELM_STORE=str(s["store"]), MEDHELM_REDACTED=redacted)
+    at = AppTest.from_file(str(Path(__file__).parents[2] / "dashboard" / "app.py"), default_timeout=90).run()
+    assert not at.exception, [e.value for e in at.exception]
+    at.sidebar.radio[0].set_value("Equity").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value == "Performance by patient subgroup"
+    gaps = at.dataframe[0].value
+    row = gaps[gaps["Attribute"] == "age_band"].iloc[0]
+    assert row["Groups shown"] == 1 and row["Groups suppressed"] == 2  # young hidden with the small child cell
+    assert set(gaps["Attribute"]) == {"age_band", "sex"}
+    at.selectbox(key="equity_pick").set_value(("SG", "sex")).run()
+    groups = at.dataframe[1].value
+    assert sorted(groups["Group"]) == ["F", "M"] and list(groups["Instances"]) == [30, 30]
+    page = " ".join(str(d.value.to_dict()) for d in at.dataframe)
+    assert "young" not in page and "child" not in page and MARKER not in page
