@@ -5,6 +5,7 @@ byte fails with one line saying what no longer matches), and the audit row."""
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from html.parser import HTMLParser
@@ -79,6 +80,35 @@ def test_the_report_shows_scores_subgroups_change_and_provenance(made: dict) -> 
     assert "accepted" in change and "gain" in change and "0.400" in change
     prov = text[text.index("Provenance"):]
     assert "medhelm_configurable_benchmark" in prov and re.search(r"<code>[0-9a-f]{64}</code>", prov)
+
+
+def test_compare_flags_a_drop_within_a_subgroup(made: dict, capsys) -> None:
+    # reversed: the "candidate" here is the accepted release, which gets the 24 young patients wrong
+    code = cli(["compare", "--release", "candidate", "--release", "accepted", "--subgroups", "--json", "--store",
+                str(made["store"]), "--bootstrap", "300"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 3  # the overall drop fails the gate, as before
+    sub = doc["subgroups"]
+    by = {(r["attribute"], r["group"]): r for r in sub["results"]}
+    # age band: child (6 pairs) is hidden and young (24) with it; old has no change. Sex: 12 of each sex's 30
+    # patients are young, so both drop by 0.4, flagged after Holm over all groups
+    assert sorted(by) == [("age_band", "old"), ("sex", "F"), ("sex", "M")] and sub["suppressed_groups"] == 2
+    assert by[("age_band", "old")]["change"] == "no change"
+    for g in ("F", "M"):
+        assert by[("sex", g)]["change"] == "drop" and by[("sex", g)]["diff"] == pytest.approx(-0.4)
+        assert by[("sex", g)]["n_pairs"] == 30 and by[("sex", g)]["p_adjusted"] < 0.05
+    assert "young" not in json.dumps(doc) and "child" not in json.dumps(doc)
+    assert cli(["compare", "--release", "candidate", "--release", "accepted", "--subgroups", "--store",
+                str(made["store"])]) == 3
+    text = capsys.readouterr().out
+    assert "by patient subgroup: 3 model x benchmark x group pairs" in text and "sex=F" in text
+
+
+def test_the_report_lists_changes_within_subgroups(made: dict) -> None:
+    text = made["html"].read_text()
+    change = text[text.index("Change against"):text.index("Provenance")]
+    assert "Significant changes within a patient subgroup" in change
+    assert "2 significant; 2 small group(s) suppressed" in change
 
 
 def test_verify_passes_then_fails_on_a_changed_byte(made: dict, tmp_path: Path, capsys) -> None:

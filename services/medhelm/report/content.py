@@ -24,7 +24,8 @@ from typing import Any
 from medhelm.store.backends import Store
 from medhelm.store.compare import CompareOptions, Comparison, compare, side_from_release
 from medhelm.store.read import resolve_release
-from medhelm.store.subgroups import read_subgroups
+from medhelm.store.subgroup_changes import SubgroupChange, instance_labels, subgroup_changes
+from medhelm.store.subgroups import read_subgroups, stored_min_cell
 from medhelm.version import __version__
 
 # the parts and the SQL that reads each (the release is the one parameter); column lists are explicit so that
@@ -53,6 +54,8 @@ class ReportContent:
     inputs: dict[str, str]  # part -> sha256 of its rows
     against: str | None = None
     comparison: Comparison | None = None
+    subgroup_changes: tuple[SubgroupChange, ...] = ()
+    subgroup_changes_suppressed: int = 0
     code_version: str = __version__
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -98,10 +101,14 @@ def read_content(store: Store, release: str | None, against: str | None = None, 
             from medhelm.errors import ConfigError
 
             raise ConfigError(f"--against names the release being reported ('{release}'); give the accepted one")
-        comparison = compare(side_from_release(store, against), side_from_release(store, release),
-                             CompareOptions(replicates=replicates, seed=seed, adjust="holm"))
+        side_a, side_b = side_from_release(store, against), side_from_release(store, release)
+        options = CompareOptions(replicates=replicates, seed=seed, adjust="holm")
+        comparison = compare(side_a, side_b, options)
+        labels = instance_labels(store, against, instance_labels(store, release))
+        changes, hidden = subgroup_changes(side_a, side_b, labels, options, stored_min_cell(store, release))
         inputs.update(_accepted_inputs(store, against))
-    return ReportContent(release, parts, inputs, against, comparison)
+        return ReportContent(release, parts, inputs, against, comparison, tuple(changes), hidden)
+    return ReportContent(release, parts, inputs)
 
 
 def _accepted_inputs(store: Store, against: str) -> dict[str, str]:

@@ -240,6 +240,19 @@ def _change(content: ReportContent) -> list[str]:
                                                          "Accepted", "This release", "Difference", "95 % CI",
                                                          "p (Holm)", "Change"),
                       rows, (False, False, False, True, True, True, True, True, True, False)))
+    flagged = [s for s in content.subgroup_changes if s.result.change in ("drop", "gain")]
+    if content.subgroup_changes or content.subgroup_changes_suppressed:
+        out.append(f'<p class="note">By patient subgroup: {len(content.subgroup_changes)} model × benchmark × group '
+                   f"comparisons (Holm-adjusted over all of them), {len(flagged)} significant; "
+                   f"{content.subgroup_changes_suppressed} small group(s) suppressed.</p>")
+        out.append(_table("Significant changes within a patient subgroup",
+                          ("Benchmark", "Attribute", "Group", "Model", "Paired instances", "Accepted", "This release",
+                           "Difference", "95 % CI", "p (Holm)", "Change"),
+                          [(s.result.display_name or s.result.benchmark, s.attribute, s.group, s.result.model_b,
+                            s.result.n_pairs, _num(s.result.score_a), _num(s.result.score_b), _num(s.result.diff),
+                            _ci(s.result.ci_low, s.result.ci_high), _num(s.result.p_adjusted, 4),
+                            _Raw(f'<span class="{_e(s.result.change)}">{_e(s.result.change)}</span>'))
+                           for s in flagged], (False,) * 4 + (True,) * 6 + (False,)))
     missing = [*(f"only in the accepted release: {x}" for x in c.only_in_a),
                *(f"only in this release: {x}" for x in c.only_in_b), *(f"no counterpart: {x}" for x in c.unmatched)]
     if missing:

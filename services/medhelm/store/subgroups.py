@@ -21,6 +21,8 @@ instances are in no group), pooled over the benchmark's runs (strata) of that mo
   ``p_holm``: a two-sided permutation test of the difference in means for every pair of shown groups
   (``replicates`` permutations each), Holm-adjusted over the attribute's pairs, reported for the largest gap.
 
+Change by subgroup between two releases (paired, per group): ``store/subgroup_changes.py``.
+
 Failure semantics: a benchmark without labels gets no rows; an attribute with fewer than two shown groups
 gets a gap row without a gap (and says how many were suppressed); with 0 replicates there are no intervals
 and no p-value (None), never a made-up one. The tables are made on the first release that has labels (a
@@ -229,6 +231,14 @@ def copy_release(source: Store, target: Store, release: str, *, labels: bool) ->
         if part:
             _insert(target, table, list(part[0]), [tuple(r.values()) for r in part])
     return True
+
+
+def stored_min_cell(store: Store, release: str) -> int:
+    """The small-cell threshold the release was summarised with (the default when it has no subgroups)."""
+    if not has_tables(store):
+        return MIN_CELL
+    rows = store.query(f"SELECT MAX(min_cell) FROM {GAPS} WHERE release = ?", (release,))
+    return int(rows[0][0]) if rows and rows[0][0] is not None else MIN_CELL
 
 
 def read_subgroups(store: Store, release: str) -> tuple[list[dict], list[dict]]:
