@@ -73,7 +73,8 @@ def _write(args: argparse.Namespace) -> int:
                     "code_version": data.code_version, "inputs": data.inputs}
         sealed = seal(body, manifest, key)
         # no audit row, no report (as for an export)
-        detail = f"report {out.name}" + (" signed" if key else "") + (f" against {data.against}" if data.against else "")
+        detail = f"report {out.name}" + (" signed" if key else "") + \
+            (f" against {data.against}" if data.against else "")
         audit.record(store, Principal.local(source="cli"), "report", release=release, detail=detail)
     _atomic_write(out, sealed)
     signed = f"signed HMAC-SHA256, key id {key.key_id}" if key else "not signed (give --sign KEYFILE)"
