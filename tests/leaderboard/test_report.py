@@ -163,3 +163,24 @@ def test_writing_a_report_is_audited_and_checks_before_writing(made: dict, tmp_p
     assert not out.exists()
     assert cli(["report", "--release", "candidate", "--out", str(made["html"]), "--store", str(made["store"])]) == 2
     assert "exists already" in capsys.readouterr().err
+
+
+def test_hostile_names_are_text_in_the_page_and_its_plots(made: dict) -> None:
+    from medhelm.report.content import read_content
+    from medhelm.report.render import render
+    from medhelm.store import open_store
+
+    hostile = "<script>alert(1)</script>$x_{2} & \"q\" $unbalanced"
+    with open_store(made["store"]) as store:
+        content = read_content(store, "accepted")
+    for part in ("leaderboard", "cells", "models", "runs", "subgroup_scores", "subgroup_gaps"):
+        for row in content.parts[part]:
+            row["model"] = hostile
+    for row in content.parts["subgroup_scores"]:
+        row["grp"] = hostile
+    page = render(content, "2026-11-27T00:00:00+00:00").decode("utf-8")
+    assert "<script" not in page and "alert(1)</script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;$x_{2} &amp; &quot;q&quot; $unbalanced" in page
+    tags = _Tags()
+    tags.feed(page)
+    assert "script" not in {t for t, _ in tags.tags}

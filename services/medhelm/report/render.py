@@ -102,6 +102,9 @@ def interval_plot(title: str, labels: Sequence[str], values: Sequence[float | No
                   lows: Sequence[float | None], highs: Sequence[float | None], xlabel: str) -> str:
     """Points with 95 % intervals, one row per label (top to bottom in the given order)."""
     plt = pyplot()
+    # names are data: a "$" would start matplotlib's math mode (and an unbalanced one raise), so it is escaped
+    labels = [str(label).replace("$", r"\$") for label in labels]
+    caption, title = title, title.replace("$", r"\$")
     n = len(labels)
     fig, ax = plt.subplots(figsize=(7.5, 0.8 + 0.28 * n))
     ys = list(range(n))[::-1]
@@ -117,7 +120,7 @@ def interval_plot(title: str, labels: Sequence[str], values: Sequence[float | No
     ax.set_title(title, fontsize=10)
     ax.grid(axis="x", color="#ddd")
     ax.set_ylim(-0.7, n - 0.3)
-    return f"<figure>{_svg(fig, title)}<figcaption>{_e(title)}: points with 95 % bootstrap intervals." \
+    return f"<figure>{_svg(fig, caption)}<figcaption>{_e(caption)}: points with 95 % bootstrap intervals." \
            "</figcaption></figure>"
 
 
