@@ -184,3 +184,11 @@ def test_hostile_names_are_text_in_the_page_and_its_plots(made: dict) -> None:
     tags = _Tags()
     tags.feed(page)
     assert "script" not in {t for t, _ in tags.tags}
+
+
+def test_the_default_path_is_under_the_output_folder(made: dict, capsys) -> None:
+    out = made["out"]
+    assert cli(["report", "--release", "accepted", "-o", str(out), "--store", str(made["store"])]) == 0
+    assert (out / "reports" / "accepted.html").is_file()
+    assert cli(["report", "verify", str(out / "reports" / "accepted.html")]) == 0
+    assert "(the report is not signed)" in capsys.readouterr().out

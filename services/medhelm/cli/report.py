@@ -64,7 +64,7 @@ def _write(args: argparse.Namespace) -> int:
         out = args.out or Path(args.output_path) / "reports" / f"{plain_name(release, what='--release')}.html"
         if out.exists() and not args.force:
             raise ConfigError("exists already (give another --out, or --force to replace it)", path=out)
-        if not out.parent.is_dir():
+        if args.out is not None and not out.parent.is_dir():
             raise ConfigError("the folder to write the report into does not exist", path=out.parent)
         data = report_content.read_content(store, release, args.against, replicates=args.bootstrap)
         created = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -76,6 +76,7 @@ def _write(args: argparse.Namespace) -> int:
         detail = f"report {out.name}" + (" signed" if key else "") + \
             (f" against {data.against}" if data.against else "")
         audit.record(store, Principal.local(source="cli"), "report", release=release, detail=detail)
+    out.parent.mkdir(parents=True, exist_ok=True)  # the default <output-path>/reports/ is made on first use
     _atomic_write(out, sealed)
     signed = f"signed HMAC-SHA256, key id {key.key_id}" if key else "not signed (give --sign KEYFILE)"
     print(f"wrote {out} (release '{release}', {len(sealed)} bytes, {signed}); check it with: "
