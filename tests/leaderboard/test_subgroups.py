@@ -148,7 +148,13 @@ def test_postgres_and_sqlite_stores_hold_the_same_subgroups(tmp_path: Path, post
     from medhelm.store import open_store
     from medhelm.store.subgroups import read_subgroups
 
+    import psycopg
+
     s = make_subgroup_suite(tmp_path)
+    with psycopg.connect(postgres_url, autocommit=True) as con:  # a database of its own: the server is shared
+        con.execute("DROP DATABASE IF EXISTS subgroups_test")
+        con.execute("CREATE DATABASE subgroups_test")
+    postgres_url = postgres_url.rsplit("/", 1)[0] + "/subgroups_test"
     got = []
     for store in (str(s["store"]), postgres_url):
         for _ in range(2):  # the second summarize replaces the release (its labels, scores and gaps) in place
