@@ -23,7 +23,7 @@ _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Arial,sans-serif;margin:2rem auto;max-width:72rem;
 color:#1b1b1b;line-height:1.45;padding:0 1rem}
 h1{font-size:1.6rem}h2{font-size:1.25rem;margin-top:2.2rem;border-bottom:1px solid #ccc}h3{font-size:1.05rem}
-table{border-collapse:collapse;margin:.6rem 0 1.2rem;font-size:.88rem}
+table{border-collapse:collapse;margin:.6rem 0 1.2rem;font-size:.88rem;display:block;max-width:100%;overflow-x:auto}
 th,td{border:1px solid #bbb;padding:.25rem .5rem;text-align:left;vertical-align:top}
 th{background:#f0f0f0}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .note{color:#444;font-size:.9rem}.drop{color:#a00;font-weight:bold}.gain{color:#060}
