@@ -19,6 +19,7 @@ import dataclasses  # noqa: E402
 import board_data  # noqa: E402 - after the sys.path line
 import page_benchmark  # noqa: E402
 import page_compare  # noqa: E402
+import page_equity  # noqa: E402
 import page_leaderboard  # noqa: E402
 import page_calibration  # noqa: E402
 import page_review  # noqa: E402
@@ -36,6 +37,8 @@ REVIEW_PAGES = {"Review": page_review.render, "Jury calibration": page_calibrati
 TITLES.update({"Review": "Clinician review", "Jury calibration": "Jury calibration"})
 PAGES["Trends"] = page_trends.render  # scores across releases, flagged drops, MDD (aggregates: viewer-level)
 TITLES["Trends"] = "Trends across releases"
+PAGES["Equity"] = page_equity.render  # per patient subgroup, small cells suppressed (aggregates: viewer-level)
+TITLES["Equity"] = "Performance by patient subgroup"
 
 st.set_page_config(page_title="MedHELM leaderboard", layout="wide")
 cfg = board_data.settings()

@@ -446,17 +446,23 @@ class Instance:
     split: str = "test"
     choices: tuple[str, ...] = ()  # multiple choice: option texts in display order (letters A, B, ...)
     extra: FrozenMap = field(default_factory=FrozenMap)  # loader-specific fields (columns, limits, ...)
+    # the patient subgroup of the instance (attribute -> label, e.g. sex -> F) for the per-subgroup analysis
+    # (store/subgroups.py); written to the record only when the benchmark names subgroups, so records of
+    # benchmarks without them keep their bytes
+    subgroups: FrozenMap = field(default_factory=FrozenMap)
 
     def __post_init__(self) -> None:
         if not isinstance(self.extra, FrozenMap):
             object.__setattr__(self, "extra", FrozenMap(self.extra))
+        if not isinstance(self.subgroups, FrozenMap):
+            object.__setattr__(self, "subgroups", FrozenMap(self.subgroups))
 
     @property
     def correct_references(self) -> tuple[Reference, ...]:
         return tuple(r for r in self.references if r.correct)
 
     def to_json(self) -> dict[str, JSON]:
-        return {
+        out = {
             "id": self.id,
             "input": self.input,
             "references": [r.to_json() for r in self.references],
@@ -464,6 +470,9 @@ class Instance:
             "choices": list(self.choices),
             "extra": self.extra.to_json(),
         }
+        if self.subgroups:
+            out["subgroups"] = self.subgroups.to_json()
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, JSON]) -> Instance:
@@ -474,6 +483,7 @@ class Instance:
             split=d.get("split", "test"),
             choices=tuple(d.get("choices") or ()),
             extra=FrozenMap(d.get("extra") or {}),
+            subgroups=FrozenMap(d.get("subgroups") or {}),
         )
 
 

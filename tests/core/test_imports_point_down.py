@@ -107,7 +107,7 @@ FLOORS: dict[str, int] = {
     "inference": 2, "access": 2, "devtools": 2,
     "scoring": 3,
     "benchmarks": 4, "store": 4,
-    "pipeline": 5,
+    "pipeline": 5, "report": 5,
     "rpc": 6,
     "cli": 7,
     "__main__": 8,

@@ -32,8 +32,9 @@ DDL = (f"CREATE TABLE IF NOT EXISTS {TABLE} (at TEXT NOT NULL, actor TEXT NOT NU
 COLUMNS = ("at", "actor", "role", "source", "action", "release", "run_ids", "instance_ids", "detail")
 
 # What the trail records. view-*: instance text shown; export*: a bundle written; denied: a refused request.
-# view-review: blinded answers shown on the Review page; rate: a clinician's ratings stored.
-ACTIONS = ("view-instances", "view-paired", "export", "export-redacted", "denied", "view-review", "rate")
+# view-review: blinded answers shown on the Review page; rate: a clinician's ratings stored; report: an evaluation
+# report written (`medhelm report`: aggregates only, audited as an export is).
+ACTIONS = ("view-instances", "view-paired", "export", "export-redacted", "denied", "view-review", "rate", "report")
 
 EVENTS = Counter("medhelm_audit_events", "audited accesses to instance text and exports", ["action", "role"])
 FAILURES = Counter("medhelm_audit_failures", "audit records that could not be written (the text was withheld)")

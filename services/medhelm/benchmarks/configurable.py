@@ -100,6 +100,10 @@ class _BenchmarkFile(Strict):
     category: Label | None = None
     subcategory: Label | None = None
     access: Annotated[Literal["public", "gated", "private"], BeforeValidator(_lower)] = Access.PRIVATE.value
+    # CSV columns naming each instance's patient subgroup (age_band, sex, ...): every metric is also reported per
+    # subgroup, small groups suppressed (store/subgroups.py, docs/report.md)
+    subgroups: Annotated[list[Annotated[NameText, AfterValidator(_run_folder_name)]],
+                         Field(max_length=20)] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,8 +189,13 @@ class _Loader:
         dataset_path = self.locate(f.dataset_file, "dataset_file")
         template = PromptTemplate.parse(_read_text(prompt_path), prompt_path)
         only_jury = all(m.name == JURY for m in metrics)
+        groups = tuple(dict.fromkeys(f.subgroups or ()))
+        if len(groups) != len(f.subgroups or ()):
+            raise self.fail("a subgroup column is named twice", "subgroups")
+        # the subgroup columns enter the digest only when named: a benchmark without them keeps its digest
         rows, sha = scan_dataset(dataset_path, template, answer_required=not only_jury,
-                                 digest_prefix=template.text.encode() + b"\0")
+                                 digest_prefix=template.text.encode() + b"\0" +
+                                 (("\0".join(groups) + "\0").encode() if groups else b""), subgroups=groups)
         digest = sha[:12]
         spec = BenchmarkSpec(
             name=f.name, display_name=f.name, description=(f.description or "").strip(), category=category,

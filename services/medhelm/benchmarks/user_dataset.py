@@ -46,14 +46,15 @@ def read_dataset(path: Path, template: PromptTemplate, *, answer_required: bool,
 
 
 def scan_dataset(path: Path, template: PromptTemplate, *, answer_required: bool,
-                 digest_prefix: bytes = b"") -> tuple[DatasetFile, str]:
+                 digest_prefix: bytes = b"", subgroups: tuple[str, ...] = ()) -> tuple[DatasetFile, str]:
     """Check every row of ``path`` (streamed) -> (the rows, re-readable; sha256 of ``digest_prefix`` and
-    the file's bytes)."""
+    the file's bytes). ``subgroups``: columns whose values become each instance's ``subgroups``."""
     ids = _IdDigests()
     try:
         rows = _file_rows(path)
         # checks only: nothing built
-        ids.extend(id_hash(instance_id) for _, instance_id in _checked_rows(path, template, answer_required, rows))
+        ids.extend(id_hash(instance_id) for _, instance_id in _checked_rows(path, template, answer_required, rows,
+                                                                               subgroups))
         signature = rows.signature
         _check_unique(path, template, answer_required, ids, lambda: _file_rows(path))
     finally:
@@ -62,22 +63,22 @@ def scan_dataset(path: Path, template: PromptTemplate, *, answer_required: bool,
     with files.open_regular(path, what="dataset (CSV)")[0] as f:
         while chunk := f.read(1 << 20):
             sha.update(chunk)
-    return DatasetFile(path, template, answer_required, signature, ids.count), sha.hexdigest()
+    return DatasetFile(path, template, answer_required, signature, ids.count, subgroups), sha.hexdigest()
 
 
 class DatasetFile(StreamedInstances):
     """A checked dataset's rows as instances, read from the file at every pass (see the module docstring)."""
 
     def __init__(self, path: Path, template: PromptTemplate, answer_required: bool, signature: tuple,
-                 count: int) -> None:
+                 count: int, subgroups: tuple[str, ...] = ()) -> None:
         self.path, self.template, self.answer_required = path, template, answer_required
-        self.signature, self.count = signature, count
+        self.signature, self.count, self.subgroups = signature, count, subgroups
 
     def __len__(self) -> int:
         return self.count
 
     def __iter__(self) -> Iterator[Instance]:
-        for _, inst in _instances(self.path, self.template, self.answer_required, self._rows()):
+        for _, inst in _instances(self.path, self.template, self.answer_required, self._rows(), self.subgroups):
             yield inst
 
     def ids(self) -> Iterator[str]:
@@ -132,22 +133,32 @@ def _check_unique(path, template, answer_required, ids, reread) -> None:
         first_line_of_id[inst.id] = line
 
 
-def _instances(path: Path, template: PromptTemplate, answer_required: bool, rows) -> Iterator[tuple[int, Instance]]:
+def _instances(path: Path, template: PromptTemplate, answer_required: bool, rows,
+               subgroups: tuple[str, ...] = ()) -> Iterator[tuple[int, Instance]]:
     """(first line, instance) of every data row; every problem of a row is a ConfigError naming its line."""
-    return _rows(path, template, answer_required, rows, build=True)
+    return _rows(path, template, answer_required, rows, subgroups, build=True)
 
 
-def _checked_rows(path: Path, template: PromptTemplate, answer_required: bool, rows) -> Iterator[tuple[int, str]]:
+def _checked_rows(path: Path, template: PromptTemplate, answer_required: bool, rows,
+                  subgroups: tuple[str, ...] = ()) -> Iterator[tuple[int, str]]:
     """(first line, id) of every data row, with every check ``_instances`` makes, building nothing."""
-    return _rows(path, template, answer_required, rows, build=False)
+    return _rows(path, template, answer_required, rows, subgroups, build=False)
 
 
-def _rows(path: Path, template: PromptTemplate, answer_required: bool, rows, *, build: bool):
+BLANK_GROUP = "(blank)"  # the subgroup label of an empty cell (its own group, suppressed when small)
+
+
+def _rows(path: Path, template: PromptTemplate, answer_required: bool, rows, subgroups: tuple[str, ...] = (), *,
+          build: bool):
     header = next(rows, None)
     if header is None:
         raise ConfigError("the dataset is empty (expected a header row and at least one data row)", path=path)
     columns = _columns(header[1], path)
     _check_columns(columns, path, template, answer_required)
+    for name in subgroups:  # ours (the YAML's), never a data cell
+        if name not in columns:
+            raise ConfigError(f"subgroup column '{escape(name, 80)}' is not in the header ({len(columns)} "
+                              "column(s))", path=path, line=1, field=name)
     fields = template.fields
     width = len(columns)
     empty = True
@@ -161,6 +172,7 @@ def _rows(path: Path, template: PromptTemplate, answer_required: bool, rows, *, 
         if not instance_id:
             raise ConfigError("empty id", path=path, line=line, field=ID)
         empty = False
+        groups = {name: _label(values[name], path, line, name) for name in subgroups}  # checked at planning too
         if not build:
             _references(values, path, line, answer_required, wrong_memo, build=False)  # its checks only
             yield line, instance_id
@@ -168,9 +180,22 @@ def _rows(path: Path, template: PromptTemplate, answer_required: bool, rows, *, 
         references = _references(values, path, line, answer_required, wrong_memo)
         used = {field: values[field] for field in fields}
         yield line, Instance(id=instance_id, input=template.render(used), references=references,
-                             extra=FrozenMap(used))
+                             extra=FrozenMap(used), subgroups=FrozenMap(groups))
     if empty:
         raise ConfigError("the dataset has a header but no data rows", path=path)
+
+
+MAX_LABEL = 64
+
+
+def _label(cell: str, path: Path, line: int, column: str) -> str:
+    """A subgroup label: a category (an age band, a sex), never free text; the cell is never echoed."""
+    label = cell.strip()
+    if len(label) > MAX_LABEL:
+        raise ConfigError(f"subgroup column '{escape(column, 80)}' holds a value of {len(label)} characters (at most "
+                          f"{MAX_LABEL}: a subgroup column holds categories such as an age band, not free text)",
+                          path=path, line=line, field=column)
+    return label or BLANK_GROUP
 
 
 class _Rows:

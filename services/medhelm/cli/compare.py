@@ -67,6 +67,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="the gate also fails (exit 3) when a model x benchmark of the baseline has no "
                           "counterpart in the candidate (a benchmark dropped or a run that did not finish)")
     out = p.add_argument_group("output")
+    how.add_argument("--subgroups", action="store_true",
+                     help="also compare within each patient subgroup (two releases whose benchmarks name subgroups; "
+                          "small groups suppressed; docs/report.md); flags drops, the gate is unchanged")
     out.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
     out.add_argument("--all", action="store_true", help="list every model x benchmark, not only changes")
     out.add_argument("--pushgateway", default=os.environ.get("MEDHELM_PUSHGATEWAY") or None, metavar="URL",
@@ -84,10 +87,18 @@ def main(args: argparse.Namespace) -> int:
     a, b = read_sides(args, sources)
     result = compare(a, b, CompareOptions(replicates=args.bootstrap, seed=args.seed, alpha=args.alpha,
                                           threshold=args.threshold, adjust=args.adjust, pairs=pairs))
+    changes = _subgroups(args, sources, a, b, CompareOptions(replicates=args.bootstrap, seed=args.seed,
+                                                             alpha=args.alpha, pairs=pairs)) \
+        if args.subgroups else None
     if args.json:
-        print(json.dumps(result.to_json(), allow_nan=False))
+        doc = result.to_json()
+        if changes is not None:
+            doc["subgroups"] = {"results": [c.to_json() for c in changes[0]], "suppressed_groups": changes[1]}
+        print(json.dumps(doc, allow_nan=False))
     else:
         print_table(result, everything=args.all)
+        if changes is not None:
+            _print_subgroups(*changes)
     if args.pushgateway:
         from medhelm.store.gauges import comparison_registry, push
 
@@ -99,6 +110,30 @@ def main(args: argparse.Namespace) -> int:
         print(f"GATE FAILED (--fail-on-missing): {len(result.only_in_a) + len(result.unmatched)} baseline "
               f"evaluation(s) without a counterpart in the candidate; exit {GATE_EXIT}")
     return GATE_EXIT if result.gate_failed or missing else 0
+
+
+def _subgroups(args, sources, a, b, options):  # noqa: ANN001, ANN202 - (list[SubgroupChange], suppressed)
+    from medhelm.store import open_store
+    from medhelm.store.subgroup_changes import instance_labels, subgroup_changes
+    from medhelm.store.subgroups import stored_min_cell
+
+    if any(kind != "release" for kind, _ in sources):
+        raise ConfigError("--subgroups compares two --release sources (the labels are in the results store)")
+    with open_store(store_location(args)) as store:
+        labels = instance_labels(store, sources[0][1], instance_labels(store, sources[1][1]))
+        min_cell = stored_min_cell(store, sources[1][1])
+    return subgroup_changes(a, b, labels, options, min_cell)
+
+
+def _print_subgroups(changes, suppressed: int) -> None:  # noqa: ANN001
+    flagged = [c for c in changes if c.result.change in ("drop", "gain")]
+    print(f"by patient subgroup: {len(changes)} model x benchmark x group pairs (Holm-adjusted over all), "
+          f"{len(flagged)} significant, {suppressed} small group(s) suppressed")
+    for c in flagged:
+        r = c.result
+        print(f"  {r.change.upper():<10} {escape(r.model_b, 28):<28} {escape(r.benchmark, 24):<24} "
+              f"{escape(c.attribute, 20)}={escape(c.group, 20):<20} n={r.n_pairs} B - A {_num(r.diff, '+.3f')} "
+              f"p={_p(r.p_adjusted)}")
 
 
 def read_sides(args: argparse.Namespace, sources: list[tuple[str, str]]):  # noqa: ANN201 - list[Side]

@@ -50,6 +50,9 @@ def add_summarize_options(how: argparse._ArgumentGroup | argparse.ArgumentParser
     how.add_argument("--bootstrap", type=int_in(0, 100_000), default=1000, metavar="N",
                      help="bootstrap replicates, 0-100000 (default 1000)")
     how.add_argument("--seed", type=int_in(0, SEED_MAX), default=0, help="bootstrap seed (default 0)")
+    how.add_argument("--min-cell", type=int_in(1, 1_000_000), default=11, metavar="N",
+                     help="patient subgroups with fewer scored instances are never stored or shown (default 11; "
+                          "docs/report.md)")
     how.add_argument("--allow-fewer-runs", action="store_true",
                      help="replace a release even when fewer runs are found than it holds (default: refuse)")
 
@@ -144,7 +147,7 @@ def summarize_options(args: argparse.Namespace, release: str, suites: list[str])
     metadata = {m.name: m.to_json() for m in read_metadata(metadata_path)} if metadata_path.is_file() else {}
     return SummarizeOptions(release=release, suites=tuple(suites), replicates=args.bootstrap, seed=args.seed,
                             redact=args.redact, rank_baselines=args.rank_baselines, prices=prices,
-                            allow_fewer_runs=args.allow_fewer_runs,
+                            allow_fewer_runs=args.allow_fewer_runs, min_cell=args.min_cell,
                             redacted_deployments=frozenset(d.name for d in registry if d.redacted),
                             model_metadata=metadata)
 

@@ -2,7 +2,8 @@
 ``medhelm serve --store``) plus CSV/JSON copies of the aggregate tables.
 
 Redacted (``--redact``): aggregates only. No instances, no instance ids (private datasets may use
-record numbers as ids), no run specs (they hold local data paths). Without it the bundle also
+record numbers as ids), no run specs (they hold local data paths), no per-instance subgroup labels (the
+subgroup scores and gaps, already small-cell suppressed, are kept: store/subgroups.py). Without it the bundle also
 carries the instance records of runs that are not redacted — prompts and outputs, PHI for private
 data — and the caller warns. Every export, redacted or not, is written to the source store's audit
 trail (who, release, run ids) before the bundle is; if that fails (``AuditError``) no bundle is written.
@@ -23,6 +24,9 @@ from medhelm import safecsv
 from medhelm.access import Principal, audit
 from medhelm.errors import ConfigError
 from medhelm.store.backends import Store, open_store
+from medhelm.store.subgroups import GAPS as SUBGROUP_GAPS
+from medhelm.store.subgroups import SCORES as SUBGROUP_SCORES
+from medhelm.store.subgroups import copy_release as copy_subgroups
 
 AGGREGATES = ("meta", "benchmarks", "cells", "models", "leaderboard", "group_scores")
 CSV_TABLES = ("leaderboard", "cells", "group_scores", "models", "benchmarks")
@@ -69,13 +73,14 @@ def write_bundle(source: Store, release: str, out: Path, *, redact: bool, princi
                 runs = [{**r, "spec_json": None, "value_ids": None, "value_blob": None} for r in runs]
                 target.execute("UPDATE meta SET value = '1' WHERE release = ? AND key = 'redact'", (release,))
             _insert(target, "runs", runs)
+            with_subgroups = copy_subgroups(source, target, release, labels=not redact)
             if not redact:
                 for r in runs:
                     rows = source.query_dicts("SELECT * FROM instances WHERE run_id = ?", (r["run_id"],))
                     _insert(target, "instances", rows)
                     instances += len(rows)
                     with_text += sum(1 for row in rows if row.get("record_json"))
-        for table in CSV_TABLES:
+        for table in CSV_TABLES + ((SUBGROUP_SCORES, SUBGROUP_GAPS) if with_subgroups else ()):
             _write_csv(target, table, release, folder / f"{table}.csv")
     (folder / "manifest.json").write_text(json.dumps(
         {"release": release, "redacted": redact, "instances": instances, "files": sorted(

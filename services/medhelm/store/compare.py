@@ -236,7 +236,7 @@ def compare(a: Side, b: Side, options: CompareOptions = CompareOptions()) -> Com
         for bench in sorted(benches_a & benches_b):
             info = b.benchmarks.get(bench) or a.benchmarks.get(bench) or BenchInfo(bench, "", "", False)
             results.append(_one(a, b, ra, rb, bench, info, options))
-    results = _decide(results, options)
+    results = decide(results, options)
     return Comparison(a.label, b.label, options, tuple(results), tuple(only_a), tuple(only_b),
                       tuple(f"{m} [{d}]" for m, d in unmatched))
 
@@ -293,7 +293,7 @@ def _one(a: Side, b: Side, ra: Row, rb: Row, bench: str, info: BenchInfo, o: Com
                       gate=False, sd_diff=_f(float(np.std(all_d, ddof=1))) if n >= 2 else None)
 
 
-def _decide(results: list[PairResult], o: CompareOptions) -> list[PairResult]:
+def decide(results: list[PairResult], o: CompareOptions) -> list[PairResult]:
     """Adjusted p-values, significance, drop/gain and the gate, once every test is known."""
     raw = [math.nan if r.p_value is None else r.p_value for r in results]
     adjusted = holm(raw) if o.adjust == "holm" else raw

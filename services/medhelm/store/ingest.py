@@ -30,6 +30,8 @@ from medhelm.store.helm_runs import HelmSchema, is_helm_run, read_helm_run
 from medhelm.store.read import load_cells
 from medhelm.store.schema import SCHEMA_VERSION
 from medhelm.store.sources import JURY_STAT, JURY_STAT_NORMALIZED, RunSource, list_suite, read_medhelm_run
+from medhelm.store.subgroups import MIN_CELL, write_labels, write_subgroups
+from medhelm.store.subgroups import delete_release as delete_subgroups
 from medhelm.store.tables import group_scores, leaderboard
 
 Note = Callable[[str], None]
@@ -50,6 +52,7 @@ class SummarizeOptions:
     # release_date, ...) shown beside the model on the leaderboard; kept in the release's meta
     model_metadata: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     rank_baselines: bool = False  # reference baselines in the models' win rates and ranks (off: marked apart)
+    min_cell: int = MIN_CELL  # subgroups with fewer scored instances are never stored (store/subgroups.py)
 
 
 @dataclass(frozen=True)
@@ -82,12 +85,14 @@ def summarize(store: Store, sources: Iterable[RunSource], options: SummarizeOpti
     with store.transaction(exclusive=True):  # a concurrent summarize into this store waits here
         store.migrate()
         before = int(store.query("SELECT COUNT(*) FROM runs WHERE release = ?", (options.release,))[0][0])
+        delete_subgroups(store, options.release)  # first: it finds the labels by the release's run ids
         store.delete_release(options.release)
         ingested = _Ingest(store, options, note)
         for src in sources:
             ingested.add(src)
         _keep_or_replace(options, ingested, before)
         write_cells(store, options.release, options.replicates, options.seed)
+        write_subgroups(store, options.release, options.replicates, options.seed, options.min_cell)
         _write_models(store, options, ingested)
         _write_meta(store, options, ingested)
         _write_leaderboard(store, options.release, rank_baselines=options.rank_baselines)
@@ -200,11 +205,18 @@ class _Ingest:
         values: list[float] = []
         latency = 0.0
         errors = 0
+        labels: dict[str, list[str | None]] = {}  # attribute -> label per kept instance (None: none given)
         for r in src.rows(not redacted):
             if r.instance_id in seen:
                 continue  # one value per instance (a finished run has no repeats; HELM trials)
             seen.add(r.instance_id)
             errors += r.error is not None
+            if r.subgroups:
+                for attr, label in r.subgroups.items():
+                    labels.setdefault(str(attr), [None] * len(ids)).append(None if label is None else str(label))
+            for column in labels.values():
+                if len(column) <= len(ids):  # an instance without this attribute
+                    column.append(None)
             ids.append(r.instance_id)
             values.append(np.nan if r.main_value is None else r.main_value)
             batch.append((run_id, r.instance_id, r.position, r.main_value, r.error, r.stats_json, r.record_json))
@@ -232,6 +244,7 @@ class _Ingest:
         if src.source == "medhelm" and isinstance(done, int) and len(seen) < done:
             raise ConfigError(f"{src.suite}/{src.run_name}: instances.jsonl holds {len(seen)} instance(s) but "
                               f"run.json says {done} are done; the run folder is damaged (run it again to resume)")
+        write_labels(self.store, run_id, labels)
         totals["inference_s"] += latency
         totals["n_instances"] += len(seen)
         self.instances += len(seen)

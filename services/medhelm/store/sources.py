@@ -40,6 +40,7 @@ class InstanceRow(NamedTuple):
     judges: tuple[str, ...] = ()  # deployments of the judges whose tokens these are (priced apart as jury cost)
     reasoning_tokens: int = 0  # of completion_tokens, the model's thinking (0 when not stated)
     judge_reasoning_tokens: int = 0
+    subgroups: Mapping[str, Any] | None = None  # the instance's patient subgroup labels (store/subgroups.py)
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,8 @@ def _medhelm_rows(path: Path, main: str, with_text: bool, limit: int | None = No
                 usage.get("latency_s") or 0.0, judge.get("prompt_tokens") or 0,
                 judge.get("completion_tokens") or 0,
                 tuple({str(j.get("judge", "")): 0 for j in d.get("judgements") or ()}) if judge else (),
-                usage.get("reasoning_tokens") or 0, judge.get("reasoning_tokens") or 0)
+                usage.get("reasoning_tokens") or 0, judge.get("reasoning_tokens") or 0,
+                d["instance"].get("subgroups"))
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             raise ConfigError(f"bad instance record ({type(e).__name__})", path=path, line=lineno) from None
         bad = bad_field(row, stats)

@@ -1,0 +1,127 @@
+"""What a report says, read from the results store: aggregates only.
+
+Read: the release's ``meta``, ``benchmarks``, ``models``, ``leaderboard``, ``cells`` (value and interval, not
+the bootstrap replicates), ``group_scores``, the subgroup tables (``store/subgroups.py``: only groups that
+passed small-cell suppression exist there), and per run its name, model, deployment, suite, counts and the
+digest of its run spec. Never read: ``instances`` (prompts, outputs, patient text), run specs' text. So
+nothing an instance says can reach the report, whatever the store holds.
+
+Each part read is also hashed (``inputs``: SHA-256 of its rows as canonical JSON), so the manifest names
+exactly what the report was built from, and ``medhelm report verify --store`` can tell whether the store
+still holds it.
+
+Failure semantics: an unknown release or a store without it raises ``ConfigError`` (one line); a release
+without subgroups or without an accepted release to compare gives empty parts, never an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from medhelm.store.backends import Store
+from medhelm.store.compare import CompareOptions, Comparison, compare, side_from_release
+from medhelm.store.read import resolve_release
+from medhelm.store.subgroup_changes import SubgroupChange, instance_labels, subgroup_changes
+from medhelm.store.subgroups import read_subgroups, stored_min_cell
+from medhelm.version import __version__
+
+# the parts and the SQL that reads each (the release is the one parameter); column lists are explicit so that
+# nothing else a table may hold (bootstrap blobs, instance text) is read
+_PARTS: dict[str, str] = {
+    "meta": "SELECT key, value FROM meta WHERE release = ? ORDER BY key",
+    "benchmarks": "SELECT benchmark, display_name, description, category, subcategory, access, task_type, "
+                  "main_metric, lower_is_better FROM benchmarks WHERE release = ? ORDER BY benchmark",
+    "models": "SELECT model, deployment, redacted, suites, n_instances, cost_usd, jury_cost_usd FROM models "
+              "WHERE release = ? ORDER BY model, deployment",
+    "leaderboard": "SELECT model, deployment, win_rate, win_rate_low, win_rate_high, rank, rank_low, rank_high, "
+                   "mean_score, n_benchmarks FROM leaderboard WHERE release = ? ORDER BY rank, model, deployment",
+    "cells": "SELECT benchmark, model, deployment, value, ci_low, ci_high, n_instances, n_unscored, n_runs FROM "
+             "cells WHERE release = ? ORDER BY benchmark, model, deployment",
+    "group_scores": "SELECT level, grp, model, deployment, value, ci_low, ci_high, n_benchmarks FROM group_scores "
+                    "WHERE release = ? ORDER BY level, grp, model, deployment",
+    "runs": "SELECT suite, run_name, benchmark, model, deployment, source, redacted, instances_total, "
+            "instances_done, errors, spec_json FROM runs WHERE release = ? ORDER BY suite, run_name",
+}
+
+
+@dataclass(frozen=True)
+class ReportContent:
+    release: str
+    parts: dict[str, list[dict[str, Any]]]  # part -> rows (as read, except runs' spec reduced to its digest)
+    inputs: dict[str, str]  # part -> sha256 of its rows
+    against: str | None = None
+    comparison: Comparison | None = None
+    subgroup_changes: tuple[SubgroupChange, ...] = ()
+    subgroup_changes_suppressed: int = 0
+    code_version: str = __version__
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _digest(rows: list[dict[str, Any]]) -> str:
+    text = json.dumps(rows, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _run_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A run as the report shows it: its spec reduced to its digest and the settings that identify it."""
+    spec_text = row.pop("spec_json") or "{}"
+    try:
+        spec = json.loads(spec_text)
+    except ValueError:
+        spec = {}
+    spec = spec if isinstance(spec, dict) else {}
+    bench = spec.get("benchmark") if isinstance(spec.get("benchmark"), dict) else {}
+    row["spec_sha256"] = hashlib.sha256(spec_text.encode("utf-8")).hexdigest()
+    row["entry"] = str(spec.get("entry") or "")
+    row["benchmark_source"] = str(bench.get("source") or "")
+    row["settings"] = {k: spec.get(k) for k in ("max_eval_instances", "max_tokens", "temperature", "seed")}
+    row["custom_prompt"] = bool(spec.get("prompt"))
+    return row
+
+
+def read_parts(store: Store, release: str) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str]]:
+    parts = {name: store.query_dicts(sql, (release,)) for name, sql in _PARTS.items()}
+    parts["runs"] = [_run_row(r) for r in parts["runs"]]
+    scores, gaps = read_subgroups(store, release)
+    parts["subgroup_scores"], parts["subgroup_gaps"] = scores, gaps
+    return parts, {name: _digest(rows) for name, rows in parts.items()}
+
+
+def read_content(store: Store, release: str | None, against: str | None = None, *, replicates: int = 2000,
+                 seed: int = 0) -> ReportContent:
+    release = resolve_release(store, release)
+    parts, inputs = read_parts(store, release)
+    comparison = None
+    if against is not None:
+        against = resolve_release(store, against)
+        if against == release:
+            from medhelm.errors import ConfigError
+
+            raise ConfigError(f"--against names the release being reported ('{release}'); give the accepted one")
+        side_a, side_b = side_from_release(store, against), side_from_release(store, release)
+        options = CompareOptions(replicates=replicates, seed=seed, adjust="holm")
+        comparison = compare(side_a, side_b, options)
+        labels = instance_labels(store, against, instance_labels(store, release))
+        changes, hidden = subgroup_changes(side_a, side_b, labels, options, stored_min_cell(store, release))
+        inputs.update(_accepted_inputs(store, against))
+        return ReportContent(release, parts, inputs, against, comparison, tuple(changes), hidden)
+    return ReportContent(release, parts, inputs)
+
+
+def _accepted_inputs(store: Store, against: str) -> dict[str, str]:
+    """What the change against the accepted release was computed from: its runs' value vectors."""
+    rows = store.query_dicts("SELECT suite, run_name, value_ids, value_blob FROM runs WHERE release = ? ORDER BY "
+                             "suite, run_name", (against,))
+    rows = [{**r, "value_blob": hashlib.sha256(r["value_blob"] or b"").hexdigest()} for r in rows]
+    return {f"accepted:{against}:runs": _digest(rows)}
+
+
+def input_digests(store: Store, release: str, against: str | None) -> dict[str, str]:
+    """The digests a report of ``release`` (against ``against``) records, recomputed from the store."""
+    inputs = read_parts(store, release)[1]
+    if against:
+        inputs.update(_accepted_inputs(store, against))
+    return inputs

@@ -1,0 +1,260 @@
+"""Performance by patient subgroup: every benchmark's main metric per subgroup (age band, sex, ...), with
+bootstrap 95 % intervals, the largest gap between groups and a test of it that accounts for the many
+pairs compared, computed at ``summarize`` time into the store.
+
+Where the labels come from: an instance's ``subgroups`` (attribute -> label), written in its record only by a
+benchmark that names subgroup columns (``subgroups: [...]`` in a configurable benchmark's YAML). ``summarize``
+keeps them per run as one vector per attribute aligned with ``runs.value_ids`` (``subgroup_labels``: labels
+only, never instance text, kept also for redacted runs: they are what the equity analysis needs).
+
+The math, per benchmark x (model, deployment) x attribute, over the instances with a value (unscored
+instances are in no group), pooled over the benchmark's runs (strata) of that model:
+
+* a group's value: the mean; its interval: the percentile bootstrap (resampling the group's instances,
+  ``replicates`` times, seeded by the group's name, as the cells are: ``bootstrap.stream_seed``);
+* small-cell suppression: a group with fewer than ``min_cell`` (default 11) scored instances is never stored,
+  so no report or export can show it; when exactly one group of an attribute is suppressed, the next
+  smallest is suppressed too (complementary suppression: otherwise the cell's total and the other groups'
+  values give the hidden one away). Only how many groups were suppressed is kept, not their names;
+* the gap: the highest minus the lowest group mean among the shown groups, its interval (the difference of
+  the two groups' bootstrap replicates), the ratio lowest / highest (when the highest is positive), and
+  ``p_holm``: a two-sided permutation test of the difference in means for every pair of shown groups
+  (``replicates`` permutations each), Holm-adjusted over the attribute's pairs, reported for the largest gap.
+
+Change by subgroup between two releases (paired, per group): ``store/subgroup_changes.py``.
+
+Failure semantics: a benchmark without labels gets no rows; an attribute with fewer than two shown groups
+gets a gap row without a gap (and says how many were suppressed); with 0 replicates there are no intervals
+and no p-value (None), never a made-up one. The tables are made on the first release that has labels (a
+store without subgroups keeps its exact shape), inside summarize's transaction, so a failed summarize
+leaves them as they were.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from medhelm.store.backends import Store
+from medhelm.store.bootstrap import stratum_replicates, stream_seed
+from medhelm.store.leaderboard import interval
+from medhelm.store.paired import holm
+
+MIN_CELL = 11  # the smallest group shown (a common small-cell rule for health statistics: 1-10 are hidden)
+_BLOCK_ELEMENTS = 2_000_000  # permutations x instances held at once (~16 MB)
+
+LABELS, SCORES, GAPS = "subgroup_labels", "subgroup_scores", "subgroup_gaps"
+DDL = (
+    f"CREATE TABLE IF NOT EXISTS {LABELS} (run_id BIGINT NOT NULL, attribute TEXT NOT NULL, labels TEXT NOT NULL, "
+    "PRIMARY KEY (run_id, attribute))",
+    f"CREATE TABLE IF NOT EXISTS {SCORES} (release TEXT NOT NULL, benchmark TEXT NOT NULL, model TEXT NOT NULL, "
+    "deployment TEXT NOT NULL, attribute TEXT NOT NULL, grp TEXT NOT NULL, n BIGINT NOT NULL, "
+    "value DOUBLE PRECISION, ci_low DOUBLE PRECISION, ci_high DOUBLE PRECISION, "
+    "PRIMARY KEY (release, benchmark, model, deployment, attribute, grp))",
+    f"CREATE TABLE IF NOT EXISTS {GAPS} (release TEXT NOT NULL, benchmark TEXT NOT NULL, model TEXT NOT NULL, "
+    "deployment TEXT NOT NULL, attribute TEXT NOT NULL, n_groups BIGINT NOT NULL, n_suppressed BIGINT NOT NULL, "
+    "min_cell BIGINT NOT NULL, high_group TEXT, low_group TEXT, gap DOUBLE PRECISION, gap_low DOUBLE PRECISION, "
+    "gap_high DOUBLE PRECISION, ratio DOUBLE PRECISION, p_holm DOUBLE PRECISION, n_pairs BIGINT, "
+    "PRIMARY KEY (release, benchmark, model, deployment, attribute))",
+)
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    group: str
+    n: int
+    value: float
+    ci_low: float | None
+    ci_high: float | None
+
+
+@dataclass(frozen=True)
+class Gap:
+    n_groups: int  # shown
+    n_suppressed: int
+    high_group: str | None
+    low_group: str | None
+    gap: float | None
+    gap_low: float | None
+    gap_high: float | None
+    ratio: float | None
+    p_holm: float | None
+    n_pairs: int
+
+
+# ---- the math (no store) -------------------------------------------------------------------------------
+
+def shown_groups(counts: Mapping[str, int], min_cell: int = MIN_CELL) -> tuple[list[str], int]:
+    """(groups that may be shown, how many are suppressed): below ``min_cell`` hidden, plus the next smallest
+    when only one would be (complementary suppression)."""
+    shown = sorted((g for g, n in counts.items() if n >= min_cell), key=lambda g: (counts[g], g))
+    hidden = len(counts) - len(shown)
+    if hidden == 1 and shown:
+        shown = shown[1:]
+        hidden = 2
+    return sorted(shown), hidden
+
+
+def permutation_p(x: np.ndarray, y: np.ndarray, permutations: int, rng: np.random.Generator) -> float | None:
+    """Two-sided permutation p-value of mean(x) - mean(y): (1 + #|permuted| >= |observed|) / (1 + permutations)."""
+    if permutations <= 0 or not len(x) or not len(y):
+        return None
+    pooled = np.concatenate([x, y])
+    n, nx = len(pooled), len(x)
+    observed = abs(x.mean() - y.mean())
+    tolerance = 1e-12 * max(1.0, observed)  # a permutation equal to the observed split counts (float sums)
+    extreme = 0
+    block = max(1, _BLOCK_ELEMENTS // n)
+    for start in range(0, permutations, block):
+        b = min(block, permutations - start)
+        shuffled = rng.permuted(np.broadcast_to(pooled, (b, n)), axis=1)
+        diff = shuffled[:, :nx].mean(axis=1) - shuffled[:, nx:].mean(axis=1)
+        extreme += int((np.abs(diff) >= observed - tolerance).sum())
+    return (1 + extreme) / (1 + permutations)
+
+
+def analyse(values: np.ndarray, labels: Sequence[str | None], *, replicates: int, seed: int, keys: Sequence[str],
+            min_cell: int = MIN_CELL) -> tuple[list[GroupResult], Gap]:
+    """One (benchmark, model, attribute): ``values`` per instance (NaN = unscored), ``labels`` aligned (None =
+    no label). ``keys`` name the analysis for the seeds (the same inputs always give the same intervals)."""
+    values = np.asarray(values, dtype=float)
+    by_group: dict[str, list[float]] = defaultdict(list)
+    for v, g in zip(values, labels):
+        if g is not None and not np.isnan(v):
+            by_group[str(g)].append(v)
+    shown, hidden = shown_groups({g: len(v) for g, v in by_group.items()}, min_cell)
+    results, reps = [], {}
+    for g in shown:
+        x = np.asarray(by_group[g])
+        r = stratum_replicates(x[None, :], replicates, stream_seed(seed, *keys, "group", g))[:, 0]
+        low, high = interval(r[:, None]) if replicates else (np.array([np.nan]), np.array([np.nan]))
+        reps[g] = r
+        results.append(GroupResult(g, len(x), float(x.mean()), _f(low[0]), _f(high[0])))
+    if len(results) < 2:
+        return results, Gap(len(results), hidden, None, None, None, None, None, None, None, 0)
+    best = max(results, key=lambda r: (r.value, r.group))
+    worst = min(results, key=lambda r: (r.value, r.group))
+    gap_reps = reps[best.group] - reps[worst.group]
+    low, high = interval(gap_reps[:, None]) if replicates else (np.array([np.nan]), np.array([np.nan]))
+    pairs = [(a, b) for i, a in enumerate(shown) for b in shown[i + 1:]]
+    raw = [permutation_p(np.asarray(by_group[a]), np.asarray(by_group[b]), replicates,
+                         stream_seed(seed, *keys, "pair", a, b)) for a, b in pairs]
+    p_holm = None
+    if all(p is not None for p in raw):
+        adjusted = holm(raw)  # type: ignore[arg-type]
+        p_holm = float(adjusted[pairs.index(tuple(sorted((best.group, worst.group))))])
+    ratio = worst.value / best.value if best.value > 0 else None
+    return results, Gap(len(results), hidden, best.group, worst.group, best.value - worst.value, _f(low[0]),
+                        _f(high[0]), ratio, p_holm, len(pairs))
+
+
+# ---- the store ------------------------------------------------------------------------------------------
+
+def has_tables(store: Store) -> bool:
+    return store._has_relation(GAPS)
+
+
+def delete_release(store: Store, release: str) -> None:
+    """Inside summarize's transaction, before the release's runs are deleted (their run ids name the labels)."""
+    if has_tables(store):
+        store.execute(f"DELETE FROM {LABELS} WHERE run_id IN (SELECT run_id FROM runs WHERE release = ?)", (release,))
+        for table in (SCORES, GAPS):
+            store.execute(f"DELETE FROM {table} WHERE release = ?", (release,))
+
+
+def write_labels(store: Store, run_id: int, labels: Mapping[str, Sequence[str | None]]) -> None:
+    """One run's labels per attribute, aligned with its ``value_ids`` (inside summarize's transaction)."""
+    if not labels:
+        return
+    if not getattr(store, "_subgroups_ready", False):
+        for stmt in DDL:
+            store.execute(stmt)
+        store._subgroups_ready = True  # type: ignore[attr-defined]
+    _insert(store, LABELS, ("run_id", "attribute", "labels"),
+            [(run_id, attr, json.dumps(list(v), ensure_ascii=False)) for attr, v in sorted(labels.items())])
+
+
+def write_subgroups(store: Store, release: str, replicates: int, seed: int, min_cell: int = MIN_CELL) -> int:
+    """Every benchmark's subgroup scores and gaps for ``release``; returns how many gap rows were written."""
+    if not has_tables(store):
+        return 0
+    benches = [b for (b,) in store.query(f"SELECT DISTINCT r.benchmark FROM runs r JOIN {LABELS} l ON l.run_id = "
+                                         "r.run_id WHERE r.release = ? ORDER BY r.benchmark", (release,))]
+    written = 0
+    for bench in benches:
+        pooled: dict[tuple[str, str, str], tuple[list[np.ndarray], list[list]]] = {}
+        for model, dep, blob, n_ids, attr, text in store.query(
+                f"SELECT r.model, r.deployment, r.value_blob, r.value_ids, l.attribute, l.labels FROM runs r JOIN "
+                f"{LABELS} l ON l.run_id = r.run_id WHERE r.release = ? AND r.benchmark = ? ORDER BY r.run_name, "
+                "l.attribute", (release, bench)):
+            values = np.frombuffer(blob, dtype=np.float64) if blob else np.empty(0)
+            labels = json.loads(text)
+            if len(labels) != len(values):  # our own write: a mismatch is a bug, not the user's input
+                raise ValueError(f"subgroup labels of {bench} do not align with its values")
+            vals, labs = pooled.setdefault((model, dep, attr), ([], []))
+            vals.append(values)
+            labs.append(labels)
+        scores, gaps = [], []
+        for (model, dep, attr), (vals, labs) in sorted(pooled.items()):
+            groups, gap = analyse(np.concatenate(vals), [g for chunk in labs for g in chunk], replicates=replicates,
+                                  seed=seed, keys=(bench, model, dep, attr), min_cell=min_cell)
+            scores += [(release, bench, model, dep, attr, g.group, g.n, g.value, g.ci_low, g.ci_high) for g in groups]
+            gaps.append((release, bench, model, dep, attr, gap.n_groups, gap.n_suppressed, min_cell, gap.high_group,
+                         gap.low_group, gap.gap, gap.gap_low, gap.gap_high, gap.ratio, gap.p_holm, gap.n_pairs))
+        _insert(store, SCORES, ("release", "benchmark", "model", "deployment", "attribute", "grp", "n", "value",
+                                "ci_low", "ci_high"), scores)
+        _insert(store, GAPS, ("release", "benchmark", "model", "deployment", "attribute", "n_groups", "n_suppressed",
+                              "min_cell", "high_group", "low_group", "gap", "gap_low", "gap_high", "ratio", "p_holm",
+                              "n_pairs"), gaps)
+        written += len(gaps)
+    return written
+
+
+def copy_release(source: Store, target: Store, release: str, *, labels: bool) -> bool:
+    """A release's subgroup rows into another store (an export bundle; inside its transaction): the scores and
+    gaps (aggregates, suppressed groups already absent), and the labels only when ``labels`` (the bundle keeps
+    instances). Whether the source had any."""
+    if not has_tables(source):
+        return False
+    scores, gaps = read_subgroups(source, release)
+    rows = source.query_dicts(f"SELECT l.run_id, l.attribute, l.labels FROM {LABELS} l JOIN runs r ON r.run_id = "
+                              "l.run_id WHERE r.release = ?", (release,)) if labels else []
+    if not (scores or gaps or rows):
+        return False
+    for stmt in DDL:
+        target.execute(stmt)
+    for table, part in ((SCORES, scores), (GAPS, gaps), (LABELS, rows)):
+        if part:
+            _insert(target, table, list(part[0]), [tuple(r.values()) for r in part])
+    return True
+
+
+def stored_min_cell(store: Store, release: str) -> int:
+    """The small-cell threshold the release was summarised with (the default when it has no subgroups)."""
+    if not has_tables(store):
+        return MIN_CELL
+    rows = store.query(f"SELECT MAX(min_cell) FROM {GAPS} WHERE release = ?", (release,))
+    return int(rows[0][0]) if rows and rows[0][0] is not None else MIN_CELL
+
+
+def read_subgroups(store: Store, release: str) -> tuple[list[dict], list[dict]]:
+    """(scores, gaps) of a release as stored (only shown groups exist); empty when the store has none."""
+    if not has_tables(store):
+        return [], []
+    order = "ORDER BY benchmark, attribute, model, deployment"
+    return (store.query_dicts(f"SELECT * FROM {SCORES} WHERE release = ? {order}, grp", (release,)),
+            store.query_dicts(f"SELECT * FROM {GAPS} WHERE release = ? {order}", (release,)))
+
+
+def _insert(store: Store, table: str, columns: Sequence[str], rows: list[tuple]) -> None:
+    sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
+    for row in rows:
+        store.execute(sql, row)
+
+
+def _f(x: float) -> float | None:
+    return None if x is None or np.isnan(x) else float(x)

@@ -1,0 +1,233 @@
+"""Performance by patient subgroup (store/subgroups.py): the math against independent computations (pandas
+group means, scipy's bootstrap and permutation test, Holm by its definition) on data with a known gap, and
+small-cell suppression, then end to end: a configurable benchmark naming subgroup columns, run against the
+mock OpenAI server and summarised into the store."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from medhelm.cli import main as cli
+from medhelm.store.paired import holm
+from medhelm.store.subgroups import analyse, permutation_p, shown_groups
+from tests.leaderboard.subgroup_helpers import MARKER, make_subgroup_suite
+
+
+def _known_gap(rng: np.random.Generator) -> pd.DataFrame:
+    """Exact-match values (0/1) with a real gap: A ~ 0.85, B ~ 0.45, C ~ 0.7; D and E are small cells."""
+    parts = [("A", 220, 0.85), ("B", 200, 0.45), ("C", 160, 0.7), ("D", 7, 1.0), ("E", 4, 0.0)]
+    rows = [(g, float(rng.random() < p)) for g, n, p in parts for _ in range(n)]
+    df = pd.DataFrame(rows, columns=["group", "value"])
+    df.loc[df.sample(frac=0.05, random_state=1).index, "value"] = np.nan  # unscored instances belong to no group
+    return df
+
+
+def test_group_means_intervals_and_gap_match_pandas_and_scipy() -> None:
+    df = _known_gap(np.random.default_rng(7))
+    groups, gap = analyse(df["value"].to_numpy(), list(df["group"]), replicates=2000, seed=3, keys=("b", "m"))
+    want = df.dropna().groupby("group")["value"].agg(["mean", "count"])
+    assert [g.group for g in groups] == ["A", "B", "C"]  # D (7) and E (4) are below 11: never returned
+    for g in groups:
+        assert g.n == want.loc[g.group, "count"]
+        assert g.value == pytest.approx(want.loc[g.group, "mean"], abs=1e-12)
+        x = df.dropna().loc[df.dropna()["group"] == g.group, "value"].to_numpy()
+        ref = stats.bootstrap((x,), np.mean, n_resamples=4000, method="percentile", random_state=11)
+        # two Monte Carlo estimates of the same percentile interval: within 0.02 of each other
+        assert g.ci_low == pytest.approx(ref.confidence_interval.low, abs=0.02)
+        assert g.ci_high == pytest.approx(ref.confidence_interval.high, abs=0.02)
+        assert g.ci_low <= g.value <= g.ci_high
+    shown = want.loc[["A", "B", "C"], "mean"]
+    assert (gap.high_group, gap.low_group) == (shown.idxmax(), shown.idxmin()) == ("A", "B")
+    assert gap.gap == pytest.approx(shown.max() - shown.min(), abs=1e-12)
+    assert gap.ratio == pytest.approx(shown.min() / shown.max(), abs=1e-12)
+    assert gap.gap_low < gap.gap < gap.gap_high and gap.gap_low > 0.2  # a gap of ~0.4: its interval excludes 0
+    assert (gap.n_groups, gap.n_suppressed, gap.n_pairs) == (3, 2, 3)
+    # 2000 permutations, three pairs: the A-B gap is far beyond chance; Holm multiplies the smallest p by 3
+    assert gap.p_holm == pytest.approx(3 / 2001)
+
+
+def test_permutation_p_agrees_with_scipy() -> None:
+    rng = np.random.default_rng(5)
+    x = (rng.random(60) < 0.7).astype(float)
+    y = (rng.random(50) < 0.55).astype(float)
+    ours = permutation_p(x, y, 20000, np.random.default_rng(1))
+    ref = stats.permutation_test((x, y), lambda a, b: np.mean(a) - np.mean(b), permutation_type="independent",
+                                 n_resamples=20000, alternative="two-sided", random_state=2).pvalue
+    assert 0.01 < ref < 0.9  # a borderline difference: the comparison is not decided by a floor or a ceiling
+    assert ours == pytest.approx(ref, abs=0.015)
+
+
+def test_holm_worked_by_hand() -> None:
+    # sorted: 0.005 x 5 = 0.025, 0.01 x 4 = 0.04, 0.03 x 3 = 0.09, 0.04 x 2 = 0.08 -> 0.09 (monotone), 0.2 x 1
+    assert holm([0.01, 0.04, 0.03, 0.2, 0.005]) == pytest.approx([0.04, 0.09, 0.09, 0.2, 0.025])
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
+
+
+def test_no_gap_is_not_called_one() -> None:
+    rng = np.random.default_rng(9)
+    values = (rng.random(600) < 0.6).astype(float)
+    labels = [["x", "y", "z"][i % 3] for i in range(600)]
+    _, gap = analyse(values, labels, replicates=1000, seed=0, keys=("b",))
+    assert gap.p_holm is not None and gap.p_holm > 0.05
+    assert gap.gap < 0.1 and gap.gap_low < 0.02  # a small gap whose interval reaches (about) zero
+
+
+def test_small_cells_are_suppressed_with_their_complement() -> None:
+    assert shown_groups({"a": 50, "b": 11, "c": 10}) == (["a"], 2)  # c is hidden, so the next smallest (b) too
+    assert shown_groups({"a": 50, "b": 30, "c": 3, "d": 2}) == (["a", "b"], 2)
+    assert shown_groups({"a": 50, "b": 30}, min_cell=31) == ([], 2)
+    assert shown_groups({"a": 5}) == ([], 1)
+    values = np.ones(70)
+    labels = ["big"] * 40 + ["mid"] * 20 + ["tiny"] * 10
+    groups, gap = analyse(values, labels, replicates=100, seed=0, keys=("b",))
+    assert [g.group for g in groups] == ["big"]  # tiny hidden, mid hidden with it
+    assert (gap.n_groups, gap.n_suppressed, gap.gap, gap.p_holm) == (1, 2, None, None)
+
+
+def test_zero_replicates_give_no_interval_and_no_p() -> None:
+    groups, gap = analyse(np.r_[np.ones(20), np.zeros(20)], ["a"] * 20 + ["b"] * 20, replicates=0, seed=0, keys=())
+    assert [g.ci_low for g in groups] == [None, None]
+    assert gap.gap == 1.0 and gap.p_holm is None and gap.gap_low is None
+
+
+# ---- end to end: YAML subgroups -> records -> summarize -> the store -----------------------------------
+
+def test_yaml_subgroups_reach_the_store(tmp_path: Path) -> None:
+    s = make_subgroup_suite(tmp_path)
+    (run_dir,) = (s["out"] / "runs" / "s").iterdir()
+    first = json.loads((run_dir / "instances.jsonl").read_text().splitlines()[0])
+    assert first["instance"]["subgroups"] in ({"age_band": "old", "sex": "M"}, {"age_band": "old", "sex": "F"},
+                                              {"age_band": "young", "sex": "M"}, {"age_band": "young", "sex": "F"},
+                                              {"age_band": "child", "sex": "M"}, {"age_band": "child", "sex": "F"})
+    assert cli(["summarize", "--suite", "s", "-o", str(s["out"]), "--local-path", str(s["local"]), "--store",
+                str(s["store"]), "--bootstrap", "500", "--redact"]) == 0
+    con = sqlite3.connect(s["store"])
+    scores = con.execute("SELECT attribute, grp, n, value FROM subgroup_scores ORDER BY attribute, grp").fetchall()
+    # child (6) is below 11 and hidden; being the only one hidden, young (the next smallest) is hidden too
+    assert scores == [("age_band", "old", 30, 1.0), ("sex", "F", 30, pytest.approx(0.5)),
+                      ("sex", "M", 30, pytest.approx(0.5))]
+    gaps = {r[0]: r[1:] for r in con.execute(
+        "SELECT attribute, n_groups, n_suppressed, gap, p_holm FROM subgroup_gaps").fetchall()}
+    assert gaps["age_band"] == (1, 2, None, None)
+    assert gaps["sex"][:3] == (2, 0, 0.0) and gaps["sex"][3] == pytest.approx(1.0)
+    assert "child" not in json.dumps(con.execute("SELECT * FROM subgroup_scores").fetchall())
+    assert "young" not in json.dumps(con.execute("SELECT * FROM subgroup_gaps").fetchall())
+    con.close()
+
+
+def test_a_benchmark_without_subgroups_keeps_its_records_and_store_shape(tmp_path: Path) -> None:
+    s = make_subgroup_suite(tmp_path, subgroups=False)
+    (run_dir,) = (s["out"] / "runs" / "s").iterdir()
+    assert "subgroups" not in (run_dir / "instances.jsonl").read_text()
+    assert cli(["summarize", "--suite", "s", "-o", str(s["out"]), "--local-path", str(s["local"]), "--store",
+                str(s["store"]), "--bootstrap", "50"]) == 0
+    con = sqlite3.connect(s["store"])
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    con.close()
+    assert not tables & {"subgroup_labels", "subgroup_scores", "subgroup_gaps"}
+
+
+def test_a_subgroup_column_missing_from_the_csv_is_one_line(tmp_path: Path, capsys) -> None:
+    s = make_subgroup_suite(tmp_path)
+    s["cfg"].write_text(s["cfg"].read_text().replace("[age_band, sex]", "[age_band, ethnicity]"))
+    entry = f"medhelm_configurable_benchmark:model=test/m,model_deployment=mock/m,config_path={s['cfg']}"
+    code = cli(["validate", "--run-entries", entry, "--local-path", str(s["local"])])
+    err = capsys.readouterr().err
+    assert code == 2 and "subgroup column 'ethnicity'" in err and "data.csv" in err
+    assert MARKER not in err and len(err.strip().splitlines()) == 1
+
+
+def test_postgres_and_sqlite_stores_hold_the_same_subgroups(tmp_path: Path, postgres_url: str) -> None:
+    from medhelm.store import open_store
+    from medhelm.store.subgroups import read_subgroups
+
+    import psycopg
+
+    s = make_subgroup_suite(tmp_path)
+    with psycopg.connect(postgres_url, autocommit=True) as con:  # a database of its own: the server is shared
+        con.execute("DROP DATABASE IF EXISTS subgroups_test")
+        con.execute("CREATE DATABASE subgroups_test")
+    postgres_url = postgres_url.rsplit("/", 1)[0] + "/subgroups_test"
+    got = []
+    for store in (str(s["store"]), postgres_url):
+        for _ in range(2):  # the second summarize replaces the release (its labels, scores and gaps) in place
+            assert cli(["summarize", "--suite", "s", "--release", "sg-pg", "-o", str(s["out"]), "--local-path",
+                        str(s["local"]), "--store", store, "--bootstrap", "300"]) == 0
+        with open_store(store) as st:
+            got.append(read_subgroups(st, "sg-pg"))
+            labels = st.query("SELECT COUNT(*) FROM subgroup_labels l JOIN runs r ON r.run_id = l.run_id "
+                              "WHERE r.release = 'sg-pg'")[0][0]
+            assert labels == 2  # one run, two attributes: the first summarize's rows were replaced
+    sqlite_rows, pg_rows = got
+    assert sqlite_rows == pg_rows and len(sqlite_rows[0]) == 3
+    html = tmp_path / "pg.html"
+    assert cli(["report", "--release", "sg-pg", "--store", postgres_url, "--out", str(html)]) == 0
+    assert cli(["report", "verify", str(html), "--store", postgres_url]) == 0
+
+
+def test_a_redacted_export_carries_the_shown_subgroups_and_no_labels(tmp_path: Path) -> None:
+    s = make_subgroup_suite(tmp_path)
+    assert cli(["summarize", "--suite", "s", "-o", str(s["out"]), "--local-path", str(s["local"]), "--store",
+                str(s["store"]), "--bootstrap", "100"]) == 0
+    bundle = tmp_path / "bundle"
+    assert cli(["export", str(bundle), "--redact", "--store", str(s["store"])]) == 0
+    con = sqlite3.connect(bundle / "results.sqlite")
+    assert con.execute("SELECT COUNT(*) FROM subgroup_labels").fetchone()[0] == 0  # per instance: not shared
+    assert con.execute("SELECT attribute, grp FROM subgroup_scores ORDER BY attribute, grp").fetchall() == [
+        ("age_band", "old"), ("sex", "F"), ("sex", "M")]
+    con.close()
+    csv_text = (bundle / "subgroup_scores.csv").read_text() + (bundle / "subgroup_gaps.csv").read_text()
+    assert "old" in csv_text and "young" not in csv_text and "child" not in csv_text
+    assert cli(["report", "--store", str(bundle / "results.sqlite"), "--out", str(tmp_path / "r.html")]) == 0
+    assert ">old<" in (tmp_path / "r.html").read_text()
+    full = tmp_path / "full"
+    assert cli(["export", str(full), "--store", str(s["store"])]) == 0
+    con = sqlite3.connect(full / "results.sqlite")
+    assert con.execute("SELECT COUNT(*) FROM subgroup_labels").fetchone()[0] == 2
+    con.close()
+
+
+def test_a_free_text_subgroup_column_is_refused_without_echoing_it(tmp_path: Path, capsys) -> None:
+    s = make_subgroup_suite(tmp_path)
+    s["cfg"].write_text(s["cfg"].read_text().replace("[age_band, sex]", "[note]"))  # the note: patient text
+    data = tmp_path / "data.csv"
+    data.write_text(data.read_text().replace(" patient ", " patient with a long history of hypertension "))
+    entry = f"medhelm_configurable_benchmark:model=test/m,model_deployment=mock/m,config_path={s['cfg']}"
+    code = cli(["validate", "--run-entries", entry, "--local-path", str(s["local"])])
+    err = capsys.readouterr().err
+    assert code == 2 and "subgroup column 'note' holds a value of" in err and "data.csv:2" in err
+    assert MARKER not in err and "patient" not in err
+
+
+@pytest.mark.parametrize("redacted", ["0", "1"])  # 1: a viewer's session (aggregates only) sees the same
+def test_the_equity_page_shows_the_shown_groups_and_the_gap(tmp_path: Path, dashboard_env, redacted: str) -> None:
+    import os
+
+    from streamlit.testing.v1 import AppTest
+
+    s = make_subgroup_suite(tmp_path)
+    assert cli(["summarize", "--suite", "s", "-o", str(s["out"]), "--local-path", str(s["local"]), "--store",
+                str(s["store"]), "--bootstrap", "200"]) == 0
+    os.environ.pop("MEDHELM_RELEASE", None)
+    os.environ.update(MEDHELM_STORE=str(s["store"]), MEDHELM_REDACTED=redacted)
+    at = AppTest.from_file(str(Path(__file__).parents[2] / "dashboard" / "app.py"), default_timeout=90).run()
+    assert not at.exception, [e.value for e in at.exception]
+    at.sidebar.radio[0].set_value("Equity").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value == "Performance by patient subgroup"
+    gaps = at.dataframe[0].value
+    row = gaps[gaps["Attribute"] == "age_band"].iloc[0]
+    assert row["Groups shown"] == 1 and row["Groups suppressed"] == 2  # young hidden with the small child cell
+    assert set(gaps["Attribute"]) == {"age_band", "sex"}
+    at.selectbox(key="equity_pick").set_value(("SG", "sex")).run()
+    groups = at.dataframe[1].value
+    assert sorted(groups["Group"]) == ["F", "M"] and list(groups["Instances"]) == [30, 30]
+    page = " ".join(str(d.value.to_dict()) for d in at.dataframe)
+    assert "young" not in page and "child" not in page and MARKER not in page
