@@ -1,9 +1,12 @@
 """End to end on the real embedded model (SmolLM2-135M-Instruct via llama.cpp): the seeds' two example
-benchmarks, exact_match and jury_score (the jury is the embedded model too), 5 rows each."""
+benchmarks, exact_match and jury_score (the jury is the embedded model too), 5 rows each; then the same
+again in another process, one request at a time and without the request cache: the same texts and verdicts."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -13,12 +16,23 @@ from medhelm.pipeline import RunDir
 pytestmark = [pytest.mark.slow, pytest.mark.embedded]
 
 
+def _outputs(out) -> dict:
+    """Per run and instance: the completion's text and every judge's verdict (what determinism promises)."""
+    found = {}
+    for path in (out / "runs" / "DEMO").iterdir():
+        for r in RunDir(path).iter_records():
+            found[(path.name, r.instance.id)] = (r.completion.text, [
+                (j.judge, j.criterion, j.status.value, j.score, j.explanation) for j in r.judgements])
+    return found
+
+
 def test_both_examples_on_the_embedded_model(repo_root, tmp_path, capsys):
     ex = repo_root / "examples"
-    rc = main(["run", "--conf-paths", str(ex / "exact_match_demo" / "exact_match_demo.conf"),
-               str(ex / "llm_jury_score_demo" / "llm_jury_score_demo.conf"), "--suite", "DEMO",
-               "--max-eval-instances", "5", "--output-path", str(tmp_path / "out"),
-               "--local-path", str(tmp_path / "prod_env"), "-q"])
+    args = ["run", "--conf-paths", str(ex / "exact_match_demo" / "exact_match_demo.conf"),
+            str(ex / "llm_jury_score_demo" / "llm_jury_score_demo.conf"), "--suite", "DEMO",
+            "--max-eval-instances", "5", "-q"]
+    rc = main([*args, "--output-path", str(tmp_path / "out"), "--local-path", str(tmp_path / "prod_env"),
+               "--max-concurrency", "4"])
     out = capsys.readouterr().out
     assert rc == 0, out
     runs = {p.name.split(":")[0]: RunDir(p) for p in (tmp_path / "out" / "runs" / "DEMO").iterdir()}
@@ -54,3 +68,13 @@ def test_both_examples_on_the_embedded_model(repo_root, tmp_path, capsys):
     [js] = [s for s in jury.stats() if s.name == "jury_score"]
     assert js.count + js.unscored == 5
     json.dumps([s.to_json() for s in jury.stats()])
+
+    # Determinism at temperature 0: another process, requests one at a time (so each sees another previous
+    # call than above), the request cache off: the same text for every candidate and every judge.
+    again = subprocess.run([sys.executable, "-m", "medhelm", *args, "--output-path", str(tmp_path / "again"),
+                            "--local-path", str(tmp_path / "env2"), "--max-concurrency", "1", "--disable-cache"],
+                           capture_output=True, text=True, timeout=1800)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert not (tmp_path / "env2" / "cache").exists()
+    first, second = _outputs(tmp_path / "out"), _outputs(tmp_path / "again")
+    assert len(first) == 10 and first == second
