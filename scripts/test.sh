@@ -17,4 +17,5 @@ if [ $# -eq 0 ] && [ "${MEDHELM_ENGINES:-1}" != 0 ]; then
   nohup bash scripts/engines.sh build >"${TMPDIR:-/tmp}/medhelm-engines-build.log" 2>&1 &
 fi
 step "running the test suite"
-exec "$VENV/bin/python" -m pytest "$@"
+# --durations: every run lists its slowest tests, so CI shows where its time goes (a later --durations wins)
+exec "$VENV/bin/python" -m pytest --durations=25 "$@"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,37 @@ SHARED_DATA = Path(os.environ.get("MEDHELM_SHARED_DATA", REPO_ROOT.parent / "sha
 os.environ.setdefault("MEDHELM_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+_REFUSING: socket.socket | None = None
+
+
+def refusing_port() -> int:
+    """A TCP port on 127.0.0.1 that refuses every connection for the rest of this process.
+
+    A socket bound to port 0 (the kernel picks a free port) that never calls listen(): a connection to it is
+    answered with RST (ECONNREFUSED), and nobody else can bind the port while the socket stays open, which it
+    does until the process exits. Unlike a fixed port (9, "discard") it cannot be taken by a service on the
+    machine, and unlike a port found free and closed again it cannot be picked up by a parallel test.
+    For module-level strategies and helpers; tests take the ``refused_port``/``refused_url`` fixtures."""
+    global _REFUSING
+    if _REFUSING is None:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("127.0.0.1", 0))
+        _REFUSING = s
+    return _REFUSING.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def refused_port() -> int:
+    """A port on 127.0.0.1 guaranteed to refuse connections for the whole session (see ``refusing_port``)."""
+    return refusing_port()
+
+
+@pytest.fixture(scope="session")
+def refused_url(refused_port) -> str:
+    """``http://127.0.0.1:<refused_port>``: a server URL nobody answers, connections refused at once."""
+    return f"http://127.0.0.1:{refused_port}"
 
 
 @pytest.fixture(scope="session")

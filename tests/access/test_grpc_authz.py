@@ -116,11 +116,11 @@ def test_every_medhelm_method_refuses_callers_without_an_allowed_token(tokens, t
     assert "refused (PERMISSION_DENIED)" in logs
 
 
-def test_an_allowed_job_streams_instances_with_its_token(tokens, tmp_path):
+def test_an_allowed_job_streams_instances_with_its_token(tokens, tmp_path, refused_url):
     token_file, job_token = tokens
     cfg = write_qa_benchmark(tmp_path / "bench", 10)
     local = tmp_path / "prod_env"
-    write_deployment(local, "http://127.0.0.1:9/v1")
+    write_deployment(local, f"{refused_url}/v1")
     entry = parse_run_entry(f"medhelm_configurable_benchmark:model=mock/svc-model,config_path={cfg},max_eval_instances=6")
     plan = plan_runs([entry], RunOptions(local_path=local, output_path=tmp_path / "out"))[0]
     svc = Service("scenarios", "--caller-tokens", str(token_file), "--output-path", str(tmp_path / "out"), "--offline",

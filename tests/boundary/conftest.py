@@ -1,8 +1,8 @@
 """The bad-input boundary, tested from outside: the real CLI in a subprocess under ``prlimit``.
 
 One assertion everywhere (``assert_bad_input``): exit 2 (or 70 for a bug), one error line on stderr
-naming the file, no traceback, no planted patient marker echoed, within 30 s and 1 GiB of address space,
-and the output folder unchanged (or only holding what a resumed run would reuse).
+naming the file, no traceback, no planted patient marker echoed, within 120 s (a hang bound) and 1 GiB of
+address space, and the output folder unchanged (or only holding what a resumed run would reuse).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from medhelm.devtools.fixtures import write_configurable_benchmark
 
 MARKER = "ZQXPATIENTMARKER"  # planted in every CSV row; must never appear in an error
 SECRET = "ZQXSECRETVALUE"  # an API-key-like environment variable; must never appear either
-TIME_LIMIT_S = 30
+TIME_LIMIT_S = 120  # a hang, not a speed target: generous for a loaded machine (bench/ measures speed)
 MEMORY_LIMIT = 1 << 30  # 1 GiB of address space
 PRLIMIT = shutil.which("prlimit")
 
@@ -36,7 +36,7 @@ class Result:
 
 
 def run_cli(args: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> Result:
-    """``medhelm <args>`` in a fresh process, capped at 30 s and 1 GiB."""
+    """``medhelm <args>`` in a fresh process, capped at ``TIME_LIMIT_S`` and 1 GiB."""
     cmd = [sys.executable, "-m", "medhelm", *(str(a).replace("\x00", "") for a in args)]  # argv holds no NUL
     if PRLIMIT:
         cmd = [PRLIMIT, f"--as={MEMORY_LIMIT}", "--", *cmd]

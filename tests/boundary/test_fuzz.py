@@ -1,7 +1,8 @@
 """Property-based fuzzing (Hypothesis) of the six input kinds of issue #18, through the real CLI.
 
 Every generated input must end in exit 0 (it happened to be valid) or a clean failure: exit 2, one line
-naming the file, no traceback, no patient marker, within 30 s and 1 GiB, the output folder unchanged.
+naming the file, no traceback, no patient marker, within 120 s (a hang bound) and 1 GiB, the output folder
+unchanged.
 CI runs a small seeded budget (``CI_EXAMPLES`` per kind); ``pytest -m fuzz_long tests/boundary`` runs
 ``LONG_EXAMPLES`` per kind (``MEDHELM_FUZZ_EXAMPLES``, default 150) with fresh randomness.
 ``MEDHELM_FUZZ_LOG=<file>`` appends one JSON line per case (kind, exit code, traceback seen, seconds): the
@@ -32,6 +33,10 @@ from hypothesis import strategies as st
 
 from medhelm.devtools.fixtures import write_configurable_benchmark
 from tests.boundary.conftest import MARKER, Result, assert_bad_input, entry, run_cli, snapshot
+from tests.conftest import refusing_port
+
+NOBODY_PORT = refusing_port()  # refuses every connection while this process runs
+NOBODY = f"127.0.0.1:{NOBODY_PORT}"
 
 CI_EXAMPLES = 5
 LONG_EXAMPLES = int(os.environ.get("MEDHELM_FUZZ_EXAMPLES", "150"))
@@ -165,7 +170,7 @@ def _benchmark_files(long: bool):
 # --------------------------------------------------------------------- 3. deployments, jury config, prices
 
 VALID_DEPLOYMENTS = (b"model_deployments:\n  - name: mine/model\n    model_name: test/model\n    kind: openai\n"
-                     b"    base_url: http://127.0.0.1:9/v1\n    max_sequence_length: 4096\n")
+                     b"    base_url: http://" + NOBODY.encode() + b"/v1\n    max_sequence_length: 4096\n")
 VALID_JURY = b"judges:\n  - name: local/smollm2-135m-instruct\n    weight: 1\nmax_tokens: 64\n"
 VALID_PRICES = b"prices:\n  - deployment: mine/model\n    input_per_million: 1.5\n    output_per_million: 2\n"
 
@@ -201,7 +206,7 @@ def _configs(long: bool):
                 path.write_bytes(content)
                 r = run_cli(["run", "--run-entries", entry(cfg, "mine/model"), "--local-path", local,
                              "--output-path", out, "--max-eval-instances", "1"], cwd=tmp)
-                if r.code not in (0,) and "127.0.0.1:9" in r.stderr:
+                if r.code not in (0,) and NOBODY in r.stderr:
                     _log(r)
                     return  # valid config, unreachable server: a clean stop, checked elsewhere
                 about_file = "model_deployments" in r.stderr and "unknown model" not in r.stderr  # not: "add it to"
@@ -331,7 +336,7 @@ NAME = st.one_of(st.sampled_from(["local/smollm2-135m-instruct", "mine/model", "
 SCHEMA_DOCS = {
     "deployments": _maybe({"model_deployments": st.lists(_maybe({
         "name": NAME, "model_name": NAME, "kind": st.sampled_from(["openai", "llamacpp", "kserve_v2", "x"]),
-        "base_url": st.sampled_from(["http://127.0.0.1:9/v1", "ftp://x", "127.0.0.1:9", ""]),
+        "base_url": st.sampled_from([f"http://{NOBODY}/v1", "ftp://x", NOBODY, ""]),
         "api_key_env": st.sampled_from(["ZQX_API_KEY", "ZQX_UNSET", "sk-123 4", ""]), "timeout_s": NUMBER,
         "max_sequence_length": NUMBER, "max_concurrency": NUMBER, "gguf_path": TEXT, "options": JSONISH,
         "redacted": st.booleans()}), max_size=3)}),
@@ -393,8 +398,9 @@ def _schema_configs(long: bool):
             elif kind == "access":
                 path = tmp / "access.yaml"
                 path.write_bytes(content)
-                r = run_cli(["serve", "dashboard", "--oidc-issuer", "http://127.0.0.1:9", "--oidc-client-id", "x",
-                             "--access-policy", path, "--store", tmp / "no-store.sqlite", "--port", "9"], cwd=tmp,
+                r = run_cli(["serve", "dashboard", "--oidc-issuer", f"http://{NOBODY}", "--oidc-client-id", "x",
+                             "--access-policy", path, "--store", tmp / "no-store.sqlite", "--port", str(NOBODY_PORT)],
+                            cwd=tmp,
                             env={"MEDHELM_OIDC_CLIENT_SECRET": "s" * 32, "MEDHELM_OIDC_COOKIE_SECRET": "c" * 32})
                 if r.code == 2 and "no-store.sqlite" in r.stderr:
                     _log(r)

@@ -13,6 +13,7 @@ import pytest
 from medhelm.devtools.fixtures import write_openai_deployment
 from medhelm.devtools.mock_openai import MockOpenAIServer
 from tests.boundary.conftest import (MARKER, SECRET, assert_bad_input, entry, run_cli, snapshot)
+from tests.conftest import refusing_port
 
 SMOL = "local/smollm2-135m-instruct"
 JURY_METRIC = "  - name: jury_score\n    rubric: aci_bench\n"
@@ -26,7 +27,7 @@ def deployments(tmp_path: Path, body: str) -> Path:
 
 
 def openai_item(name: str = "mine/model", **over: str) -> str:
-    fields = {"name": name, "model_name": "test/model", "kind": "openai", "base_url": "http://127.0.0.1:9/v1",
+    fields = {"name": name, "model_name": "test/model", "kind": "openai", "base_url": f"http://127.0.0.1:{refusing_port()}/v1",
               "max_sequence_length": "4096", **over}
     return "  - " + "\n    ".join(f"{k}: {v}" for k, v in fields.items()) + "\n"
 
@@ -163,8 +164,18 @@ def test_conf_with_20000_entries_reads_the_benchmark_once(tmp_path: Path, bench:
         f'  {{description: "medhelm_configurable_benchmark:model={SMOL},config_path={bench}", priority: {1 + i % 3}}}\n'
         for i in range(20_000)) + "]\n")
     r = run_cli(["run", "--conf-paths", conf, "--output-path", tmp_path / "out", "--dry-run"], cwd=tmp_path)
-    assert r.code == 0, r.stderr[-500:]
-    assert r.seconds < 30
+    assert r.code == 0, r.stderr[-500:]  # within run_cli's hang bound
+    # "once" counted, not timed: the same plan in this process, every benchmark load recorded
+    from medhelm.benchmarks import configurable
+    from medhelm.cli import main
+
+    loads = []
+    real = configurable.load_configurable
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(configurable, "load_configurable", lambda ctx: loads.append(ctx) or real(ctx))
+        assert main(["run", "--conf-paths", str(conf), "--output-path", str(tmp_path / "out2"), "--dry-run",
+                     "-q"]) == 0
+    assert len(loads) == 1
 
 
 # --------------------------------------------------------------------------- 4. writes outside the output

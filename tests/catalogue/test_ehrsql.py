@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from medhelm.scoring.ehrsql import extract_sql, score_sql
+from medhelm.scoring.ehrsql import QueryFailed, extract_sql, run_query, score_sql
 from medhelm.specs import FrozenMap, Instance, Reference
 
 
@@ -48,12 +48,17 @@ def test_writes_and_attach_are_refused_and_the_database_is_unchanged(db, tmp_pat
 
 def test_a_runaway_query_is_stopped_by_the_time_limit(db):
     inst = _inst(db, "select count(*) from patient")
+    # 3^24 rows to count: hours of work for a read-only query the authorizer allows (the recursive CTE this
+    # test used before was refused outright, "not authorized", so it never reached the time limit)
+    runaway = "select count(*) from " + ", ".join(f"patient p{i}" for i in range(24)) + ";"
+    # it ends at all because of the time limit, which run_query names; no wall-clock bound is asserted (a
+    # loaded machine may take longer than 0.5 s to notice the deadline)
+    assert score_sql(inst, runaway, 0.5)["ehr_sql_execution_accuracy"] == 0.0
+    with pytest.raises(QueryFailed, match="time limit exceeded"):
+        run_query(str(db), runaway, 0.5)
     forever = "with recursive c(x) as (select 1 union all select x + 1 from c) select count(*) from c;"
-    import time
-
-    start = time.monotonic()
-    assert score_sql(inst, forever, 0.5)["ehr_sql_execution_accuracy"] == 0.0
-    assert time.monotonic() - start < 5
+    with pytest.raises(QueryFailed, match="DatabaseError"):  # a recursive CTE is not a plain read: refused
+        run_query(str(db), forever, 0.5)
 
 
 def test_unanswerable_questions_want_no_sql(db):

@@ -16,7 +16,7 @@ SECRET = "SECRET-FIRST-LINE:root:x:0:0"
 
 
 @pytest.fixture
-def layout(tmp_path: Path) -> dict:
+def layout(tmp_path: Path, refused_url: str) -> dict:
     bench = tmp_path / "bench"
     cfg = write_configurable_benchmark(bench, 6)
     outside = tmp_path / "elsewhere"
@@ -25,7 +25,7 @@ def layout(tmp_path: Path) -> dict:
     (outside / "prompt.txt").write_text("Outside prompt {note} {question}")
     write_configurable_benchmark(outside / "data", 6)
     local = tmp_path / "prod_env"
-    write_openai_deployment(local, "http://127.0.0.1:9/v1", name="mock/m", model_name="test/m")
+    write_openai_deployment(local, f"{refused_url}/v1", name="mock/m", model_name="test/m")
     return {"bench": bench, "cfg": cfg, "outside": outside, "local": local, "tmp": tmp_path}
 
 

@@ -1,9 +1,13 @@
 """End to end on the real embedded model (SmolLM2-135M-Instruct via llama.cpp): the seeds' two example
-benchmarks, exact_match and jury_score (the jury is the embedded model too), 5 rows each."""
+benchmarks, exact_match and jury_score (the jury is the embedded model too), 3 rows each, 64 output tokens
+(size is not the point here; it doubled with the determinism check); then the same
+again in another process, one request at a time and without the request cache: the same texts and verdicts."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -13,12 +17,23 @@ from medhelm.rundir import RunDir
 pytestmark = [pytest.mark.slow, pytest.mark.embedded]
 
 
+def _outputs(out) -> dict:
+    """Per run and instance: the completion's text and every judge's verdict (what determinism promises)."""
+    found = {}
+    for path in (out / "runs" / "DEMO").iterdir():
+        for r in RunDir(path).iter_records():
+            found[(path.name, r.instance.id)] = (r.completion.text, [
+                (j.judge, j.criterion, j.status.value, j.score, j.explanation) for j in r.judgements])
+    return found
+
+
 def test_both_examples_on_the_embedded_model(repo_root, tmp_path, capsys):
     ex = repo_root / "examples"
-    rc = main(["run", "--conf-paths", str(ex / "exact_match_demo" / "exact_match_demo.conf"),
-               str(ex / "llm_jury_score_demo" / "llm_jury_score_demo.conf"), "--suite", "DEMO",
-               "--max-eval-instances", "5", "--output-path", str(tmp_path / "out"),
-               "--local-path", str(tmp_path / "prod_env"), "-q"])
+    args = ["run", "--conf-paths", str(ex / "exact_match_demo" / "exact_match_demo.conf"),
+            str(ex / "llm_jury_score_demo" / "llm_jury_score_demo.conf"), "--suite", "DEMO",
+            "--max-eval-instances", "3", "--num-output-tokens", "64", "-q"]
+    rc = main([*args, "--output-path", str(tmp_path / "out"), "--local-path", str(tmp_path / "prod_env"),
+               "--max-concurrency", "4"])
     out = capsys.readouterr().out
     assert rc == 0, out
     all_runs = [RunDir(p) for p in (tmp_path / "out" / "runs" / "DEMO").iterdir()]
@@ -30,17 +45,17 @@ def test_both_examples_on_the_embedded_model(repo_root, tmp_path, capsys):
 
     em = runs["EXACT-MATCH-DEMO"]
     records = list(em.iter_records())
-    assert len(records) == 5 and em.status()["status"] == "complete"
+    assert len(records) == 3 and em.status()["status"] == "complete"
     for r in records:
         assert r.completion is not None and r.completion.usage.completion_tokens >= 1
         assert r.stats["exact_match"] in (0.0, 1.0)
-    assert any(s.name == "exact_match" and s.count == 5 for s in em.stats())
+    assert any(s.name == "exact_match" and s.count == 3 for s in em.stats())
 
     jury = runs["LLM-JURY-SCORE-DEMO"]
     spec = jury.spec()
     [judges] = [m.args["judges"] for m in spec.benchmark.metrics if m.name == "jury_score"]
     records = list(jury.iter_records())
-    assert len(records) == 5 and jury.status()["status"] == "complete"
+    assert len(records) == 3 and jury.status()["status"] == "complete"
     for r in records:
         assert r.completion.text.strip(), "the candidate wrote a summary"
         # one score per judge x criterion (5 criteria in the demo rubric), each ok or explicitly unscored
@@ -56,5 +71,15 @@ def test_both_examples_on_the_embedded_model(repo_root, tmp_path, capsys):
         assert r.judge_usage.prompt_tokens > 0
     # the run's stats say how many instances were unscored instead of hiding them as zeros
     [js] = [s for s in jury.stats() if s.name == "jury_score"]
-    assert js.count + js.unscored == 5
+    assert js.count + js.unscored == 3
     json.dumps([s.to_json() for s in jury.stats()])
+
+    # Determinism at temperature 0: another process, requests one at a time (so each sees another previous
+    # call than above), the request cache off: the same text for every candidate and every judge.
+    again = subprocess.run([sys.executable, "-m", "medhelm", *args, "--output-path", str(tmp_path / "again"),
+                            "--local-path", str(tmp_path / "env2"), "--max-concurrency", "1", "--disable-cache"],
+                           capture_output=True, text=True, timeout=1800)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert not (tmp_path / "env2" / "cache").exists()
+    first, second = _outputs(tmp_path / "out"), _outputs(tmp_path / "again")
+    assert len(first) == 6 and first == second

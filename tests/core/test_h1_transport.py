@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
-import socket
 import ssl
 import subprocess
 import threading
@@ -136,9 +135,9 @@ def test_request_head_carries_host_auth_and_query_and_a_host_override_wins():
     assert headers2["host"] == "pubmed.models.example.com"  # KServe's ingress routes on the Host header
 
 
-def test_a_header_with_a_line_break_is_refused_before_any_request():
+def test_a_header_with_a_line_break_is_refused_before_any_request(refused_url):
     with pytest.raises(ConfigError, match="line break"):
-        JsonTransport(dep("http://127.0.0.1:9/v1"), {"X-Team": "qa\r\nX-Injected: 1"})
+        JsonTransport(dep(f"{refused_url}/v1"), {"X-Team": "qa\r\nX-Injected: 1"})
 
 
 def test_chunked_close_delimited_and_gzip_bodies_are_read_whole():
@@ -179,11 +178,15 @@ def test_chunked_close_delimited_and_gzip_bodies_are_read_whole():
 
 
 def test_a_kept_alive_connection_the_server_closed_while_idle_is_replaced_once():
+    closed = threading.Event()
+
     async def handler(reader, writer, n):
         await read_request(reader)
         writer.write(reply(b'{"n": %d}' % n))  # says keep-alive (HTTP/1.1 default) ...
         await writer.drain()
-        await asyncio.sleep(0.05)  # ... then an idle timeout closes it
+        writer.close()  # ... then an idle timeout closes it
+        await writer.wait_closed()
+        closed.set()
 
     with RawServer(handler) as srv:
         transport = JsonTransport(dep(srv.url(), max_concurrency=1), {})
@@ -191,7 +194,7 @@ def test_a_kept_alive_connection_the_server_closed_while_idle_is_replaced_once()
         async def go():
             url = srv.url() + "/chat/completions"
             first, _ = await transport.post_bytes(url, BODY, "here")
-            await asyncio.sleep(0.2)
+            assert await asyncio.to_thread(closed.wait, 60)  # the server has closed it, however long that took
             second, _ = await transport.post_bytes(url, BODY, "here")
             await transport.aclose()
             return first, second
@@ -214,22 +217,32 @@ def test_a_reply_cut_mid_body_is_a_retryable_transport_error_without_the_prompt(
 
 
 def test_a_late_reply_times_out_and_never_answers_the_next_request():
+    # the first reply is held until the client has given up on it (events, not sleeps: on a loaded machine a
+    # sleep-late reply could still arrive before the client's timer ran), then sent: it must not be taken
+    # for the next request's
+    gave_up, late_sent = threading.Event(), threading.Event()
+
     async def handler(reader, writer, n):
         while True:
             _, _, body = await read_request(reader)
             if n == 1:
-                await asyncio.sleep(0.5)  # past the deadline: its reply must not be taken for the next one's
-            writer.write(reply(b'{"conn": %d}' % n))
-            await writer.drain()
+                await asyncio.to_thread(gave_up.wait, 120)
+            try:
+                writer.write(reply(b'{"conn": %d}' % n))
+                await writer.drain()
+            finally:
+                if n == 1:
+                    late_sent.set()  # sent, or refused by a connection the client already dropped
 
     with RawServer(handler) as srv:
-        transport = JsonTransport(dep(srv.url(), max_concurrency=1, timeout_s=0.2), {})
+        transport = JsonTransport(dep(srv.url(), max_concurrency=1, timeout_s=1.0), {})
 
         async def go():
             url = srv.url() + "/chat/completions"
             with pytest.raises(InferenceError) as info:
                 await transport.post_bytes(url, BODY, "here")
-            await asyncio.sleep(0.5)
+            gave_up.set()
+            await asyncio.to_thread(late_sent.wait, 60)
             after, _ = await transport.post_bytes(url, BODY, "here")
             await transport.aclose()
             return info.value, after
@@ -238,11 +251,8 @@ def test_a_late_reply_times_out_and_never_answers_the_next_request():
     assert json.loads(after.content) == {"conn": 2}
 
 
-def test_a_closed_port_is_server_unreachable_naming_the_url():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}/v1"
+def test_a_closed_port_is_server_unreachable_naming_the_url(refused_url):
+    url = f"{refused_url}/v1"
     with pytest.raises(ServerUnreachable) as info:
         post(JsonTransport(dep(url), {}), url)
     assert str(info.value).startswith(f"cannot reach {url}")
@@ -285,7 +295,9 @@ def test_https_with_the_hospitals_ca_bundle_and_unverified_without_it(tmp_path):
 def test_without_a_deployment_cap_the_callers_requests_in_flight_set_the_connections(connections, expected):
     """`medhelm run -n 100` against a deployment without max_concurrency has 100 requests in flight, not the
     default 64 connections (with 36 requests queued in the pool behind them)."""
-    with MockOpenAIServer(latency_s=0.3) as srv:
+    # replies held until `expected` requests are in flight: that many connections are open at once however
+    # slowly the requests go out (a latency could end the first before the last started, and it be reused)
+    with MockOpenAIServer(hold_until_in_flight=expected) as srv:
         transport = JsonTransport(dep(srv.base_url), {}, connections=connections)
 
         async def go():

@@ -204,7 +204,9 @@ def test_server_message_loses_links_markup_and_encoded_runs():
 
 
 def test_timeout_is_retryable():
-    with MockOpenAIServer(latency_s=1.0) as srv:
+    # the reply would come after a minute (the server's stop cancels it): no loaded machine's delay puts it
+    # before the client's 0.1 s deadline
+    with MockOpenAIServer(latency_s=60.0) as srv:
         with pytest.raises(InferenceError) as info:
             generate(deployment(srv.base_url, timeout_s=0.1), request())
     assert info.value.retryable and "timed out" in str(info.value)

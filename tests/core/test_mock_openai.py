@@ -114,7 +114,7 @@ def test_in_flight_is_measured():
             body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1}
             await asyncio.gather(*(client.post(url + "/chat/completions", json=body) for _ in range(5)))
 
-    with MockOpenAIServer(latency_s=0.2) as srv:
+    with MockOpenAIServer(hold_until_in_flight=5) as srv:  # answers once all five are in
         asyncio.run(burst(srv.base_url))
         assert srv.max_in_flight == 5 and srv.request_count == 5
 

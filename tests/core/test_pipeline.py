@@ -3,12 +3,13 @@ resume after kill -9, and one-line errors that write nothing."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -90,17 +91,20 @@ def test_retries_recover_from_429_500_and_malformed(tmp_path):
         assert srv.request_count == 25 + status["retries"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path):
-    n, concurrency = 60, 4
+    n, concurrency, answered_before_kill = 60, 4, 20
     cfg = write_benchmark(tmp_path / "b", n)
-    with MockOpenAIServer(responder=yes_responder, latency_s=0.15) as srv:
+    # The mock answers the first 20 requests, then holds the rest until released: the kill lands mid-run with
+    # exactly 20 records written, however slowly this machine runs the poller below (no race with the run).
+    gate, seen = threading.Event(), itertools.count(1)
+
+    def gated(body: dict) -> str:
+        if next(seen) > answered_before_kill:
+            gate.wait(300)  # holds the mock's loop: nothing more is answered until the kill
+        return "Yes"
+
+    with MockOpenAIServer(responder=gated) as srv:
         local = tmp_path / "prod_env"
         write_deployment(local, srv.base_url)
         out = tmp_path / "out"
@@ -109,19 +113,22 @@ def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path):
                "--output-path", str(out), "--local-path", str(local), "-n", str(concurrency), "-q"]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         records = out / "runs" / "s"
-        deadline = time.time() + 60
+        deadline = time.monotonic() + 300
         done_before = 0
-        while time.time() < deadline:
-            files = list(records.glob("*/instances.jsonl"))
-            if files and (done_before := files[0].read_text().count("\n")) >= 15:
-                break
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        assert 15 <= done_before < n, "the run should be killed mid-way"
+        try:
+            while time.monotonic() < deadline and proc.poll() is None:
+                files = list(records.glob("*/instances.jsonl"))
+                if files and (done_before := files[0].read_text().count("\n")) >= answered_before_kill:
+                    break
+                time.sleep(0.05)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        finally:
+            gate.set()
+        assert done_before == answered_before_kill, "the run should be killed mid-way"
         assert proc.returncode == -signal.SIGKILL
 
-        rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         assert rerun.returncode == 0, rerun.stderr
         assert "resuming" not in rerun.stdout  # progress goes to stderr, results table to stdout
         rd = only_run_dir(out)
@@ -171,9 +178,9 @@ def test_unknown_deployment(capsys, workspace):
     assert not workspace["out"].exists()
 
 
-def test_unreachable_server_names_url_and_keeps_nothing_half_written(capsys, tmp_path):
+def test_unreachable_server_names_url_and_keeps_nothing_half_written(capsys, tmp_path, refused_url):
     cfg = write_benchmark(tmp_path / "b", 5)
-    url = f"http://127.0.0.1:{_free_port()}/v1"
+    url = f"{refused_url}/v1"
     write_deployment(tmp_path / "prod_env", url)
     ws = {"local": tmp_path / "prod_env", "out": tmp_path / "out",
           "entry": f"medhelm_configurable_benchmark:model=mock/yes-model,config_path={cfg}"}

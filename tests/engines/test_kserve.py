@@ -78,7 +78,7 @@ def _request(text: str, max_tokens: int = 8) -> GenerationRequest:
 
 
 @pytest.mark.parametrize("protocol", ["rest", "grpc"])
-def test_kserve_errors_map_to_retry_and_failure(protocol, kserve, engines_built):
+def test_kserve_errors_map_to_retry_and_failure(protocol, kserve, engines_built, refused_port):
     async def ask(deployment: Deployment, request: GenerationRequest, retry: RetryPolicy):
         pool = ClientPool(retry=retry)
         try:
@@ -108,7 +108,7 @@ def test_kserve_errors_map_to_retry_and_failure(protocol, kserve, engines_built)
     err, stats = asyncio.run(ask(missing, _request("hi"), RetryPolicy(max_attempts=3, base_delay_s=0.1)))
     assert isinstance(err, InferenceError) and not err.retryable and err.status == 404 and stats.requests == 1
     # nothing listening: unreachable, retried, then the run would stop (ServerUnreachable)
-    gone = dataclasses.replace(base, base_url=f"http://127.0.0.1:{free_port()}")
+    gone = dataclasses.replace(base, base_url=f"http://127.0.0.1:{refused_port}")
     err, stats = asyncio.run(ask(gone, _request("hi"), RetryPolicy(max_attempts=2, base_delay_s=0.1)))
     assert isinstance(err, ServerUnreachable) and stats.requests == 2 and stats.retries == 1
 

@@ -118,17 +118,28 @@ def test_a_run_resumed_while_summarize_reads_it_contributes_only_its_finished_in
 
 
 def test_summarize_beside_a_running_medhelm_run_skips_it_and_succeeds(tmp_path: Path) -> None:
-    """A real `medhelm run` (slow mock model) writes a run while `medhelm summarize` runs repeatedly beside it."""
+    """A real `medhelm run` writes a run while `medhelm summarize` runs repeatedly beside it. The mock model
+    answers three requests, then holds the fourth until two summaries are done: they run beside an unfinished
+    run whatever the machine's speed (a slow mock raced the summaries' start-up on a loaded machine)."""
+    import itertools
+    import threading
     import time
 
     from medhelm.devtools.mock_openai import MockOpenAIServer
+
+    release, seen = threading.Event(), itertools.count(1)
+
+    def held(body: dict) -> str:
+        if next(seen) == 4:
+            release.wait(600)  # holds the mock (and so the run) until released
+        return "Yes"
 
     examples = Path(__file__).parents[2] / "examples"
     out = tmp_path / "out"
     write_suite(out, "nightly", default_models(2), catalogue(2), 20)
     local = tmp_path / "prod_env"
     local.mkdir()
-    with MockOpenAIServer(responder=lambda body: "Yes", latency_s=0.4) as srv:
+    with MockOpenAIServer(responder=held) as srv:
         (local / "model_deployments.yaml").write_text(
             f"model_deployments:\n  - name: mock/slow\n    model_name: test/slow\n    kind: openai\n"
             f"    base_url: {srv.base_url}\n    served_model_name: slow\n    max_sequence_length: 4096\n")
@@ -144,9 +155,12 @@ def test_summarize_beside_a_running_medhelm_run_skips_it_and_succeeds(tmp_path: 
                     [sys.executable, "-m", "medhelm", "summarize", "--suites", "nightly", "-o", str(out),
                      "--bootstrap", "0"], capture_output=True, text=True, timeout=300)
                 summaries.append((done, run.poll() is None))  # did the run still write when it ended?
+                if len(summaries) == 2:
+                    release.set()
                 time.sleep(0.2)
             _, run_err = run.communicate(timeout=300)
         finally:
+            release.set()
             if run.poll() is None:
                 run.kill()
     assert run.returncode == 0, run_err[-500:]

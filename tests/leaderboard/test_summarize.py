@@ -69,7 +69,7 @@ def test_later_suite_wins_partial_runs_are_skipped_and_compat_flags_noted(tmp_pa
     assert "release 'r': 4 runs" in out
 
 
-def test_redacted_deployment_and_redact_flag_keep_no_text(tmp_path: Path) -> None:
+def test_redacted_deployment_and_redact_flag_keep_no_text(tmp_path: Path, refused_url: str) -> None:
     models = default_models(2)
     write_suite(tmp_path, "s", models, catalogue(2), 8)
     local = tmp_path / "prod_env"
@@ -77,7 +77,7 @@ def test_redacted_deployment_and_redact_flag_keep_no_text(tmp_path: Path) -> Non
     (local / "model_deployments.yaml").write_text(
         "model_deployments:\n"
         f"  - name: {models[0].deployment}\n    model_name: {models[0].model}\n    kind: openai\n"
-        "    base_url: http://127.0.0.1:9/v1\n    redacted: true\n")
+        f"    base_url: {refused_url}/v1\n    redacted: true\n")
     assert run_cli("summarize", "--suites", "s", "-o", str(tmp_path), "--local-path", str(local))[0] == 0
     with open_store(tmp_path / "results.sqlite") as store:
         runs = {r["deployment"]: r for r in read.runs(store, "s", catalogue(2)[0].name)}

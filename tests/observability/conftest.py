@@ -112,6 +112,15 @@ class MedhelmProcess:
             time.sleep(0.1)
         raise AssertionError(f"'{text}' never printed; stdout {self.stdout[-2000:]} stderr {self.stderr[-2000:]}")
 
+    def finish(self, timeout: float = 300) -> int:
+        """Its exit code once it has ended or is lingering (``--metrics-linger``; stderr says so), SIGTERM then
+        ending the linger: a long linger keeps /metrics up for the test's last scrape however slow the
+        machine, and costs no time."""
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None and "metrics lingering" not in self.stderr and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.stop()
+
     def stop(self, wait: float = 0) -> int:
         """Its exit code: waits ``wait`` seconds for it to end by itself, then terminates it."""
         try:

@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -114,13 +115,13 @@ def test_every_queried_metric_exists_in_a_real_scrape(rendered, promtool, tmp_pa
             FaultProxy(mock.base_url, unparseable_marker="FAULTJUDGE", unparseable_models={"judge"}) as proxy:
         entry, local, out = _setup(tmp_path, proxy)  # unparseable judge answers: judge failures are exported
         proc = MedhelmProcess("run", "-r", entry, "-o", str(out), "--local-path", str(local), "-q",
-                              "--metrics-port", "0", "--metrics-linger", "5")
+                              "--metrics-port", "0", "--metrics-linger", "900")
         try:
             url = proc.metrics_url()
             proc.wait_for("Results:")
-            text = fetch(url)
+            text = fetch(url)  # lingering: up until finish() ends it
         finally:
-            assert proc.stop(wait=60) == 0, proc.stderr
+            assert proc.finish() == 0, proc.stderr
     check_metrics(promtool, text)
     scraped = {name for name, _ in samples(text)}
     queried = {n for expr in _queries(rendered) for n in NAME.findall(expr)} - LABELS
@@ -200,45 +201,62 @@ def test_dashboard_queries_run_on_a_real_prometheus(rendered, tmp_path):
     if exe is None:
         pytest.skip("prometheus missing: scripts/_env.sh unpacks it from Debian's prometheus package")
 
-    def free_port() -> int:
+    def free_port() -> int:  # for Prometheus, which cannot report a port it picked itself
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             return s.getsockname()[1]
 
-    metrics_port, prom_port = free_port(), free_port()
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [{"job_name": "medhelm", "static_configs": [{
-            "targets": [f"127.0.0.1:{metrics_port}"], "labels": {"namespace": "ns", "pod": "eval-0"}}]}]}))
-    prom = subprocess.Popen([str(exe), f"--config.file={tmp_path / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    prom_port = free_port()
     api = f"http://127.0.0.1:{prom_port}/api/v1/query"
 
     def query(expr: str) -> dict:
         return json.loads(fetch(api + "?" + urllib.parse.urlencode({"query": expr})))
 
+    progress = next(p for p in _dashboard(rendered)["panels"] if p["title"] == "Suite progress")["targets"][0]["expr"]
+    progress = progress.replace("$__range", "10m").replace("$namespace", "ns")
+    prom = None
     try:
         with MockOpenAIServer(responder=responder, latency_s=0.2) as mock, \
                 FaultProxy(mock.base_url, unparseable_marker="FAULTJUDGE", unparseable_models={"judge"}) as proxy:
             entry, local, out = _setup(tmp_path, proxy)
+            # the run's metrics port is its own pick (it prints it); it lingers until Prometheus has scraped
+            # the final values (asked below), not for a fixed time a loaded machine might not keep to
             proc = MedhelmProcess("run", "-r", entry, "-o", str(out), "--local-path", str(local), "-q", "-n", "2",
-                                  "--metrics-port", str(metrics_port), "--metrics-linger", "4")
+                                  "--metrics-port", "0", "--metrics-linger", "900")
             try:
+                target = urllib.parse.urlsplit(proc.metrics_url()).netloc
+                (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
+                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                    "scrape_configs": [{"job_name": "medhelm", "static_configs": [{
+                        "targets": [target], "labels": {"namespace": "ns", "pod": "eval-0"}}]}]}))
+                prom = subprocess.Popen([str(exe), f"--config.file={tmp_path / 'prometheus.yml'}",
+                                         f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                         f"--web.listen-address=127.0.0.1:{prom_port}"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 proc.wait_for("Results:")
+                deadline = time.monotonic() + 300
+                while True:  # until a scrape after the last instance is in Prometheus
+                    try:
+                        result = query(progress)["data"]["result"]
+                        if result and float(result[0]["value"][1]) == 1.0:
+                            break
+                    except OSError:
+                        pass  # Prometheus still starting
+                    assert time.monotonic() < deadline, "Prometheus never saw the finished run"
+                    time.sleep(0.5)
             finally:
-                assert proc.stop(wait=60) == 0, proc.stderr
+                assert proc.finish() == 0, proc.stderr  # SIGTERM ends the linger
         dash = _dashboard(rendered)
         for panel in dash["panels"]:
             for target in panel["targets"]:
                 expr = target["expr"].replace("$__range", "10m").replace("$namespace", "ns")
                 answer = query(expr)
                 assert answer["status"] == "success", (panel["title"], expr, answer)
-        progress = next(p for p in dash["panels"] if p["title"] == "Suite progress")["targets"][0]["expr"]
-        result = query(progress.replace("$__range", "10m").replace("$namespace", "ns"))["data"]["result"]
+        result = query(progress)["data"]["result"]
         assert len(result) == 1 and float(result[0]["value"][1]) == 1.0
         tokens = query('sum(last_over_time(medhelm_tokens_total{namespace="ns"}[10m]))')["data"]["result"]
         assert tokens and float(tokens[0]["value"][1]) > 0
     finally:
-        prom.terminate()
-        prom.wait(timeout=30)
+        if prom is not None:
+            prom.terminate()
+            prom.wait(timeout=30)

@@ -128,11 +128,11 @@ def test_run_counters_equal_the_proxy_truth_and_a_cached_rerun_adds_nothing(serv
     proxy.enabled = True
     entry, local, out = _setup(tmp_path, proxy)
     common = ("-r", entry, "-o", str(out), "--local-path", str(local), *FAST)
-    proc = MedhelmProcess("run", *common, "--suite", "a", "--metrics-port", "0", "--metrics-linger", "5")
+    proc = MedhelmProcess("run", *common, "--suite", "a", "--metrics-port", "0", "--metrics-linger", "900")
     try:
         scrape, texts = _watch(proc, promtool, "Results:")
     finally:
-        code = proc.stop(wait=60)
+        code = proc.finish()
     cand, judge = proxy.truth("cand"), proxy.truth("judge")
     assert cand["status_400"] == 3 and cand["status_503"] == 3 * ATTEMPTS and cand.get("status_500", 0) > 0
     assert cand.get("status_429", 0) + judge.get("status_429", 0) > 0 and judge["unparseable"] == 3 * 2
@@ -173,11 +173,11 @@ def test_run_counters_equal_the_proxy_truth_and_a_cached_rerun_adds_nothing(serv
     assert filled.stop(wait=240) == 0, filled.stderr
     cand_b, judge_b = proxy.truth("cand"), proxy.truth("judge")
     proxy.reset()
-    again = MedhelmProcess("run", *common, "--suite", "c", "--metrics-port", "0", "--metrics-linger", "5")
+    again = MedhelmProcess("run", *common, "--suite", "c", "--metrics-port", "0", "--metrics-linger", "900")
     try:
         cached, _ = _watch(again, promtool, "Results:")
     finally:
-        assert again.stop(wait=60) == 0, again.stderr
+        assert again.finish() == 0, again.stderr
     assert proxy.log == []
     assert value(cached, "medhelm_tokens_total") == 0 and value(cached, "medhelm_model_attempts_total") == 0
     assert value(cached, "medhelm_model_requests_total", outcome="ok") == 0
@@ -207,11 +207,11 @@ def test_job_shard_with_a_failing_judge_behind_the_jury_service(servers, tmp_pat
         shard = MedhelmProcess("job", "-r", entry, "-o", str(out), "--local-path", str(local), *FAST,
                                "--suite", "j", "--shard-index", "0", "--shard-count", "2",
                                "--jury-service", jury.address, "--benchmark-root", str(tmp_path),
-                               "--metrics-port", "0", "--metrics-linger", "5")
+                               "--metrics-port", "0", "--metrics-linger", "900")
         try:
             job_scrape, _ = _watch(shard, promtool, "Results:")
         finally:
-            code = shard.stop(wait=60)
+            code = shard.finish()
         service_text = fetch(jury.metrics_url)
     finally:
         proxy.unavailable_marker, proxy.unavailable_models = old

@@ -130,10 +130,10 @@ def test_summarize_and_compare_push_gauges(tmp_path, pushgateway, promtool, repo
     assert {"medhelm_eval_regression", "medhelm_eval_gate_failed"} <= names
 
 
-def test_push_to_nowhere_is_a_note_not_a_failure(tmp_path):
+def test_push_to_nowhere_is_a_note_not_a_failure(tmp_path, refused_url):
     out = tmp_path / "out"
     write_run(out, "s", EXACT, "org/a", "local/a", [1.0, 0.0])
-    code, _, err = run_cli("summarize", "--suites", "s", "-o", str(out), "--pushgateway", "http://127.0.0.1:9")
+    code, _, err = run_cli("summarize", "--suites", "s", "-o", str(out), "--pushgateway", refused_url)
     assert code == 0 and "could not push metrics to the Pushgateway" in err
 
 

@@ -102,9 +102,9 @@ def _score(stub, spec, item: ScoringItem) -> dict[str, float | None]:
     return codec.metric_result(reply).stats
 
 
-def test_ehrsql_is_scored_against_the_servers_database_only(server_data, tmp_path, start_service):
+def test_ehrsql_is_scored_against_the_servers_database_only(server_data, tmp_path, start_service, refused_url):
     local = tmp_path / "prod_env"
-    write_deployment(local, "http://127.0.0.1:9/v1")
+    write_deployment(local, f"{refused_url}/v1")
     # the caller plans the run with a copy of the benchmark of its own (same questions, its own database path)
     client_mirror = tmp_path / "client_mirror"
     (client_mirror / "ehr_sql").mkdir(parents=True)

@@ -32,10 +32,10 @@ from .conftest import write_deployment, write_qa_benchmark
 
 
 @pytest.fixture
-def plan(tmp_path):
+def plan(tmp_path, refused_url):
     cfg = write_qa_benchmark(tmp_path / "bench", 20)
     local = tmp_path / "prod_env"
-    write_deployment(local, "http://127.0.0.1:9/v1")
+    write_deployment(local, f"{refused_url}/v1")
     entry = parse_run_entry(f"medhelm_configurable_benchmark:model=mock/svc-model,config_path={cfg},"
                             "max_eval_instances=12")
     return plan_runs([entry], RunOptions(local_path=local, output_path=tmp_path / "out"))[0]

@@ -45,16 +45,29 @@ def test_health_port_follows_the_event_loop(tmp_path, capsys):
     assert _check(port, "medhelm.v1.ScenarioService") == "SERVING"
     assert _check(port, "") == "SERVING"
     assert _check(port, "medhelm.v1.JuryService") == "NOT_FOUND"
-    # a wedged loop: the health port still answers (its own threads), but says NOT_SERVING past stall_s
-    holder["loop"].call_soon_threadsafe(time.sleep, 4.0)
-    time.sleep(0.5)
-    started = time.monotonic()
-    assert _check(port, "medhelm.v1.ScenarioService") == "SERVING"  # not stalled long enough yet
-    assert time.monotonic() - started < 0.5  # answered off the blocked loop
-    time.sleep(2.0)
-    assert _check(port, "medhelm.v1.ScenarioService") == "NOT_SERVING"
-    deadline = time.monotonic() + 10
-    while _check(port, "medhelm.v1.ScenarioService") != "SERVING":  # the loop recovered
+    # a wedged loop: the health port still answers (its own threads), but says NOT_SERVING past stall_s.
+    # The loop is held by an event this test releases, not by a sleep: no step depends on how fast it runs.
+    wedged, release = threading.Event(), threading.Event()
+
+    def wedge() -> None:
+        wedged.set()
+        release.wait(120)
+
+    holder["loop"].call_soon_threadsafe(wedge)
+    assert wedged.wait(30)
+    blocked_at = time.monotonic()
+    answers = []
+    deadline = blocked_at + 60
+    while not answers or answers[-1] != "NOT_SERVING":  # every answer comes while the loop is held
+        assert time.monotonic() < deadline, answers
+        answers.append(_check(port, "medhelm.v1.ScenarioService", timeout=10))
+        time.sleep(0.1)
+    # never NOT_SERVING before stall_s (less the loop's 1 s tick): a lower bound, however loaded the machine
+    assert time.monotonic() - blocked_at >= 1.5 - 1.0
+    assert set(answers) <= {"SERVING", "NOT_SERVING"}, answers
+    release.set()
+    deadline = time.monotonic() + 60
+    while _check(port, "medhelm.v1.ScenarioService", timeout=10) != "SERVING":  # the loop recovered
         assert time.monotonic() < deadline
         time.sleep(0.2)
     # SIGTERM-like stop: NOT_SERVING during the drain, then the port closes

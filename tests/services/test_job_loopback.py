@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,9 +16,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from medhelm.pipeline import RunDir
 from medhelm.v1 import metrics_pb2, metrics_pb2_grpc
 
 from .conftest import write_qa_benchmark
+from .responders import HOLD_ENV
 
 HERE = Path(__file__).parent
 ROWS, SHARDS = 24, 3
@@ -28,33 +29,26 @@ JURY_METRIC = ("  - name: jury_score\n    rubric: aci_bench\n    judges:\n"
 VOLATILE_USAGE = ("latency_s", "cached", "attempts")  # wall-clock and cache state, not results
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _env() -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
             "MEDHELM_OFFLINE": "1"}
 
 
 @pytest.fixture
-def mock_openai():
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "medhelm.devtools.mock_openai", "--port", str(port),
-                             "--latency-ms", "40", "--responder", "responders:answer"], env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-        except OSError:
-            time.sleep(0.05)
-    yield url + "/v1"
+def mock_openai(tmp_path):
+    """The mock in its own process on a port of its choosing (it prints it once listening). Requests whose
+    prompt holds a line of ``tmp_path / "mock-hold"`` wait for ``mock-hold.release`` (responders.py)."""
+    hold = tmp_path / "mock-hold"
+    hold.write_text("")
+    proc = subprocess.Popen([sys.executable, "-m", "medhelm.devtools.mock_openai", "--port", "0",
+                             "--latency-ms", "40", "--responder", "responders:answer_holding"],
+                            env={**_env(), HOLD_ENV: str(hold)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    line = proc.stdout.readline()  # blocks until it listens (or exits)
+    assert "listening on http://127.0.0.1:" in line, proc.stderr.read()[-2000:] if proc.poll() is not None else line
+    yield line.split("listening on ")[1].strip()
     proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=10)
+    proc.wait(timeout=60)
 
 
 def _deployments(local: Path, base_url: str) -> None:
@@ -117,27 +111,37 @@ def test_sharded_cluster_equals_single_process_and_survives_kill(tmp_path, mock_
               "--scenario-service", svc["scenarios"].address,
               "--jury-service", svc["jury"].address, "--metrics-service", svc["metrics"].address]
 
-    # shards 0 and 2 finish; shard 1 is killed (SIGKILL) after a few records
+    # shards 0 and 2 finish; shard 1 is killed (SIGKILL) after two records: the mock holds the candidate
+    # request of shard 1's third instance (one at a time there), so the kill lands there however slowly
+    # this machine polls
+    order = list(RunDir(single).iter_selection())
+    third = [iid for pos, iid in enumerate(order) if pos % SHARDS == 1][2]
+    [held] = [r for r in _records(single) if r["instance"]["id"] == third]
+    (tmp_path / "mock-hold").write_text(held["prompt"]["messages"][-1]["content"].splitlines()[0] + "\n")
     workers = {i: _worker(i, common) for i in range(SHARDS)}
     shard_file = out_cluster / "runs" / "s"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        files = list(shard_file.glob(f"*/shards/shard-00001-of-{SHARDS:05d}.jsonl"))
-        if files and len(files[0].read_text().splitlines()) >= 2:
-            break
-        time.sleep(0.02)
-    workers[1].send_signal(signal.SIGKILL)
+    deadline = time.monotonic() + 300
+    files: list[Path] = []
+    try:
+        while time.monotonic() < deadline and workers[1].poll() is None:
+            files = list(shard_file.glob(f"*/shards/shard-00001-of-{SHARDS:05d}.jsonl"))
+            if files and len(files[0].read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.05)
+        workers[1].send_signal(signal.SIGKILL)
+    finally:
+        (tmp_path / "mock-hold.release").touch()
     for i in (0, 2):
-        assert workers[i].wait(timeout=120) == 0, workers[i].stderr.read()[-3000:]
-    workers[1].wait(timeout=10)
+        assert workers[i].wait(timeout=300) == 0, workers[i].stderr.read()[-3000:]
+    workers[1].wait(timeout=60)
     written = len(files[0].read_text().splitlines())
-    assert 2 <= written < ROWS // SHARDS, "the kill must land mid-shard"
+    assert written == 2, "the kill must land mid-shard, at the held instance"
 
     partial = _medhelm("collect", "--suite", "s", "-o", str(out_cluster))
     assert partial.returncode == 2 and "re-run shard index 1" in partial.stdout, partial.stdout + partial.stderr
 
     rerun = _worker(1, common)
-    assert rerun.wait(timeout=120) == 0, rerun.stderr.read()[-3000:]
+    assert rerun.wait(timeout=300) == 0, rerun.stderr.read()[-3000:]
     collected = _medhelm("collect", "--suite", "s", "-o", str(out_cluster))
     assert collected.returncode == 0, collected.stdout + collected.stderr
 

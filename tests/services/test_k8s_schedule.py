@@ -88,11 +88,11 @@ def test_scheduled_time_and_dated_suite():
     assert schedules.check_cron("@daily") == "@daily" and schedules.check_cron(" 0 2 * * 1-5 ") == "0 2 * * 1-5"
 
 
-def test_job_suite_date_from_the_jobs_name(tmp_path):
+def test_job_suite_date_from_the_jobs_name(tmp_path, refused_url):
     """`medhelm job --suite-date` names the suite from MEDHELM_JOB_NAME (what the downward API gives the pod),
     the same in every shard; --dry-run plans without calling a model."""
     cfg = write_qa_benchmark(tmp_path / "bench", 6)
-    write_deployment(tmp_path / "env", "http://127.0.0.1:9/v1")
+    write_deployment(tmp_path / "env", f"{refused_url}/v1")
     conf = tmp_path / "x.conf"
     conf.write_text(f'entries: [{{description: "medhelm_configurable_benchmark:model=mock/svc-model,'
                     f'config_path={cfg}", priority: 1}}]\n')

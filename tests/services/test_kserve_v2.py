@@ -87,7 +87,7 @@ def test_several_stop_sequences_travel_as_json_text(v2_server):
     assert json.loads(_V2.seen[-1][1]["parameters"]["stop"]) == ["\n", "."]
 
 
-def test_refusals_and_unreachable(v2_server):
+def test_refusals_and_unreachable(v2_server, refused_url):
     from medhelm.inference.kserve_v2 import KServeV2Client
 
     _V2.script = [(400, {"error": "prompt too long"})]
@@ -96,7 +96,7 @@ def test_refusals_and_unreachable(v2_server):
         asyncio.run(client.generate(_request()))
     assert not err.value.retryable and err.value.status == 400 and "prompt too long" in str(err.value)
     assert "Summarise" not in str(err.value)
-    down = KServeV2Client(_deployment("http://127.0.0.1:9"))
+    down = KServeV2Client(_deployment(refused_url))
     with pytest.raises(ServerUnreachable) as err:
         asyncio.run(down.generate(_request()))
-    assert "http://127.0.0.1:9" in str(err.value)
+    assert refused_url in str(err.value)

@@ -124,7 +124,7 @@ def test_refusals_are_per_instance_errors_without_the_prompt():
         assert stats.requests == 1 and stats.retries == 0
 
 
-def test_retries_run_out_and_nobody_listening_is_unreachable():
+def test_retries_run_out_and_nobody_listening_is_unreachable(refused_port):
     servicer = _Servicer()
     servicer.script = [(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")] * 3
     err, stats = _run(servicer, retry=RetryPolicy(max_attempts=3, base_delay_s=0.01, jitter="none"))
@@ -133,11 +133,11 @@ def test_retries_run_out_and_nobody_listening_is_unreachable():
     async def unreachable():
         pool = ClientPool(retry=RetryPolicy(max_attempts=2, base_delay_s=0.01, jitter="none"))
         try:
-            await pool.get(_deployment(9)).generate(_request())
+            await pool.get(_deployment(refused_port)).generate(_request())
         finally:
             await pool.aclose()
 
-    with pytest.raises(ServerUnreachable, match=r"cannot reach http://127\.0\.0\.1:9 over gRPC"):
+    with pytest.raises(ServerUnreachable, match=rf"cannot reach http://127\.0\.0\.1:{refused_port} over gRPC"):
         asyncio.run(unreachable())
 
 

@@ -190,10 +190,25 @@ class MetricsExport:
                 print(f"medhelm: warning: {problem}", file=sys.stderr)
         if self._server is not None:
             if args.metrics_linger > 0 and exc[0] is None:
-                import time
-
-                time.sleep(args.metrics_linger)
+                _linger(args.metrics_linger, self._service)
             self._server.shutdown()
+
+
+def _linger(seconds: float, service: str) -> None:
+    """Keep serving /metrics ``seconds`` longer, for a last scrape. Said on stderr when it starts; SIGTERM
+    (a pod deleted, a test that has scraped) ends it early and the process exits as it would have (0)."""
+    import signal
+    import threading
+
+    done = threading.Event()
+    main = threading.current_thread() is threading.main_thread()  # signal handlers: the main thread only
+    previous = signal.signal(signal.SIGTERM, lambda *_: done.set()) if main else None
+    try:
+        print(f"medhelm {service}: metrics lingering {seconds:g} s (SIGTERM ends it)", file=sys.stderr, flush=True)
+        done.wait(seconds)
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def main_validate(args: argparse.Namespace) -> int:

@@ -24,9 +24,13 @@ continuously; past the budget a 429 with ``Retry-After`` the time the bucket nee
 + ``max_tokens`` on arrival, as OpenAI counts), sending ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``
 on every answer when ``rate_headers`` is set.
 
-A ``responder(body) -> str`` gives the answer text; raising ``MockHTTPError(status, message)`` from it
-answers with that HTTP error instead. For assertions: ``requests`` (bodies), ``request_meta`` (target and
+A ``responder(body) -> str`` gives the answer text (an ``async def`` responder may wait, e.g. for a test's
+signal, without holding the other requests); raising ``MockHTTPError(status, message)`` from it answers with
+that HTTP error instead. For assertions: ``requests`` (bodies), ``request_meta`` (target and
 headers), ``request_count``, ``max_in_flight``, ``connection_count``; ``reset()`` clears them.
+``hold_until_in_flight=N`` holds every chat reply until N requests have been in flight at once (then answers
+them all, and every later one at once; at most ``HOLD_LIMIT_S``): a test of a client's concurrency sees it
+reach N however slowly a loaded machine sends them, instead of relying on a latency being long enough.
 
 CLI: ``python -m medhelm.devtools.mock_openai --port 8000 [--latency-ms 50] [--error-rate 0.1]
 [--rate-limit-rate 0.1] [--malformed-rate 0.05] [--responder module:function]``.
@@ -38,14 +42,15 @@ import argparse
 import asyncio
 import hashlib
 import importlib
+import inspect
 import json
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-Responder = Callable[[dict[str, Any]], str]
+Responder = Callable[[dict[str, Any]], "str | Awaitable[str]"]
 
 
 class MockHTTPError(Exception):
@@ -54,6 +59,8 @@ class MockHTTPError(Exception):
     def __init__(self, status: int, message: str = "mock error", *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.retry_after = status, message, retry_after
+
+HOLD_LIMIT_S = 120.0  # the longest a reply is held for hold_until_in_flight (a client that never gets there)
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests",
             500: "Internal Server Error", 503: "Service Unavailable"}
@@ -83,7 +90,7 @@ class MockOpenAIServer:
                  retry_after_s: float = 0.05, host: str = "127.0.0.1", port: int = 0,
                  reasoning: str | None = None, thinking_tokens: int = 8, capacity: int | None = None,
                  requests_per_minute: float | None = None, tokens_per_minute: float | None = None,
-                 rate_headers: bool = False) -> None:
+                 rate_headers: bool = False, hold_until_in_flight: int = 0) -> None:
         if reasoning not in (None, "split", "inline"):
             raise ValueError("reasoning must be None, 'split' or 'inline'")
         self.reasoning, self.thinking_tokens = reasoning, thinking_tokens
@@ -101,7 +108,9 @@ class MockOpenAIServer:
         self.request_meta: list[dict[str, Any]] = []  # {"target": path?query, "headers": {...}} per body
         self.connection_count = 0  # TCP connections accepted (keep-alive reuses them)
         self.max_in_flight = 0  # most chat requests being served at once
+        self.hold_until_in_flight = hold_until_in_flight
         self._in_flight = 0
+        self._all_in: asyncio.Event | None = None  # set once hold_until_in_flight were in flight at once
         self._seen: Counter[str] = Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -123,13 +132,14 @@ class MockOpenAIServer:
         self._seen.clear()
         self.connection_count = self.max_in_flight = 0
         self.rate_limited_count = 0
+        self._all_in = None  # made again on the server's loop by the next request
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> MockOpenAIServer:
         self._thread = threading.Thread(target=asyncio.run, args=(self.serve(),), name="mock-openai", daemon=True)
         self._thread.start()
-        self._ready.wait(10)
+        self._ready.wait(120)  # bounded, generous: a loaded machine may start the thread late
         if self._startup_error is not None:
             raise self._startup_error
         return self
@@ -215,10 +225,22 @@ class MockOpenAIServer:
             self._in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self._in_flight)
             try:
+                if self.hold_until_in_flight:
+                    await self._hold()
                 return await self._chat(body, {"target": target, "headers": headers})
             finally:
                 self._in_flight -= 1
         return 404, {}, _json({"error": {"message": f"no route {method} {path}", "type": "not_found"}})
+
+    async def _hold(self) -> None:
+        if self._all_in is None:
+            self._all_in = asyncio.Event()
+        if self._in_flight >= self.hold_until_in_flight:
+            self._all_in.set()
+        try:
+            await asyncio.wait_for(self._all_in.wait(), HOLD_LIMIT_S)
+        except asyncio.TimeoutError:
+            pass  # never got there: answer anyway, the test's assertion on max_in_flight says so
 
     async def _chat(self, raw: bytes, meta: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
         chat = not meta["target"].split("?", 1)[0].endswith("/v1/completions")
@@ -258,6 +280,8 @@ class MockOpenAIServer:
                 {"error": {"message": "injected rate limit", "type": "rate_limit"}})
         try:
             text = self.responder(body)
+            if inspect.isawaitable(text):
+                text = await text
         except MockHTTPError as err:
             extra = {"Retry-After": f"{err.retry_after:g}"} if err.retry_after is not None else {}
             return err.status, extra, _json({"error": {"message": err.message, "type": "mock"}})

@@ -5,6 +5,20 @@ llama.cpp's context is not safe to share between threads, so generations run one
 ``asyncio.Lock``, each in ``asyncio.to_thread``. Deployment ``options``: ``n_ctx`` (default
 ``max_sequence_length``, else 4096), ``n_threads`` (default ``os.cpu_count()``), ``n_batch``.
 
+Determinism (the same request gives the same text, every time): llama-cpp-python keeps the previous
+call's tokens in the KV cache and, when the next prompt shares a prefix, evaluates only the unmatched
+suffix (for a repeated prompt, its last token alone). A prompt evaluated in a batch of 1 token and the same
+prompt evaluated in one batch go through different matrix kernels, so their logits differ in the last bits
+and a greedy pick between two near-equal tokens flips: the text then depended on which request ran before.
+So every generation starts from an empty context: ``reset()`` and the KV memory cleared, the whole prompt
+evaluated from position 0 in the same batches. The sampler is built anew per call with the request's seed
+(``None`` counts as 0; llama.cpp's "random seed" value is never passed), so temperature > 0 is reproducible
+with the same seed. Prompt (batch) and generation run on the same ``n_threads``. Hence: the same request on
+the same deployment options (``n_ctx``, ``n_threads``, ``n_batch``), model file and llama.cpp build gives
+the same text in one process or many, in any order, at any ``--max-concurrency``, cached or not; the cost
+is re-evaluating a shared prompt prefix (milliseconds for the embedded 135M model). Different thread counts
+or builds may differ in the last bits, and so in a near tie.
+
 ``context_window()`` reports ``n_ctx``, the window llama.cpp enforces (as the OpenAI client reports vLLM's
 ``max_model_len``), so candidate and judge prompts are budgeted against it; ``count_tokens`` counts with
 the model's own tokenizer.
@@ -25,6 +39,8 @@ from medhelm.errors import ConfigError, InferenceError
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 
 DEFAULT_N_CTX = 4096
+# llama.cpp reads the seed 0xFFFFFFFF (LLAMA_DEFAULT_SEED) as "pick one at random": seeds are taken modulo it.
+_SEED_RANGE = 0xFFFFFFFF
 
 
 class LlamaCppClient:
@@ -55,8 +71,10 @@ class LlamaCppClient:
                     raise ConfigError(f"deployment '{self._deployment.name}' needs llama-cpp-python; install the "
                                       f"embedded extra: pip install 'medhelm-k8s[embedded]'") from None
                 try:
+                    # n_threads_batch pinned too: it would default to every core, whatever n_threads says
                     self._llm = Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=self._n_threads,
-                                      n_batch=self._n_batch, seed=0, verbose=False)
+                                      n_threads_batch=self._n_threads, n_batch=self._n_batch, seed=0,
+                                      verbose=False)
                 except ValueError as err:  # llama.cpp could not read the file
                     raise ConfigError(f"cannot load GGUF model ({err})", path=path) from None
             return self._llm
@@ -102,11 +120,12 @@ class LlamaCppClient:
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
             "stop": list(request.stop),
-            "seed": request.seed,
+            "seed": (request.seed or 0) % _SEED_RANGE,
         }
         if request.json_schema is not None:  # grammar-constrained decoding: the output is the schema's JSON
             kwargs["grammar"] = schema_grammar(request.json_schema)
         try:
+            self._forget_previous_call()
             return self._llm.create_chat_completion(**kwargs)
         except ValueError as err:
             if "exceed context window" in str(err):
@@ -114,6 +133,16 @@ class LlamaCppClient:
                                      f"window (n_ctx={self.n_ctx}): {err}", retryable=False) from None
             raise InferenceError(f"deployment '{self._deployment.name}': llama.cpp refused the request: {err}",
                                  retryable=False) from None
+
+    def _forget_previous_call(self) -> None:
+        """Start from an empty context, so no prompt prefix of an earlier call is reused (module docstring)."""
+        llm = self._llm
+        llm.reset()  # n_tokens = 0: generate() finds no cached prefix and evaluates the whole prompt
+        import llama_cpp  # loaded already (load() imported it)
+
+        memory = llama_cpp.llama_get_memory(llm.ctx)
+        if memory is not None:  # every cell freed, the next prompt placed from cell 0 as in a new context
+            llama_cpp.llama_memory_clear(memory, False)
 
     async def aclose(self) -> None:
         llm, self._llm = self._llm, None
