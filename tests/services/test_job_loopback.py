@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from medhelm.pipeline import RunDir
+from medhelm.rundir import RunDir
 from medhelm.v1 import metrics_pb2, metrics_pb2_grpc
 
 from .conftest import write_qa_benchmark
