@@ -1,6 +1,5 @@
 # Shared by quickstart.sh and test.sh (sourced, not run).
 VENV=${MEDHELM_VENV:-.venv}
-step() { printf '\n==> %s\n' "$*" >&2; }
 
 ensure_venv() {
   if [ ! -x "$VENV/bin/python" ]; then
@@ -12,8 +11,13 @@ ensure_venv() {
     || { echo "medhelm needs Python >= 3.11 (set PYTHON=python3.11)" >&2; exit 2; }
 }
 
-# pip, quietly; llama-cpp-python builds from source once (~8 min on 2 cores), then pip's wheel cache serves it.
-# Quiet on success; the whole log on failure.
+# Timestamps of the steps, for bench/bench_quickstart.py: MEDHELM_STEP_LOG=FILE appends "<epoch s>\t<step>".
+step() {
+  printf '\n==> %s\n' "$*" >&2
+  [ -z "${MEDHELM_STEP_LOG:-}" ] || printf '%s\t%s\n' "$(date +%s.%N)" "$*" >>"$MEDHELM_STEP_LOG"
+}
+
+# pip, quietly; the whole log on failure.
 pip_install() {
   local log
   log=$(mktemp)
@@ -23,6 +27,67 @@ pip_install() {
     return 1
   fi
   rm -f "$log"
+}
+
+# llama-cpp-python has no Linux wheel on PyPI: pip compiles llama.cpp from its sdist, the long pole of a fresh
+# install on 2 cores. Compile only what the in-process client uses (CMAKE_ARGS, read by its scikit-build-core
+# build): no multimodal library (LLAVA_BUILD=OFF drops tools/mtmd, 51 of 178 compile units; the client loads it
+# only for image chat formats, which medhelm never uses), and one unity build per target (127 -> 61 units; the
+# compile is dominated by headers every unit re-parses). GGML_NATIVE stays on: kernels for this CPU.
+# A CMAKE_ARGS of your own (e.g. -DGGML_CUDA=on) replaces these. bench/bench_quickstart.py measures the result.
+LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_UNITY_BUILD=ON"
+
+# A requirement list of pyproject.toml (its one owner): extra_requirements EXTRA prints the extra's, one a line.
+extra_requirements() {
+  "$VENV/bin/python" - "$1" <<'PY'
+import sys, tomllib
+with open("pyproject.toml", "rb") as f:
+    print("\n".join(tomllib.load(f)["project"]["optional-dependencies"][sys.argv[1]]))
+PY
+}
+
+# The embedded extra minus llama-cpp-python (installed in the foreground while llama.cpp compiles).
+embedded_without_llama() { extra_requirements embedded | grep -v '^llama-cpp-python'; }
+
+# start_llama_build: compile llama-cpp-python's wheel in the background (pip wheel: nothing is installed into the
+# venv, so the foreground pip installs the rest meanwhile); finish_llama_build waits and installs that wheel.
+# When an installed llama-cpp-python already satisfies pyproject's requirement, nothing is built.
+start_llama_build() {
+  LLAMA_REQ=$(extra_requirements embedded | grep '^llama-cpp-python')
+  LLAMA_WHEELS=$(mktemp -d)
+  LLAMA_BUILD_PID=
+  # pip's own vendored `packaging` reads the requirement exactly as pip would.
+  if "$VENV/bin/python" - "$LLAMA_REQ" <<'PY'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pip._vendor.packaging.requirements import Requirement
+req = Requirement(sys.argv[1])
+try:
+    sys.exit(0 if req.specifier.contains(version(req.name), prereleases=True) else 1)
+except PackageNotFoundError:
+    sys.exit(1)
+PY
+  then
+    return 0
+  fi
+  step "building $LLAMA_REQ in the background (llama.cpp from source, once: pip caches the wheel)"
+  CMAKE_ARGS="${CMAKE_ARGS:-$LLAMA_CMAKE_ARGS}" "$VENV/bin/python" -m pip wheel -q --no-deps \
+    --disable-pip-version-check -w "$LLAMA_WHEELS" "$LLAMA_REQ" >"$LLAMA_WHEELS/build.log" 2>&1 &
+  LLAMA_BUILD_PID=$!
+}
+
+finish_llama_build() {
+  if [ -n "$LLAMA_BUILD_PID" ]; then
+    step "waiting for the llama-cpp-python build"
+    if ! wait "$LLAMA_BUILD_PID"; then
+      grep -v '^WARNING: Location' "$LLAMA_WHEELS/build.log" >&2
+      rm -rf "$LLAMA_WHEELS"
+      return 1
+    fi
+    step "installing the llama-cpp-python wheel"
+    pip_install "$LLAMA_WHEELS"/llama_cpp_python-*.whl
+  fi
+  rm -rf "$LLAMA_WHEELS"
 }
 
 # Debian packages and the npm package some tests drive: PostgreSQL (store parity), Chromium + Playwright

