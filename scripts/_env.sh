@@ -74,12 +74,16 @@ PY
   CMAKE_ARGS="${CMAKE_ARGS:-$LLAMA_CMAKE_ARGS}" "$VENV/bin/python" -m pip wheel -q --no-deps \
     --disable-pip-version-check -w "$LLAMA_WHEELS" "$LLAMA_REQ" >"$LLAMA_WHEELS/build.log" 2>&1 &
   LLAMA_BUILD_PID=$!
+  # A quickstart that fails meanwhile does not leave the compile running.
+  trap '[ -z "${LLAMA_BUILD_PID:-}" ] || kill "$LLAMA_BUILD_PID" 2>/dev/null || true' EXIT
 }
 
 finish_llama_build() {
   if [ -n "$LLAMA_BUILD_PID" ]; then
     step "waiting for the llama-cpp-python build"
-    if ! wait "$LLAMA_BUILD_PID"; then
+    local pid=$LLAMA_BUILD_PID
+    LLAMA_BUILD_PID=
+    if ! wait "$pid"; then
       grep -v '^WARNING: Location' "$LLAMA_WHEELS/build.log" >&2
       rm -rf "$LLAMA_WHEELS"
       return 1
