@@ -144,8 +144,14 @@ def main() -> int:
     ap.add_argument("--workdir", type=Path, help="keep the builds here (default: a temporary folder, removed)")
     ap.add_argument("--reference-python", help="compare the greedy answers with this interpreter's installed "
                     "llama-cpp-python (today's build, e.g. a scripts/test.sh .venv) instead of the first variant's")
+    ap.add_argument("--results", type=Path, help="write the report from this file of an earlier run's printed result "
+                    "lines (with its --workdir, whose builds are kept) instead of compiling again: the compile timings "
+                    "are that run's; the command comparison and the greedy answers are redone on its builds")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
+    if args.results and not args.workdir:
+        print("bench_llama_build: --results needs the --workdir of that run", file=sys.stderr)
+        return 2
     names = args.variants.split(",")
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
@@ -163,7 +169,13 @@ def main() -> int:
         return 1
     default_commands = shipped_commands(work / "configured-default")
     results = []
-    if args.parallel:
+    if args.results:
+        for line in args.results.read_text().splitlines():
+            row = json.loads(line)
+            if "name" in row:
+                results.append({**row, "build": work / f"build-{row['name']}", "when": row.get("when", "an earlier run")})
+        when = f"{when} (compiled earlier by the same script: timings from {args.results.name})"
+    elif args.parallel:
         started = [start_build(src, work, n, args.jobs) for n in names]
         results = [b if "proc" not in b else finish_build(b) for b in started]
     else:

