@@ -82,4 +82,4 @@ def test_both_examples_on_the_embedded_model(repo_root, tmp_path, capsys):
     assert again.returncode == 0, again.stderr[-2000:]
     assert not (tmp_path / "env2" / "cache").exists()
     first, second = _outputs(tmp_path / "out"), _outputs(tmp_path / "again")
-    assert len(first) == 6 and first == second
+    assert len(first) == 18 and first == second  # 6 runs (the model and the baselines) x 3 instances

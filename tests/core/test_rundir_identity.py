@@ -4,7 +4,8 @@
 ``tests/data/rundir_golden.json``. The golden was written by the code before the move
 (``python tests/core/test_rundir_identity.py --write GOLDEN`` with that code first on PYTHONPATH). One change
 since, on purpose: the store's bootstrap replicates (``cells.boot``) are float64 (issue 30: a one-benchmark
-category's interval equals that benchmark's own exactly); that column alone was re-written, by the code after.
+category's interval equals that benchmark's own exactly); and the release's ``meta`` gained ``rank_baselines``
+(issue 27: whether reference baselines were ranked with the models). Those alone were re-written, by the code after.
 
 Only what differs between two runs of the same code is masked: latencies and wall times (measured), the
 store's creation times. Everything else — every file's name, every line, every stat, every store row — must

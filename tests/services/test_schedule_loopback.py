@@ -14,6 +14,8 @@ reads the termination message) are the only env values changed: the /metrics por
 
 from __future__ import annotations
 
+import base64
+
 import json
 import os
 import re
@@ -53,8 +55,10 @@ class Kubelet:
     folder, a ConfigMap its files, an emptyDir a fresh folder), mount paths in args and env are mapped to
     them, env valueFrom resolved (fieldRef from the pod's labels, Service names to loopback addresses)."""
 
-    def __init__(self, root: Path, configmaps: dict[str, dict], services: dict[str, str]) -> None:
+    def __init__(self, root: Path, configmaps: dict[str, dict], services: dict[str, str],
+                 secrets: dict[str, dict] | None = None) -> None:
         self.root, self.configmaps, self.services = root, configmaps, services
+        self.secrets = secrets or {}
         self.pvc = root / "pvc"
 
     def _mounts(self, pod_spec: dict, container: dict, pod_name: str) -> dict[str, Path]:
@@ -69,6 +73,13 @@ class Kubelet:
                 host.mkdir(parents=True, exist_ok=True)
                 for key, text in self.configmaps[vol["configMap"]["name"]]["data"].items():
                     (host / key).write_text(text)
+            elif "secret" in vol:  # the chart's own Secrets (the caller token): their keys as files, items only
+                source = vol["secret"]
+                host = self.root / "secrets" / pod_name / m["name"]
+                host.mkdir(parents=True, exist_ok=True)
+                data = self.secrets[source["secretName"]]["data"]
+                for item in source.get("items") or [{"key": k, "path": k} for k in data]:
+                    (host / item["path"]).write_bytes(base64.b64decode(data[item["key"]]))
             elif "emptyDir" in vol:
                 host = self.root / "pods" / pod_name / m["name"]
             else:
@@ -145,7 +156,8 @@ def test_one_scheduled_cycle_end_to_end(tmp_path, mock_openai, start_service, he
                                env=svc_env)
            for name in ("scenarios", "jury", "metrics")}
     services = {f"{RELEASE}-medhelm-{n}:50051": svc[n].address for n in svc}  # cluster DNS + kube-proxy
-    kubelet = Kubelet(tmp_path, configmaps, services)
+    secrets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret"}
+    kubelet = Kubelet(tmp_path, configmaps, services, secrets)
 
     def shard(when: datetime, index: int, **env: str) -> subprocess.Popen:
         job_name = f"{CRON}-{int(when.timestamp()) // 60}"  # the CronJob controller's name for this run

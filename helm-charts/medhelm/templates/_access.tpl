@@ -96,6 +96,7 @@
 - name: callers
   secret:
     secretName: {{ include "medhelm.callerTokenSecret" . }}
+    optional: false  # explicit: podman 4.3's kube play dereferences it (no pod starts without its token)
     items: [{key: callers, path: callers}]
 {{- end }}
 {{- end -}}
@@ -113,6 +114,7 @@
 - name: callers
   secret:
     secretName: {{ include "medhelm.callerTokenSecret" . }}
+    optional: false  # explicit: podman 4.3's kube play dereferences it
     items: [{key: job, path: job}]
 {{- end }}
 {{- end -}}
