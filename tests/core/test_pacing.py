@@ -56,7 +56,7 @@ def test_four_shards_share_one_server_without_a_coordinator():
         one, _ = simulate(capacity=32, fixed=32, seed=seed)
         total = sum(s.completions for s in shards)
         assert total >= 0.95 * one[0].completions
-        assert min(s.completions for s in shards) >= 0.14 * total  # issue 31 asks 0.15: see docs/benchmarks.md
+        assert min(s.completions for s in shards) >= 0.15 * total
 
 
 def test_a_batching_server_is_driven_past_its_nominal_slots():

@@ -16,9 +16,13 @@ on one deployment share its concurrency and its rate budget). A pacer composes t
 ``AdaptiveLimit`` measures the deployment in *windows*: after a change of limit it lets one round of requests
 finish (the queue settles), then counts ``max(16, 2 x limit)`` completions and takes their throughput and median
 latency. It starts at 4 and doubles while doubling raises throughput by at least 30 % (slow start); the last
-limit that paid is the *plateau*. Then it cruises, and every ``cruise`` windows probes: up by about sqrt(limit)
-(kept if throughput rose by at least a quarter of the proportional gain), else down by a fifth (kept if
-throughput fell by at most a quarter of the proportional loss: same work, shorter queue). When a window's median
+limit that paid is the *plateau* (a doubling whose median latency grew 1.6-fold only queued, and stops it too).
+Then it cruises, and every ``cruise`` windows probes: up by about sqrt(limit) (kept if throughput rose by at least
+a quarter of the proportional gain while the median latency grew by less than three quarters of it: at a
+saturated server latency grows in proportion, Little's law, whatever a noisy throughput says), else down by a
+fifth (kept if throughput fell by at most a quarter of the proportional loss: same work, shorter queue). A
+cruise whose median is over 1.3 x the base tries that step down after two windows instead (once per limit: a
+batching server's latency grows with its batch and the step down then costs throughput). When a window's median
 latency is over ``latency_tolerance`` (3) x the lowest median seen (a minimum that forgets 0.2 % a window), the
 server is queueing for everyone: the limit follows limit x (tolerance x base / latency) + 1 each window until
 the median is back under 1.5 x the base. Every client of a shared server sees the same latency and applies the
@@ -91,14 +95,16 @@ class AdaptiveLimit:
         self._tolerance = latency_tolerance
         self._clock = clock
         self._window = self._new_window()
-        self._prev: tuple[int, float] | None = None  # startup: (limit, throughput) of the window before
+        self._prev: tuple[int, float, float] | None = None  # startup: (limit, throughput, median) of the last window
         self._ref: collections.deque[float] = collections.deque(maxlen=4)  # cruise throughputs at this limit
+        self._ref_med: collections.deque[float] = collections.deque(maxlen=4)  # and their median latencies
         self._ref_limit = self.limit
         self._cruising = 0
         self._medians: collections.deque[float] = collections.deque(maxlen=64)
         self._base: float | None = None  # the lowest median seen, drifting up 0.2 % a window (a slow forgetting)
         self._last_cut = -math.inf
         self._congested = 0  # windows left of additive-only growth after the latency guard fired
+        self._down_refused: int | None = None  # the limit at which the last probe down lost throughput
         self.changes = 0  # how often the limit changed (tests, metrics)
 
     # -- what the gate reports
@@ -149,6 +155,7 @@ class AdaptiveLimit:
         if phase == "cruise" and (limit != self._ref_limit or self.phase != "cruise"):
             if limit != self._ref_limit:
                 self._ref.clear()
+                self._ref_med.clear()
             self._ref_limit = limit
             self._cruising = 0
         self.limit, self.phase = limit, phase
@@ -164,14 +171,15 @@ class AdaptiveLimit:
             self._window = self._new_window()
             return
         if self.phase == "startup":
-            if self._prev is not None and x < 1.3 * self._prev[1]:
-                self.plateau = self._prev[0]  # doubling did not pay: the last limit that did is the plateau
+            if self._prev is not None and (x < 1.3 * self._prev[1] or median > 1.6 * self._prev[2]):
+                # doubling did not pay (or only queued: the latency nearly doubled): the last limit that did
+                self.plateau = self._prev[0]
                 self._set(self._prev[0], "cruise")
             elif slow or self.limit >= self.ceiling:
                 self.plateau = self.limit
                 self._set(self.limit, "cruise")
             else:
-                self._prev = (self.limit, x)
+                self._prev = (self.limit, x, median)
                 self._set(self.limit * 2, "startup")
             return
         if self.phase == "cruise":
@@ -185,8 +193,14 @@ class AdaptiveLimit:
                 self._set(max(1, math.floor(self.limit * gradient) + 1), "cruise")
                 return
             self._ref.append(x)
+            self._ref_med.append(median)
             self._cruising += 1
-            if self._cruising >= self._cruise:
+            # a queue of our own (median well over the base): try a smaller limit soon, not after a full cruise
+            queued = base is not None and median > 1.3 * base and self._cruising >= 2 \
+                and self._down_refused != self.limit
+            if queued:
+                self._probe_down()
+            elif self._cruising >= self._cruise:
                 up = min(self.ceiling, self.limit + max(1, math.ceil(math.sqrt(self.limit))))
                 if up > self.limit:
                     self._probe_from = self.limit
@@ -198,9 +212,12 @@ class AdaptiveLimit:
             return
         ref = sum(self._ref) / len(self._ref) if self._ref else x
         start = self._probe_from
+        ref_med = sorted(self._ref_med)[len(self._ref_med) // 2] if self._ref_med else median
         if self.phase == "probe_up":
             gain = self.limit / start - 1
-            if x >= ref * (1 + 0.25 * gain) and not slow:
+            # More in flight must pay in throughput, and must not just queue: at a saturated server the median
+            # latency grows in proportion to the limit (Little's law), whatever a noisy throughput says.
+            if x >= ref * (1 + 0.25 * gain) and median <= ref_med * (1 + 0.75 * gain) and not slow:
                 self.plateau = self.limit
                 self._set(self.limit, "cruise")
             else:
@@ -215,6 +232,7 @@ class AdaptiveLimit:
         else:
             self._set(start, "cruise")
             self._cruising = 0
+            self._down_refused = start  # no early probe down again at this limit (it costs throughput each time)
 
     def _probe_down(self) -> None:
         down = max(1, min(self.limit - 1, math.floor(self.limit * 0.8)))
