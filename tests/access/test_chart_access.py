@@ -77,7 +77,7 @@ def test_default_dashboard_is_redacted_on_loopback_and_services_need_a_token(cha
         svc, pod = _container(docs, f"rel-medhelm-{name}")
         assert "--caller-tokens=/etc/medhelm/callers/callers" in svc["args"] and "--insecure-no-auth" not in svc["args"]
         assert next(v for v in pod["volumes"] if v["name"] == "callers")["secret"] == \
-            {"secretName": "rel-medhelm-callers", "items": [{"key": "callers", "path": "callers"}]}
+            {"secretName": "rel-medhelm-callers", "optional": False, "items": [{"key": "callers", "path": "callers"}]}
     job_tpl = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "rel-medhelm-job-template")
     job_pod = yaml.safe_load(job_tpl["data"]["job.yaml"])["spec"]["template"]["spec"]
     assert next(v for v in job_pod["volumes"] if v["name"] == "callers")["secret"]["items"] == [{"key": "job", "path": "job"}]
@@ -193,4 +193,4 @@ def test_k8s_submitted_jobs_carry_only_the_jobs_token(helm_bin, chart):  # noqa:
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     assert env["MEDHELM_SERVICE_TOKEN_FILE"] == "/etc/medhelm/callers/job"
     vol = next(v for v in pod["volumes"] if v["name"] == "callers")
-    assert vol["secret"] == {"secretName": "medhelm-callers", "items": [{"key": "job", "path": "job"}]}
+    assert vol["secret"] == {"secretName": "medhelm-callers", "optional": False, "items": [{"key": "job", "path": "job"}]}
