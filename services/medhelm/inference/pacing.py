@@ -105,6 +105,7 @@ class AdaptiveLimit:
         self._last_cut = -math.inf
         self._congested = 0  # windows left of additive-only growth after the latency guard fired
         self._down_refused: int | None = None  # the limit at which the last probe down lost throughput
+        self._probe_from = self.limit  # the limit a probe started from (it returns there when refused)
         self.changes = 0  # how often the limit changed (tests, metrics)
 
     # -- what the gate reports
@@ -242,8 +243,6 @@ class AdaptiveLimit:
         else:
             self._cruising = 0
             self._window = self._new_window()
-
-    _probe_from: int = 0
 
 
 # --------------------------------------------------------------------------------------------
