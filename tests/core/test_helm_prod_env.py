@@ -151,9 +151,11 @@ def test_the_example_prod_env_loads_unchanged_with_keys_from_credentials_conf(tm
     assert claude.base_url == "https://gateway.hospital.example/Claude37Sonnet/claude-3-7-sonnet"
     assert claude.options["credentials"]["as"] == "subscription_key"
     assert claude.options["subscription_key_header"] == "Ocp-Apim-Subscription-Key"
-    assert claude.options["api_path"] == ""  # the route is the whole URL, as HELM posts it
+    # the route is the whole URL and the body SHC's own, as HELM's StanfordHealthCareClaudeClient posts it
+    assert claude.options["platform"] == "shc"
     gemini = registry.get("stanfordhealthcare/gemini-2.0-flash-001")
     assert gemini.kind is DeploymentKind.GEMINI and gemini.served_model_name == "gemini-2.0-flash-001"
+    assert gemini.options["platform"] == "shc"
     vllm = registry.get("vllm/qwen3-8b")  # no gateway, no key needed
     assert (vllm.kind, vllm.base_url, vllm.served_model_name) == (
         DeploymentKind.OPENAI, "http://qwen3-8b-predictor.llm.svc.cluster.local/v1", "Qwen/Qwen3-8B")
@@ -376,21 +378,18 @@ class Gateway:
 
 
 def test_the_nine_paper_models_answer_through_the_gateway_with_the_key_from_credentials_conf(tmp_path):
-    from medhelm.devtools.fake_providers import FakeAnthropic, FakeAzureOpenAI, FakeGemini
+    from medhelm.devtools.fake_providers import FakeAzureOpenAI, FakeSHCGateway
 
-    with FakeAnthropic(api_key="sk-ant-backend") as claude, FakeGemini(api_key="AIza-backend") as gemini, \
+    shc_routes = {"/Claude37Sonnet/claude-3-7-sonnet": "claude", "/Claude35Sonnetv2/claude-3-5-sonnet": "claude",
+                  "/gcp-gem20flash-fa/apim-gcp-gem20flash-fa": "google",
+                  "/gcp-gem15pro-fa/apim-gcp-gem15pro-fa": "google"}
+    with FakeSHCGateway(routes=shc_routes, subscription_key="shc-backend") as shc, \
             FakeAzureOpenAI(api_key="azure-backend") as azure, MockOpenAIServer() as gpu:
         routes = {
             "/openai-eastus2": (azure.base_url + "/openai", {"api-key": "azure-backend"}),
-            # SHC's routes are whole URLs (HELM posts to {endpoint}/{deployment}): the gateway maps each to the
-            # provider's API path
-            "/Claude37Sonnet/claude-3-7-sonnet": (claude.base_url + "/v1/messages", {"x-api-key": "sk-ant-backend"}),
-            "/Claude35Sonnetv2/claude-3-5-sonnet": (claude.base_url + "/v1/messages",
-                                                    {"x-api-key": "sk-ant-backend"}),
-            "/gcp-gem20flash-fa/apim-gcp-gem20flash-fa": (
-                gemini.base_url + "/v1beta/models/gemini-2.0-flash-001:generateContent", {"x-goog-api-key": "AIza-backend"}),
-            "/gcp-gem15pro-fa/apim-gcp-gem15pro-fa": (
-                gemini.base_url + "/v1beta/models/gemini-1.5-pro-001:generateContent", {"x-goog-api-key": "AIza-backend"}),
+            # SHC's Claude and Gemini routes are whole URLs (HELM posts to {endpoint}/{deployment}) taking SHC's
+            # private text bodies, which the strict fake checks field for field
+            **{route: (shc.base_url + route, {"Ocp-Apim-Subscription-Key": "shc-backend"}) for route in shc_routes},
             "/llama3370b": (gpu.base_url[: -len("/v1")], {}),
             "/deepseekr1": (gpu.base_url[: -len("/v1")], {}),
         }
@@ -416,9 +415,15 @@ def test_the_nine_paper_models_answer_through_the_gateway_with_the_key_from_cred
     assert "/openai-eastus2/deployments/o3-mini/chat/completions" in paths
     assert "/deepseekr1/v1/chat/completions" in paths
     # the backends saw their own credential, never the hospital's subscription key
-    for fake in (claude, gemini, azure):
+    for fake in (shc, azure):
         assert fake.requests and all(SECRET not in json.dumps(r, default=str) for r in fake.requests)
-    assert len(claude.requests) == 2 and len(gemini.requests) == 2 and len(azure.requests) == 3
+    assert len(shc.requests) == 4 and len(azure.requests) == 3
+    claude = next(r["body"] for r in shc.requests if r["path"] == "/Claude37Sonnet/claude-3-7-sonnet")
+    assert claude == {"model_id": "claude-3-7-sonnet-20250219", "prompt_text": claude["prompt_text"],
+                      "max_tokens": 8, "temperature": 0.0}  # HELM's StanfordHealthCareClaudeClient body
+    gemini = next(r["body"] for r in shc.requests if r["path"].startswith("/gcp-gem20flash"))
+    assert gemini["generation_config"] == {"temperature": 0.0, "topP": 1, "topK": 1, "candidateCount": 1,
+                                           "maxOutputTokens": 8, "stopSequences": []}
     o3 = next(r for r in azure.requests if "o3-mini" in json.dumps(r, default=str))
     assert "max_completion_tokens" in json.dumps(o3, default=str)
 
