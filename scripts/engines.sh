@@ -14,7 +14,8 @@
 #                                                 (GRPC: its gRPC v2 port; both bound to 127.0.0.1)
 #   scripts/engines.sh stop PORT                  stop the server started on PORT (by its pid file)
 #   scripts/engines.sh path                       print the cache folder
-# Environment: MEDHELM_ENGINES_DIR (default ~/.cache/medhelm-engines), MEDHELM_ENGINE_START_TIMEOUT (s, 600).
+# Environment: MEDHELM_ENGINES_DIR (default ~/.cache/medhelm-engines), MEDHELM_ENGINE_START_TIMEOUT (s, 600);
+# for `start vllm`: MEDHELM_VLLM_MODEL (another model folder), MEDHELM_VLLM_ARGS (more server flags).
 # Servers bind 127.0.0.1 only; waits are bounded; a server that does not come up is killed and its log tail
 # printed, exit 1.
 set -euo pipefail
