@@ -273,6 +273,8 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
                 options.setdefault(key, value)
     if helm.platform:
         options.setdefault("platform", helm.platform)
+    if class_name.startswith("StanfordHealthCare") and helm.kind in ("openai", "azure_openai"):
+        options.setdefault("request_shape", "helm")  # HELM's OpenAIClient body, field for field (openai.py)
     if args.get("reasoning_effort") is not None:
         options.setdefault("reasoning_effort", str(args["reasoning_effort"]))
     for arg in ("thinking_budget_tokens", "thinking_budget"):

@@ -198,7 +198,8 @@ DeploymentKind = enum.Enum("DeploymentKind", [(name.upper(), name) for name in _
 
 
 # Deployment options that change what a model answers (part of the cache key when set).
-ANSWER_OPTIONS = ("api", "reasoning_effort", "thinking_budget", "max_tokens_param", "sampling", "extra_body")
+ANSWER_OPTIONS = ("api", "reasoning_effort", "thinking_budget", "max_tokens_param", "sampling", "extra_body",
+                  "request_shape")
 # and the native kinds' (another platform, region, project or API version answers on its own)
 ANSWER_OPTIONS += ("platform", "region", "project", "additional_model_request_fields", "anthropic_version")
 

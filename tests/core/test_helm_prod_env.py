@@ -424,8 +424,16 @@ def test_the_nine_paper_models_answer_through_the_gateway_with_the_key_from_cred
     gemini = next(r["body"] for r in shc.requests if r["path"].startswith("/gcp-gem20flash"))
     assert gemini["generation_config"] == {"temperature": 0.0, "topP": 1, "topK": 1, "candidateCount": 1,
                                            "maxOutputTokens": 8, "stopSequences": []}
-    o3 = next(r for r in azure.requests if "o3-mini" in json.dumps(r, default=str))
-    assert "max_completion_tokens" in json.dumps(o3, default=str)
+    # the OpenAI-shaped routes: HELM's OpenAIClient body for a text prompt, field for field
+    prompt = claude["prompt_text"]
+    gpt4o = next(r["body"] for r in azure.requests if r["path"] == "/openai/deployments/gpt-4o/chat/completions")
+    assert gpt4o == {"model": "gpt-4o", "messages": [{"role": "user", "content": prompt}], "temperature": 0.0,
+                     "top_p": 1, "n": 1, "stop": None, "max_tokens": 8, "presence_penalty": 0, "frequency_penalty": 0}
+    o3 = next(r["body"] for r in azure.requests if r["path"] == "/openai/deployments/o3-mini/chat/completions")
+    assert o3 == {"model": "o3-mini", "messages": [{"role": "user", "content": prompt}], "n": 1,
+                  "max_completion_tokens": 8, "reasoning_effort": "medium"}  # HELM's o-series rules (+ our effort)
+    llama = next(b for b in gpu.requests if b["model"] == "Llama-3.3-70B-Instruct")
+    assert llama == {**gpt4o, "model": "Llama-3.3-70B-Instruct"}
 
 
 def test_helms_azure_openai_client_with_its_key_in_credentials_conf(tmp_path):
@@ -444,6 +452,30 @@ def test_helms_azure_openai_client_with_its_key_in_credentials_conf(tmp_path):
         [seen] = azure.requests
     assert completion.text in ("Yes", "No")
     assert seen["path"] == "/openai/deployments/gpt-4o-prod/chat/completions" and seen["headers"]["api-key"] == SECRET
+
+
+def test_shcs_own_azure_client_sends_the_key_as_azure_does_and_helms_body(tmp_path):
+    """StanfordHealthCareSHCOpenAIClient hands the key to Azure's client itself (the `api-key` header, not a
+    gateway key) at its fixed api-version; the body is HELM's."""
+    from medhelm.devtools.fake_providers import FakeAzureOpenAI
+
+    with FakeAzureOpenAI(api_key=SECRET) as azure:
+        env = write_yaml(tmp_path / "env", [entry(
+            "helm.clients.stanfordhealthcare_shc_openai_client.StanfordHealthCareSHCOpenAIClient",
+            name="stanfordhealthcare_shc/gpt-4o")],  # HELM injects endpoint, key and deployment from credentials
+            credentials=f'stanfordhealthcare_shcEndpoint: "{azure.base_url}"\n'
+                        f'stanfordhealthcare_shcApiKey: "{SECRET}"\nstanfordhealthcare_shcDeployment: gpt-4o-shc\n')
+        dep = DeploymentRegistry.load(env).get("stanfordhealthcare_shc/gpt-4o")
+        check_usable(dep)
+        completion = generate(dep, "Is it raining? Answer yes or no.", 4)
+        [seen] = azure.requests
+    assert completion.text in ("Yes", "No")
+    assert seen["path"] == "/openai/deployments/gpt-4o-shc/chat/completions"
+    assert seen["headers"]["api-key"] == SECRET and "ocp-apim-subscription-key" not in seen["headers"]
+    assert dep.options["api_version"] == "2024-08-01-preview"
+    assert seen["body"] == {"model": "gpt-4o-shc", "messages": [{"role": "user", "content": seen["body"]["messages"][0][
+        "content"]}], "temperature": 0.0, "top_p": 1, "n": 1, "stop": None, "max_tokens": 4, "presence_penalty": 0,
+        "frequency_penalty": 0}
 
 
 def test_medhelms_own_jury_loads_against_the_example_prod_env(tmp_path):

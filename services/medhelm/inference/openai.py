@@ -15,6 +15,11 @@ Deployment ``options`` understood here:
   (tokens added to every request's ``max_tokens``, so a 1-token multiple-choice answer still has room after
   the thinking), ``max_tokens_param: max_completion_tokens`` (OpenAI's o-series and GPT-5 refuse
   ``max_tokens``) and ``sampling: false`` (temperature and stop are not sent: those models refuse them);
+* ``request_shape: helm`` — the body HELM's ``OpenAIClient`` sends for a text prompt, field for field (set
+  by ``helm_env.py`` for Stanford Health Care's OpenAI-shaped classes): the prompt as one user message,
+  ``temperature``, ``top_p`` 1, ``n`` 1, ``stop`` (``null`` when none), ``max_tokens``, ``presence_penalty``
+  and ``frequency_penalty`` 0, no ``seed``; for a model whose name starts ``o1``/``o3``/``o4`` HELM's
+  o-series rules (``max_completion_tokens``, no sampling fields, no ``stop: null``);
 * ``extra_body`` — a mapping of server-specific fields added to every request body (fields we set win), part
   of the cache key: vLLM's ``structured_outputs`` or ``chat_template_kwargs`` (Qwen3's ``enable_thinking``).
 
@@ -68,6 +73,13 @@ class OpenAIClient:
         self._max_key = str(options.get("max_tokens_param") or "max_tokens")
         self._sampling = options.get("sampling", True) is not False
         self._effort = options.get("reasoning_effort")
+        shape = options.get("request_shape", "medhelm")
+        if shape not in ("medhelm", "helm") or (shape == "helm" and not self._chat):
+            raise ConfigError(f"deployment '{deployment.name}': options.request_shape must be medhelm or helm "
+                              "(helm: the chat route only)")
+        self._helm = shape == "helm"
+        # HELM tests request.model_engine (the model name's last part) for its o-series rules
+        self._helm_o_series = deployment.model_name.rsplit("/", 1)[-1].startswith(("o1", "o3", "o4"))
         extra = options.get("extra_body")
         if extra is not None and not isinstance(extra, Mapping):
             raise ConfigError(f"deployment '{deployment.name}': options.extra_body must be a mapping of body fields")
@@ -84,6 +96,19 @@ class OpenAIClient:
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
         """The JSON body sent for ``request`` (public so tests and dry runs can inspect it)."""
+        body = self._helm_payload(request) if self._helm else self._own_payload(request)
+        if request.json_schema is not None:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "response", "schema": json.loads(request.json_schema)},
+            }
+        if self._effort is not None:
+            body["reasoning_effort"] = self._effort
+        for key, value in self._extra.items():
+            body.setdefault(key, value)
+        return body
+
+    def _own_payload(self, request: GenerationRequest) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self._model}
         if self._chat:
             body["messages"] = [m.to_json() for m in request.messages]
@@ -92,8 +117,6 @@ class OpenAIClient:
         body[self._max_key] = request.max_tokens + self._thinking  # the answer's budget after the thinking
         if self._sampling:
             body["temperature"] = request.temperature
-        if self._effort is not None:
-            body["reasoning_effort"] = self._effort
         if request.stop and self._sampling:
             body["stop"] = list(request.stop)
         if request.seed is not None:
@@ -101,18 +124,28 @@ class OpenAIClient:
         if request.top_logprobs:
             body["logprobs"] = True
             body["top_logprobs"] = request.top_logprobs
-        if request.json_schema is not None:
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "response", "schema": json.loads(request.json_schema)},
-            }
-        for key, value in self._extra.items():
-            body.setdefault(key, value)
+        return body
+
+    def _helm_payload(self, request: GenerationRequest) -> dict[str, Any]:
+        """HELM's ``OpenAIClient._make_chat_raw_request`` for a text prompt (``request.prompt``), in its order."""
+        body: dict[str, Any] = {"model": self._model,
+                                "messages": [{"role": "user", "content": joined_prompt(request)}],
+                                "temperature": request.temperature, "top_p": 1, "n": 1,
+                                "stop": list(request.stop) or None,  # HELM: "API doesn't like empty list"
+                                "max_tokens": request.max_tokens + self._thinking,
+                                "presence_penalty": 0, "frequency_penalty": 0}
+        if self._helm_o_series:
+            body["max_completion_tokens"] = body.pop("max_tokens")
+            if body["stop"] is None:
+                body.pop("stop")
+            for key in ("temperature", "top_p", "frequency_penalty", "presence_penalty"):
+                body.pop(key)
         return body
 
     def body(self, request: GenerationRequest) -> bytes:
         """``payload(request)`` as the bytes sent, the messages' JSON reused from the cache key."""
-        if (request.json_schema is not None or request.top_logprobs or not self._chat or self._thinking or self._extra
+        if (self._helm or request.json_schema is not None or request.top_logprobs or not self._chat or self._thinking
+                or self._extra
                 or self._effort is not None or not self._sampling or self._max_key != "max_tokens"):
             return json.dumps(self.payload(request), ensure_ascii=False).encode("utf-8")
         text = (self._body_head + request.messages_json() + ',"max_tokens":' + scalar_json(request.max_tokens)
