@@ -155,16 +155,28 @@ def test_prices_charge_thinking_at_its_own_price(tmp_path):
         PriceTable.load(path)
 
 
-def test_a_reasoning_option_of_the_wrong_type_is_one_line_naming_the_field(tmp_path):
+@pytest.mark.parametrize("option,value,message", [("thinking_budget", "lots", "must be a whole number"),
+                                                   ("request_shape", "openai", "must be 'medhelm' or 'helm'"),
+                                                   ("extra_body", "[1]", "must be a mapping")])
+def test_a_reasoning_option_of_the_wrong_type_is_one_line_naming_the_field(tmp_path, option, value, message):
     from medhelm.deployments import DeploymentRegistry
     from medhelm.errors import ConfigError
 
     (tmp_path / "model_deployments.yaml").write_text(
         "model_deployments:\n  - name: a/b\n    model_name: a/b\n    kind: openai\n    base_url: http://h/v1\n"
-        "    options:\n      thinking_budget: lots\n")
-    with pytest.raises(ConfigError, match=r"model_deployments.yaml:7: field 'model_deployments\[0\]\.options\."
-                                          r"thinking_budget': must be a whole number"):
+        f"    options:\n      {option}: {value}\n")
+    with pytest.raises(ConfigError, match=rf"model_deployments.yaml:7: field 'model_deployments\[0\]\.options\."
+                                          rf"{option}': {message}"):
         DeploymentRegistry.load(tmp_path)
+
+
+def test_extra_body_reaches_the_server_and_keys_the_cache():
+    with MockOpenAIServer() as srv:
+        dep = deployment(srv.base_url, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        ask(dep)
+        [body] = srv.requests
+    assert body["chat_template_kwargs"] == {"enable_thinking": False} and body["max_tokens"] == 1
+    assert dep.identity()["options"] == {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
 
 
 def test_jury_summary_counts_judges_thinking_only_when_stated():
