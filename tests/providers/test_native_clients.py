@@ -312,6 +312,12 @@ def test_missing_configuration_is_a_config_error(keys, monkeypatch):
                                options={"platform": "vertex", "region": "r"}))
     with pytest.raises(ConfigError, match="platform"):
         make_client(Deployment(name="a", model_name="m", kind="anthropic", options={"platform": "azure"}))
+    for kind in ("anthropic", "gemini"):  # SHC's text routes: a gateway route, and no field for thinking
+        with pytest.raises(ConfigError, match="platform shc needs base_url"):
+            make_client(Deployment(name="s", model_name="m", kind=kind, options={"platform": "shc"}))
+        with pytest.raises(ConfigError, match="thinking_budget cannot be sent on platform shc"):
+            make_client(Deployment(name="s", model_name="m", kind=kind, base_url="https://gw/route",
+                                   options={"platform": "shc", "thinking_budget": 1024}))
 
 
 def test_reasoning_tokens_reach_the_telemetry_apart(keys):

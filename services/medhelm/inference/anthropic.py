@@ -90,6 +90,9 @@ class AnthropicClient(NativeClient):
         super().__init__(deployment, url, headers, connections)
         budget = deployment.options.get("thinking_budget")
         self._thinking = int(budget) if budget else 0
+        if self._thinking and self.platform == "shc":
+            raise ConfigError(f"deployment '{deployment.name}': options.thinking_budget cannot be sent on platform "
+                              "shc (SHC's Claude body has no thinking field)")
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
         if self.platform == "shc":  # HELM's StanfordHealthCareClaudeClient.get_request, field for field

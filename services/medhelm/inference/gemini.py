@@ -74,6 +74,9 @@ class GeminiClient(NativeClient):
         super().__init__(deployment, url, headers, connections)
         budget = deployment.options.get("thinking_budget")
         self._thinking = int(budget) if budget is not None else None
+        if self._thinking is not None and self.platform == "shc":
+            raise ConfigError(f"deployment '{deployment.name}': options.thinking_budget cannot be sent on platform "
+                              "shc (SHC's Gemini body has no thinkingConfig)")
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
         if self.platform == "shc":  # HELM's StanfordHealthCareGoogleClient.get_request, field for field
