@@ -8,7 +8,9 @@ Each server is built from its provider's published API reference and refuses wha
 * ``FakeAnthropic`` — Messages API ``POST /v1/messages``: the key (``x-api-key``, or ``Authorization:
   Bearer`` as the 2026 SDKs send it) and a known ``anthropic-version`` (2023-06-01, 2026-10-21) required,
   unknown body fields refused ("Extra inputs are not permitted"), the first turn a user turn,
-  ``thinking.budget_tokens`` >= 1024 and < ``max_tokens``; errors as ``{"type":"error","error":{...}}``,
+  ``thinking.budget_tokens`` >= 1024 and < ``max_tokens``; with thinking on, a ``thinking`` block (or, with
+  ``redact_thinking = True``, an encrypted ``redacted_thinking`` block) before the text, its tokens billed in
+  ``output_tokens`` with no count of their own, as the API does; errors as ``{"type":"error","error":{...}}``,
   overload as HTTP 529 ``overloaded_error``. Also the Bedrock ``/model/<id>/invoke`` (SigV4,
   ``anthropic_version: bedrock-2023-05-31``) and Vertex ``...:rawPredict`` (bearer, ``vertex-2023-10-16``)
   routes, selected by ``platform``; both also take ``2026-10-21`` (current SDKs send it; the real Bedrock
@@ -20,7 +22,10 @@ Each server is built from its provider's published API reference and refuses wha
   ``thoughtsTokenCount``.
 * ``FakeBedrock`` — Converse ``POST /model/<id>/converse``: the SigV4 signature recomputed from the request
   as received (``InvalidSignatureException`` 403 on mismatch, ``UnrecognizedClientException`` for an
-  unknown key, ``Signature expired`` beyond 5 minutes), unknown fields ``ValidationException``;
+  unknown key, ``Signature expired`` beyond 5 minutes), unknown fields ``ValidationException``; Claude's
+  thinking through ``additionalModelRequestFields`` answers with a ``reasoningContent`` block
+  (``reasoningText`` + signature, or ``redactedContent``) billed in ``outputTokens``, and Claude's thinking rules
+  (budget >= 1024 and < ``maxTokens``, temperature 1 only) refused as ``ValidationException``;
   ``ThrottlingException`` 429 with ``x-amzn-ErrorType``.
 * ``FakeSHCGateway`` — Stanford Health Care's gateway routes for Claude and Gemini, strict to the private
   bodies HELM's ``StanfordHealthCareClaudeClient``/``...GoogleClient`` post (see the class).
