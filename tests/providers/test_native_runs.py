@@ -286,3 +286,28 @@ def test_pubmed_qa_through_stanford_health_cares_text_routes(helm_class, route, 
         else:
             assert usage["prompt_tokens"] > 50 and usage["completion_tokens"] == 1
     assert_no_marker(done, folders=(tmp_path / "out",))
+
+
+@pytest.mark.parametrize("kind,options", [
+    ("anthropic", {"thinking_budget": 1024}),
+    ("bedrock", {"additional_model_request_fields": {"thinking": {"type": "enabled", "budget_tokens": 1024}}})])
+def test_thinking_models_answer_scored_thinking_counted_apart(kind, options, marked_mirror, tmp_path):
+    """Claude thinking (Messages ``thinking`` blocks, Converse ``reasoningContent``): the letter is the answer
+    scored, the thinking text is in no record, and its tokens — billed inside the one output count — are
+    recorded apart as an estimate, flagged."""
+    from medhelm.devtools.fake_providers import THOUGHT
+
+    with make_fake(kind) as srv:
+        local = write_deployments(tmp_path / "env", [deployment_entry(kind, srv.base_url, **options)])
+        done = medhelm("run", "-r", f"pubmed_qa:model={kind}/fake-model", "--data-dir", str(marked_mirror),
+                       "--offline", "-m", "3", "--local-path", str(local), "-o", str(tmp_path / "out"), "-q")
+        assert done.returncode == 0, done.stderr
+    recs = records(only_run(tmp_path / "out"))
+    assert len(recs) == 3
+    for r in recs:
+        usage = r["completion"]["usage"]
+        assert r["completion"]["text"] in ("A", "B", "C") and r["stats"]["exact_match"] in (0.0, 1.0)
+        # the fake bills 12 thinking tokens + the 1-token letter; our estimate: 13 less the letter's ≈1
+        assert (usage["completion_tokens"], usage["reasoning_tokens"], usage["reasoning_tokens_estimated"]) == \
+            (13, 12, True)
+    assert THOUGHT not in (only_run(tmp_path / "out") / "instances.jsonl").read_text()

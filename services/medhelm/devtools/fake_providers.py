@@ -335,7 +335,7 @@ _ANTHROPIC_FIELDS = {"model", "messages", "max_tokens", "system", "temperature",
 _ANTHROPIC_VERSIONS = ("2023-01-01", "2023-06-01", "2026-10-21")
 # The fakes' thinking (Anthropic thinking blocks, Converse reasoningContent): billed in the output count, as
 # the real APIs bill thinking in output_tokens / outputTokens with no count of its own
-_THOUGHT = "Let me think about the question step by step before answering."
+THOUGHT = "Let me think about the question step by step before answering."
 
 
 class FakeAnthropic(FakeServer):
@@ -409,11 +409,11 @@ class FakeAnthropic(FakeServer):
         content: list[dict[str, Any]] = []
         thinking_tokens = 0
         if data.get("thinking", {}).get("type") == "enabled":
-            thinking_tokens = count_tokens(_THOUGHT)
+            thinking_tokens = count_tokens(THOUGHT)
             if self.redact_thinking:  # flagged by the safety systems: the API returns it encrypted
                 content.append({"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix" + secrets.token_hex(16)})
             else:
-                content.append({"type": "thinking", "thinking": _THOUGHT,
+                content.append({"type": "thinking", "thinking": THOUGHT,
                                 "signature": "EqQBCgIYAhIM" + secrets.token_hex(8)})
         words = text.split()
         limit = data["max_tokens"] - thinking_tokens
@@ -667,8 +667,8 @@ class FakeBedrock(FakeServer):
         blocks: list[dict[str, Any]] = []
         thinking_tokens = 0
         if _converse_thinking(data):  # Claude's extended thinking: a reasoningContent block before the text
-            thinking_tokens = count_tokens(_THOUGHT)
-            blocks.append({"reasoningContent": {"reasoningText": {"text": _THOUGHT,
+            thinking_tokens = count_tokens(THOUGHT)
+            blocks.append({"reasoningContent": {"reasoningText": {"text": THOUGHT,
                                                                   "signature": "EqQBCgIYAhIM" + secrets.token_hex(8)}}}
                           if not self.redact_thinking else
                           {"reasoningContent": {"redactedContent": "RW5jcnlwdGVk" + secrets.token_hex(8)}})
