@@ -21,7 +21,10 @@ our fields. HELM injects ``api_key``, ``endpoint``, ``deployment``, ``project_id
 credentials entry (``options.credentials``), read when the client is built.
 
 Gateways (Stanford Health Care's ``StanfordHealthCare*`` classes, any Azure API Management in front of a
-provider): the host's key goes in ``Ocp-Apim-Subscription-Key``, not the provider's own auth header.
+provider): the host's key goes in ``Ocp-Apim-Subscription-Key``, not the provider's own auth header — except
+``StanfordHealthCareSHCOpenAIClient``, which HELM gives the key as Azure's own (``api-key``). What SHC's
+routes receive is HELM's body: ``platform: shc`` (Claude, Gemini: SHC's private text bodies) and
+``request_shape: helm`` (the OpenAI-shaped routes: HELM's ``OpenAIClient`` body).
 
 Failure semantics: every problem is a ConfigError naming the file, the YAML line and the field: an unknown
 class (one line naming it and the supported classes), an unknown ``args`` key, an output processor we do
