@@ -229,16 +229,20 @@ def _run_and_summarize(tmp_path, srv, thinking_budget: int | None):
     return model, records
 
 
-def test_a_reasoning_model_end_to_end_answers_with_its_thinking_budget_and_is_priced_apart(tmp_path):
+@pytest.mark.parametrize("mode", ["split", "inline"])
+def test_a_reasoning_model_end_to_end_answers_with_its_thinking_budget_and_is_priced_apart(tmp_path, mode):
+    """split: the server states the count; inline: it does not, and our estimate (flagged) is priced the same way."""
     def yes(body):
         return "Yes"
 
-    with MockOpenAIServer(responder=yes, reasoning="split", thinking_tokens=7) as srv:
+    with MockOpenAIServer(responder=yes, reasoning=mode, thinking_tokens=7) as srv:
         model, records = _run_and_summarize(tmp_path, srv, thinking_budget=64)
         assert {b["max_tokens"] for b in srv.requests} == {2 + 64}
     assert all(r["completion"]["text"] == "Yes" and r["stats"]["exact_match"] == 1.0 for r in records)
     assert all(r["completion"]["usage"]["reasoning_tokens"] == 7 for r in records)
-    assert model["reasoning"] == [6 * 7, 0] and model["completion_tokens"] == 6 * 8
+    assert all(r["completion"]["usage"].get("reasoning_tokens_estimated", False) is (mode == "inline") for r in records)
+    assert model["reasoning"] == [6 * 7, 0] + ([True, False] if mode == "inline" else [])
+    assert model["completion_tokens"] == 6 * 8
     prompt = model["prompt_tokens"]
     assert model["cost_usd"] == pytest.approx((prompt * 1.0 + 6 * 1 * 2.0 + 6 * 7 * 10.0) / 1e6)
 
