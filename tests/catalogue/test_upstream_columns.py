@@ -209,3 +209,58 @@ def test_native_jury_run_carries_upstreams_accuracy_beside_ours(mixed: dict) -> 
         total[1] += stat["count"]
     assert len(helm) == 3
     assert imported == {key: {"med_dialog_accuracy": pytest.approx(t / n)} for key, (t, n) in helm.items()}
+
+
+def _as_before_the_rename(src: Path, dst: Path) -> dict[str, tuple[float, float]]:
+    """A copy of a native multiple-choice run as the scorer wrote it before the rename: the lenient rule as
+    ``exact_match``, the letter rule as ``exact_match_strict``, no HELM family. Returns id -> (strict, lenient)."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    old, values = [], {}
+    for line in (dst / "instances.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        strict, lenient = r["stats"]["exact_match"], r["stats"]["lenient_match"]
+        values[r["instance"]["id"]] = (strict, lenient)
+        for name in ("quasi_exact_match", "prefix_exact_match", "quasi_prefix_exact_match", "lenient_match"):
+            del r["stats"][name]
+        r["stats"].update(exact_match=lenient, exact_match_strict=strict)
+        old.append(json.dumps(r) + "\n")
+    (dst / "instances.jsonl").write_text("".join(old))
+    stats = json.loads((dst / "stats.json").read_text())
+    renamed = {"exact_match": "exact_match_strict", "lenient_match": "exact_match"}
+    kept = [s for s in stats if s["name"]["name"] not in ("quasi_exact_match", "prefix_exact_match",
+                                                           "quasi_prefix_exact_match")]
+    for s in kept:
+        s["name"]["name"] = renamed.get(s["name"]["name"], s["name"]["name"])
+    (dst / "stats.json").write_text(json.dumps(kept))
+    return values
+
+
+def test_a_run_and_a_store_from_before_the_rename_still_read_honestly(mixed: dict, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    [native_run] = [d for d in mixed["runs"].iterdir() if d.name.startswith("shc_conf_med")]
+    out = tmp_path / "out"
+    values = _as_before_the_rename(native_run, out / "runs" / "old" / native_run.name)
+    strict = sum(v[0] for v in values.values()) / len(values)
+    lenient = sum(v[1] for v in values.values()) / len(values)
+    assert strict < lenient
+    # an old run folder summarized now: ranked by HELM's rule, the lenient one beside it, under today's names
+    code, _, err = run_cli("summarize", "--suites", "old", "--release", "now", "-o", str(out), "--bootstrap", "20")
+    assert code == 0, err
+    # an old store: what summarize wrote before the rename (the stats as the run named them)
+    from medhelm.store import sources
+
+    monkeypatch.setattr(sources, "_legacy_choice", lambda stats, records: False)
+    code, _, err = run_cli("summarize", "--suites", "old", "--release", "before", "-o", str(out), "--bootstrap", "20")
+    assert code == 0, err
+    with open_store(out / "results.sqlite") as store:
+        now = {c["release"]: c["value"] for c in (*read.cells(store, "now"), *read.cells(store, "before"))}
+        assert not read.legacy_names(store, "now") and read.legacy_names(store, "before")
+        for release in ("now", "before"):  # the beside columns read right in both
+            assert read.column_values(store, release, "shc_conf_med", ("exact_match", "lenient_match")) == {
+                ("test/mcq", "mock/mcq"): {"exact_match": pytest.approx(strict), "lenient_match": pytest.approx(lenient)}}
+        [run_id] = [r["run_id"] for r in read.runs(store, "now", "shc_conf_med")]
+        ids, stored = read.run_values(store, run_id)
+    assert now == {"now": pytest.approx(strict), "before": pytest.approx(lenient)}  # the old store ranked leniently
+    assert dict(zip(ids, stored.tolist())) == {i: v[0] for i, v in values.items()}
