@@ -262,5 +262,11 @@ def test_a_run_and_a_store_from_before_the_rename_still_read_honestly(mixed: dic
                 ("test/mcq", "mock/mcq"): {"exact_match": pytest.approx(strict), "lenient_match": pytest.approx(lenient)}}
         [run_id] = [r["run_id"] for r in read.runs(store, "now", "shc_conf_med")]
         ids, stored = read.run_values(store, run_id)
+        # compare (the release gate, trends, gauges): the old release is read by HELM's rule too, so the rename
+        # is no drop
+        from medhelm.store.compare import compare, side_from_release
+
+        [result] = compare(side_from_release(store, "before"), side_from_release(store, "now")).results
     assert now == {"now": pytest.approx(strict), "before": pytest.approx(lenient)}  # the old store ranked leniently
     assert dict(zip(ids, stored.tolist())) == {i: v[0] for i, v in values.items()}
+    assert result.score_a == result.score_b == pytest.approx(strict) and result.diff == 0 and result.change != "drop"
