@@ -267,6 +267,16 @@ def test_a_run_and_a_store_from_before_the_rename_still_read_honestly(mixed: dic
         from medhelm.store.compare import compare, side_from_release
 
         [result] = compare(side_from_release(store, "before"), side_from_release(store, "now")).results
+        # the governance report: the beside column in its own table; the old release flagged
+        from medhelm.report.content import read_content
+        from medhelm.report.render import render
+
+        pages = {r: render(read_content(store, r), "now").decode() for r in ("now", "before")}
+        beside = read_content(store, "now").parts["beside"]
     assert now == {"now": pytest.approx(strict), "before": pytest.approx(lenient)}  # the old store ranked leniently
     assert dict(zip(ids, stored.tolist())) == {i: v[0] for i, v in values.items()}
     assert result.score_a == result.score_b == pytest.approx(strict) and result.diff == 0 and result.change != "drop"
+    assert beside == [{"benchmark": "shc_conf_med", "model": "test/mcq", "deployment": "mock/mcq",
+                       "stat": "lenient_match", "value": pytest.approx(lenient)}]
+    assert "Beside the main metric" in pages["now"] and "summarized before" not in pages["now"]
+    assert "summarized before the multiple-choice columns were renamed" in pages["before"]
