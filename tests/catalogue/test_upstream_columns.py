@@ -176,6 +176,13 @@ def test_imported_and_native_rows_share_helms_exact_match_with_lenient_match_bes
     assert cells["test/mcq"]["value"] == pytest.approx(sum(helm_rule.values()) / 6)
     assert beside[("test/mcq", "mock/mcq")] == pytest.approx(
         {"exact_match": sum(helm_rule.values()) / 6, "lenient_match": sum(lenient.values()) / 6})
+    # an exported bundle, even redacted, carries both columns
+    bundle = mixed["store"].parent / "bundle"
+    code, _, err = run_cli("export", str(bundle), "--redact", "--release", "mixed", "--store", str(mixed["store"]))
+    assert code == 0, err
+    with open_store(bundle / "results.sqlite") as exported:
+        assert read.column_values(exported, "mixed", "shc_conf_med", ("exact_match", "lenient_match")) == beside
+    assert "lenient_match" in (bundle / "run_stats.csv").read_text()
     for run in sorted(REAL.glob("shc_conf_med:*")):  # imported: HELM's stats.json value, same column
         helm = next(s for s in json.loads((run / "stats.json").read_text())
                     if s["name"]["name"] == "exact_match" and not s["name"].get("perturbation"))
@@ -280,3 +287,22 @@ def test_a_run_and_a_store_from_before_the_rename_still_read_honestly(mixed: dic
                        "stat": "lenient_match", "value": pytest.approx(lenient)}]
     assert "Beside the main metric" in pages["now"] and "summarized before" not in pages["now"]
     assert "summarized before the multiple-choice columns were renamed" in pages["before"]
+
+
+def test_every_column_a_card_names_is_a_stat_its_benchmark_emits() -> None:
+    """The cards (one owner) name each benchmark's ranked column and the ones beside it; the catalogue's
+    metrics must emit them all, upstream's `<name>_accuracy` included."""
+    from medhelm.benchmarks.catalogue import all_entries
+    from medhelm.cards import BY_NAME
+    from medhelm.scoring import registry
+
+    beside = {}
+    for entry in all_entries():
+        card = BY_NAME[entry.name]
+        emitted = {name for metric in entry.metrics for name in registry.stat_names(metric)}
+        assert set(card.columns) <= emitted, entry.name
+        beside[entry.name] = card.beside
+    assert beside["pubmed_qa"] == ("lenient_match",) and beside["aci_bench"] == ("aci_bench_accuracy",)
+    assert beside["medhallu"] == () and beside["medcalc_bench"] == ("medcalc_bench_accuracy_lenient",)
+    assert sum(b == ("lenient_match",) for b in beside.values()) == 19  # every multiple-choice benchmark
+    assert sum(b[:1] == (f"{n}_accuracy",) for n, b in beside.items()) == 13  # every built-in jury rubric
