@@ -306,3 +306,37 @@ def test_every_column_a_card_names_is_a_stat_its_benchmark_emits() -> None:
     assert beside["medhallu"] == () and beside["medcalc_bench"] == ("medcalc_bench_accuracy_lenient",)
     assert sum(b == ("lenient_match",) for b in beside.values()) == 19  # every multiple-choice benchmark
     assert sum(b[:1] == (f"{n}_accuracy",) for n, b in beside.items()) == 13  # every built-in jury rubric
+
+
+def test_dashboard_benchmark_page_shows_the_beside_column_and_flags_an_old_release(
+        mixed: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dashboard_env: None) -> None:
+    import os
+
+    from streamlit.testing.v1 import AppTest
+
+    [native_run] = [d for d in mixed["runs"].iterdir() if d.name.startswith("shc_conf_med")]
+    out = tmp_path / "out"
+    values = _as_before_the_rename(native_run, out / "runs" / "old" / native_run.name)
+    from medhelm.store import sources
+
+    monkeypatch.setattr(sources, "_legacy_choice", lambda stats, records: False)
+    assert run_cli("summarize", "--suites", "old", "--release", "before", "-o", str(out), "--bootstrap", "20")[0] == 0
+    os.environ.pop("MEDHELM_REDACTED", None)
+    pages = {}
+    for store, release in ((mixed["store"], "mixed"), (out / "results.sqlite", "before")):
+        os.environ["MEDHELM_STORE"], os.environ["MEDHELM_RELEASE"] = str(store), release
+        at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=60).run()
+        at.sidebar.radio(key="page").set_value("Benchmark").run()
+        at.selectbox(key="bench_page_benchmark").set_value("shc_conf_med").run()
+        assert not at.exception, [e.value for e in at.exception]
+        pages[release] = (at.dataframe[0].value.set_index("model"), [w.value for w in at.warning])
+    cells, warnings = pages["mixed"]
+    assert not warnings
+    assert cells["lenient_match"].isna()["mockorg/gpt-4-mock-a"]  # HELM never computed ours: empty, not 0
+    assert cells.loc["mockorg/gpt-4-mock-a", "value"] >= 0
+    native = cells.loc["test/mcq"]
+    assert native["value"] < native["lenient_match"]
+    old_cells, old_warnings = pages["before"]
+    assert any("summarized before the multiple-choice columns were renamed" in w for w in old_warnings)
+    assert old_cells.loc["test/mcq", "lenient_match"] == pytest.approx(
+        sum(v[1] for v in values.values()) / len(values))
