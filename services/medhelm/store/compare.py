@@ -17,7 +17,8 @@ where lower is better) and a ``gain`` otherwise; ``gate`` marks drops larger tha
 A release summarized before the multiple-choice columns were renamed (``read.legacy_names``) stored the lenient
 rule as its ``exact_match`` leaderboard values; its side takes the letter rule (``exact_match_strict``, today's
 ``exact_match``) from each instance's stored stats instead, so a release from before and one from after compare
-the same rule, never a rename as a drop. Without stored per-instance stats it is a one-line error.
+the same rule, never a rename as a drop (from a record kept whole only that one number is taken; nothing else of
+it is kept). Without stored per-instance stats it is a one-line error.
 
 Failure semantics: unreadable sources raise ``ConfigError`` (one line, no data in it); a pair that cannot
 be tested (fewer than 2 pairs, nothing in common) is reported as ``untestable``, never as no change.
