@@ -8,7 +8,6 @@ lenient rule must be `lenient_match` beside it, and the jury's `<benchmark>_accu
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,8 +21,16 @@ from tests.leaderboard.helpers import run_cli
 ROOT = Path(__file__).parents[2]
 REAL = ROOT / "tests/data/helm/real/runs/fixtures"
 LAYOUT = ROOT / "tests/data/helm/medhelm_layout/runs/layout"
-sys.path.insert(0, str(ROOT / "scripts"))
-from helm_fixtures import data as helm_fixture_data  # noqa: E402  the rows HELM ran shc_conf_med on
+
+def _fixture_data_module():
+    """scripts/helm_fixtures/data.py: the rows HELM ran shc_conf_med on (loaded from its file, not sys.path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("helm_fixture_data", ROOT / "scripts/helm_fixtures/data.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 # our multiple-choice model's answer to row i, from its label (helm_fixtures/data.py: "A" if i % 3 else "B"):
 # the bare correct letter, forms only the lenient rule reads, and a wrong letter
@@ -123,7 +130,7 @@ def mixed(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> dict:
     root = tmp_path_factory.mktemp("columns")
     local, data = root / "prod_env", root / "data"
     local.mkdir()
-    helm_fixture_data.write(data)
+    _fixture_data_module().write(data)
     (data / "aci_bench").mkdir()
     (data / "aci_bench" / "clinicalnlp_taskB_test1_full.json").symlink_to(
         shared_data / "aci_bench" / "clinicalnlp_taskB_test1_full.json")
