@@ -140,6 +140,10 @@ def render(content: ReportContent, created_at: str) -> bytes:
            "and of this page) is at the end of the file; check it with <code>medhelm report verify FILE</code>."
            "</p>"]
     out += _summary(meta, p)
+    if content.extra.get("legacy_names"):
+        out.append('<p class="note drop">This release was summarized before the multiple-choice columns were '
+                   "renamed: its exact_match values are the lenient rule (today's lenient_match), not HELM's. Re-run "
+                   "<code>medhelm summarize</code> to rank it by HELM's rule.</p>")
     out += _leaderboard(p)
     out += _benchmarks(p, bench)
     out += _subgroups(p, bench)
@@ -185,6 +189,15 @@ def _benchmarks(p: dict[str, list[dict]], bench: dict[str, dict]) -> list[str]:
     out.append(_table("Main metric per benchmark", ("Benchmark", "Category", "Metric", "Better", "Model",
                                                     "Deployment", "Value", "95 % CI", "Instances", "Unscored"),
                       rows, (False,) * 6 + (True,) * 4))
+    beside = [(bench.get(r["benchmark"], {}).get("display_name") or r["benchmark"], r["stat"], r["model"],
+               r["deployment"], _num(r["value"])) for r in p.get("beside", ())]
+    if beside:
+        out.append('<p class="note">Beside the main metric, never ranked: lenient_match is our reading of answers '
+                   'such as "A." or "The answer is A" (the main exact_match is HELM\'s rule: the answer must be the '
+                   'letter); &lt;benchmark&gt;_accuracy is MedHELM\'s 1–5 jury mean, the number its leaderboard '
+                   'shows.</p>')
+        out.append(_table("Beside the main metric", ("Benchmark", "Metric", "Model", "Deployment", "Value"), beside,
+                          (False,) * 4 + (True,)))
     groups = [(g["grp"], g["model"], g["deployment"], _num(g["value"]), _ci(g["ci_low"], g["ci_high"]),
                g["n_benchmarks"]) for g in p["group_scores"] if g["level"] == "category"]
     out.append(_table("Mean per category", ("Category", "Model", "Deployment", "Mean", "95 % CI", "Benchmarks"),
