@@ -111,6 +111,7 @@ finish_llama_build() {
 ensure_system_packages() {
   local need=()
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  command -v pdftoppm >/dev/null 2>&1 || need+=(poppler-utils)  # the PDF report's pages as images, its text
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
   local tool
   for tool in podman buildah runc debootstrap; do
