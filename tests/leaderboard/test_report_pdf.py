@@ -64,7 +64,9 @@ def test_pdf_pages_as_images_and_its_text(made: dict, tmp_path: Path) -> None:
     assert MARKER not in words and "patient 1" not in words
     # suppression: 'child' (6) is hidden and 'young' (24) with it, in the PDF as in the HTML
     assert "young" not in words and "child" not in words
-    assert "old" in words and "Groups suppressed" in words.replace("\n", " ") or "suppressed" in words
+    gaps = re.search(r"^ *SG +age_band +test/m +mock/m +(\d+) +(\d+)", words, re.M)  # the gap table's row
+    assert gaps and gaps.groups() == ("1", "2")  # 'old' shown; two groups suppressed
+    assert "Groups suppressed" in words and re.search(r"^ *old +test/m +mock/m +30 +1\.000", words, re.M)
     assert "test/m" in words and re.search(r"\b[0-9a-f]{64}\b", words)  # provenance digests are text
     # the plots' words are text too (svg text drawn as text, not paths): an axis label of a figure
     assert "score" in words
@@ -125,3 +127,25 @@ def test_missing_pdf_extra_is_one_line_naming_it(made: dict, tmp_path: Path) -> 
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "medhelm-k8s[report-pdf]" in lines[0] and not out.exists()
+
+
+def test_the_pdf_writer_fetches_nothing_even_when_a_page_names_a_url() -> None:
+    """render.py names no URL; should a page ever name one, pdf.py's fetcher refuses it: a listening socket
+    that the page points at receives no connection (checked after the synchronous render)."""
+    import socket
+
+    from medhelm.report.pdf import to_pdf
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        url = f"http://127.0.0.1:{server.getsockname()[1]}"
+        page = (f'<!DOCTYPE html><html lang="en"><head><title>t</title><link rel="stylesheet" href="{url}/s.css">'
+                f'<style>@import url("{url}/i.css");@font-face{{font-family:x;src:url("{url}/f.woff")}}</style>'
+                f'</head><body><h1>t</h1><img src="{url}/a.png" alt="a"><svg><image href="{url}/b.png"/></svg>'
+                "</body></html>")
+        data = to_pdf(page.encode())
+        assert data.startswith(b"%PDF-")
+        server.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            server.accept()

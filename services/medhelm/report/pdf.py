@@ -38,12 +38,14 @@ def check() -> None:
     _weasyprint()
 
 
-def _refuse(url: str, *args: Any, **kwargs: Any) -> dict:
-    raise ValueError("the report fetches nothing")
-
-
 def to_pdf(page: bytes) -> bytes:
     """The HTML report ``page`` as a tagged PDF (its bytes)."""
     weasyprint = _weasyprint()
-    document = weasyprint.HTML(string=page.decode("utf-8"), url_fetcher=_refuse, base_url=None)
+    from weasyprint.urls import URLFetcher
+
+    class Refuse(URLFetcher):  # WeasyPrint >= 68's fetcher API; its error is caught and the resource left out
+        def fetch(self, url: str, headers: Any = None) -> Any:
+            raise ValueError("the report fetches nothing")
+
+    document = weasyprint.HTML(string=page.decode("utf-8"), url_fetcher=Refuse(), base_url=None)
     return document.write_pdf(pdf_tags=True)
