@@ -19,7 +19,10 @@ import pytest
 from medhelm.cli import main as cli
 from tests.leaderboard.subgroup_helpers import MARKER, make_two_releases
 
-pytest.importorskip("weasyprint", reason="the report-pdf extra (weasyprint) is not installed")
+try:
+    import weasyprint  # noqa: F401
+except (ImportError, OSError) as err:  # OSError: the package is there, the system's Pango is not
+    pytest.skip(f"the report-pdf extra (weasyprint) cannot be imported: {err}", allow_module_level=True)
 POPPLER = shutil.which("pdftoppm") and shutil.which("pdftotext")
 needs_poppler = pytest.mark.skipif(not POPPLER, reason="poppler-utils (pdftoppm, pdftotext) not installed")
 
