@@ -152,3 +152,24 @@ def test_the_pdf_writer_fetches_nothing_even_when_a_page_names_a_url() -> None:
         server.setblocking(False)
         with pytest.raises(BlockingIOError):
             server.accept()
+
+
+@needs_poppler
+def test_a_many_model_report_splits_long_plots_and_tables_across_pages(small_output: Path, tmp_path: Path) -> None:
+    """4 models x 6 benchmarks: the 24-row plot is drawn as two figures on one axis, the long tables continue
+    on the next page under their repeated header; every page is kept as a PNG artefact."""
+    pdf = tmp_path / "many.pdf"
+    assert cli(["report", "-o", str(small_output), "--format", "pdf", "--out", str(pdf)]) == 0
+    words = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True,
+                           check=True).stdout
+    assert "Main metric per benchmark and model (1 of 2)" in words and "(2 of 2)" in words and "(3 of" not in words
+    pages = words.split("\f")
+    headed = [p for p in pages if re.search(r"Run +Suite +Model +Deployment", p)]
+    assert len(headed) >= 2  # the runs table (24 rows) continues on a second page with its header again
+    subprocess.run(["pdftoppm", "-png", "-r", "60", str(pdf), str(tmp_path / "many")], check=True,
+                   capture_output=True)
+    pngs = sorted(tmp_path.glob("many-*.png"))
+    assert len(pngs) == len([p for p in pages if p.strip()])
+    if os.environ.get("MEDHELM_SCREENSHOT_DIR"):
+        for p in pngs:
+            shutil.copy(p, Path(os.environ["MEDHELM_SCREENSHOT_DIR"], f"pdf-{p.name}"))
