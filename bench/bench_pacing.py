@@ -67,14 +67,15 @@ class Server:
 
 async def drive(url: str, *, seconds: float, warmup: float, fixed: int | None, ceiling: int = 256,
                 rate_limits: dict | None = None, tag: str = "", served: str = "mock-model",
-                max_tokens: int = 8) -> dict:
+                max_tokens: int = 8, share: float = 1.0, t0_wall: float | None = None) -> dict:
     dep = Deployment(name="bench/paced", model_name="bench/model", kind="openai", base_url=url,
                      served_model_name=served, max_concurrency=fixed, rate_limits=rate_limits or {})
     workers = fixed or ceiling
     pool = ClientPool(connections=workers, retry=RetryPolicy(max_attempts=50, max_delay_s=10.0),
-                      pacing=PacingPolicy(adaptive=fixed is None, ceiling=ceiling))
+                      pacing=PacingPolicy(adaptive=fixed is None, ceiling=ceiling, share=share))
     client = pool.get(dep)
-    start = time.perf_counter()
+    # the window is counted from t0_wall when given (shards that start apart count the same seconds)
+    start = time.perf_counter() - (time.time() - t0_wall if t0_wall is not None else 0.0)
     deadline, measure_from = start + seconds, start + warmup
     latencies: list[float] = []
     done = failed = 0
@@ -146,17 +147,22 @@ def gateway_case(args) -> list[str]:
     return out
 
 
-def _shard(url, seconds, warmup, tag, q):
-    q.put(asyncio.run(drive(url, seconds=seconds, warmup=warmup, fixed=None, tag=tag)))
+def _shard(url, seconds, warmup, tag, q, t0_wall, delay, share):
+    time.sleep(max(0.0, t0_wall + delay - time.time()))  # pods of one Job start seconds apart
+    q.put(asyncio.run(drive(url, seconds=seconds, warmup=warmup, fixed=None, tag=tag, share=share, t0_wall=t0_wall)))
 
 
 def shards_case(args) -> list[str]:
+    """Four shard processes (share 1/4, as MEDHELM_SHARD_PARALLELISM=4 sets), shard i joining i x stagger s after
+    the first; all count the same wall-clock window, the last ``shard_window`` s of ``shard_s``."""
     srv = Server(latency_s=args.service_ms / 1000, capacity=32)
     try:
         one = asyncio.run(drive(srv.url, seconds=args.sweep_s, warmup=args.sweep_s / 3, fixed=32))
         ctx = mp.get_context("spawn")
         q = ctx.Queue()
-        procs = [ctx.Process(target=_shard, args=(srv.url, args.auto_s, args.warmup, f"s{i}", q)) for i in range(4)]
+        t0 = time.time() + 3.0  # the processes have imported by then
+        procs = [ctx.Process(target=_shard, args=(srv.url, args.shard_s, args.shard_s - args.shard_window, f"s{i}",
+                                                  q, t0, i * args.stagger, args.shard_share)) for i in range(4)]
         for p in procs:
             p.start()
         results = [q.get() for _ in procs]
@@ -166,7 +172,8 @@ def shards_case(args) -> list[str]:
         srv.close()
     total = sum(r["throughput"] for r in results)
     shares = [r["throughput"] / total for r in results]
-    return [f"| 4 shards, capacity 32 | one process at fixed 32: {one['throughput']:.1f}/s | total "
+    return [f"| 4 shards {args.stagger:g} s apart (share {args.shard_share:g}), capacity 32, seconds {args.shard_s - args.shard_window:g}–"
+            f"{args.shard_s:g} | one process at fixed 32: {one['throughput']:.1f}/s | total "
             f"{total:.1f}/s (**{total / one['throughput']:.3f}** x) | shares "
             + ", ".join(f"{s:.1%}" for s in shares) + f" (min **{min(shares):.1%}**) |"]
 
@@ -206,14 +213,24 @@ def main() -> int:
     p.add_argument("--service-ms", type=float, default=200.0)
     p.add_argument("--rpm", type=int, default=1200)
     p.add_argument("--vllm", action="store_true", help="only the real vLLM case (engines from scripts/engines.sh)")
+    p.add_argument("--shards", action="store_true", help="only the four-shard case")
+    p.add_argument("--stagger", type=float, default=2.0, help="seconds between the shards' starts")
+    p.add_argument("--shard-share", type=float, default=0.25,
+                   help="each shard's share (1 = processes that do not know they are shards: no drains)")
     args = p.parse_args()
     args.sweep_s, args.auto_s, args.warmup = (6, 20, 10) if args.quick else (15, 60, 30)
     args.gateway_s, args.gateway_warmup = (30, 10) if args.quick else (120, 60)
+    args.shard_s, args.shard_window = (40, 20) if args.quick else (120, 60)
     import os
 
     print(f"load before: {os.getloadavg()}", flush=True)
     if args.vllm:
         lines = ["| case | reference | auto | |", "|---|---|---|---|", *vllm_case(args)]
+        print(f"load after: {os.getloadavg()}")
+        print("\n".join(lines))
+        return 0
+    if args.shards:
+        lines = ["| case | reference | auto | fairness |", "|---|---|---|---|", *shards_case(args)]
         print(f"load after: {os.getloadavg()}")
         print("\n".join(lines))
         return 0

@@ -84,6 +84,20 @@ def _load_release(store: str, release: str, stamp: str) -> Release:  # stamp: cr
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
+def beside(store: str, release: str, stamp: str, benchmark: str) -> tuple[tuple[str, ...], dict, bool]:
+    """The columns shown beside a benchmark's main one (its card's: ``lenient_match`` beside HELM's
+    ``exact_match``, upstream's ``<name>_accuracy`` beside ``jury_score_normalized``), their values per
+    (model, deployment), and whether the release predates the column names (its ``exact_match`` is lenient)."""
+    from medhelm.cards import BY_NAME
+
+    card = BY_NAME.get(benchmark)
+    names = card.beside if card else ()
+    with open_store(store) as s:
+        return (names, read.column_values(s, release, benchmark, names, card.main_split if card else "test"),
+                read.legacy_names(s, release))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
 def runs(store: str, release: str, stamp: str, benchmark: str) -> pd.DataFrame:
     with open_store(store) as s:
         return pd.DataFrame(read.runs(s, release, benchmark))

@@ -13,6 +13,9 @@ from safe_text import literal, no_addresses, visible
 from safe_frames import safe_frame
 
 PAGE_SIZE = 10
+_BESIDE_HELP = ("shown beside the ranked Score, never ranked: the other rule's mean over the same instances "
+                "(lenient_match: our reading of 'A.', '(A)', 'Answer: A'; <benchmark>_accuracy: MedHELM's 1-5 "
+                "jury mean, as its leaderboard shows it); empty where a run has no such stat (docs/metrics.md)")
 
 
 def pick_benchmark(view: View, key: str) -> str | None:
@@ -33,14 +36,23 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
             f"main metric {info['main_metric']}" + (" (lower is better)" if info["lower_is_better"] else ""))
     if info.get("description"):
         st.text(visible(info["description"], keep_lines=True))  # data: plain text, never Markdown
+    names, values, legacy = board_data.beside(cfg.store, rel.name, rel.meta.get("created_at", ""), bench)
+    if legacy and info["main_metric"] == "exact_match":
+        st.warning("This release was summarized before the multiple-choice columns were renamed: its Score is "
+                   "the lenient rule (today's lenient_match), not HELM's exact_match. Re-run `medhelm summarize` "
+                   "to rank by HELM's rule (docs/metrics.md).")
     cells = rel.cell_rows[rel.cell_rows["benchmark"] == bench]
     shown = cells.assign(CI=[_ci(lo, hi) for lo, hi in zip(cells["ci_low"], cells["ci_high"])],
-                         MDD=_mdds(cfg, rel, bench, cells))
-    shown = safe_frame(shown[["model", "deployment", "value", "CI", "MDD", "n_instances", "n_unscored", "n_runs",
-                              "suites"]])
+                         MDD=_mdds(cfg, rel, bench, cells),
+                         **{name: [values.get((m, d), {}).get(name) for m, d in zip(cells["model"], cells["deployment"])]
+                            for name in names})
+    shown = safe_frame(shown[["model", "deployment", "value", "CI", *names, "MDD", "n_instances", "n_unscored",
+                              "n_runs", "suites"]])
     st.dataframe(shown.sort_values("value", ascending=bool(info["lower_is_better"])), hide_index=True,
                  width="stretch", key="bench_cells", column_config={
-                     "value": st.column_config.NumberColumn("Score", format="%.3f"),
+                     "value": st.column_config.NumberColumn(f"Score ({info['main_metric']})", format="%.3f"),
+                     **{name: st.column_config.NumberColumn(name, format="%.3f", help=_BESIDE_HELP)
+                        for name in names},
                      "n_unscored": st.column_config.NumberColumn("Unscored"),
                      "MDD": st.column_config.NumberColumn(
                          "MDD (80% power)", format="%.3f",

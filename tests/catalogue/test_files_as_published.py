@@ -137,8 +137,11 @@ def test_medqa_trailing_quote_is_stripped_and_twin_options_keep_their_letter(tmp
     from medhelm.scoring.choice import FACTORIES
 
     metric = FACTORIES["multiple_choice"].build(None, None)
-    scores = {a: metric.fn(second, a)["exact_match"] for a in ("D", "A", "Aspirin")}
+    scores = {a: metric.fn(second, a)["lenient_match"] for a in ("D", "A", "Aspirin")}
     assert scores == {"D": 1.0, "A": 0.0, "Aspirin": 0.0}  # the twin's text names no single letter
+    # HELM's exact_match maps the letter to its option's text and compares texts: the wrong twin scores 1 there
+    assert {a: metric.fn(second, a)["exact_match"] for a in ("D", "A", "Aspirin")} == {"D": 1.0, "A": 1.0,
+                                                                                       "Aspirin": 0.0}
 
 
 # ---------------------------------------------------------------------------------------------- MedicationQA

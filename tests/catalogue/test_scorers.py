@@ -116,23 +116,49 @@ def test_choice_parsing(answer, expected):
     assert parse_choice(answer, ("yes", "no", "maybe")) == expected
 
 
+HELM_FAMILY = ("exact_match", "quasi_exact_match", "prefix_exact_match", "quasi_prefix_exact_match")
+
+
+def _helm_mcq(inst: Instance, text: str) -> float:
+    """HELM's own exact_match for a multiple-choice-joint answer, written out as ``compute_reference_metrics``
+    does it: strip, look up in output_mapping (letter -> option text), compare with the correct references."""
+    mapping = {"ABCDE"[i]: option for i, option in enumerate(inst.choices)}
+    pred = mapping.get(text.strip())
+    return max(float(bool(pred) and gold.strip() == pred.strip()) for gold in
+               (r.text for r in inst.correct_references))
+
+
 def test_multiple_choice_metric_on_real_pubmed_rows(load):
+    """exact_match is HELM's rule (the stripped answer must be the letter); lenient_match is ours; they
+    disagree on "A.", "(A)", "The answer is B", "b" and the option text, and agree on the bare letter."""
     _, instances = load("pubmed_qa")
     metric = registry.build_all([MetricSpec("multiple_choice")], ctx=None)[0]  # type: ignore[arg-type]
+    assert metric.stat_names == (*HELM_FAMILY, "lenient_match", "unparseable_answer")
 
     def stats(inst, text):
         return asyncio.run(metric.score(ScoringItem(run=None, instance=inst, prompt=None,  # type: ignore[arg-type]
                                                     completion=Completion(text)))).stats
 
+    disagreements = 0
     for inst in instances[:30]:
-        letter = "ABC"[inst.choices.index(inst.correct_references[0].text)]
-        assert stats(inst, letter) == {"exact_match": 1.0, "exact_match_strict": 1.0, "unparseable_answer": 0.0}
-        assert stats(inst, f"({letter})")["exact_match"] == 1.0 and stats(inst, f"({letter})")["exact_match_strict"] == 0.0
-        assert stats(inst, inst.correct_references[0].text)["exact_match"] == 1.0
-        wrong = "ABC"[(inst.choices.index(inst.correct_references[0].text) + 1) % 3]
-        assert stats(inst, f"Answer: {wrong}")["exact_match"] == 0.0
-        assert stats(inst, "I cannot tell.") == {"exact_match": 0.0, "exact_match_strict": 0.0,
+        truth = inst.choices.index(inst.correct_references[0].text)
+        letter, wrong = "ABC"[truth], "ABC"[(truth + 1) % 3]
+        assert stats(inst, letter) == {**dict.fromkeys(HELM_FAMILY, 1.0), "lenient_match": 1.0,
+                                       "unparseable_answer": 0.0}
+        assert stats(inst, f" {letter}\n")["exact_match"] == 1.0  # HELM strips before the lookup
+        for lenient_only in (f"{letter}.", f"({letter})", f"The answer is {letter}", letter.lower(),
+                             f"Answer: {letter}", inst.correct_references[0].text):
+            got = stats(inst, lenient_only)
+            assert got == {**dict.fromkeys(HELM_FAMILY, 0.0), "lenient_match": 1.0, "unparseable_answer": 0.0}, \
+                lenient_only
+            assert got["exact_match"] == _helm_mcq(inst, lenient_only) == 0.0
+            disagreements += 1
+        for answer in (letter, wrong, f" {wrong} ", f"{wrong}.", "I cannot tell.", ""):
+            assert stats(inst, answer)["exact_match"] == _helm_mcq(inst, answer), answer
+        assert stats(inst, f"The answer is {wrong}")["lenient_match"] == 0.0
+        assert stats(inst, "I cannot tell.") == {**dict.fromkeys(HELM_FAMILY, 0.0), "lenient_match": 0.0,
                                                  "unparseable_answer": 1.0}
+    assert disagreements == 180
 
 
 def test_icd10_set_f1_per_instance():

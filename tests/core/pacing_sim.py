@@ -12,7 +12,7 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
-from medhelm.inference.pacing import AdaptiveLimit
+from medhelm.inference.pacing import DRAIN_EVERY_S, AdaptiveLimit
 
 
 @dataclass
@@ -31,12 +31,13 @@ class ClientResult:
 
 def simulate(*, capacity: int, service_s: float = 0.1, clients: int = 1, seconds: float = 60.0,
              measure_from: float = 30.0, fixed: int | None = None, ceiling: int = 256, seed: int = 0,
-             batching: float = 0.0, jitter: float = 0.1) -> tuple[list[ClientResult], list[AdaptiveLimit]]:
-    """``batching`` > 0 models a continuous-batching server: each of ``capacity`` workers serves requests
+             batching: float = 0.0, jitter: float = 0.1, stagger_s: float = 0.0, drain_every: float | None = None) -> tuple[list[ClientResult], list[AdaptiveLimit]]:
+    """``stagger_s``: client i joins at i x stagger_s (processes never start together). ``batching`` > 0 models a continuous-batching server: each of ``capacity`` workers serves requests
     together and slows by ``batching`` per extra request it holds (vLLM-like); 0 = one request a worker."""
     rng = random.Random(seed)
     clock = Clock()
-    limits = [AdaptiveLimit(ceiling, clock=clock) for _ in range(clients)]
+    drain = (DRAIN_EVERY_S if clients > 1 else 0.0) if drain_every is None else drain_every  # shards drain
+    limits = [AdaptiveLimit(ceiling, clock=clock, drain_every=drain) for _ in range(clients)]
     in_flight = [0] * clients
     results = [ClientResult() for _ in range(clients)]
     events: list[tuple[float, int, int, float]] = []  # (finish time, seq, client, sent time)
@@ -65,13 +66,22 @@ def simulate(*, capacity: int, service_s: float = 0.1, clients: int = 1, seconds
         if fixed is None:
             limits[client].note_waiting()  # always more work than slots
 
+    joined = [c * stagger_s <= 0 for c in range(clients)]
     for c in range(clients):
-        fill(c)
+        if joined[c]:
+            fill(c)
+        else:
+            seq += 1
+            heapq.heappush(events, (c * stagger_s, seq, -1 - c, 0.0))  # a join event, not a completion
     while events:
         t, _, client, sent = heapq.heappop(events)
         if t > seconds:
             break
         clock.t = t
+        if client < 0:
+            joined[-1 - client] = True
+            fill(-1 - client)
+            continue
         busy -= 1
         in_flight[client] -= 1
         if t >= measure_from:
@@ -82,7 +92,8 @@ def simulate(*, capacity: int, service_s: float = 0.1, clients: int = 1, seconds
         if queue and busy < capacity:
             start_service(*queue.pop(0))
         for c in [client] + [c for c in range(clients) if c != client]:
-            fill(c)
+            if joined[c]:
+                fill(c)
     return results, limits
 
 

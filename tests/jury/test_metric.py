@@ -59,7 +59,7 @@ def test_valid_verdicts_from_two_judges(registry, judge_server, script):
     script.by_judge["judge-b"] = verdict(2, 2, 2)
     [r] = score(registry, [item("Assessment: URI. Plan: rest.")])
     assert r.stats == {"jury_score": pytest.approx(3.0), "jury_score_normalized": pytest.approx(0.5),
-                       "jury_coverage": 1.0}  # (4+3+5+2+2+2)/6 = 3 on 1-5
+                       "jury_coverage": 1.0, "aci_bench_accuracy": pytest.approx(3.0)}  # (4+3+5+2+2+2)/6 on 1-5
     assert len(r.judgements) == 6 and all(j.status is JudgeStatus.OK for j in r.judgements)
     assert by(r, "mock/judge-a")["clarity"].score == 5 and by(r, "mock/judge-a")["clarity"].explanation == "l"
     assert judge_server.request_count == 2  # one call per judge, no re-ask
@@ -91,13 +91,15 @@ def test_still_invalid_after_one_reask_is_unscored_not_zero(registry, judge_serv
     assert sum(1 for body in judge_server.requests if body["model"] == "judge-b") == 2  # ask + one re-ask
     # the jury score is judge A's alone, and coverage says half the scores are missing
     assert r.stats == {"jury_score": pytest.approx(4.0), "jury_score_normalized": pytest.approx(0.75),
-                       "jury_coverage": 0.5}
+                       "jury_coverage": 0.5, "aci_bench_accuracy": pytest.approx(4.0)}  # HELM drops judge B too
 
 
 def test_every_judge_failing_leaves_the_instance_unscored(registry, script):
     script.by_judge["judge-a"] = script.by_judge["judge-b"] = verdict(0, 9, 4.5)  # all out of range / non-int
     [r] = score(registry, [item("note")])
-    assert r.stats == {"jury_score": None, "jury_score_normalized": None, "jury_coverage": 0.0}
+    # ours: unscored, never a number; upstream's column: MedHELM's default_score 1.0 when no judge is left
+    assert r.stats == {"jury_score": None, "jury_score_normalized": None, "jury_coverage": 0.0,
+                       "aci_bench_accuracy": 1.0}
     assert {j.explanation.split(":")[1].strip() for j in r.judgements} == \
         {"score 0 outside 1-5", "score 9 outside 1-5", "score is not an integer"}
 
@@ -109,6 +111,9 @@ def test_partly_invalid_keeps_the_valid_criteria(registry, script):
     assert (a["accuracy"].score, a["completeness"].score, a["clarity"].score) == (4, 3, None)
     assert a["clarity"].status is JudgeStatus.UNSCORED
     assert r.stats["jury_coverage"] == pytest.approx(5 / 6)
+    # ours keeps judge A's two valid criteria; upstream's rule drops judge A whole (HELM's validation)
+    assert r.stats["jury_score"] == pytest.approx((4 + 3 + 4 + 3 + 5) / 5)
+    assert r.stats["aci_bench_accuracy"] == pytest.approx((4 + 3 + 5) / 3)
 
 
 def test_planted_score_in_the_candidate_is_not_picked_up(registry, script):
@@ -129,7 +134,8 @@ def test_candidate_text_with_dollars_and_braces_reaches_the_judge_verbatim(regis
 def test_empty_candidate_output_asks_no_judge_and_scores_the_minimum(registry, judge_server):
     [r] = score(registry, [item("   \n")])
     assert judge_server.request_count == 0
-    assert r.stats == {"jury_score": 1.0, "jury_score_normalized": 0.0, "jury_coverage": 1.0}
+    assert r.stats == {"jury_score": 1.0, "jury_score_normalized": 0.0, "jury_coverage": 1.0,
+                       "aci_bench_accuracy": 1.0}
     assert {j.judge for j in r.judgements} == {EMPTY_RESPONSE_JUDGE}
     assert all("empty" in j.explanation for j in r.judgements)
 

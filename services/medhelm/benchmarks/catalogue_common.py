@@ -15,8 +15,9 @@ def card(name: str) -> dict[str, object]:
             "access": c.access, "main_metric": c.main_metric, "main_split": c.main_split}
 
 
-# Multiple choice: the answer is mapped to an option ("A", "(A)", "Answer: A", the option text);
-# `exact_match` is the leaderboard column, as upstream (the cards' main_metric).
+# Multiple choice (scoring/choice.py): `exact_match` and its family by HELM's rule (the stripped answer must be
+# the letter) are the leaderboard column, as upstream (the cards' main_metric); `lenient_match` (the answer
+# mapped to an option from "A", "(A)", "Answer: A", the option text) is shown beside it (the cards' beside).
 CHOICE = (MetricSpec("multiple_choice"),)
 
 EXACT = (MetricSpec("exact_match"),)

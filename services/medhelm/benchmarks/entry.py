@@ -4,18 +4,20 @@ from these; ``catalogue.py`` looks them up. Nothing here imports a table, so the
 and ``catalogue.py`` imports the tables: the imports point one way.
 
 Failure semantics: ``check_args`` raises ``ConfigError`` naming the argument (unknown key, value not among
-the choices, required argument missing); nothing else here raises.
+the choices, required argument missing), ``subgroup_columns`` one naming ``subgroups=`` (an empty or repeated
+column); nothing else here raises.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from medhelm.benchmarks.base import LoadContext
 from medhelm.benchmarks.loaders.fetch import RemoteFile
 from medhelm.benchmarks.prompts import PromptStyle
-from medhelm.errors import ConfigError
+from medhelm.errors import ConfigError, escape
 from medhelm.specs import Access, BenchmarkSpec, FrozenMap, Instance, MetricSpec, TaskType
 
 
@@ -34,11 +36,36 @@ PROMPT_PATH = Arg("prompt_path", "a text file whose content replaces the instruc
                                  "MedHELM's own wording); the run and the leaderboard mark the prompt as not the "
                                  "default")
 
+# Benchmarks reading one private data file (``data_file`` below) accept it: the columns naming each patient's
+# subgroup, joined with "+" as HELM joins a multi-valued argument (``subgroups=age_band+sex``). Every metric is then
+# also computed per subgroup, small groups suppressed (store/subgroups.py, docs/report.md).
+SUBGROUPS = Arg("subgroups", "columns of the data file naming each patient's subgroup, joined with + "
+                             "(subgroups=age_band+sex): every metric is also reported per subgroup (docs/report.md)")
+MAX_SUBGROUP_COLUMNS = 16
+
 # arguments that never change which instances a benchmark has
 _NEUTRAL_ARGS = frozenset({"data_path", "jury_config_path", "bertscore", "prompt_path", "max_length",
-                           "skip_unlabelled"})
+                           "skip_unlabelled", "subgroups"})
 
 Loader = Callable[[LoadContext, "CatalogueEntry"], Iterable[Instance]]
+DataFile = Callable[[LoadContext, "CatalogueEntry"], Path]
+
+
+def subgroup_columns(args: Mapping[str, str]) -> tuple[str, ...]:
+    """The columns of ``subgroups=`` (none when absent), in the order given."""
+    raw = str(args.get("subgroups") or "")
+    if not raw:
+        return ()
+    columns = tuple(c.strip() for c in raw.split("+"))
+    if any(not c for c in columns):
+        raise ConfigError(f"subgroups={escape(raw, 80)}: an empty column name (columns are joined with +, "
+                          "e.g. subgroups=age_band+sex)", field="subgroups")
+    if len(set(columns)) != len(columns):
+        raise ConfigError(f"subgroups={escape(raw, 80)}: a column is named twice", field="subgroups")
+    if len(columns) > MAX_SUBGROUP_COLUMNS:
+        raise ConfigError(f"subgroups= names {len(columns)} columns (at most {MAX_SUBGROUP_COLUMNS})",
+                          field="subgroups")
+    return columns
 
 
 @dataclass(frozen=True)
@@ -69,11 +96,17 @@ class CatalogueEntry:
     # public sources whose full count is not recorded here: why (``describe`` says it; ``validate`` says what it
     # loaded instead of comparing). Every public entry has ``counts`` or this (tests/catalogue checks).
     count_note: str = ""
+    # private data read from one CSV file: where it is (``data_path=`` resolved); such a row may accept
+    # ``subgroups=``, whose columns are checked in this file's header at planning
+    data_file: DataFile | None = None
 
     def __post_init__(self) -> None:
         for name in ("options", "counts"):
             if not isinstance(getattr(self, name), FrozenMap):
                 object.__setattr__(self, name, FrozenMap(getattr(self, name)))
+        if SUBGROUPS in self.args and self.data_file is None:
+            raise ValueError(f"catalogue row {self.name}: subgroups= needs data_file (the file whose header names "
+                             "the columns)")
 
     def expected_count(self, args: Mapping[str, str]) -> int | None:
         """Instances the full published data gives for these arguments, if known (``medhelm validate``

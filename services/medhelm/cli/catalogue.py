@@ -13,6 +13,7 @@ from medhelm.benchmarks.base import LoadContext
 from medhelm.benchmarks.catalogue import CatalogueEntry, all_entries, get_entry
 from medhelm.benchmarks.entry import PROMPT_PATH
 from medhelm.benchmarks.loaders.fetch import find_local, mirror_candidates
+from medhelm.cards import BY_NAME
 from medhelm.specs import Access
 from medhelm.taxonomy import TAXONOMY
 
@@ -103,8 +104,9 @@ def main_describe(args: argparse.Namespace) -> int:
     print(f"  category      {entry.category} -> {entry.subcategory}")
     print(f"  access        {entry.access.value}")
     print(f"  task type     {entry.task_type.value}, max {entry.max_tokens} output tokens")
+    beside = BY_NAME[entry.name].beside if entry.name in BY_NAME else ()
     print(f"  metrics       {', '.join(m.name for m in spec.metrics)} (leaderboard column: {spec.main_metric}, "
-          f"split {spec.main_split})")
+          f"split {spec.main_split}" + (f"; beside it: {', '.join(beside)}" if beside else "") + ")")
     print(f"  source        {entry.source}")
     print(f"  instances     {_counts(entry)}")
     if entry.left_out:

@@ -31,6 +31,18 @@ without a coordinator; a continuous-batching server (vLLM) whose latency grows w
 that point while throughput still grows. A window in which no request had to wait for a slot teaches nothing
 about the limit and changes nothing.
 
+That rule is fair only if every client knows the same base latency, and a shard that joins a server already
+queueing takes the queue for the base (pods of one Job start seconds apart; simulated, the shard that came first
+then got under 3 % of the requests). So a Job's shards (``PaceSettings.share`` < 1: the chart and ``k8s submit``
+set ``MEDHELM_SHARD_PARALLELISM``) *drain* at every multiple of ``DRAIN_EVERY_S`` on the wall clock — the one
+clock all pods share (NTP), so clients that never talk drain at the same instant: each quarters its limit until
+requests sent after the cut come back, and takes their median as its base (never raising it). If the latency
+before the drain was over 1.5 x that base, the queue was a shared, standing one (a client alone never keeps
+one: its probes refuse to just queue), and every shard restarts slow start from ``START_LIMIT`` at the same
+moment: they double in step and stop together, at equal limits. A drain that finds no queue makes the next one
+wait ``QUIET_DRAINS`` periods. The coordinator is the server's latency plus the wall clock; nothing of ours runs
+between the shards. A process that is not one of several shards never drains (its solo behaviour is above).
+
 Failure semantics: pacing never fails a request; it only delays its start. A waiter that is cancelled leaves the
 queue having taken nothing; a slot is released exactly once per acquire, whatever the attempt's outcome (the
 pool releases in ``finally``). Header values that do not parse are ignored (a server's odd header never stops a
@@ -53,6 +65,11 @@ OVERLOAD_STATUS = frozenset({429, 503, 529})  # too many requests, unavailable, 
 AUTO_CEILING = 256
 _CONGESTED_WINDOWS = 64  # requests in flight a run allows at most under ``--max-concurrency auto``
 START_LIMIT = 4
+DRAIN_EVERY_S = 10.0  # wall-clock period of the synchronised drains that measure the base latency
+QUIET_DRAINS = 3  # after a drain that found no shared queue, the next is this many periods on
+DRAIN_FLOOR = 4  # a limit at or under this does not drain (it holds too little of any queue to matter)
+RESTART_QUEUE = 1.5  # a median before the drain over this x the drained one: a standing queue, shared
+PROBE_QUEUE_SHARE = 0.75  # a probe up that grows the median by more than this share of the gain only queued
 
 
 # --------------------------------------------------------------------------------------------
@@ -84,7 +101,8 @@ class AdaptiveLimit:
     """Requests in flight for one deployment under ``auto``; read ``limit``, report completions and overloads."""
 
     def __init__(self, ceiling: int, *, start: int = START_LIMIT, cruise: int = 8, latency_tolerance: float = 3.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] | None = None,
+                 drain_every: float = 0.0) -> None:
         if ceiling < 1:
             raise ValueError("ceiling must be >= 1")
         self.ceiling = ceiling
@@ -106,6 +124,14 @@ class AdaptiveLimit:
         self._congested = 0  # windows left of additive-only growth after the latency guard fired
         self._down_refused: int | None = None  # the limit at which the last probe down lost throughput
         self._probe_from = self.limit  # the limit a probe started from (it returns there when refused)
+        # Drains happen at multiples of ``drain_every`` seconds of the wall clock, the one clock every process of a
+        # cluster shares (NTP): all clients of a server drain together (see the module docstring).
+        self._wall = wall or (time.time if clock is time.monotonic else clock)
+        self._drain_every = drain_every
+        self._drain_epoch = self._epoch()
+        self._drain_from = self.limit
+        self.drains = 0  # how many drains measured the base (tests, the summary)
+        self.restarts = 0  # how many of them found a shared standing queue and restarted slow start
         self.changes = 0  # how often the limit changed (tests, metrics)
 
     # -- what the gate reports
@@ -116,6 +142,12 @@ class AdaptiveLimit:
 
     def completed(self, latency_s: float) -> None:
         """A request finished (any answer the server gave, an error other than overload included)."""
+        if self.phase != "drain" and self._drain_every > 0:
+            epoch = self._epoch()
+            if epoch > self._drain_epoch:
+                self._drain_epoch = epoch
+                if self.limit > DRAIN_FLOOR:
+                    self._drain()
         w = self._window
         if w.skip > 0:
             w.skip -= 1
@@ -144,6 +176,19 @@ class AdaptiveLimit:
     def base_latency(self) -> float | None:
         return self._base
 
+    def _epoch(self) -> int:
+        return math.floor(self._wall() / self._drain_every) if self._drain_every > 0 else 0
+
+    def _drain(self) -> None:
+        """Quarter the limit until requests sent after the cut have come back (their latency is the server's
+        with a short queue), then return to the limit we left."""
+        self._drain_from = self.limit
+        low = max(1, self.limit // 4)
+        self.changes += 1
+        self.limit, self.phase = low, "drain"
+        # the requests in flight at the cut (up to the old limit) come back first; measure the ones after them
+        self._window = _Window(low, skip=self._drain_from, target=max(2, low))
+
     # -- decisions, one per measured window
 
     def _new_window(self) -> _Window:
@@ -164,6 +209,21 @@ class AdaptiveLimit:
 
     def _decide(self, w: _Window) -> None:
         x, median = w.throughput(), w.median()
+        if self.phase == "drain":  # the latency with the queue drained: a base no older measurement can hide
+            self.drains += 1
+            before = self._medians[-1] if self._medians else median
+            self._base = median if self._base is None else min(self._base, median)
+            if before > RESTART_QUEUE * self._base:
+                # A standing queue the drain revealed: shared, since a client alone never keeps one (its probes
+                # refuse to just queue). Every client of the server drained at this same instant and saw the same;
+                # all restart slow start from the same limit, double in step and stop together: equal shares.
+                self.restarts += 1
+                self._prev = None
+                self._set(START_LIMIT, "startup")
+            else:  # no shared queue: the next look is QUIET_DRAINS periods on (a drain costs a little throughput)
+                self._drain_epoch += QUIET_DRAINS - 1
+                self._set(self._drain_from, "cruise")
+            return
         base = self._base
         self._medians.append(median)
         self._base = median if base is None else min(base * 1.002, median)
@@ -218,7 +278,7 @@ class AdaptiveLimit:
             gain = self.limit / start - 1
             # More in flight must pay in throughput, and must not just queue: at a saturated server the median
             # latency grows in proportion to the limit (Little's law), whatever a noisy throughput says.
-            if x >= ref * (1 + 0.25 * gain) and median <= ref_med * (1 + 0.75 * gain) and not slow:
+            if x >= ref * (1 + 0.25 * gain) and median <= ref_med * (1 + PROBE_QUEUE_SHARE * gain) and not slow:
                 self.plateau = self.limit
                 self._set(self.limit, "cruise")
             else:
@@ -412,8 +472,10 @@ class Pacer:
         self.settings = settings
         self._clock, self._sleep = clock, sleep
         self.observer = observer or PacerObserver()
-        self.adaptive = AdaptiveLimit(settings.ceiling, clock=clock) if settings.adaptive and not settings.fixed \
-            else None
+        # A Job's shards (share < 1) know they share the server: they drain together to stay fair (AdaptiveLimit)
+        self.adaptive = AdaptiveLimit(settings.ceiling, clock=clock,
+                                      drain_every=DRAIN_EVERY_S if settings.share < 1.0 else 0.0) \
+            if settings.adaptive and not settings.fixed else None
         now = clock()
         self._requests = Bucket(settings.requests_per_minute * settings.share, now) \
             if settings.requests_per_minute else None
@@ -538,7 +600,9 @@ class Pacer:
         parts = []
         if self.adaptive is not None:
             plateau = f", plateau {self.adaptive.plateau}" if self.adaptive.plateau is not None else ""
-            parts.append(f"auto: {self.adaptive.limit} in flight{plateau}")
+            drains = f", {self.adaptive.drains} drains ({self.adaptive.restarts} restarts)" \
+                if self.adaptive.drains else ""
+            parts.append(f"auto: {self.adaptive.limit} in flight{plateau}{drains}")
         elif self.settings.fixed:
             parts.append(f"fixed: {self.settings.fixed} in flight")
         budgets = [f"{b.per_minute:g} {what}/min" for b, what in ((self._requests, "requests"),

@@ -6,6 +6,11 @@ passed small-cell suppression exist there), and per run its name, model, deploym
 digest of its run spec. Never read: ``instances`` (prompts, outputs, patient text), run specs' text. So
 nothing an instance says can reach the report, whatever the store holds.
 
+Beside the main metric (``beside``): per benchmark whose card names other columns (``medhelm/cards.py``: our
+``lenient_match`` beside HELM's ``exact_match``, upstream's ``<benchmark>_accuracy`` beside
+``jury_score_normalized``), each model's mean of those stats (``store.read.column_values``, from ``run_stats``).
+A release summarized before the multiple-choice columns were renamed is flagged (``extra["legacy_names"]``).
+
 Each part read is also hashed (``inputs``: SHA-256 of its rows as canonical JSON), so the manifest names
 exactly what the report was built from, and ``medhelm report verify --store`` can tell whether the store
 still holds it.
@@ -23,7 +28,7 @@ from typing import Any
 
 from medhelm.store.backends import Store
 from medhelm.store.compare import CompareOptions, Comparison, compare, side_from_release
-from medhelm.store.read import resolve_release
+from medhelm.store.read import column_values, legacy_names, resolve_release
 from medhelm.store.subgroup_changes import SubgroupChange, instance_labels, subgroup_changes
 from medhelm.store.subgroups import read_subgroups, stored_min_cell
 from medhelm.version import __version__
@@ -87,13 +92,30 @@ def read_parts(store: Store, release: str) -> tuple[dict[str, list[dict[str, Any
     parts["runs"] = [_run_row(r) for r in parts["runs"]]
     scores, gaps = read_subgroups(store, release)
     parts["subgroup_scores"], parts["subgroup_gaps"] = scores, gaps
+    parts["beside"] = _beside(store, release, parts["benchmarks"])
     return parts, {name: _digest(rows) for name, rows in parts.items()}
+
+
+def _beside(store: Store, release: str, benchmarks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The columns shown beside each benchmark's main one, per model (numbers only)."""
+    from medhelm.cards import BY_NAME
+
+    rows = []
+    for b in benchmarks:
+        card = BY_NAME.get(b["benchmark"])
+        if card is None or not card.beside:
+            continue
+        values = column_values(store, release, card.name, card.beside, card.main_split)
+        rows += [{"benchmark": card.name, "model": model, "deployment": dep, "stat": stat, "value": value}
+                 for (model, dep), stats in sorted(values.items()) for stat, value in sorted(stats.items())]
+    return rows
 
 
 def read_content(store: Store, release: str | None, against: str | None = None, *, replicates: int = 2000,
                  seed: int = 0) -> ReportContent:
     release = resolve_release(store, release)
     parts, inputs = read_parts(store, release)
+    extra = {"legacy_names": legacy_names(store, release)}
     comparison = None
     if against is not None:
         against = resolve_release(store, against)
@@ -107,8 +129,8 @@ def read_content(store: Store, release: str | None, against: str | None = None, 
         labels = instance_labels(store, against, instance_labels(store, release))
         changes, hidden = subgroup_changes(side_a, side_b, labels, options, stored_min_cell(store, release))
         inputs.update(_accepted_inputs(store, against))
-        return ReportContent(release, parts, inputs, against, comparison, tuple(changes), hidden)
-    return ReportContent(release, parts, inputs)
+        return ReportContent(release, parts, inputs, against, comparison, tuple(changes), hidden, extra=extra)
+    return ReportContent(release, parts, inputs, extra=extra)
 
 
 def _accepted_inputs(store: Store, against: str) -> dict[str, str]:

@@ -1,10 +1,23 @@
-"""Multiple-choice scoring: map the model's answer to an option, then compare with the correct one.
+"""Multiple-choice scoring: upstream HELM's exact-match family, and our lenient reading beside it.
 
-Accepted forms: ``A``, ``(A)``, ``A.``, ``A)``, ``Answer: A``, ``The answer is (B)``, or the option's text.
-Upstream HELM only accepted the bare letter, so ``(A)`` or ``A.`` scored 0 silently. An answer that maps to
-no option is wrong *and* counted (``unparseable_answer``), so a formatting problem is visible, not hidden.
-``exact_match_strict`` is upstream's rule (the stripped answer is exactly the letter) for comparison.
-The gold answer is the correct option's position, never its text (see ``correct_index``).
+Two rules, each under a name that says what it computes (docs/metrics.md, "Two rules, two names"):
+
+* ``exact_match`` (and ``quasi_exact_match``, ``prefix_exact_match``, ``quasi_prefix_exact_match``) — as
+  HELM computes them for a multiple-choice-joint run (``compute_reference_metrics``): the output is stripped
+  and looked up, as is, among the option letters (``output_mapping``: ``"A"`` -> option A's text); anything
+  else (``"A."``, ``"(A)"``, ``"a"``, a sentence) maps to nothing and scores 0 on all four; a letter maps to
+  its option's text, which is compared with the correct references' text by ``scoring/exact.py``'s rules
+  (the one owner of those four). This is the leaderboard column, the same number HELM's ``exact_match``
+  gives, so ``import-helm`` rows and ours sit in one column.
+* ``lenient_match`` — ours: the answer mapped to an option from ``A``, ``(A)``, ``A.``, ``A)``,
+  ``Answer: A``, ``The answer is (B)`` or the option's text, then compared by *position* with the correct
+  option (twin options with the same text still have one correct letter, see ``correct_index``).
+  ``unparseable_answer`` counts the answers that map to no option (wrong under both rules), so a formatting
+  problem is visible, not hidden.
+
+Runs made before these names (records with ``exact_match_strict``) are read by the store under the new
+names (``store/sources.py``: their ``exact_match`` was this lenient rule, their ``exact_match_strict`` the
+letter rule). Pure functions; an instance without exactly one correct option is unscored (``None``).
 """
 
 from __future__ import annotations
@@ -12,6 +25,8 @@ from __future__ import annotations
 import re
 import string
 
+from medhelm.scoring.exact import STATS as EXACT_FAMILY
+from medhelm.scoring.exact import score_text
 from medhelm.scoring.instance_scorer import instance_metric_factory
 from medhelm.specs import Instance
 
@@ -77,21 +92,36 @@ def gold_label(instance: Instance) -> str | None:
     return next((r.text for r in instance.correct_references if r.text.strip()), None)
 
 
+LENIENT = "lenient_match"
+STATS = (*EXACT_FAMILY, LENIENT, "unparseable_answer")
+
+
+def helm_family(instance: Instance, answer: str) -> dict[str, float | None]:
+    """HELM's four exact-match stats of a multiple-choice answer: the stripped answer must be an option's
+    letter exactly (HELM's ``output_mapping.get``); its option's text is then scored against the correct
+    references' text. No correct reference: unscored."""
+    golds = [r.text for r in instance.correct_references]
+    if not golds:
+        return dict.fromkeys(EXACT_FAMILY)
+    letter = answer.strip()
+    if len(letter) != 1 or letter not in LETTERS[:len(instance.choices)]:
+        return dict.fromkeys(EXACT_FAMILY, 0.0)  # HELM: no mapping -> None -> 0 for every member
+    return score_text(instance.choices[LETTERS.index(letter)], golds)
+
+
 def _score(instance: Instance, answer: str) -> dict[str, float | None]:
     truth = correct_index(instance)
     if truth is None or not instance.choices:
-        return {"exact_match": None, "exact_match_strict": None, "unparseable_answer": None}
+        return dict.fromkeys(STATS)
     picked = parse_choice(answer, instance.choices)
-    return {
-        "exact_match": float(picked == truth),
-        "exact_match_strict": float(answer.strip() == LETTERS[truth]),
-        "unparseable_answer": float(picked is None),
-    }
+    return {**helm_family(instance, answer), LENIENT: float(picked == truth),
+            "unparseable_answer": float(picked is None)}
 
 
 FACTORIES = {
     "multiple_choice": instance_metric_factory(
-        ("exact_match", "exact_match_strict", "unparseable_answer"), _score,
-        description="multiple choice: the answer ('A', '(A)', 'Answer: A', or the option text) mapped to an "
-                    "option; unparseable answers are wrong and counted"),
+        STATS, _score,
+        description="multiple choice: exact_match and its family as HELM computes them (the stripped answer "
+                    "must be the option letter); lenient_match maps 'A', '(A)', 'Answer: A' or the option text "
+                    "to an option; unparseable answers are wrong and counted"),
 }

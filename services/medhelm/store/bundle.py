@@ -28,8 +28,10 @@ from medhelm.store.subgroups import GAPS as SUBGROUP_GAPS
 from medhelm.store.subgroups import SCORES as SUBGROUP_SCORES
 from medhelm.store.subgroups import copy_release as copy_subgroups
 
-AGGREGATES = ("meta", "benchmarks", "cells", "models", "leaderboard", "group_scores")
-CSV_TABLES = ("leaderboard", "cells", "group_scores", "models", "benchmarks")
+# run_stats: every stat of every run (numbers only), so the columns shown beside the main one (lenient_match,
+# upstream's <benchmark>_accuracy; docs/metrics.md) travel with the bundle
+AGGREGATES = ("meta", "benchmarks", "cells", "models", "leaderboard", "group_scores", "run_stats")
+CSV_TABLES = ("leaderboard", "cells", "group_scores", "models", "benchmarks", "run_stats")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,12 @@ the test is McNemar's exact test when every paired value is 0 or 1, else the per
 (CI excludes 0). A significant change is a ``drop`` when it makes the benchmark worse (lower, or higher
 where lower is better) and a ``gain`` otherwise; ``gate`` marks drops larger than ``threshold``.
 
+A release summarized before the multiple-choice columns were renamed (``read.legacy_names``) stored the lenient
+rule as its ``exact_match`` leaderboard values; its side takes the letter rule (``exact_match_strict``, today's
+``exact_match``) from each instance's stored stats instead, so a release from before and one from after compare
+the same rule, never a rename as a drop (from a record kept whole only that one number is taken; nothing else of
+it is kept). Without stored per-instance stats it is a one-line error.
+
 Failure semantics: unreadable sources raise ``ConfigError`` (one line, no data in it); a pair that cannot
 be tested (fewer than 2 pairs, nothing in common) is reported as ``untestable``, never as no change.
 Reads only numbers and names: no instance text (so it needs no analyst role).
@@ -132,19 +138,24 @@ class Comparison:
 
 def side_from_release(store: Store, release: str) -> Side:
     """A release's per-instance leaderboard values (``runs.value_ids``/``value_blob``)."""
-    from medhelm.store.read import resolve_release
+    from medhelm.store.read import legacy_names, resolve_release
 
     release = resolve_release(store, release)
     benches = {b: BenchInfo(dn or b, cat or "", sub or "", bool(lower)) for b, dn, cat, sub, lower in store.query(
         "SELECT benchmark, display_name, category, subcategory, lower_is_better FROM benchmarks WHERE release = ?",
         (release,))}
+    renamed = {b for (b, m) in store.query("SELECT benchmark, main_metric FROM benchmarks WHERE release = ?",
+                                           (release,)) if m == "exact_match"} if legacy_names(store, release) else set()
     values: dict = {}
-    for model, dep, bench, stratum, ids, blob in store.query(
-            "SELECT model, deployment, benchmark, stratum, value_ids, value_blob FROM runs WHERE release = ? "
+    for run_id, model, dep, bench, stratum, ids, blob in store.query(
+            "SELECT run_id, model, deployment, benchmark, stratum, value_ids, value_blob FROM runs WHERE release = ? "
             "ORDER BY run_id", (release,)):
         if ids is None or blob is None:
             continue  # a redacted export without per-instance values
-        values[(model, dep, bench, stratum)] = _checked(ids, blob, f"release '{escape(release)}'")
+        where = f"release '{escape(release)}'"
+        checked = _checked(ids, blob, where)
+        values[(model, dep, bench, stratum)] = _strict(store, run_id, checked[0], where) if bench in renamed \
+            else checked
     if not values:
         raise ConfigError(f"release '{escape(release)}' holds no per-instance values (a redacted export?): "
                           "nothing to compare")
@@ -162,6 +173,29 @@ def _checked(ids_json: str, blob: bytes, where: str) -> tuple[tuple[str, ...], n
     if not isinstance(ids, list) or len(ids) != len(vals):
         raise ConfigError(f"{where}: a run's stored ids and values differ in length (re-run `medhelm summarize`)")
     return tuple(str(i) for i in ids), vals.astype(float)
+
+
+def _strict(store: Store, run_id: int, ids: tuple[str, ...], where: str) -> tuple[tuple[str, ...], np.ndarray]:
+    """A pre-rename multiple-choice run's values under today's ``exact_match`` (its ``exact_match_strict``)."""
+    import json
+
+    from medhelm.store.sources import LEGACY_CHOICE_MARK
+
+    found: dict[str, float] = {}
+    for iid, stats_json, record_json in store.query(
+            "SELECT instance_id, stats_json, record_json FROM instances WHERE run_id = ?", (int(run_id),)):
+        try:
+            stats = json.loads(stats_json) if stats_json else (json.loads(record_json or "{}").get("stats") or {})
+        except (ValueError, TypeError, AttributeError):
+            stats = {}
+        value = stats.get(LEGACY_CHOICE_MARK) if isinstance(stats, dict) else None
+        if type(value) in (int, float):
+            found[iid] = float(value)
+    missing = sum(1 for i in ids if i not in found)
+    if missing == len(ids) and ids:
+        raise ConfigError(f"{where} was summarized before the multiple-choice columns were renamed and keeps no "
+                          "per-instance stats to read HELM's exact_match from: re-run `medhelm summarize` on it")
+    return ids, np.array([found.get(i, math.nan) for i in ids], dtype=float)
 
 
 def side_from_suite(output_path: Path, suite: str) -> Side:

@@ -10,7 +10,10 @@ when present, ``scenario_state.json`` (which requests failed, which judges answe
   the run spec's metric specs (an ``LLMJuryMetric``'s ``metric_name``; the exact-match family), then
   upstream MedHELM's cards (``medhelm/cards.py``). No main metric found -> a one-line error, never a guess.
   Built-in MedHELM jury metrics (``<name>_accuracy``, a 1-5 mean) are stored on 0-1 as
-  ``jury_score_normalized``; a configurable benchmark's ``jury_score`` keeps HELM's raw scale.
+  ``jury_score_normalized`` (the ranked column) and also as HELM wrote them, under their own name: the column
+  our runs compute by the same rule (``scoring/jury/metric.py``), shown beside it. HELM's multiple-choice
+  ``exact_match`` lands in the column our runs fill by HELM's rule (``scoring/choice.py``); a configurable
+  benchmark's ``jury_score`` keeps HELM's raw scale.
 * **Per-instance stats**: HELM's runner appends one list per metric, so an instance has one entry per
   metric group (MedHELM's jury runs list the summarization metrics before the jury metric); every entry of
   an instance is merged. Perturbed entries and extra train trials are not leaderboard values and are skipped.

@@ -18,6 +18,7 @@ from medhelm.access import audit
 from medhelm.access.roles import AccessDenied, Principal
 from medhelm.errors import ConfigError
 from medhelm.store.backends import Store
+from medhelm.store.sources import LEGACY_CHOICE_MARK, LEGACY_CHOICE_NAMES
 from medhelm.store.tables import CellTable, Column
 
 
@@ -95,6 +96,40 @@ def _replicates(raw: object, cells: int, release: str) -> int:
         raise ConfigError(f"release '{release}': meta.replicates = {n} is out of range (0 to {MAX_REPLICATES}, "
                           f"at most {MAX_REPLICATE_CELLS:,} replicate values in all); re-run `medhelm summarize`")
     return n
+
+
+def legacy_names(store: Store, release: str) -> bool:
+    """Whether the release was summarized before the multiple-choice columns were renamed: its ``exact_match``
+    is then the lenient rule (today's ``lenient_match``) and its letter rule is ``exact_match_strict``."""
+    return bool(store.query("SELECT 1 FROM run_stats WHERE release = ? AND stat = ? LIMIT 1",
+                            (release, LEGACY_CHOICE_MARK)))
+
+
+def column_values(store: Store, release: str, benchmark: str, stats: tuple[str, ...], split: str = "test"
+                  ) -> dict[tuple[str, str], dict[str, float]]:
+    """Per (model, deployment): each stat's mean over its runs' instances (``run_stats`` pooled: sum / count),
+    in ``split`` (a run's only split when it has no ``split`` row) — the columns shown beside the main one,
+    e.g. ``lenient_match`` beside ``exact_match``, upstream's ``aci_bench_accuracy`` beside
+    ``jury_score_normalized``. A stat a run lacks (an import without our rule) is simply absent. In a release
+    summarized before the rename the names are read as they were then (``legacy_names``)."""
+    stored = {v: k for k, v in LEGACY_CHOICE_NAMES.items()} if legacy_names(store, release) else {}
+    wanted = {stored.get(name, name): name for name in stats}
+    rows = store.query(
+        "SELECT r.model, r.deployment, r.suite, r.run_name, s.stat, s.split, s.sum, s.count FROM runs r "
+        "JOIN run_stats s ON s.release = r.release AND s.suite = r.suite AND s.run_name = r.run_name "
+        f"WHERE r.release = ? AND r.benchmark = ? AND s.stat IN ({', '.join('?' * len(wanted))})",
+        (release, benchmark, *wanted)) if wanted else []
+    per_run: dict[tuple, dict[str, tuple[float, float]]] = {}
+    for model, dep, suite, run_name, stat, row_split, total, count in rows:
+        per_run.setdefault((model, dep, suite, run_name, stat), {})[row_split] = (total or 0.0, count or 0)
+    pooled: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for (model, dep, _, _, stat), splits in per_run.items():
+        chosen = splits.get(split) or (next(iter(splits.values())) if len(splits) == 1 else None)
+        if chosen and chosen[1]:
+            acc = pooled.setdefault((model, dep), {}).setdefault(wanted[stat], [0.0, 0.0])
+            acc[0] += chosen[0]
+            acc[1] += chosen[1]
+    return {row: {name: total / count for name, (total, count) in values.items()} for row, values in pooled.items()}
 
 
 def runs(store: Store, release: str, benchmark: str) -> list[dict[str, Any]]:
@@ -176,8 +211,10 @@ def _decoded(r: dict[str, Any]) -> dict[str, Any]:
     rec = json.loads(r["record_json"]) if r.get("record_json") else {}
     completion = rec.get("completion") or {}
     prompt = rec.get("prompt") or {}
-    return {"instance_id": r["instance_id"], "main_value": r["main_value"], "error": r["error"],
-            "stats": json.loads(r["stats_json"]) if r.get("stats_json") else rec.get("stats") or {},
+    stats = json.loads(r["stats_json"]) if r.get("stats_json") else rec.get("stats") or {}
+    if isinstance(stats, dict) and LEGACY_CHOICE_MARK in stats:  # a record written before the rename
+        stats = {LEGACY_CHOICE_NAMES.get(k, k): v for k, v in stats.items()}
+    return {"instance_id": r["instance_id"], "main_value": r["main_value"], "error": r["error"], "stats": stats,
             "input": (rec.get("instance") or {}).get("input"),
             "prompt": "\n\n".join(m["content"] for m in prompt.get("messages") or ()) if prompt else None,
             "output": completion.get("text"), "references": (rec.get("instance") or {}).get("references") or [],

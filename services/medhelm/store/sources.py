@@ -4,10 +4,16 @@ Two formats feed the same ingestion: our run directories, read through their own
 (``run_spec.json``, ``run.json``, ``stats.json``, ``instances.jsonl``; docs/output-format.md), and HELM's
 (``helm_runs.py``). Instances are read one line
 at a time, so memory does not grow with the number of instances.
+
+Old run folders keep their meaning: a multiple-choice run written before the column names said what they
+compute has the lenient rule under ``exact_match`` and the letter rule under ``exact_match_strict``; it is read
+under today's names (``lenient_match``, ``exact_match``; ``LEGACY_CHOICE_NAMES``), so its leaderboard column is
+the same rule as a new run's and a HELM import's. The records themselves are stored as written.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -21,6 +27,9 @@ from medhelm.rundir import RECORDS, RunDir, raw_lines
 from medhelm.specs import BenchmarkSpec, Stat, loads_json
 
 JURY_STAT, JURY_STAT_NORMALIZED = "jury_score", "jury_score_normalized"
+# Multiple-choice stats of runs made before the rename (scoring/choice.py): old name -> today's name.
+LEGACY_CHOICE_MARK = "exact_match_strict"  # only the old multiple-choice scorer wrote it
+LEGACY_CHOICE_NAMES = {"exact_match": "lenient_match", LEGACY_CHOICE_MARK: "exact_match"}
 
 
 class InstanceRow(NamedTuple):
@@ -116,10 +125,29 @@ def read_medhelm_run(path: Path, suite: str) -> RunSource:
             raise ConfigError("must be a number >= 0", path=path / "run.json", field=name)
     stats = tuple(run.stats()) if run.has_stats() else ()
     main = leaderboard_stat(spec.benchmark)
+    legacy = _legacy_choice(stats, path / RECORDS)
+    if legacy:
+        stats = tuple(dataclasses.replace(s, name=LEGACY_CHOICE_NAMES.get(s.name, s.name)) for s in stats)
     return RunSource(suite=suite, run_name=path.name, benchmark=spec.benchmark, model=spec.model,
                      deployment=spec.deployment, main_stat=main, status=status, stats=stats,
                      spec_json=json.dumps(spec_json, ensure_ascii=False), source="medhelm",
-                     rows=lambda with_text: _medhelm_rows(path / RECORDS, main, with_text, _done(status)))
+                     rows=lambda with_text: _medhelm_rows(path / RECORDS, main, with_text, _done(status), legacy))
+
+
+def _legacy_choice(stats: tuple[Stat, ...], records: Path) -> bool:
+    """Whether a run was scored under the old multiple-choice names (its stats, else its first record, say)."""
+    if stats:
+        return any(s.name == LEGACY_CHOICE_MARK for s in stats)
+    if not records.is_file():
+        return False
+    lines = raw_lines(records, 1)
+    try:
+        first = next(lines, None)
+        return first is not None and LEGACY_CHOICE_MARK in (loads_json(first[1]).get("stats") or {})
+    except (ValueError, TypeError, AttributeError, RecursionError):
+        return False  # a bad record is named by the row reader, with its line
+    finally:
+        lines.close()
 
 
 def _done(status: Mapping[str, Any]) -> int | None:
@@ -127,7 +155,8 @@ def _done(status: Mapping[str, Any]) -> int | None:
     return done if isinstance(done, int) and not isinstance(done, bool) and done >= 0 else None
 
 
-def _medhelm_rows(path: Path, main: str, with_text: bool, limit: int | None = None) -> Iterator[InstanceRow]:
+def _medhelm_rows(path: Path, main: str, with_text: bool, limit: int | None = None,
+                  legacy: bool = False) -> Iterator[InstanceRow]:
     # The raw line is stored as is (no re-encoding): summarize's cost is one parse per instance (orjson).
     # This loop runs once per instance of a release (370k in the bench): keep it flat.
     # A `medhelm run` may resume this run while summarize reads it (after summarize read run.json): its new
@@ -137,14 +166,18 @@ def _medhelm_rows(path: Path, main: str, with_text: bool, limit: int | None = No
     if not path.exists():
         raise ConfigError("missing (the run has no records)", path=path)
     loads, dumps = loads_json, json.dumps  # orjson parses (the json module what it refuses)
+    rename = legacy and not with_text  # stats_json is stored under today's names; record_json as written
+    key = main if not legacy or rename else {v: k for k, v in LEGACY_CHOICE_NAMES.items()}.get(main, main)
     for lineno, line in raw_lines(path, limit):
         try:
             d = loads(line)
             stats = d["stats"] or {}
+            if rename and type(stats) is dict:
+                stats = {LEGACY_CHOICE_NAMES.get(k, k): v for k, v in stats.items()}
             usage = (d["completion"] or {}).get("usage") or {}
             judge = d.get("judge_usage") or {}
             row = InstanceRow(
-                str(d["instance"]["id"]), d.get("position", 0), number(stats.get(main)), d.get("error"),
+                str(d["instance"]["id"]), d.get("position", 0), number(stats.get(key)), d.get("error"),
                 None if with_text else dumps(stats), line.rstrip("\n") if with_text else None,
                 usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0,
                 usage.get("latency_s") or 0.0, judge.get("prompt_tokens") or 0,

@@ -8,6 +8,13 @@ Each judge's prompt is fitted to that judge's own context window (``Rubric.rende
 its deployment's ``max_sequence_length`` or what its server reports), so a long dialogue never makes every
 judgement an HTTP 400. An unparseable or invalid verdict gets one re-ask (a changed request, so the cache cannot hand back
 the same bad answer); what is still invalid is recorded as ``unscored`` with its reason, never 0.
+
+Stats (docs/metrics.md, "Two rules, two names"): ``jury_score`` (weighted mean of the valid scores on the
+rubric's scale), ``jury_score_normalized`` (the same on 0-1: our leaderboard column), ``jury_coverage``, and,
+for a built-in rubric, upstream's own column ``<rubric>_accuracy`` (e.g. ``aci_bench_accuracy``) computed
+as MedHELM's ``LLMJuryMetric`` does: the plain mean of every criterion score of the judges whose verdict
+was complete (a judge missing a criterion is dropped whole, as HELM's validation drops it), and HELM's
+default score 1.0 when no judge is left or the output was empty.
 """
 
 from __future__ import annotations
@@ -27,6 +34,12 @@ from medhelm.specs import Completion, GenerationRequest, JudgeScore, JudgeStatus
 from medhelm.tokens import approx_tokens
 
 STATS = ("jury_score", "jury_score_normalized", "jury_coverage")
+HELM_DEFAULT_SCORE = 1.0  # MedHELM's run specs pass LLMJuryMetric(default_score=1.0): no verdict scores 1
+
+
+def helm_stat(rubric_name: str) -> str:
+    """Upstream's name for a built-in rubric's jury column: ``<benchmark>_accuracy`` (a 1-5 mean)."""
+    return f"{rubric_name}_accuracy"
 EMPTY_RESPONSE_JUDGE = "rule:empty-response"  # not a deployment: marks scores no judge was asked for
 EMPTY_RESPONSE_REASON = "the candidate's output was empty: scored as the rubric minimum, no judge asked"
 REASK_NOTE = ("\n\nYour previous reply could not be read ({problem}). Reply again with only the JSON object "
@@ -45,15 +58,22 @@ class JudgeCall:
 
 class JuryMetric:
     def __init__(self, rubric: Rubric, calls: Sequence[JudgeCall], *, max_tokens: int,
-                 structured_output: bool) -> None:
+                 structured_output: bool, helm_name: str | None = None) -> None:
         self.rubric = rubric
+        self.helm_name = helm_name  # upstream's ``<benchmark>_accuracy`` (built-in rubrics only)
         self.calls = tuple(calls)
         self.max_tokens = max_tokens
         self.schema = rubric.json_schema() if structured_output else None
 
     @property
     def stat_names(self) -> tuple[str, ...]:
-        return STATS
+        return STATS if self.helm_name is None else (*STATS, self.helm_name)
+
+    def _stats(self, scores: Sequence[JudgeScore]) -> dict[str, float | None]:
+        stats = jury_stats(scores)
+        if self.helm_name is not None:
+            stats[self.helm_name] = helm_jury_mean(scores)
+        return stats
 
     async def aclose(self) -> None:
         return None  # clients belong to the shared pool
@@ -61,12 +81,13 @@ class JuryMetric:
     async def score(self, item: ScoringItem) -> MetricResult:
         response = item.completion.text
         if not response.strip():
-            return _empty_response(self.rubric)
+            empty = _empty_response(self.rubric)
+            return dataclasses.replace(empty, stats=self._stats(empty.judgements))
         gold = next((r.text for r in item.instance.correct_references), "")
         outcomes = await asyncio.gather(*(self._ask(call, item.instance.input, response, gold)
                                           for call in self.calls))
         scores = tuple(s for judge_scores, _ in outcomes for s in judge_scores)
-        return MetricResult(stats=jury_stats(scores), judgements=scores,
+        return MetricResult(stats=self._stats(scores), judgements=scores,
                             judge_usage=_sum_usage([u for _, usages in outcomes for u in usages]))
 
     async def _judge_prompt(self, call: JudgeCall, question: str, response: str, gold: str) -> str | None:
@@ -168,6 +189,17 @@ def jury_stats(scores: Sequence[JudgeScore]) -> dict[str, float | None]:
     raw = sum(s.weight * float(s.score) for s in valid) / total  # type: ignore[arg-type]
     norm = sum(s.weight * float(s.normalized) for s in valid) / total  # type: ignore[arg-type]
     return {"jury_score": raw, "jury_score_normalized": norm, "jury_coverage": coverage}
+
+
+def helm_jury_mean(scores: Sequence[JudgeScore]) -> float:
+    """MedHELM's per-instance jury value (``LLMJuryMetric.evaluate_generation``): unweighted mean over the
+    (judge x criterion) scores of the judges whose whole verdict was valid; no such judge -> 1.0. An empty
+    output is scored by the rule judge at the rubric minimum (1), as HELM's default gives."""
+    complete: dict[str, bool] = {}
+    for s in scores:
+        complete[s.judge] = complete.get(s.judge, True) and s.status is JudgeStatus.OK and s.score is not None
+    kept = [float(s.score) for s in scores if complete[s.judge]]  # type: ignore[arg-type]
+    return sum(kept) / len(kept) if kept else HELM_DEFAULT_SCORE
 
 
 def _empty_response(rubric: Rubric) -> MetricResult:
