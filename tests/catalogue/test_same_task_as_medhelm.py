@@ -66,8 +66,10 @@ def test_shc_ent_template_skips_upstreams_empty_label_rows(tmp_path, repo_root):
         {"prompt": "Refer to ENT?", "context": "Hoarse.", "label": "C"}])
     insts = list(_bench("shc_ent_med", tmp_path, data_path=".", skip_unlabelled="true").instances())
     assert [i.extra["context"] for i in insts] == ["Sinusitis.", "Hoarse."]
+    # upstream's own line has no skip_unlabelled=: skipping is the ENT default (tests/catalogue/test_instance_sets.py)
+    assert len(list(_bench("shc_ent_med", tmp_path, data_path=".").instances())) == 2
     with pytest.raises(ConfigError, match=r"medhelm-ENT-dataset_filtered.csv:3: column 'label' must be one of"):
-        list(_bench("shc_ent_med", tmp_path, data_path=".").instances())
+        list(_bench("shc_ent_med", tmp_path, data_path=".", skip_unlabelled="false").instances())
 
 
 # ---------------------------------------------------------------------------------------------- NoteExtract

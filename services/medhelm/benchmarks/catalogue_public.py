@@ -4,7 +4,7 @@ commit/revision upstream HELM uses; where upstream is unpinned the source says s
 from __future__ import annotations
 
 from medhelm.benchmarks.catalogue_common import CHOICE, EXACT, JURY_ARGS, card, jury
-from medhelm.benchmarks.entry import Arg, CatalogueEntry
+from medhelm.benchmarks.entry import Arg, CatalogueEntry, InstanceSet
 from medhelm.benchmarks.loaders import calculation, clinical_notes, exams, literature, patient_questions
 from medhelm.benchmarks.loaders.fetch import RemoteFile
 from medhelm.benchmarks.prompts import PromptStyle
@@ -83,9 +83,18 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                            "?recursive=1", "tree.json"),),
         options={"directory": "mtsamples_processed",
                  "raw_base": f"{GH}/raulista1997/benchmarkdata/{MTSAMPLES_REV}/mtsamples_processed"},
-        counts={"": 539},
-        left_out="notes without a PLAN, SUMMARY or FINDINGS section (no reference). Every file of the folder is "
-                 "read, from a mirror or a download alike (upstream's download listed at most 1,000 files)",
+        instance_sets=(
+            InstanceSet("leaderboard", "upstream's selection re-applied: the first 1,000 files of the folder "
+                                       "(upstream's listing cap) whose PLAN/SUMMARY/FINDINGS header is written in "
+                                       "upper case with text on its line (a lower-case header made upstream skip "
+                                       "the note); MedHELM's leaderboard evaluated 427 notes, a count not "
+                                       "re-checked offline against the files", leaderboard=True),
+            InstanceSet("all", "every note of the folder with a PLAN, SUMMARY or FINDINGS section in any case "
+                               "(539 at the pinned commit): more notes than MedHELM's leaderboard (427)"),
+        ),
+        counts={"instance_set=leaderboard": 427, "instance_set=all": 539},
+        left_out="notes without a PLAN, SUMMARY or FINDINGS section (no reference); instance_set=leaderboard also "
+                 "leaves out what upstream's code skipped (see the instance_set argument)",
     ),
     CatalogueEntry(
         **card("medec"),
@@ -285,11 +294,19 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                            "required information. Output only the SQL query ending with ; and no explanation. "
                            "If the question cannot be answered from the database, return an empty answer.",
                            context_label="Database Schema", question_label="Question", answer_label="SQL Query"),
-        remote=(RemoteFile(f"{GH}/glee4810/EHRSQL/{EHRSQL_REV}/dataset/ehrsql/eicu/test.json", "test.json"),
+        remote=(RemoteFile(f"{GH}/glee4810/EHRSQL/{EHRSQL_REV}/dataset/ehrsql/eicu/valid.json", "valid.json"),
+                RemoteFile(f"{GH}/glee4810/EHRSQL/{EHRSQL_REV}/dataset/ehrsql/eicu/test.json", "test.json"),
                 RemoteFile(f"{GH}/glee4810/EHRSQL/{EHRSQL_REV}/dataset/ehrsql/eicu/eicu.sql", "eicu.sql"),
                 RemoteFile(f"https://github.com/raulista1997/benchmarkdata/raw/{BENCHDATA_REV}/eicu.sqlite",
                            "eicu.sqlite")),
-        left_out="the valid split: upstream mapped eICU valid and test both to test; here test only",
+        instance_sets=(
+            InstanceSet("test", "the eICU test split only (test.json); MedHELM's leaderboard also drew from the "
+                                "valid split, which upstream mapped to its test split"),
+            InstanceSet("leaderboard", "the eICU valid and test splits together (valid.json + test.json), the "
+                                       "population MedHELM's leaderboard sampled its 1,000 questions from "
+                                       "(upstream mapped both to its test split)", leaderboard=True),
+        ),
+        left_out="the train split (zero-shot); the valid split unless instance_set=leaderboard",
         count_note="the number of eICU questions in test.json at the pinned revision was not recorded "
                    "offline (later EHRSQL releases changed the files)",
     ),
@@ -307,6 +324,12 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                            "Respond with only 'A' for yes or 'B' for no."),
         remote=(RemoteFile("https://static-content.springer.com/esm/art%3A10.1038%2Fs41746-023-00939-z/"
                            "MediaObjects/41746_2023_939_MOESM1_ESM.docx", "41746_2023_939_MOESM1_ESM.docx"),),
+        instance_sets=(
+            InstanceSet("leaderboard", "each question-response pair once: upstream keyed the pairs by their "
+                                       "prompt, so the supplement's 4 repeated pairs counted once (first position, "
+                                       "last label)", leaderboard=True),
+            InstanceSet("all", "every pair of the supplement, the 4 repeated pairs included (not MedHELM's set)"),
+        ),
         count_note="the number of question-answer pairs depends on how the supplement's tables parse; not "
                    "recorded offline",
     ),

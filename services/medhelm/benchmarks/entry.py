@@ -5,6 +5,11 @@ and ``catalogue.py`` imports the tables: the imports point one way.
 
 Failure semantics: ``check_args`` raises ``ConfigError`` naming the argument (unknown key, value not among
 the choices, required argument missing); nothing else here raises.
+
+Instance sets: a row whose instances can be taken two ways (MedHELM's leaderboard set, or every published
+item) lists them in ``instance_sets``; the row then accepts ``instance_set=<name>`` (default: the first set),
+its ``counts`` are keyed ``instance_set=<name>``, and ``medhelm validate``/``describe`` print the set's own
+description, so a set that is not the leaderboard's is never reported as if it were.
 """
 
 from __future__ import annotations
@@ -33,6 +38,17 @@ class Arg:
 PROMPT_PATH = Arg("prompt_path", "a text file whose content replaces the instructions verbatim (for example "
                                  "MedHELM's own wording); the run and the leaderboard mark the prompt as not the "
                                  "default")
+
+@dataclass(frozen=True)
+class InstanceSet:
+    """One way to take a benchmark's instances: its ``instance_set=`` value and what it holds."""
+
+    name: str
+    description: str  # what the set holds and how it relates to MedHELM's leaderboard (validate/describe print it)
+    leaderboard: bool = False  # True: the set MedHELM's published leaderboard evaluated
+
+
+INSTANCE_SET = "instance_set"
 
 # arguments that never change which instances a benchmark has
 _NEUTRAL_ARGS = frozenset({"data_path", "jury_config_path", "bertscore", "prompt_path", "max_length",
@@ -69,11 +85,26 @@ class CatalogueEntry:
     # public sources whose full count is not recorded here: why (``describe`` says it; ``validate`` says what it
     # loaded instead of comparing). Every public entry has ``counts`` or this (tests/catalogue checks).
     count_note: str = ""
+    # the ways to take the instances (first = default); the row then accepts instance_set=<name>
+    instance_sets: tuple[InstanceSet, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("options", "counts"):
             if not isinstance(getattr(self, name), FrozenMap):
                 object.__setattr__(self, name, FrozenMap(getattr(self, name)))
+        if self.instance_sets and all(a.name != INSTANCE_SET for a in self.args):
+            choices = tuple(s.name for s in self.instance_sets)
+            arg = Arg(INSTANCE_SET, "which instances: " + "; ".join(f"{s.name} = {s.description}"
+                                                                    for s in self.instance_sets),
+                      choices=choices, default=choices[0])
+            object.__setattr__(self, "args", self.args + (arg,))
+
+    def instance_set(self, args: Mapping[str, str]) -> InstanceSet | None:
+        """The set these (validated) arguments select; None for a row with one way to take its instances."""
+        if not self.instance_sets:
+            return None
+        chosen = args.get(INSTANCE_SET, self.instance_sets[0].name)
+        return next(s for s in self.instance_sets if s.name == chosen)
 
     def expected_count(self, args: Mapping[str, str]) -> int | None:
         """Instances the full published data gives for these arguments, if known (``medhelm validate``

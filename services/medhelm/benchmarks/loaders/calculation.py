@@ -88,11 +88,20 @@ def create_table_statements(schema_sql: str) -> str:
 
 
 def load_ehr_sql(ctx: LoadContext, entry) -> Iterator[Instance]:
-    """eICU questions of the *test* split only (upstream also mixed the validation split into test)."""
-    questions, schema, db = fetch_all(ctx, entry.folder, entry.remote)
+    """eICU questions of the *test* split (``instance_set=test``, the default), or of the valid and test splits
+    together (``instance_set=leaderboard``: upstream mapped both to its test split, so MedHELM's leaderboard
+    sampled from both). Ids are the dataset's own (unique across the two files)."""
+    splits = ("valid.json", "test.json") if ctx.args.get("instance_set") == "leaderboard" else ("test.json",)
+    wanted = [f for f in entry.remote if f.name in splits or not f.name.endswith(".json")]
+    *question_files, schema, db = fetch_all(ctx, entry.folder, wanted)
     schema_text = create_table_statements(Path(schema).read_text(encoding="utf-8"))
     if not schema_text:
         raise ConfigError("no CREATE TABLE statements found", path=schema)
+    for questions in question_files:
+        yield from _ehr_sql_questions(questions, schema_text, db)
+
+
+def _ehr_sql_questions(questions: Path, schema_text: str, db: Path) -> Iterator[Instance]:
     data = read_json(questions)
     if not isinstance(data, list):
         raise ConfigError("expected a JSON list of {id, question, query, ...}", path=questions)
