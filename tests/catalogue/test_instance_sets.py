@@ -42,7 +42,7 @@ def _csv(path: Path, rows: list[dict]) -> Path:
 
 def test_instance_set_is_an_argument_with_the_leaderboards_set_named_and_checked():
     for name, default in (("mtsamples_replicate", "leaderboard"), ("race_based_med", "leaderboard"),
-                          ("ehr_sql", "test")):
+                          ("ehr_sql", "test"), ("medhelm_med_qa", "test")):
         entry = get_entry(name)
         assert entry.check_args({})["instance_set"] == default
         assert [s.name for s in entry.instance_sets if s.leaderboard] == ["leaderboard"]
@@ -218,13 +218,44 @@ def test_ehrsql_exact_match_scores_gold_answers_1_including_the_empty_answer_to_
     assert score_text("", [r.text for r in answerable.correct_references])["exact_match"] == 0.0
 
 
-def test_ehrsql_test_split_by_default_and_valid_plus_test_as_the_leaderboards_population(tmp_path):
+def _helms_draw(items: list) -> set:
+    """HELM's runner.downsample_eval_instances, called as upstream calls it (on the instance list)."""
+    np = pytest.importorskip("numpy")
+    np.random.seed(0)
+    return set(np.random.choice(items, 1000, replace=False)) if len(items) > 1000 else set(items)
+
+
+def test_ehrsql_test_split_by_default_and_helms_draw_from_valid_plus_test_as_the_leaderboards_set(tmp_path):
     _ehrsql(tmp_path, answerable=3, impossible=1, split="test")
     _, test_only = _load("ehr_sql", tmp_path)  # no valid.json in the mirror: the default never needs it
     _ehrsql(tmp_path, answerable=2, impossible=1, split="valid")
     _, board = _load("ehr_sql", tmp_path, instance_set="leaderboard")
-    assert len(test_only) == 4 and len(board) == 7
+    assert len(test_only) == 4 and len(board) == 7  # 7 <= 1,000: HELM kept them all
     assert [i.id for i in board][:3] == ["valid-a0", "valid-a1", "valid-i0"]
+    _ehrsql(tmp_path, answerable=500, impossible=200, split="test")
+    _ehrsql(tmp_path, answerable=450, impossible=150, split="valid")
+    bench, board = _load("ehr_sql", tmp_path, instance_set="leaderboard")
+    ids = [f"valid-a{k}" for k in range(450)] + [f"valid-i{k}" for k in range(150)] + \
+          [f"test-a{k}" for k in range(500)] + [f"test-i{k}" for k in range(200)]
+    assert len(board) == bench.expected_count == 1000 and {i.id for i in board} == _helms_draw(ids)
+
+
+def test_med_qa_leaderboard_set_is_the_test_part_of_helms_draw_from_dev_and_test(tmp_path):
+    """phrases_no_exclude_{dev,test}.jsonl (MedQA US 4 options: 1,272 dev, 1,273 test questions): upstream read
+    dev then test (ALL_SPLITS order) and HELM drew 1,000; the leaderboard's column scored the test ones."""
+    folder = tmp_path / "medhelm_med_qa"
+    folder.mkdir()
+    for split, n in (("dev", 1272), ("test", 1273)):
+        rows = [{"question": f"A {30 + k % 40}-year-old presents with fever ({split} {k}). Next step?",
+                 "answer": "Blood cultures", "options": {"A": "Blood cultures", "B": "CT head", "C": "Discharge",
+                                                         "D": "MRI spine"}, "meta_info": "step2&3",
+                 "answer_idx": "A"} for k in range(n)]
+        (folder / f"phrases_no_exclude_{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bench, board = _load("medhelm_med_qa", tmp_path, instance_set="leaderboard")
+    _, test = _load("medhelm_med_qa", tmp_path)
+    drawn = _helms_draw([f"dev-{k}" for k in range(1272)] + [f"test-{k}" for k in range(1273)])
+    assert {i.id for i in board} == {f"medqa-test-{d.split('-')[1]}" for d in drawn if d.startswith("test-")}
+    assert len(board) == bench.expected_count == 503 and len(test) == 1273
 
 
 # ---------------------------------------------------------------------------------------------- shc_ent_med

@@ -165,12 +165,20 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                "data_clean/questions/US/4_options/phrases_no_exclude_test.jsonl",
         loader=exams.load_med_qa,
         prompt=PromptStyle("Answer the following medical exam question. " + MCQ_LETTERS, question_label="Question"),
-        remote=(RemoteFile("https://drive.usercontent.google.com/download?id=1ImYUSLk9JbgHXOemfvyiDiirluZHPeQw"
-                           "&export=download&confirm=t", "phrases_no_exclude_test.jsonl",
-                           member="US/4_options/phrases_no_exclude_test.jsonl"),),
-        counts={"": 1273},
-        left_out="the dev split (1,272 questions): upstream sampled dev and test together, but only test reached "
-                 "the leaderboard; train (zero-shot)",
+        remote=tuple(RemoteFile("https://drive.usercontent.google.com/download?id=1ImYUSLk9JbgHXOemfvyiDiirluZHPeQw"
+                                "&export=download&confirm=t", f"phrases_no_exclude_{split}.jsonl",
+                                member=f"US/4_options/phrases_no_exclude_{split}.jsonl") for split in ("dev", "test")),
+        instance_sets=(
+            InstanceSet("test", "the whole test split (1,273 questions), the population of the leaderboard's "
+                                "column but more questions than it scored"),
+            InstanceSet("leaderboard", "the 503 test questions of HELM's seeded draw of 1,000 from dev + test "
+                                       "(upstream evaluated both splits; only the test part reached the "
+                                       "leaderboard); reads the dev file too", leaderboard=True),
+        ),
+        counts={"instance_set=test": 1273, "instance_set=leaderboard": 503},
+        left_out="the dev split (1,272 questions) as instances: upstream sampled dev and test together, but only "
+                 "test reached the leaderboard (instance_set=leaderboard reads dev to redo that draw); train "
+                 "(zero-shot)",
     ),
     CatalogueEntry(
         **card("medhelm_med_mcqa"),
@@ -302,13 +310,14 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         instance_sets=(
             InstanceSet("test", "the eICU test split only (test.json); MedHELM's leaderboard also drew from the "
                                 "valid split, which upstream mapped to its test split"),
-            InstanceSet("leaderboard", "the eICU valid and test splits together (valid.json + test.json), the "
-                                       "population MedHELM's leaderboard sampled its 1,000 questions from "
-                                       "(upstream mapped both to its test split)", leaderboard=True),
+            InstanceSet("leaderboard", "the 1,000 questions of HELM's seeded draw from the eICU valid and test "
+                                       "splits together (valid.json + test.json; upstream mapped both to its "
+                                       "test split)", leaderboard=True),
         ),
+        counts={"instance_set=leaderboard": 1000},
         left_out="the train split (zero-shot); the valid split unless instance_set=leaderboard",
-        count_note="the number of eICU questions in test.json at the pinned revision was not recorded "
-                   "offline (later EHRSQL releases changed the files)",
+        count_note="the number of eICU questions in test.json (instance_set=test) at the pinned revision was "
+                   "not recorded offline (later EHRSQL releases changed the files)",
     ),
     CatalogueEntry(
         **card("race_based_med"),
