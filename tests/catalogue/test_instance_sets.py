@@ -6,7 +6,6 @@ shapes; each fixture cites the upstream code whose behaviour the count is compar
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import sqlite3
@@ -28,14 +27,6 @@ def _load(name: str, root: Path, **args: str):
     bench = resolve(name, LoadContext(args=FrozenMap(args), data_dir=root, offline=True, base_dir=root,
                                       cache_dir=root / ".cache"))
     return bench, list(bench.instances())
-
-
-def _csv(path: Path, rows: list[dict]) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    return path
 
 
 # ---------------------------------------------------------------------------------------------- the argument
@@ -261,16 +252,17 @@ def test_med_qa_leaderboard_set_is_the_test_part_of_helms_draw_from_dev_and_test
 # ---------------------------------------------------------------------------------------------- shc_ent_med
 
 # run_entries_medhelm_private_stanford.conf, as upstream writes it (stanford-crfm/helm)
-UPSTREAM_ENT_LINE = ("shc_ent_med:model=google/gemini-1.5-pro-001,model_deployment=stanfordhealthcare/gemini-1.5-pro-001,"
+UPSTREAM_ENT_LINE = ("shc_ent_med:model=google/gemini-1.5-pro-001,"
+                     "model_deployment=stanfordhealthcare/gemini-1.5-pro-001,"
                      "data_path=/dbfs/mnt/azure_adbfs/Files/medhelm/medhelm-ENT-dataset_filtered.csv")
 
 
-def test_upstreams_own_shc_ent_med_line_validates_and_loads_skipping_empty_labels_as_upstream(tmp_path):
+def test_upstreams_own_shc_ent_med_line_validates_and_loads_skipping_empty_labels_as_upstream(tmp_path, write_csv):
     entry = parse_run_entry(UPSTREAM_ENT_LINE)
     args = get_entry("shc_ent_med").check_args(entry.benchmark_args)
     assert args["skip_unlabelled"] == "true" and args["data_path"].endswith("medhelm-ENT-dataset_filtered.csv")
     # the same line with the data where this machine has it (columns prompt, context, label: shc_ent_scenario.py)
-    data = _csv(tmp_path / "medhelm-ENT-dataset_filtered.csv", [
+    data = write_csv(tmp_path / "medhelm-ENT-dataset_filtered.csv", [
         {"prompt": "Should the patient be referred to ENT?", "context": "Chronic sinusitis.", "label": "A"},
         {"prompt": "Should the patient be referred to ENT?", "context": "Encoding issue row.", "label": ""},
         {"prompt": "Should the patient be referred to ENT?", "context": "Knee pain.", "label": "B"},
@@ -284,7 +276,8 @@ def test_upstreams_own_shc_ent_med_line_validates_and_loads_skipping_empty_label
     assert get_entry("shc_cdi_med").check_args({"data_path": "x"}).get("skip_unlabelled") is None
 
 
-def test_upstreams_own_shc_ent_med_line_passes_validate_with_upstreams_deployment(tmp_path, repo_root):
+def test_upstreams_own_shc_ent_med_line_passes_validate_with_upstreams_deployment(tmp_path, repo_root,
+                                                                                  write_csv):
     """`medhelm validate` on the line as upstream writes it (only data_path pointing where the file is here),
     with upstream's prod_env deployment of stanfordhealthcare/gemini-1.5-pro-001 (examples/helm_prod_env)."""
     env = tmp_path / "prod_env"
@@ -294,7 +287,7 @@ def test_upstreams_own_shc_ent_med_line_passes_validate_with_upstreams_deploymen
     (env / "credentials.conf").write_text('stanfordhealthcareEndpoint: "http://127.0.0.1:9"\n'
                                           'stanfordhealthcareApiKey: "not-a-key"\n')
     (env / "credentials.conf").chmod(0o600)
-    data = _csv(tmp_path / "medhelm-ENT-dataset_filtered.csv", [
+    data = write_csv(tmp_path / "medhelm-ENT-dataset_filtered.csv", [
         {"prompt": "Refer to ENT?", "context": "Sinusitis.", "label": "A"},
         {"prompt": "Refer to ENT?", "context": "Row with encoding issues.", "label": ""},
         {"prompt": "Refer to ENT?", "context": "No mention.", "label": "C"}])
@@ -327,7 +320,7 @@ def test_mimic_bhc_skips_records_with_an_empty_input_or_target_as_upstream(tmp_p
     assert any("skipped 4 records (empty input or target)" in r.getMessage() for r in caplog.records)
 
 
-def test_starr_skips_quality_controlled_rows_with_an_empty_field_as_upstream(tmp_path):
+def test_starr_skips_quality_controlled_rows_with_an_empty_field_as_upstream(tmp_path, write_csv):
     from medhelm.benchmarks.loaders.private import STARR_COLUMNS
 
     # dataset_cases_qc.csv (starr_patient_instructions_scenario.py): QC, Diagnosis, ActualProcedure,
@@ -338,9 +331,10 @@ def test_starr_skips_quality_controlled_rows_with_an_empty_field_as_upstream(tmp
             "DischargeInstructionNoteText": "No lifting over 10 lb for 2 weeks."}
     rows = [case, {**case, "QC": "FALSE"}, {**case, "OperativeNoteText": "  "}, {**case, "Diagnosis": ""},
             {**case, "DischargeInstructionNoteText": ""}, {**case, "QC": "true"}]
-    _csv(tmp_path / "dataset_cases_qc.csv", rows)
+    write_csv(tmp_path / "dataset_cases_qc.csv", rows)
     _, insts = _load("starr_patient_instructions", tmp_path, data_path=str(tmp_path))
-    upstream = sum(1 for r in rows if r["QC"].strip().upper() == "TRUE" and all(r[c].strip() for c in STARR_COLUMNS[1:]))
+    upstream = sum(1 for r in rows
+                   if r["QC"].strip().upper() == "TRUE" and all(r[c].strip() for c in STARR_COLUMNS[1:]))
     assert len(insts) == upstream == 2
     assert [i.id for i in insts] == ["starr-1", "starr-6"]
 

@@ -3,7 +3,7 @@ commit/revision upstream HELM uses; where upstream is unpinned the source says s
 
 from __future__ import annotations
 
-from medhelm.benchmarks.catalogue_common import CHOICE, EXACT, JURY_ARGS, card, jury
+from medhelm.benchmarks.catalogue_common import CHOICE, EXACT, JURY_ARGS, card, jury, split_or_leaderboard
 from medhelm.benchmarks.entry import Arg, CatalogueEntry, InstanceSet
 from medhelm.benchmarks.loaders import calculation, clinical_notes, exams, literature, patient_questions
 from medhelm.benchmarks.loaders.fetch import RemoteFile
@@ -168,13 +168,11 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         remote=tuple(RemoteFile("https://drive.usercontent.google.com/download?id=1ImYUSLk9JbgHXOemfvyiDiirluZHPeQw"
                                 "&export=download&confirm=t", f"phrases_no_exclude_{split}.jsonl",
                                 member=f"US/4_options/phrases_no_exclude_{split}.jsonl") for split in ("dev", "test")),
-        instance_sets=(
-            InstanceSet("test", "the whole test split (1,273 questions), the population of the leaderboard's "
-                                "column but more questions than it scored"),
-            InstanceSet("leaderboard", "the 503 test questions of HELM's seeded draw of 1,000 from dev + test "
-                                       "(upstream evaluated both splits; only the test part reached the "
-                                       "leaderboard); reads the dev file too", leaderboard=True),
-        ),
+        instance_sets=split_or_leaderboard(
+            "the whole test split (1,273 questions), the population of the leaderboard's column but more "
+            "questions than it scored",
+            "the 503 test questions of HELM's seeded draw of 1,000 from dev + test (upstream evaluated both "
+            "splits; only the test part reached the leaderboard); reads the dev file too"),
         counts={"instance_set=test": 1273, "instance_set=leaderboard": 503},
         left_out="the dev split (1,272 questions) as instances: upstream sampled dev and test together, but only "
                  "test reached the leaderboard (instance_set=leaderboard reads dev to redo that draw); train "
@@ -307,13 +305,11 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                 RemoteFile(f"{GH}/glee4810/EHRSQL/{EHRSQL_REV}/dataset/ehrsql/eicu/eicu.sql", "eicu.sql"),
                 RemoteFile(f"https://github.com/raulista1997/benchmarkdata/raw/{BENCHDATA_REV}/eicu.sqlite",
                            "eicu.sqlite")),
-        instance_sets=(
-            InstanceSet("test", "the eICU test split only (test.json); MedHELM's leaderboard also drew from the "
-                                "valid split, which upstream mapped to its test split"),
-            InstanceSet("leaderboard", "the 1,000 questions of HELM's seeded draw from the eICU valid and test "
-                                       "splits together (valid.json + test.json; upstream mapped both to its "
-                                       "test split)", leaderboard=True),
-        ),
+        instance_sets=split_or_leaderboard(
+            "the eICU test split only (test.json); MedHELM's leaderboard also drew from the valid split, which "
+            "upstream mapped to its test split",
+            "the 1,000 questions of HELM's seeded draw from the eICU valid and test splits together (valid.json + "
+            "test.json; upstream mapped both to its test split)"),
         counts={"instance_set=leaderboard": 1000},
         left_out="the train split (zero-shot); the valid split unless instance_set=leaderboard",
         count_note="the number of eICU questions in test.json (instance_set=test) at the pinned revision was "
