@@ -115,9 +115,9 @@ def test_validate_names_the_instance_set_and_never_calls_a_non_leaderboard_set_a
     out = proc.stdout
     assert "as published" not in out
     assert "instance_set=leaderboard (MedHELM's leaderboard set): upstream's selection re-applied" in out
-    assert "note: loaded 2 instances; the full published data gives 427 for this set" in out
+    assert "note: loaded 2 instances; MedHELM's leaderboard evaluated 427" in out
     assert "instance_set=all (not MedHELM's leaderboard set): every note" in out
-    assert "note: loaded 4 instances; the full published data gives 539 for this set" in out
+    assert "note: loaded 4 instances; the full published data gives 539" in out
 
 
 def test_validate_wording_for_each_case(capsys):

@@ -134,7 +134,8 @@ def _counts(entry: CatalogueEntry) -> str:
     per_arg = [f"{k}: {v:,}" for k, v in entry.counts.items() if k]
     parts = ([f"{default:,}"] if default is not None else []) + per_arg
     other = f"; other sets not known here: {entry.count_note}" if entry.count_note else ""
-    return "; ".join(parts) + f" (full published data; `medhelm validate` compares){other}"
+    what = "per instance set" if entry.instance_sets else "full published data"
+    return "; ".join(parts) + f" ({what}; `medhelm validate` compares){other}"
 
 
 def wrap_field(label: str, text: str) -> str:

@@ -246,8 +246,10 @@ def _say_loaded(n: int, expected: int | None, chosen, name: str) -> None:
     if expected is None:
         print(f"    loaded {n:,} instances (no published count to compare with: `medhelm describe {name}` says why)")
     elif n != expected:
-        print(f"    note: loaded {n:,} instances; the full published data gives {expected:,} for this set (a partial "
-              f"mirror, another release of the file, or rows skipped as not part of the benchmark)")
+        where = "MedHELM's leaderboard evaluated" if chosen is not None and chosen.leaderboard else \
+            "the full published data gives"
+        print(f"    note: loaded {n:,} instances; {where} {expected:,} (a partial mirror, another release of the "
+              f"file, or rows skipped as not part of the benchmark)")
     elif chosen is None:
         print(f"    loaded {n:,} instances: as published")
     elif chosen.leaderboard:
