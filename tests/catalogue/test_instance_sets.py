@@ -71,19 +71,27 @@ MTSAMPLES = {
 }
 
 
-@pytest.fixture
-def mtsamples(tmp_path):
-    notes = tmp_path / "mtsamples_replicate/mtsamples_processed"
+def _mtsamples_mirror(root: Path, folder: str = "mtsamples_replicate/mtsamples_processed") -> Path:
+    notes = root / folder
     notes.mkdir(parents=True)
     for name, body in MTSAMPLES.items():
         (notes / name).write_text(_note(name.removesuffix(".txt"), body), encoding="utf-8")
-    return tmp_path
+    return root
 
 
-def test_mtsamples_leaderboard_set_is_upstreams_selection_and_all_is_every_note_with_a_section(mtsamples, caplog):
+@pytest.fixture
+def mtsamples(tmp_path):
+    return _mtsamples_mirror(tmp_path)
+
+
+@pytest.mark.parametrize("name,folder", [("mtsamples_replicate", "mtsamples_processed"),
+                                         ("mtsamples_procedures", "mtsample_procedure")])
+def test_mtsamples_leaderboard_set_is_upstreams_selection_and_all_is_every_note_with_a_section(tmp_path, caplog, name,
+                                                                                                 folder):
+    mirror = _mtsamples_mirror(tmp_path, f"{name}/{folder}")  # upstream's two scenarios share the rule
     with caplog.at_level(logging.WARNING, logger="medhelm.data"):
-        _, board = _load("mtsamples_replicate", mtsamples)
-    _, every = _load("mtsamples_replicate", mtsamples, instance_set="all")
+        _, board = _load(name, mirror)
+    _, every = _load(name, mirror, instance_set="all")
     assert [i.id for i in board] == ["Asthma - Followup", "Diabetes - Letter"]
     assert [i.id for i in every] == ["Asthma - Followup", "Back Pain - Consult", "Chest Pain - ER", "Diabetes - Letter"]
     by_id = {i.id: i for i in board}

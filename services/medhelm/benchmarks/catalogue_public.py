@@ -45,6 +45,18 @@ MEDHALLU_INSTRUCTIONS = (
     "Return just an integer value, '0' if the answer is factual and '1' if the answer is hallucinated. No letter "
     "or word, just the integer value.")
 
+
+
+def _mtsamples_sets(board: str, every: str) -> tuple[InstanceSet, InstanceSet]:
+    """The two MTSamples sets (``loaders.clinical_notes``): upstream's note selection, or every note with a section."""
+    return (InstanceSet("leaderboard", "upstream's selection re-applied: the first 1,000 files of the folder "
+                                       "(upstream's listing cap) whose PLAN/SUMMARY/FINDINGS header is written in "
+                                       "upper case with text on its line (a lower-case header made upstream skip "
+                                       f"the note); {board}", leaderboard=True),
+            InstanceSet("all", "every note of the folder with a PLAN, SUMMARY or FINDINGS section in any case "
+                               f"({every})"))
+
+
 PUBLIC: tuple[CatalogueEntry, ...] = (
     CatalogueEntry(
         **card("medcalc_bench"),
@@ -83,15 +95,9 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                            "?recursive=1", "tree.json"),),
         options={"directory": "mtsamples_processed",
                  "raw_base": f"{GH}/raulista1997/benchmarkdata/{MTSAMPLES_REV}/mtsamples_processed"},
-        instance_sets=(
-            InstanceSet("leaderboard", "upstream's selection re-applied: the first 1,000 files of the folder "
-                                       "(upstream's listing cap) whose PLAN/SUMMARY/FINDINGS header is written in "
-                                       "upper case with text on its line (a lower-case header made upstream skip "
-                                       "the note); MedHELM's leaderboard evaluated 427 notes, a count not "
-                                       "re-checked offline against the files", leaderboard=True),
-            InstanceSet("all", "every note of the folder with a PLAN, SUMMARY or FINDINGS section in any case "
-                               "(539 at the pinned commit): more notes than MedHELM's leaderboard (427)"),
-        ),
+        instance_sets=_mtsamples_sets("MedHELM's leaderboard evaluated 427 notes, a count not re-checked offline "
+                                      "against the files", "539 at the pinned commit: more notes than MedHELM's "
+                                                           "leaderboard (427)"),
         counts={"instance_set=leaderboard": 427, "instance_set=all": 539},
         left_out="notes without a PLAN, SUMMARY or FINDINGS section (no reference); instance_set=leaderboard also "
                  "leaves out what upstream's code skipped (see the instance_set argument)",
@@ -226,6 +232,9 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                            "?recursive=1", "tree.json"),),
         options={"directory": "mtsample_procedure",
                  "raw_base": f"{GH}/raulista1997/benchmarkdata/{BENCHDATA_REV}/mtsample_procedure"},
+        instance_sets=_mtsamples_sets("upstream listed the folder on the repository's default branch at its run "
+                                      "time; the leaderboard's count was not recorded here", "more notes than "
+                                      "upstream's rule where a note's header is not in upper case"),
         count_note="the file listing is read from the pinned git tree at run time; the number of .txt files "
                    "in it was not recorded offline",
     ),
