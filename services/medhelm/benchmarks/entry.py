@@ -6,6 +6,11 @@ and ``catalogue.py`` imports the tables: the imports point one way.
 Failure semantics: ``check_args`` raises ``ConfigError`` naming the argument (unknown key, value not among
 the choices, required argument missing), ``subgroup_columns`` one naming ``subgroups=`` (an empty or repeated
 column); nothing else here raises.
+
+Instance sets: a row whose instances can be taken two ways (MedHELM's leaderboard set, or every published
+item) lists them in ``instance_sets``; the row then accepts ``instance_set=<name>`` (default: the first set),
+its ``counts`` are keyed ``instance_set=<name>``, and ``medhelm validate``/``describe`` print the set's own
+description, so a set that is not the leaderboard's is never reported as if it were.
 """
 
 from __future__ import annotations
@@ -42,6 +47,18 @@ PROMPT_PATH = Arg("prompt_path", "a text file whose content replaces the instruc
 SUBGROUPS = Arg("subgroups", "columns of the data file naming each patient's subgroup, joined with + "
                              "(subgroups=age_band+sex): every metric is also reported per subgroup (docs/report.md)")
 MAX_SUBGROUP_COLUMNS = 16
+
+
+@dataclass(frozen=True)
+class InstanceSet:
+    """One way to take a benchmark's instances: its ``instance_set=`` value and what it holds."""
+
+    name: str
+    description: str  # what the set holds and how it relates to MedHELM's leaderboard (validate/describe print it)
+    leaderboard: bool = False  # True: the set MedHELM's published leaderboard evaluated
+
+
+INSTANCE_SET = "instance_set"
 
 # arguments that never change which instances a benchmark has
 _NEUTRAL_ARGS = frozenset({"data_path", "jury_config_path", "bertscore", "prompt_path", "max_length",
@@ -99,6 +116,8 @@ class CatalogueEntry:
     # private data read from one CSV file: where it is (``data_path=`` resolved); such a row may accept
     # ``subgroups=``, whose columns are checked in this file's header at planning
     data_file: DataFile | None = None
+    # the ways to take the instances (first = default); the row then accepts instance_set=<name>
+    instance_sets: tuple[InstanceSet, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("options", "counts"):
@@ -107,6 +126,19 @@ class CatalogueEntry:
         if SUBGROUPS in self.args and self.data_file is None:
             raise ValueError(f"catalogue row {self.name}: subgroups= needs data_file (the file whose header names "
                              "the columns)")
+        if self.instance_sets and all(a.name != INSTANCE_SET for a in self.args):
+            choices = tuple(s.name for s in self.instance_sets)
+            arg = Arg(INSTANCE_SET, "which instances: " + "; ".join(f"{s.name} = {s.description}"
+                                                                    for s in self.instance_sets),
+                      choices=choices, default=choices[0])
+            object.__setattr__(self, "args", self.args + (arg,))
+
+    def instance_set(self, args: Mapping[str, str]) -> InstanceSet | None:
+        """The set these (validated) arguments select; None for a row with one way to take its instances."""
+        if not self.instance_sets:
+            return None
+        chosen = args.get(INSTANCE_SET, self.instance_sets[0].name)
+        return next(s for s in self.instance_sets if s.name == chosen)
 
     def expected_count(self, args: Mapping[str, str]) -> int | None:
         """Instances the full published data gives for these arguments, if known (``medhelm validate``

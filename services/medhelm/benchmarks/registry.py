@@ -56,6 +56,11 @@ class CatalogueBenchmark:
         """Instances the full published data gives for these arguments (None = not known)."""
         return self.entry.expected_count(self.ctx.args)
 
+    @property
+    def instance_set(self):
+        """The ``InstanceSet`` chosen by ``instance_set=`` (None for a benchmark with a single set)."""
+        return self.entry.instance_set(self.ctx.args)
+
     def prompt(self, instance: Instance, budget: PromptBudget) -> Prompt:
         return build_prompt(self.style, instance, budget)
 

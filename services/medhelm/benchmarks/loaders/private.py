@@ -20,7 +20,7 @@ from medhelm.benchmarks.base import LoadContext
 from medhelm.benchmarks.entry import subgroup_columns
 from medhelm.benchmarks.loaders.fetch import require_files, user_path
 from medhelm.benchmarks.loaders.instances import choice_instance, label_index, text_instance
-from medhelm.benchmarks.loaders.readers import is_missing, read_csv, read_table
+from medhelm.benchmarks.loaders.readers import is_missing, note_skipped, read_csv, read_table
 from medhelm.benchmarks.user_dataset import subgroup_label
 from medhelm.errors import ConfigError
 from medhelm.specs import FrozenMap, Instance
@@ -55,12 +55,15 @@ def load_shc(ctx: LoadContext, entry) -> Iterator[Instance]:
     meanings = tuple(entry.options["choices"])
     letters = tuple("ABC"[: len(meanings)])
     skip_unlabelled = ctx.args.get("skip_unlabelled", "false") == "true"
+    skipped = 0
     for line, row, groups in _rows(ctx, path, (qcol, "context", "label")):
         if skip_unlabelled and is_missing(row["label"]):
+            skipped += 1
             continue
         correct = label_index(row["label"], letters, path=path, line=line, column="label")
         yield _in_groups(choice_instance(f"{entry.name}-{line - 1}", row[qcol].strip(), meanings, correct,
                                          context=row["context"].strip()), groups)
+    note_skipped(path, skipped, "row", "empty label (skip_unlabelled=true)")
 
 
 CLEAR_CONDITIONS = (
@@ -79,12 +82,20 @@ def load_clear(ctx: LoadContext, entry) -> Iterator[Instance]:
     shown = condition.replace("_", " ")
     options = (f"Has a history of {shown}", f"Does not have a history of {shown}", "Uncertain")
     by_label = {"1": 0, "0": 1, "2": 2}
+    skipped = 0
     for line, row in read_table(path, ("text", "result_human")).numbered():
+        # upstream meant to skip a row with no note or no label ("Skip the instance if any required field is
+        # missing"), but pandas reads an empty cell as NaN and str(NaN) is "nan": it kept the row, with the note
+        # "nan" or with no correct option (always scored wrong). Skipped here, as its comment says, and counted.
+        if is_missing(row["text"]) or is_missing(row["result_human"]):
+            skipped += 1
+            continue
         label = str(row["result_human"]).strip()
         if label not in by_label:
             raise ConfigError("column 'result_human' must be 0, 1 or 2", path=path, line=line)
         yield choice_instance(f"{condition}-{line - 1}", f"Does the patient have a history of {shown}?", options,
                               by_label[label], context=str(row["text"]).strip())
+    note_skipped(path, skipped, "row", "empty note or label")
 
 
 def load_chw_care_plan(ctx: LoadContext, entry) -> Iterator[Instance]:
@@ -102,18 +113,22 @@ STARR_COLUMNS = ("QC", "Diagnosis", "ActualProcedure", "HistoryPhysicalNoteText"
 
 
 def load_starr_patient_instructions(ctx: LoadContext, entry) -> Iterator[Instance]:
-    """Rows that passed quality control (``QC`` = TRUE)."""
+    """Rows that passed quality control (``QC`` = TRUE) with all five case fields filled, as upstream: a
+    QC=TRUE row with an empty field (after stripping spaces) is skipped, and counted."""
     path = data_file(ctx, entry)
+    skipped = 0
     for line, row, groups in _rows(ctx, path, STARR_COLUMNS):
         if row["QC"].strip().upper() != "TRUE":
             continue
+        if not all(row[c].strip() for c in STARR_COLUMNS[1:]):
+            skipped += 1
+            continue
         target = row["DischargeInstructionNoteText"].strip()
-        if not target:
-            raise ConfigError("QC=TRUE row with empty 'DischargeInstructionNoteText'", path=path, line=line)
         context = (f"Diagnosis: {row['Diagnosis'].strip()}\nProcedure: {row['ActualProcedure'].strip()}\n"
                    f"History & Physical:\n{row['HistoryPhysicalNoteText'].strip()}\n"
                    f"Operative Report:\n{row['OperativeNoteText'].strip()}")
         yield _in_groups(text_instance(f"starr-{line - 1}", target, context=context), groups)
+    note_skipped(path, skipped, "QC=TRUE row", "an empty case field")
 
 
 MENTAL_HEALTH_CUE = "Generate an empathetic and appropriate counselor response:"
