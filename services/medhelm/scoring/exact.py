@@ -42,11 +42,11 @@ def _quasi(gold: str, pred: str) -> bool:
 
 
 def _prefix(gold: str, pred: str) -> bool:
-    return bool(gold.strip()) and pred.strip().startswith(gold.strip())
+    return pred.strip().startswith(gold.strip())
 
 
 def _quasi_prefix(gold: str, pred: str) -> bool:
-    return bool(normalize(gold)) and normalize(pred).startswith(normalize(gold))
+    return normalize(pred).startswith(normalize(gold))
 
 
 _MATCHERS: dict[str, Callable[[str, str], bool]] = dict(
@@ -66,9 +66,10 @@ def score_text(prediction: str, golds: tuple[str, ...] | list[str]) -> dict[str,
     normed = [normalize(g) for g in golds]
     return {"exact_match": float(pred in stripped),
             "quasi_exact_match": float(norm_pred in normed),
-            # an empty gold is no prefix of an answer: a query given where none is wanted is wrong
-            "prefix_exact_match": float(any(g and pred.startswith(g) for g in stripped)),
-            "quasi_prefix_exact_match": float(any(g and norm_pred.startswith(g) for g in normed))}
+            # HELM's prefix rule as it is: an empty reference (or one that normalises to nothing, e.g. the option
+            # text "A", an article) is a prefix of every answer; the columns carry HELM's names, so HELM's numbers
+            "prefix_exact_match": float(any(pred.startswith(g) for g in stripped)),
+            "quasi_prefix_exact_match": float(any(norm_pred.startswith(g) for g in normed))}
 
 
 _ON_LOOP_CHARS = 20_000  # longer outputs are normalised off the loop (seconds for megabytes)
