@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from medhelm.devtools.fixtures import write_configurable_benchmark
-from tests.services.podman import IMAGE, grpc_probe, make_tls, run, wait_for
+from tests.services.podman import DASHBOARD_IMAGE, IMAGE, grpc_probe, make_tls, run, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(2400)]
 
@@ -215,6 +215,8 @@ def test_chart_workloads_come_up_and_a_job_shard_writes_records(mode, image, clu
     cfg.write_text(cfg.read_text() + JURY)
     values = {
         "image": {"repository": IMAGE.rsplit(":", 1)[0], "tag": IMAGE.rsplit(":", 1)[1], "pullPolicy": "Never"},
+        "dashboard": {"image": {"repository": DASHBOARD_IMAGE.rsplit(":", 1)[0],
+                                "tag": DASHBOARD_IMAGE.rsplit(":", 1)[1]}},
         "modelDeployments": DEPLOYMENTS,
         "job": {"enabled": True, "suite": "kp", "completions": SHARDS, "parallelism": SHARDS, "maxConcurrency": 2,
                 "runEntries": ["medhelm_configurable_benchmark:model=test/svc-model,config_path=/data/bench/bench.yaml"]},
