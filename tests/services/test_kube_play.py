@@ -62,11 +62,18 @@ class Cluster:
         run("podman", "secret", "create", name, "-", input_text=data)
         self.secrets.append(name)
 
-    def play(self, name: str, docs: list[dict]) -> None:
+    def play(self, name: str, docs: list[dict], *args: str) -> None:
         path = self.tmp / f"{name}.yaml"
         path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
         self.played.append(path)
-        run("podman", "kube", "play", "--network", self.network, str(path), timeout=300)
+        run("podman", "kube", "play", "--network", self.network, *args, str(path), timeout=300)
+
+    def static_ip(self, host: int) -> str:
+        """An address of the network's /24 for ``--ip`` (pods played without one take the low ones)."""
+        subnet = run("podman", "network", "inspect", "--format", "{{range .Subnets}}{{.Subnet}}{{end}}",
+                     self.network).stdout.strip()
+        assert subnet.endswith(".0/24"), subnet
+        return f"{subnet[:-len('0/24')]}{host}"
 
     def pod_ip(self, pod: str) -> str:
         infra = run("podman", "pod", "inspect", "--format", "{{.InfraContainerID}}", pod).stdout.strip()
@@ -139,9 +146,12 @@ def seed_volume(cluster: Cluster, by_kind: dict[str, list[dict]], bench: Path) -
 
 
 def play_services(cluster: Cluster, by_kind: dict[str, list[dict]],
-                  probes: tuple[str, ...] = ("readinessProbe", "livenessProbe")) -> dict[str, str]:
+                  probes: tuple[str, ...] = ("readinessProbe", "livenessProbe"), *,
+                  static_ips: bool = False) -> dict[str, str]:
     """Play the chart's Deployments (with its ConfigMaps) and the mock model server; wait for each
-    container's ``probes`` from the host against its pod's IP (the kubelet's view). -> Deployment name: IP."""
+    container's ``probes`` from the host against its pod's IP (the kubelet's view). -> Deployment name: IP.
+    ``static_ips``: each pod at a fixed address, kept when its container is killed and started again (podman
+    stops a played pod's network with its last container), as a Service's address outlives its pods."""
     mock = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mock-openai"}, "spec": {
         "containers": [{"name": "server", "image": IMAGE, "command": ["python", "-m", "medhelm.devtools.mock_openai"],
                         "args": ["--host", "0.0.0.0", "--port", "8000", "--latency-ms", "20"],
@@ -160,7 +170,11 @@ def play_services(cluster: Cluster, by_kind: dict[str, list[dict]],
             (folder / key).write_bytes(base64.b64decode(value))
             files[key] = folder / key
         cluster.secret(secret["metadata"]["name"], files)
-    cluster.play("services", [*by_kind["ConfigMap"], *played, mock])
+    if static_ips:
+        for n, doc in enumerate([*played, mock]):
+            cluster.play(f"services-{n}", [*by_kind["ConfigMap"], doc], "--ip", cluster.static_ip(200 + n))
+    else:
+        cluster.play("services", [*by_kind["ConfigMap"], *played, mock])
     pods = {}
     for dep in by_kind["Deployment"]:
         pod_name = f"{dep['metadata']['name']}-pod-0"
