@@ -235,6 +235,8 @@ def test_slim_and_dashboard_images_by_tag_or_digest(chart, helm_bin, tmp_path):
     images = _images(_render(helm_bin, chart, [*job, "-f", str(pinned)]))
     assert images.pop("dashboard") == {f"registry.hospital.internal/medhelm-k8s-dashboard@sha256:{'cd' * 32}"}
     assert set().union(*images.values()) == {f"registry.hospital.internal/medhelm-k8s@{DIGEST}"}
+    production = _images(_render(helm_bin, chart, VALUE_SETS["production"]))  # ci/production-values.yaml pins both
+    assert all("@sha256:" in i for refs in production.values() for i in refs), production
 
     for bad, field in ((f"image: {{digest: 'sha256:{'ab' * 31}'}}\n", "image.digest"),  # 62 hex digits
                        (f"image: {{digest: '{DIGEST.upper()}'}}\n", "image.digest"),

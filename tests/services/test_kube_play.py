@@ -147,14 +147,14 @@ def seed_volume(cluster: Cluster, by_kind: dict[str, list[dict]], bench: Path) -
 
 def play_services(cluster: Cluster, by_kind: dict[str, list[dict]],
                   probes: tuple[str, ...] = ("readinessProbe", "livenessProbe"), *,
-                  static_ips: bool = False) -> dict[str, str]:
+                  static_ips: bool = False, mock_latency_ms: int = 20) -> dict[str, str]:
     """Play the chart's Deployments (with its ConfigMaps) and the mock model server; wait for each
     container's ``probes`` from the host against its pod's IP (the kubelet's view). -> Deployment name: IP.
     ``static_ips``: each pod at a fixed address, kept when its container is killed and started again (podman
     stops a played pod's network with its last container), as a Service's address outlives its pods."""
     mock = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mock-openai"}, "spec": {
         "containers": [{"name": "server", "image": IMAGE, "command": ["python", "-m", "medhelm.devtools.mock_openai"],
-                        "args": ["--host", "0.0.0.0", "--port", "8000", "--latency-ms", "20"],
+                        "args": ["--host", "0.0.0.0", "--port", "8000", "--latency-ms", str(mock_latency_ms)],
                         "securityContext": {"runAsUser": 10001, "readOnlyRootFilesystem": True}}]}}
     # containerPort is informational in Kubernetes, but podman 4.3 publishes each one on the host (0.0.0.0):
     # the played copies leave it out; the pods are reached on their own IPs, as in a cluster

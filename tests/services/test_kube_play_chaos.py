@@ -1,7 +1,7 @@
 """Chaos in kube play: the chart's services played with `podman kube play` from the slim image (referenced
 by digest, as `image.digest` renders it), its Job's shards played as one Pod per completion index, and ten
-rounds that each kill (SIGKILL: calls in flight are cut) one service container - jury, metrics, scenarios in
-turn - and one running shard pod. Every index must succeed within the Job's own backoff limit, and the merged
+rounds that each kill (SIGKILL: calls in flight are cut) one service pod - jury, metrics, scenarios in turn -
+and one running shard pod. Every index must succeed within the Job's own backoff limit, and the merged
 run must hold every record once: 0 lost, 0 duplicated.
 
 podman 4.3 runs no Job controller (it ignores `kind: Job`), so this test plays the controller honestly from
@@ -12,9 +12,9 @@ the pod while the index's count is within the limit. A shard the test evicts car
 condition (what a drain or a preemption sets); a shard the test crashes carries none and counts. The test
 never crashes an index past its limit itself, so any index that fails was failed by the shard (e.g. exit 2
 after a service stayed away longer than the client's retry budget) and fails the test. A killed service
-container is started again at once in its pod (the kubelet restarting it: restartPolicy Always), at the same
-address (a Service's address outlives its pods). Rounds are triggered by progress (records on the volume),
-never by time."""
+pod (`podman pod kill`: its container and its network) is started again at once (`podman pod start`, as the
+kubelet restarts a Deployment's container), at the same address: a Service's address outlives its pods.
+Rounds are triggered by progress (records on the volume), never by time."""
 
 from __future__ import annotations
 
@@ -27,12 +27,13 @@ import pytest
 
 from medhelm.devtools.fixtures import write_configurable_benchmark
 from tests.services.podman import IMAGE, run
-from tests.services.test_kube_play import (DEPLOYMENTS, JURY, Cluster, _render, by_kind_of, indexed_pods,
-                                           play_services, seed_volume, service_aliases)
+from tests.services.test_kube_play import (DEPLOYMENTS, JURY, Cluster, _probe, _render, by_kind_of,
+                                           indexed_pods, play_services, seed_volume, service_aliases)
 
 pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(3000)]
 
 ROWS, SHARDS, ROUNDS = 60, 3, 10
+MOCK_LATENCY_MS = 3000
 SUITE = "chaos"
 DISRUPTED = [{"type": "DisruptionTarget", "status": "True"}]
 
@@ -159,45 +160,62 @@ def test_ten_rounds_of_service_and_shard_kills_in_kube_play(images, cluster, hel
     assert policy_action(job, "shard", 137, DISRUPTED) == "Ignore"
     assert policy_action(job, "shard", 137, []) == "Count" and policy_action(job, "shard", 1, []) == "Count"
     volume = seed_volume(cluster, by_kind, bench)
-    pods = play_services(cluster, by_kind, probes=("readinessProbe",), static_ips=True)
+    # the model answers in MOCK_LATENCY_MS: the run outlasts ten rounds of service restarts
+    pods = play_services(cluster, by_kind, probes=("readinessProbe",), static_ips=True,
+                         mock_latency_ms=MOCK_LATENCY_MS)
     aliases = service_aliases(by_kind, pods)
-    containers = {d["metadata"]["name"].rsplit("-", 1)[1]:
-                  f"{d['metadata']['name']}-pod-0-{d['spec']['template']['spec']['containers'][0]['name']}"
-                  for d in by_kind["Deployment"]}
-    assert set(containers) == {"scenarios", "jury", "metrics"}
+    services = {d["metadata"]["name"].rsplit("-", 1)[1]: d for d in by_kind["Deployment"]}
+    assert set(services) == {"scenarios", "jury", "metrics"}
 
     controller = IndexedJobController(cluster, job, by_kind["ConfigMap"], aliases)
-    service_kills, evictions, crashes = {name: 0 for name in containers}, 0, 0
-    deadline = time.monotonic() + 1800  # a safety net only: rounds are triggered by progress
-    for round_ in range(ROUNDS):
-        while _written(volume) < (round_ + 1) * ROWS // (ROUNDS + 2) and controller.running() \
-                and time.monotonic() < deadline:
+    deadline = time.monotonic() + 2400  # a safety net only: rounds are triggered by progress and states
+
+    def wait_until(check, what: str) -> None:
+        """The controller keeps judging shard pods while the test waits for ``check``."""
+        while not check():
+            assert time.monotonic() < deadline, f"safety net: still waiting for {what}"
             controller.step()
             time.sleep(0.5)
+
+    def pod_state(pod: str) -> str:
+        return run("podman", "pod", "inspect", "--format", "{{.State}}", pod).stdout.strip()
+
+    service_kills, evictions, crashes, during_run = {name: 0 for name in services}, 0, 0, 0
+    for round_ in range(ROUNDS):
+        wait_until(lambda: _written(volume) >= (round_ + 1) * ROWS // (ROUNDS + 2) or not controller.running(),
+                   f"round {round_}'s progress")
         name = ("jury", "metrics", "scenarios")[round_ % 3]
-        run("podman", "kill", "--signal", "KILL", containers[name])
-        run("podman", "start", containers[name])  # the kubelet restarts it in its pod, at the same address
+        dep = services[name]
+        pod = f"{dep['metadata']['name']}-pod-0"
+        run("podman", "pod", "kill", "--signal", "KILL", pod)  # the service and its network, calls in flight cut
         service_kills[name] += 1
+        controller.step()
         running = controller.running()
-        if running:
+        if running:  # and a running shard
+            during_run += 1
             index = running[round_ % len(running)]
             # every other shard kill is an eviction (ignored by the policy), the rest crashes (counted), never
             # past the index's backoff limit by the test's own hand
             evict = round_ % 2 == 0 or controller.indexes[index].counted >= controller.limit
             controller.kill(index, evict=evict)
             evictions, crashes = evictions + evict, crashes + (not evict)
-    while controller.running() and time.monotonic() < deadline:
-        controller.step()
-        time.sleep(0.5)
+        wait_until(lambda: pod_state(pod) == "Exited", f"{pod} to stop")
+        run("podman", "pod", "start", pod)  # started again, at the same address
+        (container,) = dep["spec"]["template"]["spec"]["containers"]
+        wait_until(lambda: _probe(container["readinessProbe"], container, pods[dep["metadata"]["name"]]),
+                   f"{pod} ready again")
+    wait_until(lambda: not controller.running(), "every index to finish")
 
     summary = {i: (ix.state, ix.attempt, ix.counted, ix.ignored, ix.history) for i, ix in controller.indexes.items()}
-    print(f"\nchaos: {ROUNDS} rounds, service kills {service_kills}, shard evictions {evictions}, shard crashes "
-          f"{crashes}; per index (state, pods, counted, ignored, history): {json.dumps(summary)}")
+    print(f"\nchaos: {ROUNDS} rounds ({during_run} while shards ran), service kills {service_kills}, shard "
+          f"evictions {evictions}, shard crashes {crashes}; per index (state, pods, counted, ignored, history): {json.dumps(summary)}")
     assert not controller.unprovoked, controller.unprovoked  # no shard failed on its own
     for index, ix in controller.indexes.items():
         assert ix.state == "succeeded" and ix.counted <= controller.limit, (index, summary)
-    assert sum(service_kills.values()) == ROUNDS and evictions >= 3 and crashes >= 2, (evictions, crashes)
+    assert sum(service_kills.values()) == ROUNDS and during_run == ROUNDS, (service_kills, during_run)
+    assert evictions >= 3 and crashes >= 2, (evictions, crashes)
 
+    shard_lines = _written(volume)  # before collect merges (and removes) the shard files
     collect = run("podman", "run", "--rm", "--read-only", "--network", cluster.network, "-v",
                   f"{by_kind['PersistentVolumeClaim'][0]['metadata']['name']}:/data", IMAGE, "collect", "--suite",
                   SUITE, "--output-path", "/data/benchmark_output")
@@ -205,9 +223,11 @@ def test_ten_rounds_of_service_and_shard_kills_in_kube_play(images, cluster, hel
     (run_dir,) = [p for p in (volume / "benchmark_output" / "runs" / SUITE).iterdir() if p.is_dir()]
     records = [json.loads(line) for line in (run_dir / "instances.jsonl").read_text().splitlines()]
     ids = [r["instance"]["id"] for r in records]
-    print(f"chaos: {len(records)} records merged, {len(set(ids))} distinct, {_written(volume)} lines in shard files")
+    print(f"chaos: {len(records)} records merged, {len(set(ids))} distinct, {shard_lines} lines in the shard files")
     assert len(records) == ROWS and len(set(ids)) == ROWS  # 0 lost, 0 duplicated
     assert not any(r.get("error") for r in records)
     stats = {s["name"]["name"]: s for s in json.loads((run_dir / "stats.json").read_text())}
-    for metric in ("exact_match", "jury_score"):  # every record scored through the services, once
-        assert stats[metric]["count"] == ROWS, stats[metric]
+    # every record scored through the metrics service and judged through the jury service, once (the mock
+    # judge's reply is no rubric score: judged, unscored)
+    assert stats["exact_match"]["count"] == ROWS, stats["exact_match"]
+    assert stats["jury_score"]["count"] + stats["jury_score"]["unscored"] == ROWS, stats["jury_score"]
