@@ -3,13 +3,13 @@
 # the runtime (no wheels, no pip cache, no build tools left in any layer of the final image).
 # No secrets are baked in: API keys come from env vars named in model_deployments.yaml, via Secrets.
 #
-#   podman build -t medhelm-k8s:0.1.0 .                    # services, job, jury, metrics (ROUGE), dashboard
-#   podman build --build-arg EXTRAS=dashboard,postgres,bertscore -t medhelm-k8s:0.1.0 .
+#   podman build -t medhelm-k8s:0.2.0 .                    # services, job, jury, metrics (ROUGE), dashboard
+#   podman build --build-arg EXTRAS=dashboard,postgres,bertscore -t medhelm-k8s:0.2.0 .
 #
 # Inside a hospital network (no Docker Hub, an internal package mirror with its own CA):
 #   podman build --build-arg BASE_IMAGE=registry.hospital.internal/debian-python:bookworm \
 #     --build-arg PIP_INDEX_URL=https://pypi.hospital.internal/simple \
-#     --secret id=pip_ca,src=/etc/ssl/certs/hospital-ca.pem -t medhelm-k8s:0.1.0 .
+#     --secret id=pip_ca,src=/etc/ssl/certs/hospital-ca.pem -t medhelm-k8s:0.2.0 .
 # BASE_IMAGE needs Python 3.11+ with the venv module on PATH as python3 (python:3.11-slim-bookworm, or the
 # Debian bookworm image scripts/container_base.sh makes with debootstrap). The CA is a build secret: it is
 # mounted for the pip step only and never lands in a layer.
@@ -45,7 +45,7 @@ RUN --mount=type=secret,id=pip_ca \
  && rm -rf /src /tmp/requirements.txt
 
 FROM ${BASE_IMAGE} AS runtime
-ARG VERSION=0.1.0
+ARG VERSION=0.2.0
 LABEL org.opencontainers.image.title="medhelm-k8s" org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.licenses="Apache-2.0"
 ENV PATH=/opt/medhelm/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
