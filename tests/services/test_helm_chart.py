@@ -325,7 +325,8 @@ def test_every_service_selector_routes_to_its_pods(values, chart, helm_bin):
         routed.update(selected)
     assert routed == set(deployments)  # every Deployment is reachable through a Service, and only those
     # the Job's service addresses name Services and their gRPC ports
-    for job in (d for d in docs if d["kind"] == "Job"):
+    for job in (d for d in docs if d["kind"] == "Job"  # the evaluation Job (not the store-migrate hook)
+                and d["metadata"]["labels"]["app.kubernetes.io/component"] == "job"):
         env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
         by_name = {s["metadata"]["name"]: s for s in services}
         for var in ("MEDHELM_SCENARIO_SERVICE", "MEDHELM_JURY_SERVICE", "MEDHELM_METRICS_SERVICE"):
@@ -517,8 +518,10 @@ def test_job_rides_out_disruptions_and_fails_fast_on_bad_input(chart, helm_bin):
             spec = job["spec"]["jobTemplate"]["spec"] if job["kind"] == "CronJob" else job["spec"]
             rules = spec["podFailurePolicy"]["rules"]
             assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
-            assert rules[1] == {"action": "FailIndex", "onExitCodes": {"containerName": "shard", "operator": "In",
-                                                                       "values": [2]}}
+            # the store-migrate hook is one pod: bad input (a newer store, a refused role) fails the whole Job
+            fail = ("FailJob", "migrate") if job["metadata"]["name"].endswith("-store-migrate") else ("FailIndex", "shard")
+            assert rules[1] == {"action": fail[0], "onExitCodes": {"containerName": fail[1], "operator": "In",
+                                                                   "values": [2]}}
             assert spec["template"]["spec"]["restartPolicy"] == "Never"  # podFailurePolicy requires it
 
 
