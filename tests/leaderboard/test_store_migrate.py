@@ -9,7 +9,6 @@ older (its schema version lowered, as the next release's store will look to it).
 from __future__ import annotations
 
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -21,24 +20,15 @@ from medhelm.store import open_store, read
 from medhelm.store.schema import SCHEMA_VERSION
 from medhelm.store.synthetic import catalogue, default_models, write_suite
 from tests.leaderboard.helpers import run_cli
+from tests.previous_release import REPO, previous_tree
 
-REPO = Path(__file__).resolve().parents[2]
-# the last commit before schema versions were migrated (chart and medhelm 0.1.0, store schema v1)
-PREVIOUS = "4bab593"
 NEW_RELATIONS = {"review_ratings", "audit", "subgroup_labels", "subgroup_scores", "subgroup_gaps"}
 
 
 @pytest.fixture(scope="module")
 def previous_code(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The previous release's ``services`` folder, from git (what its image runs)."""
-    if shutil.which("git") is None or subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{PREVIOUS}^{{commit}}"],
-                                                      capture_output=True).returncode != 0:
-        pytest.skip(f"the previous release's commit {PREVIOUS} is not in this checkout's history")
-    folder = tmp_path_factory.mktemp("previous")
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", PREVIOUS, "services"], capture_output=True,
-                             check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
-    return folder / "services"
+    """The previous release's ``services`` folder (what its image runs)."""
+    return previous_tree(tmp_path_factory.mktemp("previous"), "services") / "services"
 
 
 def medhelm(code: Path | None, *args: str, prelude: str = "") -> subprocess.CompletedProcess:

@@ -1,4 +1,4 @@
-"""An upgrade from the previous chart version (0.1.0, the commit ``PREVIOUS``) to this one, and the rollback:
+"""An upgrade from the previous chart version (0.1.0: tests/previous_release.py) to this one, and the rollback:
 both charts rendered with the same values files (the previous version's own ``ci/`` files and the defaults, as a
 hospital's values written for 0.1.0 are), both validated against the Kubernetes 1.30 schemas, and every field
 the API server refuses to change checked across the pair in both directions: the selectors of Deployments, a Job
@@ -10,14 +10,14 @@ fenced like the other pods. `podman kube play` of the same pair, in sequence and
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-PREVIOUS = "4bab593"  # chart 0.1.0 (store schema v1): the last commit before this version
+from tests.previous_release import previous_tree
+
 VALUES = {"default": None, "full": "ci/full-values.yaml", "production": "ci/production-values.yaml",
           "access": "ci/access-values.yaml"}
 IMMUTABLE_SELECTORS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet")
@@ -26,13 +26,7 @@ IMMUTABLE_SELECTORS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet")
 @pytest.fixture(scope="module")
 def charts(repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The previous chart (from git) and this one."""
-    if shutil.which("git") is None or subprocess.run(
-            ["git", "-C", str(repo_root), "cat-file", "-e", f"{PREVIOUS}^{{commit}}"], capture_output=True).returncode:
-        pytest.skip(f"the previous chart's commit {PREVIOUS} is not in this checkout's history")
-    folder = tmp_path_factory.mktemp("previous-chart")
-    archive = subprocess.run(["git", "-C", str(repo_root), "archive", PREVIOUS, "helm-charts/medhelm"],
-                             capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    folder = previous_tree(tmp_path_factory.mktemp("previous-chart"), "helm-charts/medhelm")
     return {"previous": folder / "helm-charts" / "medhelm", "current": repo_root / "helm-charts" / "medhelm"}
 
 
@@ -75,7 +69,7 @@ def change_problems(before: list[dict], after: list[dict]) -> list[str]:
             strip = [{**s, "resources": {k: v for k, v in s["resources"].items() if k != "requests"}} for s in (a, b)]
             if strip[0] != strip[1] or _storage(new[key]) < _storage(old[key]):
                 problems.append(f"PersistentVolumeClaim {name}: spec changed (only a larger size is allowed)")
-        if kind == "Service" and (a.get("clusterIP") or b.get("clusterIP")) and a.get("clusterIP") != b.get("clusterIP"):
+        if kind == "Service" and a.get("clusterIP") != b.get("clusterIP"):
             problems.append(f"Service {name}: clusterIP changed")
     return problems
 
@@ -122,7 +116,8 @@ def test_the_store_migration_hook_runs_first_with_the_new_image_and_needs_nothin
     (container,) = pod["containers"]
     assert container["args"] == ["store", "migrate"]
     deployments = [d for d in docs if d["kind"] == "Deployment"]
-    assert {c["image"] for d in deployments for c in d["spec"]["template"]["spec"]["containers"]} == {container["image"]}
+    images = {c["image"] for d in deployments for c in d["spec"]["template"]["spec"]["containers"]}
+    assert images == {container["image"]}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["restartPolicy"] == "Never"
     # nothing of the release (made after pre-install hooks): no claim, no Secret or ConfigMap the chart renders
@@ -154,8 +149,8 @@ def test_the_hook_is_postgres_only_and_takes_the_owners_secret(charts, helm_bin)
     off = hooks(render(helm_bin, chart, None, *pg, "--set", "resultsStore.migrate.enabled=false"))
     assert [h["kind"] for h in off] == ["Pod"]
     # the strict values schema knows the new keys and refuses a typo among them
-    bad = subprocess.run([str(helm_bin), "template", "rel", str(chart), *pg, "--set", "resultsStore.migrate.enable=true"],
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run([str(helm_bin), "template", "rel", str(chart), *pg, "--set",
+                          "resultsStore.migrate.enable=true"], capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "enable" in bad.stderr
 
 

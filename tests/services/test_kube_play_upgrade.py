@@ -1,4 +1,4 @@
-"""The upgrade in real containers, in sequence and back: chart 0.1.0 (commit ``PREVIOUS``) played with the
+"""The upgrade in real containers, in sequence and back: chart 0.1.0 (tests/previous_release.py) played with the
 previous image over a PostgreSQL store it summarizes into (schema v1); then chart 0.2.0's pre-upgrade hook
 (the store-migrate Job's pod) with this image, and 0.2.0's workloads on the same volume and store; then the
 rollback: 0.1.0's workloads again, whose image refuses the migrated store in one line until the backup taken
@@ -23,24 +23,14 @@ import pytest
 import yaml
 
 from medhelm.store.synthetic import catalogue, default_models, write_suite
-from tests.services.podman import IMAGE, build_image, free_port, run
-from tests.services.test_chart_upgrade import PREVIOUS, hooks, released
-from tests.services.test_kube_play import Cluster, by_kind_of, play_services, seed_volume
+from tests.services.podman import IMAGE, build_image, free_port, run, wait_for
+from tests.previous_release import REPO, previous_tree
+from tests.services.test_chart_upgrade import hooks
+from tests.services.test_kube_play import Cluster, _probe, by_kind_of, play_services, seed_volume
 
 pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(2400)]
 
-REPO = Path(__file__).resolve().parents[2]
 SITE = "/opt/medhelm/lib/python3.11/site-packages"
-
-
-def _git_tree(tmp: Path, *paths: str) -> Path:
-    if shutil.which("git") is None or subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{PREVIOUS}^{{commit}}"],
-                                                      capture_output=True).returncode:
-        pytest.skip(f"the previous release's commit {PREVIOUS} is not in this checkout's history")
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", PREVIOUS, *paths], capture_output=True,
-                             check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
-    return tmp
 
 
 def _layer(base: str, tag: str, services: Path, dashboard: Path, work: Path) -> str:
@@ -59,7 +49,7 @@ def _layer(base: str, tag: str, services: Path, dashboard: Path, work: Path) -> 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     work = tmp_path_factory.mktemp("images")
-    previous = _git_tree(work, "services", "dashboard")
+    previous = previous_tree(work, "services", "dashboard")
     have = subprocess.run(["podman", "image", "exists", IMAGE], capture_output=True).returncode == 0
     base = IMAGE if have else build_image()
     base_id = run("podman", "image", "inspect", "--format", "{{.Id}}", base).stdout.strip()  # fixed from here on
@@ -115,12 +105,12 @@ def _played(docs: list[dict]) -> list[dict]:
     return docs
 
 
-def _replay_services(cluster: Cluster, by_kind: dict[str, list[dict]]) -> None:
+def _replay_services(cluster: Cluster, by_kind: dict[str, list[dict]], **how: object) -> dict[str, str]:
     """play_services again on the same network: the chart's generated Secrets (each render makes its own caller
     token, where a cluster keeps the first with `lookup`) replace the podman secrets of the last play."""
     for secret in by_kind.get("Secret", []):
         run("podman", "secret", "rm", secret["metadata"]["name"], check=False)
-    play_services(cluster, by_kind)
+    return play_services(cluster, by_kind, **how)
 
 
 def _render(helm: Path, chart: Path, release: str, values: dict, tmp: Path, name: str) -> list[dict]:
@@ -153,7 +143,7 @@ def test_upgrade_to_this_chart_and_back_in_kube_play(images, helm_bin, tmp_path)
         store_secret = f"{cluster.release}-store"
         cluster.secret(store_secret, {"url": url_file})
 
-        previous_chart = _git_tree(tmp_path, "helm-charts/medhelm") / "helm-charts" / "medhelm"
+        previous_chart = previous_tree(tmp_path, "helm-charts/medhelm") / "helm-charts" / "medhelm"
         current_chart = REPO / "helm-charts" / "medhelm"
         values = {"resultsStore": {"kind": "postgres", "postgres": {"secretName": store_secret}},
                   "image": {"pullPolicy": "Never"}}
@@ -233,14 +223,34 @@ def test_upgrade_to_this_chart_and_back_in_kube_play(images, helm_bin, tmp_path)
         with psycopg.connect(host_url) as conn:
             assert conn.execute("SELECT COUNT(*) FROM runs").fetchone() == rows
 
-        # 3. helm rollback: 0.1.0's workloads again (valid: test_chart_upgrade.py), refused by the store until the
-        #    backup is restored; then the previous image works again
+        # 3. helm rollback: 0.1.0's workloads again (valid: test_chart_upgrade.py). The services come up; the
+        #    dashboard, which checks its store before it serves, stops with the one-line refusal (and is restarted)
+        #    until the backup taken before the upgrade is restored; then it serves and the previous image writes
         services_new = next(p for p in cluster.played if p.name == "services.yaml")
         run("podman", "kube", "down", str(services_new), timeout=120)
-        _replay_services(cluster, old_kind)
+        dashboard = next(d for d in old_kind["Deployment"] if d["metadata"]["name"].endswith("-dashboard"))
+        others = {**old_kind, "Deployment": [d for d in old_kind["Deployment"] if d is not dashboard]}
+        pods = _replay_services(cluster, old_kind, probes=())  # all of 0.1.0, probes waited for below
+        for dep in others["Deployment"]:
+            (c,) = dep["spec"]["template"]["spec"]["containers"]
+            name = dep["metadata"]["name"]
+            wait_for(lambda: _probe(c["readinessProbe"], c, pods[name], f"{name}-pod-0-{c['name']}"),
+                     f"{name} ready after the rollback", timeout_s=180, every_s=2)
+        dash = f"{dashboard['metadata']['name']}-pod-0-dashboard"
+
+        def refused() -> str:
+            lines = [ln for ln in run("podman", "logs", dash, check=False).stderr.splitlines() if ln.strip()]
+            return next((ln for ln in lines if "newer medhelm" in ln), "")
+
+        line = wait_for(refused, "the previous dashboard's refusal", timeout_s=180, every_s=2)
+        assert "store schema v2" in line and "reads v1" in line and "Traceback" not in run(
+            "podman", "logs", dash, check=False).stderr
         assert medhelm(images["previous"], "summarize", "--suites", "local", "-o", "/data/benchmark_output"
                        ).returncode == 2
         pg.tool("pg_restore", "--clean", "--if-exists", f"--dbname={host_url}", str(backup))
+        (c,) = dashboard["spec"]["template"]["spec"]["containers"]
+        wait_for(lambda: _probe(c["readinessProbe"], c, pods[dashboard["metadata"]["name"]], dash),
+                 "the previous dashboard serving the restored store", timeout_s=300, every_s=3)
         done = medhelm(images["previous"], "summarize", "--suites", "local", "-o", "/data/benchmark_output",
                        "--bootstrap", "50")
         assert done.returncode == 0, done.stderr[-2000:]

@@ -18,7 +18,9 @@ store: SQLite (one file, the embedded store) is read as it is and migrated by it
 summarize's transaction (a refused summarize leaves it byte for byte as it was); PostgreSQL (shared by many
 pods, whose role should not own the schema) is refused until ``medhelm store migrate`` (``migrate_store``,
 the chart's hook Job) has run. Relations an older SQLite store lacks are made on first use
-(``ensure_relations``), only when missing: a reader that finds them writes nothing and never waits. A full disk or a read-only file/folder is ``OutputUnwritable`` (exit 74, "cannot write"), never
+(``ensure_relations``), only when missing: a reader that finds them writes nothing and never waits.
+
+A full disk or a read-only file/folder is ``OutputUnwritable`` (exit 74, "cannot write"), never
 "damaged"; a store URL of another scheme (``mysql://``) is refused, never taken for a folder name.
 """
 
@@ -421,7 +423,7 @@ def open_store(location: str | Path, *, create: bool = False) -> Store:
             _check_integrity(store)  # first: a damaged file is named as damaged, not as "not a store"
             _check_schema(store)
             _check_tables(store)
-            _check_migrated(store)
+            _check_migrated(store, has_meta=True)
     except BaseException:
         store.close()
         raise
@@ -464,10 +466,11 @@ def store_version(location: str | Path) -> int | None:
         return stored_version(store)
 
 
-def stored_version(store: Store) -> int | None:
+def stored_version(store: Store, *, has_meta: bool | None = None) -> int | None:
     """The schema version a store records (None: no store in this database yet). A store made before
-    versions were recorded at creation (v1 recorded it at its first summarize) is v1."""
-    if "meta" not in store.schema_columns():
+    versions were recorded at creation (v1 recorded it at its first summarize) is v1. ``has_meta``: already
+    known (spares a catalogue query on every open of a PostgreSQL store)."""
+    if not (has_meta if has_meta is not None else "meta" in store.schema_columns()):
         return None
     rows = store.query("SELECT value FROM meta WHERE release = '' AND key = 'schema_version'")
     if not rows:
@@ -484,13 +487,13 @@ def _newer(store: Store, version: int) -> str:
             f"reads schema v{SCHEMA_VERSION} at most: upgrade medhelm (nothing was written)")
 
 
-def _check_migrated(store: Store) -> None:
+def _check_migrated(store: Store, *, has_meta: bool | None = None) -> None:
     """An older PostgreSQL store is refused until ``medhelm store migrate`` ran (a SQLite one is read as it is and
     migrated by its next summarize): its pods may not own the schema, and an implicit migration by whichever
     pod came first would cut off the older pods of a rolling upgrade without a decision or a backup."""
     if isinstance(store, SqliteStore):
         return
-    version = stored_version(store)
+    version = stored_version(store, has_meta=has_meta)
     if version is not None and version < SCHEMA_VERSION:
         raise ConfigError(f"{_named(store)} is at store schema v{version}; this medhelm {__version__} needs "
                           f"v{SCHEMA_VERSION}: run `medhelm store migrate` first (the chart's migration hook Job "
@@ -502,7 +505,7 @@ def _check_ours(store: Store) -> None:
     shape (SQLite: also intact; a PostgreSQL database may hold other applications' tables beside ours)."""
     if not isinstance(store, SqliteStore):
         if "meta" in store.schema_columns():
-            _check_version(store)
+            _check_version(store, has_meta=True)
             _check_tables(store)
         return
     if store._new_file:
@@ -511,7 +514,7 @@ def _check_ours(store: Store) -> None:
         raise ConfigError(f"this SQLite file holds other tables ({store.foreign_tables}) and is not a MedHELM results "
                           "store; give a new file with --store", path=store.path)
     if store.query("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'")[0][0]:
-        _check_version(store)
+        _check_version(store, has_meta=True)
         _check_tables(store)  # a store of another shape is not written into (nor "repaired")
     # integrity before writing: a damaged file must not be made worse (quick_check reads each page once)
     problems = [r[0] for r in store.query("PRAGMA quick_check(5)")]
@@ -520,8 +523,8 @@ def _check_ours(store: Store) -> None:
                           "restore it from a backup or give a new file with --store", path=store.path)
 
 
-def _check_version(store: Store) -> None:
-    version = stored_version(store)
+def _check_version(store: Store, *, has_meta: bool | None = None) -> None:
+    version = stored_version(store, has_meta=has_meta)
     if version is not None and version > SCHEMA_VERSION:
         raise ConfigError(_newer(store, version))
 
@@ -613,7 +616,7 @@ def _check_schema(store: Store) -> None:
     if "meta" not in store.schema_columns():
         raise ConfigError(f"{_named(store)} is not a MedHELM results store (schema v{SCHEMA_VERSION}); run "
                           "`medhelm summarize` first")
-    _check_version(store)
+    _check_version(store, has_meta=True)
 
 
 def _named(store: Store) -> str:

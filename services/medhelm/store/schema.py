@@ -14,10 +14,10 @@ between them are ``backends.Store.migrate``; ``medhelm store migrate`` runs them
 
 * v1 (chart 0.1.0): the tables below; the ratings, audit and subgroup tables and ``models.jury_cost_usd``
   were made on first use, and the version was recorded at the first summarize.
-* v2 (medhelm and chart 0.2.0): every relation (``RELATIONS``: the tables below, the ratings, the audit trail, the subgroup tables) is
-  made when the store is created or migrated, never on first use, so the pods' database role needs no right
-  to change the schema; the version is recorded at creation; each migration is noted in ``meta``
-  ('migrated_to_v<n>': when, by which medhelm).
+* v2 (medhelm and chart 0.2.0): every relation (``backends.Store.relations``: the tables below, the ratings,
+  the audit trail, the subgroup tables) is made when the store is created or migrated, never on first use,
+  so the pods' database role needs no right to change the schema; the version is recorded at creation; each
+  migration is noted in ``meta`` ('migrated_to_v<n>': when, from which version, by which medhelm).
 """
 
 from __future__ import annotations
