@@ -8,7 +8,7 @@
 # No secrets are baked in: API keys come from files mounted from Secrets (the chart's apiKeys).
 #
 #   bash scripts/build_images.sh                       # both images + their SBOMs, base pinned by digest
-#   podman build --target service --build-arg BASE_IMAGE=<name>@sha256:<digest> -t medhelm-k8s:0.1.0 .
+#   podman build --target service --build-arg BASE_IMAGE=<name>@sha256:<digest> -t medhelm-k8s:0.2.0 .
 #   podman build --build-arg EXTRAS=postgres,bertscore ...   # the metrics service with BERTScore
 #
 # BASE_IMAGE has no default, on purpose: it must be a digest-pinned reference (<name>@sha256:<digest>) to a
@@ -72,7 +72,7 @@ RUN --mount=type=secret,id=pip_ca sh /src/scripts/image_venv.sh finish dashboard
 
 # -- What both runtimes share: the non-root user, the environment, nothing else.
 FROM ${BASE_IMAGE} AS runtime
-ARG VERSION=0.1.0
+ARG VERSION=0.2.0
 LABEL org.opencontainers.image.version="${VERSION}" org.opencontainers.image.licenses="Apache-2.0" \
       io.medhelm.sbom="/usr/share/doc/medhelm-k8s/sbom.cdx.json"
 ENV PATH=/opt/medhelm/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

@@ -10,8 +10,8 @@
 # Environment (all optional):
 #   BASE_IMAGE               the base: <name>@sha256:<digest> is used as it is; <name>:<tag> is pulled if missing
 #                            and pinned to the digest it has now. Default: scripts/container_base.sh's image.
-#   MEDHELM_IMAGE_SERVICE    default localhost/medhelm-k8s:0.1.0
-#   MEDHELM_IMAGE_DASHBOARD  default localhost/medhelm-k8s-dashboard:0.1.0
+#   MEDHELM_IMAGE_SERVICE    default localhost/medhelm-k8s:0.2.0
+#   MEDHELM_IMAGE_DASHBOARD  default localhost/medhelm-k8s-dashboard:0.2.0
 #   MEDHELM_IMAGES           which to build: "service dashboard" (default), or one of them
 #   MEDHELM_IMAGE_OUT        where the SBOMs and the build record go (default dist/images)
 #   EXTRAS                   the service venv's extras (default postgres; e.g. postgres,bertscore)
@@ -24,8 +24,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf '%s\n' "$*" >&2; }
 fail() { say "build_images: $*"; exit 1; }
-SERVICE=${MEDHELM_IMAGE_SERVICE:-localhost/medhelm-k8s:0.1.0}
-DASHBOARD=${MEDHELM_IMAGE_DASHBOARD:-localhost/medhelm-k8s-dashboard:0.1.0}
+SERVICE=${MEDHELM_IMAGE_SERVICE:-localhost/medhelm-k8s:0.2.0}
+DASHBOARD=${MEDHELM_IMAGE_DASHBOARD:-localhost/medhelm-k8s-dashboard:0.2.0}
 IMAGES=${MEDHELM_IMAGES:-service dashboard}
 OUT=${MEDHELM_IMAGE_OUT:-dist/images}
 VERSION=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.services.podman import free_port, grpc_probe, make_tls, run, wait_for
+from medhelm.version import __version__
 
 pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(2400)]
 
@@ -117,7 +118,7 @@ def test_sbom_is_valid_cyclonedx_and_lists_what_the_image_holds(flavor, images):
                  "f\"{d.metadata['Name'].lower()}=={d.version}\" for d in m.distributions())))").stdout.split()
     python = sorted(f"{c['name'].lower()}=={c['version']}" for c in bom["components"]
                     if c.get("purl", "").startswith("pkg:pypi/"))
-    assert python == sorted(set(listed) - {"medhelm-k8s==0.1.0"}), set(python) ^ set(listed)
+    assert python == sorted(set(listed) - {f"medhelm-k8s=={__version__}"}), set(python) ^ set(listed)
     assert bom["metadata"]["component"]["name"] == "medhelm-k8s"  # the root: the package itself
     grpcio = next(c for c in bom["components"] if c["name"] == "grpcio")
     assert grpcio["purl"] == f"pkg:pypi/grpcio@{grpcio['version']}" and f"grpcio=={grpcio['version']}" in listed

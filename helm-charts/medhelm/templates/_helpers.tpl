@@ -177,6 +177,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if eq .Values.resultsStore.kind "postgres" }}
 - name: store-url
   secret:
+    optional: false  # explicit (the default): no pod starts without the store's URL
     secretName: {{ required "resultsStore.postgres.secretName is required for kind postgres" .Values.resultsStore.postgres.secretName }}
     items: [{key: {{ .Values.resultsStore.postgres.secretKey }}, path: url}]
 {{- end }}

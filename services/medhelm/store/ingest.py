@@ -323,5 +323,3 @@ def _write_meta(store: Store, options: SummarizeOptions, ingested: _Ingest) -> N
     if reasoning:
         meta["reasoning_tokens"] = json.dumps(reasoning, ensure_ascii=False)
     store.insert_many("meta", ("release", "key", "value"), [(options.release, k, str(v)) for k, v in meta.items()])
-    store.execute("DELETE FROM meta WHERE release = '' AND key = 'schema_version'")
-    store.insert_many("meta", ("release", "key", "value"), [("", "schema_version", str(SCHEMA_VERSION))])
