@@ -232,7 +232,7 @@ class AdaptiveLimit:
             self._window = self._new_window()
             return
         if self.phase == "startup":
-            if self._prev is not None and (x < 1.3 * self._prev[1] or median > 1.6 * self._prev[2]):
+            if self._prev is not None and (x < 1.15 * self._prev[1] or median > 1.6 * self._prev[2]):
                 # doubling did not pay (or only queued: the latency nearly doubled): the last limit that did
                 self.plateau = self._prev[0]
                 self._set(self._prev[0], "cruise")
