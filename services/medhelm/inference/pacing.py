@@ -15,7 +15,7 @@ on one deployment share its concurrency and its rate budget). A pacer composes t
 
 ``AdaptiveLimit`` measures the deployment in *windows*: after a change of limit it lets one round of requests
 finish (the queue settles), then counts ``max(16, 2 x limit)`` completions and takes their throughput and median
-latency. It starts at 4 and doubles while doubling raises throughput by at least 30 % (slow start); the last
+latency. It starts at 4 and doubles while doubling raises throughput by at least 15 % (slow start); the last
 limit that paid is the *plateau* (a doubling whose median latency grew 1.6-fold only queued, and stops it too).
 Then it cruises, and every ``cruise`` windows probes: up by about sqrt(limit) (kept if throughput rose by at least
 a quarter of the proportional gain while the median latency grew by less than three quarters of it: at a
