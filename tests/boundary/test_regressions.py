@@ -550,6 +550,39 @@ def test_refused_summarize_keeps_a_dangling_symlink_store_and_an_older_store_as_
     assert con.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'review_ratings'").fetchone()[0] == 1
 
 
+def test_a_cell_cut_to_fit_the_context_is_recorded_once(tmp_path: Path, bench: Path) -> None:
+    import csv
+
+    rows = list(csv.reader((bench.parent / "dataset.csv").open(newline="")))
+    cell = " ".join(f"Visit {i}: {MARKER} BP {110 + i % 40}/70, creatinine {1 + i % 9}.{i % 10}."
+                    for i in range(110_000))
+    rows[1][1] = cell  # the note of the first row: ~5 MB, far past a 4,096-token window
+    with (bench.parent / "dataset.csv").open("w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    with MockOpenAIServer(responder=lambda body: "Yes") as server:
+        local = tmp_path / "prod_env"
+        write_openai_deployment(local, server.base_url, name="mock/yes", model_name="test/yes-model")
+        out = tmp_path / "out"
+        r = run_cli(["run", "--run-entries", entry(bench, "mock/yes"), "--suite", "s", "--output-path", out,
+                     "--local-path", local, "--max-eval-instances", "6", "--quiet"], cwd=tmp_path)
+    assert r.code == 0, r.stderr
+    assert "1 of 6 prompt(s) were cut to fit the context window" in r.stderr
+    (run_dir,) = (out / "runs" / "s").iterdir()
+    lines = (run_dir / "instances.jsonl").read_text().splitlines()
+    [big] = [line for line in lines if MARKER in line and len(line) > len(cell)]
+    record = json.loads(big)
+    assert record["instance"]["input"].count(cell) == 1 and record["instance"]["extra"] == {}
+    assert record["prompt"]["truncated"] and len(record["prompt"]["messages"][0]["content"]) < 40_000
+    assert len(big.encode()) < 1.01 * len(cell.encode())  # the cell once (it was 2 x: input and extra)
+    small = [json.loads(line) for line in lines if line != big]
+    assert all(d["instance"]["extra"] == {} and "Question: Is item" in d["instance"]["input"] for d in small)
+    r = run_cli(["summarize", "--suites", "s", "--output-path", out, "--bootstrap", "10"], cwd=tmp_path)
+    assert r.code == 0, r.stderr
+    con = sqlite3.connect(out / "results.sqlite")
+    (stored,) = con.execute("SELECT MAX(LENGTH(CAST(record_json AS BLOB))) FROM instances").fetchone()
+    assert stored < 1.01 * len(cell.encode())
+
+
 @pytest.mark.parametrize("pragma,says", [("PRAGMA query_only = 1", "read-only"),
                                          ("PRAGMA max_page_count = 1", "no space")])
 def test_a_store_that_cannot_be_written_says_so_not_damaged(tmp_path: Path, pragma: str, says: str) -> None:
@@ -782,3 +815,24 @@ def test_yaml_with_one_10_mb_line_parses_within_a_few_times_its_size(tmp_path: P
     finally:
         tracemalloc.stop()
     assert peak < 8 * size, peak
+
+
+def test_helm_per_instance_file_read_within_a_few_times_its_size(tmp_path: Path) -> None:
+    import tracemalloc
+
+    from medhelm.store.helm_runs import _per_instance
+
+    stats = [{"name": {"name": f"m{j}", "split": "test"}, "count": 1, "sum": 0.5, "sum_squared": 0.25, "min": 0.5,
+              "max": 0.5, "mean": 0.5} for j in range(4)]
+    path = tmp_path / "per_instance_stats.json"
+    path.write_text(json.dumps([{"instance_id": f"id{i}", "train_trial_index": 0, "stats": stats}
+                                for i in range(40_000)]))
+    size = path.stat().st_size  # 22 MB
+    tracemalloc.start()
+    try:
+        merged = _per_instance(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(merged) == 40_000 and merged["id7"] == {f"m{j}": 0.5 for j in range(4)}
+    assert peak < 2 * size, peak

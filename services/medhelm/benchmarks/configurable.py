@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,7 +32,7 @@ from medhelm.errors import ConfigError, escape
 from medhelm.schemas import LongText, NameText, PathText, Strict, Text, check
 from medhelm.scoring import registry
 from medhelm.scoring.exact import STATS as EXACT_STATS
-from medhelm.specs import Access, BenchmarkSpec, Instance, MetricSpec, Prompt, TaskType
+from medhelm.specs import Access, BenchmarkSpec, FrozenMap, Instance, MetricSpec, Prompt, TaskType
 
 ARGS = frozenset({"config_path", "jury_config_path"})
 JURY = "jury_score"
@@ -121,6 +121,12 @@ class ConfigurableBenchmark:
             return Prompt.user(instance.input)
         text, truncated = self.template.fit(instance.extra, limit, budget.count_tokens)
         return Prompt.user(text, truncated=truncated)
+
+    def record_instance(self, instance: Instance) -> Instance:
+        """The instance as its record keeps it: the prompt's fields (``extra``, the CSV cells the template names)
+        are left out, for ``input`` holds them already, rendered whole (a 50 MB cell was stored twice, then cut to
+        fit the context in ``prompt`` a third time)."""
+        return replace(instance, extra=FrozenMap()) if instance.extra else instance
 
 
 def load_configurable(ctx: LoadContext) -> ConfigurableBenchmark:
