@@ -637,6 +637,7 @@ def test_helm_per_instance_file_of_another_kind_is_named_not_dropped(tmp_path: P
 @pytest.mark.parametrize("edit,says", [
     (lambda s: s[0].update(sum=None), "'sum' is missing or null"), (lambda s: s[0].update(count="one"), "'count'"),
     (lambda s: s[0].update(count=1.5), "'count'"), (lambda s: s[0].update(mean=[1]), "'mean'"),
+    (lambda s: s[0].update(count=10 ** 400), "'count'"), (lambda s: s[0].update(sum=-10 ** 400), "'sum'"),
 ])
 def test_helm_stats_that_are_not_numbers_are_errors_not_zero(tmp_path: Path, edit, says: str) -> None:
     suite = _helm_suite(tmp_path)
