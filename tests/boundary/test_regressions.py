@@ -71,16 +71,22 @@ def test_duplicate_header_names_are_not_echoed(tmp_path: Path, bench: Path) -> N
 # ------------------------------------------------------------------------------------------ 2. data loss
 
 
-@pytest.fixture
-def finished(tmp_path: Path, bench: Path) -> Path:
-    """A real finished run (the CLI against the mock OpenAI-compatible server, 3 instances), summarized."""
+def _mock_run(tmp_path: Path, bench: Path, instances: int):
+    """``medhelm run -q`` of suite s1 against the mock OpenAI-compatible server answering Yes: (out, result)."""
     with MockOpenAIServer(responder=lambda body: "Yes") as server:
         local = tmp_path / "prod_env"
         write_openai_deployment(local, server.base_url, name="mock/yes", model_name="test/yes-model")
         out = tmp_path / "out"
         r = run_cli(["run", "--run-entries", entry(bench, "mock/yes"), "--suite", "s1", "--output-path", out,
-                     "--local-path", local, "--max-eval-instances", "3", "--quiet"], cwd=tmp_path)
+                     "--local-path", local, "--max-eval-instances", str(instances), "--quiet"], cwd=tmp_path)
     assert r.code == 0, r.stderr
+    return out, r
+
+
+@pytest.fixture
+def finished(tmp_path: Path, bench: Path) -> Path:
+    """A real finished run (the CLI against the mock OpenAI-compatible server, 3 instances), summarized."""
+    out, _ = _mock_run(tmp_path, bench, 3)
     r = run_cli(["summarize", "--suites", "s1", "--output-path", out, "--bootstrap", "10"], cwd=tmp_path)
     assert r.code == 0, r.stderr
     return out
@@ -559,15 +565,9 @@ def test_a_cell_cut_to_fit_the_context_is_recorded_once(tmp_path: Path, bench: P
     rows[1][1] = cell  # the note of the first row: ~5 MB, far past a 4,096-token window
     with (bench.parent / "dataset.csv").open("w", newline="") as f:
         csv.writer(f).writerows(rows)
-    with MockOpenAIServer(responder=lambda body: "Yes") as server:
-        local = tmp_path / "prod_env"
-        write_openai_deployment(local, server.base_url, name="mock/yes", model_name="test/yes-model")
-        out = tmp_path / "out"
-        r = run_cli(["run", "--run-entries", entry(bench, "mock/yes"), "--suite", "s", "--output-path", out,
-                     "--local-path", local, "--max-eval-instances", "6", "--quiet"], cwd=tmp_path)
-    assert r.code == 0, r.stderr
+    out, r = _mock_run(tmp_path, bench, 6)
     assert "1 of 6 prompt(s) were cut to fit the context window" in r.stderr
-    (run_dir,) = (out / "runs" / "s").iterdir()
+    (run_dir,) = (out / "runs" / "s1").iterdir()
     lines = (run_dir / "instances.jsonl").read_text().splitlines()
     [big] = [line for line in lines if MARKER in line and len(line) > len(cell)]
     record = json.loads(big)
@@ -576,7 +576,7 @@ def test_a_cell_cut_to_fit_the_context_is_recorded_once(tmp_path: Path, bench: P
     assert len(big.encode()) < 1.01 * len(cell.encode())  # the cell once (it was 2 x: input and extra)
     small = [json.loads(line) for line in lines if line != big]
     assert all(d["instance"]["extra"] == {} and "Question: Is item" in d["instance"]["input"] for d in small)
-    r = run_cli(["summarize", "--suites", "s", "--output-path", out, "--bootstrap", "10"], cwd=tmp_path)
+    r = run_cli(["summarize", "--suites", "s1", "--output-path", out, "--bootstrap", "10"], cwd=tmp_path)
     assert r.code == 0, r.stderr
     con = sqlite3.connect(out / "results.sqlite")
     (stored,) = con.execute("SELECT MAX(LENGTH(CAST(record_json AS BLOB))) FROM instances").fetchone()
