@@ -764,6 +764,19 @@ def test_serve_on_a_busy_port_names_the_port_and_the_flag(tmp_path: Path, flag: 
     assert f"with {flag}" in line
 
 
+def test_leaderboard_on_a_busy_port_names_the_port_before_anything_is_written(tmp_path: Path) -> None:
+    import socket
+
+    store = tmp_path / "new" / "results.sqlite"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        r = run_cli(["serve", "--store", store, "--create-store", "--port", port], cwd=tmp_path)
+    line = assert_bad_input(r, names=None, contains=f"127.0.0.1:{port}")
+    assert "with --port" in line and not store.parent.exists()
+
+
 def test_prompts_cut_to_fit_are_said_also_under_quiet(tmp_path: Path, bench: Path) -> None:
     csv_path = bench.parent / "dataset.csv"
     lines = csv_path.read_text().splitlines()
