@@ -514,7 +514,7 @@ def test_rubric_criteria_json_too_deep_is_one_line(tmp_path: Path, bench: Path) 
     bench.write_text(bench.read_text().replace("  - name: exact_match\n",
                                                "  - name: jury_score\n    prompt_file: judge.txt\n"))
     r = run_cli(["validate", "--run-entries", entry(bench)], cwd=tmp_path)
-    assert_bad_input(r, names=None, contains="rubric_criteria")
+    assert_bad_input(r, names=judge_prompt, contains="rubric_criteria")
 
 
 def test_unclosed_ipv6_bracket_in_base_url_found_before_writing(tmp_path: Path, bench: Path) -> None:
