@@ -14,6 +14,8 @@ when present, ``scenario_state.json`` (which requests failed, which judges answe
 * **Per-instance stats**: HELM's runner appends one list per metric, so an instance has one entry per
   metric group (MedHELM's jury runs list the summarization metrics before the jury metric); every entry of
   an instance is merged. Perturbed entries and extra train trials are not leaderboard values and are skipped.
+  A well-formed file is decoded in pieces by msgspec (fast); one with anything unusual is read again entry by
+  entry by ijson, which names what is wrong: the two give the same values, or the same error.
 * **Errors**: HELM keeps failed requests only in ``scenario_state.json`` (``result.success: false``, scored
   0) and a failed judge only as a missing key in ``annotations``. That file is streamed with ijson (it
   reaches gigabytes; prompts are never kept): a failed request, or an instance no judge could score, is
