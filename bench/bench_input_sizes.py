@@ -9,7 +9,7 @@ from crfm-helm 0.5.16's own file (tests/data/helm/real: ~21 stats each, as HELM 
 (``helm_runs._per_instance``) and through the whole ``medhelm import-helm`` (read, store, leaderboard), whose
 baseline is the same command on the 20-instance fixture run.
 
-    python bench/bench_input_sizes.py [--no-write] [--bootstrap 100] [--services DIR]
+    python bench/bench_input_sizes.py [--no-write] [--bootstrap 100] [--services DIR] [--before DIR]
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ def _helm_suite(folder: Path, per_instance: Path | None) -> Path:
 
 def cases(folder: Path, bootstrap: int) -> list[tuple[str, Path, str, str]]:
     """(title, input file, setup, call)."""
+    folder.mkdir(parents=True)
     conf = folder / "entry.conf"
     conf.write_text('entries: [{description: "medhelm_configurable_benchmark:config_path=' + "a" * 15_000_000
                     + '", priority: 1}]\n')
@@ -119,39 +120,58 @@ def main() -> None:
     p.add_argument("--no-write", action="store_true")
     p.add_argument("--bootstrap", type=int, default=100, help="import-helm's --bootstrap (default 100)")
     p.add_argument("--services", type=Path, default=ROOT / "services",
-                   help="the medhelm package's parent folder to measure (default: this checkout's; another "
-                        "commit's, from `git archive <commit> services | tar -x -C DIR`, gives its numbers)")
+                   help="the medhelm package's parent folder to measure (default: this checkout's)")
+    p.add_argument("--before", type=Path, metavar="DIR",
+                   help="also measure another commit's services folder (`git archive <commit> services | tar -x "
+                        "-C DIR`, then DIR/services) and show its ratios beside")
     args = p.parse_args()
-    rows, baseline = [], None
+    rows = []
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        for title, path, setup, call in cases(Path(tmp), args.bootstrap):
-            code = PROBE.format(services=str(args.services), setup=setup, call=call)
-            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-            if done.returncode != 0:
-                raise SystemExit(f"{title}: {done.stderr[-2000:]}")
-            r = json.loads(done.stdout.strip().splitlines()[-1])
-            mb = path.stat().st_size / 1e6
-            cpu, added = r["cpu"], r["added_mb"]
-            if path == FIXTURE / "per_instance_stats.json":  # the import-helm baseline
-                baseline = r
-            elif title.startswith("`import-helm`") and baseline is not None:
-                cpu, added = cpu - baseline["cpu"], r["rss_mb"] - baseline["rss_mb"]
-            per_10 = f"{cpu / mb * 10:.2f}" if mb >= 1 else "–"
-            ratio = f"{added / mb:.1f}" if mb >= 1 else "–"
-            rows.append(f"| {title} | {mb:.1f} | {r['s']:.2f} | {r['cpu']:.2f} | {per_10} | {r['rss_mb']:.0f} | "
-                        f"{added:.0f} | {ratio} | {r['outcome']} |")
-            print(rows[-1], flush=True)
+        measured = {}  # services folder -> (title, size, result, cpu above its baseline, memory added)
+        for services in [args.services, *([args.before] if args.before else [])]:
+            baseline, measured[services] = None, []
+            for title, path, setup, call in cases(Path(tmp) / services.parent.name, args.bootstrap):
+                code = PROBE.format(services=str(services), setup=setup, call=call)
+                done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise SystemExit(f"{title}: {done.stderr[-2000:]}")
+                r = json.loads(done.stdout.strip().splitlines()[-1])
+                cpu, added = r["cpu"], r["added_mb"]
+                if path == FIXTURE / "per_instance_stats.json":  # the import-helm baseline
+                    baseline = r
+                elif title.startswith("`import-helm`") and baseline is not None:
+                    cpu, added = cpu - baseline["cpu"], r["rss_mb"] - baseline["rss_mb"]
+                measured[services].append((title, path.stat().st_size / 1e6, r, cpu, added))
+                print(services, title, r, flush=True)
+        before = measured.get(args.before, [])
+        for i, (title, mb, r, cpu, added) in enumerate(measured[args.services]):
+            ratios = [f"{cpu / mb * 10:.2f}" if mb >= 1 else "–", f"{added / mb:.1f}" if mb >= 1 else "–"]
+            if before:
+                _, _, _, cpu_b, added_b = before[i]
+                ratios += [f"{cpu_b / mb * 10:.2f}" if mb >= 1 else "–", f"{added_b / mb:.1f}" if mb >= 1 else "–"]
+            rows.append(f"| {title} | {mb:.1f} | {r['s']:.2f} | {r['cpu']:.2f} | {r['rss_mb']:.0f} | {added:.0f} | "
+                        + " | ".join(ratios) + f" | {r['outcome']} |")
     load = os.getloadavg()[0]
+    head = ("| input | size (MB) | wall s | CPU s | peak RSS (MB, whole process) | memory added (MB) | CPU s per 10 MB "
+            "| added / input |" + (" before: CPU s per 10 MB | before: added / input |" if before else "")
+            + " outcome |")
     body = "\n".join([
-        f"`bench/bench_input_sizes.py --bootstrap {args.bootstrap}`: a fresh process per case; load average "
-        f"{load_before:.1f} before and {load:.1f} after on {os.cpu_count()} cores (a shared machine: wall time "
-        "grows with the load, CPU time much less). \"CPU s per 10 MB\" and \"added / input\" are the ratios the "
-        "target is about (≈ 1 s per 10 MB, a few times the input); for the `import-helm` rows they are counted "
-        "above the fixture run's (the command's own start-up, imports and store).", "",
-        "| input | size (MB) | wall s | CPU s | CPU s per 10 MB | peak RSS (MB, whole process) | memory added (MB) "
-        "| added / input | outcome |",
-        "|---|---|---|---|---|---|---|---|---|", *rows])
+        f"`bench/bench_input_sizes.py --bootstrap {args.bootstrap}"
+        + (f" --before <{args.before.parent.name}>`" if before else "`")
+        + f": a fresh process per case; load average {load_before:.1f} before and {load:.1f} after on "
+        f"{os.cpu_count()} cores (a shared machine: wall time grows with the load, CPU time much less). \"CPU s per "
+        "10 MB\" and \"added / input\" are the ratios the target is about (≈ 1 s per 10 MB, a few times the "
+        "input); for the `import-helm` rows they are counted above the fixture run's (the command's own start-up, "
+        "imports and store)." + (" \"before\": the same cases with the services folder given to --before, "
+                                  "measured in the same run." if before else ""), "",
+        head, "|" + "---|" * head.count(" |"), *rows, "",
+        "The per_instance_stats.json reading (`helm_runs._per_instance`): a well-formed file is cut into pieces of "
+        "whole entries by one vectorised pass (which also bounds nesting) and each piece decoded by msgspec into "
+        "the fields used; a file with anything unusual is read again by ijson entry by entry, which names what is "
+        "wrong. What the `import-helm` rows add beyond the reading is the store (one row per instance) and the "
+        "leaderboard's bootstrap, which grows with instances x replicates, not with the file: these rows use "
+        f"--bootstrap {args.bootstrap}; the default is 1000."])
     print(body)
     if not args.no_write:
         write_section("input-sizes", "Inputs under the size caps (issue 30 F)", body)
