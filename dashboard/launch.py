@@ -206,8 +206,13 @@ def main(args: argparse.Namespace) -> int:
 
     from medhelm.access import AccessPolicy
 
+    from medhelm.rpc.server import check_port_free
+
     oidc = oidc_settings(args)
     check_exposure(args, oidc)
+    # a port in use is one line naming it and --port, before anything is written (Streamlit said "Port N is not
+    # available" after our start-up line and exited 1)
+    check_port_free(getattr(args, "host", None) or "127.0.0.1", getattr(args, "port", None) or DEFAULT_PORT, "--port")
     if oidc is not None:
         AccessPolicy.load(args.access_policy)  # a bad access.yaml is one line now
     env = environment(args)

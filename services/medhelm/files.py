@@ -23,6 +23,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -243,14 +244,64 @@ def check_depth(value: Any, path: str | Path, *, line: int | None = None, limit:
 
 def check_json_stream_depth(path: str | Path, *, limit: int = MAX_DEPTH, chunk: int = 4 * MIB) -> None:
     """Refuse a JSON file nested deeper than ``limit`` before a streaming parser builds it: ijson keeps one
-    prefix string per level (quadratic: 100,000 levels took 6 GiB). One vectorised pass over the bytes (numpy)
-    that looks only at quotes and brackets, strings and escaped quotes skipped; ``chunk`` bytes at a time."""
+    prefix string per level (quadratic: 100,000 levels took 6 GiB)."""
+    for _ in _json_blocks(path, limit, chunk):
+        pass
+
+
+def json_array_pieces(path: str | Path, *, limit: int = MAX_DEPTH, chunk: int = 256 * 1024) -> Iterator[bytes]:
+    """The inside of a JSON file that is one array (``[`` ... ``]``, JSON whitespace around), in pieces of about
+    ``chunk`` bytes cut at its top-level commas: each piece is one or more whole items and their commas, for a
+    parser to read one piece at a time (``b"[" + piece + b"]"``). The whole file is scanned first, as
+    ``check_json_stream_depth`` does (nesting past ``limit`` is refused before any piece is given), noting where
+    to cut; then read again piece by piece. (In one pass, numpy's small cached allocations of the scan landed
+    between the caller's objects and kept ~100 MB of freed memory from going back to the system.) The pieces are
+    not parsed here: a file that is not an array of values shows as a ``ValueError`` (no bracket around) or as a
+    piece the caller's parser refuses, or that holds no item where a comma promised one."""
+    cuts, offset = [], 0
+    for block, at in _json_blocks(path, limit, chunk, commas=True):
+        if at.size:
+            cuts.append(offset + int(at[-1]))
+        offset += len(block)
+    with open_regular(path, what="JSON file")[0] as f:
+        start = 0
+        for cut in cuts:
+            piece = f.read(cut - start)
+            f.read(1)  # the comma
+            yield _array_opened(piece) if start == 0 else piece
+            start = cut + 1
+        tail = f.read()
+    if start == 0:
+        tail = _array_opened(tail)
+    tail = tail.rstrip(_JSON_SPACE)
+    if tail[-1:] != b"]":
+        raise ValueError("not one JSON array (no closing bracket at the end)")
+    yield tail[:-1]
+
+
+_JSON_SPACE = b" \t\n\r"
+
+
+def _array_opened(piece: bytes) -> bytes:
+    piece = piece.lstrip(_JSON_SPACE)
+    if piece[:1] != b"[":
+        raise ValueError("not one JSON array (no opening bracket)")
+    return piece[1:]
+
+
+def _json_blocks(path: str | Path, limit: int, chunk: int, *, commas: bool = False) -> Iterator[tuple[bytes, Any]]:
+    """(block, offsets in it of the commas at nesting level 1) for each ``chunk`` bytes of ``path``, after
+    refusing nesting past ``limit``. One vectorised pass (numpy) that looks only at quotes, brackets (and
+    commas), strings and escaped quotes skipped; the state crosses from one block to the next."""
     import numpy as np
 
     structural = np.zeros(256, dtype=bool)
     structural[[0x22, 0x5B, 0x5D, 0x7B, 0x7D]] = True
+    if commas:
+        structural[0x2C] = True
     step = np.zeros(256, dtype=np.int64)
     step[[0x5B, 0x7B]], step[[0x5D, 0x7D]] = 1, -1
+    no_cuts = np.zeros(0, dtype=np.int64)
     depth, in_string, backslashes = 0, 0, 0  # carried from one chunk to the next
     with open_regular(path, what="JSON file")[0] as f:
         while block := f.read(chunk):
@@ -269,15 +320,20 @@ def check_json_stream_depth(path: str | Path, *, limit: int = MAX_DEPTH, chunk: 
                 quote &= run % 2 == 0
                 trailing = int(a.size - 1 - last_other[-1]) + (backslashes if last_other[-1] < 0 else 0)
             parity = np.cumsum(quote, dtype=np.int64) + in_string  # quotes so far, this one included
+            inside = ((parity - quote) % 2 == 1) | quote  # a string's own characters and its quotes
             delta = step[c]
-            delta[((parity - quote) % 2 == 1) | quote] = 0  # brackets inside strings do not nest
+            delta[inside] = 0  # brackets inside strings do not nest
+            cuts = no_cuts
             if delta.size:
                 levels = depth + np.cumsum(delta)
                 if levels.max() > limit:
                     raise ConfigError(f"JSON nested too deeply (more than {limit} levels)", path=path)
+                if commas:
+                    cuts = pos[(c == 0x2C) & ~inside & (levels == 1)]
                 depth = int(levels[-1])
                 in_string = int(parity[-1] % 2)
             backslashes = trailing
+            yield block, cuts
 
 
 # ------------------------------------------------------------------------------------------------

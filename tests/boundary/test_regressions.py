@@ -71,16 +71,22 @@ def test_duplicate_header_names_are_not_echoed(tmp_path: Path, bench: Path) -> N
 # ------------------------------------------------------------------------------------------ 2. data loss
 
 
-@pytest.fixture
-def finished(tmp_path: Path, bench: Path) -> Path:
-    """A real finished run (the CLI against the mock OpenAI-compatible server, 3 instances), summarized."""
+def _mock_run(tmp_path: Path, bench: Path, instances: int):
+    """``medhelm run -q`` of suite s1 against the mock OpenAI-compatible server answering Yes: (out, result)."""
     with MockOpenAIServer(responder=lambda body: "Yes") as server:
         local = tmp_path / "prod_env"
         write_openai_deployment(local, server.base_url, name="mock/yes", model_name="test/yes-model")
         out = tmp_path / "out"
         r = run_cli(["run", "--run-entries", entry(bench, "mock/yes"), "--suite", "s1", "--output-path", out,
-                     "--local-path", local, "--max-eval-instances", "3", "--quiet"], cwd=tmp_path)
+                     "--local-path", local, "--max-eval-instances", str(instances), "--quiet"], cwd=tmp_path)
     assert r.code == 0, r.stderr
+    return out, r
+
+
+@pytest.fixture
+def finished(tmp_path: Path, bench: Path) -> Path:
+    """A real finished run (the CLI against the mock OpenAI-compatible server, 3 instances), summarized."""
+    out, _ = _mock_run(tmp_path, bench, 3)
     r = run_cli(["summarize", "--suites", "s1", "--output-path", out, "--bootstrap", "10"], cwd=tmp_path)
     assert r.code == 0, r.stderr
     return out
@@ -508,7 +514,7 @@ def test_rubric_criteria_json_too_deep_is_one_line(tmp_path: Path, bench: Path) 
     bench.write_text(bench.read_text().replace("  - name: exact_match\n",
                                                "  - name: jury_score\n    prompt_file: judge.txt\n"))
     r = run_cli(["validate", "--run-entries", entry(bench)], cwd=tmp_path)
-    assert_bad_input(r, names=None, contains="rubric_criteria")
+    assert_bad_input(r, names=judge_prompt, contains="rubric_criteria")
 
 
 def test_unclosed_ipv6_bracket_in_base_url_found_before_writing(tmp_path: Path, bench: Path) -> None:
@@ -549,6 +555,33 @@ def test_refused_summarize_keeps_a_dangling_symlink_store_and_an_older_store_as_
     assert r.code == 0, r.stderr  # a summarize that succeeds adds it, in its own transaction
     con = sqlite3.connect(store)
     assert con.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'review_ratings'").fetchone()[0] == 1
+
+
+def test_a_cell_cut_to_fit_the_context_is_recorded_once(tmp_path: Path, bench: Path) -> None:
+    import csv
+
+    rows = list(csv.reader((bench.parent / "dataset.csv").open(newline="")))
+    cell = " ".join(f"Visit {i}: {MARKER} BP {110 + i % 40}/70, creatinine {1 + i % 9}.{i % 10}."
+                    for i in range(110_000))
+    rows[1][1] = cell  # the note of the first row: ~5 MB, far past a 4,096-token window
+    with (bench.parent / "dataset.csv").open("w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    out, r = _mock_run(tmp_path, bench, 6)
+    assert "1 of 6 prompt(s) were cut to fit the context window" in r.stderr
+    (run_dir,) = (out / "runs" / "s1").iterdir()
+    lines = (run_dir / "instances.jsonl").read_text().splitlines()
+    [big] = [line for line in lines if MARKER in line and len(line) > len(cell)]
+    record = json.loads(big)
+    assert record["instance"]["input"].count(cell) == 1 and record["instance"]["extra"] == {}
+    assert record["prompt"]["truncated"] and len(record["prompt"]["messages"][0]["content"]) < 40_000
+    assert len(big.encode()) < 1.01 * len(cell.encode())  # the cell once (it was 2 x: input and extra)
+    small = [json.loads(line) for line in lines if line != big]
+    assert all(d["instance"]["extra"] == {} and "Question: Is item" in d["instance"]["input"] for d in small)
+    r = run_cli(["summarize", "--suites", "s1", "--output-path", out, "--bootstrap", "10"], cwd=tmp_path)
+    assert r.code == 0, r.stderr
+    con = sqlite3.connect(out / "results.sqlite")
+    (stored,) = con.execute("SELECT MAX(LENGTH(CAST(record_json AS BLOB))) FROM instances").fetchone()
+    assert stored < 1.01 * len(cell.encode())
 
 
 @pytest.mark.parametrize("pragma,says", [("PRAGMA query_only = 1", "read-only"),
@@ -605,6 +638,7 @@ def test_helm_per_instance_file_of_another_kind_is_named_not_dropped(tmp_path: P
 @pytest.mark.parametrize("edit,says", [
     (lambda s: s[0].update(sum=None), "'sum' is missing or null"), (lambda s: s[0].update(count="one"), "'count'"),
     (lambda s: s[0].update(count=1.5), "'count'"), (lambda s: s[0].update(mean=[1]), "'mean'"),
+    (lambda s: s[0].update(count=10 ** 400), "'count'"), (lambda s: s[0].update(sum=-10 ** 400), "'sum'"),
 ])
 def test_helm_stats_that_are_not_numbers_are_errors_not_zero(tmp_path: Path, edit, says: str) -> None:
     suite = _helm_suite(tmp_path)
@@ -731,6 +765,19 @@ def test_serve_on_a_busy_port_names_the_port_and_the_flag(tmp_path: Path, flag: 
     assert f"with {flag}" in line
 
 
+def test_leaderboard_on_a_busy_port_names_the_port_before_anything_is_written(tmp_path: Path) -> None:
+    import socket
+
+    store = tmp_path / "new" / "results.sqlite"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        r = run_cli(["serve", "--store", store, "--create-store", "--port", port], cwd=tmp_path)
+    line = assert_bad_input(r, names=None, contains=f"127.0.0.1:{port}")
+    assert "with --port" in line and not store.parent.exists()
+
+
 def test_prompts_cut_to_fit_are_said_also_under_quiet(tmp_path: Path, bench: Path) -> None:
     csv_path = bench.parent / "dataset.csv"
     lines = csv_path.read_text().splitlines()
@@ -783,3 +830,24 @@ def test_yaml_with_one_10_mb_line_parses_within_a_few_times_its_size(tmp_path: P
     finally:
         tracemalloc.stop()
     assert peak < 8 * size, peak
+
+
+def test_helm_per_instance_file_read_within_a_few_times_its_size(tmp_path: Path) -> None:
+    import tracemalloc
+
+    from medhelm.store.helm_runs import _per_instance
+
+    stats = [{"name": {"name": f"m{j}", "split": "test"}, "count": 1, "sum": 0.5, "sum_squared": 0.25, "min": 0.5,
+              "max": 0.5, "mean": 0.5} for j in range(4)]
+    path = tmp_path / "per_instance_stats.json"
+    path.write_text(json.dumps([{"instance_id": f"id{i}", "train_trial_index": 0, "stats": stats}
+                                for i in range(40_000)]))
+    size = path.stat().st_size  # 22 MB
+    tracemalloc.start()
+    try:
+        merged = _per_instance(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(merged) == 40_000 and merged["id7"] == {f"m{j}": 0.5 for j in range(4)}
+    assert peak < 2 * size, peak

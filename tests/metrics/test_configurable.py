@@ -141,6 +141,19 @@ def edit(folder: Path, name: str, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
+@pytest.mark.parametrize("judges", ["", "\n    judges: [{name: mock/j, model_name: test/j}]"])
+def test_a_bad_judge_prompt_names_its_file_and_a_bad_scale_the_yaml_line(em: Path, judges: str) -> None:
+    # without judges in the YAML they join at planning, where the judge prompt's file was not known
+    (em / "judge.txt").write_text("Rate the answer {RESPONSE} from 0 to 5.\n<rubric_criteria>{\"a\": {}}"
+                                  "</rubric_criteria>\n")
+    edit(em, "exact_match_demo.yaml", "- name: exact_match", "- name: jury_score\n    prompt_file: judge.txt" + judges)
+    assert error_of(em / "exact_match_demo.yaml") == f"{em / 'judge.txt'}: the judge prompt has no {{QUESTION}} placeholder"
+    (em / "judge.txt").write_text("{QUESTION} {RESPONSE} from 0 to 5.\n<rubric_criteria>{\"a\": {}}</rubric_criteria>")
+    edit(em, "exact_match_demo.yaml", "prompt_file: judge.txt", "prompt_file: judge.txt\n    min_score: 7")
+    assert error_of(em / "exact_match_demo.yaml") == (f"{em / 'exact_match_demo.yaml'}: "
+                                                      "field 'metrics[0].max_score': score scale 7-5 is empty")
+
+
 def test_unknown_placeholder_names_the_prompt_file_and_line(em: Path) -> None:
     edit(em, "exact_match_demo_prompt.txt", "{question}", "{questoin}")
     message = error_of(em / "exact_match_demo.yaml")

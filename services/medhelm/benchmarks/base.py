@@ -86,3 +86,6 @@ class Benchmark(Protocol):
     def prompt(self, instance: Instance, budget: PromptBudget) -> Prompt:
         """The chat prompt for one instance; truncates context (never the question) to fit."""
         ...
+
+    # Optional: ``record_instance(instance) -> Instance``, the instance as the run's record keeps it (without
+    # what the record holds elsewhere already); a benchmark without it has its instances recorded as they are.

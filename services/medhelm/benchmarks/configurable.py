@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -31,8 +31,9 @@ from medhelm.confine import inside, real, roots_of, shown
 from medhelm.errors import ConfigError, escape
 from medhelm.schemas import LongText, NameText, PathText, Strict, Text, check
 from medhelm.scoring import registry
+from medhelm.scoring.jury import rubrics
 from medhelm.scoring.exact import STATS as EXACT_STATS
-from medhelm.specs import Access, BenchmarkSpec, Instance, MetricSpec, Prompt, TaskType
+from medhelm.specs import Access, BenchmarkSpec, FrozenMap, Instance, MetricSpec, Prompt, TaskType
 
 ARGS = frozenset({"config_path", "jury_config_path"})
 JURY = "jury_score"
@@ -121,6 +122,12 @@ class ConfigurableBenchmark:
             return Prompt.user(instance.input)
         text, truncated = self.template.fit(instance.extra, limit, budget.count_tokens)
         return Prompt.user(text, truncated=truncated)
+
+    def record_instance(self, instance: Instance) -> Instance:
+        """The instance as its record keeps it: the prompt's fields (``extra``, the CSV cells the template names)
+        are left out, for ``input`` holds them already, rendered whole (a 50 MB cell was stored twice, then cut to
+        fit the context in ``prompt`` a third time)."""
+        return replace(instance, extra=FrozenMap()) if instance.extra else instance
 
 
 def load_configurable(ctx: LoadContext) -> ConfigurableBenchmark:
@@ -245,7 +252,15 @@ class _Loader:
         jury = check(_JuryMetric, raw, path=self.path, doc=self.yaml, prefix=("metrics", i))
         out = jury.model_dump(exclude_none=True, exclude={"name", "prompt_file", "judges"})
         if jury.prompt_file is not None:
-            out["prompt_template"] = _read_text(self.locate(jury.prompt_file, "prompt_file", item=i))
+            prompt_path = self.locate(jury.prompt_file, "prompt_file", item=i)
+            out["prompt_template"] = _read_text(prompt_path)
+            try:  # now, with or without judges here (without, they join at planning, where the file is unknown)
+                rubrics.from_args(out)
+            except ConfigError as err:  # the prompt's own mistakes name its file; a scale's, the YAML's line
+                message = str(err).removeprefix(f"field '{err.field}': ")
+                if err.field == "prompt_file":
+                    raise ConfigError(message, path=prompt_path) from None
+                raise self.fail(message, err.field or "metrics", item=i) from None
         if jury.judges is not None:
             out["judges"] = [{"name": j.name, "model_name": j.model_name} for j in jury.judges]
         return out

@@ -293,13 +293,14 @@ async def _evaluate(plan: RunPlan, position: int, instance: Instance, client, me
     request = GenerationRequest(messages=prompt.messages, max_tokens=spec.max_tokens,
                                 temperature=spec.temperature, seed=spec.seed)
     answer = getattr(client, "answers_instances", None)  # a baseline: no model, answers from the instance (zero cost)
+    recorded = getattr(plan.benchmark, "record_instance", None)  # what the record keeps of the instance
     try:
         completion = answer(instance, request, majority=plan.majority) if answer else await client.generate(request)
     except InferenceError as err:
         if err.retryable:
             raise
-        return InstanceResult(run=run_name, instance=instance, prompt=prompt, completion=None,
-                              stats={}, error=str(err), position=position), []
+        return InstanceResult(run=run_name, instance=recorded(instance) if recorded else instance, prompt=prompt,
+                              completion=None, stats={}, error=str(err), position=position), []
     item = ScoringItem(run=spec, instance=instance, prompt=prompt, completion=completion)
     if len(metrics) == 1:  # the common case: no gather (a task per metric) for one coroutine
         results = [await metrics[0].score(item)]
@@ -308,9 +309,9 @@ async def _evaluate(plan: RunPlan, position: int, instance: Instance, client, me
     merged = merge_results(results)
     here = [j for m, r in zip(metrics, results) if r.judgements and not getattr(m, "remote", False)
             for j in r.judgements]
-    return InstanceResult(run=run_name, instance=instance, prompt=prompt, completion=completion,
-                          stats=merged.stats, judgements=merged.judgements, judge_usage=merged.judge_usage,
-                          position=position), here
+    return InstanceResult(run=run_name, instance=recorded(instance) if recorded else instance, prompt=prompt,
+                          completion=completion, stats=merged.stats, judgements=merged.judgements,
+                          judge_usage=merged.judge_usage, position=position), here
 
 
 async def _finish(producer: asyncio.Task) -> None:
