@@ -73,12 +73,11 @@ async function main() {
     }
 
     const runsDone = () => page.evaluate(() => window.__runsDone);
-    async function runs(action, atLeast = 1) {  // do what starts a script run; return when that run has finished
+    async function runs(action) {  // do what starts a script run; return when that run has finished
       const before = (await runsDone()) || 0;  // 0 on the blank page before the app's first load
       await action();
-      await page.waitForFunction(([n, k]) => window.__runsDone >= n + k && document.querySelector(
-        '[data-testid="stApp"]')?.getAttribute("data-test-script-state") === "notRunning", [before, atLeast],
-        { timeout });
+      await page.waitForFunction((n) => window.__runsDone > n && document.querySelector(
+        '[data-testid="stApp"]')?.getAttribute("data-test-script-state") === "notRunning", before, { timeout });
     }
 
     async function choose(label, index) {  // a Streamlit selectbox by its label; the index-th option
