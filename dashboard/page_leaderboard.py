@@ -94,11 +94,19 @@ def leaderboard_frame(rel: Release, view: View, *, rank_baselines: bool = False)
                     "Inference s": _num(m.get("inference_s")),
                     "s / instance": _per(m.get("inference_s"), m.get("n_instances")),
                     # of the output tokens, a reasoning model's thinking (priced apart: reasoning_per_million)
-                    **({"Reasoning tokens": _int((reasoning.get(f"{r.model}|{r.deployment}") or [None])[0])}
+                    **({"Reasoning tokens": _reasoning(reasoning.get(f"{r.model}|{r.deployment}"))}
                        if reasoning else {}),
                     **({"Display name": about.get("display_name"), "Creator": about.get("creator_organization_name"),
                         "Access": about.get("access"), "Released": about.get("release_date")} if metadata else {})})
     return pd.DataFrame(out)
+
+
+def _reasoning(entry: list | None) -> int | str | None:
+    """The model's own thinking tokens; "≈N" when (some of) the count is our estimate (the provider states
+    none: Anthropic, Bedrock Converse, vLLM's parser; inference/anthropic.py)."""
+    count = _int((entry or [None])[0])
+    estimated = bool(entry and len(entry) > 2 and entry[2])
+    return f"≈{count:,}" if estimated and count is not None else count
 
 
 def _meta_json(meta: dict, key: str) -> dict:

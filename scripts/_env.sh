@@ -111,6 +111,9 @@ finish_llama_build() {
 ensure_system_packages() {
   local need=()
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  command -v pdftoppm >/dev/null 2>&1 || need+=(poppler-utils)  # the PDF report's pages as images, its text
+  # WeasyPrint (the PDF report) loads Pango at import
+  grep -q 'libpangoft2-1.0.so' < <(ldconfig -p 2>/dev/null) || need+=(libpango-1.0-0 libpangoft2-1.0-0)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
   local tool
   for tool in podman buildah runc debootstrap; do

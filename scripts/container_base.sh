@@ -7,7 +7,8 @@
 #      $MEDHELM_BASE_IMAGE (default localhost/medhelm-base:bookworm). The root filesystem tarball is cached
 #      under ~/.cache/medhelm-tools so later runs only re-import it (~5 s) or find the image (~0 s).
 # Prints the base image's name on stdout as its last line; exits non-zero with a one-line reason otherwise.
-# Use: IMAGE=$(bash scripts/container_base.sh) && podman build --build-arg BASE_IMAGE=$IMAGE .
+# Use: bash scripts/build_images.sh (it calls this, then pins the image by its digest for the Dockerfile's
+# BASE_IMAGE; the import's digest changes when the image is imported again, the pinned reference with it).
 set -euo pipefail
 IMAGE=${MEDHELM_BASE_IMAGE:-localhost/medhelm-base:bookworm}
 CACHE=${MEDHELM_TOOLS_CACHE:-$HOME/.cache/medhelm-tools}

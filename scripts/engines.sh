@@ -14,7 +14,8 @@
 #                                                 (GRPC: its gRPC v2 port; both bound to 127.0.0.1)
 #   scripts/engines.sh stop PORT                  stop the server started on PORT (by its pid file)
 #   scripts/engines.sh path                       print the cache folder
-# Environment: MEDHELM_ENGINES_DIR (default ~/.cache/medhelm-engines), MEDHELM_ENGINE_START_TIMEOUT (s, 600).
+# Environment: MEDHELM_ENGINES_DIR (default ~/.cache/medhelm-engines), MEDHELM_ENGINE_START_TIMEOUT (s, 600);
+# for `start vllm`: MEDHELM_VLLM_MODEL (another model folder), MEDHELM_VLLM_ARGS (more server flags).
 # Servers bind 127.0.0.1 only; waits are bounded; a server that does not come up is killed and its log tail
 # printed, exit 1.
 set -euo pipefail
@@ -113,12 +114,15 @@ start() {
   case "$kind" in
     vllm)
       # setsid: own process group, so stop can end the engine core process too.
+      # MEDHELM_VLLM_MODEL: another model folder (tests/engines' reasoning-parser copy); MEDHELM_VLLM_ARGS: more
+      # server flags, split on spaces (e.g. --reasoning-parser deepseek_r1)
+      # shellcheck disable=SC2086
       VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 \
       TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
         setsid "$DIR/vllm/bin/python" -m vllm.entrypoints.openai.api_server \
-          --host 127.0.0.1 --port "$port" --model "$model" --served-model-name smollm2-135m \
+          --host 127.0.0.1 --port "$port" --model "${MEDHELM_VLLM_MODEL:-$model}" --served-model-name smollm2-135m \
           --max-model-len "${VLLM_MAX_MODEL_LEN:-1024}" --enforce-eager --dtype float32 \
-          --max-num-seqs "${VLLM_MAX_NUM_SEQS:-64}" \
+          --max-num-seqs "${VLLM_MAX_NUM_SEQS:-64}" ${MEDHELM_VLLM_ARGS:-} \
           >"$log" 2>&1 < /dev/null &
       pid=$!
       echo "$pid" >"$run/$port.pid"

@@ -223,6 +223,8 @@ _REASONING_OPTIONS: dict[str, tuple[str, Any]] = {
     "max_tokens_param": ("'max_tokens' or 'max_completion_tokens'",
                          lambda v: v in ("max_tokens", "max_completion_tokens")),
     "sampling": ("true or false", lambda v: isinstance(v, bool)),
+    "request_shape": ("'medhelm' or 'helm'", lambda v: v in ("medhelm", "helm")),
+    "extra_body": ("a mapping of request body fields", lambda v: isinstance(v, Mapping)),
 }
 
 

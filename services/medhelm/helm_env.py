@@ -21,7 +21,10 @@ our fields. HELM injects ``api_key``, ``endpoint``, ``deployment``, ``project_id
 credentials entry (``options.credentials``), read when the client is built.
 
 Gateways (Stanford Health Care's ``StanfordHealthCare*`` classes, any Azure API Management in front of a
-provider): the host's key goes in ``Ocp-Apim-Subscription-Key``, not the provider's own auth header.
+provider): the host's key goes in ``Ocp-Apim-Subscription-Key``, not the provider's own auth header — except
+``StanfordHealthCareSHCOpenAIClient``, which HELM gives the key as Azure's own (``api-key``). What SHC's
+routes receive is HELM's body: ``platform: shc`` (Claude, Gemini: SHC's private text bodies) and
+``request_shape: helm`` (the OpenAI-shaped routes: HELM's ``OpenAIClient`` body).
 
 Failure semantics: every problem is a ConfigError naming the file, the YAML line and the field: an unknown
 class (one line naming it and the supported classes), an unknown ``args`` key, an output processor we do
@@ -103,11 +106,13 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
     "StanfordHealthCareAzureOpenAIClient": HelmClass("azure_openai", frozenset({"api_key", "endpoint", "base_url",
                                                                                 "openai_model_name",
                                                                                 "api_version"}), gateway=True),
+    # SHC's own Azure OpenAI (HELM passes the key to AzureOpenAI as its api_key: the `api-key` header)
     "StanfordHealthCareSHCOpenAIClient": HelmClass("azure_openai", frozenset({"api_key", "endpoint", "base_url",
                                                                               "openai_model_name", "api_version"}),
-                                                   gateway=True, api_version="2024-08-01-preview"),
-    "StanfordHealthCareClaudeClient": HelmClass("anthropic", _SHC_HTTP_ARGS, gateway=True, platform="direct"),
-    "StanfordHealthCareGoogleClient": HelmClass("gemini", _SHC_HTTP_ARGS, gateway=True, platform="public"),
+                                                   api_version="2024-08-01-preview"),
+    # SHC's private text routes (StanfordHealthCareHTTPModelClient: POST {endpoint}/{deployment}, SHC's body)
+    "StanfordHealthCareClaudeClient": HelmClass("anthropic", _SHC_HTTP_ARGS, gateway=True, platform="shc"),
+    "StanfordHealthCareGoogleClient": HelmClass("gemini", _SHC_HTTP_ARGS, gateway=True, platform="shc"),
     # Anthropic, Google, Amazon
     "AnthropicMessagesClient": HelmClass("anthropic", frozenset({"api_key", "anthropic_model_name",
                                                                  "thinking_budget_tokens", "base_url"}),
@@ -237,9 +242,8 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
             unresolved.append(f"{host}Endpoint (the gateway's address)")
         elif not args.get("deployment"):
             raise fail(f"{class_name} needs args.deployment (the gateway route)", "client_spec", "args")
-        else:  # HELM's exact URL: the route is the whole path (no API path appended: options.api_path "")
-            base_url = f"{endpoint.rstrip('/')}/{str(args['deployment']).strip('/')}"
-            options.setdefault("api_path", "")
+        else:  # HELM's exact URL: f"{endpoint}/{deployment}" (platform shc appends no API path)
+            base_url = f"{endpoint.rstrip('/')}/{str(args['deployment']).strip('/')}"  # a trailing '/' kept once
     elif helm.kind == "azure_openai":
         version = args.get("api_version") or helm.api_version
         if version:
@@ -250,6 +254,8 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
             # the OpenAI client with Azure's deployments path spelled out
             base_url = f"{str(base_url).rstrip('/')}/deployments/{served}"
             options.setdefault("api_version", "2024-10-21")
+            if not helm.gateway:
+                options.setdefault("auth_header", "api-key")  # Azure's key header, as the AzureOpenAI SDK sends it
             helm = _replace_kind(helm, "openai")
         elif endpoint is None:
             unresolved.append(f"{host}Endpoint (the Azure OpenAI resource)")
@@ -268,8 +274,10 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
             value = from_credentials(arg, suffix)
             if value:
                 options.setdefault(key, value)
-    if helm.platform and not class_name.startswith("StanfordHealthCare"):
+    if helm.platform:
         options.setdefault("platform", helm.platform)
+    if class_name.startswith("StanfordHealthCare") and helm.kind in ("openai", "azure_openai"):
+        options.setdefault("request_shape", "helm")  # HELM's OpenAIClient body, field for field (openai.py)
     if args.get("reasoning_effort") is not None:
         options.setdefault("reasoning_effort", str(args["reasoning_effort"]))
     for arg in ("thinking_budget_tokens", "thinking_budget"):

@@ -198,7 +198,8 @@ DeploymentKind = enum.Enum("DeploymentKind", [(name.upper(), name) for name in _
 
 
 # Deployment options that change what a model answers (part of the cache key when set).
-ANSWER_OPTIONS = ("api", "reasoning_effort", "thinking_budget", "max_tokens_param", "sampling")
+ANSWER_OPTIONS = ("api", "reasoning_effort", "thinking_budget", "max_tokens_param", "sampling", "extra_body",
+                  "request_shape")
 # and the native kinds' (another platform, region, project or API version answers on its own)
 ANSWER_OPTIONS += ("platform", "region", "project", "additional_model_request_fields", "anthropic_version")
 
@@ -391,6 +392,10 @@ class Usage:
     # every generated token, reasoning included), when the provider states it (Gemini thoughtsTokenCount,
     # OpenAI completion_tokens_details.reasoning_tokens); None when it does not say.
     reasoning_tokens: int | None = None
+    # True when reasoning_tokens is our estimate, not the provider's count (Anthropic and Bedrock Converse state
+    # one output count, thinking included; vLLM's parser splits the text but may state 0): tokens.py's
+    # split_reasoning; shown as "≈" wherever it is summed
+    reasoning_estimated: bool = False
 
     def to_json(self) -> dict[str, JSON]:
         # by hand: dataclasses.asdict deep-copies and shows up at ~0.1 ms per record in profiles
@@ -398,10 +403,15 @@ class Usage:
                               "latency_s": self.latency_s, "cached": self.cached, "attempts": self.attempts}
         if self.reasoning_tokens is not None:  # absent otherwise: records of other kinds keep their bytes
             d["reasoning_tokens"] = self.reasoning_tokens
+            if self.reasoning_estimated:
+                d["reasoning_tokens_estimated"] = True
         return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, JSON]) -> Usage:
+        if "reasoning_tokens_estimated" in d:
+            d = dict(d)
+            d["reasoning_estimated"] = bool(d.pop("reasoning_tokens_estimated"))
         return cls(**d)
 
 

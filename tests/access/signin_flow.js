@@ -1,8 +1,11 @@
 // Sign in to the dashboard through the test OIDC provider in headless Debian chromium (playwright-core),
 // open the benchmark page's drill-down, and report what the page and the wire carried.
-// usage: node signin_flow.js '{"url":..., "markers":[...], "user":..., "forgeCookie":bool, "expiresWithinS":n}'
+// usage: node signin_flow.js '{"url":..., "markers":[...], "user":..., "forgeCookie":bool, "expiresWithinS":n,
+//                               "signOutReplay":bool}'
 // Prints one JSON line: login_page, signed_in, drilldown (refused|shown|none), in_dom and in_network
-// (marker -> seen), network_bytes, expired_screen, texts (a few visible strings, for failure messages).
+// (marker -> seen), network_bytes, expired_screen, texts (a few visible strings, for failure messages); with
+// signOutReplay: the session's cookies copied, replayed in a new context before and after "Sign out" is
+// clicked (replay_before, replay_after: signed_in, login_page, texts, in_network), signed_out_screen.
 const { chromium } = require("playwright-core");
 
 async function main() {
@@ -40,6 +43,35 @@ async function main() {
       try { note(await r.body()); } catch (e) { /* redirects and aborted bodies have none */ }
     });
     const signInButton = page.getByRole("button", { name: "Sign in", exact: true });
+    // the copied cookies in a fresh browser context: {signed_in, screen text, markers seen on its wire}
+    const replay = async (cookies) => {
+      const ctx = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+      try {
+        await ctx.addCookies(cookies);
+        const p = await ctx.newPage();
+        p.setDefaultTimeout(timeout);
+        const seen = {};
+        for (const [m] of markers) seen[m] = false;
+        const watch = (buf) => { for (const [m, b] of markers) if (buf.indexOf(b) >= 0) seen[m] = true; };
+        p.on("websocket", (ws) => ws.on("framereceived",
+          (f) => watch(Buffer.isBuffer(f.payload) ? f.payload : Buffer.from(String(f.payload)))));
+        await p.goto(opts.url, { waitUntil: "domcontentloaded", timeout });
+        const t = p.locator('[data-testid="stDataFrame"]').first();
+        const b = p.getByRole("button", { name: "Sign in", exact: true });
+        try {
+          await Promise.race([b.waitFor({ timeout }), t.waitFor({ timeout })]);
+        } catch (err) {
+          if (opts.failShot) await p.screenshot({ path: opts.failShot.replace(".png", "-replay.png"), fullPage: true });
+          const shown = await p.locator("h1, h2, h3, [data-testid='stAlert']").allInnerTexts().catch(() => []);
+          throw new Error(`replayed page: ${shown.join(" / ")} | ${String(err && err.message || err).split("\n")[0]}`);
+        }
+        await p.waitForTimeout(2000); // give a wrongly accepted session time to draw data
+        return { signed_in: await t.isVisible(), login_page: await b.isVisible(),
+                 texts: (await p.locator("[data-testid='stAlert']").allInnerTexts()).slice(0, 4), in_network: seen };
+      } finally {
+        await ctx.close();
+      }
+    };
     const table = page.locator('[data-testid="stDataFrame"]').first();
     step = "open";
     await page.goto(opts.url, { waitUntil: "domcontentloaded", timeout });
@@ -74,6 +106,19 @@ async function main() {
         out.drilldown = "refused";
         await page.waitForTimeout(1500); // anything sent after the refusal would land now
       }
+    }
+    if (opts.signOutReplay && out.signed_in) {
+      // the session's cookies as a thief (a proxy log, another tab) would copy them; first proven usable
+      step = "copy-cookie";
+      const copied = await context.cookies();
+      out.copied_cookies = copied.map((c) => c.name);
+      out.replay_before = await replay(copied);
+      step = "sign-out";
+      await page.locator('[data-testid="stSidebar"]').getByRole("button", { name: "Sign out", exact: true }).click();
+      await signInButton.waitFor({ timeout });
+      out.signed_out_screen = (await signInButton.isVisible()) && !(await table.isVisible());
+      step = "replay";
+      out.replay_after = await replay(copied);
     }
     if (opts.expiresWithinS) {
       // The token expires at most expiresWithinS after it was issued, so after signedAt + expiresWithinS it

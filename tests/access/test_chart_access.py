@@ -176,7 +176,7 @@ def test_each_pod_holds_only_the_keys_it_uses_as_files(chart, helm_bin):
     dash, pod = _container(docs, "rel-medhelm-dashboard")
     assert {"name": "MEDHELM_STORE_URL_FILE", "value": "/etc/medhelm/store/url"} in dash["env"]
     assert next(v for v in pod["volumes"] if v["name"] == "store-url")["secret"] == \
-        {"secretName": "medhelm-postgres", "items": [{"key": "url", "path": "url"}]}
+        {"optional": False, "secretName": "medhelm-postgres", "items": [{"key": "url", "path": "url"}]}
     for name in ("rel-medhelm-jury", "rel-medhelm-eval-nightly"):  # the shards and services never see the store
         assert "store-url" not in {v["name"] for v in _container(docs, name)[1]["volumes"]}
 

@@ -107,3 +107,19 @@ def test_signed_in_without_a_role_sees_nothing(oidc_app):
     r = drive(app.url, "nobody")
     assert not r["signed_in"] and any("no MedHELM role" in t for t in r["texts"]), r
     assert not any(r["in_network"].values()), r
+
+
+def test_sign_out_ends_the_session_for_a_copied_cookie_too(oidc_app):
+    """Sign in, copy the session's cookies, sign out in the browser: the copy, replayed in a new browser context,
+    gets the sign-in screen and no data (the server refuses the session), where the same copy made before the
+    sign-out showed the leaderboard (so the refusal is the sign-out's doing)."""
+    app, provider = oidc_app
+    provider.mode = "normal"
+    r = drive(app.url, "anna", signOutReplay=True)
+    assert r["signed_in"] and "_streamlit_user" in r["copied_cookies"], r
+    before, after = r["replay_before"], r["replay_after"]
+    assert before["signed_in"] and before["in_network"][MODEL], r  # the copy works while the session lives
+    assert r["signed_out_screen"], r
+    assert after["login_page"] and not after["signed_in"], r
+    assert any("You signed out" in t for t in after["texts"]), r
+    assert not any(after["in_network"].values()), r  # not a leaderboard row, not an instance's text

@@ -539,6 +539,7 @@ def test_refused_summarize_keeps_a_dangling_symlink_store_and_an_older_store_as_
     con = sqlite3.connect(store)
     con.execute("DROP INDEX IF EXISTS review_by_benchmark")
     con.execute("DROP TABLE review_ratings")
+    con.execute("UPDATE meta SET value = '1' WHERE release = '' AND key = 'schema_version'")  # (schema v1)
     con.commit()
     con.close()
     before = snapshot(finished)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,17 @@ def load(mirror: Path, tmp_path: Path):
         return bench, list(bench.instances())
 
     return _load
+
+
+@pytest.fixture
+def write_csv():
+    """write_csv(path, rows) -> path: a CSV with the first row's keys as header, as the data's owners export it."""
+
+    def _write(path: Path, rows: list[dict]) -> Path:
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        return path
+
+    return _write

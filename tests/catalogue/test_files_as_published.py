@@ -308,7 +308,7 @@ def test_skipped_notes_and_line_pairs_are_counted_in_one_line(tmp_path, caplog):
     (notes / "b.txt").write_text("PROCEDURE: no plan here.\n")
     (notes / "c.txt").write_text("PROCEDURE: nor here.\n")
     with caplog.at_level(logging.WARNING, logger="medhelm.data"):
-        _, instances = _load("mtsamples_procedures", tmp_path)
+        _, instances = _load("mtsamples_procedures", tmp_path, instance_set="all")
     assert [i.id for i in instances] == ["a"]
     assert [r.getMessage() for r in caplog.records] == [
         f"{notes}: skipped 2 notes (no PLAN, SUMMARY or FINDINGS section: no reference)"]

@@ -107,10 +107,11 @@ def test_every_public_benchmark_states_its_count_or_why_not(capsys):
     assert len(public) >= 15
     unknown = sorted(e.name for e in public if not e.counts)
     assert all(e.count_note for e in public if not e.counts), unknown
-    assert unknown == ["ehr_sql", "head_qa", "mtsamples_procedures", "race_based_med"]
+    assert unknown == ["head_qa", "mtsamples_procedures", "race_based_med"]
     assert main(["describe", "ehr_sql"]) == 0
     out = capsys.readouterr().out
-    assert "not known here: the number of eICU questions" in out and "not stated" not in out
+    assert "instance_set=leaderboard: 1,000" in out and "other sets not known here: the number of eICU" in out
+    assert "not stated" not in out
 
 
 def test_validate_compares_loaded_and_published_counts(mirror, tmp_path):

@@ -10,6 +10,7 @@ import pytest
 
 from medhelm.benchmarks import LoadContext, resolve
 from medhelm.errors import ConfigError, DataUnavailable
+from medhelm.specs import FrozenMap
 
 
 def test_pubmed_qa_from_the_mirror(load, shared_data):
@@ -112,7 +113,8 @@ def test_mtsamples_folder_mirror_uses_the_section_as_reference_and_drops_it_from
     notes.mkdir(parents=True)
     (notes / "a.txt").write_text("HISTORY: cough.\nFINDINGS: clear lungs.\nSummary: viral bronchitis, rest.\n")
     (notes / "b.txt").write_text("HISTORY: no sections here\n")
-    bench = resolve("mtsamples_replicate", LoadContext(data_dir=tmp_path, offline=True))
+    bench = resolve("mtsamples_replicate", LoadContext(args=FrozenMap(instance_set="all"), data_dir=tmp_path,
+                                                       offline=True))
     (inst,) = bench.instances()
     # SUMMARY is chosen over FINDINGS, and neither it nor anything after it leaks into the input
     assert inst.references[0].text == "viral bronchitis, rest."

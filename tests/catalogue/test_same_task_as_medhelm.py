@@ -4,7 +4,6 @@ each fixture cites where its schema comes from."""
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 from pathlib import Path
 
@@ -25,14 +24,6 @@ def _prompts(name: str, tmp_path: Path, **args: str) -> list[str]:
     return [bench.prompt(i, PromptBudget()).text for i in bench.instances()]
 
 
-def _csv(path: Path, rows: list[dict]) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    return path
-
-
 # ---------------------------------------------------------------------------------------------- private (SHC)
 
 # medhelm-<X>-dataset_filtered.csv: columns prompt, context, label (upstream shc_*_scenario.py create_benchmark)
@@ -47,34 +38,36 @@ SHC_ROW = {"prompt": "Does the note document this?", "context": "Seen for ADHD f
     ("shc_proxy_med", ["sent by a proxy user"]),
     ("shc_privacy_med", ["if any confidential information was included"]),
 ])
-def test_shc_task_preambles_and_definitions_are_upstreams(tmp_path, name, must_say):
-    _csv(tmp_path / "d.csv", [SHC_ROW])
+def test_shc_task_preambles_and_definitions_are_upstreams(tmp_path, name, must_say, write_csv):
+    write_csv(tmp_path / "d.csv", [SHC_ROW])
     (text,) = _prompts(name, tmp_path, data_path="d.csv")
     for phrase in must_say:
         assert phrase in text, (name, phrase)
     assert "Does the note document this?" in text and "Seen for ADHD follow-up." in text and "A. Yes" in text
 
 
-def test_shc_ent_template_skips_upstreams_empty_label_rows(tmp_path, repo_root):
+def test_shc_ent_template_skips_upstreams_empty_label_rows(tmp_path, repo_root, write_csv):
     conf = (repo_root / "services/medhelm/config/run_entries/run_entries_medhelm_private_template.conf").read_text()
     (line,) = [x for x in conf.splitlines() if "shc_ent_med:" in x]
     assert "skip_unlabelled=true" in line
-    _csv(tmp_path / "medhelm-ENT-dataset_filtered.csv", [
+    write_csv(tmp_path / "medhelm-ENT-dataset_filtered.csv", [
         {"prompt": "Refer to ENT?", "context": "Sinusitis.", "label": "A"},
         {"prompt": "Refer to ENT?", "context": "Otitis.", "label": ""},
         {"prompt": "Refer to ENT?", "context": "Cough.", "label": "NA"},
         {"prompt": "Refer to ENT?", "context": "Hoarse.", "label": "C"}])
     insts = list(_bench("shc_ent_med", tmp_path, data_path=".", skip_unlabelled="true").instances())
     assert [i.extra["context"] for i in insts] == ["Sinusitis.", "Hoarse."]
+    # upstream's own line has no skip_unlabelled=: skipping is the ENT default (tests/catalogue/test_instance_sets.py)
+    assert len(list(_bench("shc_ent_med", tmp_path, data_path=".").instances())) == 2
     with pytest.raises(ConfigError, match=r"medhelm-ENT-dataset_filtered.csv:3: column 'label' must be one of"):
-        list(_bench("shc_ent_med", tmp_path, data_path=".").instances())
+        list(_bench("shc_ent_med", tmp_path, data_path=".", skip_unlabelled="false").instances())
 
 
 # ---------------------------------------------------------------------------------------------- NoteExtract
 
-def test_chw_care_plan_asks_upstreams_chief_complaint_and_opqrst_fields(tmp_path):
+def test_chw_care_plan_asks_upstreams_chief_complaint_and_opqrst_fields(tmp_path, write_csv):
     # CHW_Dataset.csv: column "MO Note" (upstream chw_care_plan_scenario.py); a row without a note is skipped
-    _csv(tmp_path / "CHW_Dataset.csv", [{"MO Note": "Pt reports knee pain x2 weeks, worse on stairs.", "id": "1"},
+    write_csv(tmp_path / "CHW_Dataset.csv", [{"MO Note": "Pt reports knee pain x2 weeks, worse on stairs.", "id": "1"},
                                         {"MO Note": "", "id": "2"}])
     (text,) = _prompts("chw_care_plan", tmp_path, data_path=".")
     for field in ("Chief Complaint", "History of Present Illness", "Onset:", "Provoking/Palliating Factors:",
@@ -85,9 +78,9 @@ def test_chw_care_plan_asks_upstreams_chief_complaint_and_opqrst_fields(tmp_path
 
 # ---------------------------------------------------------------------------------------------- MentalHealth
 
-def test_mental_health_keeps_topic_type_and_the_closing_instruction(tmp_path):
+def test_mental_health_keeps_topic_type_and_the_closing_instruction(tmp_path, write_csv):
     # processed_dialogues.csv: context, gold_counselor_response, topic, dialogue_type (mental_health_scenario.py)
-    _csv(tmp_path / "processed_dialogues.csv", [{
+    write_csv(tmp_path / "processed_dialogues.csv", [{
         "context": "counselor: Hi, what brings you in?\nclient: I sleep too much.",
         "gold_counselor_response": "That sounds exhausting.", "topic": "Anxiety", "dialogue_type": "3"}])
     (text,) = _prompts("mental_health", tmp_path, data_path=".")

@@ -151,9 +151,11 @@ def test_the_example_prod_env_loads_unchanged_with_keys_from_credentials_conf(tm
     assert claude.base_url == "https://gateway.hospital.example/Claude37Sonnet/claude-3-7-sonnet"
     assert claude.options["credentials"]["as"] == "subscription_key"
     assert claude.options["subscription_key_header"] == "Ocp-Apim-Subscription-Key"
-    assert claude.options["api_path"] == ""  # the route is the whole URL, as HELM posts it
+    # the route is the whole URL and the body SHC's own, as HELM's StanfordHealthCareClaudeClient posts it
+    assert claude.options["platform"] == "shc"
     gemini = registry.get("stanfordhealthcare/gemini-2.0-flash-001")
     assert gemini.kind is DeploymentKind.GEMINI and gemini.served_model_name == "gemini-2.0-flash-001"
+    assert gemini.options["platform"] == "shc"
     vllm = registry.get("vllm/qwen3-8b")  # no gateway, no key needed
     assert (vllm.kind, vllm.base_url, vllm.served_model_name) == (
         DeploymentKind.OPENAI, "http://qwen3-8b-predictor.llm.svc.cluster.local/v1", "Qwen/Qwen3-8B")
@@ -376,21 +378,18 @@ class Gateway:
 
 
 def test_the_nine_paper_models_answer_through_the_gateway_with_the_key_from_credentials_conf(tmp_path):
-    from medhelm.devtools.fake_providers import FakeAnthropic, FakeAzureOpenAI, FakeGemini
+    from medhelm.devtools.fake_providers import FakeAzureOpenAI, FakeSHCGateway
 
-    with FakeAnthropic(api_key="sk-ant-backend") as claude, FakeGemini(api_key="AIza-backend") as gemini, \
+    shc_routes = {"/Claude37Sonnet/claude-3-7-sonnet": "claude", "/Claude35Sonnetv2/claude-3-5-sonnet": "claude",
+                  "/gcp-gem20flash-fa/apim-gcp-gem20flash-fa": "google",
+                  "/gcp-gem15pro-fa/apim-gcp-gem15pro-fa": "google"}
+    with FakeSHCGateway(routes=shc_routes, subscription_key="shc-backend") as shc, \
             FakeAzureOpenAI(api_key="azure-backend") as azure, MockOpenAIServer() as gpu:
         routes = {
             "/openai-eastus2": (azure.base_url + "/openai", {"api-key": "azure-backend"}),
-            # SHC's routes are whole URLs (HELM posts to {endpoint}/{deployment}): the gateway maps each to the
-            # provider's API path
-            "/Claude37Sonnet/claude-3-7-sonnet": (claude.base_url + "/v1/messages", {"x-api-key": "sk-ant-backend"}),
-            "/Claude35Sonnetv2/claude-3-5-sonnet": (claude.base_url + "/v1/messages",
-                                                    {"x-api-key": "sk-ant-backend"}),
-            "/gcp-gem20flash-fa/apim-gcp-gem20flash-fa": (
-                gemini.base_url + "/v1beta/models/gemini-2.0-flash-001:generateContent", {"x-goog-api-key": "AIza-backend"}),
-            "/gcp-gem15pro-fa/apim-gcp-gem15pro-fa": (
-                gemini.base_url + "/v1beta/models/gemini-1.5-pro-001:generateContent", {"x-goog-api-key": "AIza-backend"}),
+            # SHC's Claude and Gemini routes are whole URLs (HELM posts to {endpoint}/{deployment}) taking SHC's
+            # private text bodies, which the strict fake checks field for field
+            **{route: (shc.base_url + route, {"Ocp-Apim-Subscription-Key": "shc-backend"}) for route in shc_routes},
             "/llama3370b": (gpu.base_url[: -len("/v1")], {}),
             "/deepseekr1": (gpu.base_url[: -len("/v1")], {}),
         }
@@ -416,11 +415,25 @@ def test_the_nine_paper_models_answer_through_the_gateway_with_the_key_from_cred
     assert "/openai-eastus2/deployments/o3-mini/chat/completions" in paths
     assert "/deepseekr1/v1/chat/completions" in paths
     # the backends saw their own credential, never the hospital's subscription key
-    for fake in (claude, gemini, azure):
+    for fake in (shc, azure):
         assert fake.requests and all(SECRET not in json.dumps(r, default=str) for r in fake.requests)
-    assert len(claude.requests) == 2 and len(gemini.requests) == 2 and len(azure.requests) == 3
-    o3 = next(r for r in azure.requests if "o3-mini" in json.dumps(r, default=str))
-    assert "max_completion_tokens" in json.dumps(o3, default=str)
+    assert len(shc.requests) == 4 and len(azure.requests) == 3
+    claude = next(r["body"] for r in shc.requests if r["path"] == "/Claude37Sonnet/claude-3-7-sonnet")
+    assert claude == {"model_id": "claude-3-7-sonnet-20250219", "prompt_text": claude["prompt_text"],
+                      "max_tokens": 8, "temperature": 0.0}  # HELM's StanfordHealthCareClaudeClient body
+    gemini = next(r["body"] for r in shc.requests if r["path"].startswith("/gcp-gem20flash"))
+    assert gemini["generation_config"] == {"temperature": 0.0, "topP": 1, "topK": 1, "candidateCount": 1,
+                                           "maxOutputTokens": 8, "stopSequences": []}
+    # the OpenAI-shaped routes: HELM's OpenAIClient body for a text prompt, field for field
+    prompt = claude["prompt_text"]
+    gpt4o = next(r["body"] for r in azure.requests if r["path"] == "/openai/deployments/gpt-4o/chat/completions")
+    assert gpt4o == {"model": "gpt-4o", "messages": [{"role": "user", "content": prompt}], "temperature": 0.0,
+                     "top_p": 1, "n": 1, "stop": None, "max_tokens": 8, "presence_penalty": 0, "frequency_penalty": 0}
+    o3 = next(r["body"] for r in azure.requests if r["path"] == "/openai/deployments/o3-mini/chat/completions")
+    assert o3 == {"model": "o3-mini", "messages": [{"role": "user", "content": prompt}], "n": 1,
+                  "max_completion_tokens": 8, "reasoning_effort": "medium"}  # HELM's o-series rules (+ our effort)
+    llama = next(b for b in gpu.requests if b["model"] == "Llama-3.3-70B-Instruct")
+    assert llama == {**gpt4o, "model": "Llama-3.3-70B-Instruct"}
 
 
 def test_helms_azure_openai_client_with_its_key_in_credentials_conf(tmp_path):
@@ -439,6 +452,30 @@ def test_helms_azure_openai_client_with_its_key_in_credentials_conf(tmp_path):
         [seen] = azure.requests
     assert completion.text in ("Yes", "No")
     assert seen["path"] == "/openai/deployments/gpt-4o-prod/chat/completions" and seen["headers"]["api-key"] == SECRET
+
+
+def test_shcs_own_azure_client_sends_the_key_as_azure_does_and_helms_body(tmp_path):
+    """StanfordHealthCareSHCOpenAIClient hands the key to Azure's client itself (the `api-key` header, not a
+    gateway key) at its fixed api-version; the body is HELM's."""
+    from medhelm.devtools.fake_providers import FakeAzureOpenAI
+
+    with FakeAzureOpenAI(api_key=SECRET) as azure:
+        env = write_yaml(tmp_path / "env", [entry(
+            "helm.clients.stanfordhealthcare_shc_openai_client.StanfordHealthCareSHCOpenAIClient",
+            name="stanfordhealthcare_shc/gpt-4o")],  # HELM injects endpoint, key and deployment from credentials
+            credentials=f'stanfordhealthcare_shcEndpoint: "{azure.base_url}"\n'
+                        f'stanfordhealthcare_shcApiKey: "{SECRET}"\nstanfordhealthcare_shcDeployment: gpt-4o-shc\n')
+        dep = DeploymentRegistry.load(env).get("stanfordhealthcare_shc/gpt-4o")
+        check_usable(dep)
+        completion = generate(dep, "Is it raining? Answer yes or no.", 4)
+        [seen] = azure.requests
+    assert completion.text in ("Yes", "No")
+    assert seen["path"] == "/openai/deployments/gpt-4o-shc/chat/completions"
+    assert seen["headers"]["api-key"] == SECRET and "ocp-apim-subscription-key" not in seen["headers"]
+    assert dep.options["api_version"] == "2024-08-01-preview"
+    assert seen["body"] == {"model": "gpt-4o-shc", "messages": [{"role": "user", "content": seen["body"]["messages"][0][
+        "content"]}], "temperature": 0.0, "top_p": 1, "n": 1, "stop": None, "max_tokens": 4, "presence_penalty": 0,
+        "frequency_penalty": 0}
 
 
 def test_medhelms_own_jury_loads_against_the_example_prod_env(tmp_path):

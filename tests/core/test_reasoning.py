@@ -41,8 +41,25 @@ def test_inline_think_block_is_cut_when_the_server_has_no_reasoning_parser():
     with MockOpenAIServer(reasoning="inline", thinking_tokens=5) as srv:
         completion = ask(deployment(srv.base_url, thinking_budget=10))
     assert completion.text in ("A", "B") and "step" not in completion.text
-    assert completion.usage.reasoning_tokens is None  # the server did not say: unknown, never a guess
+    # the server did not say: our estimate, flagged as one (6 completion tokens less the answer's one)
     assert completion.usage.completion_tokens == 6
+    assert completion.usage.reasoning_tokens == 5 and completion.usage.reasoning_estimated
+    assert completion.usage.to_json()["reasoning_tokens_estimated"] is True
+
+
+def test_split_reasoning_estimate():
+    from medhelm.tokens import split_reasoning
+
+    assert split_reasoning(None, "A") is None
+    assert split_reasoning(14, "seven eight") == 11  # 11 characters ≈ 3 tokens of answer
+    assert split_reasoning(2, "a much longer answer than the count allows") == 0  # never negative
+    assert split_reasoning(9, "") == 9  # no answer: every token was thinking
+
+
+def test_an_estimated_count_survives_the_record():
+    usage = Usage(10, 14, 0.5, reasoning_tokens=11, reasoning_estimated=True)
+    assert Usage.from_json(json.loads(json.dumps(usage.to_json()))) == usage
+    assert "reasoning_tokens_estimated" not in Usage(10, 14, reasoning_tokens=11).to_json()  # stated: as before
 
 
 @pytest.mark.parametrize("mode", ["split", "inline"])
@@ -138,16 +155,28 @@ def test_prices_charge_thinking_at_its_own_price(tmp_path):
         PriceTable.load(path)
 
 
-def test_a_reasoning_option_of_the_wrong_type_is_one_line_naming_the_field(tmp_path):
+@pytest.mark.parametrize("option,value,message", [("thinking_budget", "lots", "must be a whole number"),
+                                                   ("request_shape", "openai", "must be 'medhelm' or 'helm'"),
+                                                   ("extra_body", "[1]", "must be a mapping")])
+def test_a_reasoning_option_of_the_wrong_type_is_one_line_naming_the_field(tmp_path, option, value, message):
     from medhelm.deployments import DeploymentRegistry
     from medhelm.errors import ConfigError
 
     (tmp_path / "model_deployments.yaml").write_text(
         "model_deployments:\n  - name: a/b\n    model_name: a/b\n    kind: openai\n    base_url: http://h/v1\n"
-        "    options:\n      thinking_budget: lots\n")
-    with pytest.raises(ConfigError, match=r"model_deployments.yaml:7: field 'model_deployments\[0\]\.options\."
-                                          r"thinking_budget': must be a whole number"):
+        f"    options:\n      {option}: {value}\n")
+    with pytest.raises(ConfigError, match=rf"model_deployments.yaml:7: field 'model_deployments\[0\]\.options\."
+                                          rf"{option}': {message}"):
         DeploymentRegistry.load(tmp_path)
+
+
+def test_extra_body_reaches_the_server_and_keys_the_cache():
+    with MockOpenAIServer() as srv:
+        dep = deployment(srv.base_url, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        ask(dep)
+        [body] = srv.requests
+    assert body["chat_template_kwargs"] == {"enable_thinking": False} and body["max_tokens"] == 1
+    assert dep.identity()["options"] == {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
 
 
 def test_jury_summary_counts_judges_thinking_only_when_stated():
@@ -200,16 +229,20 @@ def _run_and_summarize(tmp_path, srv, thinking_budget: int | None):
     return model, records
 
 
-def test_a_reasoning_model_end_to_end_answers_with_its_thinking_budget_and_is_priced_apart(tmp_path):
+@pytest.mark.parametrize("mode", ["split", "inline"])
+def test_a_reasoning_model_end_to_end_answers_with_its_thinking_budget_and_is_priced_apart(tmp_path, mode):
+    """split: the server states the count; inline: it does not, and our estimate (flagged) is priced the same way."""
     def yes(body):
         return "Yes"
 
-    with MockOpenAIServer(responder=yes, reasoning="split", thinking_tokens=7) as srv:
+    with MockOpenAIServer(responder=yes, reasoning=mode, thinking_tokens=7) as srv:
         model, records = _run_and_summarize(tmp_path, srv, thinking_budget=64)
         assert {b["max_tokens"] for b in srv.requests} == {2 + 64}
     assert all(r["completion"]["text"] == "Yes" and r["stats"]["exact_match"] == 1.0 for r in records)
     assert all(r["completion"]["usage"]["reasoning_tokens"] == 7 for r in records)
-    assert model["reasoning"] == [6 * 7, 0] and model["completion_tokens"] == 6 * 8
+    assert all(r["completion"]["usage"].get("reasoning_tokens_estimated", False) is (mode == "inline") for r in records)
+    assert model["reasoning"] == [6 * 7, 0] + ([True, False] if mode == "inline" else [])
+    assert model["completion_tokens"] == 6 * 8
     prompt = model["prompt_tokens"]
     assert model["cost_usd"] == pytest.approx((prompt * 1.0 + 6 * 1 * 2.0 + 6 * 7 * 10.0) / 1e6)
 
@@ -224,8 +257,11 @@ def test_without_a_thinking_budget_the_one_token_answers_are_lost_to_thinking(tm
     assert all(r["completion"]["finish_reason"] == "length" for r in records)
 
 
-def test_the_leaderboard_shows_reasoning_tokens_and_model_metadata(tmp_path, dashboard_env):
-    """The Streamlit app itself (AppTest: the real script on the real store) after a reasoning model's run."""
+@pytest.mark.parametrize("mode,shown", [("split", [42]), ("inline", ["≈42"])])
+def test_the_leaderboard_shows_reasoning_tokens_and_model_metadata(tmp_path, dashboard_env, mode, shown):
+    """The Streamlit app itself (AppTest: the real script on the real store) after a reasoning model's run: the
+    count the server stated (split), or our estimate shown as such (inline: no count stated; 8 tokens each, of
+    which the answer "Yes" ≈ 1)."""
     import os
     from pathlib import Path
 
@@ -234,7 +270,7 @@ def test_the_leaderboard_shows_reasoning_tokens_and_model_metadata(tmp_path, das
     def yes(body):
         return "Yes"
 
-    with MockOpenAIServer(responder=yes, reasoning="split", thinking_tokens=7) as srv:
+    with MockOpenAIServer(responder=yes, reasoning=mode, thinking_tokens=7) as srv:
         _run_and_summarize(tmp_path, srv, thinking_budget=64)
     os.environ["MEDHELM_STORE"] = str(tmp_path / "out" / "results.sqlite")
     for key in ("MEDHELM_RELEASE", "MEDHELM_REDACTED"):
@@ -242,14 +278,16 @@ def test_the_leaderboard_shows_reasoning_tokens_and_model_metadata(tmp_path, das
     at = app_test.from_file(str(Path(__file__).parents[2] / "dashboard" / "app.py"), default_timeout=60).run()
     assert not at.exception, [e.value for e in at.exception]
     board = at.dataframe[0].value
-    assert board["Reasoning tokens"].tolist() == [42] and board["Output tokens"].tolist() == [48]
+    assert board["Reasoning tokens"].tolist() == shown and board["Output tokens"].tolist() == [48]
     assert board[["Display name", "Creator", "Access", "Released"]].values.tolist() == [
         ["Test R1", "Tests", "open", "2025-01-20"]]
 
 
-def test_jury_stats_counts_a_reasoning_judges_thinking(tmp_path, capsys):
-    """Judges that think (the mock server with a reasoning parser): their verdict is the content, their
-    thinking is counted per record and shown by `medhelm jury stats`."""
+@pytest.mark.parametrize("mode", ["split", "inline"])
+def test_jury_stats_counts_a_reasoning_judges_thinking(tmp_path, capsys, mode):
+    """Judges that think (the mock server with a reasoning parser, or inline <think> without one): their
+    verdict is the content, their thinking is counted per record and shown by `medhelm jury stats` — with
+    "≈" when no count was stated and the number is our estimate."""
     from medhelm.cli import main
     from tests.jury.conftest import SEEDS_PROMPT, write_judges
 
@@ -268,7 +306,7 @@ def test_jury_stats_counts_a_reasoning_judges_thinking(tmp_path, capsys):
         "name: JURY-R\ndescription: d\nprompt_file: prompt.txt\ndataset_file: data.csv\nmax_tokens: 20\n"
         "metrics:\n  - name: jury_score\n    prompt_file: judge.txt\n    judges:\n"
         "      - name: mock/judge-a\n        model_name: test/judge-a\n")
-    with MockOpenAIServer(responder=responder, reasoning="split", thinking_tokens=6) as srv:
+    with MockOpenAIServer(responder=responder, reasoning=mode, thinking_tokens=6) as srv:
         write_judges(tmp_path / "env", srv.base_url, names=("judge-a", "candidate"))
         entry = f"medhelm_configurable_benchmark:model=mock/candidate,config_path={bench / 'bench.yaml'}"
         assert main(["run", "-r", entry, "--suite", "s", "-o", str(tmp_path / "out"), "--local-path",
@@ -276,9 +314,14 @@ def test_jury_stats_counts_a_reasoning_judges_thinking(tmp_path, capsys):
     capsys.readouterr()
     records = [json.loads(line) for line in next((tmp_path / "out").glob("runs/s/*/instances.jsonl")).open()]
     assert all(r["stats"]["jury_score"] == 4.5 for r in records)  # the verdict came from content
-    assert [r["judge_usage"]["reasoning_tokens"] for r in records] == [6, 6, 6]
+    usage = [r["judge_usage"] for r in records]
     assert main(["jury", "stats", "--suite", "s", "-o", str(tmp_path / "out"), "--bootstrap", "10"]) == 0
-    assert "(of which reasoning 18)" in capsys.readouterr().out
+    if mode == "split":
+        assert [u["reasoning_tokens"] for u in usage] == [6, 6, 6] and "reasoning_tokens_estimated" not in usage[0]
+        assert "(of which reasoning 18)" in capsys.readouterr().out
+    else:
+        assert all(u["reasoning_tokens_estimated"] is True and u["reasoning_tokens"] >= 0 for u in usage)
+        assert f"(of which reasoning ≈{sum(u['reasoning_tokens'] for u in usage)})" in capsys.readouterr().out
 
 
 def test_medhelm_plan_reprices_thinking_from_a_release_and_from_a_suite(tmp_path):

@@ -5,7 +5,9 @@
 (``python tests/core/test_rundir_identity.py --write GOLDEN`` with that code first on PYTHONPATH). One change
 since, on purpose: the store's bootstrap replicates (``cells.boot``) are float64 (issue 30: a one-benchmark
 category's interval equals that benchmark's own exactly); and the release's ``meta`` gained ``rank_baselines``
-(issue 27: whether reference baselines were ranked with the models). Those alone were re-written, by the code after.
+(issue 27: whether reference baselines were ranked with the models); and the store's schema v2 (issue 29:
+``schema_version`` '2', and the audit and subgroup tables made, empty, with the store). Those alone were
+re-written, by the code after.
 
 Only what differs between two runs of the same code is masked: latencies and wall times (measured), the
 store's creation times. Everything else — every file's name, every line, every stat, every store row — must

@@ -45,3 +45,14 @@ def make_subgroup_suite(tmp: Path, *, subgroups: bool = True, suite: str = "s", 
         assert cli(["run", "--run-entries", entry, "--suite", suite, "-o", str(out), "--local-path", str(local),
                     "--disable-cache", "-q"]) == 0
     return {"out": out, "local": local, "store": tmp / "store.sqlite", "cfg": cfg}
+
+
+def make_two_releases(tmp: Path) -> dict:
+    """Two releases of the suite above in one store that keeps instance text (not redacted): 'accepted' (right
+    for old patients only) and 'candidate' (right for old and young)."""
+    s = make_subgroup_suite(tmp, suite="acc", right=("old",))
+    make_subgroup_suite(tmp, suite="cand", right=("old", "young"))
+    for suite, release in (("acc", "accepted"), ("cand", "candidate")):
+        assert cli(["summarize", "--suite", suite, "--release", release, "-o", str(s["out"]), "--local-path",
+                    str(s["local"]), "--store", str(s["store"]), "--bootstrap", "400"]) == 0
+    return s

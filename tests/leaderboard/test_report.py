@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from medhelm.cli import main as cli
-from tests.leaderboard.subgroup_helpers import MARKER, make_subgroup_suite
+from tests.leaderboard.subgroup_helpers import MARKER, make_two_releases
 
 
 class _Tags(HTMLParser):
@@ -31,11 +31,7 @@ def made(tmp_path_factory) -> dict:
     """Two releases: 'accepted' (right for old patients only) and 'candidate' (right for old and young), in a
     store that keeps instance text (not redacted), and a signing key."""
     tmp = tmp_path_factory.mktemp("report")
-    s = make_subgroup_suite(tmp, suite="acc", right=("old",))
-    make_subgroup_suite(tmp, suite="cand", right=("old", "young"))
-    for suite, release in (("acc", "accepted"), ("cand", "candidate")):
-        assert cli(["summarize", "--suite", suite, "--release", release, "-o", str(s["out"]), "--local-path",
-                    str(s["local"]), "--store", str(s["store"]), "--bootstrap", "400"]) == 0
+    s = make_two_releases(tmp)
     key = tmp / "report.key"
     key.write_text("9f" * 32 + "\n")
     s["key"] = key
@@ -142,9 +138,11 @@ def test_verify_passes_then_fails_on_a_changed_byte(made: dict, tmp_path: Path, 
     capsys.readouterr()
     assert "no longer matches what the report was built from" in check("same.html", data, "--store",
                                                                           str(s["store"]))
-    cut = tmp_path / "cut.html"
-    cut.write_bytes(data[:-5])
-    assert cli(["report", "verify", str(cut)]) == 2
+    assert "end of the report was changed" in check("cut.html", data[:-5])
+    assert "end of the report was changed" in check("added.html", data + b"<p>added</p>\n")
+    plain = tmp_path / "plain.html"
+    plain.write_bytes(b"<!DOCTYPE html><p>not a report</p>\n")
+    assert cli(["report", "verify", str(plain)]) == 2
     assert "no medhelm manifest" in capsys.readouterr().err
 
 

@@ -44,6 +44,14 @@ def test_anthropic_sdk_against_the_fake():
                                                                                      "budget_tokens": 1024},
                                      messages=[{"role": "user", "content": "Why?"}])
         assert [b.type for b in msg.content] == ["thinking", "text"] and msg.content[0].signature
+        assert msg.usage.output_tokens > len(msg.content[1].text.split())  # the thinking is billed in it
+        srv.redact_thinking = True  # flagged thinking comes back encrypted: the SDK's RedactedThinkingBlock
+        msg = client.messages.create(model="claude-test", max_tokens=2048, thinking={"type": "enabled",
+                                                                                     "budget_tokens": 1024},
+                                     messages=[{"role": "user", "content": "Why?"}])
+        assert isinstance(msg.content[0], anthropic.types.RedactedThinkingBlock) and msg.content[0].data
+        assert msg.content[1].type == "text" and msg.usage.output_tokens > 1
+        srv.redact_thinking = False
         # refused as the real API refuses: unknown field, thinking budget under 1024, wrong key
         with pytest.raises(anthropic.BadRequestError, match="Extra inputs are not permitted"):
             client.messages.create(model="claude-test", max_tokens=8, messages=[{"role": "user", "content": "x"}],
@@ -190,6 +198,28 @@ def test_boto3_converse_against_the_fake():
             client.converse(modelId="m", messages=[{"role": "user", "content": [{"text": "x"}]}])
         assert err.value.response["Error"]["Code"] == "ThrottlingException"
         assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 429
+        # Claude's extended thinking through Converse: a reasoningContent block (text + signature, or redacted
+        # bytes) before the answer, billed in outputTokens; thinking's own rules refused as Bedrock does
+        thinking = {"thinking": {"type": "enabled", "budget_tokens": 1024}}
+        reply = client.converse(modelId="anthropic.claude-test-v1:0", additionalModelRequestFields=thinking,
+                                messages=[{"role": "user", "content": [{"text": "Is it? yes or no"}]}],
+                                inferenceConfig={"maxTokens": 1040})
+        first, answer = reply["output"]["message"]["content"]
+        assert first["reasoningContent"]["reasoningText"]["text"] and first["reasoningContent"]["reasoningText"]["signature"]
+        assert answer["text"] in ("Yes", "No") and reply["usage"]["outputTokens"] > 1
+        srv.redact_thinking = True
+        reply = client.converse(modelId="anthropic.claude-test-v1:0", additionalModelRequestFields=thinking,
+                                messages=[{"role": "user", "content": [{"text": "Is it? yes or no"}]}],
+                                inferenceConfig={"maxTokens": 1040})
+        redacted = reply["output"]["message"]["content"][0]["reasoningContent"]["redactedContent"]
+        assert isinstance(redacted, bytes) and redacted  # boto3 decodes the blob as the real service's
+        srv.redact_thinking = False
+        for config, message in (({"maxTokens": 1040, "temperature": 0.0}, "temperature"),
+                                ({"maxTokens": 512}, "max_tokens")):
+            with pytest.raises(ClientError, match=message) as err:
+                client.converse(modelId="m", additionalModelRequestFields=thinking, inferenceConfig=config,
+                                messages=[{"role": "user", "content": [{"text": "x"}]}])
+            assert err.value.response["Error"]["Code"] == "ValidationException"
         with pytest.raises(ParamValidationError):  # boto3 refuses an unknown field before sending; so do we:
             client.converse(modelId="m", messages=[{"role": "user", "content": [{"text": "x"}]}], seed=1)
         status, body = _post(srv.base_url + "/model/m/converse", {"messages": [], "seed": 1}, {})

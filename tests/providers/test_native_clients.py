@@ -145,9 +145,38 @@ def test_anthropic_thinking_request_is_what_the_api_accepts(keys):
         body = srv.requests[-1]["body"]
     # max_tokens grows by the budget, temperature is left out (thinking requires the default): accepted
     assert body["max_tokens"] == 16 + 1024 and "temperature" not in body
-    assert completion.text == "seven eight"
-    # one output_tokens count, thinking included; Anthropic states no thinking count, so none is invented
-    assert completion.usage.completion_tokens > 2 and completion.usage.reasoning_tokens is None
+    assert completion.text == "seven eight"  # the thinking block is not part of the answer
+    # one output_tokens count, thinking included (the fake bills 12 thinking + 2 answer tokens); Anthropic states
+    # no thinking count, so ours is an estimate, flagged: 14 less the answer's 11 characters / 4 (3) = 11
+    usage = completion.usage
+    assert (usage.completion_tokens, usage.reasoning_tokens, usage.reasoning_estimated) == (14, 11, True)
+    assert usage.to_json()["reasoning_tokens_estimated"] is True
+
+
+@pytest.mark.parametrize("redacted", [False, True])
+def test_thinking_apart_from_the_answer_on_anthropic_and_bedrock(keys, redacted):
+    """Thinking blocks (Anthropic ``thinking``/``redacted_thinking``, Converse ``reasoningContent``) never reach
+    the answer; their tokens, which the providers bill inside the one output count, are estimated apart."""
+    for kind, options in (("anthropic", {"thinking_budget": 1024}),
+                          ("bedrock", {"additional_model_request_fields": {
+                              "thinking": {"type": "enabled", "budget_tokens": 1024}}})):
+        with make_fake(kind) as srv:
+            srv.redact_thinking = redacted
+            completion, _ = asyncio.run(_generate(_deployment(kind, srv.base_url, **options), _request("yes")))
+            body = srv.requests[-1]["body"]
+        assert completion.text == "yes", kind
+        usage = completion.usage
+        assert (usage.completion_tokens, usage.reasoning_tokens, usage.reasoning_estimated) == (13, 12, True), kind
+    # Converse: maxTokens holds the budget too and temperature is not sent (Bedrock refuses both otherwise)
+    assert body["inferenceConfig"] == {"maxTokens": 16 + 1024}
+
+
+def test_no_thinking_no_reasoning_count(keys):
+    for kind in ("anthropic", "bedrock"):
+        with make_fake(kind) as srv:
+            completion, _ = asyncio.run(_generate(_deployment(kind, srv.base_url), _request("yes")))
+        assert completion.usage.reasoning_tokens is None and not completion.usage.reasoning_estimated
+        assert "reasoning_tokens" not in completion.usage.to_json()
 
 
 def test_azure_reasoning_tokens(keys):
@@ -283,6 +312,12 @@ def test_missing_configuration_is_a_config_error(keys, monkeypatch):
                                options={"platform": "vertex", "region": "r"}))
     with pytest.raises(ConfigError, match="platform"):
         make_client(Deployment(name="a", model_name="m", kind="anthropic", options={"platform": "azure"}))
+    for kind in ("anthropic", "gemini"):  # SHC's text routes: a gateway route, and no field for thinking
+        with pytest.raises(ConfigError, match="platform shc needs base_url"):
+            make_client(Deployment(name="s", model_name="m", kind=kind, options={"platform": "shc"}))
+        with pytest.raises(ConfigError, match="thinking_budget cannot be sent on platform shc"):
+            make_client(Deployment(name="s", model_name="m", kind=kind, base_url="https://gw/route",
+                                   options={"platform": "shc", "thinking_budget": 1024}))
 
 
 def test_reasoning_tokens_reach_the_telemetry_apart(keys):

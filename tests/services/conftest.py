@@ -124,9 +124,20 @@ def checkov_bin() -> Path:
 
 
 @pytest.fixture(scope="session")
-def image() -> str:
-    """The repository's image built with podman from its Dockerfile, once per session (tests/services/podman.py;
-    skips with the reason where podman cannot run)."""
-    from tests.services.podman import build_image
+def images(tmp_path_factory) -> dict:
+    """The repository's two images built with podman by scripts/build_images.sh, once per session: the build
+    record (tests/services/podman.py; skips with the reason where podman cannot run)."""
+    from tests.services.podman import build_images
 
-    return build_image()
+    return build_images(tmp_path_factory.mktemp("images"))
+
+
+@pytest.fixture(scope="session")
+def image(images) -> str:
+    """The slim service image (services, Job, collect)."""
+    return images["images"]["service"]["reference"]
+
+
+@pytest.fixture(scope="session")
+def dashboard_image(images) -> str:
+    return images["images"]["dashboard"]["reference"]

@@ -1,9 +1,10 @@
-"""Real containers for the tests: the repository's Dockerfile built with podman on a Debian base made by
-debootstrap (scripts/container_base.sh), gRPC health probes run from the host the way the kubelet runs them,
-and throwaway TLS material. Skips (with the reason) only where podman cannot run at all."""
+"""Real containers for the tests: the repository's two images (service, dashboard) built with podman by
+scripts/build_images.sh on a Debian base made by debootstrap (scripts/container_base.sh) and pinned by
+digest, gRPC health probes run from the host the way the kubelet runs them, and throwaway TLS material. Skips (with the reason) only where podman cannot run at all."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -16,7 +17,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGE = os.environ.get("MEDHELM_TEST_IMAGE", "localhost/medhelm-k8s:test")
+IMAGE = os.environ.get("MEDHELM_TEST_IMAGE", "localhost/medhelm-k8s:test")  # the slim service image
+DASHBOARD_IMAGE = os.environ.get("MEDHELM_TEST_DASHBOARD_IMAGE", "localhost/medhelm-k8s-dashboard:test")
 
 
 def run(*cmd: str, timeout: float = 120, check: bool = True, input_text: str | None = None
@@ -52,16 +54,25 @@ def ca_bundle() -> Path | None:
     return None
 
 
-def build_image(tag: str = IMAGE) -> str:
+def build_images(out: Path) -> dict:
+    """Both images (service, dashboard) built by scripts/build_images.sh, the script a release uses: the base
+    pinned by digest, each image's SBOM stored in ``out`` next to the build record, whose content is returned
+    (``images.json``, with the SBOM entries made absolute)."""
     base = base_image()
-    cmd = ["podman", "build", "--quiet", "--build-arg", f"BASE_IMAGE={base}", "-t", tag]
+    env = {**os.environ, "BASE_IMAGE": base, "MEDHELM_IMAGE_SERVICE": IMAGE, "MEDHELM_IMAGE_DASHBOARD": DASHBOARD_IMAGE,
+           "MEDHELM_IMAGE_OUT": str(out)}
     if os.environ.get("MEDHELM_PIP_INDEX_URL"):
-        cmd += ["--build-arg", f"PIP_INDEX_URL={os.environ['MEDHELM_PIP_INDEX_URL']}"]
+        env["MEDHELM_PIP_INDEX_URL"] = os.environ["MEDHELM_PIP_INDEX_URL"]
     ca = ca_bundle()
     if ca is not None:
-        cmd += ["--secret", f"id=pip_ca,src={ca}"]
-    run(*cmd, str(REPO), timeout=1800)
-    return tag
+        env["MEDHELM_PIP_CA"] = str(ca)
+    done = subprocess.run(["bash", str(REPO / "scripts" / "build_images.sh")], capture_output=True, text=True,
+                          env=env, timeout=3600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(Path(done.stdout.split()[-1]).read_text())
+    for facts in record["images"].values():
+        facts["sbom"] = str(out / facts["sbom"])
+    return record
 
 
 def free_port() -> int:

@@ -1,16 +1,21 @@
-"""The image for real: the repository's Dockerfile built with `podman build` (on a Debian bookworm base made
-with debootstrap: no Docker Hub here), then run as the non-root user with a read-only root filesystem:
-`medhelm --help`, the three gRPC services answering health from the host (the service port, and the
-plaintext health port the kubelet's probes use, in TLS mode too), Prometheus /metrics and the dashboard."""
+"""The images for real: the repository's Dockerfile built by scripts/build_images.sh with `podman build` (on a
+Debian bookworm base made with debootstrap, no Docker Hub here, pinned by digest), then run as the non-root
+user with a read-only root filesystem: `medhelm --help`; the slim service image without the dashboard's stack;
+the three gRPC services answering health from it (the service port, and the plaintext health port the
+kubelet's probes use, in TLS mode too), Prometheus /metrics; the dashboard from its own image; each image's
+CycloneDX SBOM valid against the CycloneDX schema and true to what the image holds."""
 
 from __future__ import annotations
 
+import json
 import os
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from tests.services.podman import free_port, grpc_probe, make_tls, run, wait_for
+from medhelm.version import __version__
 
 pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(2400)]
 
@@ -34,7 +39,9 @@ def _data_dir(tmp_path):
     return data
 
 
-def test_image_runs_as_non_root_on_a_read_only_root(image):
+@pytest.mark.parametrize("flavor", ["service", "dashboard"])
+def test_image_runs_as_non_root_on_a_read_only_root(flavor, images):
+    image = images["images"][flavor]["reference"]
     done = run("podman", "run", "--rm", "--read-only", image, "--help")
     assert "serve" in done.stdout and "run" in done.stdout
     who = run("podman", "run", "--rm", "--read-only", "--entrypoint", "id", image)
@@ -51,6 +58,78 @@ def test_image_runs_as_non_root_on_a_read_only_root(image):
     denied = run("podman", "run", "--rm", "--read-only", "--entrypoint", "sh", image, "-c", "touch /opt/x",
                  check=False)
     assert denied.returncode != 0 and "Read-only file system" in denied.stderr
+
+
+DASHBOARD_STACK = ("streamlit", "pyarrow", "pandas", "altair", "pydeck")
+
+
+def test_slim_image_has_no_dashboard_stack(images):
+    """The service image cannot import the dashboard's stack (the dashboard image can), says so in one line
+    when asked for the dashboard, and is the smaller of the two; the sizes are in docs/kubernetes.md."""
+    slim, dash = (images["images"][f]["reference"] for f in ("service", "dashboard"))
+    probe = ("import importlib.util, sys; "
+             f"print(' '.join(m for m in {DASHBOARD_STACK!r} if importlib.util.find_spec(m)))")
+    assert run("podman", "run", "--rm", "--read-only", "--entrypoint", "python", slim, "-c", probe).stdout.strip() == ""
+    assert run("podman", "run", "--rm", "--read-only", "--entrypoint", "python", dash, "-c",
+               probe).stdout.split() == list(DASHBOARD_STACK)
+    for module in ("streamlit", "pyarrow"):
+        denied = run("podman", "run", "--rm", "--read-only", "--entrypoint", "python", slim, "-c",
+                     f"import {module}", check=False)
+        assert denied.returncode == 1 and f"No module named '{module}'" in denied.stderr
+    refused = run("podman", "run", "--rm", "--read-only", slim, "serve", "dashboard", check=False)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "medhelm-k8s-dashboard" in refused.stderr
+    sizes = {f: images["images"][f]["size_bytes"] for f in ("service", "dashboard")}
+    assert sizes["service"] < sizes["dashboard"], sizes
+
+
+def _sbom(images: dict, flavor: str) -> dict:
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    facts = images["images"][flavor]
+    stored = Path(facts["sbom"]).read_text()
+    inside = run("podman", "run", "--rm", "--entrypoint", "cat", facts["reference"],
+                 "/usr/share/doc/medhelm-k8s/sbom.cdx.json").stdout
+    assert stored == inside  # the file next to the image is the image's own
+    bom = json.loads(stored)
+    assert bom["bomFormat"] == "CycloneDX" and bom["specVersion"] == "1.6"
+    validator = JsonStrictValidator(SchemaVersion.V1_6)
+    assert validator.validate_str(stored) is None
+    broken = json.loads(stored)
+    broken["components"][0]["type"] = "wheel"  # not a CycloneDX component type: the validator must refuse it
+    assert validator.validate_str(json.dumps(broken)) is not None
+    return bom
+
+
+@pytest.mark.parametrize("flavor", ["service", "dashboard"])
+def test_sbom_is_valid_cyclonedx_and_lists_what_the_image_holds(flavor, images):
+    bom = _sbom(images, flavor)
+    image = images["images"][flavor]["reference"]
+    props = {p["name"]: p["value"] for p in bom["metadata"]["properties"]}
+    assert props["medhelm:base-image"] == images["base_image"]
+    assert props["medhelm:image"] == ("medhelm-k8s" if flavor == "service" else "medhelm-k8s-dashboard")
+    labels = json.loads(run("podman", "image", "inspect", "--format", "{{json .Config.Labels}}", image).stdout)
+    assert f"{labels['org.opencontainers.image.base.name']}@{labels['org.opencontainers.image.base.digest']}" \
+        == images["base_image"] and images["base_image"].split("@")[1].startswith("sha256:")
+    # every Python distribution in the image's venv, with its version, and nothing else
+    listed = run("podman", "run", "--rm", "--read-only", "--entrypoint", "python", image, "-c",
+                 "import importlib.metadata as m; print('\\n'.join(sorted("
+                 "f\"{d.metadata['Name'].lower()}=={d.version}\" for d in m.distributions())))").stdout.split()
+    python = sorted(f"{c['name'].lower()}=={c['version']}" for c in bom["components"]
+                    if c.get("purl", "").startswith("pkg:pypi/"))
+    assert python == sorted(set(listed) - {f"medhelm-k8s=={__version__}"}), set(python) ^ set(listed)
+    assert bom["metadata"]["component"]["name"] == "medhelm-k8s"  # the root: the package itself
+    grpcio = next(c for c in bom["components"] if c["name"] == "grpcio")
+    assert grpcio["purl"] == f"pkg:pypi/grpcio@{grpcio['version']}" and f"grpcio=={grpcio['version']}" in listed
+    assert any(c["name"] == "streamlit" for c in bom["components"]) == (flavor == "dashboard")
+    # every Debian package dpkg says is installed, with its version
+    dpkg = run("podman", "run", "--rm", "--read-only", "--entrypoint", "dpkg-query", image, "-W",
+               "--showformat=${Package}=${Version}\\n").stdout.split()
+    debian = sorted(f"{c['name']}={c['version']}" for c in bom["components"] if c.get("purl", "").startswith("pkg:deb/"))
+    assert debian == sorted(dpkg)
+    libc = next(c for c in bom["components"] if c["name"] == "libc6")
+    assert libc["purl"].startswith("pkg:deb/debian/libc6@") and "distro=debian-12" in libc["purl"]
 
 
 def test_services_answer_health_from_the_host(image, containers, tmp_path):
@@ -101,7 +180,7 @@ def test_services_answer_health_from_the_host(image, containers, tmp_path):
     assert "stopped" in logs
 
 
-def test_summarize_then_dashboard_answers_http(image, containers, tmp_path):
+def test_summarize_then_dashboard_answers_http(image, dashboard_image, containers, tmp_path):
     from medhelm.store.synthetic import catalogue, default_models, write_suite
 
     data = _data_dir(tmp_path)
@@ -113,7 +192,7 @@ def test_summarize_then_dashboard_answers_http(image, containers, tmp_path):
     port = free_port()
     cname = f"medhelm-test-dashboard-{os.getpid()}"
     run("podman", "run", "-d", "--name", cname, "--read-only", "--cap-drop=ALL", "--security-opt=no-new-privileges",
-        "-p", f"127.0.0.1:{port}:8501", "-v", f"{data}:/data", image, "serve", "dashboard", "--host=0.0.0.0",
+        "-p", f"127.0.0.1:{port}:8501", "-v", f"{data}:/data", dashboard_image, "serve", "dashboard", "--host=0.0.0.0",
         "--port=8501", "--output-path=/data/benchmark_output", "--local-path=/data/prod_env", "--insecure-no-auth",
         "--redacted")
     containers.append(cname)

@@ -198,6 +198,57 @@ def test_broken_template_or_value_fails(chart, helm_bin, kubernetes_validate, tm
     assert missing.returncode != 0 and "job.runEntries" in missing.stderr
 
 
+DIGEST = "sha256:" + "ab" * 32
+
+
+def _images(docs: list[dict]) -> dict[str, set[str]]:
+    """Component (or the helm test hook, the Job template's ConfigMap) -> the images its containers run."""
+    out: dict[str, set[str]] = {}
+    for d in docs:
+        if d["kind"] == "ConfigMap" and "job.yaml" in d.get("data", {}):
+            docs_inside = [yaml.safe_load(d["data"]["job.yaml"])]
+            key = "job-template"
+        elif d["kind"] in ("Deployment", "Job", "Pod"):
+            docs_inside, key = [d], d["metadata"]["labels"].get("app.kubernetes.io/component", d["kind"])
+        else:
+            continue
+        for doc in docs_inside:
+            pod = doc["spec"]["template"]["spec"] if "template" in doc["spec"] else doc["spec"]
+            out.setdefault(key, set()).update(c["image"] for c in pod["containers"] + pod.get("initContainers", []))
+    return out
+
+
+def test_slim_and_dashboard_images_by_tag_or_digest(chart, helm_bin, tmp_path):
+    """The services, the Job (and the Job template `submit` reads) and the helm test hook run the slim service
+    image; the dashboard its own. A digest pins either by content (repository@sha256:...), winning over tag."""
+    job = ["--set", "job.enabled=true", "--set", "job.runEntries[0]=pubmed_qa:model=a/b"]
+    version = yaml.safe_load((chart / "Chart.yaml").read_text())["appVersion"]
+    images = _images(_render(helm_bin, chart, job))
+    assert images.pop("dashboard") == {f"medhelm-k8s-dashboard:{version}"}
+    assert set(images) >= {"scenarios", "jury", "metrics", "job", "job-template", "test"}  # test: the helm test hook
+    assert set().union(*images.values()) == {f"medhelm-k8s:{version}"}
+
+    pinned = tmp_path / "pinned.yaml"
+    pinned.write_text(f"image: {{repository: registry.hospital.internal/medhelm-k8s, tag: '0.1.0', digest: '{DIGEST}'}}\n"
+                      f"dashboard:\n  image: {{repository: registry.hospital.internal/medhelm-k8s-dashboard, "
+                      f"digest: 'sha256:{'cd' * 32}'}}\n")
+    images = _images(_render(helm_bin, chart, [*job, "-f", str(pinned)]))
+    assert images.pop("dashboard") == {f"registry.hospital.internal/medhelm-k8s-dashboard@sha256:{'cd' * 32}"}
+    assert set().union(*images.values()) == {f"registry.hospital.internal/medhelm-k8s@{DIGEST}"}
+    production = _images(_render(helm_bin, chart, VALUE_SETS["production"]))  # ci/production-values.yaml pins both
+    assert all("@sha256:" in i for refs in production.values() for i in refs), production
+
+    for bad, field in ((f"image: {{digest: 'sha256:{'ab' * 31}'}}\n", "image.digest"),  # 62 hex digits
+                       (f"image: {{digest: '{DIGEST.upper()}'}}\n", "image.digest"),
+                       ("dashboard:\n  image: {digest: 'md5:0123'}\n", "dashboard.image.digest"),
+                       ("dashboard:\n  image: {repo: x}\n", "repo"),
+                       ("image: {repository: ''}\n", "image.repository")):
+        bad_value = tmp_path / "bad.yaml"
+        bad_value.write_text(bad)
+        done = _helm(helm_bin, chart, "template", "rel", ".", "-f", str(bad_value))
+        assert done.returncode != 0 and field in done.stderr, (bad, done.stderr)
+
+
 def test_every_value_is_documented(chart):
     values = yaml.safe_load((chart / "values.yaml").read_text())
     readme = (chart / "README.md").read_text()
@@ -325,7 +376,8 @@ def test_every_service_selector_routes_to_its_pods(values, chart, helm_bin):
         routed.update(selected)
     assert routed == set(deployments)  # every Deployment is reachable through a Service, and only those
     # the Job's service addresses name Services and their gRPC ports
-    for job in (d for d in docs if d["kind"] == "Job"):
+    for job in (d for d in docs if d["kind"] == "Job"  # the evaluation Job (not the store-migrate hook)
+                and d["metadata"]["labels"]["app.kubernetes.io/component"] == "job"):
         env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
         by_name = {s["metadata"]["name"]: s for s in services}
         for var in ("MEDHELM_SCENARIO_SERVICE", "MEDHELM_JURY_SERVICE", "MEDHELM_METRICS_SERVICE"):
@@ -368,7 +420,7 @@ def test_network_policy_traced_rule_by_rule(values, chart, helm_bin):
     assert selected == set(pods)  # every pod of the release, the KServe predictors too
     svc = {w["labels"]["app.kubernetes.io/component"]: w for w in ours.values()
            if w["labels"]["app.kubernetes.io/component"] in ("scenarios", "jury", "metrics", "dashboard")}
-    jobs = [w for w in ours.values() if w["kind"] == "Job"] or [
+    jobs = [w for w in ours.values() if w["kind"] == "Job" and w["labels"]["app.kubernetes.io/component"] == "job"] or [
         {"labels": {"app.kubernetes.io/instance": "rel", "app.kubernetes.io/component": "job"}, "ports": {}}]
     for job in jobs:
         for name in ("scenarios", "jury", "metrics"):
@@ -517,8 +569,10 @@ def test_job_rides_out_disruptions_and_fails_fast_on_bad_input(chart, helm_bin):
             spec = job["spec"]["jobTemplate"]["spec"] if job["kind"] == "CronJob" else job["spec"]
             rules = spec["podFailurePolicy"]["rules"]
             assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
-            assert rules[1] == {"action": "FailIndex", "onExitCodes": {"containerName": "shard", "operator": "In",
-                                                                       "values": [2]}}
+            # the store-migrate hook is one pod: bad input (a newer store, a refused role) fails the whole Job
+            fail = ("FailJob", "migrate") if job["metadata"]["name"].endswith("-store-migrate") else ("FailIndex", "shard")
+            assert rules[1] == {"action": fail[0], "onExitCodes": {"containerName": fail[1], "operator": "In",
+                                                                   "values": [2]}}
             assert spec["template"]["spec"]["restartPolicy"] == "Never"  # podFailurePolicy requires it
 
 
@@ -529,13 +583,14 @@ def test_the_charts_job_survives_helm_upgrade(chart, helm_bin):
     base = [*VALUE_SETS["full"], "--set", "schedules=null"]
 
     def job(*extra: str) -> dict:
-        (j,) = [d for d in _render(helm_bin, chart, [*base, *extra]) if d["kind"] == "Job"]
+        (j,) = [d for d in _render(helm_bin, chart, [*base, *extra])
+                if d["kind"] == "Job" and "helm.sh/hook" not in d["metadata"].get("annotations", {})]
         return j
 
     first = job()
     assert re.fullmatch(r"rel-medhelm-eval-nightly-[0-9a-f]{6}", first["metadata"]["name"])
     assert job("--set", "services.jury.replicas=5", "--set", "dashboard.replicas=3") == first  # not the Job's
-    retagged = job("--set", "image.tag=0.2.0")
+    retagged = job("--set", "image.tag=0.3.0")
     assert retagged["metadata"]["name"] != first["metadata"]["name"]
     assert retagged["metadata"]["name"].rsplit("-", 1)[0] == first["metadata"]["name"].rsplit("-", 1)[0]
     assert job("--set", "job.runEntries[0]=pubmed_qa:model=a/b")["metadata"]["name"] != first["metadata"]["name"]
@@ -571,6 +626,13 @@ def test_documented_admission_policy_is_valid_and_pins_what_the_chart_renders(ch
     assert f"v.persistentVolumeClaim.claimName == '{claim}'" in text
     callers = next(v for v in pod["volumes"] if v["name"] == "callers")["secret"]
     assert callers["secretName"] in text and callers["items"] == [{"key": "job", "path": "job"}]
+    # the image it pins is what the chart renders with image.digest set to the registry copy's digest
+    pinned = re.search(r"c\.image == '([^']+)'", text).group(1)
+    repository, digest = pinned.split("@")
+    docs = _render_named(helm_bin, chart, "medhelm", ["--set", "job.enabled=true", "--set",
+                                                      "job.runEntries[0]=pubmed_qa:model=a/b", "--set",
+                                                      f"image.repository={repository}", "--set", f"image.digest={digest}"])
+    assert next(d for d in docs if d["kind"] == "Job")["spec"]["template"]["spec"]["containers"][0]["image"] == pinned
 
 
 # Checks the chart does not follow, each for a reason a platform team can read (everything else must pass):
@@ -579,7 +641,8 @@ CHECKOV_SKIPS = {
     "CKV_K8S_15": "pullPolicy is a value (IfNotPresent with a pinned tag by default)",
     "CKV_K8S_21": "`helm template` output carries no namespace; `helm install -n` sets it",
     "CKV_K8S_35": "the store URL / HF token / API keys are read from env by their libraries; never argv or logs",
-    "CKV_K8S_43": "image.tag is a value; pin a digest there (tag@sha256:...) in production",
+    "CKV_K8S_43": "a digest is a value (image.digest, dashboard.image.digest: repository@sha256:...), set it in "
+                  "production (docs/kubernetes.md); a chart cannot know a registry copy's digest",
 }
 
 

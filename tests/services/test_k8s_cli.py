@@ -82,7 +82,7 @@ def test_submit_renders_the_charts_own_job(values_file, repo_root, tmp_path, hel
         assert pod["imagePullSecrets"] == [{"name": "regcred"}] and pod["nodeSelector"] == {"medhelm.io/pool": "eval"}
         assert pod["tolerations"][0]["key"] == "dedicated"
         assert {"name": "tls", "secret": {"optional": False, "secretName": "medhelm-job-tls"}} in pod["volumes"]
-        assert c["image"] == "registry.hospital.internal/medhelm-k8s:0.1.0"
+        assert c["image"] == "registry.hospital.internal/medhelm-k8s:0.2.0"
     assert pod["automountServiceAccountToken"] is False and pod["serviceAccountName"] == "rel-medhelm"
     assert not any(e["name"] == "MEDHELM_STORE_URL" for e in c["env"])  # shards never see the store's password
 

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from medhelm.devtools.fixtures import write_configurable_benchmark
-from tests.services.podman import IMAGE, grpc_probe, make_tls, run, wait_for
+from tests.services.podman import DASHBOARD_IMAGE, IMAGE, grpc_probe, make_tls, run, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(2400)]
 
@@ -62,11 +62,18 @@ class Cluster:
         run("podman", "secret", "create", name, "-", input_text=data)
         self.secrets.append(name)
 
-    def play(self, name: str, docs: list[dict]) -> None:
+    def play(self, name: str, docs: list[dict], *args: str) -> None:
         path = self.tmp / f"{name}.yaml"
         path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
         self.played.append(path)
-        run("podman", "kube", "play", "--network", self.network, str(path), timeout=300)
+        run("podman", "kube", "play", "--network", self.network, *args, str(path), timeout=300)
+
+    def static_ip(self, host: int) -> str:
+        """An address of the network's /24 for ``--ip`` (pods played without one take the low ones)."""
+        subnet = run("podman", "network", "inspect", "--format", "{{range .Subnets}}{{.Subnet}}{{end}}",
+                     self.network).stdout.strip()
+        assert subnet.endswith(".0/24"), subnet
+        return f"{subnet[:-len('0/24')]}{host}"
 
     def pod_ip(self, pod: str) -> str:
         infra = run("podman", "pod", "inspect", "--format", "{{.InfraContainerID}}", pod).stdout.strip()
@@ -139,12 +146,15 @@ def seed_volume(cluster: Cluster, by_kind: dict[str, list[dict]], bench: Path) -
 
 
 def play_services(cluster: Cluster, by_kind: dict[str, list[dict]],
-                  probes: tuple[str, ...] = ("readinessProbe", "livenessProbe")) -> dict[str, str]:
+                  probes: tuple[str, ...] = ("readinessProbe", "livenessProbe"), *,
+                  static_ips: bool = False, mock_latency_ms: int = 20) -> dict[str, str]:
     """Play the chart's Deployments (with its ConfigMaps) and the mock model server; wait for each
-    container's ``probes`` from the host against its pod's IP (the kubelet's view). -> Deployment name: IP."""
+    container's ``probes`` from the host against its pod's IP (the kubelet's view). -> Deployment name: IP.
+    ``static_ips``: each pod at a fixed address, kept when its container is killed and started again (podman
+    stops a played pod's network with its last container), as a Service's address outlives its pods."""
     mock = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mock-openai"}, "spec": {
         "containers": [{"name": "server", "image": IMAGE, "command": ["python", "-m", "medhelm.devtools.mock_openai"],
-                        "args": ["--host", "0.0.0.0", "--port", "8000", "--latency-ms", "20"],
+                        "args": ["--host", "0.0.0.0", "--port", "8000", "--latency-ms", str(mock_latency_ms)],
                         "securityContext": {"runAsUser": 10001, "readOnlyRootFilesystem": True}}]}}
     # containerPort is informational in Kubernetes, but podman 4.3 publishes each one on the host (0.0.0.0):
     # the played copies leave it out; the pods are reached on their own IPs, as in a cluster
@@ -160,7 +170,11 @@ def play_services(cluster: Cluster, by_kind: dict[str, list[dict]],
             (folder / key).write_bytes(base64.b64decode(value))
             files[key] = folder / key
         cluster.secret(secret["metadata"]["name"], files)
-    cluster.play("services", [*by_kind["ConfigMap"], *played, mock])
+    if static_ips:
+        for n, doc in enumerate([*played, mock]):
+            cluster.play(f"services-{n}", [*by_kind["ConfigMap"], doc], "--ip", cluster.static_ip(200 + n))
+    else:
+        cluster.play("services", [*by_kind["ConfigMap"], *played, mock])
     pods = {}
     for dep in by_kind["Deployment"]:
         pod_name = f"{dep['metadata']['name']}-pod-0"
@@ -215,6 +229,8 @@ def test_chart_workloads_come_up_and_a_job_shard_writes_records(mode, image, clu
     cfg.write_text(cfg.read_text() + JURY)
     values = {
         "image": {"repository": IMAGE.rsplit(":", 1)[0], "tag": IMAGE.rsplit(":", 1)[1], "pullPolicy": "Never"},
+        "dashboard": {"image": {"repository": DASHBOARD_IMAGE.rsplit(":", 1)[0],
+                                "tag": DASHBOARD_IMAGE.rsplit(":", 1)[1]}},
         "modelDeployments": DEPLOYMENTS,
         "job": {"enabled": True, "suite": "kp", "completions": SHARDS, "parallelism": SHARDS, "maxConcurrency": 2,
                 "runEntries": ["medhelm_configurable_benchmark:model=test/svc-model,config_path=/data/bench/bench.yaml"]},

@@ -63,8 +63,24 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
+{{/* An image reference from {repository, tag, digest}: repository@digest when a digest is set (pinned by
+     content: what the node runs is what was scanned), else repository:tag (default: the chart's appVersion). */}}
+{{- define "medhelm.imageRef" -}}
+{{- $image := index . 0 -}}
+{{- if $image.digest -}}
+{{ $image.repository }}@{{ $image.digest }}
+{{- else -}}
+{{ $image.repository }}:{{ $image.tag | default (index . 1).Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{/* The slim service image: services, Job, collect, helm test. */}}
 {{- define "medhelm.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ include "medhelm.imageRef" (list .Values.image .) }}
+{{- end -}}
+
+{{- define "medhelm.dashboardImage" -}}
+{{ include "medhelm.imageRef" (list .Values.dashboard.image .) }}
 {{- end -}}
 
 {{- define "medhelm.claim" -}}
@@ -161,6 +177,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if eq .Values.resultsStore.kind "postgres" }}
 - name: store-url
   secret:
+    optional: false  # explicit (the default): no pod starts without the store's URL
     secretName: {{ required "resultsStore.postgres.secretName is required for kind postgres" .Values.resultsStore.postgres.secretName }}
     items: [{key: {{ .Values.resultsStore.postgres.secretKey }}, path: url}]
 {{- end }}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from medhelm.benchmarks.entry import Arg
+from medhelm.benchmarks.entry import Arg, InstanceSet
 from medhelm.cards import BY_NAME
 from medhelm.specs import MetricSpec
 
@@ -34,3 +34,9 @@ JURY_ARGS = (
     Arg("bertscore", "also compute BERTScore P/R/F (needs the bertscore extra)", choices=("true", "false")),
 )
 DATA_PATH = Arg("data_path", "where your copy of the data is (see `medhelm describe`)", required=True)
+
+
+def split_or_leaderboard(test: str, leaderboard: str) -> tuple[InstanceSet, InstanceSet]:
+    """``instance_set=test`` (default: the published test split whole) or ``instance_set=leaderboard`` (MedHELM's
+    leaderboard set, drawn from more than the test split): the two descriptions say what each holds."""
+    return InstanceSet("test", test), InstanceSet("leaderboard", leaderboard, leaderboard=True)

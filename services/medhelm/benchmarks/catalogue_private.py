@@ -5,7 +5,7 @@ in the documented columns (see docs/catalogue.md and the private run-entry templ
 from __future__ import annotations
 
 from medhelm.benchmarks.catalogue_common import CHOICE, DATA_PATH, JURY_ARGS, card, jury
-from medhelm.benchmarks.entry import Arg, CatalogueEntry
+from medhelm.benchmarks.entry import SUBGROUPS, Arg, CatalogueEntry
 from medhelm.benchmarks.loaders import private
 from medhelm.benchmarks.prompts import PromptStyle
 from medhelm.specs import TaskType
@@ -101,6 +101,10 @@ PREAMBLES = {
 }
 
 
+# upstream's scenario skips rows with an empty label (the ENT file has such rows); the other nine assert on them
+SKIPS_UNLABELLED = frozenset({"shc_ent_med"})
+
+
 def _shc_entry(name, file, options, what) -> CatalogueEntry:
     letters = ", ".join("ABC"[: len(options)])
     qcol = "question" if name == "shc_sequoia_med" else "prompt"
@@ -111,8 +115,12 @@ def _shc_entry(name, file, options, what) -> CatalogueEntry:
         task_type=TaskType.MULTIPLE_CHOICE,
         metrics=CHOICE, max_tokens=1, source=f"user data_path (SHC {file})",
         loader=private.load_shc,
-        args=(DATA_PATH, Arg("skip_unlabelled", "skip rows whose label is empty instead of failing",
-                             choices=("true", "false"))),
+        args=(DATA_PATH, SUBGROUPS, Arg("skip_unlabelled", "skip (and count) rows whose label is empty instead of failing"
+                                        + (" (default true: upstream's ENT scenario always skipped them, so its own "
+                                           "run entries work as written)" if name in SKIPS_UNLABELLED else ""),
+                                        choices=("true", "false"),
+                                        default="true" if name in SKIPS_UNLABELLED else None)),
+        data_file=private.data_file,
         expected=f"{file} (CSV columns {qcol}, context, label = {letters}) or its folder",
         access_note=PRIVATE_NOTE, options={"file": file, "question_column": qcol, "choices": list(options)},
         prompt=PromptStyle(" ".join(p for p in (PREAMBLES.get(name, ""), "Answer the question using the context. "
@@ -144,7 +152,8 @@ PRIVATE: tuple[CatalogueEntry, ...] = tuple(_shc_entry(*row) for row in _SHC) + 
         task_type=TaskType.GENERATION,
         metrics=jury("chw_care_plan"), max_tokens=768,
         source="user data_path (Stanford CHW_Dataset.csv)", loader=private.load_chw_care_plan,
-        args=(DATA_PATH,) + JURY_ARGS, expected="CHW_Dataset.csv (column 'MO Note') or its folder",
+        args=(DATA_PATH, SUBGROUPS) + JURY_ARGS, data_file=private.data_file,
+        expected="CHW_Dataset.csv (column 'MO Note') or its folder",
         access_note=PRIVATE_NOTE, options={"file": "CHW_Dataset.csv"},
         prompt=PromptStyle(CHW_INSTRUCTIONS, context_label="Clinical Note", answer_label=""),
     ),
@@ -155,7 +164,8 @@ PRIVATE: tuple[CatalogueEntry, ...] = tuple(_shc_entry(*row) for row in _SHC) + 
                     "quality-controlled cases). Scored by the LLM jury with ROUGE.",
         task_type=TaskType.GENERATION, metrics=jury("starr_patient_instructions"),
         max_tokens=256, source="user data_path (Stanford dataset_cases_qc.csv)",
-        loader=private.load_starr_patient_instructions, args=(DATA_PATH,) + JURY_ARGS,
+        loader=private.load_starr_patient_instructions, args=(DATA_PATH, SUBGROUPS) + JURY_ARGS,
+        data_file=private.data_file,
         expected="dataset_cases_qc.csv (columns " + ", ".join(private.STARR_COLUMNS) + ") or its folder",
         access_note=PRIVATE_NOTE, options={"file": "dataset_cases_qc.csv"},
         prompt=PromptStyle("You are a medical professional writing personalized post-procedure instructions. Given "
@@ -169,7 +179,7 @@ PRIVATE: tuple[CatalogueEntry, ...] = tuple(_shc_entry(*row) for row in _SHC) + 
                     "processed dialogues). Scored by the LLM jury with ROUGE.",
         task_type=TaskType.GENERATION, metrics=jury("mental_health"), max_tokens=512,
         source="user data_path (Stanford processed_dialogues.csv)", loader=private.load_mental_health,
-        args=(DATA_PATH,) + JURY_ARGS,
+        args=(DATA_PATH, SUBGROUPS) + JURY_ARGS, data_file=private.data_file,
         expected="processed_dialogues.csv (columns context, gold_counselor_response, topic, dialogue_type) "
                  "or its folder", access_note=PRIVATE_NOTE, options={"file": "processed_dialogues.csv"},
         prompt=PromptStyle("Given a mental health conversation history, generate an empathetic and appropriate "

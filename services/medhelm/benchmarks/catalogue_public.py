@@ -3,8 +3,8 @@ commit/revision upstream HELM uses; where upstream is unpinned the source says s
 
 from __future__ import annotations
 
-from medhelm.benchmarks.catalogue_common import CHOICE, EXACT, JURY_ARGS, card, jury
-from medhelm.benchmarks.entry import Arg, CatalogueEntry
+from medhelm.benchmarks.catalogue_common import CHOICE, EXACT, JURY_ARGS, card, jury, split_or_leaderboard
+from medhelm.benchmarks.entry import Arg, CatalogueEntry, InstanceSet
 from medhelm.benchmarks.loaders import calculation, clinical_notes, exams, literature, patient_questions
 from medhelm.benchmarks.loaders.fetch import RemoteFile
 from medhelm.benchmarks.prompts import PromptStyle
@@ -45,6 +45,18 @@ MEDHALLU_INSTRUCTIONS = (
     "Return just an integer value, '0' if the answer is factual and '1' if the answer is hallucinated. No letter "
     "or word, just the integer value.")
 
+
+
+def _mtsamples_sets(board: str, every: str) -> tuple[InstanceSet, InstanceSet]:
+    """The two MTSamples sets (``loaders.clinical_notes``): upstream's note selection, or every note with a section."""
+    return (InstanceSet("leaderboard", "upstream's selection re-applied: the first 1,000 files of the folder "
+                                       "(upstream's listing cap) whose PLAN/SUMMARY/FINDINGS header is written in "
+                                       "upper case with text on its line (a lower-case header made upstream skip "
+                                       f"the note); {board}", leaderboard=True),
+            InstanceSet("all", "every note of the folder with a PLAN, SUMMARY or FINDINGS section in any case "
+                               f"({every})"))
+
+
 PUBLIC: tuple[CatalogueEntry, ...] = (
     CatalogueEntry(
         **card("medcalc_bench"),
@@ -83,9 +95,12 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                            "?recursive=1", "tree.json"),),
         options={"directory": "mtsamples_processed",
                  "raw_base": f"{GH}/raulista1997/benchmarkdata/{MTSAMPLES_REV}/mtsamples_processed"},
-        counts={"": 539},
-        left_out="notes without a PLAN, SUMMARY or FINDINGS section (no reference). Every file of the folder is "
-                 "read, from a mirror or a download alike (upstream's download listed at most 1,000 files)",
+        instance_sets=_mtsamples_sets("MedHELM's leaderboard evaluated 427 notes, a count not re-checked offline "
+                                      "against the files", "539 at the pinned commit: more notes than MedHELM's "
+                                                           "leaderboard (427)"),
+        counts={"instance_set=leaderboard": 427, "instance_set=all": 539},
+        left_out="notes without a PLAN, SUMMARY or FINDINGS section (no reference); instance_set=leaderboard also "
+                 "leaves out what upstream's code skipped (see the instance_set argument)",
     ),
     CatalogueEntry(
         **card("medec"),
@@ -156,12 +171,18 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                "data_clean/questions/US/4_options/phrases_no_exclude_test.jsonl",
         loader=exams.load_med_qa,
         prompt=PromptStyle("Answer the following medical exam question. " + MCQ_LETTERS, question_label="Question"),
-        remote=(RemoteFile("https://drive.usercontent.google.com/download?id=1ImYUSLk9JbgHXOemfvyiDiirluZHPeQw"
-                           "&export=download&confirm=t", "phrases_no_exclude_test.jsonl",
-                           member="US/4_options/phrases_no_exclude_test.jsonl"),),
-        counts={"": 1273},
-        left_out="the dev split (1,272 questions): upstream sampled dev and test together, but only test reached "
-                 "the leaderboard; train (zero-shot)",
+        remote=tuple(RemoteFile("https://drive.usercontent.google.com/download?id=1ImYUSLk9JbgHXOemfvyiDiirluZHPeQw"
+                                "&export=download&confirm=t", f"phrases_no_exclude_{split}.jsonl",
+                                member=f"US/4_options/phrases_no_exclude_{split}.jsonl") for split in ("dev", "test")),
+        instance_sets=split_or_leaderboard(
+            "the whole test split (1,273 questions), the population of the leaderboard's column but more "
+            "questions than it scored",
+            "the 503 test questions of HELM's seeded draw of 1,000 from dev + test (upstream evaluated both "
+            "splits; only the test part reached the leaderboard); reads the dev file too"),
+        counts={"instance_set=test": 1273, "instance_set=leaderboard": 503},
+        left_out="the dev split (1,272 questions) as instances: upstream sampled dev and test together, but only "
+                 "test reached the leaderboard (instance_set=leaderboard reads dev to redo that draw); train "
+                 "(zero-shot)",
     ),
     CatalogueEntry(
         **card("medhelm_med_mcqa"),
@@ -211,6 +232,9 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                            "?recursive=1", "tree.json"),),
         options={"directory": "mtsample_procedure",
                  "raw_base": f"{GH}/raulista1997/benchmarkdata/{BENCHDATA_REV}/mtsample_procedure"},
+        instance_sets=_mtsamples_sets("upstream listed the folder on the repository's default branch at its run "
+                                      "time; the leaderboard's count was not recorded here", "more notes than "
+                                      "upstream's rule where a note's header is not in upper case"),
         count_note="the file listing is read from the pinned git tree at run time; the number of .txt files "
                    "in it was not recorded offline",
     ),
@@ -285,13 +309,20 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                            "required information. Output only the SQL query ending with ; and no explanation. "
                            "If the question cannot be answered from the database, return an empty answer.",
                            context_label="Database Schema", question_label="Question", answer_label="SQL Query"),
-        remote=(RemoteFile(f"{GH}/glee4810/EHRSQL/{EHRSQL_REV}/dataset/ehrsql/eicu/test.json", "test.json"),
+        remote=(RemoteFile(f"{GH}/glee4810/EHRSQL/{EHRSQL_REV}/dataset/ehrsql/eicu/valid.json", "valid.json"),
+                RemoteFile(f"{GH}/glee4810/EHRSQL/{EHRSQL_REV}/dataset/ehrsql/eicu/test.json", "test.json"),
                 RemoteFile(f"{GH}/glee4810/EHRSQL/{EHRSQL_REV}/dataset/ehrsql/eicu/eicu.sql", "eicu.sql"),
                 RemoteFile(f"https://github.com/raulista1997/benchmarkdata/raw/{BENCHDATA_REV}/eicu.sqlite",
                            "eicu.sqlite")),
-        left_out="the valid split: upstream mapped eICU valid and test both to test; here test only",
-        count_note="the number of eICU questions in test.json at the pinned revision was not recorded "
-                   "offline (later EHRSQL releases changed the files)",
+        instance_sets=split_or_leaderboard(
+            "the eICU test split only (test.json); MedHELM's leaderboard also drew from the valid split, which "
+            "upstream mapped to its test split",
+            "the 1,000 questions of HELM's seeded draw from the eICU valid and test splits together (valid.json + "
+            "test.json; upstream mapped both to its test split)"),
+        counts={"instance_set=leaderboard": 1000},
+        left_out="the train split (zero-shot); the valid split unless instance_set=leaderboard",
+        count_note="the number of eICU questions in test.json (instance_set=test) at the pinned revision was "
+                   "not recorded offline (later EHRSQL releases changed the files)",
     ),
     CatalogueEntry(
         **card("race_based_med"),
@@ -307,6 +338,12 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                            "Respond with only 'A' for yes or 'B' for no."),
         remote=(RemoteFile("https://static-content.springer.com/esm/art%3A10.1038%2Fs41746-023-00939-z/"
                            "MediaObjects/41746_2023_939_MOESM1_ESM.docx", "41746_2023_939_MOESM1_ESM.docx"),),
+        instance_sets=(
+            InstanceSet("leaderboard", "each question-response pair once: upstream keyed the pairs by their "
+                                       "prompt, so the supplement's 4 repeated pairs counted once (first position, "
+                                       "last label)", leaderboard=True),
+            InstanceSet("all", "every pair of the supplement, the 4 repeated pairs included (not MedHELM's set)"),
+        ),
         count_note="the number of question-answer pairs depends on how the supplement's tables parse; not "
                    "recorded offline",
     ),

@@ -4,18 +4,25 @@ from these; ``catalogue.py`` looks them up. Nothing here imports a table, so the
 and ``catalogue.py`` imports the tables: the imports point one way.
 
 Failure semantics: ``check_args`` raises ``ConfigError`` naming the argument (unknown key, value not among
-the choices, required argument missing); nothing else here raises.
+the choices, required argument missing), ``subgroup_columns`` one naming ``subgroups=`` (an empty or repeated
+column); nothing else here raises.
+
+Instance sets: a row whose instances can be taken two ways (MedHELM's leaderboard set, or every published
+item) lists them in ``instance_sets``; the row then accepts ``instance_set=<name>`` (default: the first set),
+its ``counts`` are keyed ``instance_set=<name>``, and ``medhelm validate``/``describe`` print the set's own
+description, so a set that is not the leaderboard's is never reported as if it were.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from medhelm.benchmarks.base import LoadContext
 from medhelm.benchmarks.loaders.fetch import RemoteFile
 from medhelm.benchmarks.prompts import PromptStyle
-from medhelm.errors import ConfigError
+from medhelm.errors import ConfigError, escape
 from medhelm.specs import Access, BenchmarkSpec, FrozenMap, Instance, MetricSpec, TaskType
 
 
@@ -34,11 +41,48 @@ PROMPT_PATH = Arg("prompt_path", "a text file whose content replaces the instruc
                                  "MedHELM's own wording); the run and the leaderboard mark the prompt as not the "
                                  "default")
 
+# Benchmarks reading one private data file (``data_file`` below) accept it: the columns naming each patient's
+# subgroup, joined with "+" as HELM joins a multi-valued argument (``subgroups=age_band+sex``). Every metric is then
+# also computed per subgroup, small groups suppressed (store/subgroups.py, docs/report.md).
+SUBGROUPS = Arg("subgroups", "columns of the data file naming each patient's subgroup, joined with + "
+                             "(subgroups=age_band+sex): every metric is also reported per subgroup (docs/report.md)")
+MAX_SUBGROUP_COLUMNS = 16
+
+
+@dataclass(frozen=True)
+class InstanceSet:
+    """One way to take a benchmark's instances: its ``instance_set=`` value and what it holds."""
+
+    name: str
+    description: str  # what the set holds and how it relates to MedHELM's leaderboard (validate/describe print it)
+    leaderboard: bool = False  # True: the set MedHELM's published leaderboard evaluated
+
+
+INSTANCE_SET = "instance_set"
+
 # arguments that never change which instances a benchmark has
 _NEUTRAL_ARGS = frozenset({"data_path", "jury_config_path", "bertscore", "prompt_path", "max_length",
-                           "skip_unlabelled"})
+                           "skip_unlabelled", "subgroups"})
 
 Loader = Callable[[LoadContext, "CatalogueEntry"], Iterable[Instance]]
+DataFile = Callable[[LoadContext, "CatalogueEntry"], Path]
+
+
+def subgroup_columns(args: Mapping[str, str]) -> tuple[str, ...]:
+    """The columns of ``subgroups=`` (none when absent), in the order given."""
+    raw = str(args.get("subgroups") or "")
+    if not raw:
+        return ()
+    columns = tuple(c.strip() for c in raw.split("+"))
+    if any(not c for c in columns):
+        raise ConfigError(f"subgroups={escape(raw, 80)}: an empty column name (columns are joined with +, "
+                          "e.g. subgroups=age_band+sex)", field="subgroups")
+    if len(set(columns)) != len(columns):
+        raise ConfigError(f"subgroups={escape(raw, 80)}: a column is named twice", field="subgroups")
+    if len(columns) > MAX_SUBGROUP_COLUMNS:
+        raise ConfigError(f"subgroups= names {len(columns)} columns (at most {MAX_SUBGROUP_COLUMNS})",
+                          field="subgroups")
+    return columns
 
 
 @dataclass(frozen=True)
@@ -69,11 +113,32 @@ class CatalogueEntry:
     # public sources whose full count is not recorded here: why (``describe`` says it; ``validate`` says what it
     # loaded instead of comparing). Every public entry has ``counts`` or this (tests/catalogue checks).
     count_note: str = ""
+    # private data read from one CSV file: where it is (``data_path=`` resolved); such a row may accept
+    # ``subgroups=``, whose columns are checked in this file's header at planning
+    data_file: DataFile | None = None
+    # the ways to take the instances (first = default); the row then accepts instance_set=<name>
+    instance_sets: tuple[InstanceSet, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("options", "counts"):
             if not isinstance(getattr(self, name), FrozenMap):
                 object.__setattr__(self, name, FrozenMap(getattr(self, name)))
+        if SUBGROUPS in self.args and self.data_file is None:
+            raise ValueError(f"catalogue row {self.name}: subgroups= needs data_file (the file whose header names "
+                             "the columns)")
+        if self.instance_sets and all(a.name != INSTANCE_SET for a in self.args):
+            choices = tuple(s.name for s in self.instance_sets)
+            arg = Arg(INSTANCE_SET, "which instances: " + "; ".join(f"{s.name} = {s.description}"
+                                                                    for s in self.instance_sets),
+                      choices=choices, default=choices[0])
+            object.__setattr__(self, "args", self.args + (arg,))
+
+    def instance_set(self, args: Mapping[str, str]) -> InstanceSet | None:
+        """The set these (validated) arguments select; None for a row with one way to take its instances."""
+        if not self.instance_sets:
+            return None
+        chosen = args.get(INSTANCE_SET, self.instance_sets[0].name)
+        return next(s for s in self.instance_sets if s.name == chosen)
 
     def expected_count(self, args: Mapping[str, str]) -> int | None:
         """Instances the full published data gives for these arguments, if known (``medhelm validate``

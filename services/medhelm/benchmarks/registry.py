@@ -2,7 +2,8 @@
 
 ``prompt_path=`` (any catalogue benchmark) replaces the instructions with a file's text, verbatim; the
 benchmark then reports ``prompt_variant`` = ``custom:<sha256 prefix>`` and the run spec carries it. A missing,
-unreadable or empty prompt file, unknown arguments or data holding no instances raise ``ConfigError``.
+unreadable or empty prompt file, unknown arguments or data holding no instances raise ``ConfigError``, and so
+does a ``subgroups=`` column missing from the data file's header (checked here, at planning).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pathlib import Path
 from medhelm import files
 from medhelm.benchmarks.base import Benchmark, LoadContext, PromptBudget
 from medhelm.benchmarks.catalogue import CatalogueEntry, get_entry
+from medhelm.benchmarks.entry import subgroup_columns
+from medhelm.benchmarks.loaders.readers import check_columns
 from medhelm.benchmarks.prompts import PromptStyle, build_prompt
 from medhelm.errors import ConfigError
 from medhelm.specs import BenchmarkSpec, FrozenMap, Instance, Prompt
@@ -53,6 +56,11 @@ class CatalogueBenchmark:
         """Instances the full published data gives for these arguments (None = not known)."""
         return self.entry.expected_count(self.ctx.args)
 
+    @property
+    def instance_set(self):
+        """The ``InstanceSet`` chosen by ``instance_set=`` (None for a benchmark with a single set)."""
+        return self.entry.instance_set(self.ctx.args)
+
     def prompt(self, instance: Instance, budget: PromptBudget) -> Prompt:
         return build_prompt(self.style, instance, budget)
 
@@ -63,6 +71,9 @@ def resolve_catalogue(name: str, ctx: LoadContext) -> Benchmark:
     resolved = LoadContext(args=FrozenMap(args), data_dir=ctx.data_dir, cache_dir=ctx.cache_dir,
                            offline=ctx.offline, base_dir=ctx.base_dir, data_roots=ctx.data_roots,
                            any_path=ctx.any_path, cwd_allowed=ctx.cwd_allowed)
+    columns = subgroup_columns(args)
+    if columns and entry.data_file is not None:  # checked at planning, before anything is written
+        check_columns(entry.data_file(resolved, entry), columns, where=f"subgroups={'+'.join(columns)}")
     style = entry.prompt
     if args.get("prompt_path"):
         style = dataclasses.replace(style, instructions=read_prompt_file(args["prompt_path"], ctx.base_dir))

@@ -172,7 +172,7 @@ def _rows(path: Path, template: PromptTemplate, answer_required: bool, rows, sub
         if not instance_id:
             raise ConfigError("empty id", path=path, line=line, field=ID)
         empty = False
-        groups = {name: _label(values[name], path, line, name) for name in subgroups}  # checked at planning too
+        groups = {name: subgroup_label(values[name], path, line, name) for name in subgroups}  # checked at planning too
         if not build:
             _references(values, path, line, answer_required, wrong_memo, build=False)  # its checks only
             yield line, instance_id
@@ -188,7 +188,7 @@ def _rows(path: Path, template: PromptTemplate, answer_required: bool, rows, sub
 MAX_LABEL = 64
 
 
-def _label(cell: str, path: Path, line: int, column: str) -> str:
+def subgroup_label(cell: str, path: Path, line: int, column: str) -> str:
     """A subgroup label: a category (an age band, a sex), never free text; the cell is never echoed."""
     label = cell.strip()
     if len(label) > MAX_LABEL:

@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "export": ("medhelm.cli.export", "write a shareable bundle (use --redact for aggregates only)"),
     "import-helm": ("medhelm.cli.export", "import a HELM benchmark_output suite"),
     "report": ("medhelm.cli.report", "write the signed HTML evaluation report of a release; `report verify FILE`"),
+    "store": ("medhelm.cli.store", "the results store's schema version: status, migrate (before an upgrade's pods)"),
     "audit": ("medhelm.cli.audit", "list the audit trail: who saw instance text, every export"),
     "compare": ("medhelm.cli.compare", "compare two releases/suites per model and benchmark (paired tests; a gate)"),
     "plan": ("medhelm.cli.plan", "instances per benchmark needed to detect a difference, and their cost"),

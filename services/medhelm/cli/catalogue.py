@@ -95,7 +95,8 @@ def main_describe(args: argparse.Namespace) -> int:
                           "data": availability(entry, ctx), "mirror_files": _mirror_files(entry),
                           "expected": entry.expected, "access_note": entry.access_note,
                           "expected_instances": entry.counts.to_json(), "left_out": entry.left_out,
-                          "count_note": entry.count_note},
+                          "count_note": entry.count_note,
+                          "instance_sets": [s.__dict__ for s in entry.instance_sets]},
                          indent=2, default=list))
         return 0
     wrap = lambda s: textwrap.fill(s, 100, initial_indent="  ", subsequent_indent="  ")  # noqa: E731
@@ -134,7 +135,9 @@ def _counts(entry: CatalogueEntry) -> str:
     default = entry.counts.get("")
     per_arg = [f"{k}: {v:,}" for k, v in entry.counts.items() if k]
     parts = ([f"{default:,}"] if default is not None else []) + per_arg
-    return "; ".join(parts) + " (full published data; `medhelm validate` compares)"
+    other = f"; other sets not known here: {entry.count_note}" if entry.count_note else ""
+    what = "per instance set" if entry.instance_sets else "full published data"
+    return "; ".join(parts) + f" ({what}; `medhelm validate` compares){other}"
 
 
 def wrap_field(label: str, text: str) -> str:

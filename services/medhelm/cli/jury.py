@@ -177,7 +177,8 @@ def _stats_text(out: dict) -> str:
                   f"  jury_score {_est(s['jury_score'])}   jury_score_normalized {_est(s['jury_score_normalized'])}",
                   f"  judge tokens: prompt {s['judge_prompt_tokens']}, completion {s['judge_completion_tokens']}"
                   + ("" if s.get("judge_reasoning_tokens") is None else
-                     f" (of which reasoning {s['judge_reasoning_tokens']})"),
+                     f" (of which reasoning {'≈' if s.get('judge_reasoning_tokens_estimated') else ''}"
+                     f"{s['judge_reasoning_tokens']})"),
                   "  judge failures (unscored + error / requested):"]
         lines += [f"    {j['judge']:<32} {j['criterion']:<14} {j['unscored']:>4} + {j['error']:>4} / "
                   f"{j['requested']:<5} ({(j['failure_rate'] or 0) * 100:.1f}%)" for j in s["judges"]]

@@ -1,10 +1,11 @@
-"""`medhelm report` — the evaluation report a governance committee signs: one self-contained HTML file from a
+"""`medhelm report` — the evaluation report a governance committee signs: one self-contained HTML or PDF file from a
 release's aggregates (leaderboard, per-benchmark scores with intervals, performance by patient subgroup, change
 against the accepted release, provenance), with a manifest of its inputs' digests and its own, signed with the
-hospital's key; `medhelm report verify FILE` checks it.
+hospital's key (an HMAC secret, or a PEM private key whose public key anyone can check it with);
+`medhelm report verify FILE` checks it.
 
-    medhelm report --release 2026-11 --against 2026-10 --sign /secrets/report.key --out report-2026-11.html
-    medhelm report verify report-2026-11.html --key /secrets/report.key --store benchmark_output/results.sqlite
+    medhelm report --release 2026-11 --against 2026-10 --sign /secrets/report.pem --format pdf
+    medhelm report verify report-2026-11.pdf --key report.pub --store benchmark_output/results.sqlite
 
 Exit codes: 0 written / verified; 2 bad input (nothing written); 3 the report does not verify (one line saying
 what no longer matches). Every report written is in the audit trail (action ``report``), like an export.
@@ -26,18 +27,21 @@ from medhelm.errors import ConfigError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--release", help="release to report (default: the latest summarised)")
     p.add_argument("--against", metavar="ACCEPTED", help="the accepted release: add the paired change against it")
-    p.add_argument("--format", choices=("html",), default="html", help="output format (default: html)")
-    p.add_argument("--out", type=Path, help="file to write (default: <output-path>/reports/<release>.html)")
+    p.add_argument("--format", choices=("html", "pdf"), default="html",
+                   help="output format (default: html; pdf needs the report-pdf extra)")
+    p.add_argument("--out", type=Path, help="file to write (default: <output-path>/reports/<release>.<format>)")
     p.add_argument("--force", action="store_true", help="replace an existing file at --out")
     p.add_argument("--sign", type=Path, metavar="KEYFILE",
-                   help="sign the manifest with this key (HMAC-SHA256; at least 32 random bytes; docs/report.md)")
+                   help="sign the report with this key: a PEM private key (Ed25519, ECDSA, RSA; the report-sign "
+                        "extra) or an HMAC secret of at least 32 random bytes (docs/report.md)")
     p.add_argument("--bootstrap", type=int, default=2000, metavar="N",
                    help="bootstrap replicates of the change against --against (default: %(default)s)")
     add_store_arguments(p)
     sub = p.add_subparsers(dest="action", metavar="verify")
     v = sub.add_parser("verify", help="check a report: its content, its signature and (with --store) its inputs")
     v.add_argument("file", type=Path)
-    v.add_argument("--key", type=Path, metavar="KEYFILE", help="the key it was signed with (checks the signature)")
+    v.add_argument("--key", type=Path, metavar="KEYFILE",
+                   help="check the signature: the PEM public key (or the HMAC secret) it was signed with")
     v.add_argument("--store", dest="verify_store",
                    help="also check that this results store still holds the aggregates the report was built from")
 
@@ -51,17 +55,22 @@ def _write(args: argparse.Namespace) -> int:
     from medhelm.files import plain_name
     from medhelm.report import content as report_content
     from medhelm.report import render as report_render
-    from medhelm.report.seal import Key, seal
+    from medhelm.report import keys
+    from medhelm.report.seal import seal
     from medhelm.store import open_store
     from medhelm.store.read import resolve_release
 
     if not 0 <= args.bootstrap <= 100_000:
         raise ConfigError("--bootstrap must be from 0 to 100000")
-    key = Key.load(args.sign) if args.sign else None  # every input checked before anything is written
+    key = keys.load(args.sign, to_sign=True) if args.sign else None  # every input checked before anything is written
     report_render.pyplot()
+    if args.format == "pdf":
+        from medhelm.report import pdf
+
+        pdf.check()
     with open_store(store_location(args)) as store:
         release = resolve_release(store, args.release)
-        out = args.out or Path(args.output_path) / "reports" / f"{plain_name(release, what='--release')}.html"
+        out = args.out or Path(args.output_path) / "reports" / f"{plain_name(release, what='--release')}.{args.format}"
         if out.exists() and not args.force:
             raise ConfigError("exists already (give another --out, or --force to replace it)", path=out)
         if args.out is not None and not out.parent.is_dir():
@@ -69,6 +78,8 @@ def _write(args: argparse.Namespace) -> int:
         data = report_content.read_content(store, release, args.against, replicates=args.bootstrap)
         created = datetime.now(timezone.utc).isoformat(timespec="seconds")
         body = report_render.render(data, created)
+        if args.format == "pdf":
+            body = pdf.to_pdf(body)
         manifest = {"release": data.release, "against": data.against, "created_at": created,
                     "code_version": data.code_version, "inputs": data.inputs}
         sealed = seal(body, manifest, key)
@@ -78,7 +89,7 @@ def _write(args: argparse.Namespace) -> int:
         audit.record(store, Principal.local(source="cli"), "report", release=release, detail=detail)
     out.parent.mkdir(parents=True, exist_ok=True)  # the default <output-path>/reports/ is made on first use
     _atomic_write(out, sealed)
-    signed = f"signed HMAC-SHA256, key id {key.key_id}" if key else "not signed (give --sign KEYFILE)"
+    signed = f"signed {key.algorithm}, key id {key.key_id}" if key else "not signed (give --sign KEYFILE)"
     print(f"wrote {out} (release '{release}', {len(sealed)} bytes, {signed}); check it with: "
           f"medhelm report verify {out}")
     return 0
@@ -99,21 +110,29 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 def _verify(args: argparse.Namespace) -> int:
     from medhelm.report.content import input_digests
-    from medhelm.report.seal import Key, split, verify
+    from medhelm.report import keys
+    from medhelm.report.seal import split, verify
     from medhelm.store import open_store
 
-    key = Key.load(args.key) if args.key else None
+    key = keys.load(args.key, to_sign=False) if args.key else None
     inputs = None
     if args.verify_store:
         from medhelm.files import read_bytes
         from medhelm.report.seal import REPORT_LIMIT
 
-        _, manifest = split(read_bytes(args.file, limit=REPORT_LIMIT, what="report"), args.file)
+        manifest = split(read_bytes(args.file, limit=REPORT_LIMIT, what="report"), args.file).manifest
         with open_store(args.verify_store) as store:
             inputs = input_digests(store, str(manifest.get("release")), manifest.get("against"))
     manifest = verify(args.file, key, inputs)
     checks = ["content"] + (["signature"] if key else []) + (["inputs"] if inputs is not None else [])
-    unsigned = "" if key or manifest.get("signature") else " (the report is not signed)"
+    signer = manifest.get("signature") if isinstance(manifest.get("signature"), dict) else None
+    if key:
+        unsigned = f" (signed {key.algorithm}, key id {key.key_id})"
+    elif signer:
+        unsigned = (f" (signed {str(signer.get('algorithm'))[:20]}, key id {str(signer.get('key_id'))[:16]}: give "
+                    "--key to check the signature)")
+    else:
+        unsigned = " (the report is not signed)"
     print(f"{args.file}: verified ({', '.join(checks)}); release '{manifest.get('release')}', "
           f"sha256 {manifest.get('report_sha256')}{unsigned}")
     return 0

@@ -230,19 +230,32 @@ def main_validate(args: argparse.Namespace) -> int:
         except MedhelmError as err:
             raise err.with_context(f"run '{spec.name}': ") from None
         print(f"ok  {spec.name}  ({n} instances, metrics: {', '.join(m.name for m in spec.benchmark.metrics)})")
-        expected = getattr(plan.benchmark, "expected_count", None)
-        if expected is not None:
-            if len(loaded) == expected:
-                print(f"    loaded {len(loaded):,} instances: as published")
-            else:
-                print(f"    note: loaded {len(loaded):,} instances; the full published data gives {expected:,} "
-                      f"(a partial mirror, another release of the file, or rows skipped as not part of the "
-                      f"benchmark)")
-        else:
-            print(f"    loaded {len(loaded):,} instances (no published count to compare with: "
-                  f"`medhelm describe {spec.benchmark.name}` says why)")
+        _say_loaded(len(loaded), getattr(plan.benchmark, "expected_count", None),
+                    getattr(plan.benchmark, "instance_set", None), spec.benchmark.name)
     print(f"{len(plans)} run(s) valid")
     return 0
+
+
+def _say_loaded(n: int, expected: int | None, chosen, name: str) -> None:
+    """What ``validate`` says about the instances it loaded: the instance set (when the benchmark has several)
+    and how the count compares with the published one. "as on MedHELM's leaderboard" only for the leaderboard's
+    set at its count; "as published" only for a benchmark with a single set."""
+    if chosen is not None:
+        kind = "MedHELM's leaderboard set" if chosen.leaderboard else "not MedHELM's leaderboard set"
+        print(f"    instance_set={chosen.name} ({kind}): {chosen.description}")
+    if expected is None:
+        print(f"    loaded {n:,} instances (no published count to compare with: `medhelm describe {name}` says why)")
+    elif n != expected:
+        where = "MedHELM's leaderboard evaluated" if chosen is not None and chosen.leaderboard else \
+            "the full published data gives"
+        print(f"    note: loaded {n:,} instances; {where} {expected:,} (a partial mirror, another release of the "
+              f"file, or rows skipped as not part of the benchmark)")
+    elif chosen is None:
+        print(f"    loaded {n:,} instances: as published")
+    elif chosen.leaderboard:
+        print(f"    loaded {n:,} instances: as on MedHELM's leaderboard")
+    else:
+        print(f"    loaded {n:,} instances: every published item of instance_set={chosen.name}")
 
 
 def plan_from_args(args: argparse.Namespace):

@@ -82,10 +82,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.target == "dashboard":
+        import importlib.util
+
         try:
             from medhelm_dashboard import launch  # the leaderboard's own launcher (Streamlit)
         except ImportError:
-            raise ConfigError("the leaderboard is not installed: pip install 'medhelm-k8s[dashboard]'") from None
+            launch = None
+        if launch is None or importlib.util.find_spec("streamlit") is None:  # e.g. the slim service image
+            raise ConfigError("the leaderboard is not installed here: run it from the dashboard image "
+                              "(medhelm-k8s-dashboard) or pip install 'medhelm-k8s[dashboard]'")
 
         return int(launch.main(args) or 0)
     from medhelm.rpc.server import ServerConfig, serve

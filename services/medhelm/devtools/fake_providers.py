@@ -8,7 +8,9 @@ Each server is built from its provider's published API reference and refuses wha
 * ``FakeAnthropic`` — Messages API ``POST /v1/messages``: the key (``x-api-key``, or ``Authorization:
   Bearer`` as the 2026 SDKs send it) and a known ``anthropic-version`` (2023-06-01, 2026-10-21) required,
   unknown body fields refused ("Extra inputs are not permitted"), the first turn a user turn,
-  ``thinking.budget_tokens`` >= 1024 and < ``max_tokens``; errors as ``{"type":"error","error":{...}}``,
+  ``thinking.budget_tokens`` >= 1024 and < ``max_tokens``; with thinking on, a ``thinking`` block (or, with
+  ``redact_thinking = True``, an encrypted ``redacted_thinking`` block) before the text, its tokens billed in
+  ``output_tokens`` with no count of their own, as the API does; errors as ``{"type":"error","error":{...}}``,
   overload as HTTP 529 ``overloaded_error``. Also the Bedrock ``/model/<id>/invoke`` (SigV4,
   ``anthropic_version: bedrock-2023-05-31``) and Vertex ``...:rawPredict`` (bearer, ``vertex-2023-10-16``)
   routes, selected by ``platform``; both also take ``2026-10-21`` (current SDKs send it; the real Bedrock
@@ -20,8 +22,13 @@ Each server is built from its provider's published API reference and refuses wha
   ``thoughtsTokenCount``.
 * ``FakeBedrock`` — Converse ``POST /model/<id>/converse``: the SigV4 signature recomputed from the request
   as received (``InvalidSignatureException`` 403 on mismatch, ``UnrecognizedClientException`` for an
-  unknown key, ``Signature expired`` beyond 5 minutes), unknown fields ``ValidationException``;
+  unknown key, ``Signature expired`` beyond 5 minutes), unknown fields ``ValidationException``; Claude's
+  thinking through ``additionalModelRequestFields`` answers with a ``reasoningContent`` block
+  (``reasoningText`` + signature, or ``redactedContent``) billed in ``outputTokens``, and Claude's thinking rules
+  (budget >= 1024 and < ``maxTokens``, temperature 1 only) refused as ``ValidationException``;
   ``ThrottlingException`` 429 with ``x-amzn-ErrorType``.
+* ``FakeSHCGateway`` — Stanford Health Care's gateway routes for Claude and Gemini, strict to the private
+  bodies HELM's ``StanfordHealthCareClaudeClient``/``...GoogleClient`` post (see the class).
 * ``FakeAzureOpenAI`` — ``POST /openai/deployments/<d>/chat/completions?api-version=``: no api-version is a
   404, ``api-key`` or an Entra bearer token it issued and that has not expired; unknown arguments refused
   ("Unrecognized request argument supplied"); 429 with ``retry-after-ms``/``retry-after``. It is also the
@@ -326,6 +333,9 @@ _ANTHROPIC_FIELDS = {"model", "messages", "max_tokens", "system", "temperature",
                      "mcp_servers", "context_management", "cache_control", "diagnostics", "inference_geo",
                      "output_config", "user_profile_id", "anthropic_version", "anthropic_beta"}
 _ANTHROPIC_VERSIONS = ("2023-01-01", "2023-06-01", "2026-10-21")
+# The fakes' thinking (Anthropic thinking blocks, Converse reasoningContent): billed in the output count, as
+# the real APIs bill thinking in output_tokens / outputTokens with no count of its own
+THOUGHT = "Let me think about the question step by step before answering."
 
 
 class FakeAnthropic(FakeServer):
@@ -337,6 +347,7 @@ class FakeAnthropic(FakeServer):
         super().__init__(*args, **kwargs)
         self.api_key, self.platform, self.bearer = api_key, platform, bearer
         self.sigv4 = SigV4Verifier(aws_keys or {}, region)
+        self.redact_thinking = False  # True: the thinking comes back as a redacted_thinking block (encrypted)
 
     def _error(self, status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> Reply:
         return _json(status, {"type": "error", "error": {"type": kind, "message": message}},
@@ -398,9 +409,12 @@ class FakeAnthropic(FakeServer):
         content: list[dict[str, Any]] = []
         thinking_tokens = 0
         if data.get("thinking", {}).get("type") == "enabled":
-            thought = "Let me think about the question step by step before answering."
-            thinking_tokens = count_tokens(thought)
-            content.append({"type": "thinking", "thinking": thought, "signature": "EqQBCgIYAhIM" + secrets.token_hex(8)})
+            thinking_tokens = count_tokens(THOUGHT)
+            if self.redact_thinking:  # flagged by the safety systems: the API returns it encrypted
+                content.append({"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix" + secrets.token_hex(16)})
+            else:
+                content.append({"type": "thinking", "thinking": THOUGHT,
+                                "signature": "EqQBCgIYAhIM" + secrets.token_hex(8)})
         words = text.split()
         limit = data["max_tokens"] - thinking_tokens
         stop_reason = "end_turn"
@@ -607,6 +621,13 @@ _CONVERSE_FIELDS = {"messages", "system", "inferenceConfig", "toolConfig", "guar
 _CONVERSE_CONFIG = {"maxTokens", "temperature", "topP", "stopSequences"}
 
 
+def _converse_thinking(data: dict[str, Any]) -> Any:
+    """The thinking budget of a Converse request to Claude (additionalModelRequestFields.thinking), else None."""
+    extra = data.get("additionalModelRequestFields")
+    thinking = extra.get("thinking") if isinstance(extra, dict) else None
+    return thinking.get("budget_tokens") if isinstance(thinking, dict) and thinking.get("type") == "enabled" else None
+
+
 class FakeBedrock(FakeServer):
     name = "bedrock"
 
@@ -614,6 +635,7 @@ class FakeBedrock(FakeServer):
                  **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sigv4 = SigV4Verifier(aws_keys or {"AKIDEXAMPLE": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"}, region)
+        self.redact_thinking = False  # True: reasoningContent.redactedContent instead of reasoningText
 
     def route(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
         m = re.fullmatch(r"/model/([^/]+)/converse", path)
@@ -642,11 +664,21 @@ class FakeBedrock(FakeServer):
         text = self.answer(system, turns)
         config = data.get("inferenceConfig") or {}
         stop = "end_turn"
-        if isinstance(config.get("maxTokens"), int) and count_tokens(text) > config["maxTokens"]:
-            text, stop = " ".join(text.split()[:config["maxTokens"]]), "max_tokens"
+        blocks: list[dict[str, Any]] = []
+        thinking_tokens = 0
+        if _converse_thinking(data):  # Claude's extended thinking: a reasoningContent block before the text
+            thinking_tokens = count_tokens(THOUGHT)
+            blocks.append({"reasoningContent": {"reasoningText": {"text": THOUGHT,
+                                                                  "signature": "EqQBCgIYAhIM" + secrets.token_hex(8)}}}
+                          if not self.redact_thinking else
+                          {"reasoningContent": {"redactedContent": "RW5jcnlwdGVk" + secrets.token_hex(8)}})
+        limit = config["maxTokens"] - thinking_tokens if isinstance(config.get("maxTokens"), int) else None
+        if limit is not None and count_tokens(text) > limit:
+            text, stop = " ".join(text.split()[:max(limit, 0)]), "max_tokens"
         prompt = count_tokens(system) + sum(count_tokens(t) for _, t in turns)
-        out = count_tokens(text)
-        return _json(200, {"output": {"message": {"role": "assistant", "content": [{"text": text}]}},
+        out = count_tokens(text) + thinking_tokens
+        blocks.append({"text": text})
+        return _json(200, {"output": {"message": {"role": "assistant", "content": blocks}},
                            "stopReason": stop, "usage": {"inputTokens": prompt, "outputTokens": out,
                                                          "totalTokens": prompt + out},
                            "metrics": {"latencyMs": 1}}, {"x-amzn-RequestId": secrets.token_hex(8)})
@@ -684,6 +716,14 @@ class FakeBedrock(FakeServer):
         if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
             return ("1 validation error detected: Value at 'inferenceConfig.maxTokens' failed to satisfy "
                     "constraint: Member must have value greater than or equal to 1")
+        budget = _converse_thinking(data)
+        if budget is not None:  # Claude's rules for thinking, passed through by Converse
+            if not isinstance(budget, int) or budget < 1024:
+                return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+            if isinstance(max_tokens, int) and budget >= max_tokens:
+                return "`max_tokens` must be greater than `thinking.budget_tokens`"
+            if temperature is not None and temperature != 1:
+                return "`temperature` may only be set to 1 when thinking is enabled"
         return None
 
 
@@ -853,6 +893,110 @@ class FakeAzureOpenAI(FakeServer):
         return _json(200, {"access_token": token, "client_id": self.client_id, "expires_in": str(lifetime),
                            "expires_on": str(now + lifetime), "ext_expires_in": str(lifetime), "not_before": str(now),
                            "resource": params["resource"], "token_type": "Bearer"})
+
+
+# ==================================================================================================
+# Stanford Health Care's gateway: the private Claude and Gemini text routes HELM calls
+
+
+_SHC_CLAUDE_FIELDS = {"model_id": str, "prompt_text": str, "max_tokens": int, "temperature": (int, float)}
+_SHC_GOOGLE_CONFIG = {"temperature": (int, float), "topP": (int, float), "topK": int, "candidateCount": int,
+                      "maxOutputTokens": int, "stopSequences": list}
+
+
+class FakeSHCGateway(FakeServer):
+    """Azure API Management in front of SHC's Claude (Bedrock) and Gemini (Vertex) routes, strict to the
+    bodies HELM's ``StanfordHealthCareClaudeClient`` / ``StanfordHealthCareGoogleClient`` post to
+    ``{endpoint}/{deployment}``: ``routes`` maps each route path to ``"claude"`` or ``"google"``. The key is
+    the ``Ocp-Apim-Subscription-Key`` header (APIM's 401 otherwise); a body of another shape (an Anthropic
+    Messages or ``generateContent`` body, a missing or extra field) is a 400. Claude answers with Bedrock's
+    Messages reply (``claude_reply="message"``) or its bare content list (``"list"``); Gemini with the
+    ``streamGenerateContent`` chunks as one JSON array (two chunks, the usage on the last), which is what
+    HELM's parser reads (``response["content"]`` after wrapping the list)."""
+
+    name = "shc"
+
+    def __init__(self, *args: Any, routes: dict[str, str], subscription_key: str = "shc-key",
+                 claude_reply: str = "message", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.routes, self.subscription_key, self.claude_reply = routes, subscription_key, claude_reply
+
+    def route(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
+        kind = self.routes.get(path)
+        if kind is None or method != "POST":
+            return _json(404, {"statusCode": 404, "message": "Resource not found"})
+        if headers.get("ocp-apim-subscription-key") != self.subscription_key:
+            return _json(401, {"statusCode": 401, "message": "Access denied due to invalid subscription key. "
+                                                             "Make sure to provide a valid key for an active subscription."})
+        data = _parse_body(body)
+        problem = self._check_claude(data) if kind == "claude" else self._check_google(data)
+        if problem:
+            return _json(400, {"error": {"code": "BadRequest", "message": problem}})
+        fault = self._take_fault()
+        if fault == "throttle":
+            return _json(429, {"statusCode": 429, "message": "Rate limit is exceeded. Try again in 1 seconds."},
+                         {"Retry-After": "1"})
+        if fault in ("overloaded", "server_error"):
+            return _json(503, {"statusCode": 503, "message": "Service Unavailable"})
+        self._accepted(path, headers, data)
+        if kind == "claude":
+            prompt = data["prompt_text"]
+            text = self.answer("", [("user", prompt)])
+            words, stop = text.split(), "end_turn"
+            if count_tokens(text) > data["max_tokens"]:
+                text, stop = " ".join(words[:data["max_tokens"]]), "max_tokens"
+            content = [{"type": "text", "text": text}]
+            if self.claude_reply == "list":
+                return _json(200, content)
+            return _json(200, {"id": "msg_bdrk_" + secrets.token_hex(8), "type": "message", "role": "assistant",
+                               "model": data["model_id"], "content": content, "stop_reason": stop,
+                               "stop_sequence": None, "usage": {"input_tokens": count_tokens(prompt),
+                                                                "output_tokens": count_tokens(text)}})
+        prompt = data["contents"]["parts"]["text"]
+        config = data["generation_config"]
+        text = self.answer("", [("user", prompt)])
+        words, finish = text.split(), "STOP"
+        if count_tokens(text) > config["maxOutputTokens"]:
+            words, finish = words[:config["maxOutputTokens"]], "MAX_TOKENS"
+        half = (len(words) + 1) // 2
+        pieces = [" ".join(words[:half]), (" " if half < len(words) else "") + " ".join(words[half:])]
+        chunks: list[dict[str, Any]] = [{"candidates": [{"content": {"role": "model", "parts": [{"text": pieces[0]}]}}],
+                                         "modelVersion": path.rsplit("/", 1)[-1]}]
+        chunks.append({"candidates": [{"content": {"role": "model", "parts": [{"text": pieces[1]}]},
+                                       "finishReason": finish}],
+                       "usageMetadata": {"promptTokenCount": count_tokens(prompt),
+                                         "candidatesTokenCount": len(words),
+                                         "totalTokenCount": count_tokens(prompt) + len(words)},
+                       "modelVersion": path.rsplit("/", 1)[-1]})
+        return _json(200, chunks)
+
+    @staticmethod
+    def _check_claude(data: Any) -> str | None:
+        if not isinstance(data, dict):
+            return "the body must be a JSON object"
+        if set(data) != set(_SHC_CLAUDE_FIELDS):
+            return f"the body's fields must be exactly {sorted(_SHC_CLAUDE_FIELDS)}, got {sorted(data)[:10]}"
+        for key, kind in _SHC_CLAUDE_FIELDS.items():
+            if not isinstance(data[key], kind) or isinstance(data[key], bool):
+                return f"{key}: wrong type"
+        return None
+
+    @staticmethod
+    def _check_google(data: Any) -> str | None:
+        if not isinstance(data, dict) or set(data) != {"contents", "generation_config"}:
+            return "the body's fields must be exactly ['contents', 'generation_config']"
+        contents = data["contents"]
+        if not (isinstance(contents, dict) and set(contents) == {"role", "parts"} and contents["role"] == "user"
+                and isinstance(contents["parts"], dict) and set(contents["parts"]) == {"text"}
+                and isinstance(contents["parts"]["text"], str)):
+            return "contents must be one user object whose parts is one {text} object"
+        config = data["generation_config"]
+        if not isinstance(config, dict) or set(config) != set(_SHC_GOOGLE_CONFIG):
+            return f"generation_config's fields must be exactly {sorted(_SHC_GOOGLE_CONFIG)}"
+        for key, kind in _SHC_GOOGLE_CONFIG.items():
+            if not isinstance(config[key], kind) or isinstance(config[key], bool):
+                return f"generation_config.{key}: wrong type"
+        return None
 
 
 FAKES = {"anthropic": FakeAnthropic, "gemini": FakeGemini, "bedrock": FakeBedrock, "azure_openai": FakeAzureOpenAI}

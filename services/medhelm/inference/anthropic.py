@@ -4,7 +4,7 @@ Our own HTTP transport (``http.py``), not the ``anthropic`` SDK: the SDK (httpx,
 start-up measured in bench/bench_native_clients.py) buys nothing for one non-streaming POST; see
 docs/benchmarks.md. ``options``:
 
-* ``platform``: ``direct`` (default) | ``bedrock`` | ``vertex``;
+* ``platform``: ``direct`` (default) | ``bedrock`` | ``vertex`` | ``shc``;
 * direct: ``base_url`` (default ``https://api.anthropic.com``) + ``/v1/messages``, the key from
   ``api_key_env`` in ``x-api-key``, ``anthropic_version`` header (default ``2023-06-01``);
 * bedrock: ``POST <base_url>/model/<model>/invoke`` (``base_url`` default
@@ -14,6 +14,11 @@ docs/benchmarks.md. ``options``:
 * vertex: ``POST <base_url>/v1/projects/<project>/locations/<region>/publishers/anthropic/models/<model>:rawPredict``
   (``base_url`` default ``https://<region>-aiplatform.googleapis.com``), body ``anthropic_version:
   vertex-2023-10-16``, an OAuth token (``options.access_token_file`` or ``api_key_env``);
+* shc: Stanford Health Care's Claude route as HELM's ``StanfordHealthCareClaudeClient`` calls it — ``POST
+  <base_url>`` (the gateway's whole route, ``{endpoint}/{deployment}``) with SHC's own body ``{"model_id",
+  "prompt_text", "max_tokens", "temperature"}`` (the messages joined into one prompt text as HELM's prompt
+  is), only the gateway's subscription key; the reply is the Bedrock Messages body or its bare ``content``
+  list (HELM takes either). No thinking, no stop sequences, no system field: SHC's body has none;
 * ``thinking_budget``: extended thinking with that many tokens (``max_tokens`` grows by it, temperature
   is left to the API: thinking requires its default);
 * the gateway options of ``native.py``.
@@ -21,8 +26,11 @@ docs/benchmarks.md. ``options``:
 Failure semantics: ``native.NativeClient`` (529 ``overloaded_error`` and 429 are retried, honouring
 ``retry-after``); ``stop_reason: refusal`` is a completion with ``finish_reason: content_filter`` and the
 text the model gave. Usage: ``prompt_tokens`` = input + cache reads + cache writes; ``completion_tokens`` =
-``output_tokens``, thinking included. Anthropic reports no separate thinking count (one ``output_tokens``),
-so ``reasoning_tokens`` stays None: we do not guess it from the (summarised) thinking text.
+``output_tokens``, thinking included. Anthropic states no separate thinking count (one ``output_tokens``,
+billed for the whole thinking even when the reply carries a summary or a ``redacted_thinking`` block), so
+when the reply holds thinking blocks ``reasoning_tokens`` is our estimate (``tokens.split_reasoning``:
+``output_tokens`` less the answer's ≈4-characters-per-token share), flagged ``reasoning_estimated``.
+The completion's text is the ``text`` blocks only: thinking never reaches a metric or the record.
 """
 
 from __future__ import annotations
@@ -35,7 +43,9 @@ from medhelm.errors import ConfigError
 from medhelm.inference import sigv4
 from medhelm.inference.gateway import api_key, api_url, env_secret
 from medhelm.inference.native import NativeClient, bearer_source, int_or_none, option, split_system
+from medhelm.inference.openai import joined_prompt
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
+from medhelm.tokens import split_reasoning
 
 DEFAULT_VERSION = "2023-06-01"
 BEDROCK_VERSION = "bedrock-2023-05-31"
@@ -69,14 +79,25 @@ class AnthropicClient(NativeClient):
             url = api_url(deployment, base, f"/v1/projects/{project}/locations/{region}/publishers/anthropic/"
                                             f"models/{urllib.parse.quote(self._model, safe='@')}:rawPredict")
             self._bearer = bearer_source(deployment)
+        elif self.platform == "shc":
+            if not deployment.base_url:
+                raise ConfigError(f"deployment '{deployment.name}': platform shc needs base_url (the gateway's "
+                                  "route, {endpoint}/{deployment})")
+            url = api_url(deployment, deployment.base_url, "")
         else:
-            raise ConfigError(f"deployment '{deployment.name}': options.platform must be direct, bedrock or "
-                              "vertex")
+            raise ConfigError(f"deployment '{deployment.name}': options.platform must be direct, bedrock, "
+                              "vertex or shc")
         super().__init__(deployment, url, headers, connections)
         budget = deployment.options.get("thinking_budget")
         self._thinking = int(budget) if budget else 0
+        if self._thinking and self.platform == "shc":
+            raise ConfigError(f"deployment '{deployment.name}': options.thinking_budget cannot be sent on platform "
+                              "shc (SHC's Claude body has no thinking field)")
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
+        if self.platform == "shc":  # HELM's StanfordHealthCareClaudeClient.get_request, field for field
+            return {"model_id": self._model, "prompt_text": joined_prompt(request),
+                    "max_tokens": request.max_tokens, "temperature": request.temperature}
         system, turns = split_system(request)
         body: dict[str, Any] = {}
         if self.platform == "direct":
@@ -103,17 +124,22 @@ class AnthropicClient(NativeClient):
         return None
 
     def parse(self, data: Any, latency: float) -> Completion:
+        if isinstance(data, list):  # SHC's route may answer with the bare content list (HELM wraps it too)
+            data = {"content": data}
         blocks = data["content"]
         text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+        thought = any(b.get("type") in ("thinking", "redacted_thinking") for b in blocks)
         usage = data.get("usage") or {}
         prompt = int_or_none(usage.get("input_tokens"))
         if prompt is not None:
             prompt += sum(int_or_none(usage.get(k)) or 0 for k in ("cache_read_input_tokens",
                                                                      "cache_creation_input_tokens"))
         stop = data.get("stop_reason")
+        output = int_or_none(usage.get("output_tokens"))
+        thinking = split_reasoning(output, text) if thought else None  # no count stated: our estimate
         return Completion(text=text, finish_reason=_STOP.get(stop, stop),
-                          usage=Usage(prompt_tokens=prompt, completion_tokens=int_or_none(usage.get("output_tokens")),
-                                      latency_s=latency))
+                          usage=Usage(prompt_tokens=prompt, completion_tokens=output, latency_s=latency,
+                                      reasoning_tokens=thinking, reasoning_estimated=thinking is not None))
 
 
 def aws_credentials(deployment: Deployment) -> sigv4.Credentials:

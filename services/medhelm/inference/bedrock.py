@@ -6,14 +6,17 @@ Our own transport and signer (``sigv4.py``), not boto3: boto3+botocore are ~100 
 import, and their client serialises through a model of every AWS API (bench/bench_native_clients.py).
 ``options``: ``region`` (or ``AWS_REGION``); credential variable names ``aws_access_key_env``,
 ``aws_secret_key_env``, ``aws_session_token_env``; ``additional_model_request_fields`` (a mapping sent
-as is, e.g. Claude's ``{"thinking": {"type": "enabled", "budget_tokens": 2048}}``); the gateway options.
+as is, e.g. Claude's ``{"thinking": {"type": "enabled", "budget_tokens": 2048}}``: then ``maxTokens`` is the
+request's plus the budget and ``temperature`` is not sent, as for kind ``anthropic``); the gateway options.
 
 Failure semantics: ``native.NativeClient``. The error type comes from ``x-amzn-ErrorType`` (or ``__type``):
 ``ThrottlingException``, ``ServiceUnavailableException``, ``ModelNotReadyException`` and every 5xx are
 retried; ``ValidationException``/``AccessDeniedException``/a bad signature fail at once. A guardrail or
 content filter stop (``guardrail_intervened``, ``content_filtered``) is a completion with
 ``finish_reason: content_filter``. Usage: ``inputTokens``/``outputTokens``; reasoning content blocks
-(``reasoningContent``) are not part of the answer text, and Converse reports no separate reasoning count.
+(``reasoningContent``: ``reasoningText`` or ``redactedContent``) are not part of the answer text, and
+Converse states no separate reasoning count (``outputTokens`` holds it): when the reply holds reasoning
+blocks, ``reasoning_tokens`` is our estimate (``tokens.split_reasoning``), flagged ``reasoning_estimated``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from medhelm.inference.anthropic import aws_credentials, sign_for
 from medhelm.inference.gateway import api_url
 from medhelm.inference.native import NativeClient, int_or_none, option, split_system
 from medhelm.specs import Completion, Deployment, FrozenMap, GenerationRequest, Usage
+from medhelm.tokens import split_reasoning
 
 _STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
          "guardrail_intervened": "content_filter", "content_filtered": "content_filter"}
@@ -40,6 +44,11 @@ class BedrockClient(NativeClient):
         self._signer = (aws_credentials(deployment), region, "bedrock")
         extra = deployment.options.get("additional_model_request_fields")
         self._extra = FrozenMap(extra).to_json() if isinstance(extra, Mapping) else None  # plain JSON, nested too
+        thinking = (self._extra or {}).get("thinking")
+        budget = thinking.get("budget_tokens") if isinstance(thinking, Mapping) and thinking.get("type") == "enabled" \
+            else None
+        # Claude's extended thinking through Converse: maxTokens holds the budget too, temperature is not sent
+        self._thinking = budget if isinstance(budget, int) and not isinstance(budget, bool) else 0
         super().__init__(deployment, url, {}, connections)
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
@@ -47,7 +56,9 @@ class BedrockClient(NativeClient):
         body: dict[str, Any] = {"messages": [{"role": role, "content": [{"text": text}]} for role, text in turns]}
         if system:
             body["system"] = [{"text": system}]
-        config: dict[str, Any] = {"maxTokens": request.max_tokens, "temperature": request.temperature}
+        config: dict[str, Any] = {"maxTokens": request.max_tokens + self._thinking}
+        if not self._thinking:
+            config["temperature"] = request.temperature
         if request.stop:
             config["stopSequences"] = list(request.stop)
         body["inferenceConfig"] = config
@@ -61,11 +72,14 @@ class BedrockClient(NativeClient):
     def parse(self, data: Any, latency: float) -> Completion:
         blocks = data["output"]["message"]["content"]
         text = "".join(b["text"] for b in blocks if "text" in b)
+        thought = any("reasoningContent" in b for b in blocks)  # reasoningText or redactedContent
         usage = data.get("usage") or {}
         prompt = int_or_none(usage.get("inputTokens"))
         if prompt is not None:
             prompt += sum(int_or_none(usage.get(k)) or 0 for k in ("cacheReadInputTokens", "cacheWriteInputTokens"))
         stop = data.get("stopReason")
+        output = int_or_none(usage.get("outputTokens"))
+        thinking = split_reasoning(output, text) if thought else None  # Converse states no count: our estimate
         return Completion(text=text, finish_reason=_STOP.get(stop, stop),
-                          usage=Usage(prompt_tokens=prompt, completion_tokens=int_or_none(usage.get("outputTokens")),
-                                      latency_s=latency))
+                          usage=Usage(prompt_tokens=prompt, completion_tokens=output, latency_s=latency,
+                                      reasoning_tokens=thinking, reasoning_estimated=thinking is not None))

@@ -3,12 +3,18 @@
 Our own HTTP transport, not ``google-genai`` (which brings google-auth, httpx, pydantic and websockets;
 bench/bench_native_clients.py). ``options``:
 
-* ``platform``: ``public`` (default) | ``vertex``;
+* ``platform``: ``public`` (default) | ``vertex`` | ``shc``;
 * public: ``POST <base_url>/v1beta/models/<model>:generateContent`` (``base_url`` default
   ``https://generativelanguage.googleapis.com``), the key from ``api_key_env`` in ``x-goog-api-key``;
 * vertex: ``POST <base_url>/v1/projects/<project>/locations/<region>/publishers/google/models/<model>:generateContent``
   (``base_url`` default ``https://<region>-aiplatform.googleapis.com``), an OAuth token from
   ``options.access_token_file`` or ``api_key_env``;
+* shc: Stanford Health Care's Gemini route as HELM's ``StanfordHealthCareGoogleClient`` calls it — ``POST
+  <base_url>`` (the gateway's whole route) with HELM's body: ``contents`` one user object whose ``parts`` is one
+  text object (the messages joined), ``generation_config`` with ``temperature``, ``topP`` 1, ``topK`` 1
+  (HELM passes its ``top_k_per_token``, 1, as Gemini's topK), ``candidateCount`` 1, ``maxOutputTokens``,
+  ``stopSequences`` (a list, empty when none); the reply is the streamed chunks as one JSON array
+  (``streamGenerateContent``), whose texts are joined as HELM joins them;
 * ``thinking_budget``: ``generationConfig.thinkingConfig.thinkingBudget`` (0 turns thinking off on 2.5 Flash);
 * ``api_version``: the public API's version path (default ``v1beta``); the gateway options of ``native.py``.
 
@@ -32,6 +38,7 @@ from typing import Any
 from medhelm.errors import ConfigError
 from medhelm.inference.gateway import api_key, api_url
 from medhelm.inference.native import NativeClient, bearer_source, int_or_none, option, split_system
+from medhelm.inference.openai import joined_prompt
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 
 BLOCKED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"})
@@ -57,13 +64,26 @@ class GeminiClient(NativeClient):
             url = api_url(deployment, base, f"/v1/projects/{project}/locations/{region}/publishers/google/models/"
                                             f"{model}:generateContent")
             self._bearer = bearer_source(deployment)
+        elif self.platform == "shc":
+            if not deployment.base_url:
+                raise ConfigError(f"deployment '{deployment.name}': platform shc needs base_url (the gateway's "
+                                  "route, {endpoint}/{deployment})")
+            url = api_url(deployment, deployment.base_url, "")
         else:
-            raise ConfigError(f"deployment '{deployment.name}': options.platform must be public or vertex")
+            raise ConfigError(f"deployment '{deployment.name}': options.platform must be public, vertex or shc")
         super().__init__(deployment, url, headers, connections)
         budget = deployment.options.get("thinking_budget")
         self._thinking = int(budget) if budget is not None else None
+        if self._thinking is not None and self.platform == "shc":
+            raise ConfigError(f"deployment '{deployment.name}': options.thinking_budget cannot be sent on platform "
+                              "shc (SHC's Gemini body has no thinkingConfig)")
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
+        if self.platform == "shc":  # HELM's StanfordHealthCareGoogleClient.get_request, field for field
+            return {"contents": {"role": "user", "parts": {"text": joined_prompt(request)}},
+                    "generation_config": {"temperature": request.temperature, "topP": 1, "topK": 1,
+                                          "candidateCount": 1, "maxOutputTokens": request.max_tokens,
+                                          "stopSequences": list(request.stop)}}
         system, turns = split_system(request)
         body: dict[str, Any] = {"contents": [{"role": "model" if role == "assistant" else "user",
                                               "parts": [{"text": text}]} for role, text in turns]}
@@ -86,6 +106,8 @@ class GeminiClient(NativeClient):
         return self._bearer() if self._bearer is not None else None
 
     def parse(self, data: Any, latency: float) -> Completion:
+        if isinstance(data, list):
+            data = merged_chunks(data)
         meta = data.get("usageMetadata") or {}
         thoughts = int_or_none(meta.get("thoughtsTokenCount"))
         answer = int_or_none(meta.get("candidatesTokenCount"))
@@ -104,3 +126,22 @@ class GeminiClient(NativeClient):
         reason = first.get("finishReason")
         finish = "content_filter" if reason in BLOCKED else _STOP.get(reason, reason.lower() if reason else None)
         return Completion(text=text, finish_reason=finish, usage=usage)
+
+
+def merged_chunks(chunks: list[Any]) -> dict[str, Any]:
+    """``streamGenerateContent``'s chunks (one JSON array) as one ``generateContent`` reply: the first
+    candidate's parts in order, the last finish reason and usage stated, a prompt block from any chunk."""
+    parts: list[Any] = []
+    merged: dict[str, Any] = {}
+    finish = None
+    for chunk in chunks:
+        if chunk.get("promptFeedback"):
+            merged["promptFeedback"] = chunk["promptFeedback"]
+        if chunk.get("usageMetadata"):
+            merged["usageMetadata"] = chunk["usageMetadata"]
+        for candidate in (chunk.get("candidates") or [])[:1]:
+            parts.extend((candidate.get("content") or {}).get("parts") or [])
+            finish = candidate.get("finishReason") or finish
+    if parts or finish:
+        merged["candidates"] = [{"content": {"role": "model", "parts": parts}, "finishReason": finish}]
+    return merged

@@ -28,6 +28,7 @@ from urllib.parse import quote
 from medhelm.errors import ConfigError, InferenceError
 from medhelm.inference.http import HttpReply
 from medhelm.inference.openai import OpenAIClient, strip_reasoning
+from medhelm.inference.openai import joined_prompt as prompt_text  # the chat as one text (the predictor applies its template)
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 
 
@@ -74,11 +75,6 @@ class KServeV2Client(OpenAIClient):
             usage=Usage(prompt_tokens=_count(outputs, params, "prompt_tokens"),
                         completion_tokens=_count(outputs, params, "completion_tokens"), latency_s=latency),
         )
-
-
-def prompt_text(request: GenerationRequest) -> str:
-    """The chat flattened to one text (the predictor applies its own template)."""
-    return "\n\n".join(m.content for m in request.messages)
 
 
 def parameters(request: GenerationRequest, extra: Mapping[str, Any]) -> dict[str, Any]:

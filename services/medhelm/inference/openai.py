@@ -14,15 +14,23 @@ Deployment ``options`` understood here:
 * reasoning models: ``reasoning_effort`` (sent as is: ``low`` | ``medium`` | ``high``), ``thinking_budget``
   (tokens added to every request's ``max_tokens``, so a 1-token multiple-choice answer still has room after
   the thinking), ``max_tokens_param: max_completion_tokens`` (OpenAI's o-series and GPT-5 refuse
-  ``max_tokens``) and ``sampling: false`` (temperature and stop are not sent: those models refuse them).
+  ``max_tokens``) and ``sampling: false`` (temperature and stop are not sent: those models refuse them);
+* ``request_shape: helm`` — the body HELM's ``OpenAIClient`` sends for a text prompt, field for field (set
+  by ``helm_env.py`` for Stanford Health Care's OpenAI-shaped classes): the prompt as one user message,
+  ``temperature``, ``top_p`` 1, ``n`` 1, ``stop`` (``null`` when none), ``max_tokens``, ``presence_penalty``
+  and ``frequency_penalty`` 0, no ``seed``; for a model whose name starts ``o1``/``o3``/``o4`` HELM's
+  o-series rules (``max_completion_tokens``, no sampling fields, no ``stop: null``);
+* ``extra_body`` — a mapping of server-specific fields added to every request body (fields we set win), part
+  of the cache key: vLLM's ``structured_outputs`` or ``chat_template_kwargs`` (Qwen3's ``enable_thinking``).
 
 Reasoning: only the final answer is kept as the completion's text — ``message.content``, never vLLM's
 ``reasoning_content``/``reasoning`` — and a leading ``<think>...</think>`` block is cut when the server did
 not split it (no reasoning parser). ``usage.completion_tokens_details.reasoning_tokens`` is recorded as
-``Usage.reasoning_tokens`` (of ``completion_tokens``) when the server states a positive count; a server that
-says nothing (vLLM before its reasoning usage, a server without a parser) leaves it None: unknown, never 0 —
-except a reply with thinking and no answer (the budget ran out while thinking), where every completion
-token was thinking.
+``Usage.reasoning_tokens`` (of ``completion_tokens``) when the server states a positive count. A reply that
+thought (``reasoning_content``/``reasoning``, or a ``<think>`` block cut here) without a stated count — vLLM
+0.32 with ``--reasoning-parser`` states ``reasoning_tokens: 0`` (measured, tests/engines) — gets our estimate
+(``tokens.split_reasoning``), flagged ``reasoning_estimated``; with no answer at all (the budget ran out while
+thinking) every completion token was thinking (exact). A reply with no sign of thinking leaves it None.
 
 A server's wait is honoured from ``retry-after-ms`` (Azure) or ``Retry-After``. Kind ``azure_openai``
 (``azure_openai.py``) is this client with Azure's URL layout and an Entra ID token per request.
@@ -44,7 +52,8 @@ from medhelm.errors import ConfigError, InferenceError
 from medhelm.inference.gateway import gateway_headers
 from medhelm.inference.http import HttpReply, JsonTransport
 from medhelm.inference.pacing import retry_after_seconds
-from medhelm.specs import Completion, Deployment, GenerationRequest, Usage, scalar_json
+from medhelm.specs import Completion, Deployment, FrozenMap, GenerationRequest, Usage, scalar_json
+from medhelm.tokens import split_reasoning
 
 _SERVER_MESSAGE_CHARS = 300
 _RETRYABLE_STATUS = frozenset({408, 429})  # plus every 5xx
@@ -64,6 +73,17 @@ class OpenAIClient:
         self._max_key = str(options.get("max_tokens_param") or "max_tokens")
         self._sampling = options.get("sampling", True) is not False
         self._effort = options.get("reasoning_effort")
+        shape = options.get("request_shape", "medhelm")
+        if shape not in ("medhelm", "helm") or (shape == "helm" and not self._chat):
+            raise ConfigError(f"deployment '{deployment.name}': options.request_shape must be medhelm or helm "
+                              "(helm: the chat route only)")
+        self._helm = shape == "helm"
+        # HELM tests request.model_engine (the model name's last part) for its o-series rules
+        self._helm_o_series = deployment.model_name.rsplit("/", 1)[-1].startswith(("o1", "o3", "o4"))
+        extra = options.get("extra_body")
+        if extra is not None and not isinstance(extra, Mapping):
+            raise ConfigError(f"deployment '{deployment.name}': options.extra_body must be a mapping of body fields")
+        self._extra = FrozenMap(extra).to_json() if extra else {}  # plain JSON, nested too
         params = {"api-version": str(options["api_version"])} if options.get("api_version") else None
         self._transport = JsonTransport(deployment, _headers(deployment), params, connections=connections)
         self._auth = None  # an object with ``async headers()`` and ``invalidate()`` (Entra ID), or None
@@ -76,16 +96,27 @@ class OpenAIClient:
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
         """The JSON body sent for ``request`` (public so tests and dry runs can inspect it)."""
+        body = self._helm_payload(request) if self._helm else self._own_payload(request)
+        if request.json_schema is not None:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "response", "schema": json.loads(request.json_schema)},
+            }
+        if self._effort is not None:
+            body["reasoning_effort"] = self._effort
+        for key, value in self._extra.items():
+            body.setdefault(key, value)
+        return body
+
+    def _own_payload(self, request: GenerationRequest) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self._model}
         if self._chat:
             body["messages"] = [m.to_json() for m in request.messages]
         else:
-            body["prompt"] = "\n\n".join(m.content for m in request.messages)
+            body["prompt"] = joined_prompt(request)
         body[self._max_key] = request.max_tokens + self._thinking  # the answer's budget after the thinking
         if self._sampling:
             body["temperature"] = request.temperature
-        if self._effort is not None:
-            body["reasoning_effort"] = self._effort
         if request.stop and self._sampling:
             body["stop"] = list(request.stop)
         if request.seed is not None:
@@ -93,16 +124,28 @@ class OpenAIClient:
         if request.top_logprobs:
             body["logprobs"] = True
             body["top_logprobs"] = request.top_logprobs
-        if request.json_schema is not None:
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "response", "schema": json.loads(request.json_schema)},
-            }
+        return body
+
+    def _helm_payload(self, request: GenerationRequest) -> dict[str, Any]:
+        """HELM's ``OpenAIClient._make_chat_raw_request`` for a text prompt (``request.prompt``), in its order."""
+        body: dict[str, Any] = {"model": self._model,
+                                "messages": [{"role": "user", "content": joined_prompt(request)}],
+                                "temperature": request.temperature, "top_p": 1, "n": 1,
+                                "stop": list(request.stop) or None,  # HELM: "API doesn't like empty list"
+                                "max_tokens": request.max_tokens + self._thinking,
+                                "presence_penalty": 0, "frequency_penalty": 0}
+        if self._helm_o_series:
+            body["max_completion_tokens"] = body.pop("max_tokens")
+            if body["stop"] is None:
+                body.pop("stop")
+            for key in ("temperature", "top_p", "frequency_penalty", "presence_penalty"):
+                body.pop(key)
         return body
 
     def body(self, request: GenerationRequest) -> bytes:
         """``payload(request)`` as the bytes sent, the messages' JSON reused from the cache key."""
-        if (request.json_schema is not None or request.top_logprobs or not self._chat or self._thinking
+        if (self._helm or request.json_schema is not None or request.top_logprobs or not self._chat or self._thinking
+                or self._extra
                 or self._effort is not None or not self._sampling or self._max_key != "max_tokens"):
             return json.dumps(self.payload(request), ensure_ascii=False).encode("utf-8")
         text = (self._body_head + request.messages_json() + ',"max_tokens":' + scalar_json(request.max_tokens)
@@ -198,15 +241,25 @@ def _parse(response: HttpReply, latency: float, where: str, *, chat: bool = True
     text = strip_reasoning(content)
     thinking = reasoning_tokens(usage)
     completion = usage.get("completion_tokens")
-    if (thinking is None and not text and (thought or text != content) and isinstance(completion, int)
+    estimated = False
+    if (thinking is None and (thought or text != content) and isinstance(completion, int)
             and not isinstance(completion, bool) and completion > 0):
-        thinking = completion  # no answer, only thinking (cut off by the budget): every generated token thought
+        # thought, and no count stated (vLLM 0.32's parser states reasoning_tokens 0): no answer means every
+        # generated token thought (cut off by the budget); else our estimate, flagged
+        thinking = split_reasoning(completion, text)
+        estimated = bool(text)
     return Completion(
         text=text,
         finish_reason=choice.get("finish_reason"),
         usage=Usage(prompt_tokens=usage.get("prompt_tokens"), completion_tokens=completion,
-                    latency_s=latency, reasoning_tokens=thinking),
+                    latency_s=latency, reasoning_tokens=thinking, reasoning_estimated=estimated),
     )
+
+
+def joined_prompt(request: GenerationRequest) -> str:
+    """The chat as one prompt text (HELM's ``request.prompt``): the legacy completions route, KServe v2's
+    text input and Stanford Health Care's text routes take text, not turns."""
+    return "\n\n".join(m.content for m in request.messages)
 
 
 def reasoning_tokens(usage: Mapping[str, Any]) -> int | None:

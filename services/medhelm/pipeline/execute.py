@@ -346,6 +346,7 @@ def merge_results(results: Sequence[MetricResult]) -> MetricResult:
     judgements: list[JudgeScore] = []
     judge_prompt = judge_completion = 0
     judge_reasoning: int | None = None  # stays None (absent from the record) unless a judge stated it
+    judge_estimated = False  # some judge's thinking is our estimate (tokens.split_reasoning)
     for r in results:
         stats.update(r.stats)
         judgements.extend(r.judgements)
@@ -353,8 +354,10 @@ def merge_results(results: Sequence[MetricResult]) -> MetricResult:
         judge_completion += r.judge_usage.completion_tokens or 0
         if r.judge_usage.reasoning_tokens is not None:
             judge_reasoning = (judge_reasoning or 0) + r.judge_usage.reasoning_tokens
+            judge_estimated = judge_estimated or r.judge_usage.reasoning_estimated
     judge_usage = (Usage(prompt_tokens=judge_prompt, completion_tokens=judge_completion,
-                         reasoning_tokens=judge_reasoning) if judgements else Usage())
+                         reasoning_tokens=judge_reasoning, reasoning_estimated=judge_estimated)
+                   if judgements else Usage())
     return MetricResult(stats=stats, judgements=tuple(judgements), judge_usage=judge_usage)
 
 

@@ -28,7 +28,26 @@ th,td{border:1px solid #bbb;padding:.25rem .5rem;text-align:left;vertical-align:
 th{background:#f0f0f0}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .note{color:#444;font-size:.9rem}.drop{color:#a00;font-weight:bold}.gain{color:#060}
 figure{margin:1rem 0}figure svg{max-width:100%;height:auto}code{font-size:.85rem;word-break:break-all}
-@media print{h2{page-break-after:avoid}table,figure{page-break-inside:avoid}}
+"""
+# paged media (a browser's print, and the PDF: report/pdf.py lays out this same page): A4 landscape, numbered
+# pages, smaller type, headings kept with what follows, wide tables across the page, long tables split between
+# rows with their header repeated, figures whole
+_PRINT_CSS = """
+@media print{
+@page{size:A4 landscape;margin:14mm 12mm 16mm;
+@bottom-left{content:string(release);font:7pt sans-serif;color:#555}
+@bottom-right{content:"page " counter(page) " of " counter(pages);font:7pt sans-serif;color:#555}}
+h1{string-set:release content(text);font-size:15pt;margin-top:0}
+body{margin:0;max-width:none;padding:0;font-size:9pt}
+h2{font-size:12pt;margin-top:1.1rem}h3{font-size:10pt}
+h2,h3,p.note{break-after:avoid}
+table{display:table;font-size:7.5pt;overflow:visible;break-inside:auto}table.wide{width:100%}
+caption{text-align:left;font-weight:bold;padding:.2rem 0;break-after:avoid}
+thead{display:table-header-group}tr{break-inside:avoid}
+th,td{padding:.12rem .3rem}tbody th,tbody td{overflow-wrap:anywhere}.note{font-size:8.5pt}
+figure{break-inside:avoid}figure svg{max-height:160mm}
+code{font-size:7pt}
+}
 """
 
 
@@ -66,7 +85,8 @@ def _table(caption: str, headers: Sequence[str], rows: Iterable[Sequence[Any]], 
     if not body:
         return f'<p class="note">{_e(caption)}: none.</p>'
     head = "".join(f'<th scope="col">{_e(h)}</th>' for h in headers)
-    return (f"<table><caption>{_e(caption)}</caption><thead><tr>{head}</tr></thead><tbody>"
+    wide = ' class="wide"' if len(headers) >= 7 else ""  # across the printed page (render's _PRINT_CSS)
+    return (f"<table{wide}><caption>{_e(caption)}</caption><thead><tr>{head}</tr></thead><tbody>"
             + "".join(body) + "</tbody></table>")
 
 
@@ -98,9 +118,30 @@ def _svg(fig: Any, label: str) -> str:
     return text.replace("<svg ", f'<svg role="img" aria-label="{_e(label)}" ', 1)
 
 
+ROWS_PER_FIGURE = 18  # a figure of at most this many rows fits a printed A4 landscape page at full size
+
+
 def interval_plot(title: str, labels: Sequence[str], values: Sequence[float | None],
                   lows: Sequence[float | None], highs: Sequence[float | None], xlabel: str) -> str:
-    """Points with 95 % intervals, one row per label (top to bottom in the given order)."""
+    """Points with 95 % intervals, one row per label (top to bottom in the given order); more rows than
+    ``ROWS_PER_FIGURE`` are drawn as several figures of about equal size on one shared score axis."""
+    n = len(labels)
+    parts = max(1, math.ceil(n / ROWS_PER_FIGURE))
+    size = math.ceil(n / parts) if n else 0
+    ends = [float(v) for v in (*values, *lows, *highs) if v is not None and math.isfinite(float(v))]
+    pad = (max(ends) - min(ends)) * 0.04 or 0.05 if ends else 0.05
+    xlim = (min(ends) - pad, max(ends) + pad) if ends else None
+    out = []
+    for i in range(parts):
+        part = slice(i * size, (i + 1) * size)
+        name = title if parts == 1 else f"{title} ({i + 1} of {parts})"
+        out.append(_interval_figure(name, labels[part], values[part], lows[part], highs[part], xlabel, xlim))
+    return "".join(out)
+
+
+def _interval_figure(title: str, labels: Sequence[str], values: Sequence[float | None],
+                     lows: Sequence[float | None], highs: Sequence[float | None], xlabel: str,
+                     xlim: tuple[float, float] | None) -> str:
     plt = pyplot()
     # names are data: a "$" would start matplotlib's math mode (and an unbalanced one raise), so it is escaped
     labels = [str(label).replace("$", r"\$") for label in labels]
@@ -120,6 +161,8 @@ def interval_plot(title: str, labels: Sequence[str], values: Sequence[float | No
     ax.set_title(title, fontsize=10)
     ax.grid(axis="x", color="#ddd")
     ax.set_ylim(-0.7, n - 0.3)
+    if xlim is not None:
+        ax.set_xlim(*xlim)
     return f"<figure>{_svg(fig, caption)}<figcaption>{_e(caption)}: points with 95 % bootstrap intervals." \
            "</figcaption></figure>"
 
@@ -133,7 +176,8 @@ def render(content: ReportContent, created_at: str) -> bytes:
            # no script, no outside request of any kind (the page must open offline, in a locked-down viewer)
            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
            "img-src data:\">",
-           f"<title>MedHELM evaluation report: {_e(content.release)}</title><style>{_CSS}</style></head><body>",
+           f"<title>MedHELM evaluation report: {_e(content.release)}</title><style>{_CSS}{_PRINT_CSS}</style></head>"
+           "<body>",
            f"<h1>MedHELM evaluation report: release <code>{_e(content.release)}</code></h1>",
            f'<p class="note">Made {_e(created_at)} by medhelm {_e(content.code_version)} from the results store\'s '
            "aggregates only (no prompt, output or patient text is read). Its manifest (the digests of every input "

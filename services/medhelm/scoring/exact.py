@@ -7,7 +7,9 @@
   (models that keep talking after the answer).
 
 Each value is the max over the instance's correct references. An empty output scores 0 (the model
-answered nothing); an instance without a correct reference is unscored (``None``), never 0.
+answered nothing) unless a correct reference is empty too: then the empty answer *is* the answer (EHRSQL's
+unanswerable questions, whose gold is no query) and scores 1. An instance without a correct reference is
+unscored (``None``), never 0.
 """
 
 from __future__ import annotations
@@ -56,14 +58,16 @@ def score_text(prediction: str, golds: tuple[str, ...] | list[str]) -> dict[str,
     if not golds:
         return dict.fromkeys(STATS)
     pred = prediction.strip()
-    if not pred:
-        return dict.fromkeys(STATS, 0.0)
+    if not pred:  # nothing answered: right only where answering nothing is the gold answer
+        return dict.fromkeys(STATS, float(any(not g.strip() for g in golds)))
     # _MATCHERS' four comparisons with each side stripped / normalised once (not once per matcher and gold)
     norm_pred = normalize(prediction)
     stripped = [g.strip() for g in golds]
     normed = [normalize(g) for g in golds]
     return {"exact_match": float(pred in stripped),
             "quasi_exact_match": float(norm_pred in normed),
+            # HELM's prefix rule as it is: an empty reference (or one that normalises to nothing, e.g. the option
+            # text "A", an article) is a prefix of every answer; the columns carry HELM's names, so HELM's numbers
             "prefix_exact_match": float(any(pred.startswith(g) for g in stripped)),
             "quasi_prefix_exact_match": float(any(norm_pred.startswith(g) for g in normed))}
 

@@ -8,11 +8,19 @@ Concurrency: writers that replace a release or create tables (``transaction(excl
 time per store — SQLite by ``BEGIN IMMEDIATE`` with a long busy timeout (``BUSY_TIMEOUT_S``), PostgreSQL by
 a transaction-scoped advisory lock — so a second ``summarize`` into the same store waits for the first and
 then replaces the release itself; it never fails on a lock or a duplicate key, and readers see either
-release whole (one transaction each). Past the timeout it is the one-line "locked" error. Tables made on
-first use (the clinicians' ratings, the audit trail: ``ensure_relations``) are made the same way, and only
-when missing: a reader that finds them writes nothing and never waits. An existing store is changed only
-inside a writer's transaction (``migrate``): a refused summarize leaves an older store byte for byte as it
-was. A full disk or a read-only file/folder is ``OutputUnwritable`` (exit 74, "cannot write"), never
+release whole (one transaction each). Past the timeout it is the one-line "locked" error.
+
+Schema versions (``schema.SCHEMA_VERSION``): a store is created at the current version with every relation;
+an older one is brought forward by ``Store.migrate`` inside an exclusive transaction (all steps or none, the
+version re-read under the lock, so two pods migrating at once do it once). A store newer than this code is
+refused by every reader and writer before anything is written, in one line naming both versions. An older
+store: SQLite (one file, the embedded store) is read as it is and migrated by its next summarize, inside that
+summarize's transaction (a refused summarize leaves it byte for byte as it was); PostgreSQL (shared by many
+pods, whose role should not own the schema) is refused until ``medhelm store migrate`` (``migrate_store``,
+the chart's hook Job) has run. Relations an older SQLite store lacks are made on first use
+(``ensure_relations``), only when missing: a reader that finds them writes nothing and never waits.
+
+A full disk or a read-only file/folder is ``OutputUnwritable`` (exit 74, "cannot write"), never
 "damaged"; a store URL of another scheme (``mysql://``) is refused, never taken for a folder name.
 """
 
@@ -29,8 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from medhelm import files
+from medhelm.access.audit import DDL as AUDIT_DDL
 from medhelm.errors import ConfigError, OutputUnwritable, escape, without_password
-from medhelm.store.schema import ADDED_COLUMNS, REVIEW_DDL, REVIEW_INDEX, SCHEMA_VERSION, TABLES, ddl
+from medhelm.store.schema import (ADDED_COLUMNS, REVIEW_DDL, REVIEW_INDEX, SCHEMA_VERSION, SUBGROUP_DDL, TABLES,
+                                  ddl)
+from medhelm.version import __version__
 
 DEFAULT_FILENAME = "results.sqlite"
 BUSY_TIMEOUT_S = 1800.0  # a second summarize waits this long for the first (a nightly 50-benchmark load)
@@ -119,17 +130,14 @@ class Store:
             self._conn.commit()
 
     def create_schema(self) -> None:
-        """The tables, where missing (a no-op on a complete store: nothing is written to it here). One
-        exclusive writer at a time: two processes creating the same table at once would fail on PostgreSQL
-        (``CREATE TABLE IF NOT EXISTS`` is not safe against a concurrent creation)."""
+        """A new store at the current version, every relation made (a no-op on an existing store: nothing is
+        written to it here). One exclusive writer at a time: two processes creating the same table at once
+        would fail on PostgreSQL (``CREATE TABLE IF NOT EXISTS`` is not safe against a concurrent creation)."""
         if "meta" in self.schema_columns():
             return  # an existing store: what it lacks is made by ``migrate`` inside the writer's transaction,
             # so a summarize refused later leaves an older store exactly as it was (no table added)
         with self.transaction(exclusive=True):
-            # the clinicians' ratings (kept across re-summarise, like the audit trail) are made here too, so a
-            # dashboard whose database user may only INSERT/SELECT finds them
-            for stmt in (*ddl(self.blob_type), *REVIEW_DDL):
-                self.execute(stmt)
+            self.migrate()
         self._review_ready = True
 
     def ensure_review_table(self) -> None:
@@ -151,16 +159,37 @@ class Store:
     def _has_relation(self, name: str) -> bool:
         raise NotImplementedError
 
-    def migrate(self) -> None:
-        """Columns added since an older store was made; called inside the transaction that replaces a release,
-        so a summarize that fails leaves an older store exactly as it was. Tables an older store lacks (the
-        ratings) are made here too, in the same transaction."""
-        for stmt in (*ddl(self.blob_type), *REVIEW_DDL):
+    def relations(self) -> list[str]:
+        """Every relation of the current schema, in order (a table before its index)."""
+        return [*ddl(self.blob_type), *REVIEW_DDL, *AUDIT_DDL, *SUBGROUP_DDL]
+
+    def migrate(self) -> tuple[int | None, int]:
+        """Inside the caller's exclusive transaction: the store to the current schema version, from the
+        version it records, read here under the writer's lock (another process may have migrated it since
+        it was opened). Nothing is written when it is current. -> (version before, None for a new store;
+        version after). A newer store is refused."""
+        before = stored_version(self)
+        if before is not None and before > SCHEMA_VERSION:
+            raise ConfigError(_newer(self, before))
+        if before == SCHEMA_VERSION:
+            return before, before
+        # v1 -> v2 (the only step so far): every relation made where missing, columns added since v1
+        for stmt in self.relations():
             self.execute(stmt)
-        self._review_ready = True
         for table, column, kind in ADDED_COLUMNS:
             if column not in self.columns(table):
                 self.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        self.execute("DELETE FROM meta WHERE release = '' AND key = 'schema_version'")
+        self.execute("INSERT INTO meta (release, key, value) VALUES ('', 'schema_version', ?)", (str(SCHEMA_VERSION),))
+        if before is not None:
+            from datetime import datetime, timezone
+
+            at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            self.execute("DELETE FROM meta WHERE release = '' AND key = ?", (f"migrated_to_v{SCHEMA_VERSION}",))
+            self.execute("INSERT INTO meta (release, key, value) VALUES ('', ?, ?)",
+                         (f"migrated_to_v{SCHEMA_VERSION}", f"{at} from v{before} by medhelm {__version__}"))
+        self._review_ready = True
+        return before, SCHEMA_VERSION
 
     def columns(self, table: str) -> list[str]:
         with self._damaged():
@@ -284,7 +313,8 @@ class SqliteStore(Store):
             self._conn.execute("BEGIN IMMEDIATE")
 
     def _after_commit(self) -> None:
-        if self._new_file and self.query("SELECT COUNT(*) FROM meta")[0][0]:  # the first real load is done
+        # the first real load is done (the store's own rows, release '', are there from its creation)
+        if self._new_file and self.query("SELECT COUNT(*) FROM meta WHERE release <> ''")[0][0]:
             _journal_mode(self._conn, "WAL")
             self._new_file = False
 
@@ -383,28 +413,91 @@ def sqlite_path(location: str | Path) -> Path | None:
 
 def open_store(location: str | Path, *, create: bool = False) -> Store:
     """``sqlite:///path``, ``postgresql://...`` or a plain path (a SQLite file, or a folder holding one)."""
-    text = str(location)
-    path = sqlite_path(location)
-    if path is None:
-        store: Store = PostgresStore(text)
-    else:
-        if not create and not path.exists():
-            raise ConfigError("no results store here; run `medhelm summarize` first", path=path)
-        if path.exists():
-            files.check_regular(path, what="results store (SQLite)")
-        store = SqliteStore(path)
+    store = _connect(location, create=create)
     try:
         if create:
             _check_ours(store)
+            _check_migrated(store)
             store.create_schema()
         else:
             _check_integrity(store)  # first: a damaged file is named as damaged, not as "not a store"
             _check_schema(store)
             _check_tables(store)
+            _check_migrated(store, has_meta=True)
     except BaseException:
         store.close()
         raise
     return store
+
+
+def _connect(location: str | Path, *, create: bool) -> Store:
+    text = str(location)
+    path = sqlite_path(location)
+    if path is None:
+        return PostgresStore(text)
+    if not create and not path.exists():
+        raise ConfigError("no results store here; run `medhelm summarize` first", path=path)
+    if path.exists():
+        files.check_regular(path, what="results store (SQLite)")
+    return SqliteStore(path)
+
+
+def migrate_store(location: str | Path) -> tuple[int | None, int]:
+    """``medhelm store migrate``: the store at ``location`` to the current schema version, in one exclusive
+    transaction (PostgreSQL: DDL included; a failure leaves it as it was), or nothing when it is current.
+    An empty PostgreSQL database gets a new store (the chart's pre-install hook); a SQLite file must exist
+    (summarize makes a new one). Checked first as every writer checks a store (``_check_ours``); a newer
+    store is refused. -> (version before, None for a new store; version after)."""
+    path = sqlite_path(location)
+    if path is not None and not path.exists():
+        raise ConfigError("no results store here; nothing to migrate (`medhelm summarize` makes a new one at "
+                          f"schema v{SCHEMA_VERSION})", path=path)
+    with _connect(location, create=True) as store:
+        _check_ours(store)
+        with store.transaction(exclusive=True):
+            return store.migrate()
+
+
+def store_version(location: str | Path) -> int | None:
+    """The schema version of the store at ``location`` (None: an empty database), checked as a writer checks
+    it (``_check_ours``: a newer, foreign or damaged store is refused); nothing is written."""
+    with _connect(location, create=False) as store:
+        _check_ours(store)
+        return stored_version(store)
+
+
+def stored_version(store: Store, *, has_meta: bool | None = None) -> int | None:
+    """The schema version a store records (None: no store in this database yet). A store made before
+    versions were recorded at creation (v1 recorded it at its first summarize) is v1. ``has_meta``: already
+    known (spares a catalogue query on every open of a PostgreSQL store)."""
+    if not (has_meta if has_meta is not None else "meta" in store.schema_columns()):
+        return None
+    rows = store.query("SELECT value FROM meta WHERE release = '' AND key = 'schema_version'")
+    if not rows:
+        return 1
+    text = str(rows[0][0])
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"{_named(store)} records schema version '{escape(text, 20)}', which is no version; is it "
+                          "damaged? Restore it from a backup, or summarize into a new --store")
+    return int(text)
+
+
+def _newer(store: Store, version: int) -> str:
+    return (f"{_named(store)} is at store schema v{version}, written by a newer medhelm; this medhelm {__version__} "
+            f"reads schema v{SCHEMA_VERSION} at most: upgrade medhelm (nothing was written)")
+
+
+def _check_migrated(store: Store, *, has_meta: bool | None = None) -> None:
+    """An older PostgreSQL store is refused until ``medhelm store migrate`` ran (a SQLite one is read as it is and
+    migrated by its next summarize): its pods may not own the schema, and an implicit migration by whichever
+    pod came first would cut off the older pods of a rolling upgrade without a decision or a backup."""
+    if isinstance(store, SqliteStore):
+        return
+    version = stored_version(store, has_meta=has_meta)
+    if version is not None and version < SCHEMA_VERSION:
+        raise ConfigError(f"{_named(store)} is at store schema v{version}; this medhelm {__version__} needs "
+                          f"v{SCHEMA_VERSION}: run `medhelm store migrate` first (the chart's migration hook Job "
+                          "does at helm upgrade); nothing was written")
 
 
 def _check_ours(store: Store) -> None:
@@ -412,7 +505,7 @@ def _check_ours(store: Store) -> None:
     shape (SQLite: also intact; a PostgreSQL database may hold other applications' tables beside ours)."""
     if not isinstance(store, SqliteStore):
         if "meta" in store.schema_columns():
-            _check_version(store)
+            _check_version(store, has_meta=True)
             _check_tables(store)
         return
     if store._new_file:
@@ -421,7 +514,7 @@ def _check_ours(store: Store) -> None:
         raise ConfigError(f"this SQLite file holds other tables ({store.foreign_tables}) and is not a MedHELM results "
                           "store; give a new file with --store", path=store.path)
     if store.query("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'")[0][0]:
-        _check_version(store)
+        _check_version(store, has_meta=True)
         _check_tables(store)  # a store of another shape is not written into (nor "repaired")
     # integrity before writing: a damaged file must not be made worse (quick_check reads each page once)
     problems = [r[0] for r in store.query("PRAGMA quick_check(5)")]
@@ -430,11 +523,10 @@ def _check_ours(store: Store) -> None:
                           "restore it from a backup or give a new file with --store", path=store.path)
 
 
-def _check_version(store: Store) -> None:
-    rows = store.query("SELECT value FROM meta WHERE release = '' AND key = 'schema_version'")
-    if rows and str(rows[0][0]).isdigit() and int(rows[0][0]) > SCHEMA_VERSION:
-        raise ConfigError(f"{_named(store)} was written by a newer medhelm (store schema "
-                          f"v{rows[0][0]}; this one reads v{SCHEMA_VERSION}); upgrade medhelm")
+def _check_version(store: Store, *, has_meta: bool | None = None) -> None:
+    version = stored_version(store, has_meta=has_meta)
+    if version is not None and version > SCHEMA_VERSION:
+        raise ConfigError(_newer(store, version))
 
 
 def _expected_columns(blob_type: str) -> dict[str, dict[str, str]]:
@@ -524,7 +616,7 @@ def _check_schema(store: Store) -> None:
     if "meta" not in store.schema_columns():
         raise ConfigError(f"{_named(store)} is not a MedHELM results store (schema v{SCHEMA_VERSION}); run "
                           "`medhelm summarize` first")
-    _check_version(store)
+    _check_version(store, has_meta=True)
 
 
 def _named(store: Store) -> str:

@@ -223,6 +223,8 @@ class _Ingest:
             totals["prompt_tokens"] += r.prompt_tokens
             totals["completion_tokens"] += r.completion_tokens
             totals["reasoning_tokens"] += r.reasoning_tokens
+            totals["reasoning_estimated"] += r.reasoning_estimated  # records whose thinking count is estimated
+            totals["judge_reasoning_estimated"] += r.judge_reasoning_estimated
             totals["judge_prompt_tokens"] += r.judge_prompt_tokens
             totals["judge_completion_tokens"] += r.judge_completion_tokens
             totals["judge_reasoning_tokens"] += r.judge_reasoning_tokens
@@ -313,10 +315,11 @@ def _write_meta(store: Store, options: SummarizeOptions, ingested: _Ingest) -> N
         meta["model_metadata"] = json.dumps(metadata, ensure_ascii=False)
     # of the completion tokens, reasoning models' thinking (model and judges'), per "model|deployment"; kept in
     # the release's meta, and only when some model thought: a store without reasoning keeps its layout and bytes
+    # ([own, judges'], then [own estimated?, judges' estimated?] when any of it is our estimate: shown as "≈")
     reasoning = {f"{m}|{d}": [int(t["reasoning_tokens"]), int(t["judge_reasoning_tokens"])]
+                 + ([bool(t["reasoning_estimated"]), bool(t["judge_reasoning_estimated"])]
+                    if t["reasoning_estimated"] or t["judge_reasoning_estimated"] else [])
                  for (m, d), t in sorted(ingested.usage.items()) if t["reasoning_tokens"] or t["judge_reasoning_tokens"]}
     if reasoning:
         meta["reasoning_tokens"] = json.dumps(reasoning, ensure_ascii=False)
     store.insert_many("meta", ("release", "key", "value"), [(options.release, k, str(v)) for k, v in meta.items()])
-    store.execute("DELETE FROM meta WHERE release = '' AND key = 'schema_version'")
-    store.insert_many("meta", ("release", "key", "value"), [("", "schema_version", str(SCHEMA_VERSION))])

@@ -7,11 +7,23 @@ written by the run (``record_json``: prompt, output, references, judgements) for
 ``runs.value_ids``/``value_blob`` repeat each run's leaderboard values as one vector (float64, NaN =
 unscored) so cells and their bootstrap are computed from 1 row per run, not 1 per instance. Every
 other table is a pre-aggregate the dashboard reads directly.
+
+Versions (``SCHEMA_VERSION``, recorded in ``meta`` under release '' and key 'schema_version'; the steps
+between them are ``backends.Store.migrate``; ``medhelm store migrate`` runs them, docs/kubernetes.md
+"Upgrades"):
+
+* v1 (chart 0.1.0): the tables below; the ratings, audit and subgroup tables and ``models.jury_cost_usd``
+  were made on first use, and the version was recorded at the first summarize.
+* v2 (medhelm and chart 0.2.0): every relation (``backends.Store.relations``: the tables below, the ratings,
+  the audit trail, the subgroup tables) is made when the store is created or migrated, never on first use,
+  so the pods' database role needs no right to change the schema; the version is recorded at creation; each
+  migration is noted in ``meta`` ('migrated_to_v<n>': when, from which version, by which medhelm).
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+VERSIONS = {1: "tables made on first use", 2: "every relation made at creation or migration"}
 
 TABLES: dict[str, str] = {
     "meta": """
@@ -62,8 +74,8 @@ TABLES: dict[str, str] = {
         PRIMARY KEY (release, level, grp, model, deployment)""",
 }
 
-# Columns added after a table first shipped: (table, column, type), added to an existing store on its next
-# summarize (readers of an older store see the column missing and show "no value").
+# Columns added after a table first shipped: (table, column, type), added to an older store by its migration
+# (readers of an older SQLite store, read as it is, see the column missing and show "no value").
 ADDED_COLUMNS = (("models", "jury_cost_usd", "DOUBLE PRECISION"),)
 
 INDEXES = (
@@ -89,3 +101,20 @@ REVIEW_DDL = (
     "suite TEXT NOT NULL, run_name TEXT NOT NULL, instance_id TEXT NOT NULL, criterion TEXT NOT NULL, "
     "score DOUBLE PRECISION NOT NULL, min_score DOUBLE PRECISION NOT NULL, max_score DOUBLE PRECISION NOT NULL)",
     f"CREATE INDEX IF NOT EXISTS {REVIEW_INDEX} ON {REVIEW_TABLE} (release, benchmark)")
+
+# Patient subgroups (store/subgroups.py holds the math): here so that every relation of a store is made in one
+# place, at creation or migration (imports point down: backends cannot import subgroups.py).
+SUBGROUP_LABELS, SUBGROUP_SCORES, SUBGROUP_GAPS = "subgroup_labels", "subgroup_scores", "subgroup_gaps"
+SUBGROUP_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {SUBGROUP_LABELS} (run_id BIGINT NOT NULL, attribute TEXT NOT NULL, "
+    "labels TEXT NOT NULL, PRIMARY KEY (run_id, attribute))",
+    f"CREATE TABLE IF NOT EXISTS {SUBGROUP_SCORES} (release TEXT NOT NULL, benchmark TEXT NOT NULL, "
+    "model TEXT NOT NULL, deployment TEXT NOT NULL, attribute TEXT NOT NULL, grp TEXT NOT NULL, n BIGINT NOT NULL, "
+    "value DOUBLE PRECISION, ci_low DOUBLE PRECISION, ci_high DOUBLE PRECISION, "
+    "PRIMARY KEY (release, benchmark, model, deployment, attribute, grp))",
+    f"CREATE TABLE IF NOT EXISTS {SUBGROUP_GAPS} (release TEXT NOT NULL, benchmark TEXT NOT NULL, "
+    "model TEXT NOT NULL, deployment TEXT NOT NULL, attribute TEXT NOT NULL, n_groups BIGINT NOT NULL, "
+    "n_suppressed BIGINT NOT NULL, min_cell BIGINT NOT NULL, high_group TEXT, low_group TEXT, gap DOUBLE PRECISION, "
+    "gap_low DOUBLE PRECISION, gap_high DOUBLE PRECISION, ratio DOUBLE PRECISION, p_holm DOUBLE PRECISION, "
+    "n_pairs BIGINT, PRIMARY KEY (release, benchmark, model, deployment, attribute))",
+)

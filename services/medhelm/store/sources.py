@@ -50,6 +50,8 @@ class InstanceRow(NamedTuple):
     reasoning_tokens: int = 0  # of completion_tokens, the model's thinking (0 when not stated)
     judge_reasoning_tokens: int = 0
     subgroups: Mapping[str, Any] | None = None  # the instance's patient subgroup labels (store/subgroups.py)
+    reasoning_estimated: bool = False  # reasoning_tokens is our estimate (usage.reasoning_tokens_estimated)
+    judge_reasoning_estimated: bool = False
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,8 @@ def _medhelm_rows(path: Path, main: str, with_text: bool, limit: int | None = No
                 judge.get("completion_tokens") or 0,
                 tuple({str(j.get("judge", "")): 0 for j in d.get("judgements") or ()}) if judge else (),
                 usage.get("reasoning_tokens") or 0, judge.get("reasoning_tokens") or 0,
-                d["instance"].get("subgroups"))
+                d["instance"].get("subgroups"), usage.get("reasoning_tokens_estimated") is True,
+                judge.get("reasoning_tokens_estimated") is True)
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             raise ConfigError(f"bad instance record ({type(e).__name__})", path=path, line=lineno) from None
         bad = bad_field(row, stats)

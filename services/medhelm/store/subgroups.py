@@ -25,9 +25,9 @@ Change by subgroup between two releases (paired, per group): ``store/subgroup_ch
 
 Failure semantics: a benchmark without labels gets no rows; an attribute with fewer than two shown groups
 gets a gap row without a gap (and says how many were suppressed); with 0 replicates there are no intervals
-and no p-value (None), never a made-up one. The tables are made on the first release that has labels (a
-store without subgroups keeps its exact shape), inside summarize's transaction, so a failed summarize
-leaves them as they were.
+and no p-value (None), never a made-up one. The tables are made with the store (schema v2, ``schema.SUBGROUP_DDL``);
+an older store gets them from its migration, inside summarize's transaction, so a failed summarize leaves
+it as it was.
 """
 
 from __future__ import annotations
@@ -43,24 +43,13 @@ from medhelm.store.backends import Store
 from medhelm.store.bootstrap import stratum_replicates, stream_seed
 from medhelm.store.leaderboard import interval
 from medhelm.store.paired import holm
+from medhelm.store.schema import SUBGROUP_DDL, SUBGROUP_GAPS, SUBGROUP_LABELS, SUBGROUP_SCORES
 
 MIN_CELL = 11  # the smallest group shown (a common small-cell rule for health statistics: 1-10 are hidden)
 _BLOCK_ELEMENTS = 2_000_000  # permutations x instances held at once (~16 MB)
 
-LABELS, SCORES, GAPS = "subgroup_labels", "subgroup_scores", "subgroup_gaps"
-DDL = (
-    f"CREATE TABLE IF NOT EXISTS {LABELS} (run_id BIGINT NOT NULL, attribute TEXT NOT NULL, labels TEXT NOT NULL, "
-    "PRIMARY KEY (run_id, attribute))",
-    f"CREATE TABLE IF NOT EXISTS {SCORES} (release TEXT NOT NULL, benchmark TEXT NOT NULL, model TEXT NOT NULL, "
-    "deployment TEXT NOT NULL, attribute TEXT NOT NULL, grp TEXT NOT NULL, n BIGINT NOT NULL, "
-    "value DOUBLE PRECISION, ci_low DOUBLE PRECISION, ci_high DOUBLE PRECISION, "
-    "PRIMARY KEY (release, benchmark, model, deployment, attribute, grp))",
-    f"CREATE TABLE IF NOT EXISTS {GAPS} (release TEXT NOT NULL, benchmark TEXT NOT NULL, model TEXT NOT NULL, "
-    "deployment TEXT NOT NULL, attribute TEXT NOT NULL, n_groups BIGINT NOT NULL, n_suppressed BIGINT NOT NULL, "
-    "min_cell BIGINT NOT NULL, high_group TEXT, low_group TEXT, gap DOUBLE PRECISION, gap_low DOUBLE PRECISION, "
-    "gap_high DOUBLE PRECISION, ratio DOUBLE PRECISION, p_holm DOUBLE PRECISION, n_pairs BIGINT, "
-    "PRIMARY KEY (release, benchmark, model, deployment, attribute))",
-)
+LABELS, SCORES, GAPS = SUBGROUP_LABELS, SUBGROUP_SCORES, SUBGROUP_GAPS
+DDL = SUBGROUP_DDL  # made with every other relation at creation or migration (schema v2); here for older stores
 
 
 @dataclass(frozen=True)
@@ -171,8 +160,9 @@ def write_labels(store: Store, run_id: int, labels: Mapping[str, Sequence[str | 
     if not labels:
         return
     if not getattr(store, "_subgroups_ready", False):
-        for stmt in DDL:
-            store.execute(stmt)
+        if not has_tables(store):  # an older SQLite store read as it is (a v2 store has them: no DDL here)
+            for stmt in DDL:
+                store.execute(stmt)
         store._subgroups_ready = True  # type: ignore[attr-defined]
     _insert(store, LABELS, ("run_id", "attribute", "labels"),
             [(run_id, attr, json.dumps(list(v), ensure_ascii=False)) for attr, v in sorted(labels.items())])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from medhelm.benchmarks.base import LoadContext
 from medhelm.benchmarks.loaders.fetch import RemoteFile, fetch_all
-from medhelm.benchmarks.loaders.instances import text_instance
+from medhelm.benchmarks.loaders.instances import helm_draw, text_instance
 from medhelm.benchmarks.loaders.readers import clean_text, is_missing, read_json, read_table
 from medhelm.errors import ConfigError
 from medhelm.scoring.medcalc import CATEGORIES
@@ -88,11 +88,22 @@ def create_table_statements(schema_sql: str) -> str:
 
 
 def load_ehr_sql(ctx: LoadContext, entry) -> Iterator[Instance]:
-    """eICU questions of the *test* split only (upstream also mixed the validation split into test)."""
-    questions, schema, db = fetch_all(ctx, entry.folder, entry.remote)
+    """eICU questions of the *test* split (``instance_set=test``, the default), or MedHELM's leaderboard set
+    (``instance_set=leaderboard``): upstream mapped the valid and test splits both to its test split, and HELM's
+    runner drew 1,000 of them (seed 0, ``loaders.instances.helm_draw``). Ids are the dataset's own."""
+    splits = ("valid.json", "test.json") if ctx.args.get("instance_set") == "leaderboard" else ("test.json",)
+    wanted = [f for f in entry.remote if f.name in splits or not f.name.endswith(".json")]
+    *question_files, schema, db = fetch_all(ctx, entry.folder, wanted)
     schema_text = create_table_statements(Path(schema).read_text(encoding="utf-8"))
     if not schema_text:
         raise ConfigError("no CREATE TABLE statements found", path=schema)
+    instances = [i for questions in question_files for i in _ehr_sql_questions(questions, schema_text, db)]
+    if ctx.args.get("instance_set") == "leaderboard":  # HELM's seeded draw of 1,000 from valid + test
+        instances = [instances[k] for k in helm_draw(len(instances))]
+    yield from instances
+
+
+def _ehr_sql_questions(questions: Path, schema_text: str, db: Path) -> Iterator[Instance]:
     data = read_json(questions)
     if not isinstance(data, list):
         raise ConfigError("expected a JSON list of {id, question, query, ...}", path=questions)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 from medhelm.benchmarks.base import LoadContext
 from medhelm.benchmarks.loaders.fetch import RemoteFile, fetch_all
-from medhelm.benchmarks.loaders.instances import choice_instance
+from medhelm.benchmarks.loaders.instances import choice_instance, helm_draw
 from medhelm.benchmarks.loaders.readers import read_arrow_table, read_csv, read_jsonl
 from medhelm.errors import ConfigError
 from medhelm.specs import Instance
@@ -58,10 +59,22 @@ def load_medbullets(ctx: LoadContext, entry) -> Iterator[Instance]:
 
 
 def load_med_qa(ctx: LoadContext, entry) -> Iterator[Instance]:
-    """USMLE 4-option test split only (upstream also sampled the dev split into the evaluation, but only its
-    test part reached the leaderboard). 54 options of 45 questions end in a stray ``"`` (and a newline) in the
-    published file (github.com/jind11/MedQA issue 5); they are stripped, as upstream does."""
-    (path,) = fetch_all(ctx, entry.folder, entry.remote)
+    """USMLE 4-option questions. ``instance_set=test`` (default): the whole test split. ``instance_set=leaderboard``:
+    the test questions of HELM's seeded draw of 1,000 from dev + test (upstream's eval splits, read dev first as
+    its ``ALL_SPLITS`` order), the 503 that reached the leaderboard's test column. 54 options of 45 questions end
+    in a stray ``"`` (and a newline) in the published file (github.com/jind11/MedQA issue 5); they are stripped,
+    as upstream does."""
+    if ctx.args.get("instance_set") == "leaderboard":
+        dev, test = fetch_all(ctx, entry.folder, entry.remote)
+        n_dev = len(read_jsonl(dev, ("question", "options", "answer_idx")))
+        questions = list(_med_qa_questions(test))
+        kept = {i - n_dev for i in helm_draw(n_dev + len(questions)) if i >= n_dev}
+        yield from (q for n, q in enumerate(questions) if n in kept)
+    else:
+        yield from _med_qa_questions(fetch_all(ctx, entry.folder, entry.remote[1:])[0])
+
+
+def _med_qa_questions(path: Path) -> Iterator[Instance]:
     table = read_jsonl(path, ("question", "options", "answer_idx"))
     for n, (line, row) in enumerate(table.numbered()):
         options = row["options"]

@@ -42,3 +42,18 @@ def label_index(value: str, labels: Sequence[str], *, path: Any, line: int, colu
     if v not in labels:
         raise ConfigError(f"column '{column}' must be one of {', '.join(labels)}", path=path, line=line)
     return labels.index(v)
+
+
+HELM_MAX_EVAL = 1000  # MedHELM's leaderboard recipe runs every benchmark with --max-eval-instances 1000
+
+
+def helm_draw(n: int, k: int = HELM_MAX_EVAL) -> list[int]:
+    """The positions (ascending) of the ``n`` evaluation instances HELM's runner kept: all when ``n <= k``, else
+    ``np.random.seed(0); np.random.choice(instances, k, replace=False)`` (``runner.downsample_eval_instances``),
+    which is the legacy ``RandomState(0).permutation(n)[:k]``. Reproduces MedHELM's leaderboard set where the
+    eval splits are read in upstream's order."""
+    if n <= k:
+        return list(range(n))
+    import numpy as np
+
+    return sorted(int(i) for i in np.random.RandomState(0).permutation(n)[:k])

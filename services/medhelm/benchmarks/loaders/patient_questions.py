@@ -8,8 +8,8 @@ from typing import Any
 from medhelm.benchmarks.base import LoadContext
 from medhelm.benchmarks.loaders.fetch import RemoteFile, fetch_all
 from medhelm.benchmarks.loaders.instances import choice_instance, text_instance
-from medhelm.benchmarks.loaders.readers import (is_missing, read_arrow_table, read_docx_paragraphs, read_json,
-                                                read_table)
+from medhelm.benchmarks.loaders.readers import (is_missing, note_skipped, read_arrow_table, read_docx_paragraphs,
+                                                read_json, read_table)
 from medhelm.errors import ConfigError
 from medhelm.specs import Instance
 
@@ -29,15 +29,20 @@ def load_medication_qa(ctx: LoadContext, entry) -> Iterator[Instance]:
 
 
 def load_medi_qa(ctx: LoadContext, entry) -> Iterator[Instance]:
-    """MEDIQA 2019 QA test questions; the reference is the answer ranked first by the experts."""
+    """MEDIQA 2019 QA test questions; the reference is the answer ranked first by the experts. A question with
+    no rank-1 answer (or an empty one) has no reference: skipped and counted. (Upstream kept it with an empty
+    reference, which the judges then compared every answer with.)"""
     (path,) = fetch_all(ctx, entry.folder, entry.remote)
+    skipped = 0
     for row in read_arrow_table(path, ("QUESTION",)):
         q = row["QUESTION"] or {}
         answers = [a.get("Answer", a) for a in q.get("AnswerList") or []]
         best = [a for a in answers if str(a.get("ReferenceRank")) == "1"]
-        if not best:
-            raise ConfigError(f"question {q.get('QID')}: no answer with ReferenceRank 1", path=path)
+        if not best or not str(best[0].get("AnswerText") or "").strip():
+            skipped += 1
+            continue
         yield text_instance(str(q.get("QID")), best[0]["AnswerText"], question=str(q.get("QuestionText", "")))
+    note_skipped(path, skipped, "question", "no answer ranked first: no reference")
 
 
 def med_dialog_files(entry, subset: str) -> tuple[RemoteFile, ...]:
@@ -78,10 +83,19 @@ def load_race_based_med(ctx: LoadContext, entry) -> Iterator[Instance]:
     blocks = [b for b in blocks if b["question"] is not None]  # "Run 3:x" (no space) is not a pair upstream
     if not blocks:
         raise ConfigError("no 'Run N: <question>' paragraphs found", path=path)
-    for n, b in enumerate(blocks, 1):
-        response = "\n".join(b["response"]).strip()
-        yield choice_instance(f"run-{n}", "", RACE_OPTIONS, 0 if b["red"] else 1,
-                              context=f"Question: {b['question']}\nResponse: {response}")
+    pairs = [(b["question"], "\n".join(b["response"]).strip(), b["red"]) for b in blocks]
+    kept: dict[object, tuple[int, bool]] = {}  # key -> (first position, label)
+    for n, (question, response, red) in enumerate(pairs, 1):
+        # leaderboard: upstream keyed its pairs by their prompt (question + response), so a repeated pair counts
+        # once, at its first position, with the label of its last occurrence; all: every pair of the supplement
+        key = (question, response) if ctx.args.get("instance_set") == "leaderboard" else n
+        kept[key] = (kept[key][0] if key in kept else n, red)
+    note_skipped(path, len(pairs) - len(kept), "repeated question-response pair",
+                 "counted once, as on MedHELM's leaderboard; instance_set=all keeps them")
+    for n, red in kept.values():
+        question, response, _ = pairs[n - 1]
+        yield choice_instance(f"run-{n}", "", RACE_OPTIONS, 0 if red else 1,
+                              context=f"Question: {question}\nResponse: {response}")
 
 
 RACE_OPTIONS = ("yes", "no")

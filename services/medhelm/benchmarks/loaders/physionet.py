@@ -86,10 +86,23 @@ def _file(ctx: LoadContext, entry, name: str) -> Path:
     return path
 
 
+def _blank(value: object) -> bool:
+    """JSON null or an empty/whitespace-only string (a JSON "NA" is text, as upstream's json.loads reads it)."""
+    return value is None or not str(value).strip()
+
+
 def load_mimic_bhc(ctx: LoadContext, entry) -> Iterator[Instance]:
+    """One instance per record; a record with an empty ``input`` or ``target`` is skipped and counted, as
+    upstream skips it (``if not clinical_note or not bhc_summary``). Whitespace-only counts as empty here
+    (upstream kept such a record: a note of blanks, or a blank reference for the judges)."""
     path = _file(ctx, entry, "mimic_iv_bhc.json")
+    skipped = 0
     for n, row in enumerate(read_jsonl(path, ("input", "target"))):
+        if _blank(row["input"]) or _blank(row["target"]):
+            skipped += 1
+            continue
         yield text_instance(f"bhc-{n}", str(row["target"]), context=str(row["input"]))
+    note_skipped(path, skipped, "record", "empty input or target")
 
 
 def load_mimiciv_billing_code(ctx: LoadContext, entry) -> Iterator[Instance]:

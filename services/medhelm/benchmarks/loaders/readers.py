@@ -111,7 +111,7 @@ class BlankCount:
 
 
 def iter_csv(path: Path, required: Sequence[str] = (), *, delimiter: str | None = None,
-             blank: BlankCount | None = None) -> Iterator[tuple[int, Row]]:
+             blank: BlankCount | None = None, where: str = "") -> Iterator[tuple[int, Row]]:
     """``(line, row)`` pairs, streamed (for files too large to hold: MIMIC's radiology reports). Blank rows
     are skipped, counted into ``blank`` and noted once the file is read to its end."""
     sep = delimiter or ("\t" if ".tsv" in path.suffixes else ",")
@@ -124,7 +124,7 @@ def iter_csv(path: Path, required: Sequence[str] = (), *, delimiter: str | None 
             if header is None:
                 raise ConfigError(f"empty {kind} file (no header line)", path=path)
             names = [h.strip() for h in header]
-            _check_header(path, names, required)
+            _check_header(path, names, required, where)
             start = reader.line_num + 1
             for record in reader:
                 line, start = start, reader.line_num + 1
@@ -148,6 +148,16 @@ def iter_csv(path: Path, required: Sequence[str] = (), *, delimiter: str | None 
     except (csv.Error, gzip.BadGzipFile, EOFError, OSError) as err:
         raise ConfigError(f"not a readable {kind} file ({type(err).__name__})", path=path) from None
     _note_blank(path, counts.n)
+
+
+def check_columns(path: Path, required: Sequence[str], *, where: str = "") -> None:
+    """Read only the header of the CSV / TSV file ``path``: a missing column is a ConfigError naming the file
+    and the column (prefixed by ``where``: what asked for it)."""
+    rows = iter_csv(path, required, where=where)
+    try:
+        next(rows, None)  # the header is checked before the first row
+    finally:
+        rows.close()
 
 
 def _check_header(path: Path, names: Sequence[str], required: Sequence[str], where: str = "") -> None:

@@ -220,6 +220,7 @@ def _sum_usage(usages: Sequence[Usage]) -> Usage:
     return Usage(prompt_tokens=total([u.prompt_tokens for u in usages]),
                  completion_tokens=total([u.completion_tokens for u in usages]),
                  reasoning_tokens=total([u.reasoning_tokens for u in usages]),
+                 reasoning_estimated=any(u.reasoning_estimated for u in usages),
                  latency_s=sum(u.latency_s for u in usages), cached=all(u.cached for u in usages),
                  attempts=sum(u.attempts for u in usages))
 

@@ -47,6 +47,7 @@ class JurySummary:
     judge_prompt_tokens: int
     judge_completion_tokens: int
     judge_reasoning_tokens: int | None = None  # of the completion tokens, the judges' thinking (None: not stated)
+    judge_reasoning_estimated: bool = False  # some of it is our estimate (Anthropic, Converse): shown with "≈"
 
     def to_json(self) -> dict:
         return {"instances": self.instances, "unscored_instances": self.unscored_instances,
@@ -56,7 +57,8 @@ class JurySummary:
                 "judge_completion_tokens": self.judge_completion_tokens,
                 # absent unless a judge stated its thinking: summaries of other judges keep their bytes
                 **({} if self.judge_reasoning_tokens is None else
-                   {"judge_reasoning_tokens": self.judge_reasoning_tokens})}
+                   {"judge_reasoning_tokens": self.judge_reasoning_tokens}),
+                **({"judge_reasoning_tokens_estimated": True} if self.judge_reasoning_estimated else {})}
 
 
 def summarize(records: Iterable[InstanceResult], *, n_boot: int = ag.DEFAULT_BOOTSTRAP, seed: int = 0
@@ -66,12 +68,14 @@ def summarize(records: Iterable[InstanceResult], *, n_boot: int = ag.DEFAULT_BOO
     raw, norm, coverage = [], [], []
     empty = prompt_tokens = completion_tokens = 0
     reasoning_tokens: int | None = None
+    estimated = False
     for r in recs:
         empty += any(j.judge == EMPTY_RESPONSE_JUDGE for j in r.judgements)
         prompt_tokens += r.judge_usage.prompt_tokens or 0
         completion_tokens += r.judge_usage.completion_tokens or 0
         if r.judge_usage.reasoning_tokens is not None:
             reasoning_tokens = (reasoning_tokens or 0) + r.judge_usage.reasoning_tokens
+            estimated = estimated or r.judge_usage.reasoning_estimated
         for j in r.judgements:
             if j.judge == EMPTY_RESPONSE_JUDGE:
                 continue
@@ -91,7 +95,7 @@ def summarize(records: Iterable[InstanceResult], *, n_boot: int = ag.DEFAULT_BOO
         coverage=float(np.mean(coverage)) if coverage else None,
         counts=tuple(JudgeCounts(j, c, *v) for (j, c), v in sorted(counts.items())),
         judge_prompt_tokens=prompt_tokens, judge_completion_tokens=completion_tokens,
-        judge_reasoning_tokens=reasoning_tokens)
+        judge_reasoning_tokens=reasoning_tokens, judge_reasoning_estimated=estimated)
 
 
 # ------------------------------------------------------------------------------------------------
