@@ -1,6 +1,6 @@
 // Sign in to the dashboard through the test OIDC provider in headless Debian chromium (playwright-core),
 // open the benchmark page's drill-down, and report what the page and the wire carried.
-// usage: node signin_flow.js '{"url":..., "markers":[...], "user":..., "forgeCookie":bool, "expireWaitS":n,
+// usage: node signin_flow.js '{"url":..., "markers":[...], "user":..., "forgeCookie":bool, "expiresWithinS":n,
 //                               "signOutReplay":bool}'
 // Prints one JSON line: login_page, signed_in, drilldown (refused|shown|none), in_dom and in_network
 // (marker -> seen), network_bytes, expired_screen, texts (a few visible strings, for failure messages); with
@@ -25,6 +25,7 @@ async function main() {
     for (const [m, b] of markers) if (buf.indexOf(b) >= 0) out.in_network[m] = true;
   };
   let step = "start";
+  let signedAt = null;
   let page = null;
   try {
     const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
@@ -86,6 +87,7 @@ async function main() {
       await Promise.race([signInButton.waitFor({ timeout }), table.waitFor({ timeout }),
                           page.getByText("has no MedHELM role").waitFor({ timeout })]);
       out.signed_in = await table.isVisible();
+      signedAt = Date.now();  // the ID token was issued before this moment
     } else {
       await page.waitForTimeout(3000); // give a wrongly accepted session time to draw data
       out.signed_in = await table.isVisible();
@@ -118,9 +120,11 @@ async function main() {
       step = "replay";
       out.replay_after = await replay(copied);
     }
-    if (opts.expireWaitS) {
+    if (opts.expiresWithinS) {
+      // The token expires at most expiresWithinS after it was issued, so after signedAt + expiresWithinS it
+      // has (250 ms of slack for the two clocks' reads): wait only until then, the drill-down's time included.
       step = "expiry";
-      await page.waitForTimeout(opts.expireWaitS * 1000);
+      await page.waitForTimeout(Math.max(0, signedAt + opts.expiresWithinS * 1000 + 250 - Date.now()));
       await page.reload({ waitUntil: "domcontentloaded", timeout });
       await Promise.race([signInButton.waitFor({ timeout }), table.waitFor({ timeout })]);
       out.expired_screen = (await page.getByText("Your sign-in has expired").count()) > 0 && !(await table.isVisible());

@@ -96,7 +96,7 @@ def test_a_session_ends_when_its_id_token_expires(oidc_app):
     app, provider = oidc_app
     provider.mode, provider.short_s = "short", 20
     try:
-        r = drive(app.url, "vera", expireWaitS=21)
+        r = drive(app.url, "vera", expiresWithinS=provider.short_s)  # reloads once that much has passed
     finally:
         provider.mode = "normal"
     assert r["signed_in"] and r["expired_screen"] is True, r

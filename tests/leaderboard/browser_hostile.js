@@ -2,6 +2,9 @@
 // Compare page, and report what a viewer's browser did: the visible text, elements pointing at the
 // exfiltration listener, elements built from data markup (`data-hostile`), inline event handlers, script
 // effects (window.__pwned, dialogs), CSP violations and every request that left the app's own origin.
+// No fixed sleeps: every step waits for the app's script run it started to finish (Streamlit's root element
+// carries the run state in data-test-script-state; an init script counts the runs that reached notRunning),
+// and for opened expanders to stop animating.
 // usage: node browser_hostile.js URL LISTENER_ORIGIN [TIMEOUT_MS]   (NODE_PATH must reach playwright-core)
 const { chromium } = require("playwright-core");
 
@@ -23,6 +26,19 @@ async function main() {
       out.violations += 1;
       out.violationTexts.push(msg.text().slice(0, 300));
     });
+    await page.addInitScript(() => {  // counts finished script runs: running (or rerunRequested) -> notRunning
+      window.__runsDone = 0;
+      let last = null;
+      const look = () => {
+        const app = document.querySelector('[data-testid="stApp"]');
+        const state = app ? app.getAttribute("data-test-script-state") : null;
+        if (state === last) return;
+        if (state === "notRunning" && last !== null) window.__runsDone += 1;
+        last = state;
+      };
+      new MutationObserver(look).observe(document, { subtree: true, childList: true, attributes: true,
+                                                     attributeFilter: ["data-test-script-state"] });
+    });
     page.on("dialog", async (d) => { out.dialogs += 1; await d.dismiss().catch(() => {}); });
     page.on("request", (req) => {
       const u = req.url();
@@ -30,7 +46,6 @@ async function main() {
     });
 
     async function inspect(where) {
-      await page.waitForTimeout(1500);
       out.texts.push(await page.locator("body").innerText());
       // what a selectbox shows is partly its input's value or aria-label, not the body's text
       out.texts.push(...await page.evaluate(() => [...document.querySelectorAll("input, [aria-label]")].map(
@@ -57,17 +72,19 @@ async function main() {
       out.pages.push(where);
     }
 
-    async function settle() {  // the app has finished its rerun (no "Running..." status widget)
-      await page.waitForTimeout(400);
-      await page.waitForFunction(() => !document.querySelector('[data-testid="stStatusWidget"]'), null, { timeout });
-      await page.waitForTimeout(400);
+    const runsDone = () => page.evaluate(() => window.__runsDone);
+    async function runs(action) {  // do what starts a script run; return when that run has finished
+      const before = (await runsDone()) || 0;  // 0 on the blank page before the app's first load
+      await action();
+      await page.waitForFunction((n) => window.__runsDone > n && document.querySelector(
+        '[data-testid="stApp"]')?.getAttribute("data-test-script-state") === "notRunning", before, { timeout });
     }
 
     async function choose(label, index) {  // a Streamlit selectbox by its label; the index-th option
-      await settle();
       const box = page.locator('[data-testid="stSelectbox"]').filter({
         has: page.locator('[data-testid="stWidgetLabel"]', { hasText: new RegExp(`^${label}$`) }) }).first();
       const input = box.locator("input");
+      const current = (await input.inputValue()).trim();  // the option shown now (choosing it starts no run)
       const options = page.locator('[role="option"]');
       for (let attempt = 0; attempt < 5 && !(await options.first().isVisible()); attempt++) {
         await (attempt % 2 ? input.press("ArrowDown") : input.click());  // a focused box may need a key to open
@@ -75,48 +92,55 @@ async function main() {
       }
       await options.first().waitFor({ state: "visible", timeout });
       const n = await options.count();
-      if (index < n) await options.nth(index).click();
-      else await page.keyboard.press("Escape");
-      await settle();
+      const option = options.nth(Math.min(index, n - 1));
+      const chosen = index < n && (await option.getAttribute("aria-selected")) !== "true"
+        && (await option.innerText()).trim() !== current;
+      out.step = `${out.step.split(" / ")[0]} / ${label} ${index} of ${n}` + (chosen ? " (waiting for its run)" : "");
+      if (chosen) await runs(() => option.click());
+      else await page.keyboard.press("Escape");  // closing the list (or keeping the choice) starts no run
       return n;
     }
 
-    async function openExpanders() {
-      const summaries = page.locator('[data-testid="stExpander"] summary');
-      const n = await summaries.count();
-      for (let i = 0; i < n; i++) await summaries.nth(i).click();
+    async function openExpanders() {  // every expander open (one left open by an earlier page stays open)
+      const expanders = page.locator('[data-testid="stExpander"]');
+      const n = await expanders.count();
+      for (let i = 0; i < n; i++) {
+        const closed = await expanders.nth(i).locator('[data-testid="stExpanderDetails"]').first().evaluate(
+          (d) => d.hasAttribute("inert"));  // Streamlit makes a collapsed expander's content inert
+        if (closed) await expanders.nth(i).locator("summary").first().click();
+      }
       out.expanders += n;
+      out.step = `${out.step.split(" / ")[0]} / ${n} expanders opening`;
+      await page.waitForFunction(() => [...document.querySelectorAll('[data-testid="stExpander"]')].every(
+        (e) => !e.querySelector('[data-testid="stExpanderDetails"][inert]')
+          && e.getAnimations({ subtree: true }).length === 0), null, { timeout });
     }
 
     out.step = "open";
-    await page.goto(url, { waitUntil: "domcontentloaded", timeout });
+    await runs(() => page.goto(url, { waitUntil: "domcontentloaded", timeout }));
     await page.locator('[data-testid="stDataFrame"]').first().waitFor({ state: "visible", timeout });
     await inspect("leaderboard");
 
     out.step = "benchmark page";
-    await page.getByText("Benchmark", { exact: true }).first().click();
+    await runs(() => page.getByText("Benchmark", { exact: true }).first().click());
     await page.locator('[data-testid="stExpander"]').first().waitFor({ state: "visible", timeout });
     out.benchmarks = await choose("Benchmark", 99);  // counts the options
     for (let b = 0; b < out.benchmarks; b++) {
       out.step = `benchmark ${b}`;
       await choose("Benchmark", b);
-      await page.waitForTimeout(1500);
-      const runs = await choose("Run", 99);
-      for (let r = 0; r < runs; r++) {
+      const nRuns = await choose("Run", 99);
+      for (let r = 0; r < nRuns; r++) {
         await choose("Run", r);
         await page.locator('[data-testid="stExpander"]').first().waitFor({ state: "visible", timeout });
-        await page.waitForTimeout(1000);
         await openExpanders();
         await inspect(`benchmark ${b} run ${r}`);
       }
     }
 
     out.step = "compare page";
-    await page.getByText("Compare", { exact: true }).first().click();
-    await page.waitForTimeout(1500);
+    await runs(() => page.getByText("Compare", { exact: true }).first().click());
     for (let b = 0; b < out.benchmarks; b++) {
       await choose("Benchmark", b);
-      await page.waitForTimeout(1500);
       await openExpanders();
       await inspect(`compare ${b}`);
     }
