@@ -3,7 +3,7 @@
 // usage: node signin_flow.js '{"url":..., "markers":[...], "user":..., "forgeCookie":bool, "expireWaitS":n,
 //                               "signOutReplay":bool}'
 // Prints one JSON line: login_page, signed_in, drilldown (refused|shown|none), in_dom and in_network
-// (marker -> seen), network_bytes, expired_screen, texts (a few visible strings, for failure messages); with
+// (marker -> seen), network_bytes, expired_screen, reloads (blank pages reloaded), texts (a few visible strings, for failure messages); with
 // signOutReplay: the session's cookies copied, replayed in a new context before and after "Sign out" is
 // clicked (replay_before, replay_after: signed_in, login_page, texts, in_network), signed_out_screen.
 const { chromium } = require("playwright-core");
@@ -31,7 +31,7 @@ async function main() {
   const timeout = opts.timeoutMs || 120000; // generous: CI machines have 2 busy cores
   const markers = opts.markers.map((m) => [m, Buffer.from(m, "utf8")]);
   const out = { login_page: false, signed_in: false, drilldown: "none", in_dom: {}, in_network: {},
-                network_bytes: 0, expired_screen: null, texts: [] };
+                network_bytes: 0, expired_screen: null, texts: [], reloads: 0 };
   for (const [m] of markers) { out.in_dom[m] = false; out.in_network[m] = false; }
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
@@ -47,6 +47,7 @@ async function main() {
   const t0 = Date.now();
   const events = []; // what the page did, for a failure message (never a frame's payload)
   const ev = (what) => { events.push(`${((Date.now() - t0) / 1000).toFixed(1)}s ${step} ${what}`.slice(0, 240)); };
+  const reloaded = (what) => { out.reloads += 1; ev(what); };
   try {
     const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
     if (process.env.MEDHELM_BROWSER_TRACE) await context.tracing.start({ screenshots: true, snapshots: true });
@@ -104,7 +105,7 @@ async function main() {
     const table = page.locator('[data-testid="stDataFrame"]').first();
     step = "open";
     await page.goto(opts.url, { waitUntil: "domcontentloaded", timeout });
-    await settle(page, [signInButton, table], timeout, ev);
+    await settle(page, [signInButton, table], timeout, reloaded);
     out.login_page = await signInButton.isVisible();
     if (opts.user) {
       step = "sign-in";
@@ -113,7 +114,7 @@ async function main() {
       await page.fill("#username", opts.user);
       await Promise.all([page.waitForURL((u) => u.toString().startsWith(opts.url), { timeout }),
                          page.click("#login")]);
-      await settle(page, [signInButton, table, page.getByText("has no MedHELM role")], timeout, ev);
+      await settle(page, [signInButton, table, page.getByText("has no MedHELM role")], timeout, reloaded);
       out.signed_in = await table.isVisible();
     } else {
       await page.waitForTimeout(3000); // give a wrongly accepted session time to draw data
@@ -151,7 +152,7 @@ async function main() {
       step = "expiry";
       await page.waitForTimeout(opts.expireWaitS * 1000);
       await page.reload({ waitUntil: "domcontentloaded", timeout });
-      await settle(page, [signInButton, table], timeout, ev);
+      await settle(page, [signInButton, table], timeout, reloaded);
       out.expired_screen = (await page.getByText("Your sign-in has expired").count()) > 0 && !(await table.isVisible());
     }
     const dom = (await page.content()) + (await page.locator("body").innerText());
