@@ -3,17 +3,35 @@
 // usage: node signin_flow.js '{"url":..., "markers":[...], "user":..., "forgeCookie":bool, "expiresWithinS":n,
 //                               "signOutReplay":bool}'
 // Prints one JSON line: login_page, signed_in, drilldown (refused|shown|none), in_dom and in_network
-// (marker -> seen), network_bytes, expired_screen, texts (a few visible strings, for failure messages); with
+// (marker -> seen), network_bytes, expired_screen, reloads (blank pages reloaded), texts (a few visible strings, for failure messages); with
 // signOutReplay: the session's cookies copied, replayed in a new context before and after "Sign out" is
 // clicked (replay_before, replay_after: signed_in, login_page, texts, in_network), signed_out_screen.
 const { chromium } = require("playwright-core");
+
+// Wait until the page shows one of `screens` (locators). A page that stays blank — Streamlit drew nothing,
+// as when its websocket was dropped on a starved machine and the script's output never arrived — is
+// reloaded, as a user would, at most `reloads` times; a page that drew something else fails at once.
+async function settle(page, screens, timeout, note, reloads = 2) {
+  for (let attempt = 0; ; attempt += 1) {
+    try {
+      await Promise.any(screens.map((s) => s.waitFor({ timeout })));
+      return;
+    } catch (err) {
+      const drawn = await page.locator('[data-testid="stMain"] [data-testid="stElementContainer"]').count()
+        .catch(() => -1);
+      if (drawn !== 0 || attempt >= reloads) throw (err.errors ? err.errors[0] : err);
+      note(`blank after ${timeout} ms: reload ${attempt + 1}`);
+      await page.reload({ waitUntil: "domcontentloaded", timeout });
+    }
+  }
+}
 
 async function main() {
   const opts = JSON.parse(process.argv[2]);
   const timeout = opts.timeoutMs || 120000; // generous: CI machines have 2 busy cores
   const markers = opts.markers.map((m) => [m, Buffer.from(m, "utf8")]);
   const out = { login_page: false, signed_in: false, drilldown: "none", in_dom: {}, in_network: {},
-                network_bytes: 0, expired_screen: null, texts: [] };
+                network_bytes: 0, expired_screen: null, texts: [], reloads: 0 };
   for (const [m] of markers) { out.in_dom[m] = false; out.in_network[m] = false; }
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
@@ -27,8 +45,13 @@ async function main() {
   let step = "start";
   let signedAt = null;
   let page = null;
+  const t0 = Date.now();
+  const events = []; // what the page did, for a failure message (never a frame's payload)
+  const ev = (what) => { events.push(`${((Date.now() - t0) / 1000).toFixed(1)}s ${step} ${what}`.slice(0, 240)); };
+  const reloaded = (what) => { out.reloads += 1; ev(what); };
   try {
     const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+    if (process.env.MEDHELM_BROWSER_TRACE) await context.tracing.start({ screenshots: true, snapshots: true });
     if (opts.forgeCookie) {
       const host = new URL(opts.url).hostname;
       await context.addCookies([{ name: "_streamlit_user", domain: host, path: "/",
@@ -37,11 +60,19 @@ async function main() {
     page = await context.newPage();
     page.setDefaultTimeout(timeout); // clicks too, not only waits: a busy CI machine renders slowly
     page.on("websocket", (ws) => {
+      ev(`ws open ${ws.url()}`);
+      ws.on("close", () => ev("ws closed"));
+      ws.on("socketerror", (e) => ev(`ws error ${e}`));
       ws.on("framereceived", (f) => note(Buffer.isBuffer(f.payload) ? f.payload : Buffer.from(String(f.payload))));
     });
     page.on("response", async (r) => {
+      if (r.status() >= 300 || !r.url().includes("/static/")) ev(`${r.status()} ${r.url()}`);
       try { note(await r.body()); } catch (e) { /* redirects and aborted bodies have none */ }
     });
+    page.on("requestfailed", (r) => ev(`failed ${r.url()} ${r.failure() && r.failure().errorText}`));
+    page.on("console", (m) => ev(`console ${m.type()} ${m.text()}`));
+    page.on("pageerror", (e) => ev(`pageerror ${e}`));
+    page.on("framenavigated", (f) => { if (f === page.mainFrame()) ev(`navigated ${f.url()}`); });
     const signInButton = page.getByRole("button", { name: "Sign in", exact: true });
     // the copied cookies in a fresh browser context: {signed_in, screen text, markers seen on its wire}
     const replay = async (cookies) => {
@@ -59,7 +90,7 @@ async function main() {
         const t = p.locator('[data-testid="stDataFrame"]').first();
         const b = p.getByRole("button", { name: "Sign in", exact: true });
         try {
-          await Promise.race([b.waitFor({ timeout }), t.waitFor({ timeout })]);
+          await settle(p, [b, t], timeout, () => {});
         } catch (err) {
           if (opts.failShot) await p.screenshot({ path: opts.failShot.replace(".png", "-replay.png"), fullPage: true });
           const shown = await p.locator("h1, h2, h3, [data-testid='stAlert']").allInnerTexts().catch(() => []);
@@ -75,7 +106,7 @@ async function main() {
     const table = page.locator('[data-testid="stDataFrame"]').first();
     step = "open";
     await page.goto(opts.url, { waitUntil: "domcontentloaded", timeout });
-    await Promise.race([signInButton.waitFor({ timeout }), table.waitFor({ timeout })]);
+    await settle(page, [signInButton, table], timeout, reloaded);
     out.login_page = await signInButton.isVisible();
     if (opts.user) {
       step = "sign-in";
@@ -84,8 +115,7 @@ async function main() {
       await page.fill("#username", opts.user);
       await Promise.all([page.waitForURL((u) => u.toString().startsWith(opts.url), { timeout }),
                          page.click("#login")]);
-      await Promise.race([signInButton.waitFor({ timeout }), table.waitFor({ timeout }),
-                          page.getByText("has no MedHELM role").waitFor({ timeout })]);
+      await settle(page, [signInButton, table, page.getByText("has no MedHELM role")], timeout, reloaded);
       out.signed_in = await table.isVisible();
       signedAt = Date.now();  // the ID token was issued before this moment
     } else {
@@ -126,7 +156,7 @@ async function main() {
       step = "expiry";
       await page.waitForTimeout(Math.max(0, signedAt + opts.expiresWithinS * 1000 + 250 - Date.now()));
       await page.reload({ waitUntil: "domcontentloaded", timeout });
-      await Promise.race([signInButton.waitFor({ timeout }), table.waitFor({ timeout })]);
+      await settle(page, [signInButton, table], timeout, reloaded);
       out.expired_screen = (await page.getByText("Your sign-in has expired").count()) > 0 && !(await table.isVisible());
     }
     const dom = (await page.content()) + (await page.locator("body").innerText());
@@ -135,6 +165,12 @@ async function main() {
   } catch (err) {
     const texts = page ? await page.locator("h1, h2, h3, [data-testid='stAlert']").allInnerTexts().catch(() => []) : [];
     if (page && opts.failShot) await page.screenshot({ path: opts.failShot, fullPage: true }).catch(() => {});
+    if (process.env.MEDHELM_BROWSER_TRACE && page) {
+      const stem = `${process.env.MEDHELM_BROWSER_TRACE}/signin-${opts.user || "anon"}-${Date.now()}`;
+      await page.context().tracing.stop({ path: `${stem}.zip` }).catch(() => {});
+      require("fs").writeFileSync(`${stem}.log`, events.join("\n") + `\n${String(err && err.stack || err)}\n`);
+    }
+    console.error(events.join("\n"));
     throw new Error(`${step}: ${String(err && err.message || err).split("\n")[0]} | page: ${texts.join(" / ")}`);
   } finally {
     await browser.close();
