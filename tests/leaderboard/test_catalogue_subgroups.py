@@ -141,9 +141,33 @@ def test_only_single_file_private_benchmarks_take_it(ran: dict, capsys) -> None:
     from medhelm.benchmarks.entry import SUBGROUPS
 
     taking = sorted(e.name for e in all_entries() if SUBGROUPS in e.args)
-    assert len(taking) == 13 and all(e.startswith(("shc_", "chw_", "starr_", "mental_")) for e in taking)
-    entry = (f"clear:condition=homelessness,data_path={ran['tmp']},subgroups=age_band,model=test/m,"
-             "model_deployment=mock/m")
+    assert len(taking) == 14 and all(e.startswith(("shc_", "chw_", "starr_", "mental_", "clear")) for e in taking)
+    entry = (f"mimic_bhc:data_path={ran['tmp']},subgroups=age_band,model=test/m,model_deployment=mock/m")
     assert cli(["run", "--run-entries", entry, "--suite", "x", "-o", str(ran["tmp"] / "o2"), "--local-path",
                 str(ran["local"]), "--disable-cache", "-q"]) == 2
     assert "does not accept 'subgroups='" in capsys.readouterr().err
+
+
+def test_clear_takes_subgroups_from_its_condition_sheet(ran: dict, tmp_path: Path, capsys) -> None:
+    """CLEAR reads one spreadsheet per condition: the subgroup columns are that sheet's; a missing one stops the
+    run at planning naming the sheet's file, before anything is written."""
+    openpyxl = pytest.importorskip("openpyxl")
+    from medhelm.benchmarks import LoadContext, resolve
+    from medhelm.specs import FrozenMap
+
+    wb = openpyxl.Workbook()
+    wb.active.append(["text", "result_human", "sex", "site"])
+    for i in range(6):
+        wb.active.append([f"{MARKER} note {i}", i % 3, "F" if i % 2 else "M", "north"])
+    wb.save(tmp_path / "homelessness.xlsx")
+    args = {"data_path": str(tmp_path), "condition": "homelessness", "subgroups": "sex+site"}
+    insts = list(resolve("clear", LoadContext(args=FrozenMap(args), offline=True, base_dir=tmp_path)).instances())
+    assert [dict(i.subgroups) for i in insts] == [{"sex": "F" if i % 2 else "M", "site": "north"} for i in range(6)]
+    out = tmp_path / "out"
+    entry = (f"clear:condition=homelessness,data_path={tmp_path},subgroups=sex+age_band,model=test/m,"
+             "model_deployment=mock/m")
+    assert cli(["run", "--run-entries", entry, "--suite", "x", "-o", str(out), "--local-path", str(ran["local"]),
+                "--disable-cache", "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "homelessness.xlsx" in err[0] and "'age_band'" in err[0] and MARKER not in err[0]
+    assert not out.exists() or not any(out.rglob("*.jsonl"))

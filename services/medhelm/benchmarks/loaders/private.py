@@ -73,17 +73,24 @@ CLEAR_CONDITIONS = (
 )
 
 
+def clear_file(ctx: LoadContext, entry) -> Path:
+    """CLEAR's one spreadsheet per condition: ``<data_path>/<condition>.xlsx``."""
+    root = user_path(ctx, entry.name, entry.expected, entry.access_note)
+    (path,) = require_files(entry.name, root, (f"{ctx.args['condition']}.xlsx",), entry.access_note)
+    return path
+
+
 def load_clear(ctx: LoadContext, entry) -> Iterator[Instance]:
     """``<data_path>/<condition>.xlsx`` with columns ``text`` and ``result_human`` (1 has, 0 has not,
-    2 uncertain)."""
+    2 uncertain); ``subgroups=`` names more columns of the same sheet."""
     condition = ctx.args["condition"]
-    root = user_path(ctx, entry.name, entry.expected, entry.access_note)
-    (path,) = require_files(entry.name, root, (f"{condition}.xlsx",), entry.access_note)
+    path = clear_file(ctx, entry)
     shown = condition.replace("_", " ")
     options = (f"Has a history of {shown}", f"Does not have a history of {shown}", "Uncertain")
     by_label = {"1": 0, "0": 1, "2": 2}
     skipped = 0
-    for line, row in read_table(path, ("text", "result_human")).numbered():
+    columns = subgroup_columns(ctx.args)
+    for line, row in read_table(path, tuple(dict.fromkeys(("text", "result_human", *columns)))).numbered():
         # upstream meant to skip a row with no note or no label ("Skip the instance if any required field is
         # missing"), but pandas reads an empty cell as NaN and str(NaN) is "nan": it kept the row, with the note
         # "nan" or with no correct option (always scored wrong). Skipped here, as its comment says, and counted.
@@ -93,8 +100,9 @@ def load_clear(ctx: LoadContext, entry) -> Iterator[Instance]:
         label = str(row["result_human"]).strip()
         if label not in by_label:
             raise ConfigError("column 'result_human' must be 0, 1 or 2", path=path, line=line)
-        yield choice_instance(f"{condition}-{line - 1}", f"Does the patient have a history of {shown}?", options,
-                              by_label[label], context=str(row["text"]).strip())
+        groups = FrozenMap({c: subgroup_label(row[c], path, line, c) for c in columns})
+        yield _in_groups(choice_instance(f"{condition}-{line - 1}", f"Does the patient have a history of {shown}?",
+                                         options, by_label[label], context=str(row["text"]).strip()), groups)
     note_skipped(path, skipped, "row", "empty note or label")
 
 

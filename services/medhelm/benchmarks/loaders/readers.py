@@ -151,8 +151,12 @@ def iter_csv(path: Path, required: Sequence[str] = (), *, delimiter: str | None 
 
 
 def check_columns(path: Path, required: Sequence[str], *, where: str = "") -> None:
-    """Read only the header of the CSV / TSV file ``path``: a missing column is a ConfigError naming the file
-    and the column (prefixed by ``where``: what asked for it)."""
+    """Read only the header of the CSV / TSV file ``path`` (a spreadsheet is read whole: openpyxl has no header
+    alone): a missing column is a ConfigError naming the file and the column (prefixed by ``where``: what asked
+    for it)."""
+    if path.suffix.lower() == ".xlsx":
+        read_xlsx(path, required)  # the error names the file, the sheet and the missing column
+        return
     rows = iter_csv(path, required, where=where)
     try:
         next(rows, None)  # the header is checked before the first row
