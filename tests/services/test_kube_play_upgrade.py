@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from medhelm.store.synthetic import catalogue, default_models, write_suite
-from tests.services.podman import IMAGE, build_image, free_port, run, wait_for
+from tests.services.podman import free_port, run, wait_for
 from tests.previous_release import REPO, previous_tree
 from tests.services.test_chart_upgrade import hooks
 from tests.services.test_kube_play import Cluster, _probe, by_kind_of, play_services, seed_volume
@@ -47,12 +47,12 @@ def _layer(base: str, tag: str, services: Path, dashboard: Path, work: Path) -> 
 
 
 @pytest.fixture(scope="module")
-def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def releases(dashboard_image: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """One image per release, each serving every workload of its chart: the dashboard image (the service's venv
+    plus the dashboard's stack, built by the session's ``images`` fixture) with that release's code in place."""
     work = tmp_path_factory.mktemp("images")
     previous = previous_tree(work, "services", "dashboard")
-    have = subprocess.run(["podman", "image", "exists", IMAGE], capture_output=True).returncode == 0
-    base = IMAGE if have else build_image()
-    base_id = run("podman", "image", "inspect", "--format", "{{.Id}}", base).stdout.strip()  # fixed from here on
+    base_id = run("podman", "image", "inspect", "--format", "{{.Id}}", dashboard_image).stdout.strip()
     suffix = os.getpid()
     tags = {"previous": _layer(base_id, f"localhost/medhelm-k8s:upgrade-prev-{suffix}", previous / "services",
                                previous / "dashboard", work),
@@ -122,7 +122,8 @@ def _render(helm: Path, chart: Path, release: str, values: dict, tmp: Path, name
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
-def test_upgrade_to_this_chart_and_back_in_kube_play(images, helm_bin, tmp_path):
+def test_upgrade_to_this_chart_and_back_in_kube_play(releases, helm_bin, tmp_path):
+    images = releases
     import psycopg
 
     cluster = Cluster(f"up{os.getpid() % 100000}", tmp_path)
@@ -148,12 +149,17 @@ def test_upgrade_to_this_chart_and_back_in_kube_play(images, helm_bin, tmp_path)
         values = {"resultsStore": {"kind": "postgres", "postgres": {"secretName": store_secret}},
                   "image": {"pullPolicy": "Never"}}
 
-        def chart_values(image: str) -> dict:
-            return {**values, "image": {"repository": image.rsplit(":", 1)[0], "tag": image.rsplit(":", 1)[1],
-                                        "pullPolicy": "Never"}}
+        def chart_values(image: str, dashboard_key: bool) -> dict:
+            ref = {"repository": image.rsplit(":", 1)[0], "tag": image.rsplit(":", 1)[1]}
+            out = {**values, "image": {**ref, "pullPolicy": "Never"}}
+            if dashboard_key:  # 0.2.0 runs the dashboard from an image of its own (0.1.0's schema refuses the key)
+                out["dashboard"] = {"image": ref}
+            return out
 
-        before = _render(helm_bin, previous_chart, cluster.release, chart_values(images["previous"]), tmp_path, "prev")
-        after = _render(helm_bin, current_chart, cluster.release, chart_values(images["current"]), tmp_path, "new")
+        before = _render(helm_bin, previous_chart, cluster.release, chart_values(images["previous"], False), tmp_path,
+                         "prev")
+        after = _render(helm_bin, current_chart, cluster.release, chart_values(images["current"], True), tmp_path,
+                        "new")
         old_kind, new_kind = by_kind_of(_played(before)), by_kind_of(_played(after))
         bench = tmp_path / "bench"
         bench.mkdir()
