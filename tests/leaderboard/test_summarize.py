@@ -169,6 +169,7 @@ def test_an_older_store_gains_the_jury_cost_column_on_its_next_summarize(tmp_pat
     assert run_cli("summarize", "--suites", "s", "-o", str(tmp_path), "--bootstrap", "0")[0] == 0
     conn = sqlite3.connect(tmp_path / "results.sqlite")
     conn.execute("ALTER TABLE models DROP COLUMN jury_cost_usd")  # as written before the column existed
+    conn.execute("UPDATE meta SET value = '1' WHERE release = '' AND key = 'schema_version'")  # (schema v1)
     conn.commit()
     conn.close()
     with open_store(tmp_path / "results.sqlite") as store:
