@@ -124,10 +124,7 @@ class ConfigurableBenchmark:
         return Prompt.user(text, truncated=truncated)
 
     def record_instance(self, instance: Instance) -> Instance:
-        """The instance as its record keeps it: the prompt's fields (``extra``, the CSV cells the template names)
-        are left out, for ``input`` holds them already, rendered whole (a 50 MB cell was stored twice, then cut to
-        fit the context in ``prompt`` a third time)."""
-        return replace(instance, extra=FrozenMap()) if instance.extra else instance
+        return record_instance(instance)
 
 
 def load_configurable(ctx: LoadContext) -> ConfigurableBenchmark:
@@ -289,3 +286,11 @@ def _locate(value: str, bases: Sequence[Path], *, field: str, where: str) -> Pat
 
 def _read_text(path: Path) -> str:
     return files.read_text(path, what="prompt file")
+
+
+def record_instance(instance: Instance) -> Instance:
+    """A configurable benchmark's instance as its record keeps it: the prompt's fields (``extra``, the CSV cells
+    the template names) are left out, for ``input`` holds them already, rendered whole (a 50 MB cell was stored
+    twice, then cut to fit the context in ``prompt`` a third time). The one rule, in one process or through the
+    scenario service (``rpc/remote.py``)."""
+    return replace(instance, extra=FrozenMap()) if instance.extra else instance

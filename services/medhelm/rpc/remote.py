@@ -30,6 +30,7 @@ from pathlib import Path
 
 import grpc
 
+from medhelm.benchmarks import configurable
 from medhelm.benchmarks.base import PromptBudget
 from medhelm.errors import ConfigError
 from medhelm.rpc import codec
@@ -188,6 +189,12 @@ class RemoteBenchmark:
 
     def instances(self) -> Iterable[Instance]:
         return [inst for inst, _ in self._fetch(self._budget)]
+
+    def record_instance(self, instance: Instance) -> Instance:
+        """What the record keeps of an instance: the rule the benchmark applies in one process (a configurable
+        benchmark, the one run with ``config_path=``, leaves ``extra`` out), so a sharded run's records equal a
+        single process's byte for byte."""
+        return configurable.record_instance(instance) if "config_path" in self._run.benchmark_args else instance
 
     def prompt(self, instance: Instance, budget: PromptBudget) -> Prompt:
         if budget.max_prompt_tokens != self._budget:  # asked for another budget than fetched: fetch again
