@@ -181,7 +181,7 @@ class AdaptiveLimit:
 
     def _drain(self) -> None:
         """Quarter the limit until requests sent after the cut have come back (their latency is the server's
-        with a short queue), then return to the limit we left."""
+        with a short queue); ``_decide`` then returns to the limit we left, or restarts slow start."""
         self._drain_from = self.limit
         low = max(1, self.limit // 4)
         self.changes += 1
