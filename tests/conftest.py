@@ -37,6 +37,25 @@ def refusing_port() -> int:
     return _REFUSING.getsockname()[1]
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (scripts/test.sh runs ``-n``), what must not run twice at once runs on one worker.
+
+    ``--dist loadgroup`` keeps a group on one worker, in order. The groups: every test that drives podman
+    (images, pods, one storage) is one group; every ``engines`` test is one (one vLLM and one KServe server per
+    session, started once); every other file is a group of its own, so a module's fixtures are set up once."""
+    if getattr(config.option, "dist", "no") == "no":
+        return
+    for item in items:
+        if "engines" in item.keywords:
+            group = "engines"
+        elif "container" in item.keywords:
+            group = "podman"
+        else:
+            group = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def refused_port() -> int:
     """A port on 127.0.0.1 guaranteed to refuse connections for the whole session (see ``refusing_port``)."""
