@@ -11,7 +11,7 @@
 # BASE_IMAGE; the import's digest changes when the image is imported again, the pinned reference with it).
 set -euo pipefail
 IMAGE=${MEDHELM_BASE_IMAGE:-localhost/medhelm-base:bookworm}
-CACHE=${MEDHELM_TOOLS_CACHE:-$HOME/.cache/medhelm-tools}
+CACHE=${MEDHELM_TOOLS_DIR:-$HOME/.cache/medhelm-tools}  # the one tools cache (scripts/_env.sh installs into it)
 TARBALL=$CACHE/debian-bookworm-python3.tar
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 say() { printf '%s\n' "$*" >&2; }

@@ -19,5 +19,13 @@ if [ $# -eq 0 ] && [ "${MEDHELM_ENGINES:-1}" != 0 ]; then
   nohup bash scripts/engines.sh build >"${TMPDIR:-/tmp}/medhelm-engines-build.log" 2>&1 &
 fi
 step "running the test suite"
-# --durations: every run lists its slowest tests, so CI shows where its time goes (a later --durations wins)
-exec "$VENV/bin/python" -m pytest --durations=25 "$@"
+# --durations: every run lists its slowest tests, so CI shows where its time goes (a later --durations wins).
+# A full run goes on pytest-xdist workers: much of the suite waits on subprocesses, servers and browsers, so two
+# workers finish sooner even on 2 cores; tests/conftest.py keeps podman's tests on one worker and the engines'
+# on one (--dist loadgroup), each other file on one. MEDHELM_TEST_WORKERS=N sets the number (0: in-process).
+workers=()
+if [ $# -eq 0 ]; then
+  n=${MEDHELM_TEST_WORKERS:-$(( $(nproc) < 2 ? 2 : ($(nproc) > 4 ? 4 : $(nproc)) ))}
+  [ "$n" = 0 ] || workers=(-n "$n" --dist loadgroup)
+fi
+exec "$VENV/bin/python" -m pytest --durations=25 "${workers[@]}" "$@"

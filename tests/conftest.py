@@ -16,6 +16,10 @@ SHARED_DATA = Path(os.environ.get("MEDHELM_SHARED_DATA", REPO_ROOT.parent / "sha
 os.environ.setdefault("MEDHELM_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The embedded model on one thread: the suite runs on two pytest-xdist workers on 2 cores (often beside other
+# work), and llama.cpp's spinning threads stall each other on shared cores (inference/llamacpp.py). Every
+# `medhelm` subprocess a test starts inherits it.
+os.environ.setdefault("MEDHELM_LLAMA_THREADS", "1")
 
 
 _REFUSING: socket.socket | None = None

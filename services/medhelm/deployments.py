@@ -264,12 +264,27 @@ def check_usable(dep: Deployment, *, source: str | Path | None = None) -> None:
         if not (os.environ.get(variable) or os.environ.get(f"{variable}_FILE")):
             raise ConfigError(f"{where}: the environment variable {variable} ({what}) is not set; export it "
                               "before running")
+    if dep.kind is DeploymentKind.LLAMACPP:
+        llama_threads(dep.options)
     if dep.kind is DeploymentKind.LLAMACPP and dep.gguf_path:
         try:
             files.check_regular(resolve_gguf(dep.gguf_path), missing="GGUF model file not found",
                                 what="GGUF model file")
         except ConfigError as err:
             raise err.with_context(f"{where}: ") from None
+
+
+def llama_threads(options: Mapping[str, Any]) -> int:
+    """llama.cpp threads for an embedded deployment: its ``n_threads`` option, else ``$MEDHELM_LLAMA_THREADS``,
+    else every core (why a shared machine wants fewer: inference/llamacpp.py). Checked at planning."""
+    if options.get("n_threads"):
+        return int(options["n_threads"])
+    raw = os.environ.get("MEDHELM_LLAMA_THREADS", "").strip()
+    if not raw:
+        return os.cpu_count() or 1
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"MEDHELM_LLAMA_THREADS must be a whole number of threads >= 1, not {escape(raw[:20])!r}")
+    return int(raw)
 
 
 def resolve_gguf(spec: str) -> Path:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from medhelm.deployments import DEFAULT_DEPLOYMENT, DeploymentRegistry
+from medhelm.deployments import DEFAULT_DEPLOYMENT, DeploymentRegistry, check_usable
 from medhelm.errors import ConfigError, InferenceError
 from medhelm.inference import ClientPool
 from medhelm.inference.llamacpp import LlamaCppClient
@@ -204,6 +205,22 @@ def test_missing_gguf_file_is_a_config_error(tmp_path, smollm2):
     dep = Deployment(**{**smollm2.to_json(), "name": "local/missing", "gguf_path": str(tmp_path / "none.gguf")})
     with pytest.raises(ConfigError, match="none.gguf"):
         asyncio.run(LlamaCppClient(dep).generate(ask("hi")))
+
+
+def test_threads_come_from_the_options_then_the_environment_then_the_cores(smollm2, monkeypatch):
+    """No model is loaded: the thread count is settled when the client is made."""
+    no_threads = Deployment(**{**smollm2.to_json(), "options": {"n_ctx": 1024}})
+    monkeypatch.setenv("MEDHELM_LLAMA_THREADS", "3")
+    assert LlamaCppClient(no_threads)._n_threads == 3
+    assert LlamaCppClient(smollm2)._n_threads == 1  # the deployment's own n_threads wins
+    monkeypatch.delenv("MEDHELM_LLAMA_THREADS")
+    assert LlamaCppClient(no_threads)._n_threads == (os.cpu_count() or 1)
+    for bad in ("0", "two", "-1", "1.5"):
+        monkeypatch.setenv("MEDHELM_LLAMA_THREADS", bad)
+        with pytest.raises(ConfigError, match="MEDHELM_LLAMA_THREADS must be a whole number"):
+            LlamaCppClient(no_threads)
+        with pytest.raises(ConfigError, match="MEDHELM_LLAMA_THREADS"):  # at planning, before anything is written
+            check_usable(no_threads)
 
 
 def test_context_window_is_n_ctx_and_the_pool_takes_the_smaller(client, smollm2):

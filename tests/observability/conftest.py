@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-_TOOL_DIRS = [os.environ.get(v) for v in ("MEDHELM_TOOLS_DIR", "MEDHELM_TOOLS_CACHE")] + \
-    [str(Path.home() / ".cache" / "medhelm-tools")]
+_TOOL_DIRS = [os.environ.get("MEDHELM_TOOLS_DIR"), str(Path.home() / ".cache" / "medhelm-tools")]
 
 
 def prometheus_tool(name: str) -> Path | None:

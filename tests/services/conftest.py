@@ -16,7 +16,7 @@ import pytest
 from medhelm.devtools.fixtures import write_configurable_benchmark, write_openai_deployment
 
 PY = sys.executable
-TOOLS = Path(os.environ.get("MEDHELM_TOOLS_CACHE", Path.home() / ".cache" / "medhelm-tools"))
+TOOLS = Path(os.environ.get("MEDHELM_TOOLS_DIR", Path.home() / ".cache" / "medhelm-tools"))
 
 
 def write_qa_benchmark(folder: Path, rows: int, *, metrics: tuple[str, ...] = ("exact_match", "rouge_l")) -> Path:

@@ -3,7 +3,12 @@
 The model loads once per client, lazily and in a worker thread, so the event loop keeps running.
 llama.cpp's context is not safe to share between threads, so generations run one at a time behind an
 ``asyncio.Lock``, each in ``asyncio.to_thread``. Deployment ``options``: ``n_ctx`` (default
-``max_sequence_length``, else 4096), ``n_threads`` (default ``os.cpu_count()``), ``n_batch``.
+``max_sequence_length``, else 4096), ``n_threads`` (default ``$MEDHELM_LLAMA_THREADS``, else
+``os.cpu_count()``), ``n_batch``. llama.cpp's threads wait for each other at every step by spinning, so on cores
+shared with other work a thread that is descheduled stalls the others: 96 tokens took 133 s on 2 threads and 8 s
+on 1 at load 11 on 2 cores. On a shared machine set ``MEDHELM_LLAMA_THREADS`` (or ``n_threads``) below the
+number of cores the run can count on; the test suite runs with 1 (two pytest workers share 2 cores).
+A value that is not a whole number >= 1 is a ``ConfigError`` naming the variable.
 
 Determinism (the same request gives the same text, every time): llama-cpp-python keeps the previous
 call's tokens in the KV cache and, when the next prompt shares a prefix, evaluates only the unmatched
@@ -34,7 +39,7 @@ import threading
 import time
 from typing import Any
 
-from medhelm.deployments import resolve_gguf
+from medhelm.deployments import llama_threads, resolve_gguf
 from medhelm.errors import ConfigError, InferenceError
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 
@@ -50,7 +55,7 @@ class LlamaCppClient:
         self._deployment = deployment
         options = deployment.options
         self.n_ctx = int(options.get("n_ctx") or deployment.max_sequence_length or DEFAULT_N_CTX)
-        self._n_threads = int(options.get("n_threads") or os.cpu_count() or 1)
+        self._n_threads = llama_threads(options)
         self._n_batch = int(options.get("n_batch") or 512)
         self._llm: Any = None
         self._load_lock = threading.Lock()  # the loader may be reached from the loop's thread or a worker
