@@ -10,10 +10,13 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests import ports
 
 _TOOL_DIRS = [os.environ.get(v) for v in ("MEDHELM_TOOLS_DIR", "MEDHELM_TOOLS_CACHE")] + \
     [str(Path.home() / ".cache" / "medhelm-tools")]
@@ -56,6 +59,36 @@ def value(scrape: dict, name: str, **labels: str) -> float:
 def fetch(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as r:
         return r.read().decode("utf-8")
+
+
+def start_tool(exe: Path, args: Callable[[int], list[str]], log: Path) -> tuple[subprocess.Popen, str]:
+    """A Prometheus tool (Prometheus, the Pushgateway: they cannot report a port they picked themselves)
+    listening on 127.0.0.1 at a picked port, started again on a new one when that was taken meanwhile
+    (tests/ports.py); returns (process, URL) once the process itself listens and answers /-/ready.
+    ``args(port)`` are its flags; its output goes to ``log``."""
+
+    def start(port: int) -> tuple[subprocess.Popen, str]:
+        url = f"http://127.0.0.1:{port}"
+        with open(log, "w") as out:
+            proc = subprocess.Popen([str(exe), f"--web.listen-address=127.0.0.1:{port}", *args(port)],
+                                    stdout=out, stderr=subprocess.STDOUT)
+
+        def ready() -> bool:
+            try:
+                fetch(url + "/-/ready")
+                return True
+            except OSError:
+                return False
+
+        try:
+            ports.serving(proc, port, exe.name, lambda: log.read_text(errors="replace"), ready=ready)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        return proc, url
+
+    return ports.on_a_free_port(start, exe.name)
 
 
 class MedhelmProcess:
