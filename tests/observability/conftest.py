@@ -119,7 +119,7 @@ class MedhelmProcess:
     def stderr(self) -> str:
         return "".join(self.err)
 
-    def metrics_url(self, timeout: float = 60) -> str:
+    def metrics_url(self, timeout: float = 300) -> str:  # start-up takes seconds; this only stops a hang
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for line in list(self.err):
@@ -138,7 +138,7 @@ class MedhelmProcess:
                 return
             if self.proc.poll() is not None:
                 for t in self._threads:
-                    t.join(5)
+                    t.join(60)  # returns as soon as the pipe is drained
                 if text in self.stdout:
                     return
                 break
@@ -164,5 +164,5 @@ class MedhelmProcess:
             self.proc.terminate()
         code = self.proc.wait(timeout=30)
         for t in self._threads:
-            t.join(5)
+            t.join(60)  # returns as soon as the pipe is drained
         return code

@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from medhelm.rpc.server import ServerConfig, serve
 
 
-def _check(port: int, service: str, timeout: float = 1.0) -> str:
+def _check(port: int, service: str, timeout: float = 30.0) -> str:  # a hung call only: a starved machine can take seconds
     with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
         try:
             reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service),
