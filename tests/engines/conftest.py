@@ -58,8 +58,11 @@ class Engine:
             args = ["bash", str(ENGINES), "start", self.kind, str(self.port)]
             if self.grpc_port:
                 args.append(str(self.grpc_port))
-            proc = subprocess.run(args, capture_output=True, text=True, timeout=700,
-                                  env={**os.environ, **(self.env or {})})
+            # vLLM starts in ~30 s idle, ~4 min on a busy 2-core box: engines.sh's 600 s default is too close
+            # for a test, whose bound only has to stop a hang
+            env = {"MEDHELM_ENGINE_START_TIMEOUT": "3000", **os.environ, **(self.env or {})}
+            proc = subprocess.run(args, capture_output=True, text=True, env=env,
+                                  timeout=int(env["MEDHELM_ENGINE_START_TIMEOUT"]) + 120)
             if proc.returncode != 0:
                 if pick and ports.taken(proc.stderr):
                     raise ports.PortTaken(f"{self.kind}: {proc.stderr.strip().splitlines()[-1]}")
