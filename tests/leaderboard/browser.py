@@ -116,7 +116,7 @@ def running_app(store: str, *, redacted: bool = False, app: Path | None = None) 
             stop(proc)
 
 
-def screenshot(url: str, path: Path, timeout_ms: int = 60000) -> dict:
+def screenshot(url: str, path: Path, timeout_ms: int = 300000) -> dict:  # a hang only
     """Run the node script; returns its timings (seconds to title, to leaderboard table, total)."""
     env = {**os.environ, "NODE_PATH": str(NODE_CACHE / "node_modules"), "CHROMIUM": CHROMIUM}
     done = subprocess.run(["node", str(SCRIPT), url, str(path), str(timeout_ms)], capture_output=True, text=True,

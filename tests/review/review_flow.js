@@ -5,7 +5,7 @@
 // item_after (the opaque ids shown), calibration (shown|absent), in_dom / in_network (marker -> seen),
 // network_bytes, texts (a few visible strings, for failure messages).
 const { chromium } = require("playwright-core");
-const { idle } = require("../leaderboard/streamlit_idle.js");
+const { gridsDrawn, idle } = require("../leaderboard/streamlit_idle.js");
 
 async function main() {
   const opts = JSON.parse(process.argv[2]);
@@ -57,6 +57,7 @@ async function main() {
     if (out.pages[0] === "Leaderboard") { // a viewer's first page: let its table arrive before looking
       await page.locator('[data-testid="stDataFrame"]').first().waitFor({ timeout });
       await idle(page, timeout);
+      await gridsDrawn(page, timeout);
     }
     await seenDom(page);
     if (out.pages.includes("Review")) {
@@ -83,6 +84,7 @@ async function main() {
       await page.getByText("Agreement per criterion").waitFor({ timeout });
       await page.locator('[data-testid="stDataFrame"]').first().waitFor({ timeout });
       await idle(page, timeout);
+      await gridsDrawn(page, timeout);
       out.calibration = "shown";
       await seenDom(page);
     }
