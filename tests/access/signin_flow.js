@@ -30,7 +30,9 @@ async function settle(page, screens, timeout, note, reloads = 2) {
 
 async function main() {
   const opts = JSON.parse(process.argv[2]);
-  const timeout = opts.timeoutMs || 120000; // generous: CI machines have 2 busy cores
+  // a step's bound only stops a hang: a cold page (a fresh clone's first drill-down) on 2 cores at load 15 can
+  // take minutes, where an idle machine takes seconds
+  const timeout = opts.timeoutMs || 600000;
   const markers = opts.markers.map((m) => [m, Buffer.from(m, "utf8")]);
   const out = { login_page: false, signed_in: false, drilldown: "none", in_dom: {}, in_network: {},
                 network_bytes: 0, expired_screen: null, texts: [], reloads: 0 };

@@ -27,7 +27,7 @@ def drive(url: str, user: str = "", **opts: object) -> dict:
         opts = {**opts, "failShot": str(Path(os.environ["MEDHELM_SCREENSHOT_DIR"]) / f"signin-{user or 'anon'}.png")}
     done = subprocess.run(["node", str(FLOW), json.dumps({"url": url, "user": user, "markers": [MARKER, MODEL],
                                                           **opts})],
-                          capture_output=True, text=True, env=env, timeout=600)
+                          capture_output=True, text=True, env=env, timeout=3600)
     assert done.returncode == 0, done.stderr[-800:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -9,7 +9,9 @@ const { gridsDrawn, idle } = require("../leaderboard/streamlit_idle.js");
 
 async function main() {
   const opts = JSON.parse(process.argv[2]);
-  const timeout = opts.timeoutMs || 120000; // generous: CI machines have 2 busy cores
+  // a step's bound only stops a hang: a cold page (a fresh clone's first drill-down) on 2 cores at load 15 can
+  // take minutes, where an idle machine takes seconds
+  const timeout = opts.timeoutMs || 600000;
   const markers = opts.markers.map((m) => [m, Buffer.from(m, "utf8")]);
   const out = { signed_in: false, pages: [], review: "absent", item_before: null, item_after: null,
                 calibration: "absent", in_dom: {}, in_network: {}, network_bytes: 0, texts: [] };
