@@ -162,7 +162,7 @@ class MedhelmProcess:
             pass
         if self.proc.poll() is None:
             self.proc.terminate()
-        code = self.proc.wait(timeout=30)
+        code = self.proc.wait(timeout=120)
         for t in self._threads:
             t.join(60)  # returns as soon as the pipe is drained
         return code

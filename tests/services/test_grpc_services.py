@@ -166,7 +166,7 @@ def test_health_reflection_and_graceful_sigterm(start_service, tmp_path):
         services = set(ProtoReflectionDescriptorDatabase(ch).get_services())
     assert {"medhelm.v1.JuryService", "grpc.health.v1.Health"} <= services
     svc.proc.terminate()
-    assert svc.proc.wait(timeout=30) == 0
+    assert svc.proc.wait(timeout=120) == 0
     assert "stopped" in svc.proc.stderr.read()
 
 
