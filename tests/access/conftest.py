@@ -7,8 +7,6 @@ import argparse
 import os
 import shutil
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from medhelm.store.synthetic import catalogue, default_models, write_suite
-from tests.leaderboard.browser import free_port, launch_module
+from tests.leaderboard.browser import launch_module, start_streamlit, stop
 from tests.leaderboard.conftest import postgres_url  # noqa: F401 - the shared scratch PostgreSQL fixture
 from tests.leaderboard.helpers import run_cli
 
@@ -79,46 +77,38 @@ def signed_in_app(users: dict, store: Path, access_yaml: str, work: Path) -> Ite
     from tests.access.oidc_provider import Provider
 
     launch = launch_module()
-    port = free_port()
-    redirect = f"http://127.0.0.1:{port}/oauth2callback"
     provider = Provider(client_id="medhelm-dashboard", client_secret="s3cret-client-" + os.urandom(8).hex(),
-                        redirect_uris=[redirect], users=users)
+                        redirect_uris=[], users=users)
     issuer = provider.start()
     policy = work / "access.yaml"
     policy.write_text(access_yaml)
     (work / "client_secret").write_text(provider.client_secret)
-    args = argparse.Namespace(store=str(store), host="127.0.0.1", port=port, release=None,
-                              redacted=False, output_path=None, oidc_issuer=issuer,
-                              oidc_client_id=provider.client_id, oidc_redirect_uri=redirect, access_policy=policy)
     secret_env = {"MEDHELM_OIDC_CLIENT_SECRET_FILE": str(work / "client_secret"),
                   "MEDHELM_OIDC_COOKIE_SECRET": os.urandom(24).hex()}
-    secrets = launch.write_secrets(launch.oidc_settings(args, {**os.environ, **secret_env}))
+    written: list[Path] = []
+
+    def make(port: int) -> tuple[list[str], dict[str, str]]:  # the redirect URI names the port
+        redirect = f"http://127.0.0.1:{port}/oauth2callback"
+        provider.redirect_uris = [redirect]
+        args = argparse.Namespace(store=str(store), host="127.0.0.1", port=port, release=None,
+                                  redacted=False, output_path=None, oidc_issuer=issuer,
+                                  oidc_client_id=provider.client_id, oidc_redirect_uri=redirect,
+                                  access_policy=policy)
+        written.append(launch.write_secrets(launch.oidc_settings(args, {**os.environ, **secret_env})))
+        env = {**launch.environment(args), "MEDHELM_SESSIONS_ENDED": str(work / "sessions-ended")}
+        return launch.command(args, written[-1]), env
+
     log = work / "streamlit.log"
-    with open(log, "w") as err:
-        proc = subprocess.Popen(launch.command(args, secrets), env=launch.environment(args),
-                                stdout=subprocess.DEVNULL, stderr=err, text=True)
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.read().decode().strip() == "ok":
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"streamlit did not start: {log.read_text()[-800:]}")
-            time.sleep(0.3)
-        yield App(url, proc, log), provider
-    finally:
-        proc.terminate()
+        proc, url = start_streamlit(make, log, "streamlit with sign-in")
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            yield App(url, proc, log), provider
+        finally:
+            stop(proc)
+    finally:
         provider.stop()
-        shutil.rmtree(secrets.parent, ignore_errors=True)
+        for secrets in written:
+            shutil.rmtree(secrets.parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,12 @@ from joserfc import jwt
 from joserfc.jwk import RSAKey
 
 
+# An authorization code is exchanged within seconds; Entra ID gives it 10 minutes. A starved test machine can
+# take longer than a minute between the provider's redirect and Streamlit's token request, so the code lives
+# as long as Entra's: its expiry is not what these tests test.
+CODE_LIFETIME_S = 600
+
+
 @dataclass
 class User:
     sub: str
@@ -165,7 +171,7 @@ class _Handler(BaseHTTPRequestHandler):
             code = secrets.token_urlsafe(24)
             with self.p.lock:
                 self.p.codes[code] = {"user": user, "redirect_uri": form["redirect_uri"], "nonce": form.get("nonce"),
-                                      "challenge": form["code_challenge"], "expires": time.time() + 60}
+                                      "challenge": form["code_challenge"], "expires": time.time() + CODE_LIFETIME_S}
             query = urllib.parse.urlencode({"code": code, **({"state": form["state"]} if "state" in form else {})})
             return self._send(302, b"", "text/plain", {"Location": f"{form['redirect_uri']}?{query}"})
         if url.path == "/token":

@@ -3,10 +3,12 @@
 // usage: node signin_flow.js '{"url":..., "markers":[...], "user":..., "forgeCookie":bool, "expiresWithinS":n,
 //                               "signOutReplay":bool}'
 // Prints one JSON line: login_page, signed_in, drilldown (refused|shown|none), in_dom and in_network
-// (marker -> seen), network_bytes, expired_screen, reloads (blank pages reloaded), texts (a few visible strings, for failure messages); with
+// (marker -> seen), network_bytes, expired_screen, expired_at_sign_in (the first page after sign-in already
+// said the token had expired), reloads (blank pages reloaded), texts (a few visible strings, for failure messages); with
 // signOutReplay: the session's cookies copied, replayed in a new context before and after "Sign out" is
 // clicked (replay_before, replay_after: signed_in, login_page, texts, in_network), signed_out_screen.
 const { chromium } = require("playwright-core");
+const { idle } = require("../leaderboard/streamlit_idle.js");
 
 // Wait until the page shows one of `screens` (locators). A page that stays blank — Streamlit drew nothing,
 // as when its websocket was dropped on a starved machine and the script's output never arrived — is
@@ -28,7 +30,9 @@ async function settle(page, screens, timeout, note, reloads = 2) {
 
 async function main() {
   const opts = JSON.parse(process.argv[2]);
-  const timeout = opts.timeoutMs || 120000; // generous: CI machines have 2 busy cores
+  // a step's bound only stops a hang: a cold page (a fresh clone's first drill-down) on 2 cores at load 15 can
+  // take minutes, where an idle machine takes seconds
+  const timeout = opts.timeoutMs || 600000;
   const markers = opts.markers.map((m) => [m, Buffer.from(m, "utf8")]);
   const out = { login_page: false, signed_in: false, drilldown: "none", in_dom: {}, in_network: {},
                 network_bytes: 0, expired_screen: null, texts: [], reloads: 0 };
@@ -96,7 +100,7 @@ async function main() {
           const shown = await p.locator("h1, h2, h3, [data-testid='stAlert']").allInnerTexts().catch(() => []);
           throw new Error(`replayed page: ${shown.join(" / ")} | ${String(err && err.message || err).split("\n")[0]}`);
         }
-        await p.waitForTimeout(2000); // give a wrongly accepted session time to draw data
+        await idle(p, timeout); // a wrongly accepted session has drawn its data by now
         return { signed_in: await t.isVisible(), login_page: await b.isVisible(),
                  texts: (await p.locator("[data-testid='stAlert']").allInnerTexts()).slice(0, 4), in_network: seen };
       } finally {
@@ -118,11 +122,15 @@ async function main() {
       await settle(page, [signInButton, table, page.getByText("has no MedHELM role")], timeout, reloaded);
       out.signed_in = await table.isVisible();
       signedAt = Date.now();  // the ID token was issued before this moment
+      // a short-lived token that expired before its first page (a starved machine signs in slowly): the
+      // caller tries again with a longer one
+      out.expired_at_sign_in = (await page.getByText("Your sign-in has expired").count()) > 0;
     } else {
-      await page.waitForTimeout(3000); // give a wrongly accepted session time to draw data
+      await idle(page, timeout); // a wrongly accepted session has drawn its data by now
       out.signed_in = await table.isVisible();
     }
-    if (out.signed_in) {
+    // with expiresWithinS the drill-down is left out: the token may expire in the middle of it
+    if (out.signed_in && !opts.expiresWithinS) {
       step = "drill-down";
       await page.locator('[data-testid="stSidebar"]').getByText("Benchmark", { exact: true }).click();
       const hidden = page.getByText("Instance text is hidden", { exact: false }).first();
@@ -131,11 +139,11 @@ async function main() {
       if (await expander.isVisible()) {
         out.drilldown = "shown";
         await expander.locator("summary").first().click();
-        await page.waitForTimeout(1000);
+        await expander.locator('[data-testid="stExpanderDetails"]').first().waitFor({ state: "visible", timeout });
       } else {
         out.drilldown = "refused";
-        await page.waitForTimeout(1500); // anything sent after the refusal would land now
       }
+      await idle(page, timeout); // the page's run has ended: anything it sent after the refusal has landed
     }
     if (opts.signOutReplay && out.signed_in) {
       // the session's cookies as a thief (a proxy log, another tab) would copy them; first proven usable
@@ -150,9 +158,9 @@ async function main() {
       step = "replay";
       out.replay_after = await replay(copied);
     }
-    if (opts.expiresWithinS) {
+    if (opts.expiresWithinS && out.signed_in) {
       // The token expires at most expiresWithinS after it was issued, so after signedAt + expiresWithinS it
-      // has (250 ms of slack for the two clocks' reads): wait only until then, the drill-down's time included.
+      // has (250 ms of slack for the two clocks' reads): wait only until then.
       step = "expiry";
       await page.waitForTimeout(Math.max(0, signedAt + opts.expiresWithinS * 1000 + 250 - Date.now()));
       await page.reload({ waitUntil: "domcontentloaded", timeout });

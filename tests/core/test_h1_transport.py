@@ -63,12 +63,12 @@ class RawServer:
 
     def __enter__(self) -> RawServer:
         self.thread.start()
-        self.ready.wait(5)
+        assert self.ready.wait(300), "the test server never started"  # a hang only: it starts in ms
         return self
 
     def __exit__(self, *exc) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
+        self.thread.join(60)
 
     def url(self, scheme: str = "http", host: str = "127.0.0.1") -> str:
         return f"{scheme}://{host}:{self.port}/v1"

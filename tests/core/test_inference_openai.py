@@ -7,7 +7,6 @@ import base64
 
 import asyncio
 import json
-import socket
 
 import pytest
 
@@ -213,14 +212,8 @@ def test_timeout_is_retryable():
     assert not isinstance(info.value, ServerUnreachable)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_connection_refused_names_the_url():
-    url = f"http://127.0.0.1:{free_port()}/v1"
+def test_connection_refused_names_the_url(refused_url):
+    url = f"{refused_url}/v1"  # a port bound and never listening for the whole session: refused, never served
     with pytest.raises(ServerUnreachable) as info:
         generate(deployment(url), request())
     assert str(info.value).startswith(f"cannot reach {url}") and info.value.retryable

@@ -19,7 +19,7 @@ def chat(client: httpx.Client, srv: MockOpenAIServer, text: str, **extra) -> htt
 
 
 def test_endpoints_answer_like_openai():
-    with MockOpenAIServer() as srv, httpx.Client() as client:
+    with MockOpenAIServer() as srv, httpx.Client(timeout=60) as client:
         assert srv.base_url.startswith("http://127.0.0.1:") and srv.base_url.endswith("/v1")
         assert client.get(srv.base_url.removesuffix("/v1") + "/health").json() == {"status": "ok"}
         assert client.get(srv.base_url + "/models").json()["data"][0]["id"] == "mock-model"
@@ -37,7 +37,8 @@ def test_endpoints_answer_like_openai():
 
 
 def test_keep_alive_reuses_one_connection():
-    with MockOpenAIServer() as srv, httpx.Client(limits=httpx.Limits(max_connections=1)) as client:
+    # httpx's own defaults (5 s timeout, 5 s idle expiry) could open a second connection on a starved machine
+    with MockOpenAIServer() as srv, httpx.Client(timeout=60, limits=httpx.Limits(max_connections=1, keepalive_expiry=600)) as client:
         for i in range(20):
             assert chat(client, srv, f"question {i}").status_code == 200
         assert srv.request_count == 20 and srv.connection_count == 1
@@ -68,7 +69,7 @@ def test_custom_responder_and_http_errors_from_it():
             raise MockHTTPError(429, "busy", retry_after=2)
         return text.upper()
 
-    with MockOpenAIServer(responder=responder) as srv, httpx.Client() as client:
+    with MockOpenAIServer(responder=responder) as srv, httpx.Client(timeout=60) as client:
         assert chat(client, srv, "shout").json()["choices"][0]["message"]["content"] == "SHOUT"
         bad = chat(client, srv, "bad")
         assert bad.status_code == 400 and bad.json()["error"]["message"] == "max_tokens is too large"
@@ -78,7 +79,7 @@ def test_custom_responder_and_http_errors_from_it():
 
 def fault_profile(seed: int, n: int = 200) -> list[int]:
     with MockOpenAIServer(error_rate=0.2, rate_limit_rate=0.2, malformed_rate=0.2, seed=seed) as srv, \
-            httpx.Client() as client:
+            httpx.Client(timeout=60) as client:
         codes = []
         for i in range(n):
             r = chat(client, srv, f"q{i % 50}")  # repeated bodies: the occurrence count is part of the draw
@@ -101,7 +102,7 @@ def test_faults_are_reproducible_by_seed_and_follow_the_rates():
 
 
 def test_rate_limit_carries_retry_after():
-    with MockOpenAIServer(rate_limit_rate=1.0, retry_after_s=0.25) as srv, httpx.Client() as client:
+    with MockOpenAIServer(rate_limit_rate=1.0, retry_after_s=0.25) as srv, httpx.Client(timeout=60) as client:
         r = chat(client, srv, "anything")
         assert r.status_code == 429 and float(r.headers["retry-after"]) == 0.25
 
@@ -110,7 +111,7 @@ def test_in_flight_is_measured():
     import asyncio
 
     async def burst(url: str) -> None:
-        async with httpx.AsyncClient() as client:
+        async with httpx.AsyncClient(timeout=60) as client:
             body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1}
             await asyncio.gather(*(client.post(url + "/chat/completions", json=body) for _ in range(5)))
 
@@ -127,7 +128,7 @@ def test_cli_process_serves_with_faults(tmp_path):
         line = proc.stdout.readline()
         assert "listening on http://127.0.0.1:" in line, proc.stderr.read() if proc.poll() is not None else line
         base_url = line.split("listening on ")[1].strip()
-        with httpx.Client() as client:
+        with httpx.Client(timeout=60) as client:
             r = client.post(base_url + "/chat/completions",
                             json={"model": "m", "messages": [{"role": "user", "content": "q"}], "max_tokens": 1})
         assert r.status_code == 429 and r.headers["retry-after"] == "3"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import ports
 from tests.conftest import REPO_ROOT
 from tests.catalogue.conftest import mirror  # noqa: F401 - the data mirror of ../shared/data (one place)
 
@@ -33,16 +33,12 @@ def pytest_collection_modifyitems(items):
                 item.add_marker(skip)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class Engine:
+    """A vLLM or KServe server of scripts/engines.sh on ``port`` (and KServe's ``grpc_port``); 0: ``start``
+    picks them (tests/ports.py), as engines cannot report a port they picked themselves."""
     kind: str
-    port: int
+    port: int = 0
     grpc_port: int | None = None
     env: dict | None = None
 
@@ -51,13 +47,34 @@ class Engine:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        args = ["bash", str(ENGINES), "start", self.kind, str(self.port)]
-        if self.grpc_port:
-            args.append(str(self.grpc_port))
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=700,
-                              env={**os.environ, **(self.env or {})})
-        if proc.returncode != 0:
-            pytest.fail(f"{self.kind} did not start: {proc.stderr[-3000:]}")
+        """engines.sh start; on picked ports, again on new ones when one was taken before the server bound it."""
+        pick, pick_grpc = self.port == 0, self.grpc_port == 0
+
+        def attempt(port: int) -> None:
+            if pick:
+                self.port = port
+            if pick_grpc:
+                self.grpc_port = ports.pick()
+            args = ["bash", str(ENGINES), "start", self.kind, str(self.port)]
+            if self.grpc_port:
+                args.append(str(self.grpc_port))
+            # vLLM starts in ~30 s idle, ~4 min on a busy 2-core box: engines.sh's 600 s default is too close
+            # for a test, whose bound only has to stop a hang
+            env = {"MEDHELM_ENGINE_START_TIMEOUT": "3000", **os.environ, **(self.env or {})}
+            proc = subprocess.run(args, capture_output=True, text=True, env=env,
+                                  timeout=int(env["MEDHELM_ENGINE_START_TIMEOUT"]) + 120)
+            if proc.returncode != 0:
+                if pick and ports.taken(proc.stderr):
+                    raise ports.PortTaken(f"{self.kind}: {proc.stderr.strip().splitlines()[-1]}")
+                pytest.fail(f"{self.kind} did not start: {proc.stderr[-3000:]}")
+            if pick and not ports.listens(int(proc.stdout.split()[-1]), self.port):
+                self.stop()  # ready, but the answer came from another server that took the port meanwhile
+                raise ports.PortTaken(f"{self.kind}: another server answered on port {self.port}")
+
+        if pick:
+            ports.on_a_free_port(attempt, f"{self.kind} engine")
+        else:
+            attempt(self.port)
 
     def stop(self) -> None:
         subprocess.run(["bash", str(ENGINES), "stop", str(self.port)], capture_output=True, timeout=60)
@@ -84,7 +101,7 @@ def engines_built() -> Path:
 @pytest.fixture(scope="session")
 def vllm(engines_built) -> Engine:
     reuse = os.environ.get("MEDHELM_TEST_VLLM_PORT")  # a server already started by `engines.sh start` (dev)
-    engine = Engine("vllm", int(reuse) if reuse else free_port())
+    engine = Engine("vllm", int(reuse) if reuse else 0)
     if not reuse:
         engine.start()
     yield engine
@@ -96,8 +113,8 @@ def vllm(engines_built) -> Engine:
 def kserve(engines_built) -> Engine:
     reuse = os.environ.get("MEDHELM_TEST_KSERVE_PORT")  # a server already started by `engines.sh start` (dev)
     reuse_grpc = os.environ.get("MEDHELM_TEST_KSERVE_GRPC_PORT")  # ... and its gRPC port
-    engine = Engine("kserve", int(reuse) if reuse else free_port(),
-                    int(reuse_grpc) if reuse and reuse_grpc else None if reuse else free_port())
+    engine = Engine("kserve", int(reuse) if reuse else 0,
+                    int(reuse_grpc) if reuse and reuse_grpc else None if reuse else 0)
     if not reuse:
         engine.start()
     yield engine

@@ -22,7 +22,6 @@ from tests.engines.conftest import (
     MAX_MODEL_LEN,
     SERVED,
     Engine,
-    free_port,
     kserve_deployment,
     kserve_grpc_deployment,
     medhelm,
@@ -115,16 +114,27 @@ def test_kserve_errors_map_to_retry_and_failure(protocol, kserve, engines_built,
     # model not ready yet (weights still loading): KServe answers REST 503; over gRPC kserve 0.21 calls the
     # model's load() again, which says ModelNotReady, and its interceptor's mapping of that fails
     # ("'ModelNotReady' object has no attribute 'reason'") -> UNKNOWN: either way retried until ready
-    late = Engine("kserve", free_port(), free_port(), env={"MEDHELM_KSERVE_LOAD_DELAY": "20",
-                                                           "MEDHELM_ENGINE_WAIT": "live"})
-    late.start()
-    try:
-        deployment = dataclasses.replace(base, base_url=url(late))
-        assert not _model_ready(late), "the model is ready already: the server took longer than its load delay"
-        result, stats = asyncio.run(ask(deployment, _request("Say yes."),
-                                        RetryPolicy(max_attempts=60, base_delay_s=0.5, max_delay_s=2.0,
-                                                    jitter="none")))
-        assert not isinstance(result, InferenceError), result
-        assert result.text and stats.retries >= 1 and stats.errors == 0
-    finally:
-        late.stop()
+    # The model turns ready load_delay seconds after the server is live. When a starved machine takes longer
+    # than that from "live" to the first request, that request finds the model ready and nothing is shown
+    # about not-ready answers: the same run is repeated with twice the delay (an unready model is never
+    # answered, so a request before readiness is always retried: a client that did not retry fails below).
+    result = stats = None
+    for delay in (20, 40, 80, 160):
+        late = Engine("kserve", 0, 0, env={"MEDHELM_KSERVE_LOAD_DELAY": str(delay), "MEDHELM_ENGINE_WAIT": "live"})
+        late.start()
+        try:
+            deployment = dataclasses.replace(base, base_url=url(late))
+            if _model_ready(late):
+                continue  # ready before we asked: proves nothing, try a longer delay
+            # retries cover any delay here (600 x at most 2 s): the budget only stops a hung test
+            result, stats = asyncio.run(ask(deployment, _request("Say yes."),
+                                            RetryPolicy(max_attempts=600, base_delay_s=0.5, max_delay_s=2.0,
+                                                        jitter="none")))
+            if not isinstance(result, InferenceError) and stats.retries == 0 and stats.errors == 0:
+                continue  # the model turned ready between the check and the first request: try a longer delay
+        finally:
+            late.stop()
+        break
+    assert result is not None, "the model was ready before the first request even with a 160 s load delay"
+    assert not isinstance(result, InferenceError), result
+    assert result.text and stats.retries >= 1 and stats.errors == 0

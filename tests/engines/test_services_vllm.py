@@ -48,7 +48,7 @@ class Service:
 
 
 def _served(svc: Service, method: str) -> float:
-    for line in httpx.get(svc.metrics_url).text.splitlines():
+    for line in httpx.get(svc.metrics_url, timeout=60).text.splitlines():
         if line.startswith("medhelm_rpc_requests_total{") and f'method="{method}"' in line and 'code="OK"' in line:
             return float(line.rsplit(" ", 1)[1])
     return 0.0

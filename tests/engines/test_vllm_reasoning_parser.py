@@ -18,7 +18,7 @@ import os
 
 import pytest
 
-from tests.engines.conftest import (SERVED, Engine, free_port, medhelm, only_run, post_json, records, vllm_deployment,
+from tests.engines.conftest import (SERVED, Engine, medhelm, only_run, post_json, records, vllm_deployment,
                                     write_deployments)
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow]
@@ -48,7 +48,7 @@ def thinking_model_copy(source, target):
 def reasoning_vllm(engines_built, tmp_path_factory):
     model = thinking_model_copy(engines_built / "model" / "SmolLM2-135M-Instruct",
                                 tmp_path_factory.mktemp("thinking") / "SmolLM2-135M-Instruct")
-    engine = Engine("vllm", free_port(), env={
+    engine = Engine("vllm", env={
         "MEDHELM_VLLM_MODEL": str(model), "VLLM_MAX_NUM_SEQS": "4",
         "MEDHELM_VLLM_ARGS": '--reasoning-parser deepseek_r1 --structured-outputs-config {"enable_in_reasoning":true}'})
     engine.start()

@@ -12,13 +12,14 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import subprocess
-import time
+import tempfile
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from tests import ports
 
 SCRIPT = Path(__file__).with_name("browser_shot.js")
 # scripts/_env.sh installs playwright-core here for the whole test suite
@@ -53,49 +54,69 @@ def launch_module():  # noqa: ANN201 - a module
     return launch
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=10) as r:
+            return r.read().decode().strip() == "ok"
+    except OSError:
+        return False
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the app (by its own pid), SIGKILL if it has not gone within 30 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def start_streamlit(make: Callable[[int], tuple[list[str], dict[str, str]]], log: Path,
+                    what: str = "streamlit") -> tuple[subprocess.Popen, str]:
+    """Start the app ``make(port)`` describes (command, environment) on a picked port, again on a new one when
+    the port was taken meanwhile (tests/ports.py); returns (process, URL) once the process itself listens there
+    and answers /_stcore/health. Its stderr goes to ``log``."""
+
+    def start(port: int) -> tuple[subprocess.Popen, str]:
+        cmd, env = make(port)
+        with open(log, "w") as err:
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            ports.serving(proc, port, what, lambda: log.read_text(encoding="utf-8", errors="replace"),
+                          ready=lambda: _healthy(url))
+        except BaseException:
+            stop(proc)
+            raise
+        return proc, url
+
+    return ports.on_a_free_port(start, what)
 
 
 @contextmanager
-def running_app(store: str, *, redacted: bool = False, timeout_s: float = 60, app: Path | None = None
-                ) -> Iterator[str]:
+def running_app(store: str, *, redacted: bool = False, app: Path | None = None) -> Iterator[str]:
     """The dashboard as ``medhelm serve`` starts it (or another ``app`` script the same way); yields its URL;
     stops it (by its own pid) after."""
     launch = launch_module()
-    port = free_port()
-    args = argparse.Namespace(store=store, host="127.0.0.1", port=port, release=None, redacted=redacted,
-                              output_path=None)
-    cmd = launch.command(args)
-    if app is not None:
-        cmd[cmd.index(str(launch.APP))] = str(app)
-    proc = subprocess.Popen(cmd, env=launch.environment(args), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.read().decode().strip() == "ok":
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"streamlit did not start: {(proc.stderr.read() if proc.stderr else '')[-500:]}")
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
+
+    def make(port: int) -> tuple[list[str], dict[str, str]]:
+        args = argparse.Namespace(store=store, host="127.0.0.1", port=port, release=None, redacted=redacted,
+                                  output_path=None)
+        cmd = launch.command(args)
+        if app is not None:
+            cmd[cmd.index(str(launch.APP))] = str(app)
+        return cmd, launch.environment(args)
+
+    with tempfile.TemporaryDirectory(prefix="medhelm-app-") as work:
+        proc, url = start_streamlit(make, Path(work) / "streamlit.log")
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            yield url
+        finally:
+            stop(proc)
 
 
-def screenshot(url: str, path: Path, timeout_ms: int = 60000) -> dict:
+def screenshot(url: str, path: Path, timeout_ms: int = 300000) -> dict:  # a hang only
     """Run the node script; returns its timings (seconds to title, to leaderboard table, total)."""
     env = {**os.environ, "NODE_PATH": str(NODE_CACHE / "node_modules"), "CHROMIUM": CHROMIUM}
     done = subprocess.run(["node", str(SCRIPT), url, str(path), str(timeout_ms)], capture_output=True, text=True,

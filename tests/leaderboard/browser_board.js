@@ -3,6 +3,7 @@
 // missing number is drawn "None" there and has the text ""), the charts, then a full-page screenshot.
 // usage: node browser_board.js URL SCREENSHOT.png [TIMEOUT_MS]   (NODE_PATH must reach playwright-core)
 const { chromium } = require("playwright-core");
+const { gridsDrawn, idle } = require("./streamlit_idle.js");
 
 const grid = '[data-testid="stDataFrame"]';
 const chart = '[data-testid="stVegaLiteChart"]';
@@ -11,7 +12,8 @@ async function read(page, timeout, out) {
   await page.locator(grid).first().waitFor({ state: "visible", timeout });
   out.step = "charts";
   await page.locator(chart).first().waitFor({ state: "visible", timeout });
-  await page.waitForTimeout(2000); // the charts and the canvas grids paint
+  await idle(page, timeout); // the page's run has ended: every chart and grid it draws is there ...
+  await gridsDrawn(page, timeout); // ... and each grid has painted its cells
   out.step = "read";
   out.text = await page.locator('[data-testid="stMain"], body').first().innerText();
   const board = page.locator(grid).first();

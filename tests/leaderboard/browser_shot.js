@@ -2,6 +2,7 @@
 // leaderboard table is drawn, save a screenshot and print timings as JSON.
 // usage: node browser_shot.js URL SCREENSHOT.png [TIMEOUT_MS]   (NODE_PATH must reach playwright-core)
 const { chromium } = require("playwright-core");
+const { gridsDrawn } = require("./streamlit_idle.js");
 
 async function main() {
   const [url, shot, timeoutArg] = process.argv.slice(2);
@@ -21,7 +22,7 @@ async function main() {
     await page.locator('[data-testid="stDataFrame"]').first().waitFor({ state: "visible", timeout });
     const tableS = (Date.now() - started) / 1000;
     await page.locator('[data-testid="stVegaLiteChart"]').first().waitFor({ state: "visible", timeout });
-    await page.waitForTimeout(500); // let the canvas grid paint its cells before the screenshot
+    await gridsDrawn(page, timeout); // the canvas grids have painted their cells before the screenshot
     await page.screenshot({ path: shot, fullPage: true });
     const totalS = (Date.now() - started) / 1000;
     // a revisit: the same browser opens the leaderboard again, Streamlit's scripts now in its HTTP cache

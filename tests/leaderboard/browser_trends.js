@@ -2,6 +2,7 @@
 // browser shows: the visible text, the number of charts and tables, the chart's drawn marks, CSP violations (after the switch to Trends).
 // usage: node browser_trends.js URL SCREENSHOT.png [TIMEOUT_MS]   (NODE_PATH must reach playwright-core)
 const { chromium } = require("playwright-core");
+const { gridsDrawn, idle } = require("./streamlit_idle.js");
 
 async function main() {
   const [url, shot, timeoutArg] = process.argv.slice(2);
@@ -25,7 +26,8 @@ async function main() {
     await page.getByText("Trends across releases", { exact: true }).first().waitFor({ timeout });
     await page.locator('[data-testid="stVegaLiteChart"]').first().waitFor({ state: "visible", timeout });
     await page.locator('[data-testid="stDataFrame"]').nth(1).waitFor({ state: "visible", timeout });
-    await page.waitForTimeout(1500); // let the chart and the canvas grids paint
+    await idle(page, timeout); // the Trends run has ended: every chart and table it draws is there ...
+    await gridsDrawn(page, timeout); // ... and each table has painted its cells
     out.step = "read";
     out.text = await page.locator("body").innerText();
     out.charts = await page.locator('[data-testid="stVegaLiteChart"]').count();

@@ -5,7 +5,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from medhelm.store.synthetic import catalogue, default_models, write_suite
+from tests import ports
 from tests.leaderboard.helpers import run_cli
 
 
@@ -42,16 +42,17 @@ def postgres_url() -> Iterator[str]:
     base = Path(tempfile.mkdtemp(prefix="medhelm-pg-"))
     os.chmod(base, 0o777)
     data = base / "data"
-    port = _free_port()
     try:
         subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
-                        "--no-sync"], check=True, capture_output=True, timeout=120)
-        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-t", "60", "-l", str(base / "log"),
-                        "-o", f"-p {port} -k {base} -h 127.0.0.1 -c fsync=off", "start"],
-                       check=True, capture_output=True, timeout=120)
+                        "--no-sync"], check=True, capture_output=True, timeout=600)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as e:
         shutil.rmtree(base, ignore_errors=True)
-        pytest.skip(f"PostgreSQL could not start here: {e}")
+        pytest.skip(f"PostgreSQL could not be set up here: {e}")
+    try:
+        port = start_postgres(as_user, bindir, data, base, "-h 127.0.0.1")
+    except RuntimeError as e:
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.skip(str(e))
     try:
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:
@@ -60,7 +61,25 @@ def postgres_url() -> Iterator[str]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+
+def start_postgres(as_user: list[str], bindir: Path, data: Path, base: Path, options: str) -> int:
+    """``pg_ctl start`` of the cluster in ``data`` on a picked port (socket folder and log in ``base``, more
+    server ``options``), again on a new port when the picked one was taken meanwhile (tests/ports.py); returns
+    the port once the server accepts connections. RuntimeError (with the server's log) when it cannot start."""
+
+    def start(port: int) -> int:
+        log = base / "log"
+        log.write_text("")  # this attempt's log only
+        os.chmod(log, 0o666)
+        # -w: returns once the server accepts connections; it gives up after 600 s (a hung start only)
+        done = subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-t", "600", "-l", str(log),
+                               "-o", f"-p {port} -k {base} -c fsync=off {options}", "start"],
+                              capture_output=True, text=True, timeout=700)
+        if done.returncode != 0:
+            text = log.read_text(errors="replace")
+            if ports.taken(text):
+                raise ports.PortTaken(text.strip().splitlines()[-1])
+            raise RuntimeError(f"PostgreSQL could not start here: {done.stderr[-500:]} {text[-800:]}")
+        return port
+
+    return ports.on_a_free_port(start, "PostgreSQL")

@@ -63,8 +63,8 @@ def _read_board(store: Path, shot: Path) -> dict:
 
     env = {**os.environ, "NODE_PATH": str(browser.NODE_CACHE / "node_modules"), "CHROMIUM": browser.CHROMIUM}
     with browser.running_app(str(store)) as url:
-        done = subprocess.run(["node", str(Path(__file__).with_name("browser_board.js")), url, str(shot), "90000"],
-                              capture_output=True, text=True, env=env, timeout=180)
+        done = subprocess.run(["node", str(Path(__file__).with_name("browser_board.js")), url, str(shot), "300000"],
+                              capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stderr
     if os.environ.get("MEDHELM_SCREENSHOT_DIR"):
         Path(os.environ["MEDHELM_SCREENSHOT_DIR"], shot.name).write_bytes(shot.read_bytes())

@@ -200,7 +200,7 @@ def test_dashboard_shows_hostile_data_as_text_and_sends_nothing(hostile):
         env = {**__import__("os").environ, "NODE_PATH": str(browser.NODE_CACHE / "node_modules"),
                "CHROMIUM": browser.CHROMIUM}
         done = subprocess.run(["node", str(Path(__file__).with_name("browser_hostile.js")), url, listener.origin,
-                               "90000"], capture_output=True, text=True, env=env, timeout=180)
+                               "300000"], capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stderr[-800:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert "default-src 'self'" in csp and "img-src 'self' data: blob:" in csp

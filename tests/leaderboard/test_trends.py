@@ -120,8 +120,8 @@ def test_trends_page_in_a_real_browser(three: Path, tmp_path: Path):
     shot = tmp_path / "trends.png"
     with browser.running_app(str(three / "results.sqlite"), app=APP) as url:
         env = {**os.environ, "NODE_PATH": str(browser.NODE_CACHE / "node_modules"), "CHROMIUM": browser.CHROMIUM}
-        done = subprocess.run(["node", str(Path(__file__).with_name("browser_trends.js")), url, str(shot), "90000"],
-                              capture_output=True, text=True, env=env, timeout=180)
+        done = subprocess.run(["node", str(Path(__file__).with_name("browser_trends.js")), url, str(shot), "300000"],
+                              capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert "1 significant drop(s) against the previous release" in seen["text"]

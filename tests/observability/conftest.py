@@ -10,10 +10,13 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests import ports
 
 _TOOL_DIRS = [os.environ.get("MEDHELM_TOOLS_DIR"), str(Path.home() / ".cache" / "medhelm-tools")]
 
@@ -57,6 +60,36 @@ def fetch(url: str) -> str:
         return r.read().decode("utf-8")
 
 
+def start_tool(exe: Path, args: Callable[[int], list[str]], log: Path) -> tuple[subprocess.Popen, str]:
+    """A Prometheus tool (Prometheus, the Pushgateway: they cannot report a port they picked themselves)
+    listening on 127.0.0.1 at a picked port, started again on a new one when that was taken meanwhile
+    (tests/ports.py); returns (process, URL) once the process itself listens and answers /-/ready.
+    ``args(port)`` are its flags; its output goes to ``log``."""
+
+    def start(port: int) -> tuple[subprocess.Popen, str]:
+        url = f"http://127.0.0.1:{port}"
+        with open(log, "w") as out:
+            proc = subprocess.Popen([str(exe), f"--web.listen-address=127.0.0.1:{port}", *args(port)],
+                                    stdout=out, stderr=subprocess.STDOUT)
+
+        def ready() -> bool:
+            try:
+                fetch(url + "/-/ready")
+                return True
+            except OSError:
+                return False
+
+        try:
+            ports.serving(proc, port, exe.name, lambda: log.read_text(errors="replace"), ready=ready)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        return proc, url
+
+    return ports.on_a_free_port(start, exe.name)
+
+
 class MedhelmProcess:
     """`python -m medhelm <args>` with its stdout/stderr collected by threads and its /metrics URL."""
 
@@ -85,7 +118,7 @@ class MedhelmProcess:
     def stderr(self) -> str:
         return "".join(self.err)
 
-    def metrics_url(self, timeout: float = 60) -> str:
+    def metrics_url(self, timeout: float = 300) -> str:  # start-up takes seconds; this only stops a hang
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for line in list(self.err):
@@ -104,7 +137,7 @@ class MedhelmProcess:
                 return
             if self.proc.poll() is not None:
                 for t in self._threads:
-                    t.join(5)
+                    t.join(60)  # returns as soon as the pipe is drained
                 if text in self.stdout:
                     return
                 break
@@ -128,7 +161,7 @@ class MedhelmProcess:
             pass
         if self.proc.poll() is None:
             self.proc.terminate()
-        code = self.proc.wait(timeout=30)
+        code = self.proc.wait(timeout=120)
         for t in self._threads:
-            t.join(5)
+            t.join(60)  # returns as soon as the pipe is drained
         return code

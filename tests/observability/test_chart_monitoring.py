@@ -192,22 +192,14 @@ def test_k8s_status_shows_each_shards_progress(tmp_path):
 def test_dashboard_queries_run_on_a_real_prometheus(rendered, tmp_path):
     """A real Prometheus (Debian's binary) scrapes a real `medhelm run` every second; every dashboard query
     evaluates without error, and suite progress reaches 100 % with the run's instance counts."""
-    import socket
     import urllib.parse
 
-    from .conftest import prometheus_tool
+    from .conftest import prometheus_tool, start_tool
 
     exe = prometheus_tool("prometheus")
     if exe is None:
         pytest.skip("prometheus missing: scripts/_env.sh unpacks it from Debian's prometheus package")
-
-    def free_port() -> int:  # for Prometheus, which cannot report a port it picked itself
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
-
-    prom_port = free_port()
-    api = f"http://127.0.0.1:{prom_port}/api/v1/query"
+    api = ""
 
     def query(expr: str) -> dict:
         return json.loads(fetch(api + "?" + urllib.parse.urlencode({"query": expr})))
@@ -229,19 +221,16 @@ def test_dashboard_queries_run_on_a_real_prometheus(rendered, tmp_path):
                     "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
                     "scrape_configs": [{"job_name": "medhelm", "static_configs": [{
                         "targets": [target], "labels": {"namespace": "ns", "pod": "eval-0"}}]}]}))
-                prom = subprocess.Popen([str(exe), f"--config.file={tmp_path / 'prometheus.yml'}",
-                                         f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                                         f"--web.listen-address=127.0.0.1:{prom_port}"],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                prom, prom_url = start_tool(exe, lambda port: [f"--config.file={tmp_path / 'prometheus.yml'}",
+                                                               f"--storage.tsdb.path={tmp_path / 'tsdb'}"],
+                                            tmp_path / "prometheus.log")
+                api = prom_url + "/api/v1/query"
                 proc.wait_for("Results:")
-                deadline = time.monotonic() + 300
+                deadline = time.monotonic() + 600  # only a hung test: a scrape a second normally sees it in seconds
                 while True:  # until a scrape after the last instance is in Prometheus
-                    try:
-                        result = query(progress)["data"]["result"]
-                        if result and float(result[0]["value"][1]) == 1.0:
-                            break
-                    except OSError:
-                        pass  # Prometheus still starting
+                    result = query(progress)["data"]["result"]
+                    if result and float(result[0]["value"][1]) == 1.0:
+                        break
                     assert time.monotonic() < deadline, "Prometheus never saw the finished run"
                     time.sleep(0.5)
             finally:

@@ -4,42 +4,23 @@ replaces its group instead of adding to it."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import time
-
 import pytest
 
 from medhelm.devtools.mock_openai import MockOpenAIServer
 
-from .conftest import MedhelmProcess, check_metrics, fetch, prometheus_tool, samples, value
+from .conftest import MedhelmProcess, check_metrics, fetch, prometheus_tool, samples, start_tool, value
 from .test_exact_counters import ROWS, _setup, responder
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
-def pushgateway():
+def pushgateway(tmp_path):
     exe = prometheus_tool("prometheus-pushgateway")
     if exe is None:
         pytest.skip("prometheus-pushgateway missing: scripts/_env.sh unpacks it from Debian's package (needs apt-get)")
-    port = _free_port()
-    proc = subprocess.Popen([str(exe), f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            fetch(url + "/metrics")
-            break
-        except OSError:
-            time.sleep(0.1)
+    proc, url = start_tool(exe, lambda port: [], tmp_path / "pushgateway.log")
     yield url
     proc.terminate()
-    proc.wait(timeout=10)
+    proc.wait(timeout=60)
 
 
 @pytest.mark.slow

@@ -5,10 +5,13 @@
 // item_after (the opaque ids shown), calibration (shown|absent), in_dom / in_network (marker -> seen),
 // network_bytes, texts (a few visible strings, for failure messages).
 const { chromium } = require("playwright-core");
+const { gridsDrawn, idle } = require("../leaderboard/streamlit_idle.js");
 
 async function main() {
   const opts = JSON.parse(process.argv[2]);
-  const timeout = opts.timeoutMs || 120000; // generous: CI machines have 2 busy cores
+  // a step's bound only stops a hang: a cold page (a fresh clone's first drill-down) on 2 cores at load 15 can
+  // take minutes, where an idle machine takes seconds
+  const timeout = opts.timeoutMs || 600000;
   const markers = opts.markers.map((m) => [m, Buffer.from(m, "utf8")]);
   const out = { signed_in: false, pages: [], review: "absent", item_before: null, item_after: null,
                 calibration: "absent", in_dom: {}, in_network: {}, network_bytes: 0, texts: [] };
@@ -51,11 +54,12 @@ async function main() {
     const pageRadio = sidebar.locator('[data-testid="stRadio"]').filter({ hasText: "Page" });
     await pageRadio.waitFor({ timeout });
     out.signed_in = true;
-    await page.waitForTimeout(1500); // the first page finishes drawing
+    await idle(page, timeout); // the first page has finished drawing
     out.pages = (await pageRadio.locator("label").allInnerTexts()).map((t) => t.trim()).filter((t) => t && t !== "Page");
     if (out.pages[0] === "Leaderboard") { // a viewer's first page: let its table arrive before looking
       await page.locator('[data-testid="stDataFrame"]').first().waitFor({ timeout });
-      await page.waitForTimeout(2000);
+      await idle(page, timeout);
+      await gridsDrawn(page, timeout);
     }
     await seenDom(page);
     if (out.pages.includes("Review")) {
@@ -81,7 +85,8 @@ async function main() {
       await pageRadio.getByText("Jury calibration", { exact: true }).click();
       await page.getByText("Agreement per criterion").waitFor({ timeout });
       await page.locator('[data-testid="stDataFrame"]').first().waitFor({ timeout });
-      await page.waitForTimeout(1500);
+      await idle(page, timeout);
+      await gridsDrawn(page, timeout);
       out.calibration = "shown";
       await seenDom(page);
     }

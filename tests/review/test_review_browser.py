@@ -48,7 +48,8 @@ def drive(url: str, user: str, score: str = "4") -> dict:
     opts: dict = {"url": url, "user": user, "score": score, "markers": [PLANTED, QUESTION]}
     if os.environ.get("MEDHELM_SCREENSHOT_DIR"):
         opts["failShot"] = str(Path(os.environ["MEDHELM_SCREENSHOT_DIR"]) / f"review-{user}.png")
-    done = subprocess.run(["node", str(FLOW), json.dumps(opts)], capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run(["node", str(FLOW), json.dumps(opts)], capture_output=True, text=True, env=env,
+                          timeout=3600)
     assert done.returncode == 0, done.stderr[-800:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

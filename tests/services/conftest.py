@@ -51,7 +51,7 @@ class Service:
         if self.proc.poll() is None:
             self.proc.terminate()
         try:
-            return self.proc.wait(timeout=30)
+            return self.proc.wait(timeout=120)
         finally:
             self.proc.stdout.close()
             self.proc.stderr.close()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -15,6 +14,8 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests import ports
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("MEDHELM_TEST_IMAGE", "localhost/medhelm-k8s:test")  # the slim service image
@@ -75,10 +76,23 @@ def build_images(out: Path) -> dict:
     return record
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def run_published(name: str, publish: list[int], *args: str) -> dict[int, int]:
+    """``podman run -d --name <name> <args>`` with each container port of ``publish`` published on its own
+    picked port of the host's 127.0.0.1; when one of them was taken meanwhile, the half-made container is
+    removed and the run repeated on new ports (tests/ports.py). Returns {container port: host port}."""
+
+    def start(first: int) -> dict[int, int]:
+        host = {inside: first if i == 0 else ports.pick() for i, inside in enumerate(publish)}
+        flags = [x for inside, outside in host.items() for x in ("-p", f"127.0.0.1:{outside}:{inside}")]
+        done = run("podman", "run", "-d", "--name", name, *flags, *args, check=False)
+        if done.returncode != 0:
+            run("podman", "rm", "--force", name, check=False)
+            if ports.taken(done.stderr):
+                raise ports.PortTaken(done.stderr.strip().splitlines()[-1])
+            raise AssertionError(f"podman run {name} ... exit {done.returncode}: {done.stderr[-3000:]}")
+        return host
+
+    return ports.on_a_free_port(start, f"podman run {name}")
 
 
 def grpc_probe(port: int, service: str = "", *, timeout_s: float = 1.0, host: str = "127.0.0.1") -> str:

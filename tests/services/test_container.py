@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.services.podman import free_port, grpc_probe, make_tls, run, wait_for
+from tests.services.podman import grpc_probe, make_tls, run, run_published, wait_for
 from medhelm.version import __version__
 
 pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(2400)]
@@ -137,8 +137,6 @@ def test_services_answer_health_from_the_host(image, containers, tmp_path):
     tls = make_tls(tmp_path / "tls", ["localhost", "127.0.0.1"])
     ports = {}
     for name in FULL:
-        grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
-        ports[name] = (grpc_port, health_port, metrics_port)
         cname = f"medhelm-test-{name}-{os.getpid()}"
         # 0.0.0.0 inside the container, published on the host's 127.0.0.1 only: no caller authorization here
         # (tests/access covers it), so the operator's explicit flag that says so
@@ -148,10 +146,10 @@ def test_services_answer_health_from_the_host(image, containers, tmp_path):
         if name == "metrics":  # TLS mode: the kubelet's plaintext probe must still pass on the health port
             args += ["--tls-cert=/tls/tls.crt", "--tls-key=/tls/tls.key", "--tls-client-ca=/tls/ca.crt"]
             mounts += ["-v", f"{tls['ca.crt'].parent}:/tls:ro"]
-        run("podman", "run", "-d", "--name", cname, "--read-only", "--cap-drop=ALL",
-            "--security-opt=no-new-privileges", "-p", f"127.0.0.1:{grpc_port}:50051",
-            "-p", f"127.0.0.1:{health_port}:8086", "-p", f"127.0.0.1:{metrics_port}:9090", *mounts, image, *args)
-        containers.append(cname)
+        containers.append(cname)  # removed after the test, whatever happens
+        host = run_published(cname, [50051, 8086, 9090], "--read-only", "--cap-drop=ALL",
+                             "--security-opt=no-new-privileges", *mounts, image, *args)
+        ports[name] = (host[50051], host[8086], host[9090])
     for name, (grpc_port, health_port, metrics_port) in ports.items():
         wait_for(lambda: grpc_probe(health_port, FULL[name]) == "SERVING", f"{name} health port", timeout_s=120)
         assert grpc_probe(health_port) == "SERVING"  # the probe with no service name too
@@ -189,13 +187,12 @@ def test_summarize_then_dashboard_answers_http(image, dashboard_image, container
     done = run("podman", "run", "--rm", "--read-only", "-v", f"{data}:/data", image, "summarize", "--suite", "nightly",
                "--output-path=/data/benchmark_output", "--local-path=/data/prod_env")
     assert (data / "benchmark_output" / "results.sqlite").is_file(), done.stdout + done.stderr
-    port = free_port()
     cname = f"medhelm-test-dashboard-{os.getpid()}"
-    run("podman", "run", "-d", "--name", cname, "--read-only", "--cap-drop=ALL", "--security-opt=no-new-privileges",
-        "-p", f"127.0.0.1:{port}:8501", "-v", f"{data}:/data", dashboard_image, "serve", "dashboard", "--host=0.0.0.0",
-        "--port=8501", "--output-path=/data/benchmark_output", "--local-path=/data/prod_env", "--insecure-no-auth",
-        "--redacted")
-    containers.append(cname)
+    containers.append(cname)  # removed after the test, whatever happens
+    port = run_published(cname, [8501], "--read-only", "--cap-drop=ALL", "--security-opt=no-new-privileges",
+                         "-v", f"{data}:/data", dashboard_image, "serve", "dashboard", "--host=0.0.0.0",
+                         "--port=8501", "--output-path=/data/benchmark_output", "--local-path=/data/prod_env",
+                         "--insecure-no-auth", "--redacted")[8501]
 
     def health():
         try:

@@ -113,7 +113,7 @@ def test_metrics_service_scores_and_aggregates_like_the_registry(plan, start_ser
     assert sorted(m.position for m in stream) == list(range(12))
     assert all(codec.metric_result(m) == local[m.position] for m in stream)
 
-    text = httpx.get(svc.metrics_url).text  # Prometheus: counts and latency, never instance text
+    text = httpx.get(svc.metrics_url, timeout=60).text  # Prometheus: counts and latency, never instance text
     assert 'medhelm_rpc_requests_total{code="OK",method="Score",service="metrics"} 12.0' in text
     assert 'medhelm_rpc_latency_seconds_count{method="AggregateRun",service="metrics"} 1.0' in text
     assert 'medhelm_items_total{method="ScoreStream",service="metrics"} 12.0' in text
@@ -166,7 +166,7 @@ def test_health_reflection_and_graceful_sigterm(start_service, tmp_path):
         services = set(ProtoReflectionDescriptorDatabase(ch).get_services())
     assert {"medhelm.v1.JuryService", "grpc.health.v1.Health"} <= services
     svc.proc.terminate()
-    assert svc.proc.wait(timeout=30) == 0
+    assert svc.proc.wait(timeout=120) == 0
     assert "stopped" in svc.proc.stderr.read()
 
 

@@ -159,7 +159,7 @@ def test_sharded_cluster_equals_single_process_and_survives_kill(tmp_path, mock_
     import httpx
 
     def served(name: str, method: str) -> float:
-        for line in httpx.get(svc[name].metrics_url).text.splitlines():
+        for line in httpx.get(svc[name].metrics_url, timeout=60).text.splitlines():
             if line.startswith("medhelm_rpc_requests_total{") and f'method="{method}"' in line and 'code="OK"' in line:
                 return float(line.rsplit(" ", 1)[1])
         return 0.0

@@ -23,7 +23,8 @@ import pytest
 import yaml
 
 from medhelm.store.synthetic import catalogue, default_models, write_suite
-from tests.services.podman import free_port, run, wait_for
+from tests.leaderboard.conftest import start_postgres
+from tests.services.podman import run, wait_for
 from tests.previous_release import REPO, previous_tree
 from tests.services.test_chart_upgrade import hooks
 from tests.services.test_kube_play import Cluster, _probe, by_kind_of, play_services, seed_volume
@@ -75,14 +76,12 @@ class Postgres:
         self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
         self.base = Path(tempfile.mkdtemp(prefix="medhelm-pg-up-"))
         os.chmod(self.base, 0o777)
-        self.data, self.port = self.base / "data", free_port()
+        self.data = self.base / "data"
         subprocess.run([*self.as_user, str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U",
-                        "postgres", "--no-sync"], check=True, capture_output=True, timeout=120)
+                        "postgres", "--no-sync"], check=True, capture_output=True, timeout=600)
         with open(self.data / "pg_hba.conf", "a") as hba:
             hba.write(f"host all all {subnet} trust\n")
-        subprocess.run([*self.as_user, str(self.bin / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60", "-l",
-                        str(self.base / "log"), "-o", f"-p {self.port} -k {self.base} -c listen_addresses='*' "
-                        "-c fsync=off", "start"], check=True, capture_output=True, timeout=120)
+        self.port = start_postgres(self.as_user, self.bin, self.data, self.base, "-c listen_addresses='*'")
 
     def tool(self, name: str, *args: str) -> subprocess.CompletedProcess:
         return run(str(self.bin / name), *args, timeout=300)

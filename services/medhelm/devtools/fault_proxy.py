@@ -96,7 +96,8 @@ class FaultProxy:
     def start(self) -> FaultProxy:
         self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),), name="fault-proxy", daemon=True)
         self._thread.start()
-        self._ready.wait(10)
+        if not self._ready.wait(120):  # bounded, generous: a loaded machine may start the thread late
+            raise RuntimeError("the fault proxy did not start listening within 120 s")
         if self._error is not None:
             raise self._error
         return self
@@ -105,7 +106,7 @@ class FaultProxy:
         if self._loop is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:
-            self._thread.join(10)
+            self._thread.join(60)
         self._thread = None
 
     def __enter__(self) -> FaultProxy:
