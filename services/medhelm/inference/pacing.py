@@ -56,6 +56,7 @@ import collections
 import email.utils
 import math
 import re
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -70,6 +71,12 @@ QUIET_DRAINS = 3  # after a drain that found no shared queue, the next is this m
 DRAIN_FLOOR = 4  # a limit at or under this does not drain (it holds too little of any queue to matter)
 RESTART_QUEUE = 1.5  # a median before the drain over this x the drained one: a standing queue, shared
 PROBE_QUEUE_SHARE = 0.75  # a probe up that grows the median by more than this share of the gain only queued
+# a process alone on its server (no drains) judges each change of limit by the throughput's statistics:
+MIN_GAIN = 0.03  # more in flight must pay at least this much more throughput per doubling of the limit
+Z = 2.0  # standard errors a gain must clear to be believed (and a shortfall to be believed)
+MIN_ROUNDS = 8  # rounds (``limit`` completions each) a window measures, at least 16 completions
+MAX_ROUNDS = 32  # rounds a trial measures at either limit before it keeps the limit it had
+SE_FLOOR = 0.002  # the smallest relative standard error believed (a perfectly regular server)
 
 
 # --------------------------------------------------------------------------------------------
@@ -80,17 +87,66 @@ PROBE_QUEUE_SHARE = 0.75  # a probe up that grows the median by more than this s
 class _Window:
     limit: int
     skip: int  # completions to let pass before measuring (the queue settles after a change)
-    target: int  # completions to measure
+    target: int  # completions to measure (``rounds`` > 0: rounds to measure instead)
+    rounds: int = 0
     first_t: float | None = None
     last_t: float = 0.0
     count: int = 0
     latencies: list[float] = field(default_factory=list)
     limited: bool = False  # some request waited for a slot during the window: the limit was binding
+    anchor: float | None = None  # when counting began (the completion that ended the skip)
+    durations: list[float] = field(default_factory=list)  # seconds each round of ``limit`` completions took
 
     def throughput(self) -> float:
         if self.first_t is None or self.count < 2 or self.last_t <= self.first_t:
             return 0.0
         return (self.count - 1) / (self.last_t - self.first_t)
+
+    def median(self) -> float:
+        s = sorted(self.latencies)
+        return s[len(s) // 2] if s else 0.0
+
+    def full(self) -> bool:
+        return len(self.durations) >= self.rounds if self.rounds else self.count >= self.target
+
+
+@dataclass
+class _Sample:
+    """Rounds measured at one limit, pooled over windows: its throughput and that throughput's standard error.
+
+    A round is ``limit`` completions, about one latency of a closed loop: a batching server answers a round
+    together, so a rate counted over whole rounds from the completion before them is not biased by where a window
+    cuts a batch, and the rounds' spread (batch means) is the throughput's honest uncertainty, whatever made it
+    (counting, the server's batching, a loaded machine within the window)."""
+
+    limit: int
+    durations: list[float] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    windows: int = 0
+
+    def add(self, w: _Window) -> None:
+        self.durations += w.durations
+        self.latencies += w.latencies
+        self.windows += 1
+
+    def rate(self) -> float:
+        total = sum(self.durations)
+        return self.limit * len(self.durations) / total if total > 0 else 0.0
+
+    def rel_se(self) -> float:
+        """The rate's relative standard error: the rounds' spread over sqrt(their number), widened by their lag-1
+        autocorrelation (a slow drift of the machine's load makes neighbouring rounds alike: fewer independent
+        ones than rounds)."""
+        d = self.durations
+        k = len(d)
+        if k < 3:
+            return math.inf
+        mean, var = statistics.fmean(d), statistics.pvariance(d)
+        if mean <= 0:
+            return math.inf
+        rho = sum((a - mean) * (b - mean) for a, b in zip(d, d[1:])) / ((k - 1) * var) if var > 0 else 0.0
+        rho = min(0.9, max(0.0, rho))
+        return max(SE_FLOOR, math.sqrt(var * k / (k - 1) * (1 + rho) / (1 - rho) / k) / mean)
 
     def median(self) -> float:
         s = sorted(self.latencies)
@@ -130,6 +186,17 @@ class AdaptiveLimit:
         self._drain_every = drain_every
         self._drain_epoch = self._epoch()
         self._drain_from = self.limit
+        # Alone on its server (no drains), a process judges each change of limit by statistics: a trial measures
+        # two limits, alternating, until more in flight is shown to pay or shown not to (``_pays``).
+        self._solo = drain_every <= 0
+        self._trial: str | None = "startup" if self._solo else None  # startup | up | down (the probe's direction)
+        self._lo = _Sample(self.limit)
+        self._hi = _Sample(min(2 * self.limit, ceiling))
+        self._expect: float | None = None  # the median latency measured at the limit when it was chosen
+        self._held: collections.deque[_Window] = collections.deque(maxlen=4)  # cruise windows at this limit
+        self._next_probe = "up"
+        if self._solo:
+            self._window = self._solo_window(skip=self.limit)
         self.drains = 0  # how many drains measured the base (tests, the summary)
         self.restarts = 0  # how many of them found a shared standing queue and restarted slow start
         self.changes = 0  # how often the limit changed (tests, metrics)
@@ -149,17 +216,23 @@ class AdaptiveLimit:
                 if self.limit > DRAIN_FLOOR:
                     self._drain()
         w = self._window
+        now = self._clock()
         if w.skip > 0:
             w.skip -= 1
+            w.anchor = now
             return
-        now = self._clock()
+        if w.anchor is None:
+            w.anchor = now
         if w.first_t is None:
             w.first_t = now
         w.last_t = now
         w.count += 1
         w.latencies.append(latency_s)
-        if w.count >= w.target:
-            self._decide(w)
+        if w.rounds and w.count % w.limit == 0:  # a round ends: its length, from the end of the last one
+            w.durations.append(now - w.anchor)
+            w.anchor = now
+        if w.full():
+            self._decide(w) if not self._solo else self._decide_solo(w)
 
     def overloaded(self) -> None:
         """The server said too many (429, 503, overloaded): halve, at most once per median latency."""
@@ -170,7 +243,13 @@ class AdaptiveLimit:
         self._last_cut = now
         if self.plateau is None:
             self.plateau = max(1, self.limit // 2)
-        self._set(max(1, self.limit // 2), "cruise")
+        if self._solo:
+            self._trial, self._expect = None, None
+            self._held.clear()
+            self._cruising = 0
+            self._go(max(1, self.limit // 2), "cruise")
+        else:
+            self._set(max(1, self.limit // 2), "cruise")
 
     @property
     def base_latency(self) -> float | None:
@@ -294,6 +373,133 @@ class AdaptiveLimit:
             self._set(start, "cruise")
             self._cruising = 0
             self._down_refused = start  # no early probe down again at this limit (it costs throughput each time)
+
+    # -- a process alone on its server: every change of limit is a trial, judged by the throughput's statistics
+
+    def _solo_window(self, skip: int) -> _Window:
+        return _Window(self.limit, skip=skip, target=0, rounds=max(MIN_ROUNDS, math.ceil(16 / self.limit)))
+
+    def _go(self, limit: int, phase: str) -> None:
+        """Measure at ``limit`` next. After a change, the first ``max(old, new)`` completions are let pass: the
+        requests that were in flight at the change come back, the queue settles."""
+        limit = max(1, min(self.ceiling, limit))
+        old = self.limit
+        if limit != old:
+            self.changes += 1
+        self.limit, self.phase = limit, phase
+        self._window = self._solo_window(skip=max(old, limit) if limit != old else 0)
+        if limit == old:
+            self._window.anchor = self._clock()  # the next round runs from the completion that ended this window
+
+    def _decide_solo(self, w: _Window) -> None:
+        median = w.median()
+        self._medians.append(median)
+        self._base = median if self._base is None else min(self._base * 1.002, median)
+        if not w.limited:  # demand, not the limit, held throughput: nothing learnt about the limit
+            self._go(self.limit, self.phase)
+            return
+        if self._trial is not None:
+            self._trial_window(w)
+            return
+        if self._expect is None:
+            self._expect = median
+        if median > self._tolerance * self._expect:
+            # The server is slower at this limit than when we chose it, and not because of us: someone else is
+            # queueing there too. Keep our latency what it was (Little's law: fewer in flight in proportion), then
+            # find the plateau again from there.
+            self._start_trial("startup", _Sample(max(1, math.floor(self.limit * self._expect / median))))
+            return
+        self._held.append(w)
+        self._cruising += 1
+        if self._cruising >= self._cruise:
+            self._probe()
+        else:
+            self._go(self.limit, "cruise")
+
+    def _probe(self) -> None:
+        """Every ``cruise`` windows, a trial of a neighbouring limit: up by about sqrt(limit), or down by a fifth,
+        in turn. The windows just measured at the limit are the incumbent's side of the trial."""
+        held = _Sample(self.limit)
+        for w in self._held:
+            held.add(w)
+        self._cruising = 0
+        up = self._next_probe == "up"
+        self._next_probe = "down" if up else "up"
+        other = min(self.ceiling, self.limit + math.ceil(math.sqrt(self.limit))) if up \
+            else max(1, min(self.limit - 1, math.floor(self.limit * 0.8)))
+        if other == self.limit:
+            self._go(self.limit, "cruise")
+        elif other > self.limit:
+            self._start_trial("up", held, _Sample(other))
+        else:
+            self._start_trial("down", _Sample(other), held)
+
+    def _start_trial(self, kind: str, lo: _Sample, hi: _Sample | None = None) -> None:
+        self._trial, self._lo = kind, lo
+        self._hi = hi if hi is not None else _Sample(min(2 * lo.limit, self.ceiling))
+        first = self._hi if kind == "up" else self._lo  # the side with no rounds yet is measured first
+        self._go(first.limit, "startup" if kind == "startup" else f"probe_{kind}")
+
+    def _trial_window(self, w: _Window) -> None:
+        lo, hi = self._lo, self._hi
+        (lo if w.limit == lo.limit else hi).add(w)
+        if lo.limit >= hi.limit:  # nothing above to try (the ceiling)
+            self._settle(lo)
+            return
+        if not lo.durations or not hi.durations:
+            self._go((hi if lo.durations else lo).limit, self.phase)
+            return
+        verdict = self._pays(lo, hi)
+        if verdict is not None and (lo if self._trial == "down" else hi).windows < 2 \
+                and not (verdict and self._trial == "startup"):
+            # The machine's load drifts over minutes, more than the rounds' spread shows: only slow start's
+            # doubling is taken on one window (it must clear the gain by Z standard errors); a verdict that stops
+            # it or moves a probe's limit waits for the candidate measured twice, the incumbent between (A B A B).
+            verdict = None
+        if verdict is None:
+            if len(lo.durations) + len(hi.durations) < 2 * MAX_ROUNDS:
+                self._go(lo.limit if w.limit == hi.limit else hi.limit, self.phase)  # alternate: drift cancels
+                return
+            # not shown either way: slow start takes the better estimate (a gain of MIN_GAIN per doubling pays), a
+            # probe keeps the limit it had
+            verdict = self._gain(lo, hi)[0] >= MIN_GAIN * math.log2(hi.limit / lo.limit) \
+                if self._trial == "startup" else self._trial == "down"
+        if verdict and self._trial == "startup" and hi.limit < self.ceiling:
+            self._lo, self._hi = hi, _Sample(min(2 * hi.limit, self.ceiling))  # slow start goes on doubling
+            self._go(self._hi.limit, "startup")
+            return
+        self._settle(hi if verdict else lo)
+
+    def _settle(self, chosen: _Sample) -> None:
+        self._trial = None
+        self.plateau = chosen.limit
+        self._expect = chosen.median() or None
+        self._held.clear()
+        self._cruising = 0
+        self._go(chosen.limit, "cruise")
+
+    @staticmethod
+    def _gain(lo: _Sample, hi: _Sample) -> tuple[float, float]:
+        """The higher limit's throughput over the lower's, less one, and its standard error."""
+        x0, x1 = lo.rate(), hi.rate()
+        if x0 <= 0:
+            return (math.inf if x1 > 0 else 0.0), math.inf
+        gain = x1 / x0 - 1
+        return gain, (1 + gain) * math.hypot(lo.rel_se(), hi.rel_se())
+
+    @staticmethod
+    def _pays(lo: _Sample, hi: _Sample) -> bool | None:
+        """Does the higher limit pay for its extra requests in flight? It must raise throughput by ``MIN_GAIN`` per
+        doubling, by ``Z`` standard errors more than nothing (True); False once the gain is shown to fall short of
+        that (at a server past its capacity the gain is nil: a pure queue); None while the rounds cannot tell. A
+        batching server (vLLM) keeps paying, less with each doubling: the climb goes on while the gain is real."""
+        need = MIN_GAIN * math.log2(hi.limit / lo.limit)
+        gain, se = AdaptiveLimit._gain(lo, hi)
+        if gain - Z * se >= 0 and gain >= need:
+            return True
+        if gain + Z * se < need:
+            return False
+        return None
 
     def _probe_down(self) -> None:
         down = max(1, min(self.limit - 1, math.floor(self.limit * 0.8)))
