@@ -226,9 +226,15 @@ def main() -> int:
     p.add_argument("--vllm", action="store_true", help="only the real vLLM case (engines from scripts/engines.sh)")
     p.add_argument("--shards", action="store_true", help="only the four-shard case")
     p.add_argument("--stagger", type=float, default=2.0, help="seconds between the shards' starts")
+    p.add_argument("--trace", action="store_true", help="the controller's trials on stderr (medhelm.pacing DEBUG)")
     p.add_argument("--shard-share", type=float, default=0.25,
                    help="each shard's share (1 = processes that do not know they are shards: no drains)")
     args = p.parse_args()
+    if args.trace:
+        import logging
+
+        logging.basicConfig(format="%(relativeCreated)9.0f ms %(message)s")
+        logging.getLogger("medhelm.pacing").setLevel(logging.DEBUG)
     args.sweep_s, args.auto_s, args.warmup = (6, 20, 10) if args.quick else (15, 60, 30)
     args.gateway_s, args.gateway_warmup = (30, 10) if args.quick else (120, 60)
     args.shard_s, args.shard_window = (40, 20) if args.quick else (120, 60)

@@ -13,23 +13,41 @@ on one deployment share its concurrency and its rate budget). A pacer composes t
 * **pause** — after a 429/503 or a provider's overload code, no request of the deployment starts before the
   server's ``Retry-After`` (``retry-after-ms``) has passed, and an adaptive limit halves.
 
-``AdaptiveLimit`` measures the deployment in *windows*: after a change of limit it lets one round of requests
-finish (the queue settles), then counts ``max(16, 2 x limit)`` completions and takes their throughput and median
-latency. It starts at 4 and doubles while doubling raises throughput by at least 15 % (slow start); the last
-limit that paid is the *plateau* (a doubling whose median latency grew 1.6-fold only queued, and stops it too).
-Then it cruises, and every ``cruise`` windows probes: up by about sqrt(limit) (kept if throughput rose by at least
-a quarter of the proportional gain while the median latency grew by less than three quarters of it: at a
-saturated server latency grows in proportion, Little's law, whatever a noisy throughput says), else down by a
-fifth (kept if throughput fell by at most a quarter of the proportional loss: same work, shorter queue). A
-cruise whose median is over 1.3 x the base tries that step down after two windows instead (once per limit: a
-batching server's latency grows with its batch and the step down then costs throughput). When a window's median
-latency is over ``latency_tolerance`` (3) x the lowest median seen (a minimum that forgets 0.2 % a window), the
-server is queueing for everyone: the limit follows limit x (tolerance x base / latency) + 1 each window until
-the median is back under 1.5 x the base. Every client of a shared server sees the same latency and applies the
-same rule, so several shards (or processes) against one predictor back off together and settle on shares of it
-without a coordinator; a continuous-batching server (vLLM) whose latency grows with its batch is driven up to
-that point while throughput still grows. A window in which no request had to wait for a slot teaches nothing
-about the limit and changes nothing.
+``AdaptiveLimit``, for a process alone on its server (the usual case), judges every change of limit by the
+throughput's statistics. It measures in *rounds*: ``limit`` completions, about one latency of a closed loop; a
+batching server answers a round together, so a rate counted over whole rounds is not biased by where a window
+cuts a batch, and the rounds' spread, widened by their autocorrelation (the machine's load drifts), is the rate's
+standard error. A window is 8 rounds (at least 16 completions), after one round let pass for the queue to settle.
+A *trial* compares two limits: more in flight must raise throughput by ``MIN_GAIN`` (3 %) per doubling, by two
+standard errors more than nothing; it is shown not to when the gain's upper bound falls short of 3 %; between the
+two, the trial measures the limits again in turn (A B A B: a drift of the load cancels) up to 32 rounds each.
+Slow start doubles from 4 while a doubling pays (taken on one window), and stops where one is shown not to (on
+two windows at the higher limit, the lower between) or at ``LATENCY_BOUND`` (10) x the lowest median seen; if
+it cannot tell after 32 rounds a side, it takes its better estimate. So a *pure queue* (past its capacity a
+doubling adds nothing and doubles the latency) stops at its capacity, and a *batching server* (vLLM: each
+doubling still adds throughput, less each time, and latency grows with the batch) is climbed while the gains are
+real: latency is not a reason to stop below the bound, throughput is the target. Then it cruises, and every
+``cruise`` (8) windows tries a neighbouring limit, up by about sqrt(limit) and down by a fifth in turn, as a trial
+whose incumbent is the windows just measured; the limit moves only on the candidate measured twice, else stays.
+A cruise window whose median is over ``latency_tolerance`` (3) x the median measured when the limit was chosen
+means someone else is queueing at the server: the limit shrinks in proportion (the latency it had, by Little's
+law) and slow start runs again from there. A window in which no request had to wait for a slot teaches nothing
+about the limit and changes nothing. From one client, a server that batches better with more in flight looks
+like a queue shared with other clients whose share it takes by queueing more (more throughput, latency up by
+Little's law, in both): processes that share a server without knowing it are bounded by ``LATENCY_BOUND`` only,
+not made fair; a Job's shards are made fair as below.
+
+A Job's shards (``PaceSettings.share`` < 1) keep the controller that shares: it measures ``max(16, 2 x limit)``
+completions a window; slow start doubles while a doubling raises throughput by at least 15 % and the median
+latency grows less than 1.6-fold; then it cruises, and every ``cruise`` windows probes up by about sqrt(limit)
+(kept if throughput rose by at least a quarter of the proportional gain while the median latency grew by less
+than three quarters of it) or down by a fifth (kept if throughput fell by at most a quarter of the proportional
+loss). A cruise whose median is over 1.3 x the base tries that step down after two windows instead (once per
+limit). When a window's median latency is over ``latency_tolerance`` (3) x the lowest median seen (the base, a
+minimum that forgets 0.2 % a window), the server is queueing for everyone: the limit follows
+limit x (tolerance x base / latency) + 1 each window until the median is back under 1.5 x the base. Every shard
+sees the same latency and applies the same rule, so they back off together and settle on shares of the server
+without a coordinator.
 
 That rule is fair only if every client knows the same base latency, and a shard that joins a server already
 queueing takes the queue for the base (pods of one Job start seconds apart; simulated, the shard that came first
@@ -43,9 +61,11 @@ moment: they double in step and stop together, at equal limits. A drain that fin
 wait ``QUIET_DRAINS`` periods. The coordinator is the server's latency plus the wall clock; nothing of ours runs
 between the shards. A process that is not one of several shards never drains (its solo behaviour is above).
 
-Failure semantics: pacing never fails a request; it only delays its start. A waiter that is cancelled leaves the
-queue having taken nothing; a slot is released exactly once per acquire, whatever the attempt's outcome (the
-pool releases in ``finally``). Header values that do not parse are ignored (a server's odd header never stops a
+Failure semantics: pacing never fails a request; it only delays its start. The controller never raises: a window
+it cannot judge (no request waited, no rate) changes nothing, a trial that cannot tell ends on a limit it
+measured, and the user's fixed number (or the run's ceiling) bounds every limit it tries. A waiter that is
+cancelled leaves the queue having taken nothing; a slot is released exactly once per acquire, whatever the
+attempt's outcome (the pool releases in ``finally``). Header values that do not parse are ignored (a server's odd header never stops a
 run). Time comes from an injected clock, so the controller runs deterministically on a simulated one in tests.
 """
 
@@ -54,12 +74,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import email.utils
+import logging
 import math
 import re
 import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+
+log = logging.getLogger("medhelm.pacing")  # the controller's trials at DEBUG (numbers only, never a request)
 
 AUTO = "auto"
 OVERLOAD_STATUS = frozenset({429, 503, 529})  # too many requests, unavailable, Anthropic's "overloaded"
@@ -77,6 +100,7 @@ Z = 2.0  # standard errors a gain must clear to be believed (and a shortfall to 
 MIN_ROUNDS = 8  # rounds (``limit`` completions each) a window measures, at least 16 completions
 MAX_ROUNDS = 32  # rounds a trial measures at either limit before it keeps the limit it had
 SE_FLOOR = 0.002  # the smallest relative standard error believed (a perfectly regular server)
+LATENCY_BOUND = 10.0  # no more in flight once the median is this many times the lowest median seen
 
 
 # --------------------------------------------------------------------------------------------
@@ -456,6 +480,17 @@ class AdaptiveLimit:
             # doubling is taken on one window (it must clear the gain by Z standard errors); a verdict that stops
             # it or moves a probe's limit waits for the candidate measured twice, the incumbent between (A B A B).
             verdict = None
+        if self._base is not None and hi.median() > LATENCY_BOUND * self._base:
+            # From one client, a server that batches better with more in flight looks the same as a queue shared
+            # with other clients, whose share it takes by queueing more (both: more throughput, latency up by
+            # Little's law). They all see the same latency: a bound on it stops them all, however many they are.
+            verdict = False
+        if log.isEnabledFor(logging.DEBUG):
+            gain, se = self._gain(lo, hi)
+            log.debug("pacing trial %s: %d in flight %.3g/s (%d rounds), %d: %.3g/s (%d rounds, median %.3g s): "
+                      "gain %+.1f %% +- %.1f %%: %s", self._trial, lo.limit, lo.rate(), len(lo.durations), hi.limit,
+                      hi.rate(), len(hi.durations), hi.median(), 100 * gain, 100 * se,
+                      {True: "pays", False: "does not pay", None: "not yet known"}[verdict])
         if verdict is None:
             if len(lo.durations) + len(hi.durations) < 2 * MAX_ROUNDS:
                 self._go(lo.limit if w.limit == hi.limit else hi.limit, self.phase)  # alternate: drift cancels
