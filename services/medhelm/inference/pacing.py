@@ -219,6 +219,7 @@ class AdaptiveLimit:
         self._expect: float | None = None  # the median latency measured at the limit when it was chosen
         self._held: collections.deque[_Window] = collections.deque(maxlen=4)  # cruise windows at this limit
         self._next_probe = "up"
+        self._alternating = False  # the trial measures its two limits in turn
         if self._solo:
             self._window = self._solo_window(skip=self.limit)
         self.drains = 0  # how many drains measured the base (tests, the summary)
@@ -459,9 +460,9 @@ class AdaptiveLimit:
             self._start_trial("down", _Sample(other), held)
 
     def _start_trial(self, kind: str, lo: _Sample, hi: _Sample | None = None) -> None:
-        self._trial, self._lo = kind, lo
+        self._trial, self._lo, self._alternating = kind, lo, False
         self._hi = hi if hi is not None else _Sample(min(2 * lo.limit, self.ceiling))
-        first = self._hi if kind == "up" else self._lo  # the side with no rounds yet is measured first
+        first = self._hi if self._lo.durations else self._lo  # the side with no rounds yet is measured first
         self._go(first.limit, "startup" if kind == "startup" else f"probe_{kind}")
 
     def _trial_window(self, w: _Window) -> None:
@@ -493,15 +494,23 @@ class AdaptiveLimit:
                       {True: "pays", False: "does not pay", None: "not yet known"}[verdict])
         if verdict is None:
             if len(lo.durations) + len(hi.durations) < 2 * MAX_ROUNDS:
-                self._go(lo.limit if w.limit == hi.limit else hi.limit, self.phase)  # alternate: drift cancels
+                incumbent = hi if self._trial == "down" else lo
+                if incumbent.windows and not self._alternating:
+                    # the incumbent's windows were measured before the trial, at another load: from now on both
+                    # limits are measured in turn, and only those windows are compared (a drift cancels)
+                    self._alternating = True
+                    if incumbent is lo:
+                        self._lo = lo = _Sample(lo.limit)
+                    else:
+                        self._hi = hi = _Sample(hi.limit)
+                self._go(lo.limit if w.limit == hi.limit else hi.limit, self.phase)
                 return
             # not shown either way: slow start takes the better estimate (a gain of MIN_GAIN per doubling pays), a
             # probe keeps the limit it had
             verdict = self._gain(lo, hi)[0] >= MIN_GAIN * math.log2(hi.limit / lo.limit) \
                 if self._trial == "startup" else self._trial == "down"
         if verdict and self._trial == "startup" and hi.limit < self.ceiling:
-            self._lo, self._hi = hi, _Sample(min(2 * hi.limit, self.ceiling))  # slow start goes on doubling
-            self._go(self._hi.limit, "startup")
+            self._start_trial("startup", hi)  # slow start goes on doubling
             return
         self._settle(hi if verdict else lo)
 
