@@ -144,12 +144,14 @@ def _rounds(limit, rate, spread, n=16, seed=0):
 
 
 def test_more_in_flight_pays_only_when_the_gain_is_shown():
-    """The verdict on a doubling: a gain shown (beyond two standard errors, and at least MIN_GAIN) pays; a gain
-    shown to fall short of MIN_GAIN (a pure queue: none) does not; rounds too noisy to tell ask for more."""
-    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.02), _rounds(32, 6.6, 0.02, seed=1)) is True  # +10 %, se ~1 %
-    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.02), _rounds(32, 6.0, 0.02, seed=1)) is False  # a queue: +0 %
-    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.2), _rounds(32, 6.6, 0.2, seed=1)) is None  # se ~7 %: unknown
-    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.2, n=400), _rounds(32, 6.6, 0.2, n=400, seed=1)) is True
+    """The verdict on a doubling that must bring 3 %: a gain shown (beyond two standard errors, and at least 3 %)
+    pays; a gain shown to fall short of 3 % (a pure queue: none) does not; rounds too noisy to tell ask for more."""
+    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.02), _rounds(32, 6.6, 0.02, seed=1), 0.03) is True  # +10 %
+    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.02), _rounds(32, 6.0, 0.02, seed=1), 0.03) is False  # +0 %
+    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.2), _rounds(32, 6.6, 0.2, seed=1), 0.03) is None  # se ~7 %
+    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.2, n=400), _rounds(32, 6.6, 0.2, n=400, seed=1), 0.03) is True
+    # right after a doubling that paid in proportion the bar is 15 %: +10 %, however sure, does not pay
+    assert AdaptiveLimit._pays(_rounds(64, 300, 0.02), _rounds(128, 330, 0.02, seed=1), 0.15) is False
 
 
 def test_a_drift_within_a_window_widens_its_uncertainty():

@@ -95,7 +95,9 @@ DRAIN_FLOOR = 4  # a limit at or under this does not drain (it holds too little 
 RESTART_QUEUE = 1.5  # a median before the drain over this x the drained one: a standing queue, shared
 PROBE_QUEUE_SHARE = 0.75  # a probe up that grows the median by more than this share of the gain only queued
 # a process alone on its server (no drains) judges each change of limit by the throughput's statistics:
-MIN_GAIN = 0.03  # more in flight must pay at least this much more throughput per doubling of the limit
+MIN_GAIN = 0.03  # more in flight must pay at least this much more throughput per doubling of the limit ...
+KNEE_GAIN = 0.15  # ... or this much right after a doubling that paid in proportion (a knee: see ``_need``)
+PROPORTIONAL = 0.8  # a doubling that raised throughput by this much or more: the server had free slots
 Z = 2.0  # standard errors a gain must clear to be believed (and a shortfall to be believed)
 MIN_ROUNDS = 8  # rounds (``limit`` completions each) a window measures, at least 16 completions
 MAX_ROUNDS = 32  # rounds a trial measures at either limit before it keeps the limit it had
@@ -220,6 +222,13 @@ class AdaptiveLimit:
         self._held: collections.deque[_Window] = collections.deque(maxlen=4)  # cruise windows at this limit
         self._next_probe = "up"
         self._alternating = False  # the trial measures its two limits in turn
+        # The gain a doubling must bring. A pure queue has a knee: each doubling pays in proportion up to its
+        # capacity, the next one nothing but a few per cent from the client's own hiccups (a queue at the server
+        # hides them) for double the latency. A batching server's gains shrink before they end: latency is traded
+        # for throughput all along. So the first doubling, and one right after a doubling that paid in proportion,
+        # must bring KNEE_GAIN; one after a doubling that paid less (the server trades), MIN_GAIN. Probes keep the
+        # bar of the doubling that ended slow start.
+        self._need = KNEE_GAIN
         if self._solo:
             self._window = self._solo_window(skip=self.limit)
         self.drains = 0  # how many drains measured the base (tests, the summary)
@@ -432,6 +441,7 @@ class AdaptiveLimit:
             # The server is slower at this limit than when we chose it, and not because of us: someone else is
             # queueing there too. Keep our latency what it was (Little's law: fewer in flight in proportion), then
             # find the plateau again from there.
+            self._need = KNEE_GAIN
             self._start_trial("startup", _Sample(max(1, math.floor(self.limit * self._expect / median))))
             return
         self._held.append(w)
@@ -474,7 +484,8 @@ class AdaptiveLimit:
         if not lo.durations or not hi.durations:
             self._go((hi if lo.durations else lo).limit, self.phase)
             return
-        verdict = self._pays(lo, hi)
+        need = self._need * math.log2(hi.limit / lo.limit)
+        verdict = self._pays(lo, hi, need)
         if verdict is not None and (lo if self._trial == "down" else hi).windows < 2 \
                 and not (verdict and self._trial == "startup"):
             # The machine's load drifts over minutes, more than the rounds' spread shows: only slow start's
@@ -507,10 +518,11 @@ class AdaptiveLimit:
                 return
             # not shown either way: slow start takes the better estimate (a gain of MIN_GAIN per doubling pays), a
             # probe keeps the limit it had
-            verdict = self._gain(lo, hi)[0] >= MIN_GAIN * math.log2(hi.limit / lo.limit) \
-                if self._trial == "startup" else self._trial == "down"
+            verdict = self._gain(lo, hi)[0] >= need if self._trial == "startup" else self._trial == "down"
         if verdict and self._trial == "startup" and hi.limit < self.ceiling:
-            self._start_trial("startup", hi)  # slow start goes on doubling
+            # slow start goes on doubling; the bar for the next doubling depends on what this one paid (``_need``)
+            self._need = KNEE_GAIN if self._gain(lo, hi)[0] >= PROPORTIONAL else MIN_GAIN
+            self._start_trial("startup", hi)
             return
         self._settle(hi if verdict else lo)
 
@@ -532,12 +544,11 @@ class AdaptiveLimit:
         return gain, (1 + gain) * math.hypot(lo.rel_se(), hi.rel_se())
 
     @staticmethod
-    def _pays(lo: _Sample, hi: _Sample) -> bool | None:
-        """Does the higher limit pay for its extra requests in flight? It must raise throughput by ``MIN_GAIN`` per
-        doubling, by ``Z`` standard errors more than nothing (True); False once the gain is shown to fall short of
-        that (at a server past its capacity the gain is nil: a pure queue); None while the rounds cannot tell. A
-        batching server (vLLM) keeps paying, less with each doubling: the climb goes on while the gain is real."""
-        need = MIN_GAIN * math.log2(hi.limit / lo.limit)
+    def _pays(lo: _Sample, hi: _Sample, need: float) -> bool | None:
+        """Does the higher limit pay for its extra requests in flight? It must raise throughput by ``need``, by
+        ``Z`` standard errors more than nothing (True); False once the gain is shown to fall short of ``need`` (at
+        a server past its capacity the gain is nil: a pure queue); None while the rounds cannot tell. A batching
+        server (vLLM) keeps paying, less with each doubling: the climb goes on while the gain is real."""
         gain, se = AdaptiveLimit._gain(lo, hi)
         if gain - Z * se >= 0 and gain >= need:
             return True
