@@ -18,17 +18,21 @@ throughput's statistics. It measures in *rounds*: ``limit`` completions, about o
 batching server answers a round together, so a rate counted over whole rounds is not biased by where a window
 cuts a batch, and the rounds' spread, widened by their autocorrelation (the machine's load drifts), is the rate's
 standard error. A window is 8 rounds (at least 16 completions), after one round let pass for the queue to settle.
-A *trial* compares two limits: more in flight must raise throughput by ``MIN_GAIN`` (3 %) per doubling, by two
-standard errors more than nothing; it is shown not to when the gain's upper bound falls short of 3 %; between the
+A *trial* compares two limits: more in flight must raise throughput by a bar per doubling, by two standard
+errors more than nothing; it is shown not to when the gain's upper bound falls short of the bar; between the
 two, the trial measures the limits again in turn (A B A B: a drift of the load cancels) up to 32 rounds each.
-Slow start doubles from 4 while a doubling pays (taken on one window), and stops where one is shown not to (on
-two windows at the higher limit, the lower between) or at ``LATENCY_BOUND`` (10) x the lowest median seen; if
-it cannot tell after 32 rounds a side, it takes its better estimate. So a *pure queue* (past its capacity a
-doubling adds nothing and doubles the latency) stops at its capacity, and a *batching server* (vLLM: each
-doubling still adds throughput, less each time, and latency grows with the batch) is climbed while the gains are
-real: latency is not a reason to stop below the bound, throughput is the target. Then it cruises, and every
+The bar tells a pure queue from a batching server. A *pure queue* has a knee: every doubling pays in proportion
+up to its capacity, the next one nothing but the few per cent a queue at the server wins by hiding the client's
+own hiccups, for double the latency. A *batching server* (vLLM) trades latency for throughput all along: its
+gains shrink before they end. So the first doubling, and one right after a doubling that paid 80 % or more, must
+bring ``KNEE_GAIN`` (15 %); one after a smaller gain, ``MIN_GAIN`` (3 %). Slow start doubles from 4 while a
+doubling pays (taken on one window), and stops where one is shown not to (on two windows at the higher limit,
+the lower between) or at ``LATENCY_BOUND`` (10) x the lowest median seen; if it cannot tell after 32 rounds a
+side, it takes its better estimate. So a pure queue stops at its capacity, and a batching server is climbed while
+the gains are real: latency is not a reason to stop below the bound, throughput is the target. Then it cruises, and every
 ``cruise`` (8) windows tries a neighbouring limit, up by about sqrt(limit) and down by a fifth in turn, as a trial
-whose incumbent is the windows just measured; the limit moves only on the candidate measured twice, else stays.
+(with the bar slow start ended on) whose incumbent is the windows just measured; the limit moves only on the
+candidate measured twice, else stays.
 A cruise window whose median is over ``latency_tolerance`` (3) x the median measured when the limit was chosen
 means someone else is queueing at the server: the limit shrinks in proportion (the latency it had, by Little's
 law) and slow start runs again from there. A window in which no request had to wait for a slot teaches nothing
