@@ -490,11 +490,12 @@ class AdaptiveLimit:
             return
         need = self._need * math.log2(hi.limit / lo.limit)
         verdict = self._pays(lo, hi, need)
-        if verdict is not None and (lo if self._trial == "down" else hi).windows < 2 \
-                and not (verdict and self._trial == "startup"):
-            # The machine's load drifts over minutes, more than the rounds' spread shows: only slow start's
-            # doubling is taken on one window (it must clear the gain by Z standard errors); a verdict that stops
-            # it or moves a probe's limit waits for the candidate measured twice, the incumbent between (A B A B).
+        moves = verdict is not None and verdict == (self._trial == "up")  # a probe's limit moves, slow start stops
+        if moves and (lo if self._trial == "down" else hi).windows < 2:
+            # The machine's load drifts over minutes, more than the rounds' spread shows: slow start's doubling is
+            # taken on one window (it must clear the gain by Z standard errors), and so is keeping a limit; a verdict
+            # that stops slow start or moves a probe's limit waits for the candidate measured twice, the incumbent
+            # between (A B A B).
             verdict = None
         if self._base is not None and hi.median() > LATENCY_BOUND * self._base:
             # From one client, a server that batches better with more in flight looks the same as a queue shared
