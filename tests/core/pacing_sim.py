@@ -140,9 +140,11 @@ class BatchingServer:
 def simulate(*, capacity: int = 0, service_s: float = 0.1, clients: int = 1, seconds: float = 60.0,
              measure_from: float = 30.0, fixed: int | None = None, ceiling: int = 256, seed: int = 0,
              batching: BatchingProfile | None = None, jitter: float = 0.1, stagger_s: float = 0.0,
-             drain_every: float | None = None) -> tuple[list[ClientResult], list[AdaptiveLimit]]:
+             drain_every: float | None = None, turnaround_s: float = 0.0) -> tuple[list[ClientResult], list[AdaptiveLimit]]:
     """Clients against a ``FifoServer`` of ``capacity`` workers, or the ``batching`` server when given.
-    ``stagger_s``: client i joins at i x stagger_s (processes never start together)."""
+    ``stagger_s``: client i joins at i x stagger_s (processes never start together). ``turnaround_s``: a client
+    sends a request that long (on average, exponential) after its slot freed (a loaded client's own delay; a
+    server with a queue hides it, one without idles meanwhile)."""
     rng = random.Random(seed)
     clock = Clock()
     server = BatchingServer(batching, rng, random.Random(seed + 1)) if batching else FifoServer(capacity, service_s, jitter, rng)
@@ -152,17 +154,22 @@ def simulate(*, capacity: int = 0, service_s: float = 0.1, clients: int = 1, sec
     results = [ClientResult() for _ in range(clients)]
     joins = sorted((c * stagger_s, c) for c in range(clients))
     joined = [False] * clients
+    sends: list[tuple[float, int]] = []  # requests on their way: (arrival at the server, client)
+    client_rng = random.Random(seed + 2)
 
     def fill(client: int) -> None:
         limit = fixed if fixed is not None else limits[client].limit
         while in_flight[client] < limit:
             in_flight[client] += 1
-            server.arrive(clock.t, client)
+            if turnaround_s:
+                heapq.heappush(sends, (clock.t + client_rng.expovariate(1 / turnaround_s), client))
+            else:
+                server.arrive(clock.t, client)
         if fixed is None:
             limits[client].note_waiting()  # always more work than slots
 
     while True:
-        t = min(server.next_time(), joins[0][0] if joins else math.inf)
+        t = min(server.next_time(), joins[0][0] if joins else math.inf, sends[0][0] if sends else math.inf)
         if t > seconds:
             break
         clock.t = t
@@ -170,6 +177,9 @@ def simulate(*, capacity: int = 0, service_s: float = 0.1, clients: int = 1, sec
             c = joins.pop(0)[1]
             joined[c] = True
             fill(c)
+            continue
+        if sends and sends[0][0] <= t:
+            server.arrive(t, heapq.heappop(sends)[1])
             continue
         done = server.step(t)
         if done is None:

@@ -18,8 +18,8 @@ throughput's statistics. It measures in *rounds*: ``limit`` completions, about o
 batching server answers a round together, so a rate counted over whole rounds is not biased by where a window
 cuts a batch, and the rounds' spread, widened by their autocorrelation (the machine's load drifts), is the rate's
 standard error. A window is 8 rounds (at least 16 completions), after one round let pass for the queue to settle.
-A *trial* compares two limits: more in flight must raise throughput by a bar per doubling, by two standard
-errors more than nothing; it is shown not to when the gain's upper bound falls short of the bar; between the
+A *trial* compares two limits: more in flight must raise throughput by a bar per doubling (with a standard error
+to spare) and by two standard errors more than nothing; it is shown not to when the gain's upper bound falls short of the bar; between the
 two, the trial measures the limits again in turn (A B A B: a drift of the load cancels) up to 32 rounds each.
 The bar tells a pure queue from a batching server. A *pure queue* has a knee: every doubling pays in proportion
 up to its capacity, the next one nothing but the few per cent a queue at the server wins by hiding the client's
@@ -550,12 +550,13 @@ class AdaptiveLimit:
 
     @staticmethod
     def _pays(lo: _Sample, hi: _Sample, need: float) -> bool | None:
-        """Does the higher limit pay for its extra requests in flight? It must raise throughput by ``need``, by
-        ``Z`` standard errors more than nothing (True); False once the gain is shown to fall short of ``need`` (at
-        a server past its capacity the gain is nil: a pure queue); None while the rounds cannot tell. A batching
-        server (vLLM) keeps paying, less with each doubling: the climb goes on while the gain is real."""
+        """Does the higher limit pay for its extra requests in flight? It must raise throughput by ``Z`` standard
+        errors more than nothing, and by ``need`` with one standard error to spare (True); False once the gain is
+        shown (``Z`` standard errors) to fall short of ``need`` (at a server past its capacity the gain is nil: a
+        pure queue); None while the rounds cannot tell. A batching server (vLLM) keeps paying, less with each
+        doubling: the climb goes on while the gain is real."""
         gain, se = AdaptiveLimit._gain(lo, hi)
-        if gain - Z * se >= 0 and gain >= need:
+        if gain - Z * se >= 0 and gain - se >= need:
             return True
         if gain + Z * se < need:
             return False
