@@ -140,14 +140,16 @@ class BatchingServer:
 def simulate(*, capacity: int = 0, service_s: float = 0.1, clients: int = 1, seconds: float = 60.0,
              measure_from: float = 30.0, fixed: int | None = None, ceiling: int = 256, seed: int = 0,
              batching: BatchingProfile | None = None, jitter: float = 0.1, stagger_s: float = 0.0,
-             drain_every: float | None = None, turnaround_s: float = 0.0) -> tuple[list[ClientResult], list[AdaptiveLimit]]:
+             drain_every: float | None = None,
+             turnaround_s: float = 0.0) -> tuple[list[ClientResult], list[AdaptiveLimit]]:
     """Clients against a ``FifoServer`` of ``capacity`` workers, or the ``batching`` server when given.
     ``stagger_s``: client i joins at i x stagger_s (processes never start together). ``turnaround_s``: a client
     sends a request that long (on average, exponential) after its slot freed (a loaded client's own delay; a
     server with a queue hides it, one without idles meanwhile)."""
     rng = random.Random(seed)
     clock = Clock()
-    server = BatchingServer(batching, rng, random.Random(seed + 1)) if batching else FifoServer(capacity, service_s, jitter, rng)
+    server = BatchingServer(batching, rng, random.Random(seed + 1)) if batching \
+        else FifoServer(capacity, service_s, jitter, rng)
     drain = (DRAIN_EVERY_S if clients > 1 else 0.0) if drain_every is None else drain_every  # shards drain
     limits = [AdaptiveLimit(ceiling, clock=clock, drain_every=drain) for _ in range(clients)]
     in_flight = [0] * clients

@@ -15,31 +15,30 @@ on one deployment share its concurrency and its rate budget). A pacer composes t
 
 ``AdaptiveLimit``, for a process alone on its server (the usual case), judges every change of limit by the
 throughput's statistics. It measures in *rounds*: ``limit`` completions, about one latency of a closed loop; a
-batching server answers a round together, so a rate counted over whole rounds is not biased by where a window
-cuts a batch, and the rounds' spread, widened by their autocorrelation (the machine's load drifts), is the rate's
-standard error. A window is 8 rounds (at least 16 completions), after one round let pass for the queue to settle.
-A *trial* compares two limits: more in flight must raise throughput by a bar per doubling (with a standard error
-to spare) and by two standard errors more than nothing; it is shown not to when the gain's upper bound falls short of the bar; between the
-two, the trial measures the limits again in turn (A B A B: a drift of the load cancels) up to 32 rounds each.
-The bar tells a pure queue from a batching server. A *pure queue* has a knee: every doubling pays in proportion
-up to its capacity, the next one nothing but the few per cent a queue at the server wins by hiding the client's
-own hiccups, for double the latency. A *batching server* (vLLM) trades latency for throughput all along: its
-gains shrink before they end. So the first doubling, and one right after a doubling that paid 80 % or more, must
-bring ``KNEE_GAIN`` (15 %); one after a smaller gain, ``MIN_GAIN`` (3 %). Slow start doubles from 4 while a
-doubling pays (taken on one window), and stops where one is shown not to (on two windows at the higher limit,
-the lower between) or at ``LATENCY_BOUND`` (10) x the lowest median seen; if it cannot tell after 32 rounds a
-side, it takes its better estimate. So a pure queue stops at its capacity, and a batching server is climbed while
-the gains are real: latency is not a reason to stop below the bound, throughput is the target. Then it cruises, and every
+batching server answers a round together, so a rate counted over whole rounds is not biased by where a window cuts a
+batch, and the rounds' spread, widened by their autocorrelation (the machine's load drifts), is the rate's standard
+error. A window is 8 rounds (at least 16 completions), after one round let pass for the queue to settle. A *trial*
+compares two limits: more in flight must raise throughput by a bar per doubling (with a standard error to spare) and
+by two standard errors more than nothing; it is shown not to when the gain's upper bound falls short of the bar;
+between the two, the trial measures the limits again in turn (A B A B: a drift of the load cancels) up to 32 rounds
+each. The bar tells a pure queue from a batching server. A *pure queue* has a knee: every doubling pays in
+proportion up to its capacity, the next one nothing but the few per cent a queue at the server wins by hiding the
+client's own hiccups, for double the latency. A *batching server* (vLLM) trades latency for throughput all along:
+its gains shrink before they end. So the first doubling, and one right after a doubling that paid 80 % or more, must
+bring ``KNEE_GAIN`` (15 %); one after a smaller gain, ``MIN_GAIN`` (3 %). Slow start doubles from 4 while a doubling
+pays (taken on one window), and stops where one is shown not to (on two windows at the higher limit, the lower
+between) or at ``LATENCY_BOUND`` (10) x the lowest median seen; if it cannot tell after 32 rounds a side, it takes
+its better estimate. So a pure queue stops at its capacity, and a batching server is climbed while the gains are
+real: latency is not a reason to stop below the bound, throughput is the target. Then it cruises, and every
 ``cruise`` (8) windows tries a neighbouring limit, up by about sqrt(limit) and down by a fifth in turn, as a trial
 (with the bar slow start ended on) whose incumbent is the windows just measured; the limit moves only on the
-candidate measured twice, else stays.
-A cruise window whose median is over ``latency_tolerance`` (3) x the median measured when the limit was chosen
-means someone else is queueing at the server: the limit shrinks in proportion (the latency it had, by Little's
-law) and slow start runs again from there. A window in which no request had to wait for a slot teaches nothing
-about the limit and changes nothing. From one client, a server that batches better with more in flight looks
-like a queue shared with other clients whose share it takes by queueing more (more throughput, latency up by
-Little's law, in both): processes that share a server without knowing it are bounded by ``LATENCY_BOUND`` only,
-not made fair; a Job's shards are made fair as below.
+candidate measured twice, else stays. A cruise window whose median is over ``latency_tolerance`` (3) x the median
+measured when the limit was chosen means someone else is queueing at the server: the limit shrinks in proportion
+(the latency it had, by Little's law) and slow start runs again from there. A window in which no request had to wait
+for a slot teaches nothing about the limit and changes nothing. From one client, a server that batches better with
+more in flight looks like a queue shared with other clients whose share it takes by queueing more (more throughput,
+latency up by Little's law, in both): processes that share a server without knowing it are bounded by
+``LATENCY_BOUND`` only, not made fair; a Job's shards are made fair as below.
 
 A Job's shards (``PaceSettings.share`` < 1) keep the controller that shares: it measures ``max(16, 2 x limit)``
 completions a window; slow start doubles while a doubling raises throughput by at least 15 % and the median
@@ -65,13 +64,12 @@ moment: they double in step and stop together, at equal limits. A drain that fin
 wait ``QUIET_DRAINS`` periods. The coordinator is the server's latency plus the wall clock; nothing of ours runs
 between the shards. A process that is not one of several shards never drains (its solo behaviour is above).
 
-Failure semantics: pacing never fails a request; it only delays its start. The controller never raises: a window
-it cannot judge (no request waited, no rate) changes nothing, a trial that cannot tell ends on a limit it
-measured, and the user's fixed number (or the run's ceiling) bounds every limit it tries. A waiter that is
-cancelled leaves the queue having taken nothing; a slot is released exactly once per acquire, whatever the
-attempt's outcome (the pool releases in ``finally``). Header values that do not parse are ignored (a server's odd header never stops a
-run). Time comes from an injected clock, so the controller runs deterministically on a simulated one in tests.
-"""
+Failure semantics: pacing never fails a request; it only delays its start. The controller never raises: a window it
+cannot judge (no request waited, no rate) changes nothing, a trial that cannot tell ends on a limit it measured, and
+the user's fixed number (or the run's ceiling) bounds every limit it tries. A waiter that is cancelled leaves the
+queue having taken nothing; a slot is released exactly once per acquire, whatever the attempt's outcome (the pool
+releases in ``finally``). Header values that do not parse are ignored (a server's odd header never stops a run).
+Time comes from an injected clock, so the controller runs deterministically on a simulated one in tests."""
 
 from __future__ import annotations
 
