@@ -1,14 +1,18 @@
-"""A discrete-event simulation of clients paced by ``AdaptiveLimit`` against a server of fixed capacity.
+"""A discrete-event simulation of clients paced by ``AdaptiveLimit`` against a simulated server.
 
-The server has ``capacity`` workers and a FIFO queue; a request's latency is its queueing time plus a service
-time drawn around ``service_s`` (seeded). Each client always has work (a full run's queue) and keeps
-``limit`` requests in flight. Time is simulated: the result depends on the seed only, never on the machine.
-Used by tests/core/test_pacing.py (and bench/bench_pacing.py prints the same designs for comparison).
+Two servers. ``FifoServer``: ``capacity`` workers and a FIFO queue; a request's latency is its queueing time plus
+a service time drawn around ``service_s`` (the mock capacity server). ``BatchingServer``: a continuous-batching
+engine (vLLM), every request in its batch advancing together, the batch's throughput growing with its size but
+less and less, calibrated on real vLLM on this machine (``VLLM_CPU``), and a machine whose load makes it slower
+and faster by turns. Each client always has work (a full run's queue) and keeps ``limit`` requests in flight.
+Time is simulated and every draw seeded: the result depends on the seed only, never on the machine.
+Used by tests/core/test_pacing.py (bench/bench_pacing.py measures the same designs against real servers).
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -29,68 +33,166 @@ class ClientResult:
     latencies: list[float] = field(default_factory=list)
 
 
-def simulate(*, capacity: int, service_s: float = 0.1, clients: int = 1, seconds: float = 60.0,
+class FifoServer:
+    """``capacity`` workers, one request each, and a FIFO queue for the rest."""
+
+    def __init__(self, capacity: int, service_s: float, jitter: float, rng: random.Random) -> None:
+        self.capacity, self.service_s, self.jitter, self.rng = capacity, service_s, jitter, rng
+        self._events: list[tuple[float, int, int, float]] = []  # (finish time, seq, client, sent time)
+        self._queue: list[tuple[int, float]] = []
+        self._seq = 0
+
+    def _start(self, t: float, client: int, sent: float) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (t + self.service_s * self.rng.lognormvariate(0.0, self.jitter), self._seq,
+                                      client, sent))
+
+    def arrive(self, t: float, client: int) -> None:
+        if len(self._events) < self.capacity:
+            self._start(t, client, t)
+        else:
+            self._queue.append((client, t))
+
+    def next_time(self) -> float:
+        return self._events[0][0] if self._events else math.inf
+
+    def step(self, t: float) -> tuple[int, float] | None:
+        _, _, client, sent = heapq.heappop(self._events)
+        if self._queue:
+            self._start(t, *self._queue.pop(0))
+        return client, sent
+
+
+@dataclass(frozen=True)
+class BatchingProfile:
+    """A continuous-batching engine: ``n`` requests in its batch finish ``peak x (1 - exp(-n / knee))`` a second
+    between them (each gets its share), at most ``max_seqs`` at once (the rest wait in a FIFO queue). The machine's
+    load scales the speed by a factor whose log follows an AR(1) walk (``noise`` its deviation, ``noise_s`` its
+    step, ``noise_corr`` the correlation from one step to the next); ``jitter``: each request's work."""
+
+    peak: float
+    knee: float
+    max_seqs: int
+    jitter: float = 0.05
+    noise: float = 0.15
+    noise_s: float = 2.0
+    noise_corr: float = 0.8
+
+
+# vLLM CPU (scripts/engines.sh: SmolLM2-135M, --max-num-seqs 64, 16 tokens a request) measured on this machine
+# (docs/benchmarks.md, "Adaptive concurrency"): 4 / 16 / 64 in flight -> 3.47 / 6.47 / 6.87 a second, p50 1.2 / 2.6
+# / 8.7 s; this profile gives 3.47 / 6.45 / 6.87 a second, p50 1.1 / 2.4 / 8.9 s at a steady load. A round's
+# length (one completion per request in flight) spread 33 / 28 / 19 / 17 % at 4 / 8 / 16 / 32 in flight on the
+# real server (load ~9, 45 s each); the requests' work spread (``jitter``) and the load's walk give 26 / 21 / 16 /
+# 13 %. Rates in the tests are compared between runs of one seed, whose load walks alike.
+VLLM_CPU = BatchingProfile(peak=7.2, knee=5.7, max_seqs=64, jitter=0.3)
+
+
+class BatchingServer:
+    """Processor sharing among the batch: every request in it advances at the batch's rate / its size."""
+
+    def __init__(self, profile: BatchingProfile, rng: random.Random, load: random.Random) -> None:
+        self.p, self.rng, self.load = profile, rng, load  # load: the machine's own draws (same for every client)
+        self._batch: list[list] = []  # [work left, client, sent time]
+        self._queue: list[tuple[int, float]] = []
+        self._t = 0.0
+        self._log_speed = 0.0
+        self._next_tick = profile.noise_s
+
+    def _rate(self) -> float:
+        """Work done per second on each request in the batch."""
+        n = len(self._batch)
+        return math.exp(self._log_speed) * self.p.peak * (1 - math.exp(-n / self.p.knee)) / n if n else 0.0
+
+    def _advance(self, t: float) -> None:
+        done = (t - self._t) * self._rate()
+        for r in self._batch:
+            r[0] -= done
+        self._t = t
+
+    def arrive(self, t: float, client: int) -> None:
+        self._advance(t)
+        if len(self._batch) < self.p.max_seqs:
+            self._batch.append([self.rng.lognormvariate(0.0, self.p.jitter), client, t])
+        else:
+            self._queue.append((client, t))
+
+    def next_time(self) -> float:
+        finish = self._t + min(r[0] for r in self._batch) / self._rate() if self._batch else math.inf
+        return min(finish, self._next_tick)
+
+    def step(self, t: float) -> tuple[int, float] | None:
+        self._advance(t)
+        if t >= self._next_tick:  # the machine's load moves
+            p = self.p
+            self._log_speed = p.noise_corr * self._log_speed + \
+                p.noise * math.sqrt(1 - p.noise_corr ** 2) * self.load.gauss(0.0, 1.0)
+            self._next_tick += p.noise_s
+            return None
+        i = min(range(len(self._batch)), key=lambda j: self._batch[j][0])
+        _, client, sent = self._batch.pop(i)
+        if self._queue:
+            c, s = self._queue.pop(0)
+            self._batch.append([self.rng.lognormvariate(0.0, self.p.jitter), c, s])
+        return client, sent
+
+
+def simulate(*, capacity: int = 0, service_s: float = 0.1, clients: int = 1, seconds: float = 60.0,
              measure_from: float = 30.0, fixed: int | None = None, ceiling: int = 256, seed: int = 0,
-             batching: float = 0.0, jitter: float = 0.1, stagger_s: float = 0.0, drain_every: float | None = None) -> tuple[list[ClientResult], list[AdaptiveLimit]]:
-    """``stagger_s``: client i joins at i x stagger_s (processes never start together). ``batching`` > 0 models a continuous-batching server: each of ``capacity`` workers serves requests
-    together and slows by ``batching`` per extra request it holds (vLLM-like); 0 = one request a worker."""
+             batching: BatchingProfile | None = None, jitter: float = 0.1, stagger_s: float = 0.0,
+             drain_every: float | None = None,
+             turnaround_s: float = 0.0) -> tuple[list[ClientResult], list[AdaptiveLimit]]:
+    """Clients against a ``FifoServer`` of ``capacity`` workers, or the ``batching`` server when given.
+    ``stagger_s``: client i joins at i x stagger_s (processes never start together). ``turnaround_s``: a client
+    sends a request that long (on average, exponential) after its slot freed (a loaded client's own delay; a
+    server with a queue hides it, one without idles meanwhile)."""
     rng = random.Random(seed)
     clock = Clock()
+    server = BatchingServer(batching, rng, random.Random(seed + 1)) if batching \
+        else FifoServer(capacity, service_s, jitter, rng)
     drain = (DRAIN_EVERY_S if clients > 1 else 0.0) if drain_every is None else drain_every  # shards drain
     limits = [AdaptiveLimit(ceiling, clock=clock, drain_every=drain) for _ in range(clients)]
     in_flight = [0] * clients
     results = [ClientResult() for _ in range(clients)]
-    events: list[tuple[float, int, int, float]] = []  # (finish time, seq, client, sent time)
-    queue: list[tuple[int, float]] = []  # waiting at the server: (client, sent time)
-    busy = 0
-    seq = 0
-
-    def service() -> float:
-        return service_s * rng.lognormvariate(0.0, jitter)
-
-    def start_service(client: int, sent: float) -> None:
-        nonlocal busy, seq
-        busy += 1
-        slow = 1.0 + batching * max(0, busy - capacity) / capacity if batching else 1.0
-        seq += 1
-        heapq.heappush(events, (clock.t + service() * slow, seq, client, sent))
+    joins = sorted((c * stagger_s, c) for c in range(clients))
+    joined = [False] * clients
+    sends: list[tuple[float, int]] = []  # requests on their way: (arrival at the server, client)
+    client_rng = random.Random(seed + 2)
 
     def fill(client: int) -> None:
         limit = fixed if fixed is not None else limits[client].limit
         while in_flight[client] < limit:
             in_flight[client] += 1
-            if batching or busy < capacity:
-                start_service(client, clock.t)
+            if turnaround_s:
+                heapq.heappush(sends, (clock.t + client_rng.expovariate(1 / turnaround_s), client))
             else:
-                queue.append((client, clock.t))
+                server.arrive(clock.t, client)
         if fixed is None:
             limits[client].note_waiting()  # always more work than slots
 
-    joined = [c * stagger_s <= 0 for c in range(clients)]
-    for c in range(clients):
-        if joined[c]:
-            fill(c)
-        else:
-            seq += 1
-            heapq.heappush(events, (c * stagger_s, seq, -1 - c, 0.0))  # a join event, not a completion
-    while events:
-        t, _, client, sent = heapq.heappop(events)
+    while True:
+        t = min(server.next_time(), joins[0][0] if joins else math.inf, sends[0][0] if sends else math.inf)
         if t > seconds:
             break
         clock.t = t
-        if client < 0:
-            joined[-1 - client] = True
-            fill(-1 - client)
+        if joins and joins[0][0] <= t:
+            c = joins.pop(0)[1]
+            joined[c] = True
+            fill(c)
             continue
-        busy -= 1
+        if sends and sends[0][0] <= t:
+            server.arrive(t, heapq.heappop(sends)[1])
+            continue
+        done = server.step(t)
+        if done is None:
+            continue
+        client, sent = done
         in_flight[client] -= 1
         if t >= measure_from:
             results[client].completions += 1
             results[client].latencies.append(t - sent)
         if fixed is None:
             limits[client].completed(t - sent)
-        if queue and busy < capacity:
-            start_service(*queue.pop(0))
         for c in [client] + [c for c in range(clients) if c != client]:
             if joined[c]:
                 fill(c)

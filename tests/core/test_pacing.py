@@ -16,10 +16,10 @@ import pytest
 from medhelm.devtools.mock_openai import MockOpenAIServer
 from medhelm.errors import ConfigError
 from medhelm.inference import ClientPool, PacingPolicy
-from medhelm.inference.pacing import (AdaptiveLimit, Bucket, PaceSettings, Pacer, RateHeaders, parse_reset,
-                                      retry_after_seconds)
+from medhelm.inference.pacing import (AdaptiveLimit, Bucket, PaceSettings, Pacer, RateHeaders, _Sample,
+                                      parse_reset, retry_after_seconds)
 from medhelm.specs import Deployment, GenerationRequest, Message
-from tests.core.pacing_sim import Clock, p50, simulate
+from tests.core.pacing_sim import VLLM_CPU, Clock, p50, simulate
 
 
 # -- the controller, simulated --------------------------------------------------------------------------------
@@ -101,13 +101,84 @@ def test_drains_fall_on_the_shared_wall_clock_and_only_for_shards():
     assert solo.adaptive._drain_every == 0 and shard.adaptive._drain_every > 0
 
 
-def test_a_batching_server_is_driven_past_its_nominal_slots():
-    """A continuous-batching server (each extra request slows the batch a little) keeps paying for more in
-    flight: auto must climb past the nominal 8 slots while throughput grows."""
-    fixed = {n: simulate(capacity=8, fixed=n, batching=0.2)[0][0].completions for n in (8, 16, 32, 64)}
-    auto, limits = simulate(capacity=8, batching=0.2)
-    assert auto[0].completions >= 0.9 * max(fixed.values())
-    assert limits[0].limit > 8
+@pytest.mark.parametrize("seed", range(3))
+def test_auto_reaches_095_of_the_best_fixed_setting_on_a_batching_server(seed):
+    """vLLM on CPU (the simulation's ``VLLM_CPU``, calibrated on the real server; the machine's load moves its speed
+    by ~15 %): throughput grows with the batch up to 64 but less with each doubling (+87 % from 4 to 16, +6 % from
+    16 to 64), latency with it. Counted from 240 s to 420 s as bench/bench_pacing.py --vllm counts the real one,
+    auto gets >= 95 % of the best fixed setting: it climbed while the gains were real (to 16 in flight at least)."""
+    kw = dict(batching=VLLM_CPU, seconds=420, measure_from=240, seed=seed)
+    fixed = {n: simulate(fixed=n, **kw)[0][0].completions for n in (4, 16, 32, 64)}
+    assert fixed[16] > 1.7 * fixed[4] and fixed[64] > 1.04 * fixed[16]  # the calibrated curve: a batching server
+    auto, limits = simulate(**kw)
+    assert auto[0].completions >= 0.95 * max(fixed.values()), (seed, fixed, auto[0].completions)
+    assert limits[0].limit >= 16
+
+
+def test_a_pure_queue_with_the_same_latency_stops_at_its_capacity():
+    """The same latencies as the batching server (a second a request) from a server of 16 workers and a queue:
+    past 16, more in flight only queues. Auto stops at 16 and keeps the latency of 16 in flight."""
+    kw = dict(capacity=16, service_s=1.0, seconds=420, measure_from=240)
+    best, _ = simulate(fixed=16, **kw)
+    auto, limits = simulate(**kw)
+    assert limits[0].plateau == 16 and limits[0].limit <= 20
+    assert auto[0].completions >= 0.95 * best[0].completions
+    assert p50(auto[0].latencies) <= 1.3 * p50(best[0].latencies)
+
+
+@pytest.mark.parametrize("capacity", [4, 16, 64])
+def test_a_queue_that_hides_the_clients_hiccups_is_no_reason_to_double(capacity):
+    """A loaded client sends its next request ~10 ms after a slot frees: at the server's capacity a worker idles
+    meanwhile, with a queue it does not, so twice the capacity in flight wins ~5 % for twice the latency (the real
+    mock of capacity 64 showed it on a loaded machine). That is a pure queue's knee, not a batching server: slow
+    start stops at the capacity (a probe up by sqrt(capacity) may pay), within 5 % of the best fixed throughput,
+    at the capacity's latency."""
+    kw = dict(capacity=capacity, service_s=0.2, turnaround_s=0.01)
+    at_capacity, _ = simulate(fixed=capacity, **kw)
+    queued, _ = simulate(fixed=2 * capacity, **kw)
+    assert queued[0].completions > 1.03 * at_capacity[0].completions  # the few per cent a queue wins
+    auto, limits = simulate(**kw)
+    assert capacity <= limits[0].plateau <= capacity + capacity ** 0.5  # slow start stopped; a probe may add sqrt
+    assert auto[0].completions >= 0.95 * queued[0].completions
+    assert p50(auto[0].latencies) <= 1.3 * p50(at_capacity[0].latencies)
+
+
+def test_a_ceiling_holds_on_a_batching_server():
+    auto, limits = simulate(batching=VLLM_CPU, seconds=420, measure_from=240, ceiling=24)
+    assert limits[0].limit <= 24 and max(limits[0]._lo.limit, limits[0]._hi.limit) <= 24
+
+
+def _rounds(limit, rate, spread, n=16, seed=0):
+    """A sample of ``n`` rounds at ``limit`` whose throughput is ``rate`` a second, each round's length drawn with
+    a relative spread."""
+    import random
+
+    rng = random.Random(seed)
+    sample = _Sample(limit)
+    sample.durations = [limit / rate * (1 + spread * rng.gauss(0, 1)) for _ in range(n)]
+    sample.latencies = [limit / rate] * n
+    return sample
+
+
+def test_more_in_flight_pays_only_when_the_gain_is_shown():
+    """The verdict on a doubling that must bring 3 %: a gain shown (beyond two standard errors, and at least 3 %)
+    pays; a gain shown to fall short of 3 % (a pure queue: none) does not; rounds too noisy to tell ask for more."""
+    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.02), _rounds(32, 6.6, 0.02, seed=1), 0.03) is True  # +10 %
+    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.02), _rounds(32, 6.0, 0.02, seed=1), 0.03) is False  # +0 %
+    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.2), _rounds(32, 6.6, 0.2, seed=1), 0.03) is None  # se ~7 %
+    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.2, n=400), _rounds(32, 6.6, 0.2, n=400, seed=1), 0.03) is True
+    # right after a doubling that paid in proportion the bar is 15 %: +10 %, however sure, does not pay
+    assert AdaptiveLimit._pays(_rounds(64, 300, 0.02), _rounds(128, 330, 0.02, seed=1), 0.15) is False
+
+
+def test_a_drift_within_a_window_widens_its_uncertainty():
+    """Rounds that drift (the machine's load changing slowly) are fewer independent measurements than rounds:
+    the same spread in order gives a wider standard error than shuffled."""
+    drifting = _Sample(8)
+    drifting.durations = [1.0 + 0.01 * i for i in range(32)]
+    shuffled = _Sample(8)
+    shuffled.durations = [1.0 + 0.01 * ((i * 13) % 32) for i in range(32)]
+    assert drifting.rel_se() > 2 * shuffled.rel_se()
 
 
 def test_overload_halves_once_per_latency():

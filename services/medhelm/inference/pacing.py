@@ -13,23 +13,44 @@ on one deployment share its concurrency and its rate budget). A pacer composes t
 * **pause** — after a 429/503 or a provider's overload code, no request of the deployment starts before the
   server's ``Retry-After`` (``retry-after-ms``) has passed, and an adaptive limit halves.
 
-``AdaptiveLimit`` measures the deployment in *windows*: after a change of limit it lets one round of requests
-finish (the queue settles), then counts ``max(16, 2 x limit)`` completions and takes their throughput and median
-latency. It starts at 4 and doubles while doubling raises throughput by at least 15 % (slow start); the last
-limit that paid is the *plateau* (a doubling whose median latency grew 1.6-fold only queued, and stops it too).
-Then it cruises, and every ``cruise`` windows probes: up by about sqrt(limit) (kept if throughput rose by at least
-a quarter of the proportional gain while the median latency grew by less than three quarters of it: at a
-saturated server latency grows in proportion, Little's law, whatever a noisy throughput says), else down by a
-fifth (kept if throughput fell by at most a quarter of the proportional loss: same work, shorter queue). A
-cruise whose median is over 1.3 x the base tries that step down after two windows instead (once per limit: a
-batching server's latency grows with its batch and the step down then costs throughput). When a window's median
-latency is over ``latency_tolerance`` (3) x the lowest median seen (a minimum that forgets 0.2 % a window), the
-server is queueing for everyone: the limit follows limit x (tolerance x base / latency) + 1 each window until
-the median is back under 1.5 x the base. Every client of a shared server sees the same latency and applies the
-same rule, so several shards (or processes) against one predictor back off together and settle on shares of it
-without a coordinator; a continuous-batching server (vLLM) whose latency grows with its batch is driven up to
-that point while throughput still grows. A window in which no request had to wait for a slot teaches nothing
-about the limit and changes nothing.
+``AdaptiveLimit``, for a process alone on its server (the usual case), judges every change of limit by the
+throughput's statistics. It measures in *rounds*: ``limit`` completions, about one latency of a closed loop; a
+batching server answers a round together, so a rate counted over whole rounds is not biased by where a window cuts a
+batch, and the rounds' spread, widened by their autocorrelation (the machine's load drifts), is the rate's standard
+error. A window is 8 rounds (at least 16 completions), after one round let pass for the queue to settle. A *trial*
+compares two limits: more in flight must raise throughput by a bar per doubling (with a standard error to spare) and
+by two standard errors more than nothing; it is shown not to when the gain's upper bound falls short of the bar;
+between the two, the trial measures the limits again in turn (A B A B: a drift of the load cancels) up to 32 rounds
+each. The bar tells a pure queue from a batching server. A *pure queue* has a knee: every doubling pays in
+proportion up to its capacity, the next one nothing but the few per cent a queue at the server wins by hiding the
+client's own hiccups, for double the latency. A *batching server* (vLLM) trades latency for throughput all along:
+its gains shrink before they end. So the first doubling, and one right after a doubling that paid 80 % or more, must
+bring ``KNEE_GAIN`` (15 %); one after a smaller gain, ``MIN_GAIN`` (3 %). Slow start doubles from 4 while a doubling
+pays (taken on one window), and stops where one is shown not to (on two windows at the higher limit, the lower
+between) or at ``LATENCY_BOUND`` (10) x the lowest median seen; if it cannot tell after 32 rounds a side, it takes
+its better estimate. So a pure queue stops at its capacity, and a batching server is climbed while the gains are
+real: latency is not a reason to stop below the bound, throughput is the target. Then it cruises, and every
+``cruise`` (8) windows tries a neighbouring limit, up by about sqrt(limit) and down by a fifth in turn, as a trial
+(with the bar slow start ended on) whose incumbent is the windows just measured; the limit moves only on the
+candidate measured twice, else stays. A cruise window whose median is over ``latency_tolerance`` (3) x the median
+measured when the limit was chosen means someone else is queueing at the server: the limit shrinks in proportion
+(the latency it had, by Little's law) and slow start runs again from there. A window in which no request had to wait
+for a slot teaches nothing about the limit and changes nothing. From one client, a server that batches better with
+more in flight looks like a queue shared with other clients whose share it takes by queueing more (more throughput,
+latency up by Little's law, in both): processes that share a server without knowing it are bounded by
+``LATENCY_BOUND`` only, not made fair; a Job's shards are made fair as below.
+
+A Job's shards (``PaceSettings.share`` < 1) keep the controller that shares: it measures ``max(16, 2 x limit)``
+completions a window; slow start doubles while a doubling raises throughput by at least 15 % and the median
+latency grows less than 1.6-fold; then it cruises, and every ``cruise`` windows probes up by about sqrt(limit)
+(kept if throughput rose by at least a quarter of the proportional gain while the median latency grew by less
+than three quarters of it) or down by a fifth (kept if throughput fell by at most a quarter of the proportional
+loss). A cruise whose median is over 1.3 x the base tries that step down after two windows instead (once per
+limit). When a window's median latency is over ``latency_tolerance`` (3) x the lowest median seen (the base, a
+minimum that forgets 0.2 % a window), the server is queueing for everyone: the limit follows
+limit x (tolerance x base / latency) + 1 each window until the median is back under 1.5 x the base. Every shard
+sees the same latency and applies the same rule, so they back off together and settle on shares of the server
+without a coordinator.
 
 That rule is fair only if every client knows the same base latency, and a shard that joins a server already
 queueing takes the queue for the base (pods of one Job start seconds apart; simulated, the shard that came first
@@ -43,22 +64,27 @@ moment: they double in step and stop together, at equal limits. A drain that fin
 wait ``QUIET_DRAINS`` periods. The coordinator is the server's latency plus the wall clock; nothing of ours runs
 between the shards. A process that is not one of several shards never drains (its solo behaviour is above).
 
-Failure semantics: pacing never fails a request; it only delays its start. A waiter that is cancelled leaves the
-queue having taken nothing; a slot is released exactly once per acquire, whatever the attempt's outcome (the
-pool releases in ``finally``). Header values that do not parse are ignored (a server's odd header never stops a
-run). Time comes from an injected clock, so the controller runs deterministically on a simulated one in tests.
-"""
+Failure semantics: pacing never fails a request; it only delays its start. The controller never raises: a window it
+cannot judge (no request waited, no rate) changes nothing, a trial that cannot tell ends on a limit it measured, and
+the user's fixed number (or the run's ceiling) bounds every limit it tries. A waiter that is cancelled leaves the
+queue having taken nothing; a slot is released exactly once per acquire, whatever the attempt's outcome (the pool
+releases in ``finally``). Header values that do not parse are ignored (a server's odd header never stops a run).
+Time comes from an injected clock, so the controller runs deterministically on a simulated one in tests."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import email.utils
+import logging
 import math
 import re
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+
+log = logging.getLogger("medhelm.pacing")  # the controller's trials at DEBUG (numbers only, never a request)
 
 AUTO = "auto"
 OVERLOAD_STATUS = frozenset({429, 503, 529})  # too many requests, unavailable, Anthropic's "overloaded"
@@ -70,6 +96,15 @@ QUIET_DRAINS = 3  # after a drain that found no shared queue, the next is this m
 DRAIN_FLOOR = 4  # a limit at or under this does not drain (it holds too little of any queue to matter)
 RESTART_QUEUE = 1.5  # a median before the drain over this x the drained one: a standing queue, shared
 PROBE_QUEUE_SHARE = 0.75  # a probe up that grows the median by more than this share of the gain only queued
+# a process alone on its server (no drains) judges each change of limit by the throughput's statistics:
+MIN_GAIN = 0.03  # more in flight must pay at least this much more throughput per doubling of the limit ...
+KNEE_GAIN = 0.15  # ... or this much right after a doubling that paid in proportion (a knee: see ``_need``)
+PROPORTIONAL = 0.8  # a doubling that raised throughput by this much or more: the server had free slots
+Z = 2.0  # standard errors a gain must clear to be believed (and a shortfall to be believed)
+MIN_ROUNDS = 8  # rounds (``limit`` completions each) a window measures, at least 16 completions
+MAX_ROUNDS = 32  # rounds a trial measures at either limit before it keeps the limit it had
+SE_FLOOR = 0.002  # the smallest relative standard error believed (a perfectly regular server)
+LATENCY_BOUND = 10.0  # no more in flight once the median is this many times the lowest median seen
 
 
 # --------------------------------------------------------------------------------------------
@@ -80,17 +115,66 @@ PROBE_QUEUE_SHARE = 0.75  # a probe up that grows the median by more than this s
 class _Window:
     limit: int
     skip: int  # completions to let pass before measuring (the queue settles after a change)
-    target: int  # completions to measure
+    target: int  # completions to measure (``rounds`` > 0: rounds to measure instead)
+    rounds: int = 0
     first_t: float | None = None
     last_t: float = 0.0
     count: int = 0
     latencies: list[float] = field(default_factory=list)
     limited: bool = False  # some request waited for a slot during the window: the limit was binding
+    anchor: float | None = None  # when counting began (the completion that ended the skip)
+    durations: list[float] = field(default_factory=list)  # seconds each round of ``limit`` completions took
 
     def throughput(self) -> float:
         if self.first_t is None or self.count < 2 or self.last_t <= self.first_t:
             return 0.0
         return (self.count - 1) / (self.last_t - self.first_t)
+
+    def median(self) -> float:
+        s = sorted(self.latencies)
+        return s[len(s) // 2] if s else 0.0
+
+    def full(self) -> bool:
+        return len(self.durations) >= self.rounds if self.rounds else self.count >= self.target
+
+
+@dataclass
+class _Sample:
+    """Rounds measured at one limit, pooled over windows: its throughput and that throughput's standard error.
+
+    A round is ``limit`` completions, about one latency of a closed loop: a batching server answers a round
+    together, so a rate counted over whole rounds from the completion before them is not biased by where a window
+    cuts a batch, and the rounds' spread (batch means) is the throughput's honest uncertainty, whatever made it
+    (counting, the server's batching, a loaded machine within the window)."""
+
+    limit: int
+    durations: list[float] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    windows: int = 0
+
+    def add(self, w: _Window) -> None:
+        self.durations += w.durations
+        self.latencies += w.latencies
+        self.windows += 1
+
+    def rate(self) -> float:
+        total = sum(self.durations)
+        return self.limit * len(self.durations) / total if total > 0 else 0.0
+
+    def rel_se(self) -> float:
+        """The rate's relative standard error: the rounds' spread over sqrt(their number), widened by their lag-1
+        autocorrelation (a slow drift of the machine's load makes neighbouring rounds alike: fewer independent
+        ones than rounds)."""
+        d = self.durations
+        k = len(d)
+        if k < 3:
+            return math.inf
+        mean, var = statistics.fmean(d), statistics.pvariance(d)
+        if mean <= 0:
+            return math.inf
+        rho = sum((a - mean) * (b - mean) for a, b in zip(d, d[1:])) / ((k - 1) * var) if var > 0 else 0.0
+        rho = min(0.9, max(0.0, rho))
+        return max(SE_FLOOR, math.sqrt(var * k / (k - 1) * (1 + rho) / (1 - rho) / k) / mean)
 
     def median(self) -> float:
         s = sorted(self.latencies)
@@ -130,6 +214,25 @@ class AdaptiveLimit:
         self._drain_every = drain_every
         self._drain_epoch = self._epoch()
         self._drain_from = self.limit
+        # Alone on its server (no drains), a process judges each change of limit by statistics: a trial measures
+        # two limits, alternating, until more in flight is shown to pay or shown not to (``_pays``).
+        self._solo = drain_every <= 0
+        self._trial: str | None = "startup" if self._solo else None  # startup | up | down (the probe's direction)
+        self._lo = _Sample(self.limit)
+        self._hi = _Sample(min(2 * self.limit, ceiling))
+        self._expect: float | None = None  # the median latency measured at the limit when it was chosen
+        self._held: collections.deque[_Window] = collections.deque(maxlen=4)  # cruise windows at this limit
+        self._next_probe = "up"
+        self._alternating = False  # the trial measures its two limits in turn
+        # The gain a doubling must bring. A pure queue has a knee: each doubling pays in proportion up to its
+        # capacity, the next one nothing but a few per cent from the client's own hiccups (a queue at the server
+        # hides them) for double the latency. A batching server's gains shrink before they end: latency is traded
+        # for throughput all along. So the first doubling, and one right after a doubling that paid in proportion,
+        # must bring KNEE_GAIN; one after a doubling that paid less (the server trades), MIN_GAIN. Probes keep the
+        # bar of the doubling that ended slow start.
+        self._need = KNEE_GAIN
+        if self._solo:
+            self._window = self._solo_window(skip=self.limit)
         self.drains = 0  # how many drains measured the base (tests, the summary)
         self.restarts = 0  # how many of them found a shared standing queue and restarted slow start
         self.changes = 0  # how often the limit changed (tests, metrics)
@@ -149,17 +252,23 @@ class AdaptiveLimit:
                 if self.limit > DRAIN_FLOOR:
                     self._drain()
         w = self._window
+        now = self._clock()
         if w.skip > 0:
             w.skip -= 1
+            w.anchor = now
             return
-        now = self._clock()
+        if w.anchor is None:
+            w.anchor = now
         if w.first_t is None:
             w.first_t = now
         w.last_t = now
         w.count += 1
         w.latencies.append(latency_s)
-        if w.count >= w.target:
-            self._decide(w)
+        if w.rounds and w.count % w.limit == 0:  # a round ends: its length, from the end of the last one
+            w.durations.append(now - w.anchor)
+            w.anchor = now
+        if w.full():
+            self._decide(w) if not self._solo else self._decide_solo(w)
 
     def overloaded(self) -> None:
         """The server said too many (429, 503, overloaded): halve, at most once per median latency."""
@@ -170,7 +279,13 @@ class AdaptiveLimit:
         self._last_cut = now
         if self.plateau is None:
             self.plateau = max(1, self.limit // 2)
-        self._set(max(1, self.limit // 2), "cruise")
+        if self._solo:
+            self._trial, self._expect = None, None
+            self._held.clear()
+            self._cruising = 0
+            self._go(max(1, self.limit // 2), "cruise")
+        else:
+            self._set(max(1, self.limit // 2), "cruise")
 
     @property
     def base_latency(self) -> float | None:
@@ -294,6 +409,156 @@ class AdaptiveLimit:
             self._set(start, "cruise")
             self._cruising = 0
             self._down_refused = start  # no early probe down again at this limit (it costs throughput each time)
+
+    # -- a process alone on its server: every change of limit is a trial, judged by the throughput's statistics
+
+    def _solo_window(self, skip: int) -> _Window:
+        return _Window(self.limit, skip=skip, target=0, rounds=max(MIN_ROUNDS, math.ceil(16 / self.limit)))
+
+    def _go(self, limit: int, phase: str) -> None:
+        """Measure at ``limit`` next. After a change, the first ``max(old, new)`` completions are let pass: the
+        requests that were in flight at the change come back, the queue settles."""
+        limit = max(1, min(self.ceiling, limit))
+        old = self.limit
+        if limit != old:
+            self.changes += 1
+        self.limit, self.phase = limit, phase
+        self._window = self._solo_window(skip=max(old, limit) if limit != old else 0)
+        if limit == old:
+            self._window.anchor = self._clock()  # the next round runs from the completion that ended this window
+
+    def _decide_solo(self, w: _Window) -> None:
+        median = w.median()
+        self._medians.append(median)
+        self._base = median if self._base is None else min(self._base * 1.002, median)
+        if not w.limited:  # demand, not the limit, held throughput: nothing learnt about the limit
+            self._go(self.limit, self.phase)
+            return
+        if self._trial is not None:
+            self._trial_window(w)
+            return
+        if self._expect is None:
+            self._expect = median
+        if median > self._tolerance * self._expect:
+            # The server is slower at this limit than when we chose it, and not because of us: someone else is
+            # queueing there too. Keep our latency what it was (Little's law: fewer in flight in proportion), then
+            # find the plateau again from there.
+            self._need = KNEE_GAIN
+            self._start_trial("startup", _Sample(max(1, math.floor(self.limit * self._expect / median))))
+            return
+        self._held.append(w)
+        self._cruising += 1
+        if self._cruising >= self._cruise:
+            self._probe()
+        else:
+            self._go(self.limit, "cruise")
+
+    def _probe(self) -> None:
+        """Every ``cruise`` windows, a trial of a neighbouring limit: up by about sqrt(limit), or down by a fifth,
+        in turn. The windows just measured at the limit are the incumbent's side of the trial."""
+        held = _Sample(self.limit)
+        for w in self._held:
+            held.add(w)
+        self._cruising = 0
+        up = self._next_probe == "up"
+        self._next_probe = "down" if up else "up"
+        other = min(self.ceiling, self.limit + math.ceil(math.sqrt(self.limit))) if up \
+            else max(1, min(self.limit - 1, math.floor(self.limit * 0.8)))
+        if other == self.limit:
+            self._go(self.limit, "cruise")
+        elif other > self.limit:
+            self._start_trial("up", held, _Sample(other))
+        else:
+            self._start_trial("down", _Sample(other), held)
+
+    def _start_trial(self, kind: str, lo: _Sample, hi: _Sample | None = None) -> None:
+        self._trial, self._lo, self._alternating = kind, lo, False
+        self._hi = hi if hi is not None else _Sample(min(2 * lo.limit, self.ceiling))
+        first = self._hi if self._lo.durations else self._lo  # the side with no rounds yet is measured first
+        self._go(first.limit, "startup" if kind == "startup" else f"probe_{kind}")
+
+    def _trial_window(self, w: _Window) -> None:
+        lo, hi = self._lo, self._hi
+        (lo if w.limit == lo.limit else hi).add(w)
+        if lo.limit >= hi.limit:  # nothing above to try (the ceiling)
+            self._settle(lo)
+            return
+        if not lo.durations or not hi.durations:
+            self._go((hi if lo.durations else lo).limit, self.phase)
+            return
+        need = self._need * math.log2(hi.limit / lo.limit)
+        verdict = self._pays(lo, hi, need)
+        moves = verdict is not None and verdict == (self._trial == "up")  # a probe's limit moves, slow start stops
+        if moves and (lo if self._trial == "down" else hi).windows < 2:
+            # The machine's load drifts over minutes, more than the rounds' spread shows: slow start's doubling is
+            # taken on one window (it must clear the gain by Z standard errors), and so is keeping a limit; a verdict
+            # that stops slow start or moves a probe's limit waits for the candidate measured twice, the incumbent
+            # between (A B A B).
+            verdict = None
+        if self._base is not None and hi.median() > LATENCY_BOUND * self._base:
+            # From one client, a server that batches better with more in flight looks the same as a queue shared
+            # with other clients, whose share it takes by queueing more (both: more throughput, latency up by
+            # Little's law). They all see the same latency: a bound on it stops them all, however many they are.
+            verdict = False
+        if log.isEnabledFor(logging.DEBUG):
+            gain, se = self._gain(lo, hi)
+            log.debug("pacing trial %s: %d in flight %.3g/s (%d rounds), %d: %.3g/s (%d rounds, median %.3g s): "
+                      "gain %+.1f %% +- %.1f %%: %s", self._trial, lo.limit, lo.rate(), len(lo.durations), hi.limit,
+                      hi.rate(), len(hi.durations), hi.median(), 100 * gain, 100 * se,
+                      {True: "pays", False: "does not pay", None: "not yet known"}[verdict])
+        if verdict is None:
+            if len(lo.durations) + len(hi.durations) < 2 * MAX_ROUNDS:
+                incumbent = hi if self._trial == "down" else lo
+                if incumbent.windows and not self._alternating:
+                    # the incumbent's windows were measured before the trial, at another load: from now on both
+                    # limits are measured in turn, and only those windows are compared (a drift cancels)
+                    self._alternating = True
+                    if incumbent is lo:
+                        self._lo = lo = _Sample(lo.limit)
+                    else:
+                        self._hi = hi = _Sample(hi.limit)
+                self._go(lo.limit if w.limit == hi.limit else hi.limit, self.phase)
+                return
+            # not shown either way: slow start takes the better estimate (a gain of MIN_GAIN per doubling pays), a
+            # probe keeps the limit it had
+            verdict = self._gain(lo, hi)[0] >= need if self._trial == "startup" else self._trial == "down"
+        if verdict and self._trial == "startup" and hi.limit < self.ceiling:
+            # slow start goes on doubling; the bar for the next doubling depends on what this one paid (``_need``)
+            self._need = KNEE_GAIN if self._gain(lo, hi)[0] >= PROPORTIONAL else MIN_GAIN
+            self._start_trial("startup", hi)
+            return
+        self._settle(hi if verdict else lo)
+
+    def _settle(self, chosen: _Sample) -> None:
+        self._trial = None
+        self.plateau = chosen.limit
+        self._expect = chosen.median() or None
+        self._held.clear()
+        self._cruising = 0
+        self._go(chosen.limit, "cruise")
+
+    @staticmethod
+    def _gain(lo: _Sample, hi: _Sample) -> tuple[float, float]:
+        """The higher limit's throughput over the lower's, less one, and its standard error."""
+        x0, x1 = lo.rate(), hi.rate()
+        if x0 <= 0:
+            return (math.inf if x1 > 0 else 0.0), math.inf
+        gain = x1 / x0 - 1
+        return gain, (1 + gain) * math.hypot(lo.rel_se(), hi.rel_se())
+
+    @staticmethod
+    def _pays(lo: _Sample, hi: _Sample, need: float) -> bool | None:
+        """Does the higher limit pay for its extra requests in flight? It must raise throughput by ``Z`` standard
+        errors more than nothing, and by ``need`` with one standard error to spare (True); False once the gain is
+        shown (``Z`` standard errors) to fall short of ``need`` (at a server past its capacity the gain is nil: a
+        pure queue); None while the rounds cannot tell. A batching server (vLLM) keeps paying, less with each
+        doubling: the climb goes on while the gain is real."""
+        gain, se = AdaptiveLimit._gain(lo, hi)
+        if gain - Z * se >= 0 and gain - se >= need:
+            return True
+        if gain + Z * se < need:
+            return False
+        return None
 
     def _probe_down(self) -> None:
         down = max(1, min(self.limit - 1, math.floor(self.limit * 0.8)))
