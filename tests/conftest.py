@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``--dist loadgroup`` keeps a group on one worker, in order. The groups: every test that drives podman
     (images, pods, one storage) is one group; every ``engines`` test is one (one vLLM and one KServe server per
     session, started once); every other file is a group of its own, so a module's fixtures are set up once."""
-    if getattr(config.option, "dist", "no") == "no":
+    if not hasattr(config, "workerinput"):  # a worker's own config says dist "no": ask whether this is a worker
         return
     for item in items:
         if "engines" in item.keywords:
