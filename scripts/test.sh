@@ -25,7 +25,8 @@ step "running the test suite"
 # on one (--dist loadgroup), each other file on one. MEDHELM_TEST_WORKERS=N sets the number (0: in-process).
 workers=()
 if [ $# -eq 0 ]; then
-  n=${MEDHELM_TEST_WORKERS:-$(( $(nproc) < 2 ? 2 : ($(nproc) > 4 ? 4 : $(nproc)) ))}
+  cores=$(nproc)
+  n=${MEDHELM_TEST_WORKERS:-$(( cores < 2 ? 2 : (cores > 4 ? 4 : cores) ))}
   [ "$n" = 0 ] || workers=(-n "$n" --dist loadgroup)
 fi
 exec "$VENV/bin/python" -m pytest --durations=25 "${workers[@]}" "$@"
