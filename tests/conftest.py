@@ -47,7 +47,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     ``--dist loadgroup`` keeps a group on one worker, in order. The groups: every test that drives podman
     (images, pods, one storage) is one group; every ``engines`` test is one (one vLLM and one KServe server per
-    session, started once); every other file is a group of its own, so a module's fixtures are set up once."""
+    session, started once); every other file is a group of its own, so a module's fixtures are set up once.
+    xdist carries the group in the node id, which pytest 9.2 no longer lets it change (hence pyproject's
+    ``pytest<9.2``); tests/core/test_suite_groups.py proves on two real workers that the groups hold."""
     if not hasattr(config, "workerinput"):  # a worker's own config says dist "no": ask whether this is a worker
         return
     for item in items:
