@@ -22,11 +22,11 @@ step "running the test suite"
 # --durations: every run lists its slowest tests, so CI shows where its time goes (a later --durations wins).
 # A full run goes on pytest-xdist workers: much of the suite waits on subprocesses, servers and browsers, so two
 # workers finish sooner even on 2 cores; tests/conftest.py keeps podman's tests on one worker and the engines'
-# on one (--dist loadgroup), each other file on one. MEDHELM_TEST_WORKERS=N sets the number (0: in-process).
+# on one (--dist loadgroup), each other file on one, handed out in the order tests/conftest.py sets. MEDHELM_TEST_WORKERS=N sets the number (0: in-process).
 workers=()
 if [ $# -eq 0 ]; then
   cores=$(nproc)
   n=${MEDHELM_TEST_WORKERS:-$(( cores < 2 ? 2 : (cores > 4 ? 4 : cores) ))}
-  [ "$n" = 0 ] || workers=(-n "$n" --dist loadgroup)
+  [ "$n" = 0 ] || workers=(-n "$n" --dist loadgroup --no-loadscope-reorder)
 fi
 exec "$VENV/bin/python" -m pytest --durations=25 "${workers[@]}" "$@"

@@ -52,6 +52,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``pytest<9.2``); tests/core/test_suite_groups.py proves on two real workers that the groups hold."""
     if not hasattr(config, "workerinput"):  # a worker's own config says dist "no": ask whether this is a worker
         return
+    groups: dict[pytest.Item, str] = {}
     for item in items:
         if "engines" in item.keywords:
             group = "engines"
@@ -59,7 +60,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             group = "podman"
         else:
             group = item.nodeid.split("::", 1)[0]
+        groups[item] = group
         item.add_marker(pytest.mark.xdist_group(group))
+    # The order groups are handed out (scripts/test.sh: --no-loadscope-reorder): the podman group first (its image
+    # builds and pods take ~20 min, one test after another: started last it was the run's tail), then the files
+    # with a slow test, then the rest, the engines last (their venvs are built in the background meanwhile).
+    slow = {g for item, g in groups.items() if "slow" in item.keywords}
+    rank = {g: 0 if g == "podman" else 3 if g == "engines" else 1 if g in slow else 2 for g in groups.values()}
+    items.sort(key=lambda item: rank[groups[item]])
 
 
 @pytest.fixture(scope="session")

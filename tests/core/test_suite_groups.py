@@ -57,8 +57,8 @@ def test_podman_and_engines_groups_each_run_on_one_worker(tmp_path: Path):
     (suite / "test_three.py").write_text(PLAIN)
     (suite / "pytest.ini").write_text("[pytest]\nmarkers =\n    container: c\n    engines: e\n")
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider",
-         "-p", "no:randomly", str(suite)],
+        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder", "-v",
+         "-p", "no:cacheprovider", str(suite)],
         capture_output=True, text=True, timeout=600, cwd=suite, env={**_env(), "PYTHONPATH": str(REPO_ROOT)})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     workers: dict[str, set[str]] = defaultdict(set)
