@@ -31,8 +31,10 @@ between) or at ``LATENCY_BOUND`` (10) x the lowest median seen; if it cannot tel
 its better estimate. So a pure queue stops at its capacity, and a batching server is climbed while the gains are
 real: latency is not a reason to stop below the bound, throughput is the target. Then it cruises, and every
 ``cruise`` (8) windows tries a neighbouring limit, up by about sqrt(limit) and down by a fifth in turn, as a trial
-(with the bar slow start ended on) whose incumbent is the windows just measured; the limit moves only on the
-candidate measured twice, else stays. A cruise window whose median is over ``latency_tolerance`` (3) x the median
+(with the bar slow start ended on) whose incumbent is the windows just measured; a shown verdict moves the limit
+only on the candidate measured twice, and a probe that cannot tell after 32 rounds a side takes its better estimate
+too (so a pure queue whose capacity lies between powers of two, where slow start overshot to the next one, comes
+down to it: a nil gain is never shown to fall short of a bar of ~1 %). A cruise window whose median is over ``latency_tolerance`` (3) x the median
 measured when the limit was chosen means someone else is queueing at the server: the limit shrinks in proportion
 (the latency it had, by Little's law) and slow start runs again from there. A window in which no request had to wait
 for a slot teaches nothing about the limit and changes nothing. From one client, a server that batches better with
@@ -519,9 +521,11 @@ class AdaptiveLimit:
                         self._hi = hi = _Sample(hi.limit)
                 self._go(lo.limit if w.limit == hi.limit else hi.limit, self.phase)
                 return
-            # not shown either way: slow start takes the better estimate (a gain of MIN_GAIN per doubling pays), a
-            # probe keeps the limit it had
-            verdict = self._gain(lo, hi)[0] >= need if self._trial == "startup" else self._trial == "down"
+            # not shown either way: the trial takes the better estimate (the higher limit when its gain reaches the
+            # bar). A probe down used to keep the limit it had, so a pure queue whose capacity lies between two
+            # powers of two kept the next one and a third more latency for nothing (the gain is nil there, and a
+            # nil gain is never *shown* to fall short of a bar of about 1 %)
+            verdict = self._gain(lo, hi)[0] >= need
         if verdict and self._trial == "startup" and hi.limit < self.ceiling:
             # slow start goes on doubling; the bar for the next doubling depends on what this one paid (``_need``)
             self._need = KNEE_GAIN if self._gain(lo, hi)[0] >= PROPORTIONAL else MIN_GAIN
