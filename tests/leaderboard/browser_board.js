@@ -3,7 +3,7 @@
 // missing number is drawn "None" there and has the text ""), the charts, then a full-page screenshot.
 // usage: node browser_board.js URL SCREENSHOT.png [TIMEOUT_MS]   (NODE_PATH must reach playwright-core)
 const { chromium } = require("playwright-core");
-const { gridsDrawn, idle } = require("./streamlit_idle.js");
+const { gridsDrawn, idle, settle } = require("./streamlit_idle.js");
 
 const grid = '[data-testid="stDataFrame"]';
 const chart = '[data-testid="stVegaLiteChart"]';
@@ -33,6 +33,7 @@ async function read(page, timeout, out) {
   const page = await browser.newPage({ viewport: { width: 2600, height: 1400 } }); // every column drawn
   try {
     await page.goto(url, { waitUntil: "domcontentloaded", timeout });
+    await settle(page, [page.locator(grid).first()], timeout); // a page left blank is reloaded
     await read(page, timeout, out);
     await page.screenshot({ path: shot, fullPage: true });
     console.log(JSON.stringify(out));

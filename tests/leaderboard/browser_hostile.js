@@ -7,6 +7,7 @@
 // and for opened expanders to stop animating.
 // usage: node browser_hostile.js URL LISTENER_ORIGIN [TIMEOUT_MS]   (NODE_PATH must reach playwright-core)
 const { chromium } = require("playwright-core");
+const { idle, settle } = require("./streamlit_idle.js");
 
 async function main() {
   const [url, listener, timeoutArg] = process.argv.slice(2);
@@ -117,8 +118,9 @@ async function main() {
     }
 
     out.step = "open";
-    await runs(() => page.goto(url, { waitUntil: "domcontentloaded", timeout }));
-    await page.locator('[data-testid="stDataFrame"]').first().waitFor({ state: "visible", timeout });
+    await page.goto(url, { waitUntil: "domcontentloaded", timeout });
+    await settle(page, [page.locator('[data-testid="stDataFrame"]').first()], timeout); // a blank page reloaded
+    await idle(page, timeout);
     await inspect("leaderboard");
 
     out.step = "benchmark page";

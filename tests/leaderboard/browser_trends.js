@@ -2,7 +2,7 @@
 // browser shows: the visible text, the number of charts and tables, the chart's drawn marks, CSP violations (after the switch to Trends).
 // usage: node browser_trends.js URL SCREENSHOT.png [TIMEOUT_MS]   (NODE_PATH must reach playwright-core)
 const { chromium } = require("playwright-core");
-const { gridsDrawn, idle } = require("./streamlit_idle.js");
+const { gridsDrawn, idle, settle } = require("./streamlit_idle.js");
 
 async function main() {
   const [url, shot, timeoutArg] = process.argv.slice(2);
@@ -18,7 +18,7 @@ async function main() {
     page.on("console", (msg) => { if (/Content Security Policy/i.test(msg.text())) { out.violations += 1; out.csp = (out.csp || []).concat([out.step + ": " + msg.text().slice(0, 120)]); } });
     out.step = "open";
     await page.goto(url, { waitUntil: "domcontentloaded", timeout });
-    await page.locator('[data-testid="stDataFrame"]').first().waitFor({ state: "visible", timeout });
+    await settle(page, [page.locator('[data-testid="stDataFrame"]').first()], timeout); // a blank page reloaded
     out.step = "trends page";
     out.violations_on_open = out.violations; // counted apart: this page's own violations are what we check
     out.violations = 0;

@@ -22,4 +22,32 @@ async function gridsDrawn(page, timeout) {
   }
 }
 
-module.exports = { idle, gridsDrawn };
+// Wait until the page shows one of `screens` (locators). A page that stays blank — Streamlit drew nothing,
+// as when its websocket was dropped on a starved machine and the script's output never arrived — is
+// reloaded, as a user would, after `blankMs` (at most `reloads` times; a CI run once spent the whole 10-minute
+// step bound on such a page before its reload); a page that has drawn something is given the whole `timeout`
+// (slow, not lost), and one that drew something else then fails.
+async function settle(page, screens, timeout, note = () => {}, reloads = 2, blankMs = 90000) {
+  for (let attempt = 0; ; attempt += 1) {
+    const start = Date.now();
+    for (;;) {
+      const left = Math.max(1, timeout - (Date.now() - start));
+      const slice = attempt < reloads ? Math.min(blankMs, left) : left;
+      let err = null;
+      try {
+        await Promise.any(screens.map((s) => s.waitFor({ timeout: slice })));
+        return;
+      } catch (e) {
+        err = e.errors ? e.errors[0] : e;
+      }
+      if (Date.now() - start >= timeout) throw err;
+      const drawn = await page.locator('[data-testid="stMain"] [data-testid="stElementContainer"]').count()
+        .catch(() => -1);
+      if (drawn === 0 && attempt < reloads) break; // blank: reload
+    }
+    note(`blank after ${blankMs} ms: reload ${attempt + 1}`);
+    await page.reload({ waitUntil: "domcontentloaded", timeout });
+  }
+}
+
+module.exports = { idle, gridsDrawn, settle };

@@ -5,7 +5,7 @@
 // item_after (the opaque ids shown), calibration (shown|absent), in_dom / in_network (marker -> seen),
 // network_bytes, texts (a few visible strings, for failure messages).
 const { chromium } = require("playwright-core");
-const { gridsDrawn, idle } = require("../leaderboard/streamlit_idle.js");
+const { gridsDrawn, idle, settle } = require("../leaderboard/streamlit_idle.js");
 
 async function main() {
   const opts = JSON.parse(process.argv[2]);
@@ -45,7 +45,7 @@ async function main() {
     const sidebar = page.locator('[data-testid="stSidebar"]');
     step = "open";
     await page.goto(opts.url, { waitUntil: "domcontentloaded", timeout });
-    await signInButton.waitFor({ timeout });
+    await settle(page, [signInButton], timeout); // a page left blank is reloaded, as a user would
     step = "sign-in";
     await signInButton.click();
     await page.locator("#username").waitFor({ timeout });
