@@ -22,11 +22,12 @@ async function gridsDrawn(page, timeout) {
   }
 }
 
-// Wait until the page shows one of `screens` (locators). A page that stays blank — Streamlit drew nothing,
-// as when its websocket was dropped on a starved machine and the script's output never arrived — is
-// reloaded, as a user would, after `blankMs` (at most `reloads` times; a CI run once spent the whole 10-minute
-// step bound on such a page before its reload); a page that has drawn something is given the whole `timeout`
-// (slow, not lost), and one that drew something else then fails.
+// Wait until the page shows one of `screens` (locators). A page that is still blank after `blankMs` — Streamlit
+// drew nothing, as when its websocket was dropped on a starved machine — or whose script run has ended without
+// drawing any of them — as when the browser failed to fetch one of Streamlit's own scripts ("Failed to fetch
+// dynamically imported module": the leaderboard drawn, its grid never) — is reloaded, as a user would, at most
+// `reloads` times (a CI run once spent the whole 10-minute step bound on such a page). A page still running its
+// script is given the whole `timeout` (slow, not lost); one that keeps drawing something else then fails.
 async function settle(page, screens, timeout, note = () => {}, reloads = 2, blankMs = 90000) {
   for (let attempt = 0; ; attempt += 1) {
     const start = Date.now();
@@ -43,9 +44,11 @@ async function settle(page, screens, timeout, note = () => {}, reloads = 2, blan
       if (Date.now() - start >= timeout) throw err;
       const drawn = await page.locator('[data-testid="stMain"] [data-testid="stElementContainer"]').count()
         .catch(() => -1);
-      if (drawn === 0 && attempt < reloads) break; // blank: reload
+      const ended = await page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').count()
+        .catch(() => 0);
+      if ((drawn === 0 || ended > 0) && attempt < reloads) break; // blank, or done without the screen: reload
     }
-    note(`blank after ${blankMs} ms: reload ${attempt + 1}`);
+    note(`no screen after ${blankMs} ms: reload ${attempt + 1}`);
     await page.reload({ waitUntil: "domcontentloaded", timeout });
   }
 }
