@@ -104,7 +104,7 @@ KNEE_GAIN = 0.15  # ... or this much right after a doubling that paid in proport
 PROPORTIONAL = 0.8  # a doubling that raised throughput by this much or more: the server had free slots
 Z = 2.0  # standard errors a gain must clear to be believed (and a shortfall to be believed)
 MIN_ROUNDS = 8  # rounds (``limit`` completions each) a window measures, at least 16 completions
-MAX_ROUNDS = 32  # rounds a trial measures at either limit before it keeps the limit it had
+MAX_ROUNDS = 32  # rounds a trial measures at either limit before it takes its better estimate
 SE_FLOOR = 0.002  # the smallest relative standard error believed (a perfectly regular server)
 LATENCY_BOUND = 10.0  # no more in flight once the median is this many times the lowest median seen
 
