@@ -5,8 +5,10 @@
 // "notRunning" once it has ended — by then everything the run draws or sends has been drawn and sent: a proof
 // that something did NOT appear, or that a page is complete. Call it once something the run in question drew
 // is visible (or right after a page load).
+const RUN_ENDED = '[data-testid="stApp"][data-test-script-state="notRunning"]';
+
 async function idle(page, timeout) {
-  await page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').waitFor({ state: "attached", timeout });
+  await page.locator(RUN_ENDED).waitFor({ state: "attached", timeout });
 }
 
 // Every data grid on the page has drawn its cells. Streamlit's grid (glide-data-grid) paints on a canvas and
@@ -44,7 +46,7 @@ async function settle(page, screens, timeout, note = () => {}, reloads = 2, blan
       if (Date.now() - start >= timeout) throw err;
       const drawn = await page.locator('[data-testid="stMain"] [data-testid="stElementContainer"]').count()
         .catch(() => -1);
-      const ended = await page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').count()
+      const ended = await page.locator(RUN_ENDED).count()
         .catch(() => 0);
       if ((drawn === 0 || ended > 0) && attempt < reloads) break; // blank, or done without the screen: reload
     }
