@@ -24,8 +24,10 @@ import time
 from pathlib import Path
 
 import grpc
+import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 from medhelm.devtools.mock_openai import MockOpenAIServer
 from medhelm.errors import ConfigError
@@ -248,6 +250,13 @@ def test_stalled_streams_keep_memory_bounded_and_health_fast(tmp_path, start_ser
     assert after - base < RSS_GROWTH_MB
 
 
+def _calls_in_flight(metrics_url: str) -> float:
+    """Calls the service is handling now, by its own Prometheus gauge (every method)."""
+    text = httpx.get(metrics_url, timeout=60).text
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == "medhelm_rpc_in_flight")
+
+
 def test_every_call_is_bounded(tmp_path, start_service, refused_url):
     root = tmp_path / "root"
     cfg = write_qa_benchmark(root / "qa", 12)
@@ -282,18 +291,23 @@ def test_every_call_is_bounded(tmp_path, start_service, refused_url):
                                                    instance_result_json=[line] * 30),
                    metrics_pb2.AggregateRunRequest(instance_result_json=[line] * 30)]
         _refused(lambda: stub.AggregateRun(iter(batches)), grpc.StatusCode.RESOURCE_EXHAUSTED)
-        # two stalled calls fill --max-calls 2: a third is refused (not queued), health still answers. Asked
-        # until the two have been admitted (a third admitted before them answers INVALID_ARGUMENT: no suite),
-        # not after a sleep that assumes how fast they get there.
-        held = [stub.AggregateRun.future(stalled()) for _ in range(2)]
-        deadline = time.monotonic() + 120
-        while True:
-            with pytest.raises(grpc.RpcError) as err:
-                stub.AggregateSuite(metrics_pb2.AggregateSuiteRequest(suite="s"), timeout=60)
-            if err.value.code() != grpc.StatusCode.INVALID_ARGUMENT or time.monotonic() > deadline:
-                break
-            assert not any(f.done() for f in held), [f.exception() for f in held if f.done()]
+        # two stalled calls fill --max-calls 2: a third is refused (not queued), health still answers. Each held
+        # call is sent once the one before it is being handled, as the service's own gauge of calls in flight
+        # says: not after a sleep that assumes how fast they get there, and with no probe of ours racing them for
+        # a slot (a probe admitted first takes one, and the second held call is then rightly refused).
+        held, deadline = [], time.monotonic() + 300
+        while _calls_in_flight(svc.metrics_url):  # the refused calls above have all ended at the server too
+            assert time.monotonic() < deadline, "a refused call still in flight"
             time.sleep(0.05)
+        for n in (1, 2):
+            held.append(stub.AggregateRun.future(stalled()))
+            deadline = time.monotonic() + 300
+            while _calls_in_flight(svc.metrics_url) != n:
+                assert not any(f.done() for f in held), [f.exception() for f in held if f.done()]
+                assert time.monotonic() < deadline, f"{n} held calls never all in flight"
+                time.sleep(0.05)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.AggregateSuite(metrics_pb2.AggregateSuiteRequest(suite="s"), timeout=60)
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value.details()
         assert SECRET not in (err.value.details() or "")
         _health_p99(svc.address, 30)
