@@ -122,5 +122,5 @@ def screenshot(url: str, path: Path, timeout_ms: int = 300000) -> dict:  # a han
     done = subprocess.run(["node", str(SCRIPT), url, str(path), str(timeout_ms)], capture_output=True, text=True,
                           env=env, timeout=timeout_ms / 1000 + 60)
     if done.returncode != 0:
-        raise RuntimeError(f"browser failed: {done.stderr.strip()[-500:]}")
+        raise RuntimeError(f"browser failed: {done.stderr.strip()[-2500:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

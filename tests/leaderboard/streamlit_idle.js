@@ -27,7 +27,8 @@ async function gridsDrawn(page, timeout) {
 // Wait until the page shows one of `screens` (locators). A page that is still blank after `blankMs` — Streamlit
 // drew nothing, as when its websocket was dropped on a starved machine — or whose script run has ended without
 // drawing any of them — as when the browser failed to fetch one of Streamlit's own scripts ("Failed to fetch
-// dynamically imported module": the leaderboard drawn, its grid never) — is reloaded, as a user would, at most
+// dynamically imported module": the leaderboard drawn, its grid never; intermittent in Streamlit itself,
+// streamlit/streamlit#10510) — is reloaded, as a user would, at most
 // `reloads` times (a CI run once spent the whole 10-minute step bound on such a page). A page still running its
 // script is given the whole `timeout` (slow, not lost); one that keeps drawing something else then fails.
 async function settle(page, screens, timeout, note = () => {}, reloads = 2, blankMs = 90000) {
