@@ -257,6 +257,15 @@ def _calls_in_flight(metrics_url: str) -> float:
                if s.name == "medhelm_rpc_in_flight")
 
 
+def _until_in_flight(metrics_url: str, n: int, held: list) -> None:
+    """Wait (a hang bound only) until the service handles exactly ``n`` calls, none of ``held`` having ended."""
+    deadline = time.monotonic() + 300
+    while _calls_in_flight(metrics_url) != n:
+        assert not any(f.done() for f in held), [f.exception() for f in held if f.done()]
+        assert time.monotonic() < deadline, f"never {n} calls in flight"
+        time.sleep(0.05)
+
+
 def test_every_call_is_bounded(tmp_path, start_service, refused_url):
     root = tmp_path / "root"
     cfg = write_qa_benchmark(root / "qa", 12)
@@ -295,17 +304,11 @@ def test_every_call_is_bounded(tmp_path, start_service, refused_url):
         # call is sent once the one before it is being handled, as the service's own gauge of calls in flight
         # says: not after a sleep that assumes how fast they get there, and with no probe of ours racing them for
         # a slot (a probe admitted first takes one, and the second held call is then rightly refused).
-        held, deadline = [], time.monotonic() + 300
-        while _calls_in_flight(svc.metrics_url):  # the refused calls above have all ended at the server too
-            assert time.monotonic() < deadline, "a refused call still in flight"
-            time.sleep(0.05)
+        held: list = []
+        _until_in_flight(svc.metrics_url, 0, held)  # the refused calls above have all ended at the server too
         for n in (1, 2):
             held.append(stub.AggregateRun.future(stalled()))
-            deadline = time.monotonic() + 300
-            while _calls_in_flight(svc.metrics_url) != n:
-                assert not any(f.done() for f in held), [f.exception() for f in held if f.done()]
-                assert time.monotonic() < deadline, f"{n} held calls never all in flight"
-                time.sleep(0.05)
+            _until_in_flight(svc.metrics_url, n, held)
         with pytest.raises(grpc.RpcError) as err:
             stub.AggregateSuite(metrics_pb2.AggregateSuiteRequest(suite="s"), timeout=60)
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value.details()
