@@ -19,7 +19,7 @@ from medhelm.inference import ClientPool, PacingPolicy
 from medhelm.inference.pacing import (AdaptiveLimit, Bucket, PaceSettings, Pacer, RateHeaders, _Sample,
                                       parse_reset, retry_after_seconds)
 from medhelm.specs import Deployment, GenerationRequest, Message
-from tests.core.pacing_sim import VLLM_CPU, Clock, p50, simulate
+from tests.core.pacing_sim import VLLM_CPU, VLLM_CPU_QUIET, Clock, p50, simulate
 
 
 # -- the controller, simulated --------------------------------------------------------------------------------
@@ -116,12 +116,15 @@ def test_drains_fall_on_the_shared_wall_clock_and_only_for_shards():
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_auto_reaches_095_of_the_best_fixed_setting_on_a_batching_server(seed):
-    """vLLM on CPU (the simulation's ``VLLM_CPU``, calibrated on the real server; the machine's load moves its speed
-    by ~15 %): throughput grows with the batch up to 64 but less with each doubling (+87 % from 4 to 16, +6 % from
-    16 to 64), latency with it. Counted from 240 s to 420 s as bench/bench_pacing.py --vllm counts the real one,
-    auto gets >= 95 % of the best fixed setting: it climbed while the gains were real (to 16 in flight at least)."""
-    kw = dict(batching=VLLM_CPU, seconds=420, measure_from=240, seed=seed)
+@pytest.mark.parametrize("profile", [VLLM_CPU, VLLM_CPU_QUIET], ids=["loaded", "quiet"])
+def test_auto_reaches_095_of_the_best_fixed_setting_on_a_batching_server(profile, seed):
+    """vLLM on CPU (the simulation's ``VLLM_CPU``, calibrated on the real server at load ~9: the machine's load moves
+    its speed by ~15 %; throughput grows with the batch up to 64 but less with each doubling, +87 % from 4 to 16,
+    +6 % from 16 to 64; and ``VLLM_CPU_QUIET``, the same server on a quiet machine: +21 % from 16 to 64, of which
+    only ~3 % from 32 to 64, the bar there). Counted from 240 s to 420 s (the first part of what bench/bench_pacing.py
+    --vllm counts on the real one), auto gets >= 95 % of the best fixed setting: it climbed while the gains were
+    real (to 16 in flight at least)."""
+    kw = dict(batching=profile, seconds=420, measure_from=240, seed=seed)
     fixed = {n: simulate(fixed=n, **kw)[0][0].completions for n in (4, 16, 32, 64)}
     assert fixed[16] > 1.7 * fixed[4] and fixed[64] > 1.04 * fixed[16]  # the calibrated curve: a batching server
     auto, limits = simulate(**kw)
