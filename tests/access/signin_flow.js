@@ -8,7 +8,7 @@
 // signOutReplay: the session's cookies copied, replayed in a new context before and after "Sign out" is
 // clicked (replay_before, replay_after: signed_in, login_page, texts, in_network), signed_out_screen.
 const { chromium } = require("playwright-core");
-const { idle, settle } = require("../leaderboard/streamlit_idle.js");
+const { idle, settle, watch } = require("../leaderboard/streamlit_idle.js");
 
 async function main() {
   const opts = JSON.parse(process.argv[2]);
@@ -45,19 +45,15 @@ async function main() {
     }
     page = await context.newPage();
     page.setDefaultTimeout(timeout); // clicks too, not only waits: a busy CI machine renders slowly
+    watch(page, ev, { everyConsole: true });
+    // and what only this flow needs: every frame and body scanned for the markers, the app's own requests
     page.on("websocket", (ws) => {
-      ev(`ws open ${ws.url()}`);
-      ws.on("close", () => ev("ws closed"));
-      ws.on("socketerror", (e) => ev(`ws error ${e}`));
       ws.on("framereceived", (f) => note(Buffer.isBuffer(f.payload) ? f.payload : Buffer.from(String(f.payload))));
     });
     page.on("response", async (r) => {
-      if (r.status() >= 300 || !r.url().includes("/static/")) ev(`${r.status()} ${r.url()}`);
+      if (r.status() < 300 && !r.url().includes("/static/")) ev(`${r.status()} ${r.url()}`);
       try { note(await r.body()); } catch (e) { /* redirects and aborted bodies have none */ }
     });
-    page.on("requestfailed", (r) => ev(`failed ${r.url()} ${r.failure() && r.failure().errorText}`));
-    page.on("console", (m) => ev(`console ${m.type()} ${m.text()}`));
-    page.on("pageerror", (e) => ev(`pageerror ${e}`));
     page.on("framenavigated", (f) => { if (f === page.mainFrame()) ev(`navigated ${f.url()}`); });
     const signInButton = page.getByRole("button", { name: "Sign in", exact: true });
     // the copied cookies in a fresh browser context: {signed_in, screen text, markers seen on its wire}
@@ -69,9 +65,9 @@ async function main() {
         p.setDefaultTimeout(timeout);
         const seen = {};
         for (const [m] of markers) seen[m] = false;
-        const watch = (buf) => { for (const [m, b] of markers) if (buf.indexOf(b) >= 0) seen[m] = true; };
+        const scan = (buf) => { for (const [m, b] of markers) if (buf.indexOf(b) >= 0) seen[m] = true; };
         p.on("websocket", (ws) => ws.on("framereceived",
-          (f) => watch(Buffer.isBuffer(f.payload) ? f.payload : Buffer.from(String(f.payload)))));
+          (f) => scan(Buffer.isBuffer(f.payload) ? f.payload : Buffer.from(String(f.payload)))));
         await p.goto(opts.url, { waitUntil: "domcontentloaded", timeout });
         const t = p.locator('[data-testid="stDataFrame"]').first();
         const b = p.getByRole("button", { name: "Sign in", exact: true });

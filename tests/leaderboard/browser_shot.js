@@ -5,7 +5,7 @@
 // requests, console errors, the websocket), the way a failure can be told apart: starved, dropped, or refused.
 // usage: node browser_shot.js URL SCREENSHOT.png [TIMEOUT_MS]   (NODE_PATH must reach playwright-core)
 const { chromium } = require("playwright-core");
-const { gridsDrawn, settle } = require("./streamlit_idle.js");
+const { gridsDrawn, settle, watch } = require("./streamlit_idle.js");
 
 async function main() {
   const [url, shot, timeoutArg] = process.argv.slice(2);
@@ -22,15 +22,7 @@ async function main() {
   const reloaded = (what) => { reloads += 1; ev(what); };
   try {
     const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-    page.on("websocket", (ws) => {
-      ev(`ws open ${ws.url()}`);
-      ws.on("close", () => ev("ws closed"));
-      ws.on("socketerror", (e) => ev(`ws error ${e}`));
-    });
-    page.on("response", (r) => { if (r.status() >= 300) ev(`${r.status()} ${r.url()}`); });
-    page.on("requestfailed", (r) => ev(`failed ${r.url()} ${r.failure() && r.failure().errorText}`));
-    page.on("console", (m) => { if (m.type() === "error" || m.type() === "warning") ev(`console ${m.type()} ${m.text()}`); });
-    page.on("pageerror", (e) => ev(`pageerror ${e}`));
+    watch(page, ev);
     const started = Date.now();
     await page.goto(url, { waitUntil: "domcontentloaded", timeout });
     const grid = page.locator('[data-testid="stDataFrame"]').first();

@@ -56,4 +56,22 @@ async function settle(page, screens, timeout, note = () => {}, reloads = 2, blan
   }
 }
 
-module.exports = { idle, gridsDrawn, settle };
+// What a page did, for a failing flow's message: `ev(text)` gets its websockets' opening, closing and errors,
+// responses of status 300 and over, failed requests, console errors and warnings (every console message with
+// `everyConsole`) and uncaught page errors. URLs, statuses and error texts only, never a response's body. A flow
+// adds what only it needs (frames and bodies it scans for markers, navigations) with listeners of its own.
+function watch(page, ev, { everyConsole = false } = {}) {
+  page.on("websocket", (ws) => {
+    ev(`ws open ${ws.url()}`);
+    ws.on("close", () => ev("ws closed"));
+    ws.on("socketerror", (e) => ev(`ws error ${e}`));
+  });
+  page.on("response", (r) => { if (r.status() >= 300) ev(`${r.status()} ${r.url()}`); });
+  page.on("requestfailed", (r) => ev(`failed ${r.url()} ${r.failure() && r.failure().errorText}`));
+  page.on("console", (m) => {
+    if (everyConsole || m.type() === "error" || m.type() === "warning") ev(`console ${m.type()} ${m.text()}`);
+  });
+  page.on("pageerror", (e) => ev(`pageerror ${e}`));
+}
+
+module.exports = { idle, gridsDrawn, settle, watch };
