@@ -102,19 +102,39 @@ async function main() {
       return n;
     }
 
-    async function openExpanders() {  // every expander open (one left open by an earlier page stays open)
+    // every expander open and still (one left open by an earlier page stays open). A click can be lost to the
+    // re-render that follows a script run (the expander drawn anew, closed): each expander still closed is clicked
+    // again whenever the wait has not ended within a slice; the whole is bounded by `timeout`, and a failure says
+    // what each expander was doing (closed, or which animations ran on).
+    async function openExpanders() {
       const expanders = page.locator('[data-testid="stExpander"]');
       const n = await expanders.count();
-      for (let i = 0; i < n; i++) {
-        const closed = await expanders.nth(i).locator('[data-testid="stExpanderDetails"]').first().evaluate(
-          (d) => d.hasAttribute("inert"));  // Streamlit makes a collapsed expander's content inert
-        if (closed) await expanders.nth(i).locator("summary").first().click();
-      }
       out.expanders += n;
       out.step = `${out.step.split(" / ")[0]} / ${n} expanders opening`;
-      await page.waitForFunction(() => [...document.querySelectorAll('[data-testid="stExpander"]')].every(
-        (e) => !e.querySelector('[data-testid="stExpanderDetails"][inert]')
-          && e.getAnimations({ subtree: true }).length === 0), null, { timeout });
+      const start = Date.now();
+      for (let pass = 0; ; pass++) {
+        const now = await expanders.count();
+        for (let i = 0; i < now; i++) {
+          const closed = await expanders.nth(i).locator('[data-testid="stExpanderDetails"]').first().evaluate(
+            (d) => d.hasAttribute("inert")).catch(() => false);  // Streamlit makes a collapsed expander's content inert
+          if (closed) await expanders.nth(i).locator("summary").first().click();
+        }
+        const left = timeout - (Date.now() - start);
+        try {
+          await page.waitForFunction(() => [...document.querySelectorAll('[data-testid="stExpander"]')].every(
+            (e) => !e.querySelector('[data-testid="stExpanderDetails"][inert]')
+              && e.getAnimations({ subtree: true }).length === 0), null, { timeout: Math.max(1, Math.min(left, 30000)) });
+          return;
+        } catch (err) {
+          if (Date.now() - start < timeout) continue;
+          const state = await page.evaluate(() => [...document.querySelectorAll('[data-testid="stExpander"]')].map(
+            (e, i) => `${i}:${e.querySelector('[data-testid="stExpanderDetails"][inert]') ? "closed" : "open"}`
+              + e.getAnimations({ subtree: true }).map((a) => `~${a.animationName || a.constructor.name}`
+                + `(${a.playState})`).join(""))).catch(() => []);
+          throw new Error(`${String(err && err.message || err).split("\n")[0]} after ${pass + 1} passes; `
+                          + `expanders ${state.join(" ")}`);
+        }
+      }
     }
 
     out.step = "open";
@@ -151,7 +171,8 @@ async function main() {
     const shot = process.env.SHOT;  // a screenshot of the failure, when asked for
     if (shot) await browser.contexts()[0]?.pages()[0]?.screenshot({ path: shot }).catch(() => {});
     const text = await browser.contexts()[0]?.pages()[0]?.locator("body").innerText().catch(() => "") || "";
-    throw new Error(`${out.step}: ${String(err && err.message || err).split("\n")[0]} | page: ${text.slice(0, 600)}`);
+    throw new Error(`${out.step}: ${String(err && err.message || err).split("\n")[0]} | page: `
+                    + text.slice(0, 600).replace(/\s+/g, " "));
   } finally {
     await browser.close();
   }

@@ -72,3 +72,45 @@ def test_a_dead_scoring_process_fails_its_item_retryably_and_the_pool_recovers()
         asyncio.run(scenario())
     finally:
         pool.close()
+
+
+_OWNER = """
+import os, sys
+from medhelm.scoring.cpu import CpuPool
+pool = CpuPool(2)
+pool.start()
+print(*sorted(pool._executor._processes), flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+def test_workers_of_a_service_killed_outright_exit_too() -> None:
+    """A service killed with SIGKILL cannot shut its pool down; its workers must not stay behind as orphans
+    (the chaos test's five metrics-service kills left ten, holding their memory, after the suite ended)."""
+    import subprocess
+    import sys
+    import time
+
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        workers = [int(p) for p in owner.stdout.readline().split()]
+        assert len(workers) == 2 and owner.pid not in workers
+        for pid in workers:
+            os.kill(pid, 0)  # alive while their service is
+        owner.kill()
+        owner.wait(timeout=60)
+        deadline = time.monotonic() + 120  # a hang bound only: each worker looks every ORPHAN_CHECK_S
+        alive = set(workers)
+        while alive and time.monotonic() < deadline:
+            for pid in list(alive):
+                try:
+                    with open(f"/proc/{pid}/stat") as stat:
+                        if stat.read().rsplit(")", 1)[1].split()[0] == "Z":  # exited, not yet reaped by init
+                            alive.discard(pid)
+                except FileNotFoundError:
+                    alive.discard(pid)
+            time.sleep(0.1)
+        assert not alive, f"workers {sorted(alive)} outlived the service that spawned them"
+    finally:
+        owner.kill()
+        owner.wait(timeout=60)

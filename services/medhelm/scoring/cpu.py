@@ -9,7 +9,8 @@ enough: pure-Python stemming holds the GIL and every other thread, the event loo
 Bounds: ``workers`` processes (started clean with ``spawn``: no copy of the server's gRPC threads or
 sockets; as with any ``spawn``, the program's ``__main__`` must be safe to import, as ``medhelm``'s are), at most ``2 * workers`` tasks handed to them at once (the rest wait, async, holding
 nothing extra), workers run at a lower CPU priority (``os.nice``) than the serving process, and each is
-replaced after ``max_tasks`` tasks (memory a hostile input fragmented is given back).
+replaced after ``max_tasks`` tasks (memory a hostile input fragmented is given back). A worker whose service
+died without closing the pool (killed outright) exits within about a second (``ORPHAN_CHECK_S``).
 
 Failure semantics: a worker that dies (killed, out of memory) fails the task it was running with
 ``ScoringWorkerLost`` (UNAVAILABLE: retry later) and the pool is rebuilt for the next task; an exception
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -32,6 +34,7 @@ if TYPE_CHECKING:  # the process pool (and multiprocessing) is imported when a p
 
 T = TypeVar("T")
 WORKER_NICE = 10  # scoring yields the CPU to the serving process (health, I/O) within the pod
+ORPHAN_CHECK_S = 1.0  # how often a worker looks whether the service that spawned it is still there
 
 
 class ScoringWorkerLost(InferenceError):
@@ -42,11 +45,24 @@ class ScoringWorkerLost(InferenceError):
                          retryable=True)
 
 
-def _lower_priority() -> None:
+def _orphan_watch(parent: int) -> None:
+    while True:
+        time.sleep(ORPHAN_CHECK_S)
+        if os.getppid() != parent:  # the service is gone (its orphans are re-parented): so is this worker
+            os._exit(0)
+
+
+def _worker_start() -> None:
+    """Each worker: a lower CPU priority, and an exit of its own once the service that spawned it has died. A
+    service killed outright (SIGKILL, the OOM killer) cannot shut its pool down, and a worker waiting for tasks
+    would wait forever, its memory held (a container's processes all die with its first one, a service run
+    another way not). A thread rather than ``PR_SET_PDEATHSIG``: that signal follows the *thread* that spawned
+    the worker, and the pool spawns replacements from its own manager thread."""
     try:
         os.nice(WORKER_NICE)
     except OSError:  # not permitted: the worker still runs, at the same priority
         pass
+    threading.Thread(target=_orphan_watch, args=(os.getppid(),), name="orphan-watch", daemon=True).start()
 
 
 class CpuPool:
@@ -67,7 +83,7 @@ class CpuPool:
                 from concurrent.futures import ProcessPoolExecutor
 
                 self._executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                                     initializer=_lower_priority, max_tasks_per_child=self._max_tasks)
+                                                     initializer=_worker_start, max_tasks_per_child=self._max_tasks)
             return self._executor
 
     def _broken(self, executor: ProcessPoolExecutor) -> None:
