@@ -52,17 +52,19 @@ def _orphan_watch(parent: int) -> None:
             os._exit(0)
 
 
-def _worker_start() -> None:
+def _worker_start(parent: int) -> None:
     """Each worker: a lower CPU priority, and an exit of its own once the service that spawned it has died. A
     service killed outright (SIGKILL, the OOM killer) cannot shut its pool down, and a worker waiting for tasks
     would wait forever, its memory held (a container's processes all die with its first one, a service run
     another way not). A thread rather than ``PR_SET_PDEATHSIG``: that signal follows the *thread* that spawned
-    the worker, and the pool spawns replacements from its own manager thread."""
+    the worker, and the pool spawns replacements from its own manager thread. ``parent`` is the service's pid as
+    the service knew it when it made the pool, not ``os.getppid()`` read here: a service killed while this worker
+    was still starting would leave it reading init's pid, and it would wait forever."""
     try:
         os.nice(WORKER_NICE)
     except OSError:  # not permitted: the worker still runs, at the same priority
         pass
-    threading.Thread(target=_orphan_watch, args=(os.getppid(),), name="orphan-watch", daemon=True).start()
+    threading.Thread(target=_orphan_watch, args=(parent,), name="orphan-watch", daemon=True).start()
 
 
 class CpuPool:
@@ -83,7 +85,8 @@ class CpuPool:
                 from concurrent.futures import ProcessPoolExecutor
 
                 self._executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                                     initializer=_worker_start, max_tasks_per_child=self._max_tasks)
+                                                     initializer=_worker_start, initargs=(os.getpid(),),
+                                                     max_tasks_per_child=self._max_tasks)
             return self._executor
 
     def _broken(self, executor: ProcessPoolExecutor) -> None:
