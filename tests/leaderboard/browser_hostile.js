@@ -105,7 +105,14 @@ async function main() {
     // every expander open and still (one left open by an earlier page stays open). A click can be lost to the
     // re-render that follows a script run (the expander drawn anew, closed): each expander still closed is clicked
     // again whenever the wait has not ended within a slice; the whole is bounded by `timeout`, and a failure says
-    // what each expander was doing (closed, or which animations ran on).
+    // what each expander was doing. `unsettled` runs in the page, for the wait and for that message alike: every
+    // expander not yet open and still, as "index:closed" or "index:open~animation(state)".
+    const unsettled = () => [...document.querySelectorAll('[data-testid="stExpander"]')].map((e, i) => {
+      const closed = Boolean(e.querySelector('[data-testid="stExpanderDetails"][inert]'));
+      const running = e.getAnimations({ subtree: true });
+      return closed || running.length ? `${i}:${closed ? "closed" : "open"}`
+        + running.map((a) => `~${a.animationName || a.constructor.name}(${a.playState})`).join("") : null;
+    }).filter(Boolean);
     async function openExpanders() {
       const expanders = page.locator('[data-testid="stExpander"]');
       const n = await expanders.count();
@@ -121,18 +128,13 @@ async function main() {
         }
         const left = timeout - (Date.now() - start);
         try {
-          await page.waitForFunction(() => [...document.querySelectorAll('[data-testid="stExpander"]')].every(
-            (e) => !e.querySelector('[data-testid="stExpanderDetails"][inert]')
-              && e.getAnimations({ subtree: true }).length === 0), null, { timeout: Math.max(1, Math.min(left, 30000)) });
+          await page.waitForFunction(`(${unsettled})().length === 0`, null, { timeout: Math.max(1, Math.min(left, 30000)) });
           return;
         } catch (err) {
           if (Date.now() - start < timeout) continue;
-          const state = await page.evaluate(() => [...document.querySelectorAll('[data-testid="stExpander"]')].map(
-            (e, i) => `${i}:${e.querySelector('[data-testid="stExpanderDetails"][inert]') ? "closed" : "open"}`
-              + e.getAnimations({ subtree: true }).map((a) => `~${a.animationName || a.constructor.name}`
-                + `(${a.playState})`).join(""))).catch(() => []);
+          const state = await page.evaluate(unsettled).catch(() => []);
           throw new Error(`${String(err && err.message || err).split("\n")[0]} after ${pass + 1} passes; `
-                          + `expanders ${state.join(" ")}`);
+                          + `unsettled expanders ${state.join(" ")}`);
         }
       }
     }

@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -87,10 +90,6 @@ sys.stdin.read()  # until the test kills this process
 def test_workers_of_a_service_killed_outright_exit_too() -> None:
     """A service killed with SIGKILL cannot shut its pool down; its workers must not stay behind as orphans
     (the chaos test's five metrics-service kills left ten, holding their memory, after the suite ended)."""
-    import subprocess
-    import sys
-    import time
-
     owner = subprocess.Popen([sys.executable, "-c", _OWNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         workers = [int(p) for p in owner.stdout.readline().split()]
