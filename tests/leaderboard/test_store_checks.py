@@ -46,6 +46,9 @@ def _damage(store: Path, how: str) -> None:
             con.execute("DROP TABLE cells")
         elif how == "column-missing":
             con.execute("ALTER TABLE runs DROP COLUMN value_blob")
+        elif how == "text-not-utf8":  # what overwritten pages that still parse as records look like
+            con.execute("UPDATE meta SET value = CAST(x'c328ff' AS TEXT) "
+                        "WHERE release = '' AND key = 'schema_version'")
         elif how == "newer-schema":
             con.execute("UPDATE meta SET value = ? WHERE release = '' AND key = 'schema_version'",
                         (str(SCHEMA_VERSION + 1),))
@@ -54,11 +57,11 @@ def _damage(store: Path, how: str) -> None:
 
 
 DAMAGE = ["truncated", "garbage-pages", "not-sqlite", "empty", "foreign", "table-missing", "column-missing",
-          "newer-schema"]
+          "newer-schema", "text-not-utf8"]
 SAYS = {"truncated": "damaged", "garbage-pages": "damaged", "not-sqlite": "not a SQLite file",
         "empty": "not a MedHELM results store",
         "foreign": "not a MedHELM results store", "table-missing": "table 'cells' is missing",
-        "column-missing": "lacks column(s) value_blob", "newer-schema": "newer medhelm"}
+        "column-missing": "lacks column(s) value_blob", "newer-schema": "newer medhelm", "text-not-utf8": "not UTF-8"}
 
 
 @pytest.fixture
@@ -85,6 +88,7 @@ def test_every_reader_of_a_bad_sqlite_store_is_one_line(damaged: Path, small_out
                  ["audit", "--store", str(damaged)]):
         code, _, err = run_cli(*argv)
         _one_line(code, err, str(damaged), SAYS[how])
+        assert "\ufffd" not in err and "with text" not in err  # sqlite3's own message quotes the bad cell
         assert not (tmp_path / "bundle").exists()
     if how != "empty":  # summarize into an empty file creates a store there: that is not an error
         code, _, err = run_cli("summarize", "--suites", "local", "-o", str(small_output), "--store", str(damaged),
@@ -98,7 +102,7 @@ def test_every_reader_of_a_bad_sqlite_store_is_one_line(damaged: Path, small_out
 
 
 @pytest.mark.parametrize("damaged", ["truncated", "garbage-pages", "not-sqlite", "foreign", "column-missing",
-                                     "newer-schema"], indirect=True)
+                                     "newer-schema", "text-not-utf8"], indirect=True)
 def test_the_dashboard_says_what_is_wrong_with_the_store(damaged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEDHELM_STORE", str(damaged))
     for key in ("MEDHELM_RELEASE", "MEDHELM_REDACTED"):

@@ -265,14 +265,23 @@ class SqliteStore(Store):
             yield
         except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
             raise  # our SQL or our data: a bug (exit 70), not the user's file
-        except sqlite3.DatabaseError as err:
+        except (UnicodeDecodeError, sqlite3.DatabaseError) as err:
+            raise self._refused(err) from None
+
+    def _refused(self, err: UnicodeDecodeError | sqlite3.DatabaseError) -> ConfigError | OutputUnwritable:
+        """The one line for a store SQLite cannot read or write (never the cell text: it may be a patient's)."""
+        # Overwritten pages can still parse as records; their TEXT cells are then not UTF-8 (we only ever write
+        # UTF-8): damage, as much as a page that fails its checks. The sqlite3 module says so either as a
+        # UnicodeDecodeError or as "Could not decode to UTF-8 column 'x' with text '...'", which quotes the cell.
+        if isinstance(err, UnicodeDecodeError) or str(err).startswith("Could not decode to UTF-8"):
+            first = "a text value is not UTF-8"
+        else:
             unwritable = self._unwritable(err)
             if unwritable is not None:
-                raise unwritable from None
+                return unwritable
             first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-            raise ConfigError(f"the results store cannot be used ({first}); is it damaged, locked or not a "
-                              "MedHELM store? Give another --store, or restore it from a backup", path=self.path) \
-                from None
+        return ConfigError(f"the results store cannot be used ({first}); is it damaged, locked or not a MedHELM "
+                           "store? Give another --store, or restore it from a backup", path=self.path)
 
     def _unwritable(self, err: sqlite3.DatabaseError) -> ConfigError | OutputUnwritable | None:
         """A full disk or a read-only file/folder is not damage: say what it is (exit 74), the store unchanged."""
