@@ -8,7 +8,7 @@
 // signOutReplay: the session's cookies copied, replayed in a new context before and after "Sign out" is
 // clicked (replay_before, replay_after: signed_in, login_page, texts, in_network), signed_out_screen.
 const { chromium } = require("playwright-core");
-const { idle, settle, watch } = require("../leaderboard/streamlit_idle.js");
+const { idle, settle, watch, unlessLost, LostScript } = require("../leaderboard/streamlit_idle.js");
 
 async function main() {
   const opts = JSON.parse(process.argv[2]);
@@ -55,6 +55,15 @@ async function main() {
       try { note(await r.body()); } catch (e) { /* redirects and aborted bodies have none */ }
     });
     page.on("framenavigated", (f) => { if (f === page.mainFrame()) ev(`navigated ${f.url()}`); });
+    if (opts.dropScript) { // the failure of streamlit/streamlit#10510, made to happen: the first fetch of a chunk fails
+      let dropped = false;
+      await page.route(`**/static/js/${opts.dropScript}*`, (route) => {
+        if (dropped) return route.continue();
+        dropped = true;
+        out.dropped = route.request().url().split("/").pop();
+        return route.abort("connectionreset");
+      });
+    }
     const signInButton = page.getByRole("button", { name: "Sign in", exact: true });
     // the copied cookies in a fresh browser context: {signed_in, screen text, markers seen on its wire}
     const replay = async (cookies) => {
@@ -110,18 +119,31 @@ async function main() {
     // with expiresWithinS the drill-down is left out: the token may expire in the middle of it
     if (out.signed_in && !opts.expiresWithinS) {
       step = "drill-down";
-      await page.locator('[data-testid="stSidebar"]').getByText("Benchmark", { exact: true }).click();
-      const hidden = page.getByText("Instance text is hidden", { exact: false }).first();
-      const expander = page.locator('[data-testid="stExpander"]').first();
-      await Promise.race([hidden.waitFor({ timeout }), expander.waitFor({ timeout })]);
-      if (await expander.isVisible()) {
-        out.drilldown = "shown";
-        await expander.locator("summary").first().click();
-        await expander.locator('[data-testid="stExpanderDetails"]').first().waitFor({ state: "visible", timeout });
-      } else {
-        out.drilldown = "refused";
+      const drill = async () => {
+        await page.locator('[data-testid="stSidebar"]').getByText("Benchmark", { exact: true }).click();
+        const hidden = page.getByText("Instance text is hidden", { exact: false }).first();
+        const expander = page.locator('[data-testid="stExpander"]').first();
+        await Promise.race([hidden.waitFor({ timeout }), expander.waitFor({ timeout })]);
+        if (await expander.isVisible()) {
+          out.drilldown = "shown";
+          await expander.locator("summary").first().click();
+          await expander.locator('[data-testid="stExpanderDetails"]').first().waitFor({ state: "visible", timeout });
+        } else {
+          out.drilldown = "refused";
+        }
+        await idle(page, timeout); // the page's run has ended: anything it sent after the refusal has landed
+      };
+      for (let attempt = 0; ; attempt += 1) { // a script the page lost (see streamlit_idle.js): reload, as a user would
+        try {
+          await unlessLost(page, drill());
+          break;
+        } catch (e) {
+          if (!(e instanceof LostScript) || attempt >= 2) throw e;
+          reloaded(`a script of the page failed to load: reload ${attempt + 1}`);
+          await page.goto(opts.url, { waitUntil: "domcontentloaded", timeout }); // the leaderboard, signed in
+          await settle(page, [table], timeout, reloaded);
+        }
       }
-      await idle(page, timeout); // the page's run has ended: anything it sent after the refusal has landed
     }
     if (opts.signOutReplay && out.signed_in) {
       // the session's cookies as a thief (a proxy log, another tab) would copy them; first proven usable

@@ -24,26 +24,76 @@ async function gridsDrawn(page, timeout) {
   }
 }
 
+// Streamlit's frontend fetches a widget's code the first time it draws one; when that fetch fails ("Failed to
+// fetch dynamically imported module": intermittent in Streamlit itself, streamlit/streamlit#10510; a CI run under
+// load lost the multiselect's chunk at sign-in and then waited its whole step bound for the sidebar) the widget
+// never appears, whatever else the page draws. `track(page)` notes such a failure until the next load of the
+// page; `scriptLost(page)` says whether one happened since. Idempotent; `watch` and `settle` call it.
+const LOST_IMPORT = "Failed to fetch dynamically imported module";
+
+function track(page) {
+  if (page.__medhelmTracked) return;
+  page.__medhelmTracked = true;
+  page.__medhelmLost = false;
+  page.on("console", (m) => { if (m.type() === "error" && m.text().includes(LOST_IMPORT)) page.__medhelmLost = true; });
+  page.on("pageerror", (e) => { if (String(e).includes(LOST_IMPORT)) page.__medhelmLost = true; });
+  page.on("framenavigated", (f) => { if (f === page.mainFrame()) page.__medhelmLost = false; });
+}
+
+function scriptLost(page) {
+  return Boolean(page.__medhelmLost);
+}
+
+class LostScript extends Error {}
+
+// `work` (a promise on `page`), or a LostScript error within a second of the page losing one of its scripts: a
+// step that waits for a widget need not wait out its whole bound for one that will never draw.
+async function unlessLost(page, work) {
+  track(page);
+  let timer = null;
+  const lost = new Promise((_, reject) => {
+    const check = () => {
+      if (scriptLost(page)) reject(new LostScript(`${LOST_IMPORT} (the page lost one of its scripts)`));
+      else timer = setTimeout(check, 1000);
+    };
+    check();
+  });
+  try {
+    return await Promise.race([work, lost]);
+  } finally {
+    clearTimeout(timer);
+    work.catch(() => {}); // the step given up on may still fail: nobody waits for it any more
+  }
+}
+
 // Wait until the page shows one of `screens` (locators). A page that is still blank after `blankMs` — Streamlit
 // drew nothing, as when its websocket was dropped on a starved machine — or whose script run has ended without
 // drawing any of them — as when the browser failed to fetch one of Streamlit's own scripts ("Failed to fetch
 // dynamically imported module": the leaderboard drawn, its grid never; intermittent in Streamlit itself,
-// streamlit/streamlit#10510) — is reloaded, as a user would, at most
+// streamlit/streamlit#10510) — or that shows a screen after losing one of those scripts (`scriptLost`: a widget
+// that will never draw) is reloaded, as a user would, at most
 // `reloads` times (a CI run once spent the whole 10-minute step bound on such a page). A page still running its
 // script is given the whole `timeout` (slow, not lost); one that keeps drawing something else then fails.
 async function settle(page, screens, timeout, note = () => {}, reloads = 2, blankMs = 90000) {
+  track(page);
   for (let attempt = 0; ; attempt += 1) {
     const start = Date.now();
+    let lost = false;
     for (;;) {
       const left = Math.max(1, timeout - (Date.now() - start));
       const slice = attempt < reloads ? Math.min(blankMs, left) : left;
       let err = null;
       try {
         await Promise.any(screens.map((s) => s.waitFor({ timeout: slice })));
-        return;
+        if (attempt >= reloads) return;
+        await idle(page, timeout); // the run has drawn its widgets: each has fetched its code, or lost it
+        if (!scriptLost(page)) return;
+        lost = true;
+        break;
       } catch (e) {
         err = e.errors ? e.errors[0] : e;
       }
+      if (scriptLost(page) && attempt < reloads) { lost = true; break; }
       if (Date.now() - start >= timeout) throw err;
       const drawn = await page.locator('[data-testid="stMain"] [data-testid="stElementContainer"]').count()
         .catch(() => -1);
@@ -51,7 +101,8 @@ async function settle(page, screens, timeout, note = () => {}, reloads = 2, blan
         .catch(() => 0);
       if ((drawn === 0 || ended > 0) && attempt < reloads) break; // blank, or done without the screen: reload
     }
-    note(`no screen after ${blankMs} ms: reload ${attempt + 1}`);
+    note(lost ? `a script of the page failed to load: reload ${attempt + 1}`
+      : `no screen after ${blankMs} ms: reload ${attempt + 1}`);
     await page.reload({ waitUntil: "domcontentloaded", timeout });
   }
 }
@@ -61,6 +112,7 @@ async function settle(page, screens, timeout, note = () => {}, reloads = 2, blan
 // `everyConsole`) and uncaught page errors. URLs, statuses and error texts only, never a response's body. A flow
 // adds what only it needs (frames and bodies it scans for markers, navigations) with listeners of its own.
 function watch(page, ev, { everyConsole = false } = {}) {
+  track(page);
   page.on("websocket", (ws) => {
     ev(`ws open ${ws.url()}`);
     ws.on("close", () => ev("ws closed"));
@@ -74,4 +126,4 @@ function watch(page, ev, { everyConsole = false } = {}) {
   page.on("pageerror", (e) => ev(`pageerror ${e}`));
 }
 
-module.exports = { idle, gridsDrawn, settle, watch };
+module.exports = { idle, gridsDrawn, settle, watch, track, scriptLost, unlessLost, LostScript };
