@@ -19,7 +19,7 @@ from medhelm.inference import ClientPool, PacingPolicy
 from medhelm.inference.pacing import (AdaptiveLimit, Bucket, PaceSettings, Pacer, RateHeaders, _Sample,
                                       parse_reset, retry_after_seconds)
 from medhelm.specs import Deployment, GenerationRequest, Message
-from tests.core.pacing_sim import VLLM_CPU, VLLM_CPU_QUIET, Clock, p50, simulate
+from tests.core.pacing_sim import SWITCH_COST, VLLM_CPU, VLLM_CPU_QUIET, Clock, p50, simulate
 
 
 # -- the controller, simulated --------------------------------------------------------------------------------
@@ -130,6 +130,23 @@ def test_auto_reaches_095_of_the_best_fixed_setting_on_a_batching_server(profile
     auto, limits = simulate(**kw)
     assert auto[0].completions >= 0.95 * max(fixed.values()), (seed, fixed, auto[0].completions)
     assert limits[0].limit >= 16
+
+
+def test_an_undecided_trial_switches_seldom_where_switching_costs():
+    """On the quiet profile the trial between 32 and 64 rarely decides (a ~3 % gain, the bar), and on the real
+    server each change of the number in flight costs throughput (``SWITCH_COST``). Counted from 240 s to 600 s (what
+    bench/bench_pacing.py --vllm counts), over 12 seeds auto gets 0.96 x the best fixed setting on average and under
+    0.95 x at one seed at most (its 32-round windows while a trial alternates: 0.970 and 1, 0.948); an A B A B of
+    8-round windows got 0.944 on average and 7 seeds under 0.95 here, as the real runs that alternated did."""
+    ratios, changes = [], []
+    for seed in range(12):
+        kw = dict(batching=VLLM_CPU_QUIET, seconds=600, measure_from=240, seed=seed)
+        best = max(simulate(fixed=n, **kw)[0][0].completions for n in (16, 32, 64))
+        auto, limits = simulate(**kw, **SWITCH_COST)
+        ratios.append(auto[0].completions / best)
+        changes.append(limits[0].changes)
+    assert sum(ratios) / len(ratios) >= 0.96 and sum(r < 0.95 for r in ratios) <= 1, [round(r, 3) for r in ratios]
+    assert max(changes) <= 10, changes  # slow start's doublings and a trial's few long windows
 
 
 def test_a_pure_queue_with_the_same_latency_stops_at_its_capacity():
