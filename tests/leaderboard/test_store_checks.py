@@ -17,6 +17,7 @@ from medhelm.store.schema import SCHEMA_VERSION
 from tests.leaderboard.helpers import run_cli
 
 APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
+MARKER = "MRN-4711-PATIENT-MARKER"  # planted in a damaged cell: never in an error line
 
 
 def _damage(store: Path, how: str) -> None:
@@ -47,7 +48,7 @@ def _damage(store: Path, how: str) -> None:
         elif how == "column-missing":
             con.execute("ALTER TABLE runs DROP COLUMN value_blob")
         elif how == "text-not-utf8":  # what overwritten pages that still parse as records look like
-            con.execute("UPDATE meta SET value = CAST(x'c328ff' AS TEXT) "
+            con.execute(f"UPDATE meta SET value = CAST(x'c328ff' || CAST('{MARKER}' AS BLOB) AS TEXT) "
                         "WHERE release = '' AND key = 'schema_version'")
         elif how == "newer-schema":
             con.execute("UPDATE meta SET value = ? WHERE release = '' AND key = 'schema_version'",
@@ -88,7 +89,7 @@ def test_every_reader_of_a_bad_sqlite_store_is_one_line(damaged: Path, small_out
                  ["audit", "--store", str(damaged)]):
         code, _, err = run_cli(*argv)
         _one_line(code, err, str(damaged), SAYS[how])
-        assert "\ufffd" not in err and "with text" not in err  # sqlite3's own message quotes the bad cell
+        assert "\ufffd" not in err and "with text" not in err and MARKER not in err  # sqlite3's message quotes it
         assert not (tmp_path / "bundle").exists()
     if how != "empty":  # summarize into an empty file creates a store there: that is not an error
         code, _, err = run_cli("summarize", "--suites", "local", "-o", str(small_output), "--store", str(damaged),
