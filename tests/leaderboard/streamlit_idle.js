@@ -126,4 +126,4 @@ function watch(page, ev, { everyConsole = false } = {}) {
   page.on("pageerror", (e) => ev(`pageerror ${e}`));
 }
 
-module.exports = { idle, gridsDrawn, settle, watch, track, scriptLost, unlessLost, LostScript };
+module.exports = { idle, gridsDrawn, settle, watch, unlessLost, LostScript };
