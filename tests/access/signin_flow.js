@@ -8,7 +8,7 @@
 // signOutReplay: the session's cookies copied, replayed in a new context before and after "Sign out" is
 // clicked (replay_before, replay_after: signed_in, login_page, texts, in_network), signed_out_screen.
 const { chromium } = require("playwright-core");
-const { idle, settle, watch, unlessLost, LostScript } = require("../leaderboard/streamlit_idle.js");
+const { idle, settle, watch, retryLost } = require("../leaderboard/streamlit_idle.js");
 
 async function main() {
   const opts = JSON.parse(process.argv[2]);
@@ -133,17 +133,10 @@ async function main() {
         }
         await idle(page, timeout); // the page's run has ended: anything it sent after the refusal has landed
       };
-      for (let attempt = 0; ; attempt += 1) { // a script the page lost (see streamlit_idle.js): reload, as a user would
-        try {
-          await unlessLost(page, drill());
-          break;
-        } catch (e) {
-          if (!(e instanceof LostScript) || attempt >= 2) throw e;
-          reloaded(`a script of the page failed to load: reload ${attempt + 1}`);
-          await page.goto(opts.url, { waitUntil: "domcontentloaded", timeout }); // the leaderboard, signed in
-          await settle(page, [table], timeout, reloaded);
-        }
-      }
+      await retryLost(page, drill, async () => { // a script the page lost (see streamlit_idle.js): reload
+        await page.goto(opts.url, { waitUntil: "domcontentloaded", timeout }); // the leaderboard, signed in
+        await settle(page, [table], timeout, reloaded);
+      }, reloaded);
     }
     if (opts.signOutReplay && out.signed_in) {
       // the session's cookies as a thief (a proxy log, another tab) would copy them; first proven usable

@@ -7,7 +7,7 @@
 // and for opened expanders to stop animating.
 // usage: node browser_hostile.js URL LISTENER_ORIGIN [TIMEOUT_MS]   (NODE_PATH must reach playwright-core)
 const { chromium } = require("playwright-core");
-const { idle, settle } = require("./streamlit_idle.js");
+const { idle, retryLost, settle } = require("./streamlit_idle.js");
 
 async function main() {
   const [url, listener, timeoutArg] = process.argv.slice(2);
@@ -139,35 +139,44 @@ async function main() {
       }
     }
 
-    out.step = "open";
-    await page.goto(url, { waitUntil: "domcontentloaded", timeout });
-    await settle(page, [page.locator('[data-testid="stDataFrame"]').first()], timeout); // a blank page reloaded
-    await idle(page, timeout);
-    await inspect("leaderboard");
+    const open = async () => {
+      out.step = "open";
+      await page.goto(url, { waitUntil: "domcontentloaded", timeout });
+      await settle(page, [page.locator('[data-testid="stDataFrame"]').first()], timeout); // a blank page reloaded
+      await idle(page, timeout);
+    };
+    await open();
+    // Each page fetches the code of widgets the leaderboard had none of (expanders, selectboxes): a page that
+    // lost one is loaded anew and the whole walk done again, its counts from zero (what it found is kept).
+    await retryLost(page, async () => {
+      out.pages = [];
+      out.expanders = 0;
+      await inspect("leaderboard");
 
-    out.step = "benchmark page";
-    await runs(() => page.getByText("Benchmark", { exact: true }).first().click());
-    await page.locator('[data-testid="stExpander"]').first().waitFor({ state: "visible", timeout });
-    out.benchmarks = await choose("Benchmark", 99);  // counts the options
-    for (let b = 0; b < out.benchmarks; b++) {
-      out.step = `benchmark ${b}`;
-      await choose("Benchmark", b);
-      const nRuns = await choose("Run", 99);
-      for (let r = 0; r < nRuns; r++) {
-        await choose("Run", r);
-        await page.locator('[data-testid="stExpander"]').first().waitFor({ state: "visible", timeout });
-        await openExpanders();
-        await inspect(`benchmark ${b} run ${r}`);
+      out.step = "benchmark page";
+      await runs(() => page.getByText("Benchmark", { exact: true }).first().click());
+      await page.locator('[data-testid="stExpander"]').first().waitFor({ state: "visible", timeout });
+      out.benchmarks = await choose("Benchmark", 99);  // counts the options
+      for (let b = 0; b < out.benchmarks; b++) {
+        out.step = `benchmark ${b}`;
+        await choose("Benchmark", b);
+        const nRuns = await choose("Run", 99);
+        for (let r = 0; r < nRuns; r++) {
+          await choose("Run", r);
+          await page.locator('[data-testid="stExpander"]').first().waitFor({ state: "visible", timeout });
+          await openExpanders();
+          await inspect(`benchmark ${b} run ${r}`);
+        }
       }
-    }
 
-    out.step = "compare page";
-    await runs(() => page.getByText("Compare", { exact: true }).first().click());
-    for (let b = 0; b < out.benchmarks; b++) {
-      await choose("Benchmark", b);
-      await openExpanders();
-      await inspect(`compare ${b}`);
-    }
+      out.step = "compare page";
+      await runs(() => page.getByText("Compare", { exact: true }).first().click());
+      for (let b = 0; b < out.benchmarks; b++) {
+        await choose("Benchmark", b);
+        await openExpanders();
+        await inspect(`compare ${b}`);
+      }
+    }, open, () => { out.reloads = (out.reloads || 0) + 1; });
     console.log(JSON.stringify(out));
   } catch (err) {
     const shot = process.env.SHOT;  // a screenshot of the failure, when asked for

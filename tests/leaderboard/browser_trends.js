@@ -2,7 +2,7 @@
 // browser shows: the visible text, the number of charts and tables, the chart's drawn marks, CSP violations (after the switch to Trends).
 // usage: node browser_trends.js URL SCREENSHOT.png [TIMEOUT_MS]   (NODE_PATH must reach playwright-core)
 const { chromium } = require("playwright-core");
-const { gridsDrawn, idle, settle } = require("./streamlit_idle.js");
+const { gridsDrawn, idle, retryLost, settle } = require("./streamlit_idle.js");
 
 async function main() {
   const [url, shot, timeoutArg] = process.argv.slice(2);
@@ -17,17 +17,23 @@ async function main() {
     const page = await browser.newPage({ viewport: { width: 1400, height: 1200 } });
     page.on("console", (msg) => { if (/Content Security Policy/i.test(msg.text())) { out.violations += 1; out.csp = (out.csp || []).concat([out.step + ": " + msg.text().slice(0, 120)]); } });
     out.step = "open";
-    await page.goto(url, { waitUntil: "domcontentloaded", timeout });
-    await settle(page, [page.locator('[data-testid="stDataFrame"]').first()], timeout); // a blank page reloaded
+    const open = async () => {
+      await page.goto(url, { waitUntil: "domcontentloaded", timeout });
+      await settle(page, [page.locator('[data-testid="stDataFrame"]').first()], timeout); // a blank page reloaded
+    };
+    await open();
     out.step = "trends page";
     out.violations_on_open = out.violations; // counted apart: this page's own violations are what we check
-    out.violations = 0;
-    await page.getByText("Trends", { exact: true }).first().click();
-    await page.getByText("Trends across releases", { exact: true }).first().waitFor({ timeout });
-    await page.locator('[data-testid="stVegaLiteChart"]').first().waitFor({ state: "visible", timeout });
-    await page.locator('[data-testid="stDataFrame"]').nth(1).waitFor({ state: "visible", timeout });
-    await idle(page, timeout); // the Trends run has ended: every chart and table it draws is there ...
-    await gridsDrawn(page, timeout); // ... and each table has painted its cells
+    // the chart's code is fetched when the Trends page first draws one: a page that lost it is loaded anew
+    await retryLost(page, async () => {
+      out.violations = 0;
+      await page.getByText("Trends", { exact: true }).first().click();
+      await page.getByText("Trends across releases", { exact: true }).first().waitFor({ timeout });
+      await page.locator('[data-testid="stVegaLiteChart"]').first().waitFor({ state: "visible", timeout });
+      await page.locator('[data-testid="stDataFrame"]').nth(1).waitFor({ state: "visible", timeout });
+      await idle(page, timeout); // the Trends run has ended: every chart and table it draws is there ...
+      await gridsDrawn(page, timeout); // ... and each table has painted its cells
+    }, open, () => { out.reloads = (out.reloads || 0) + 1; });
     out.step = "read";
     out.text = await page.locator("body").innerText();
     out.charts = await page.locator('[data-testid="stVegaLiteChart"]').count();

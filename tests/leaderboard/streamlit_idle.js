@@ -66,6 +66,24 @@ async function unlessLost(page, work) {
   }
 }
 
+// One step of a flow: `work()` (a function returning a promise on `page`), done again after `recover()` (which
+// loads the page anew and waits for its screen) when the page loses one of its scripts meanwhile, at most
+// `retries` times — what a user does with a widget that never draws. A later widget's code is fetched when it is
+// first drawn (a Trends chart, the Review page's radios after sign-in: a CI run under load waited out a 10-minute
+// bound for a sidebar that lost its script), so every step that waits for a widget goes through here. `work` must
+// be safe to do again from its start.
+async function retryLost(page, work, recover, note = () => {}, retries = 2) {
+  for (let attempt = 0; ; attempt += 1) {
+    try {
+      return await unlessLost(page, work());
+    } catch (e) {
+      if (!(e instanceof LostScript) || attempt >= retries) throw e;
+      note(`a script of the page failed to load: reload ${attempt + 1}`);
+      await recover();
+    }
+  }
+}
+
 // Wait until the page shows one of `screens` (locators). A page that is still blank after `blankMs` — Streamlit
 // drew nothing, as when its websocket was dropped on a starved machine — or whose script run has ended without
 // drawing any of them — as when the browser failed to fetch one of Streamlit's own scripts ("Failed to fetch
@@ -126,4 +144,4 @@ function watch(page, ev, { everyConsole = false } = {}) {
   page.on("pageerror", (e) => ev(`pageerror ${e}`));
 }
 
-module.exports = { idle, gridsDrawn, settle, watch, unlessLost, LostScript };
+module.exports = { idle, gridsDrawn, settle, watch, retryLost, LostScript };

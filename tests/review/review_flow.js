@@ -3,9 +3,10 @@
 // usage: node review_flow.js '{"url":..., "user":..., "markers":[...], "score":"4"}'
 // Prints one JSON line: signed_in, pages (the sidebar's page names), review (rated|absent), item_before,
 // item_after (the opaque ids shown), calibration (shown|absent), in_dom / in_network (marker -> seen),
-// network_bytes, texts (a few visible strings, for failure messages).
+// network_bytes, reloads (pages reloaded because they lost a script or stayed blank), dropped (the chunk whose first
+// fetch `dropScript` reset), texts (a few visible strings, for failure messages).
 const { chromium } = require("playwright-core");
-const { gridsDrawn, idle, settle } = require("../leaderboard/streamlit_idle.js");
+const { gridsDrawn, idle, retryLost, settle } = require("../leaderboard/streamlit_idle.js");
 
 async function main() {
   const opts = JSON.parse(process.argv[2]);
@@ -14,7 +15,8 @@ async function main() {
   const timeout = opts.timeoutMs || 600000;
   const markers = opts.markers.map((m) => [m, Buffer.from(m, "utf8")]);
   const out = { signed_in: false, pages: [], review: "absent", item_before: null, item_after: null,
-                calibration: "absent", in_dom: {}, in_network: {}, network_bytes: 0, texts: [] };
+                calibration: "absent", in_dom: {}, in_network: {}, network_bytes: 0, reloads: 0, texts: [] };
+  const reloaded = () => { out.reloads += 1; };
   for (const [m] of markers) { out.in_dom[m] = false; out.in_network[m] = false; }
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
@@ -41,52 +43,80 @@ async function main() {
     page.on("response", async (r) => {
       try { note(await r.body()); } catch (e) { /* redirects and aborted bodies have none */ }
     });
+    if (opts.dropScript) { // the failure of streamlit/streamlit#10510, made to happen: the first fetch of a chunk fails
+      let dropped = false;
+      await page.route(`**/static/js/${opts.dropScript}*`, (route) => {
+        if (dropped) return route.continue();
+        dropped = true;
+        out.dropped = route.request().url().split("/").pop();
+        return route.abort("connectionreset");
+      });
+    }
     const signInButton = page.getByRole("button", { name: "Sign in", exact: true });
     const sidebar = page.locator('[data-testid="stSidebar"]');
+    const pageRadio = sidebar.locator('[data-testid="stRadio"]').filter({ hasText: "Page" });
+    // a page that lost one of its scripts (streamlit_idle.js): load it anew, signed in, and do the step again
+    const recover = async () => {
+      await page.goto(opts.url, { waitUntil: "domcontentloaded", timeout });
+      await settle(page, [pageRadio], timeout, reloaded);
+    };
     step = "open";
     await page.goto(opts.url, { waitUntil: "domcontentloaded", timeout });
-    await settle(page, [signInButton], timeout); // a page left blank is reloaded, as a user would
+    await settle(page, [signInButton], timeout, reloaded); // a page left blank is reloaded, as a user would
     step = "sign-in";
     await signInButton.click();
     await page.locator("#username").waitFor({ timeout });
     await page.fill("#username", opts.user);
     await Promise.all([page.waitForURL((u) => u.toString().startsWith(opts.url), { timeout }), page.click("#login")]);
-    const pageRadio = sidebar.locator('[data-testid="stRadio"]').filter({ hasText: "Page" });
-    await pageRadio.waitFor({ timeout });
+    // the first signed-in page fetches the code of widgets the sign-in screen had none of (the sidebar's radio)
+    await settle(page, [pageRadio], timeout, reloaded);
     out.signed_in = true;
     await idle(page, timeout); // the first page has finished drawing
     out.pages = (await pageRadio.locator("label").allInnerTexts()).map((t) => t.trim()).filter((t) => t && t !== "Page");
     if (out.pages[0] === "Leaderboard") { // a viewer's first page: let its table arrive before looking
-      await page.locator('[data-testid="stDataFrame"]').first().waitFor({ timeout });
-      await idle(page, timeout);
-      await gridsDrawn(page, timeout);
+      await retryLost(page, async () => {
+        await page.locator('[data-testid="stDataFrame"]').first().waitFor({ timeout });
+        await idle(page, timeout);
+        await gridsDrawn(page, timeout);
+      }, recover, reloaded);
     }
     await seenDom(page);
     if (out.pages.includes("Review")) {
       step = "review";
-      if (!(await page.getByText("Answer to rate").isVisible())) {
-        await pageRadio.getByText("Review", { exact: true }).click();
-      }
-      const progress = page.getByText(/Item 1 of \d+ · R-[0-9A-F]{12}/).first();
-      await progress.waitFor({ timeout });
-      out.item_before = (await progress.innerText()).match(/R-[0-9A-F]{12}/)[0];
-      await seenDom(page);
-      const criterion = page.locator('[data-testid="stMain"] [data-testid="stRadio"]').first();
-      await criterion.getByText(opts.score, { exact: true }).click();
+      const item = /Item \d+ of \d+ · R-[0-9A-F]{12}/;
+      await retryLost(page, async () => { // nothing is stored until "Save ratings": safe to do again
+        if (!(await page.getByText("Answer to rate").isVisible())) {
+          await pageRadio.getByText("Review", { exact: true }).click();
+        }
+        const progress = page.getByText(/Item 1 of \d+ · R-[0-9A-F]{12}/).first();
+        await progress.waitFor({ timeout });
+        out.item_before = (await progress.innerText()).match(/R-[0-9A-F]{12}/)[0];
+        await seenDom(page);
+        const criterion = page.locator('[data-testid="stMain"] [data-testid="stRadio"]').first();
+        await criterion.getByText(opts.score, { exact: true }).click();
+      }, recover, reloaded);
       await page.getByRole("button", { name: "Save ratings" }).click();
-      const next = page.getByText(/Item 2 of \d+ · R-[0-9A-F]{12}/).first();
-      await next.waitFor({ timeout });
+      // after the save, a page loaded anew samples again without the rated answer: any item but the rated one
+      const next = page.getByText(item).filter({ hasNotText: out.item_before }).first();
+      await retryLost(page, () => next.waitFor({ timeout }), async () => {
+        await recover();
+        if (!(await page.getByText("Answer to rate").isVisible())) {
+          await pageRadio.getByText("Review", { exact: true }).click();
+        }
+      }, reloaded);
       out.item_after = (await next.innerText()).match(/R-[0-9A-F]{12}/)[0];
       out.review = "rated";
       await seenDom(page);
     }
     if (out.pages.includes("Jury calibration")) {
       step = "calibration";
-      await pageRadio.getByText("Jury calibration", { exact: true }).click();
-      await page.getByText("Agreement per criterion").waitFor({ timeout });
-      await page.locator('[data-testid="stDataFrame"]').first().waitFor({ timeout });
-      await idle(page, timeout);
-      await gridsDrawn(page, timeout);
+      await retryLost(page, async () => {
+        await pageRadio.getByText("Jury calibration", { exact: true }).click();
+        await page.getByText("Agreement per criterion").waitFor({ timeout });
+        await page.locator('[data-testid="stDataFrame"]').first().waitFor({ timeout });
+        await idle(page, timeout);
+        await gridsDrawn(page, timeout);
+      }, recover, reloaded);
       out.calibration = "shown";
       await seenDom(page);
     }

@@ -37,15 +37,16 @@ def review_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     work = tmp_path_factory.mktemp("review_app")
     output = write_output(work / "out")
     users = {"cleo": User("u-cleo", "cleo@hospital.example", "Cleo Clinician", ["clinical-reviewers"]),
+             "cruz": User("u-cruz", "cruz@hospital.example", "Cruz Clinician", ["clinical-reviewers"]),
              "vera": User("u-vera", "vera@hospital.example", "Vera Viewer", ["medhelm-viewers"])}
     with signed_in_app(users, output / "results.sqlite", ACCESS_YAML, work) as (app, _provider):
         yield app.url, output / "results.sqlite"
         assert PLANTED not in app.stderr()  # nor in the server's log
 
 
-def drive(url: str, user: str, score: str = "4") -> dict:
+def drive(url: str, user: str, score: str = "4", **extra: object) -> dict:
     env = {**os.environ, "NODE_PATH": str(NODE_CACHE / "node_modules"), "CHROMIUM": CHROMIUM}
-    opts: dict = {"url": url, "user": user, "score": score, "markers": [PLANTED, QUESTION]}
+    opts: dict = {"url": url, "user": user, "score": score, "markers": [PLANTED, QUESTION], **extra}
     if os.environ.get("MEDHELM_SCREENSHOT_DIR"):
         opts["failShot"] = str(Path(os.environ["MEDHELM_SCREENSHOT_DIR"]) / f"review-{user}.png")
     done = subprocess.run(["node", str(FLOW), json.dumps(opts)], capture_output=True, text=True, env=env,
@@ -82,3 +83,21 @@ def test_a_viewer_gets_no_review_page(review_app) -> None:
     assert r["pages"][:1] == ["Leaderboard"] and r["calibration"] == "shown", r
     assert r["in_network"][PLANTED]  # the leaderboard names models: the capture does see a model name
     assert not r["in_network"][QUESTION] and not r["in_dom"][QUESTION], r  # no instance text for a viewer
+
+
+def test_a_review_page_that_loses_one_of_its_scripts_is_reloaded_and_rated_once(review_app) -> None:
+    """The browser may fail to fetch one of Streamlit's own scripts (streamlit/streamlit#10510): a loaded CI run
+    lost the sidebar's radio right after sign-in and waited out its 10-minute step. Made to happen here (the first
+    fetch of the radio's chunk is reset), the flow reloads as a user would, rates one answer, and the store holds
+    exactly that one rating of this clinician's."""
+    url, store = review_app
+    r = drive(url, "cruz", score="2", dropScript="Radio")
+    assert r.get("dropped", "").startswith("Radio"), r  # the page did ask for it, and lost it once
+    assert r["reloads"] >= 1, r
+    assert r["signed_in"] and r["pages"] == ["Review", "Jury calibration"], r
+    assert r["review"] == "rated" and r["item_before"] != r["item_after"] and r["calibration"] == "shown", r
+    assert not r["in_network"][PLANTED] and not r["in_dom"][PLANTED], r
+    with open_store(store) as s:
+        mine = [x for x in review.stored_ratings(s, release="local", benchmark=JURY_BENCH)
+                if x.rater == "cruz@hospital.example"]
+    assert [(x.criterion, x.score) for x in mine] == [("accuracy", 2.0)], mine
