@@ -8,7 +8,7 @@
 // signOutReplay: the session's cookies copied, replayed in a new context before and after "Sign out" is
 // clicked (replay_before, replay_after: signed_in, login_page, texts, in_network), signed_out_screen.
 const { chromium } = require("playwright-core");
-const { idle, settle, watch, retryLost } = require("../leaderboard/streamlit_idle.js");
+const { dropFirstFetch, idle, retryLost, settle, watch } = require("../leaderboard/streamlit_idle.js");
 
 async function main() {
   const opts = JSON.parse(process.argv[2]);
@@ -55,15 +55,8 @@ async function main() {
       try { note(await r.body()); } catch (e) { /* redirects and aborted bodies have none */ }
     });
     page.on("framenavigated", (f) => { if (f === page.mainFrame()) ev(`navigated ${f.url()}`); });
-    if (opts.dropScript) { // the failure of streamlit/streamlit#10510, made to happen: the first fetch of a chunk fails
-      let dropped = false;
-      await page.route(`**/static/js/${opts.dropScript}*`, (route) => {
-        if (dropped) return route.continue();
-        dropped = true;
-        out.dropped = route.request().url().split("/").pop();
-        return route.abort("connectionreset");
-      });
-    }
+    // the failure of streamlit/streamlit#10510, made to happen: the first fetch of a chunk fails
+    if (opts.dropScript) await dropFirstFetch(page, opts.dropScript, out);
     const signInButton = page.getByRole("button", { name: "Sign in", exact: true });
     // the copied cookies in a fresh browser context: {signed_in, screen text, markers seen on its wire}
     const replay = async (cookies) => {

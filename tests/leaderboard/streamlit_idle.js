@@ -46,6 +46,18 @@ function scriptLost(page) {
 
 class LostScript extends Error {}
 
+// That failure made to happen, for the tests of the flows' recovery: the first fetch of Streamlit's chunk `name`
+// (e.g. "Radio", "Multiselect") is reset; `out.dropped` names the file whose fetch was reset.
+async function dropFirstFetch(page, name, out) {
+  let dropped = false;
+  await page.route(`**/static/js/${name}*`, (route) => {
+    if (dropped) return route.continue();
+    dropped = true;
+    out.dropped = route.request().url().split("/").pop();
+    return route.abort("connectionreset");
+  });
+}
+
 // `work` (a promise on `page`), or a LostScript error within a second of the page losing one of its scripts: a
 // step that waits for a widget need not wait out its whole bound for one that will never draw.
 async function unlessLost(page, work) {
@@ -144,4 +156,4 @@ function watch(page, ev, { everyConsole = false } = {}) {
   page.on("pageerror", (e) => ev(`pageerror ${e}`));
 }
 
-module.exports = { idle, gridsDrawn, settle, watch, retryLost, LostScript };
+module.exports = { idle, gridsDrawn, settle, watch, retryLost, dropFirstFetch };

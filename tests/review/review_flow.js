@@ -6,7 +6,7 @@
 // network_bytes, reloads (pages reloaded because they lost a script or stayed blank), dropped (the chunk whose first
 // fetch `dropScript` reset), texts (a few visible strings, for failure messages).
 const { chromium } = require("playwright-core");
-const { gridsDrawn, idle, retryLost, settle } = require("../leaderboard/streamlit_idle.js");
+const { dropFirstFetch, gridsDrawn, idle, retryLost, settle } = require("../leaderboard/streamlit_idle.js");
 
 async function main() {
   const opts = JSON.parse(process.argv[2]);
@@ -43,15 +43,8 @@ async function main() {
     page.on("response", async (r) => {
       try { note(await r.body()); } catch (e) { /* redirects and aborted bodies have none */ }
     });
-    if (opts.dropScript) { // the failure of streamlit/streamlit#10510, made to happen: the first fetch of a chunk fails
-      let dropped = false;
-      await page.route(`**/static/js/${opts.dropScript}*`, (route) => {
-        if (dropped) return route.continue();
-        dropped = true;
-        out.dropped = route.request().url().split("/").pop();
-        return route.abort("connectionreset");
-      });
-    }
+    // the failure of streamlit/streamlit#10510, made to happen: the first fetch of a chunk fails
+    if (opts.dropScript) await dropFirstFetch(page, opts.dropScript, out);
     const signInButton = page.getByRole("button", { name: "Sign in", exact: true });
     const sidebar = page.locator('[data-testid="stSidebar"]');
     const pageRadio = sidebar.locator('[data-testid="stRadio"]').filter({ hasText: "Page" });
