@@ -47,6 +47,7 @@ async function main() {
     });
 
     async function inspect(where) {
+      live();
       out.texts.push(await page.locator("body").innerText());
       // what a selectbox shows is partly its input's value or aria-label, not the body's text
       out.texts.push(...await page.evaluate(() => [...document.querySelectorAll("input, [aria-label]")].map(
@@ -73,6 +74,7 @@ async function main() {
       out.pages.push(where);
     }
 
+    let live = () => {};
     const runsDone = () => page.evaluate(() => window.__runsDone);
     async function runs(action) {  // do what starts a script run; return when that run has finished
       const before = (await runsDone()) || 0;  // 0 on the blank page before the app's first load
@@ -87,11 +89,13 @@ async function main() {
       const input = box.locator("input");
       const current = (await input.inputValue()).trim();  // the option shown now (choosing it starts no run)
       const options = page.locator('[role="option"]');
+      live();
       for (let attempt = 0; attempt < 5 && !(await options.first().isVisible()); attempt++) {
         await (attempt % 2 ? input.press("ArrowDown") : input.click());  // a focused box may need a key to open
         await options.first().waitFor({ state: "visible", timeout: 3000 }).catch(() => {});
       }
       await options.first().waitFor({ state: "visible", timeout });
+      live();
       const n = await options.count();
       const option = options.nth(Math.min(index, n - 1));
       const chosen = index < n && (await option.getAttribute("aria-selected")) !== "true"
@@ -124,6 +128,7 @@ async function main() {
         for (let i = 0; i < now; i++) {
           const closed = await expanders.nth(i).locator('[data-testid="stExpanderDetails"]').first().evaluate(
             (d) => d.hasAttribute("inert")).catch(() => false);  // Streamlit makes a collapsed expander's content inert
+          live(); // a click toggles: an attempt given up on must not make it too
           if (closed) await expanders.nth(i).locator("summary").first().click();
         }
         const left = timeout - (Date.now() - start);
@@ -148,7 +153,8 @@ async function main() {
     await open();
     // Each page fetches the code of widgets the leaderboard had none of (expanders, selectboxes): a page that
     // lost one is loaded anew and the whole walk done again, its counts from zero (what it found is kept).
-    await retryLost(page, async () => {
+    await retryLost(page, async (isLive) => {
+      live = isLive; // choose, openExpanders and inspect stop in an attempt given up on
       out.pages = [];
       out.expanders = 0;
       await inspect("leaderboard");

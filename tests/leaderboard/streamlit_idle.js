@@ -78,17 +78,22 @@ async function unlessLost(page, work) {
   }
 }
 
-// One step of a flow: `work()` (a function returning a promise on `page`), done again after `recover()` (which
+// One step of a flow: `work(live)` (a function returning a promise on `page`), done again after `recover()` (which
 // loads the page anew and waits for its screen) when the page loses one of its scripts meanwhile, at most
 // `retries` times — what a user does with a widget that never draws. A later widget's code is fetched when it is
 // first drawn (a Trends chart, the Review page's radios after sign-in: a CI run under load waited out a 10-minute
 // bound for a sidebar that lost its script), so every step that waits for a widget goes through here. `work` must
-// be safe to do again from its start.
+// be safe to do again from its start. The attempt given up on cannot be stopped (its waits resolve on the page
+// loaded anew), so it must call `live()` after each wait and before each click that toggles (an expander): from
+// the moment of the loss, `live()` throws in it, and it stops instead of clicking beside the next attempt.
 async function retryLost(page, work, recover, note = () => {}, retries = 2) {
   for (let attempt = 0; ; attempt += 1) {
+    const gen = page.__medhelmGen = (page.__medhelmGen || 0) + 1;
+    const live = () => { if (page.__medhelmGen !== gen) throw new LostScript("an attempt given up on"); };
     try {
-      return await unlessLost(page, work());
+      return await unlessLost(page, work(live));
     } catch (e) {
+      page.__medhelmGen += 1; // the attempt's own work, still waiting somewhere, stops at its next live()
       if (!(e instanceof LostScript) || attempt >= retries) throw e;
       note(`a script of the page failed to load: reload ${attempt + 1}`);
       await recover();

@@ -77,15 +77,17 @@ async function main() {
     if (out.pages.includes("Review")) {
       step = "review";
       const item = /Item \d+ of \d+ · R-[0-9A-F]{12}/;
-      await retryLost(page, async () => { // nothing is stored until "Save ratings": safe to do again
+      await retryLost(page, async (live) => { // nothing is stored until "Save ratings": safe to do again
         if (!(await page.getByText("Answer to rate").isVisible())) {
           await pageRadio.getByText("Review", { exact: true }).click();
         }
         const progress = page.getByText(/Item 1 of \d+ · R-[0-9A-F]{12}/).first();
         await progress.waitFor({ timeout });
+        live();
         out.item_before = (await progress.innerText()).match(/R-[0-9A-F]{12}/)[0];
         await seenDom(page);
         const criterion = page.locator('[data-testid="stMain"] [data-testid="stRadio"]').first();
+        live();
         await criterion.getByText(opts.score, { exact: true }).click();
       }, recover, reloaded);
       await page.getByRole("button", { name: "Save ratings" }).click();
