@@ -231,6 +231,124 @@ def vllm_case(args) -> list[str]:
     return out
 
 
+async def drive_alternating(url: str, *, seconds: float, warmup: float, limits: tuple[int, int], rounds: float,
+                            served: str, max_tokens: int) -> dict:
+    """Fixed limits taken in turn, as an undecided trial of ``auto`` takes them: ``limits[0]`` for ``rounds``
+    rounds (a round: as many answers as the limit), then ``limits[1]`` for as many, and so on. Workers above the
+    current limit wait; on a step down the requests already sent finish (a drain), on a step up the new ones join
+    the server's batch (a refill), which is what the controller's own switches do. Every answer is kept with its
+    time and the limit that sent it, so the time spent at each limit and the rate within each phase can be
+    compared with the steady settings measured beside it."""
+    high = max(limits)
+    dep = Deployment(name="bench/switch", model_name="bench/model", kind="openai", base_url=url,
+                     served_model_name=served, max_concurrency=high)
+    pool = ClientPool(connections=high, retry=RetryPolicy(max_attempts=50, max_delay_s=10.0),
+                      pacing=PacingPolicy(adaptive=False))
+    client = pool.get(dep)
+    start = time.perf_counter()
+    deadline = start + seconds
+    state = {"phase": 0, "answers": 0}
+    phases: list[dict] = [{"limit": limits[0], "from": 0.0, "answers": []}]
+    counter = 0
+
+    def limit() -> int:
+        return limits[state["phase"] % 2]
+
+    async def worker(i: int) -> None:
+        nonlocal counter
+        while time.perf_counter() < deadline:
+            if i >= limit():  # above the current limit: wait for a step up (a poll: rounds last seconds)
+                await asyncio.sleep(0.05)
+                continue
+            counter += 1
+            request = GenerationRequest(messages=(Message("user", f"switch request {counter}: name one symptom of "
+                                                                  "influenza."),), max_tokens=max_tokens,
+                                        temperature=0.0)
+            try:
+                await client.generate(request)
+            except Exception:
+                continue
+            t = time.perf_counter() - start
+            phases[-1]["answers"].append(t)
+            state["answers"] += 1
+            if state["answers"] >= rounds * limit():
+                state["phase"] += 1
+                state["answers"] = 0
+                phases.append({"limit": limit(), "from": t, "answers": []})
+
+    await asyncio.gather(*(worker(i) for i in range(high)))
+    await pool.aclose()
+    for k, ph in enumerate(phases):
+        ph["to"] = phases[k + 1]["from"] if k + 1 < len(phases) else seconds
+    # the counted span: [warmup, seconds], split by limit
+    at = {n: 0.0 for n in limits}
+    done = 0
+    for ph in phases:
+        lo, hi = max(ph["from"], warmup), min(ph["to"], seconds)
+        if hi > lo:
+            at[ph["limit"]] += hi - lo
+        done += sum(warmup <= t <= seconds for t in ph["answers"])
+    switches = sum(1 for ph in phases[1:] if warmup <= ph["from"] <= seconds)
+    return {"throughput": done / (seconds - warmup), "done": done, "time_at": at, "switches": switches,
+            "phases": [(ph["limit"], round(ph["from"], 1), round(ph["to"], 1), len(ph["answers"])) for ph in phases]}
+
+
+def switching_case(args) -> list[str]:
+    """What one switch between two fixed limits costs on real vLLM (issue 31: the alternation of an undecided
+    32/64 trial). Steady 32 and 64, then the two taken in turn every ``rounds`` rounds, then steady 64 and 32
+    again (each steady reference the mean of its two measurements, mirrored around the alternating runs). The
+    alternating run's answers are compared with what the steady rates give for the time it spent at each limit;
+    the shortfall per switch, in rounds of the limit switched to, is the number the simulation's
+    ``pacing_sim.SWITCH_COST`` guesses (a quarter slower for two latencies: half a round per switch)."""
+    import socket
+    import subprocess
+
+    engines = Path(__file__).resolve().parents[1] / "scripts" / "engines.sh"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    subprocess.run(["bash", str(engines), "start", "vllm", str(port)], check=True, stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    vllm = dict(served="smollm2-135m", max_tokens=16)
+    low, high = args.switch_limits
+    steady: dict[int, list[float]] = {low: [], high: []}
+    rows: list[str] = []
+    alts: list[tuple[float, dict]] = []
+
+    def fixed(n: int) -> None:
+        r = asyncio.run(drive(url, seconds=args.vllm_fixed_s, warmup=args.vllm_fixed_s / 3, fixed=n, **vllm))
+        steady[n].append(r["throughput"])
+        rows.append(f"|  | fixed {n} (load {os.getloadavg()[0]:.1f}): {r['throughput']:.2f}/s, "
+                    f"p50 {r['p50'] * 1000:.0f} ms |  |")
+
+    try:
+        fixed(low)
+        fixed(high)
+        for rounds in args.switch_rounds:
+            r = asyncio.run(drive_alternating(url, seconds=args.switch_s, warmup=args.switch_warmup,
+                                              limits=(low, high), rounds=rounds, **vllm))
+            alts.append((rounds, r))
+            print(json.dumps({"rounds": rounds, "phases": r["phases"]}), file=sys.stderr, flush=True)
+        fixed(high)
+        fixed(low)
+    finally:
+        subprocess.run(["bash", str(engines), "stop", str(port)], stdout=subprocess.DEVNULL)
+    ref = {n: statistics.fmean(v) for n, v in steady.items()}
+    out = []
+    for rounds, r in alts:
+        span = args.switch_s - args.switch_warmup
+        expected = sum(ref[n] * t for n, t in r["time_at"].items())
+        lost = expected - r["done"]
+        per_switch = lost / r["switches"] if r["switches"] else float("nan")
+        mean_limit = (low + high) / 2
+        out.append(f"| {low}/{high} in turn every {rounds:g} rounds | steady {low}: {ref[low]:.2f}/s, {high}: "
+                   f"{ref[high]:.2f}/s; time at each {r['time_at'][low]:.0f} s / {r['time_at'][high]:.0f} s: "
+                   f"{expected / span:.2f}/s expected | {r['throughput']:.2f}/s (**{r['done'] / expected:.3f}** x), "
+                   f"{r['switches']} switches, {per_switch:.1f} answers lost per switch "
+                   f"(**{per_switch / mean_limit:.2f}** rounds of {mean_limit:g}) |")
+    return out + rows
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="shorter runs (a smoke test of the script)")
@@ -238,6 +356,8 @@ def main() -> int:
     p.add_argument("--rpm", type=int, default=1200)
     p.add_argument("--vllm", action="store_true", help="only the real vLLM case (engines from scripts/engines.sh)")
     p.add_argument("--shards", action="store_true", help="only the four-shard case")
+    p.add_argument("--switching", action="store_true",
+                   help="only the cost of switching between two fixed limits on real vLLM")
     p.add_argument("--stagger", type=float, default=2.0, help="seconds between the shards' starts")
     p.add_argument("--trace", action="store_true", help="the controller's trials on stderr (medhelm.pacing DEBUG)")
     p.add_argument("--shard-share", type=float, default=0.25,
@@ -255,7 +375,14 @@ def main() -> int:
     # auto counted from 240 s to 600 s, and (the count up to session 12) to 420 s
     args.vllm_auto_s, args.vllm_warmup, args.vllm_early_s = (120, 60, 90) if args.quick else (600, 240, 420)
 
+    args.switch_limits, args.switch_rounds = (32, 64), ((8,) if args.quick else (8, 2))
+    args.switch_s, args.switch_warmup = (120, 20) if args.quick else (420, 30)
     print(f"load before: {os.getloadavg()}", flush=True)
+    if args.switching:
+        lines = ["| case | reference | alternating | |", "|---|---|---|---|", *switching_case(args)]
+        print(f"load after: {os.getloadavg()}")
+        print("\n".join(lines))
+        return 0
     if args.vllm:
         lines = ["| case | reference | auto | |", "|---|---|---|---|", *vllm_case(args)]
         print(f"load after: {os.getloadavg()}")
