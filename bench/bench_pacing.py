@@ -358,6 +358,8 @@ def main() -> int:
     p.add_argument("--shards", action="store_true", help="only the four-shard case")
     p.add_argument("--switching", action="store_true",
                    help="only the cost of switching between two fixed limits on real vLLM")
+    p.add_argument("--switch-rounds", type=float, nargs="+", default=None,
+                   help="with --switching: the rounds between switches, one alternating run each (default 8 2)")
     p.add_argument("--stagger", type=float, default=2.0, help="seconds between the shards' starts")
     p.add_argument("--trace", action="store_true", help="the controller's trials on stderr (medhelm.pacing DEBUG)")
     p.add_argument("--shard-share", type=float, default=0.25,
@@ -375,7 +377,8 @@ def main() -> int:
     # auto counted from 240 s to 600 s, and (the count up to session 12) to 420 s
     args.vllm_auto_s, args.vllm_warmup, args.vllm_early_s = (120, 60, 90) if args.quick else (600, 240, 420)
 
-    args.switch_limits, args.switch_rounds = (32, 64), ((8,) if args.quick else (8, 2))
+    args.switch_limits = (32, 64)
+    args.switch_rounds = tuple(args.switch_rounds or ((8,) if args.quick else (8, 2)))
     args.switch_s, args.switch_warmup = (120, 20) if args.quick else (420, 30)
     print(f"load before: {os.getloadavg()}", flush=True)
     if args.switching:
