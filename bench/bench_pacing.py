@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -184,11 +185,10 @@ def shards_case(args) -> list[str]:
             + ", ".join(f"{s:.1%}" for s in shares) + f" (min **{min(shares):.1%}**) |"]
 
 
-def vllm_case(args) -> list[str]:
-    """Fixed settings measured in a mirrored order around ``auto`` (16 32 64, auto, 64 32 16): each setting's
-    reference is the mean of its two measurements, which a linear drift of the machine's speed moves alike (the
-    two sit symmetrically around auto's run). Taking the better of two measurements instead, as this case did up to
-    session 12, picks the upward noise: on a quiet machine one setting's two measurements differ by up to 6 %."""
+@contextlib.contextmanager
+def real_vllm():
+    """The engines environment's vLLM CPU server (scripts/engines.sh) on a free loopback port; yields its
+    OpenAI base URL and stops the server on the way out."""
     import socket
     import subprocess
 
@@ -197,27 +197,35 @@ def vllm_case(args) -> list[str]:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     subprocess.run(["bash", str(engines), "start", "vllm", str(port)], check=True, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        subprocess.run(["bash", str(engines), "stop", str(port)], stdout=subprocess.DEVNULL)
+
+
+def vllm_case(args) -> list[str]:
+    """Fixed settings measured in a mirrored order around ``auto`` (16 32 64, auto, 64 32 16): each setting's
+    reference is the mean of its two measurements, which a linear drift of the machine's speed moves alike (the
+    two sit symmetrically around auto's run). Taking the better of two measurements instead, as this case did up to
+    session 12, picks the upward noise: on a quiet machine one setting's two measurements differ by up to 6 %."""
     rows: list[tuple[str, dict]] = []
     measured: dict[int, list[dict]] = {}
     vllm = dict(served="smollm2-135m", max_tokens=16)
 
-    def fixed(n: int, when: str) -> None:
+    def fixed(n: int, when: str, url: str) -> None:
         r = asyncio.run(drive(url, seconds=args.vllm_fixed_s, warmup=args.vllm_fixed_s / 3, fixed=n, **vllm))
         rows.append((f"fixed {n} {when} (load {os.getloadavg()[0]:.1f})", r))
         measured.setdefault(n, []).append(r)
 
     # At 64 in flight one round takes ~9 s: a fixed setting is counted over its last 60 s (about 7 rounds); auto's
     # slow start takes ~2 minutes to reach 32 on this server and its 32/64 trial up to 7 more (32 rounds a side).
-    try:
+    with real_vllm() as url:
         for n in args.vllm_fixed:
-            fixed(n, "before")
+            fixed(n, "before", url)
         auto = asyncio.run(drive(url, seconds=args.vllm_auto_s, warmup=args.vllm_warmup, fixed=None, **vllm))
         rows.append((f"auto (load {os.getloadavg()[0]:.1f})", auto))
         for n in reversed(args.vllm_fixed):
-            fixed(n, "after")
-    finally:
-        subprocess.run(["bash", str(engines), "stop", str(port)], stdout=subprocess.DEVNULL)
+            fixed(n, "after", url)
     ref = {n: statistics.fmean(r["throughput"] for r in rs) for n, rs in measured.items()}
     best = max(ref, key=ref.get)
     early = args.vllm_early_s
@@ -300,43 +308,32 @@ def switching_case(args) -> list[str]:
     alternating run's answers are compared with what the steady rates give for the time it spent at each limit;
     the shortfall per switch, in rounds of the limit switched to, is the number the simulation's
     ``pacing_sim.SWITCH_COST`` guesses (a quarter slower for two latencies: half a round per switch)."""
-    import socket
-    import subprocess
-
-    engines = Path(__file__).resolve().parents[1] / "scripts" / "engines.sh"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    subprocess.run(["bash", str(engines), "start", "vllm", str(port)], check=True, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1"
     vllm = dict(served="smollm2-135m", max_tokens=16)
     low, high = args.switch_limits
     steady: dict[int, list[float]] = {low: [], high: []}
     rows: list[str] = []
     alts: list[tuple[float, dict]] = []
 
-    def fixed(n: int) -> None:
+    def fixed(n: int, url: str) -> None:
         r = asyncio.run(drive(url, seconds=args.vllm_fixed_s, warmup=args.vllm_fixed_s / 3, fixed=n, **vllm))
         steady[n].append(r["throughput"])
         rows.append(f"|  | fixed {n} (load {os.getloadavg()[0]:.1f}): {r['throughput']:.2f}/s, "
                     f"p50 {r['p50'] * 1000:.0f} ms |  |")
 
-    try:
-        fixed(low)
-        fixed(high)
+    with real_vllm() as url:
+        fixed(low, url)
+        fixed(high, url)
         for rounds in args.switch_rounds:
             r = asyncio.run(drive_alternating(url, seconds=args.switch_s, warmup=args.switch_warmup,
                                               limits=(low, high), rounds=rounds, **vllm))
             alts.append((rounds, r))
             print(json.dumps({"rounds": rounds, "phases": r["phases"]}), file=sys.stderr, flush=True)
-        fixed(high)
-        fixed(low)
-    finally:
-        subprocess.run(["bash", str(engines), "stop", str(port)], stdout=subprocess.DEVNULL)
+        fixed(high, url)
+        fixed(low, url)
     ref = {n: statistics.fmean(v) for n, v in steady.items()}
     out = []
+    span = args.switch_s - args.switch_warmup
     for rounds, r in alts:
-        span = args.switch_s - args.switch_warmup
         expected = sum(ref[n] * t for n, t in r["time_at"].items())
         lost = expected - r["done"]
         per_switch = lost / r["switches"] if r["switches"] else float("nan")
