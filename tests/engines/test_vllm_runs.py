@@ -4,10 +4,15 @@ the vLLM process is killed mid-run (0 lost, 0 duplicated)."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -49,11 +54,78 @@ def test_pubmed_qa_usage_as_reported_then_cache_hit(vllm, mirror, tmp_path):
         [r["completion"]["text"] for r in recs]
 
 
+class Gate:
+    """vLLM's front door for the kill test: forwards every request until ``open_for`` chat completions have
+    gone through, then holds the next ones until ``die``, which stops listening (new connections are refused)
+    and drops the held connections unanswered: to the run, the server is gone. The kill lands mid-run however
+    fast or slow this machine answers (the run cannot finish first; nothing is timed)."""
+
+    def __init__(self, upstream: str, open_for: int) -> None:
+        self.upstream, self.open_for = upstream, open_for
+        self.forwarded = self.held = 0
+        self._lock, self._dead = threading.Lock(), threading.Event()
+        gate = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def _relay(self, method: str) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if method == "POST":
+                    with gate._lock:
+                        hold = gate.forwarded >= gate.open_for
+                        gate.held += hold
+                        gate.forwarded += not hold
+                    if hold:
+                        gate._dead.wait(300)
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)  # no answer: the server went away
+                        return
+                request = urllib.request.Request(gate.upstream + self.path, data=body or None, method=method,
+                                                 headers={"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(request, timeout=300) as reply:
+                        status, content = reply.status, reply.read()
+                except urllib.error.HTTPError as err:
+                    status, content = err.code, err.read()
+                except OSError:  # vLLM killed under this request
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+            def do_GET(self) -> None:
+                self._relay("GET")
+
+            def do_POST(self) -> None:
+                self._relay("POST")
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.root = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def die(self) -> None:
+        if not self._dead.is_set():
+            self._server.shutdown()
+            self._server.server_close()  # stops listening: a retry is refused, as by a dead server
+            self._dead.set()
+
+
 def test_configurable_benchmark_resumes_after_vllm_is_killed(vllm, tmp_path):
-    n = 40
+    n, open_for = 40, 6
     cfg = write_configurable_benchmark(tmp_path / "bench", n, max_tokens=24)
     local = tmp_path / "env"
-    write_deployments(local, [vllm_deployment(vllm)])
+    gate = Gate(vllm.root, open_for)
+    write_deployments(local, [{**vllm_deployment(vllm), "base_url": gate.root + "/v1"}])
     out = tmp_path / "out"
     entry = f"medhelm_configurable_benchmark:model=huggingface/smollm2-135m-instruct,config_path={cfg}"
     args = [sys.executable, "-m", "medhelm", "run", "-r", entry,
@@ -61,18 +133,14 @@ def test_configurable_benchmark_resumes_after_vllm_is_killed(vllm, tmp_path):
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
-        done_before = 0
-        while time.monotonic() < deadline and proc.poll() is None:
-            runs = list((out / "runs" / "default").glob("*/records-*.jsonl")) + \
-                list((out / "runs" / "default").glob("*/instances.jsonl"))
-            done_before = sum(len(p.read_text().splitlines()) for p in runs)
-            if done_before >= 6:
-                break
-            time.sleep(0.2)
-        assert proc.poll() is None, "the run finished before vLLM could be killed"
+        while time.monotonic() < deadline and proc.poll() is None and not gate.held:
+            time.sleep(0.05)
+        assert proc.poll() is None and gate.held, "the run should be held mid-way"
         vllm.crash()  # mid-run: requests in flight are lost with the server
+        gate.die()
         _, err = proc.communicate(timeout=300)
     finally:
+        gate.die()
         if proc.poll() is None:
             proc.kill()
         vllm.stop()
@@ -83,6 +151,8 @@ def test_configurable_benchmark_resumes_after_vllm_is_killed(vllm, tmp_path):
     assert partial.get("status") != "complete"
     kept = {r["instance"]["id"]: r for r in records(run_dir)} if (run_dir / "instances.jsonl").exists() else {}
 
+    assert len(kept) <= open_for
+    write_deployments(local, [vllm_deployment(vllm)])  # the restarted server (same deployment name)
     resumed = medhelm(*args[3:])
     assert resumed.returncode == 0, resumed.stderr
     status = json.loads((run_dir / "run.json").read_text())
