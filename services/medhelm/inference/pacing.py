@@ -29,8 +29,12 @@ its gains shrink before they end. So the first doubling, and one right after a d
 bring ``KNEE_GAIN`` (15 %); one after a smaller gain, ``MIN_GAIN`` (3 %). Slow start doubles from 4 while a doubling
 pays (taken on one window), and stops where one is shown not to (on two windows at the higher limit, the lower
 between) or at ``LATENCY_BOUND`` (16) x the lowest median seen; if it cannot tell after 32 rounds a side, it takes
-its better estimate. So a pure queue stops at its capacity, and a batching server is climbed while the gains are
-real: latency is not a reason to stop below the bound, throughput is the target. Then it cruises, and every
+its better estimate. Past the knee (the last doubling paid under ``KNEE_GAIN``), where the next doubling surely
+doubles the latency and likely pays less than the last, it stops as soon as a long window at the lower limit leaves
+the gain's estimate under the bar, and climbs only on the two limits measured in turn. So a pure queue stops at its
+capacity, and a batching server is climbed while the gains are real: latency is not a reason to stop below the
+bound, throughput is the target, but a doubling above the server's batch (which gains nothing) is left early. Then
+it cruises, and every
 ``cruise`` (8) windows tries a neighbouring limit, up by about sqrt(limit) and down by a fifth in turn, as a trial
 (with the bar slow start ended on) whose incumbent is the windows just measured; a shown verdict moves the limit
 only on the candidate measured twice, and a probe that cannot tell after 32 rounds a side takes its better estimate
@@ -237,6 +241,7 @@ class AdaptiveLimit:
         # must bring KNEE_GAIN; one after a doubling that paid less (the server trades), MIN_GAIN. Probes keep the
         # bar of the doubling that ended slow start.
         self._need = KNEE_GAIN
+        self._flat = False  # the last doubling paid under KNEE_GAIN: slow start is past the knee (``_trial_window``)
         if self._solo:
             self._window = self._solo_window(skip=self.limit)
         self.drains = 0  # how many drains measured the base (tests, the summary)
@@ -457,7 +462,7 @@ class AdaptiveLimit:
             # The server is slower at this limit than when we chose it, and not because of us: someone else is
             # queueing there too. Keep our latency what it was (Little's law: fewer in flight in proportion), then
             # find the plateau again from there.
-            self._need = KNEE_GAIN
+            self._need, self._flat = KNEE_GAIN, False
             self._start_trial("startup", _Sample(max(1, math.floor(self.limit * self._expect / median))))
             return
         self._held.append(w)
@@ -503,7 +508,22 @@ class AdaptiveLimit:
         need = self._need * math.log2(hi.limit / lo.limit)
         verdict = self._pays(lo, hi, need)
         moves = verdict is not None and verdict == (self._trial == "up")  # a probe's limit moves, slow start stops
-        if moves and (lo if self._trial == "down" else hi).windows < 2:
+        past_knee = self._trial == "startup" and self._flat
+        if past_knee and self._alternating and verdict is not True and w.limit == lo.limit and self._gain(lo, hi)[0] < need:
+            # Past the knee (the last doubling paid under KNEE_GAIN: a batching server's gains shrink from there),
+            # the next doubling's cost is certain, twice the latency for everything the run sends, and its gain
+            # likely under the last one's. So slow start stops once a long window at the lower limit leaves the gain
+            # under the bar, shown or not: measuring the higher limit again would cost a long window at twice the
+            # latency (on vLLM at 64 -> 128, 32 rounds of ~16 s, for a gain of nothing: the batch holds 64).
+            # Before the knee (8 -> 16 after +51 %) a load's drift between the windows can fake a loss, and
+            # stopping there costs more than a bar: the A B A B below stays.
+            verdict = False
+        elif past_knee and verdict and hi.windows < 2:
+            # ... and a doubling past the knee is taken only on its windows measured in turn (A B A B): one window
+            # at the higher limit against a long one at the lower, minutes apart, showed the load's drift as a gain
+            # (64 -> 128 at +5.7 % +- 2.1 % in the simulation, then 128 -> 256).
+            verdict = None
+        elif moves and (lo if self._trial == "down" else hi).windows < 2:
             # The machine's load drifts over minutes, more than the rounds' spread shows: slow start's doubling is
             # taken on one window (it must clear the gain by Z standard errors), and so is keeping a limit; a verdict
             # that stops slow start or moves a probe's limit waits for the candidate measured twice, the incumbent
@@ -540,7 +560,9 @@ class AdaptiveLimit:
             verdict = self._gain(lo, hi)[0] >= need
         if verdict and self._trial == "startup" and hi.limit < self.ceiling:
             # slow start goes on doubling; the bar for the next doubling depends on what this one paid (``_need``)
-            self._need = KNEE_GAIN if self._gain(lo, hi)[0] >= PROPORTIONAL else MIN_GAIN
+            paid = self._gain(lo, hi)[0]
+            self._need = KNEE_GAIN if paid >= PROPORTIONAL else MIN_GAIN
+            self._flat = paid < KNEE_GAIN
             self._start_trial("startup", hi)
             return
         self._settle(hi if verdict else lo)
