@@ -245,8 +245,11 @@ async def drive_alternating(url: str, *, seconds: float, warmup: float, limits: 
     rounds (a round: as many answers as the limit), then ``limits[1]`` for as many, and so on. Workers above the
     current limit wait; on a step down the requests already sent finish (a drain), on a step up the new ones join
     the server's batch (a refill), which is what the controller's own switches do. Every answer is kept with its
-    time and the limit that sent it, so the time spent at each limit and the rate within each phase can be
-    compared with the steady settings measured beside it."""
+    time and booked to the phase in force when its request was sent; a phase ends after ``rounds`` rounds of its
+    own requests' answers (a step down's drain, answers to requests sent at the higher limit, does not end it),
+    so the time spent at each limit and the rate within each phase can be compared with the steady settings
+    measured beside it. (Up to session 18 answers were booked to the phase in which they arrived, so a step down's
+    drain ended the lower phase early: its time at the lower limit was the drain's.)"""
     high = max(limits)
     dep = Deployment(name="bench/switch", model_name="bench/model", kind="openai", base_url=url,
                      served_model_name=served, max_concurrency=high)
@@ -272,12 +275,15 @@ async def drive_alternating(url: str, *, seconds: float, warmup: float, limits: 
             request = GenerationRequest(messages=(Message("user", f"switch request {counter}: name one symptom of "
                                                                   "influenza."),), max_tokens=max_tokens,
                                         temperature=0.0)
+            sent_in = len(phases) - 1  # the phase (limit) in force when the request was sent
             try:
                 await client.generate(request)
             except Exception:
                 continue
             t = time.perf_counter() - start
-            phases[-1]["answers"].append(t)
+            phases[sent_in]["answers"].append(t)
+            if sent_in != len(phases) - 1:  # sent before the switch: a step down's drain, not this phase's round
+                continue
             state["answers"] += 1
             if state["answers"] >= rounds * limit():
                 state["phase"] += 1

@@ -509,7 +509,8 @@ class AdaptiveLimit:
         verdict = self._pays(lo, hi, need)
         moves = verdict is not None and verdict == (self._trial == "up")  # a probe's limit moves, slow start stops
         past_knee = self._trial == "startup" and self._flat
-        if past_knee and self._alternating and verdict is not True and w.limit == lo.limit and self._gain(lo, hi)[0] < need:
+        gain, se = self._gain(lo, hi)
+        if past_knee and self._alternating and verdict is not True and w.limit == lo.limit and gain < need:
             # Past the knee (the last doubling paid under KNEE_GAIN: a batching server's gains shrink from there),
             # the next doubling's cost is certain, twice the latency for everything the run sends, and its gain
             # likely under the last one's. So slow start stops once a long window at the lower limit leaves the gain
@@ -518,10 +519,12 @@ class AdaptiveLimit:
             # Before the knee (8 -> 16 after +51 %) a load's drift between the windows can fake a loss, and
             # stopping there costs more than a bar: the A B A B below stays.
             verdict = False
-        elif past_knee and verdict and hi.windows < 2:
-            # ... and a doubling past the knee is taken only on its windows measured in turn (A B A B): one window
-            # at the higher limit against a long one at the lower, minutes apart, showed the load's drift as a gain
-            # (64 -> 128 at +5.7 % +- 2.1 % in the simulation, then 128 -> 256).
+        elif past_knee and verdict and (hi.windows < 2 if self._alternating else gain - Z * se < need):
+            # ... and a doubling past the knee must clear the bar itself by Z standard errors on its first pair (real
+            # vLLM's 32 -> 64 at +16.4 % +- 3.6 % after 16 -> 32 paid +7 %: taken at once), and once the trial
+            # alternates, it is taken only on the two limits measured in turn (A B A B): one window at the higher
+            # limit against a long one at the lower, minutes apart, showed the load's drift as a gain (64 -> 128 at
+            # +5.7 % +- 2.1 % in the simulation, where 128 gains nothing, then 128 -> 256).
             verdict = None
         elif moves and (lo if self._trial == "down" else hi).windows < 2:
             # The machine's load drifts over minutes, more than the rounds' spread shows: slow start's doubling is
@@ -535,7 +538,6 @@ class AdaptiveLimit:
             # Little's law). They all see the same latency: a bound on it stops them all, however many they are.
             verdict = False
         if log.isEnabledFor(logging.DEBUG):
-            gain, se = self._gain(lo, hi)
             log.debug("pacing trial %s: %d in flight %.3g/s (%d rounds), %d: %.3g/s (%d rounds, median %.3g s): "
                       "gain %+.1f %% +- %.1f %%: %s", self._trial, lo.limit, lo.rate(), len(lo.durations), hi.limit,
                       hi.rate(), len(hi.durations), hi.median(), 100 * gain, 100 * se,
@@ -562,7 +564,7 @@ class AdaptiveLimit:
             # slow start goes on doubling; the bar for the next doubling depends on what this one paid (``_need``)
             paid = self._gain(lo, hi)[0]
             self._need = KNEE_GAIN if paid >= PROPORTIONAL else MIN_GAIN
-            self._flat = paid < KNEE_GAIN
+            self._flat = self._flat or paid < KNEE_GAIN  # gains shrink from the knee on: it stays passed
             self._start_trial("startup", hi)
             return
         self._settle(hi if verdict else lo)
