@@ -22,7 +22,8 @@ compares two limits: more in flight must raise throughput by a bar per doubling 
 by two standard errors more than nothing; it is shown not to when the gain's upper bound falls short of the bar;
 between the two, the trial measures the limits again in turn (A B A B: a drift of the load cancels) up to 32 rounds
 each, in windows of 32 rounds from then on: each switch costs a batching server throughput beyond the round let
-pass (its batch drains or refills), so an undecided trial switches three times, not eight. The bar tells a pure queue from a batching server. A *pure queue* has a knee: every doubling pays in
+pass (its batch drains or refills), so an undecided trial switches three times, not eight. The bar tells a pure
+queue from a batching server. A *pure queue* has a knee: every doubling pays in
 proportion up to its capacity, the next one nothing but the few per cent a queue at the server wins by hiding the
 client's own hiccups, for double the latency. A *batching server* (vLLM) trades latency for throughput all along:
 its gains shrink before they end. So the first doubling, and one right after a doubling that paid 80 % or more, must
@@ -31,18 +32,20 @@ pays (taken on one window), and stops where one is shown not to (on two windows 
 between) or at ``LATENCY_BOUND`` (16) x the lowest median seen; if it cannot tell after 32 rounds a side, it takes
 its better estimate. Past the knee (the last doubling paid under ``KNEE_GAIN``), where the next doubling surely
 doubles the latency and likely pays less than the last, it stops as soon as a long window at the lower limit leaves
-the gain's estimate under the bar, and climbs only on the two limits measured in turn. So a pure queue stops at its
-capacity, and a batching server is climbed while the gains are real: latency is not a reason to stop below the
-bound, throughput is the target, but a doubling above the server's batch (which gains nothing) is left early. Then
-it cruises, and every
-``cruise`` (8) windows tries a neighbouring limit, up by about sqrt(limit) and down by a fifth in turn, as a trial
-(with the bar slow start ended on) whose incumbent is the windows just measured; a shown verdict moves the limit
-only on the candidate measured twice, and a probe that cannot tell after 32 rounds a side takes its better estimate
-too (so a pure queue whose capacity lies between powers of two, where slow start overshot to the next one, comes
-down to it: a nil gain is never shown to fall short of a bar of ~1 %). A cruise window whose median is over ``latency_tolerance`` (3) x the median
-measured when the limit was chosen means someone else is queueing at the server: the limit shrinks in proportion
-(the latency it had, by Little's law) and slow start runs again from there. A window in which no request had to wait
-for a slot teaches nothing about the limit and changes nothing. From one client, a server that batches better with
+the gain's estimate under the bar (against that window, or against the mean of it and the lower limit's window just
+before the higher's: A B A, a drift cancels), and climbs only on a first pair that clears the bar by two standard
+errors or on the two limits measured in turn. So a pure queue stops at its capacity, and a batching server is
+climbed while the gains are real: latency is not a reason to stop below the bound, throughput is the target, but a
+doubling above the server's batch (which gains nothing) is left early. Then it cruises, and every ``cruise`` (8)
+windows tries a neighbouring limit, up by about sqrt(limit) and down by a fifth in turn, as a trial (with the bar
+slow start ended on) whose incumbent is the windows just measured; a shown verdict moves the limit only on the
+candidate measured twice, and a probe that cannot tell after 32 rounds a side takes its better estimate too (so a
+pure queue whose capacity lies between powers of two, where slow start overshot to the next one, comes down to it: a
+nil gain is never shown to fall short of a bar of ~1 %). A cruise window whose median is over ``latency_tolerance``
+(3) x the median measured when the limit was chosen means someone else is queueing at the server: the limit shrinks
+in proportion (the latency it had, by Little's law) and slow start runs again from there. A window in which no
+request had to wait for a slot teaches nothing about the limit and changes nothing. From one client, a server that
+batches better with
 more in flight looks like a queue shared with other clients whose share it takes by queueing more (more throughput,
 latency up by Little's law, in both): processes that share a server without knowing it are bounded by
 ``LATENCY_BOUND`` only, not made fair; a Job's shards are made fair as below.
