@@ -14,7 +14,9 @@ docs/benchmarks.md):
    concurrencies 16, 32, 64 (90 s each, counted from 30 s), ``auto`` (600 s, counted from 240 s: its slow start on
    this server takes minutes; the rate from 240 s to 420 s is reported too), then the fixed settings again in the
    mirrored order; each setting's reference is the mean of its two measurements (the machine's speed drifts over
-   the run: a linear drift moves the two alike and cancels in the mean).
+   the run: a linear drift moves the two alike and cancels in the mean);
+5. ``--steady``: real vLLM, fixed 64 against ``auto`` held at 64 in turn (the adaptive gate's own cost at the
+   limit it settles on); ``--switching``: what a switch between two fixed limits costs.
 
 Latency is the answered attempt's wall time (``Usage.latency_s``: request sent to answer read), what the server
 makes a request wait; time a request spends waiting for the pacer's slot is the client's own queue (a run's
@@ -40,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "services"))
 
 from medhelm.devtools.mock_openai import MockOpenAIServer  # noqa: E402
 from medhelm.inference import ClientPool, PacingPolicy  # noqa: E402
+from medhelm.inference.pacing import AUTO_CEILING, AdaptiveLimit  # noqa: E402
 from medhelm.inference.retry import RetryPolicy  # noqa: E402
 from medhelm.specs import Deployment, GenerationRequest, Message  # noqa: E402
 
@@ -72,13 +75,20 @@ class Server:
 
 async def drive(url: str, *, seconds: float, warmup: float, fixed: int | None, ceiling: int = 256,
                 rate_limits: dict | None = None, tag: str = "", served: str = "mock-model",
-                max_tokens: int = 8, share: float = 1.0, t0_wall: float | None = None) -> dict:
+                max_tokens: int = 8, share: float = 1.0, t0_wall: float | None = None,
+                pin: int | None = None) -> dict:
+    """``pin``: ``auto`` whose limit is held at ``pin`` (its ceiling and start), as a controller that has settled
+    there: the same gate and bookkeeping as ``auto``, with ``ceiling`` workers, but no trials."""
+    if pin is not None:
+        fixed, ceiling = None, pin
     dep = Deployment(name="bench/paced", model_name="bench/model", kind="openai", base_url=url,
                      served_model_name=served, max_concurrency=fixed, rate_limits=rate_limits or {})
-    workers = fixed or ceiling
+    workers = AUTO_CEILING if pin is not None else fixed or ceiling  # pinned: as many waiting as under auto
     pool = ClientPool(connections=workers, retry=RetryPolicy(max_attempts=50, max_delay_s=10.0),
                       pacing=PacingPolicy(adaptive=fixed is None, ceiling=ceiling, share=share))
     client = pool.get(dep)
+    if pin is not None:
+        pool.pacer(client._raw).adaptive = AdaptiveLimit(pin, start=pin)
     # the window is counted from t0_wall when given (shards that start apart count the same seconds)
     start = time.perf_counter() - (time.time() - t0_wall if t0_wall is not None else 0.0)
     deadline, measure_from = start + seconds, start + warmup
@@ -352,6 +362,34 @@ def switching_case(args) -> list[str]:
     return out + rows
 
 
+def steady_case(args) -> list[str]:
+    """What the adaptive gate costs at a steady limit on real vLLM: fixed ``N`` (N workers, a fixed limit) and
+    ``auto`` held at N (256 workers through an ``AdaptiveLimit`` pinned at N: its windows, rounds and decisions run,
+    nothing moves the limit) taken in turn, A B B A per repetition, so a linear drift of the machine's speed moves
+    both means alike. The ratio of the means is the adaptive limit's own cost once it has settled on the right
+    limit (session 19's fourth ``--vllm`` run sat at 64 for its whole counted window and got 0.954 x fixed 64)."""
+    vllm = dict(served="smollm2-135m", max_tokens=16)
+    n = args.steady_limit
+    got: dict[str, list[dict]] = {"fixed": [], "auto": []}
+    rows: list[str] = []
+    with real_vllm() as url:
+        for rep in range(args.steady_reps):
+            for kind in (("fixed", "auto") if rep % 2 == 0 else ("auto", "fixed")):
+                r = asyncio.run(drive(url, seconds=args.vllm_fixed_s, warmup=args.vllm_fixed_s / 3,
+                                      fixed=n if kind == "fixed" else None, pin=n if kind == "auto" else None,
+                                      **vllm))
+                got[kind].append(r)
+                rows.append(f"|  | {kind} {n}, repetition {rep + 1} (load {os.getloadavg()[0]:.1f}): "
+                            f"{r['throughput']:.2f}/s, p50 {r['p50'] * 1000:.0f} ms{'; ' + r['pacing'] if kind == 'auto' else ''} |  |")
+                print(rows[-1], file=sys.stderr, flush=True)
+    mean = {k: statistics.fmean(r["throughput"] for r in v) for k, v in got.items()}
+    p50 = {k: statistics.fmean(r["p50"] for r in v) for k, v in got.items()}
+    pairs = [a["throughput"] / f["throughput"] for a, f in zip(got["auto"], got["fixed"])]
+    return [f"| vLLM CPU, {n} in flight | fixed {n}: {mean['fixed']:.2f}/s, p50 {p50['fixed'] * 1000:.0f} ms "
+            f"({len(got['fixed'])} runs) | auto held at {n}: {mean['auto']:.2f}/s (**{mean['auto'] / mean['fixed']:.3f}** x), "
+            f"p50 {p50['auto'] * 1000:.0f} ms; per repetition {', '.join(f'{x:.3f}' for x in pairs)} x |", *rows]
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="shorter runs (a smoke test of the script)")
@@ -363,6 +401,10 @@ def main() -> int:
                    help="only the cost of switching between two fixed limits on real vLLM")
     p.add_argument("--switch-rounds", type=float, nargs="+", default=None,
                    help="with --switching: the rounds between switches, one alternating run each (default 8 2)")
+    p.add_argument("--steady", action="store_true",
+                   help="only fixed N against auto held at N on real vLLM, in turn (the adaptive gate's own cost)")
+    p.add_argument("--steady-limit", type=int, default=64)
+    p.add_argument("--steady-reps", type=int, default=4)
     p.add_argument("--stagger", type=float, default=2.0, help="seconds between the shards' starts")
     p.add_argument("--trace", action="store_true", help="the controller's trials on stderr (medhelm.pacing DEBUG)")
     p.add_argument("--shard-share", type=float, default=0.25,
@@ -384,6 +426,11 @@ def main() -> int:
     args.switch_rounds = tuple(args.switch_rounds or ((8,) if args.quick else (8, 2)))
     args.switch_s, args.switch_warmup = (120, 20) if args.quick else (420, 30)
     print(f"load before: {os.getloadavg()}", flush=True)
+    if args.steady:
+        lines = ["| case | fixed | auto held | |", "|---|---|---|---|", *steady_case(args)]
+        print(f"load after: {os.getloadavg()}")
+        print("\n".join(lines))
+        return 0
     if args.switching:
         lines = ["| case | reference | alternating | |", "|---|---|---|---|", *switching_case(args)]
         print(f"load after: {os.getloadavg()}")
