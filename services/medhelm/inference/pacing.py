@@ -68,10 +68,15 @@ then got under 3 % of the requests). So a Job's shards (``PaceSettings.share`` <
 set ``MEDHELM_SHARD_PARALLELISM``) *drain* at every multiple of ``DRAIN_EVERY_S`` on the wall clock — the one
 clock all pods share (NTP), so clients that never talk drain at the same instant: each quarters its limit until
 requests sent after the cut come back, and takes their median as its base (never raising it). If the latency
-before the drain was over 1.5 x that base, the queue was a shared, standing one (a client alone never keeps
-one: its probes refuse to just queue), and every shard restarts slow start from ``START_LIMIT`` at the same
-moment: they double in step and stop together, at equal limits. A drain that finds no queue makes the next one
-wait ``QUIET_DRAINS`` periods. The coordinator is the server's latency plus the wall clock; nothing of ours runs
+of the requests in flight at the cut (sent by every shard in the same seconds, to the same queue: all judge
+alike) was over 1.5 x that base, the queue was a shared, standing one (a client alone never keeps one: its probes
+refuse to just queue), and every shard restarts slow start from ``START_LIMIT`` at the same moment: they double
+in step and stop together, at equal limits. Every shard drains, however few it has in flight: one that sat out
+would not restart with the others. A drain that finds no queue makes the next one wait for the next multiple of
+``QUIET_DRAINS`` periods (on the wall clock: shards that restarted at different drains meet again). Simulated
+(four shards 1, 2 or 4 s apart, 144 seeds each, counted 60–120 s), the smallest shard got under 15 % in 1.7 % of
+runs, against 5.2 % when each judged its own last window and skipped the drains at 4 in flight or under. The
+coordinator is the server's latency plus the wall clock; nothing of ours runs
 between the shards. A process that is not one of several shards never drains (its solo behaviour is above).
 
 Failure semantics: pacing never fails a request; it only delays its start. The controller never raises: a window it
@@ -102,8 +107,7 @@ AUTO_CEILING = 256
 _CONGESTED_WINDOWS = 64  # requests in flight a run allows at most under ``--max-concurrency auto``
 START_LIMIT = 4
 DRAIN_EVERY_S = 10.0  # wall-clock period of the synchronised drains that measure the base latency
-QUIET_DRAINS = 3  # after a drain that found no shared queue, the next is this many periods on
-DRAIN_FLOOR = 4  # a limit at or under this does not drain (it holds too little of any queue to matter)
+QUIET_DRAINS = 3  # after a drain that found no shared queue, the next is at a multiple of this many periods
 RESTART_QUEUE = 1.5  # a median before the drain over this x the drained one: a standing queue, shared
 PROBE_QUEUE_SHARE = 0.75  # a probe up that grows the median by more than this share of the gain only queued
 # a process alone on its server (no drains) judges each change of limit by the throughput's statistics:
@@ -230,6 +234,7 @@ class AdaptiveLimit:
         self._drain_every = drain_every
         self._drain_epoch = self._epoch()
         self._drain_from = self.limit
+        self._at_cut: list[float] = []  # latencies of the requests in flight at a drain's cut
         # Alone on its server (no drains), a process judges each change of limit by statistics: a trial measures
         # two limits, alternating, until more in flight is shown to pay or shown not to (``_pays``).
         self._solo = drain_every <= 0
@@ -267,13 +272,14 @@ class AdaptiveLimit:
             epoch = self._epoch()
             if epoch > self._drain_epoch:
                 self._drain_epoch = epoch
-                if self.limit > DRAIN_FLOOR:
-                    self._drain()
+                self._drain()
         w = self._window
         now = self._clock()
         if w.skip > 0:
             w.skip -= 1
             w.anchor = now
+            if self.phase == "drain":  # a request in flight at the cut: the queue every shard saw then
+                self._at_cut.append(latency_s)
             return
         if w.anchor is None:
             w.anchor = now
@@ -316,6 +322,7 @@ class AdaptiveLimit:
         """Quarter the limit until requests sent after the cut have come back (their latency is the server's
         with a short queue); ``_decide`` then returns to the limit we left, or restarts slow start."""
         self._drain_from = self.limit
+        self._at_cut = []
         low = max(1, self.limit // 4)
         self.changes += 1
         self.limit, self.phase = low, "drain"
@@ -344,7 +351,12 @@ class AdaptiveLimit:
         x, median = w.throughput(), w.median()
         if self.phase == "drain":  # the latency with the queue drained: a base no older measurement can hide
             self.drains += 1
-            before = self._medians[-1] if self._medians else median
+            # The queue before the drain is judged on the requests that were in flight at the cut: every shard's
+            # were sent in the same seconds to the same queue, so all judge alike. (Each shard's last window ended
+            # at its own moment; judged on it, shards near the bar split, some restarted and some not, and the
+            # ones that restarted alone doubled past the others.)
+            cut = sorted(self._at_cut)
+            before = cut[len(cut) // 2] if cut else self._medians[-1] if self._medians else median
             self._base = median if self._base is None else min(self._base, median)
             if before > RESTART_QUEUE * self._base:
                 # A standing queue the drain revealed: shared, since a client alone never keeps one (its probes
@@ -353,8 +365,11 @@ class AdaptiveLimit:
                 self.restarts += 1
                 self._prev = None
                 self._set(START_LIMIT, "startup")
-            else:  # no shared queue: the next look is QUIET_DRAINS periods on (a drain costs a little throughput)
-                self._drain_epoch += QUIET_DRAINS - 1
+            else:
+                # No shared queue: the next look is at the next multiple of QUIET_DRAINS periods of the wall
+                # clock (a drain costs a little throughput); a multiple, not QUIET_DRAINS periods from this one,
+                # so shards that last restarted at different drains still drain together.
+                self._drain_epoch = (self._drain_epoch // QUIET_DRAINS + 1) * QUIET_DRAINS - 1
                 self._set(self._drain_from, "cruise")
             return
         base = self._base
