@@ -164,7 +164,12 @@ def gateway_case(args) -> list[str]:
     return out
 
 
-def _shard(url, seconds, warmup, tag, q, t0_wall, delay, share):
+def _shard(url, seconds, warmup, tag, q, t0_wall, delay, share, trace=False):
+    if trace:  # each shard's drains and limits on stderr, tagged
+        import logging
+
+        logging.basicConfig(format=f"%(created).1f {tag} %(message)s")
+        logging.getLogger("medhelm.pacing").setLevel(logging.DEBUG)
     time.sleep(max(0.0, t0_wall + delay - time.time()))  # pods of one Job start seconds apart
     q.put(asyncio.run(drive(url, seconds=seconds, warmup=warmup, fixed=None, tag=tag, share=share, t0_wall=t0_wall)))
 
@@ -179,7 +184,8 @@ def shards_case(args) -> list[str]:
         q = ctx.Queue()
         t0 = time.time() + 3.0  # the processes have imported by then
         procs = [ctx.Process(target=_shard, args=(srv.url, args.shard_s, args.shard_s - args.shard_window, f"s{i}",
-                                                  q, t0, i * args.stagger, args.shard_share)) for i in range(4)]
+                                                  q, t0, i * args.stagger, args.shard_share, args.trace))
+                 for i in range(4)]
         for p in procs:
             p.start()
         results = [q.get() for _ in procs]

@@ -96,8 +96,8 @@ def test_shards_judge_the_same_queue_at_a_drain_and_all_take_part():
     """The drains keep shards fair only if they restart together. Each shard judging its own last window (ended at
     its own moment) and shards at 4 in flight or under sitting the drains out split them: some restarted and
     doubled past the others (48 seeds x 3 staggers, counted over the second minute: 10 runs with a shard under 15 %,
-    the worst at 2 %). Judged on the requests in flight at the cut, every shard draining, and quiet drains on the
-    wall clock's multiples of QUIET_DRAINS periods: 2 runs, none under 14 %."""
+    the worst at 2 %). Judged on the requests in flight at the cut as well as the last window, every shard
+    draining, and quiet drains on the wall clock's multiples of QUIET_DRAINS periods: none under 15 %."""
     worst, under = 1.0, 0
     for stagger in (1.0, 2.0, 4.0):
         for seed in range(48):
@@ -105,7 +105,7 @@ def test_shards_judge_the_same_queue_at_a_drain_and_all_take_part():
                                  measure_from=60)
             share = min(s.completions for s in shards) / sum(s.completions for s in shards)
             worst, under = min(worst, share), under + (share < 0.15)
-    assert under <= 3 and worst >= 0.10, (under, worst)
+    assert under <= 2 and worst >= 0.12, (under, worst)
 
 
 def test_a_quiet_drain_waits_for_the_next_multiple_of_the_quiet_periods():

@@ -68,16 +68,19 @@ then got under 3 % of the requests). So a Job's shards (``PaceSettings.share`` <
 set ``MEDHELM_SHARD_PARALLELISM``) *drain* at every multiple of ``DRAIN_EVERY_S`` on the wall clock — the one
 clock all pods share (NTP), so clients that never talk drain at the same instant: each quarters its limit until
 requests sent after the cut come back, and takes their median as its base (never raising it). If the latency
-of the requests in flight at the cut (sent by every shard in the same seconds, to the same queue: all judge
-alike) was over 1.5 x that base, the queue was a shared, standing one (a client alone never keeps one: its probes
+of the requests in flight at the cut (sent by every shard in the same seconds, to the same queue), or the last
+window's median, was over 1.5 x that base, the queue was a shared, standing one (a client alone never keeps one: its probes
 refuse to just queue), and every shard restarts slow start from ``START_LIMIT`` at the same moment: they double
 in step and stop together, at equal limits. Every shard drains, however few it has in flight: one that sat out
 would not restart with the others. A drain that finds no queue makes the next one wait for the next multiple of
 ``QUIET_DRAINS`` periods (on the wall clock: shards that restarted at different drains meet again). Simulated
-(four shards 1, 2 or 4 s apart, 144 seeds each, counted 60–120 s), the smallest shard got under 15 % in 1.7 % of
-runs, against 5.2 % when each judged its own last window and skipped the drains at 4 in flight or under. The
-coordinator is the server's latency plus the wall clock; nothing of ours runs
-between the shards. A process that is not one of several shards never drains (its solo behaviour is above).
+(four shards 1, 2 or 4 s apart, counted 60–120 s or 120–180 s, 576 runs), the smallest shard got under 15 % in
+1.7 % of runs at a server whose service times vary by 10 %, and in 8.3 % at one that serves in lockstep (1 %, as
+the benchmark's mock), against 5.2 % and 10.8 % when each shard judged its own last window and sat the drains out
+at 4 in flight or under; the total fell by half a point to a point (0.97–0.98 x one process at its best). What is
+left: a shard that doubles first after a restart sees no queue yet (the others have not doubled) and goes on
+doubling; doubling at the same wall-clock instants would close that. The coordinator is the server's latency plus
+the wall clock; nothing of ours runs between the shards. A process that is not one of several shards never drains (its solo behaviour is above).
 
 Failure semantics: pacing never fails a request; it only delays its start. The controller never raises: a window it
 cannot judge (no request waited, no rate) changes nothing, a trial that cannot tell ends on a limit it measured, and
@@ -338,6 +341,9 @@ class AdaptiveLimit:
         limit = max(1, min(self.ceiling, limit))
         if limit != self.limit:
             self.changes += 1
+        if log.isEnabledFor(logging.DEBUG) and (limit, phase) != (self.limit, self.phase):
+            log.debug("pacing shard: %d in flight (%s) -> %d (%s); last median %.3g s, base %.3g s", self.limit,
+                      self.phase, limit, phase, self._medians[-1] if self._medians else 0.0, self._base or 0.0)
         if phase == "cruise" and (limit != self._ref_limit or self.phase != "cruise"):
             if limit != self._ref_limit:
                 self._ref.clear()
@@ -351,12 +357,17 @@ class AdaptiveLimit:
         x, median = w.throughput(), w.median()
         if self.phase == "drain":  # the latency with the queue drained: a base no older measurement can hide
             self.drains += 1
-            # The queue before the drain is judged on the requests that were in flight at the cut: every shard's
-            # were sent in the same seconds to the same queue, so all judge alike. (Each shard's last window ended
-            # at its own moment; judged on it, shards near the bar split, some restarted and some not, and the
-            # ones that restarted alone doubled past the others.)
+            # The queue before the drain is judged on the requests that were in flight at the cut (every shard's
+            # were sent in the same seconds to the same queue) and on the last window, whichever shows more: each
+            # shard's last window ended at its own moment, and a server that serves in lockstep lets one shard's
+            # whole round through a queue the others wait in. Judged on the last window alone, shards near the bar
+            # split, some restarted and some not, and the ones that restarted alone doubled past the others.
             cut = sorted(self._at_cut)
-            before = cut[len(cut) // 2] if cut else self._medians[-1] if self._medians else median
+            before = max(cut[len(cut) // 2] if cut else 0.0, self._medians[-1] if self._medians else 0.0) or median
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("pacing shard drain: %d in flight at the cut, median %.3g s; drained %.3g s, base %.3g s: %s",
+                          self._drain_from, before, median, self._base or median,
+                          "restart" if before > RESTART_QUEUE * min(self._base or median, median) else "quiet")
             self._base = median if self._base is None else min(self._base, median)
             if before > RESTART_QUEUE * self._base:
                 # A standing queue the drain revealed: shared, since a client alone never keeps one (its probes
