@@ -16,8 +16,8 @@ import pytest
 from medhelm.devtools.mock_openai import MockOpenAIServer
 from medhelm.errors import ConfigError
 from medhelm.inference import ClientPool, PacingPolicy
-from medhelm.inference.pacing import (QUIET_DRAINS, AdaptiveLimit, Bucket, PaceSettings, Pacer, RateHeaders, _Sample,
-                                      parse_reset, retry_after_seconds)
+from medhelm.inference.pacing import (QUIET_DRAINS, RESYNC_DRAINS, AdaptiveLimit, Bucket, PaceSettings, Pacer,
+                                      RateHeaders, _Sample, parse_reset, retry_after_seconds)
 from medhelm.specs import Deployment, GenerationRequest, Message
 from tests.core.pacing_sim import SWITCH_COST, VLLM_CPU, VLLM_CPU_FAST, VLLM_CPU_QUIET, Clock, p50, simulate
 
@@ -110,22 +110,26 @@ def test_shards_judge_the_same_queue_at_a_drain_and_all_take_part():
 
 def test_a_quiet_drain_waits_for_the_next_multiple_of_the_quiet_periods():
     """After a drain that finds no shared queue, the next is at the next multiple of QUIET_DRAINS periods of the
-    wall clock, whatever drain this one was: shards that restarted at different drains drain together again."""
+    wall clock, whatever drain this one was (shards that restarted at different drains drain together again), and
+    the drain at a multiple of RESYNC_DRAINS periods restarts slow start though it found no queue."""
     clock = Clock(t=0.0)
-    wall = Clock(t=1_000_053.0)  # in period 100_005: the first drain is at 100_006, not a multiple of 3
+    wall = Clock(t=1_000_093.0)  # in period 100_009: the first drain is at 100_010, not a multiple of 3
     limit = AdaptiveLimit(64, start=16, clock=clock, wall=wall, drain_every=10.0)
     limit.phase = "cruise"
-    drained_at = []
-    for period in range(100_006, 100_013):
+    drained_at, restarted_at = [], []
+    for period in range(100_010, 100_015):
         wall.t = period * 10.0 + 0.5
-        before = limit.drains
+        before, restarts = limit.drains, limit.restarts
         for _ in range(16 + 4):  # the requests in flight at the cut, then the measured ones: no queue
             clock.t += 0.01
             limit.completed(0.1)
         if limit.drains > before:
             drained_at.append(period)
-    assert drained_at == [100_006, 100_008, 100_011]  # 3 periods on from the first would be 100_009, 100_012
-    assert QUIET_DRAINS == 3 and limit.limit == 16 and limit.restarts == 0
+        if limit.restarts > restarts:
+            restarted_at.append(period)
+    assert QUIET_DRAINS == 3 and RESYNC_DRAINS == 6
+    assert drained_at == [100_010, 100_011, 100_014]  # 3 periods on from the first would be 100_013
+    assert restarted_at == [100_014] and limit.phase == "startup"  # 100_014 = 6 x 16_669: in step, queue or not
 
 
 def test_drains_fall_on_the_shared_wall_clock_and_only_for_shards():

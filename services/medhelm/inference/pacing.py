@@ -69,18 +69,19 @@ set ``MEDHELM_SHARD_PARALLELISM``) *drain* at every multiple of ``DRAIN_EVERY_S`
 clock all pods share (NTP), so clients that never talk drain at the same instant: each quarters its limit until
 requests sent after the cut come back, and takes their median as its base (never raising it). If the latency
 of the requests in flight at the cut (sent by every shard in the same seconds, to the same queue), or the last
-window's median, was over 1.5 x that base, the queue was a shared, standing one (a client alone never keeps one: its probes
-refuse to just queue), and every shard restarts slow start from ``START_LIMIT`` at the same moment: they double
+window's median, was over 1.5 x that base, the queue was a shared, standing one (a client alone never keeps one:
+its probes refuse to just queue), and every shard restarts slow start from ``START_LIMIT`` at the same moment: they double
 in step and stop together, at equal limits. Every shard drains, however few it has in flight: one that sat out
 would not restart with the others. A drain that finds no queue makes the next one wait for the next multiple of
-``QUIET_DRAINS`` periods (on the wall clock: shards that restarted at different drains meet again). Simulated
-(four shards 1, 2 or 4 s apart, counted 60–120 s or 120–180 s, 576 runs), the smallest shard got under 15 % in
-1.7 % of runs at a server whose service times vary by 10 %, and in 8.3 % at one that serves in lockstep (1 %, as
-the benchmark's mock), against 5.2 % and 10.8 % when each shard judged its own last window and sat the drains out
-at 4 in flight or under; the total fell by half a point to a point (0.97–0.98 x one process at its best). What is
-left: a shard that doubles first after a restart sees no queue yet (the others have not doubled) and goes on
-doubling; doubling at the same wall-clock instants would close that. The coordinator is the server's latency plus
-the wall clock; nothing of ours runs between the shards. A process that is not one of several shards never drains (its solo behaviour is above).
+``QUIET_DRAINS`` periods (on the wall clock: shards that restarted at different drains meet again), and the drain
+at every multiple of ``RESYNC_DRAINS`` periods (a minute) restarts slow start whatever it found: between restarts
+shards drift apart where the server is full but not queueing, with nothing to restart on. Simulated (four shards
+1, 2 or 4 s apart, counted 60–120 s or 120–180 s, 576 runs), the smallest shard got under 15 % in 0.7 % of runs at
+a server whose service times vary by 10 %, and in 3.5 % at one that serves in lockstep (1 %, as the benchmark's
+mock), against 5.2 % and 10.8 % when each shard judged its own last window, sat the drains out at 4 in flight or
+under and restarted only on a queue; the total fell by about a point (0.96–0.97 x one process at its best).
+The coordinator is the server's latency plus the wall clock; nothing of ours runs between the shards. A process
+that is not one of several shards never drains (its solo behaviour is above).
 
 Failure semantics: pacing never fails a request; it only delays its start. The controller never raises: a window it
 cannot judge (no request waited, no rate) changes nothing, a trial that cannot tell ends on a limit it measured, and
@@ -111,6 +112,7 @@ _CONGESTED_WINDOWS = 64  # requests in flight a run allows at most under ``--max
 START_LIMIT = 4
 DRAIN_EVERY_S = 10.0  # wall-clock period of the synchronised drains that measure the base latency
 QUIET_DRAINS = 3  # after a drain that found no shared queue, the next is at a multiple of this many periods
+RESYNC_DRAINS = 6  # the drain at every multiple of this many periods restarts slow start, queue or not (a minute)
 RESTART_QUEUE = 1.5  # a median before the drain over this x the drained one: a standing queue, shared
 PROBE_QUEUE_SHARE = 0.75  # a probe up that grows the median by more than this share of the gain only queued
 # a process alone on its server (no drains) judges each change of limit by the throughput's statistics:
@@ -364,15 +366,20 @@ class AdaptiveLimit:
             # split, some restarted and some not, and the ones that restarted alone doubled past the others.
             cut = sorted(self._at_cut)
             before = max(cut[len(cut) // 2] if cut else 0.0, self._medians[-1] if self._medians else 0.0) or median
+            resync = self._drain_epoch % RESYNC_DRAINS == 0  # every shard drains then (a multiple of QUIET_DRAINS)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("pacing shard drain: %d in flight at the cut, median %.3g s; drained %.3g s, base %.3g s: %s",
                           self._drain_from, before, median, self._base or median,
-                          "restart" if before > RESTART_QUEUE * min(self._base or median, median) else "quiet")
+                          "restart" if resync or before > RESTART_QUEUE * min(self._base or median, median)
+                          else "quiet")
             self._base = median if self._base is None else min(self._base, median)
-            if before > RESTART_QUEUE * self._base:
+            if before > RESTART_QUEUE * self._base or resync:
                 # A standing queue the drain revealed: shared, since a client alone never keeps one (its probes
                 # refuse to just queue). Every client of the server drained at this same instant and saw the same;
                 # all restart slow start from the same limit, double in step and stop together: equal shares.
+                # And once a minute whatever the drain found: between restarts shards drift apart where the server
+                # is full but not queueing (on the real mock one shard sat at 4 in flight and three at 11-12, a
+                # total of 38 at a capacity of 32 and a median 1.1 x the base: nothing to restart on).
                 self.restarts += 1
                 self._prev = None
                 self._set(START_LIMIT, "startup")
