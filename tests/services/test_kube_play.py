@@ -66,7 +66,8 @@ class Cluster:
         path = self.tmp / f"{name}.yaml"
         path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
         self.played.append(path)
-        run("podman", "kube", "play", "--network", self.network, *args, str(path), timeout=300)
+        # --replace: a pod of the same name a killed run left behind (the mock's name is fixed) is taken down first
+        run("podman", "kube", "play", "--replace", "--network", self.network, *args, str(path), timeout=300)
 
     def static_ip(self, host: int) -> str:
         """An address of the network's /24 for ``--ip`` (pods played without one take the low ones)."""
