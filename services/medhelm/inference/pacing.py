@@ -367,13 +367,11 @@ class AdaptiveLimit:
             cut = sorted(self._at_cut)
             before = max(cut[len(cut) // 2] if cut else 0.0, self._medians[-1] if self._medians else 0.0) or median
             resync = self._drain_epoch % RESYNC_DRAINS == 0  # every shard drains then (a multiple of QUIET_DRAINS)
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("pacing shard drain: %d in flight at the cut, median %.3g s; drained %.3g s, base %.3g s: %s",
-                          self._drain_from, before, median, self._base or median,
-                          "restart" if resync or before > RESTART_QUEUE * min(self._base or median, median)
-                          else "quiet")
             self._base = median if self._base is None else min(self._base, median)
-            if before > RESTART_QUEUE * self._base or resync:
+            restart = resync or before > RESTART_QUEUE * self._base
+            log.debug("pacing shard drain: %d in flight at the cut, median %.3g s; drained %.3g s, base %.3g s: %s",
+                      self._drain_from, before, median, self._base, "restart" if restart else "quiet")
+            if restart:
                 # A standing queue the drain revealed: shared, since a client alone never keeps one (its probes
                 # refuse to just queue). Every client of the server drained at this same instant and saw the same;
                 # all restart slow start from the same limit, double in step and stop together: equal shares.
