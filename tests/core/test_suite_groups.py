@@ -1,7 +1,7 @@
 """The suite's xdist groups are really applied: what tests/conftest.py puts in one group runs on one worker.
 
 scripts/test.sh runs the full suite on pytest-xdist workers with ``--dist loadgroup``; every podman test must run
-on one worker (they share one image store and fixed pod names such as ``mock-openai``), every engines test on one.
+on one worker (they share one image store and the machine's few cores), every engines test on one.
 Twice the grouping was silently not applied (a worker's config says dist "no"; pytest 9.2's node ids drop
 xdist's group suffix) and the podman tests collided only at the end of a 30-minute run. This runs a small suite
 through the same hook, on two real workers, and reads which worker ran what."""

@@ -29,9 +29,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(2400)
 
 ROWS, SHARDS = 12, 2
 JURY = "  - name: jury_score\n    rubric: aci_bench\n    judges:\n      - {name: mock/judge, model_name: test/judge}\n"
-DEPLOYMENTS = "model_deployments:\n" + "".join(
-    f"  - name: mock/{n}\n    model_name: test/{n}\n    kind: openai\n    base_url: http://mock-openai:8000/v1\n"
-    f"    served_model_name: {n}\n    max_sequence_length: 2048\n" for n in ("svc-model", "judge"))
+def mock_host(cluster: "Cluster") -> str:
+    """The mock model server's pod: named for the release (pod names are one namespace per machine: two runs at
+    once would clash on a fixed one), reached by that name on the release's network."""
+    return f"{cluster.release}-mock"
+
+
+def deployments(cluster: "Cluster") -> str:
+    """The deployments file the chart's ``modelDeployments`` carries: a candidate and a judge on the mock."""
+    return "model_deployments:\n" + "".join(
+        f"  - name: mock/{n}\n    model_name: test/{n}\n    kind: openai\n"
+        f"    base_url: http://{mock_host(cluster)}:8000/v1\n"
+        f"    served_model_name: {n}\n    max_sequence_length: 2048\n" for n in ("svc-model", "judge"))
 
 
 def _selects(selector: dict, labels: dict) -> bool:
@@ -66,7 +75,7 @@ class Cluster:
         path = self.tmp / f"{name}.yaml"
         path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
         self.played.append(path)
-        # --replace: a pod of the same name a killed run left behind (the mock's name is fixed) is taken down first
+        # --replace: a pod of the same name a killed run of the same process id left behind is taken down first
         run("podman", "kube", "play", "--replace", "--network", self.network, *args, str(path), timeout=300)
 
     def static_ip(self, host: int) -> str:
@@ -153,7 +162,7 @@ def play_services(cluster: Cluster, by_kind: dict[str, list[dict]],
     container's ``probes`` from the host against its pod's IP (the kubelet's view). -> Deployment name: IP.
     ``static_ips``: each pod at a fixed address, kept when its container is killed and started again (podman
     stops a played pod's network with its last container), as a Service's address outlives its pods."""
-    mock = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mock-openai"}, "spec": {
+    mock = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": mock_host(cluster)}, "spec": {
         "containers": [{"name": "server", "image": IMAGE, "command": ["python", "-m", "medhelm.devtools.mock_openai"],
                         "args": ["--host", "0.0.0.0", "--port", "8000", "--latency-ms", str(mock_latency_ms)],
                         "securityContext": {"runAsUser": 10001, "readOnlyRootFilesystem": True}}]}}
@@ -232,7 +241,7 @@ def test_chart_workloads_come_up_and_a_job_shard_writes_records(mode, image, clu
         "image": {"repository": IMAGE.rsplit(":", 1)[0], "tag": IMAGE.rsplit(":", 1)[1], "pullPolicy": "Never"},
         "dashboard": {"image": {"repository": DASHBOARD_IMAGE.rsplit(":", 1)[0],
                                 "tag": DASHBOARD_IMAGE.rsplit(":", 1)[1]}},
-        "modelDeployments": DEPLOYMENTS,
+        "modelDeployments": deployments(cluster),
         "job": {"enabled": True, "suite": "kp", "completions": SHARDS, "parallelism": SHARDS, "maxConcurrency": 2,
                 "runEntries": ["medhelm_configurable_benchmark:model=test/svc-model,config_path=/data/bench/bench.yaml"]},
     }

@@ -27,7 +27,7 @@ import pytest
 
 from medhelm.devtools.fixtures import write_configurable_benchmark
 from tests.services.podman import IMAGE, run
-from tests.services.test_kube_play import (DEPLOYMENTS, JURY, Cluster, _probe, _render, by_kind_of,
+from tests.services.test_kube_play import (JURY, Cluster, _probe, _render, by_kind_of, deployments,
                                            indexed_pods, play_services, seed_volume, service_aliases)
 
 pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(3000)]
@@ -148,7 +148,7 @@ def test_ten_rounds_of_service_and_shard_kills_in_kube_play(images, cluster, hel
     values = {  # the slim image by digest: what image.digest renders (repository@sha256:...)
         "image": {"repository": IMAGE.rsplit(":", 1)[0], "digest": service["digest"], "pullPolicy": "Never"},
         "dashboard": {"enabled": False},
-        "modelDeployments": DEPLOYMENTS,
+        "modelDeployments": deployments(cluster),
         "job": {"enabled": True, "suite": SUITE, "completions": SHARDS, "parallelism": SHARDS, "maxConcurrency": 2,
                 "runEntries": ["medhelm_configurable_benchmark:model=test/svc-model,config_path=/data/bench/bench.yaml"]},
     }

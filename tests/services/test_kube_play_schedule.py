@@ -18,7 +18,7 @@ import pytest
 
 from medhelm.devtools.fixtures import write_configurable_benchmark
 from tests.services.podman import IMAGE, run
-from tests.services.test_kube_play import (DEPLOYMENTS, JURY, Cluster, _render, by_kind_of, indexed_pods,
+from tests.services.test_kube_play import (JURY, Cluster, _render, by_kind_of, deployments, indexed_pods,
                                            play_services, seed_volume, service_aliases)
 
 pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(2400)]
@@ -43,7 +43,7 @@ def test_cronjob_pod_spec_runs_a_scheduled_cycle(image, cluster, helm_bin, repo_
     cfg.write_text(cfg.read_text() + JURY)
     values = {
         "image": {"repository": IMAGE.rsplit(":", 1)[0], "tag": IMAGE.rsplit(":", 1)[1], "pullPolicy": "Never"},
-        "modelDeployments": DEPLOYMENTS,
+        "modelDeployments": deployments(cluster),
         "dashboard": {"enabled": False},
         "schedules": [{"name": "kp", "schedule": "30 0 * * *", "timeZone": "Europe/Berlin", "shards": SHARDS,
                        "maxConcurrency": 2, "runEntries": [
