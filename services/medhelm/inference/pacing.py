@@ -86,7 +86,10 @@ a server whose service times vary by 10 %, and in 3.5 % at one that serves in lo
 mock), against 5.2 % and 10.8 % when each shard judged its own last window, sat the drains out at 4 in flight or
 under and restarted only on a queue; the total fell by about a point (0.96–0.97 x one process at its best).
 The coordinator is the server's latency plus the wall clock; nothing of ours runs between the shards. A process
-that is not one of several shards never drains (its solo behaviour is above).
+that is not one of several shards never drains (its solo behaviour is above). Known short: against a batching
+server (vLLM) a latency that grows with what the server holds looks like a shared queue at every drain, so shards
+restart every 10 s and stop slow start on latency; simulated on CPU vLLM four shards get 0.77 x one process, fair
+among themselves (docs/observability.md says what to set meanwhile).
 
 Failure semantics: pacing never fails a request; it only delays its start. The controller never raises: a window it
 cannot judge (no request waited, no rate) changes nothing, a trial that cannot tell ends on a limit it measured, and
