@@ -100,9 +100,18 @@ def check(model: type[M], data: Any, *, path: str | Path | None, doc: YamlDoc | 
         errors = err.errors(include_url=False, include_input=False)
         # a misspelt key is reported as "unknown" and its right spelling as "missing": the first says more
         first = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
-        loc = tuple(p for p in (*prefix, *first["loc"]) if p != "[key]")
+        placed = _placed(data, first["loc"])
+        loc = tuple(p for p in (*prefix, *first["loc"][:placed]) if p != "[key]")
         line = doc.line(*loc) if doc is not None and loc else None
         message = _message(first)
+        if placed < len(first["loc"]):
+            # A value that fits no member of a union (``max_concurrency: sometimes`` against an integer or
+            # "auto"): pydantic reports each member under a tag of its own (``constrained-int``,
+            # ``literal['auto']``) that names no field; the field is where the value is, and the message lists
+            # what every member wanted.
+            wanted = dict.fromkeys(_predicate(_message(e)) for e in errors
+                                   if tuple(e["loc"][:placed]) == tuple(first["loc"][:placed]))
+            message = "must be " + " or ".join(wanted)
         if first.get("type") == "extra_forbidden":
             allowed = _allowed_keys(model, tuple(p for p in first["loc"] if p != "[key]")[:-1])
             if allowed:
@@ -146,6 +155,32 @@ def _unwrap(kind: Any) -> Any:
             kind = args[0]
         else:
             return kind
+
+
+def _placed(data: Any, loc: tuple[Any, ...]) -> int:
+    """How many leading parts of an error's ``loc`` are places in ``data``: past a scalar, the rest are the tags
+    pydantic gives a union's members. (A key missing from a mapping is still a place: the field to add.)"""
+    node = data
+    for i, part in enumerate(loc):
+        if part == "[key]":  # the error is in the key itself (the place named before it)
+            continue
+        if isinstance(node, Mapping):
+            node = node.get(part)
+        elif isinstance(node, (list, tuple)) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif node is not None and not isinstance(node, (list, tuple)):
+            return i
+        else:
+            return len(loc)
+    return len(loc)
+
+
+def _predicate(message: str) -> str:
+    """"must be an integer" -> "an integer"; "input should be 'auto'" -> "'auto'" (to join a union's members)."""
+    for lead in ("must be ", "input should be "):
+        if message.startswith(lead):
+            return message[len(lead):]
+    return message
 
 
 def _field(loc: tuple[Any, ...]) -> str:

@@ -93,6 +93,21 @@ def test_bad_deployment_file_names_file_and_field(tmp_path, body, field):
         assert f"'{field}'" in msg
 
 
+@pytest.mark.parametrize("value,wanted", [("ZQX-PATIENT-7731", "must be an integer or 'auto'"),
+                                          ("0", "must be greater than 0 or 'auto'")])
+def test_a_value_that_fits_no_member_of_a_union_names_its_field_and_what_each_wanted(tmp_path, value, wanted):
+    """``max_concurrency`` is an integer or ``auto``: pydantic reports each member under a tag of its own
+    (``constrained-int``, ``literal['auto']``), which named no field the user wrote and told only of the integer."""
+    (tmp_path / "model_deployments.yaml").write_text(
+        "model_deployments:\n  - name: a\n    model_name: m\n    kind: openai\n    base_url: http://x\n"
+        f"    max_concurrency: {value}\n")
+    with pytest.raises(ConfigError) as err:
+        DeploymentRegistry.load(tmp_path)
+    msg = str(err.value)
+    assert msg.endswith(f"model_deployments.yaml:6: field 'model_deployments[0].max_concurrency': {wanted}"), msg
+    assert "ZQX-PATIENT" not in msg and "constrained" not in msg
+
+
 @pytest.mark.parametrize("options,field,line", [
     ('{headers: {X-Team: "qa\\r\\nX-Injected: ZQX-PATIENT-7731"}}', "options.headers.X-Team", 5),
     ('{headers: {"Bad ZQX-PATIENT-7731": "v"}}', "options.headers[0]", 5),
