@@ -190,11 +190,11 @@ def shards_case(args) -> list[str]:
         return asyncio.run(drive(srv.url, seconds=args.shard_window + 5, warmup=5, fixed=32))["throughput"]
 
     rows = []
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
     try:
         refs = [reference()]
         for _ in range(args.shard_reps):
-            ctx = mp.get_context("spawn")
-            q = ctx.Queue()
             t0 = time.time() + 3.0  # the processes have imported by then
             procs = [ctx.Process(target=_shard, args=(srv.url, args.shard_s, args.shard_s - args.shard_window,
                                                       f"s{i}", q, t0, i * args.stagger, args.shard_share, args.trace))

@@ -67,29 +67,29 @@ window's median latency is over ``latency_tolerance`` (3) x the lowest median se
 window until the median is back under 1.5 x the base. Every shard sees the same latency and applies the same rule, so
 they back off together and settle on shares of the server without a coordinator.
 
-That rule is fair only if every client knows the same base latency, and a shard that joins a server already
-queueing takes the queue for the base (pods of one Job start seconds apart; simulated, the shard that came first
-then got under 3 % of the requests). So a Job's shards (``PaceSettings.share`` < 1: the chart and ``k8s submit``
-set ``MEDHELM_SHARD_PARALLELISM``) *drain* at every multiple of ``DRAIN_EVERY_S`` on the wall clock — the one
-clock all pods share (NTP), so clients that never talk drain at the same instant: each quarters its limit until
-requests sent after the cut come back, and takes their median as its base (never raising it). If the latency
-of the requests in flight at the cut (sent by every shard in the same seconds, to the same queue), or the last
-window's median, was over 1.5 x that base, the queue was a shared, standing one (a client alone never keeps one:
-its probes refuse to just queue), and every shard restarts slow start from ``START_LIMIT`` at the same moment: they double
-in step and stop together, at equal limits. Every shard drains, however few it has in flight: one that sat out
-would not restart with the others. A drain that finds no queue makes the next one wait for the next multiple of
-``QUIET_DRAINS`` periods (on the wall clock: shards that restarted at different drains meet again), and the drain
-at every multiple of ``RESYNC_DRAINS`` periods (a minute) restarts slow start whatever it found: between restarts
-shards drift apart where the server is full but not queueing, with nothing to restart on. Simulated (four shards
-1, 2 or 4 s apart, counted 60–120 s or 120–180 s, 576 runs), the smallest shard got under 15 % in 0.7 % of runs at
-a server whose service times vary by 10 %, and in 3.5 % at one that serves in lockstep (1 %, as the benchmark's
-mock), against 5.2 % and 10.8 % when each shard judged its own last window, sat the drains out at 4 in flight or
-under and restarted only on a queue; the total fell by about a point (0.96–0.97 x one process at its best).
-The coordinator is the server's latency plus the wall clock; nothing of ours runs between the shards. A process
-that is not one of several shards never drains (its solo behaviour is above). Known short: against a batching
-server (vLLM) a latency that grows with what the server holds looks like a shared queue at every drain, so shards
-restart every 10 s and stop slow start on latency; simulated on CPU vLLM four shards get 0.77 x one process, fair
-among themselves (docs/observability.md says what to set meanwhile).
+That rule is fair only if every client knows the same base latency, and a shard that joins a server already queueing
+takes the queue for the base (pods of one Job start seconds apart; simulated, the shard that came first then got
+under 3 % of the requests). So a Job's shards (``PaceSettings.share`` < 1: the chart and ``k8s submit`` set
+``MEDHELM_SHARD_PARALLELISM``) *drain* at every multiple of ``DRAIN_EVERY_S`` on the wall clock — the one clock all
+pods share (NTP), so clients that never talk drain at the same instant: each quarters its limit until requests sent
+after the cut come back, and takes their median as its base (never raising it). If the latency of the requests in
+flight at the cut (sent by every shard in the same seconds, to the same queue), or the last window's median, was over
+1.5 x that base, the queue was a shared, standing one (a client alone never keeps one: its probes refuse to just
+queue), and every shard restarts slow start from ``START_LIMIT`` at the same moment: they double in step and stop
+together, at equal limits. Every shard drains, however few it has in flight: one that sat out would not restart with
+the others. A drain that finds no queue makes the next one wait for the next multiple of ``QUIET_DRAINS`` periods (on
+the wall clock: shards that restarted at different drains meet again), and the drain at every multiple of
+``RESYNC_DRAINS`` periods (a minute) restarts slow start whatever it found: between restarts shards drift apart where
+the server is full but not queueing, with nothing to restart on. Simulated (four shards 1, 2 or 4 s apart, counted
+60–120 s or 120–180 s, 576 runs), the smallest shard got under 15 % in 0.7 % of runs at a server whose service times
+vary by 10 %, and in 3.5 % at one that serves in lockstep (1 %, as the benchmark's mock), against 5.2 % and 10.8 %
+when each shard judged its own last window, sat the drains out at 4 in flight or under and restarted only on a queue;
+the total fell by about a point (0.96–0.97 x one process at its best). The coordinator is the server's latency plus
+the wall clock; nothing of ours runs between the shards. A process that is not one of several shards never drains
+(its solo behaviour is above). Known short: against a batching server (vLLM) a latency that grows with what the
+server holds looks like a shared queue at every drain, so shards restart every 10 s and stop slow start on latency;
+simulated on CPU vLLM four shards get 0.77 x one process, fair among themselves (docs/observability.md says what to
+set meanwhile).
 
 Failure semantics: pacing never fails a request; it only delays its start. The controller never raises: a window it
 cannot judge (no request waited, no rate) changes nothing, a trial that cannot tell ends on a limit it measured, and
@@ -243,7 +243,7 @@ class AdaptiveLimit:
         self._down_refused: int | None = None  # the limit at which the last probe down lost throughput
         self._probe_from = self.limit  # the limit a probe started from (it returns there when refused)
         self._backoff = 1  # a refused probe up is followed by a probe down once in this many (PROBE_BACKOFF)
-        self._ups_refused = 0
+        self._ups_refused = 0  # refused probes up since the last probe down
         # Drains happen at multiples of ``drain_every`` seconds of the wall clock, the one clock every process of a
         # cluster shares (NTP): all clients of a server drain together (see the module docstring).
         self._wall = wall or (time.time if clock is time.monotonic else clock)
@@ -361,7 +361,7 @@ class AdaptiveLimit:
             if limit != self._ref_limit:
                 self._ref.clear()
                 self._ref_med.clear()
-                self._backoff = 1
+                self._end_backoff()
             self._ref_limit = limit
             self._cruising = 0
         self.limit, self.phase = limit, phase
@@ -392,7 +392,7 @@ class AdaptiveLimit:
                 # total of 38 at a capacity of 32 and a median 1.1 x the base: nothing to restart on).
                 self.restarts += 1
                 self._prev = None
-                self._backoff = 1
+                self._end_backoff()
                 self._set(START_LIMIT, "startup")
             else:
                 # No shared queue: the next look is at the next multiple of QUIET_DRAINS periods of the wall
@@ -667,6 +667,10 @@ class AdaptiveLimit:
         if gain + Z * se < need:
             return False
         return None
+
+    def _end_backoff(self) -> None:
+        """A new limit, or slow start again: the next refused probe up is followed by a probe down."""
+        self._backoff, self._ups_refused = 1, 0
 
     def _probe_down(self) -> None:
         down = max(1, min(self.limit - 1, math.floor(self.limit * 0.8)))
