@@ -165,14 +165,15 @@ def gateway_case(args) -> list[str]:
     return out
 
 
-def _shard(url, seconds, warmup, tag, q, t0_wall, delay, share, trace=False):
+def _shard(url, seconds, warmup, tag, q, t0_wall, delay, share, trace=False, served=None):
     if trace:  # each shard's drains and limits on stderr, tagged
         import logging
 
         logging.basicConfig(format=f"%(created).1f {tag} %(message)s")
         logging.getLogger("medhelm.pacing").setLevel(logging.DEBUG)
     time.sleep(max(0.0, t0_wall + delay - time.time()))  # pods of one Job start seconds apart
-    q.put(asyncio.run(drive(url, seconds=seconds, warmup=warmup, fixed=None, tag=tag, share=share, t0_wall=t0_wall)))
+    q.put(asyncio.run(drive(url, seconds=seconds, warmup=warmup, fixed=None, tag=tag, share=share, t0_wall=t0_wall,
+                            **(served or {}))))
 
 
 def shards_case(args) -> list[str]:
@@ -183,39 +184,49 @@ def shards_case(args) -> list[str]:
     The reference is one process at fixed 32 (the best fixed setting at a capacity of 32) counted over as many
     seconds as the shards are, measured before the first run and after each: a run is compared with the mean of
     the two around it (a count over 10 s of a server that answers in rounds of 0.2 s is a round, 2 %, high or low
-    by where it cuts; a drift of the machine's speed moves the two alike and cancels in the mean)."""
-    srv = Server(latency_s=args.service_ms / 1000, capacity=32)
+    by where it cuts; a drift of the machine's speed moves the two alike and cancels in the mean).
 
+    With ``--vllm`` the server is real vLLM (scripts/engines.sh) and the reference one process at fixed 64 (the best
+    fixed setting on this machine: docs/benchmarks.md), counted 240-420 s: a batching server, whose latency grows
+    with what it holds."""
+    if args.vllm:
+        with real_vllm() as url:
+            return _shard_runs(args, url, 64, "vLLM CPU", dict(served="smollm2-135m", max_tokens=16))
+    srv = Server(latency_s=args.service_ms / 1000, capacity=32)
+    try:
+        return _shard_runs(args, srv.url, 32, "capacity 32", {})
+    finally:
+        srv.close()
+
+
+def _shard_runs(args, url: str, best: int, label: str, served: dict) -> list[str]:
     def reference() -> float:
-        return asyncio.run(drive(srv.url, seconds=args.shard_window + 5, warmup=5, fixed=32))["throughput"]
+        return asyncio.run(drive(url, seconds=args.shard_window + 5, warmup=5, fixed=best, **served))["throughput"]
 
     rows = []
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    try:
-        refs = [reference()]
-        for _ in range(args.shard_reps):
-            t0 = time.time() + 3.0  # the processes have imported by then
-            procs = [ctx.Process(target=_shard, args=(srv.url, args.shard_s, args.shard_s - args.shard_window,
-                                                      f"s{i}", q, t0, i * args.stagger, args.shard_share, args.trace))
-                     for i in range(4)]
-            for p in procs:
-                p.start()
-            results = [q.get() for _ in procs]
-            for p in procs:
-                p.join()
-            refs.append(reference())
-            one = (refs[-2] + refs[-1]) / 2
-            total = sum(r["throughput"] for r in results)
-            shares = [r["throughput"] / total for r in results]
-            rows.append(f"| 4 shards {args.stagger:g} s apart (share {args.shard_share:g}), capacity 32, seconds "
-                        f"{args.shard_s - args.shard_window:g}–{args.shard_s:g} | one process at fixed 32, "
-                        f"{args.shard_window:g} s before and after: {refs[-2]:.1f} and {refs[-1]:.1f}/s | total "
-                        f"{total:.1f}/s (**{total / one:.3f}** x) | shares "
-                        + ", ".join(f"{s:.1%}" for s in shares) + f" (min **{min(shares):.1%}**) |")
-            print(rows[-1], file=sys.stderr, flush=True)  # a long series shows its progress
-    finally:
-        srv.close()
+    refs = [reference()]
+    for _ in range(args.shard_reps):
+        t0 = time.time() + 3.0  # the processes have imported by then
+        procs = [ctx.Process(target=_shard, args=(url, args.shard_s, args.shard_s - args.shard_window, f"s{i}", q,
+                                                  t0, i * args.stagger, args.shard_share, args.trace, served))
+                 for i in range(4)]
+        for p in procs:
+            p.start()
+        results = [q.get() for _ in procs]
+        for p in procs:
+            p.join()
+        refs.append(reference())
+        one = (refs[-2] + refs[-1]) / 2
+        total = sum(r["throughput"] for r in results)
+        shares = [r["throughput"] / total for r in results]
+        rows.append(f"| 4 shards {args.stagger:g} s apart (share {args.shard_share:g}), {label}, seconds "
+                    f"{args.shard_s - args.shard_window:g}–{args.shard_s:g} | one process at fixed {best}, "
+                    f"{args.shard_window:g} s before and after: {refs[-2]:.2f} and {refs[-1]:.2f}/s | total "
+                    f"{total:.2f}/s (**{total / one:.3f}** x) | shares "
+                    + ", ".join(f"{s:.1%}" for s in shares) + f" (min **{min(shares):.1%}**) |")
+        print(rows[-1], file=sys.stderr, flush=True)  # a long series shows its progress
     return rows
 
 
@@ -420,7 +431,7 @@ def main() -> int:
     p.add_argument("--service-ms", type=float, default=200.0)
     p.add_argument("--rpm", type=int, default=1200)
     p.add_argument("--vllm", action="store_true", help="only the real vLLM case (engines from scripts/engines.sh)")
-    p.add_argument("--shards", action="store_true", help="only the four-shard case")
+    p.add_argument("--shards", action="store_true", help="only the four-shard case (with --vllm: against real vLLM)")
     p.add_argument("--switching", action="store_true",
                    help="only the cost of switching between two fixed limits on real vLLM")
     p.add_argument("--switch-rounds", type=float, nargs="+", default=None,
@@ -443,6 +454,8 @@ def main() -> int:
     args.sweep_s, args.auto_s, args.warmup = (6, 20, 10) if args.quick else (15, 60, 30)
     args.gateway_s, args.gateway_warmup = (30, 10) if args.quick else (120, 60)
     args.shard_s, args.shard_window = (40, 20) if args.quick else (120, 60)
+    if args.shards and args.vllm:  # a batching server: slow start takes minutes (count 240-420 s, as auto alone)
+        args.shard_s, args.shard_window = (150, 60) if args.quick else (420, 180)
     args.vllm_fixed, args.vllm_fixed_s = ((16, 64), 45) if args.quick else ((16, 32, 64), 90)
     # auto counted from 240 s to 600 s, and (the count up to session 12) to 420 s
     args.vllm_auto_s, args.vllm_warmup, args.vllm_early_s = (120, 60, 90) if args.quick else (600, 240, 420)
@@ -461,13 +474,13 @@ def main() -> int:
         print(f"load after: {os.getloadavg()}")
         print("\n".join(lines))
         return 0
-    if args.vllm:
-        lines = ["| case | reference | auto | |", "|---|---|---|---|", *vllm_case(args)]
+    if args.shards:  # with --vllm: the shards against real vLLM
+        lines = ["| case | reference | auto | fairness |", "|---|---|---|---|", *shards_case(args)]
         print(f"load after: {os.getloadavg()}")
         print("\n".join(lines))
         return 0
-    if args.shards:
-        lines = ["| case | reference | auto | fairness |", "|---|---|---|---|", *shards_case(args)]
+    if args.vllm:
+        lines = ["| case | reference | auto | |", "|---|---|---|---|", *vllm_case(args)]
         print(f"load after: {os.getloadavg()}")
         print("\n".join(lines))
         return 0

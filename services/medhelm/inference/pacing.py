@@ -122,7 +122,8 @@ DRAIN_EVERY_S = 10.0  # wall-clock period of the synchronised drains that measur
 QUIET_DRAINS = 3  # after a drain that found no shared queue, the next is at a multiple of this many periods
 RESYNC_DRAINS = 6  # the drain at every multiple of this many periods restarts slow start, queue or not (a minute)
 PROBE_BACKOFF = 8  # shards: after refused probes down, one probe down per this many refused probes up at most
-RESTART_QUEUE = 1.5  # a median before the drain over this x the drained one: a standing queue, shared
+RESTART_QUEUE = 1.4  # a median before the drain over this x the drained one: a standing queue, shared
+DRAIN_DIVISOR = 2  # a drain divides the limit by this (halves: a quarter cost a batching server half its rate)
 PROBE_QUEUE_SHARE = 0.75  # a probe up that grows the median by more than this share of the gain only queued
 # a process alone on its server (no drains) judges each change of limit by the throughput's statistics:
 MIN_GAIN = 0.03  # more in flight must pay at least this much more throughput per doubling of the limit ...
@@ -288,7 +289,10 @@ class AdaptiveLimit:
             epoch = self._epoch()
             if epoch > self._drain_epoch:
                 self._drain_epoch = epoch
-                self._drain()
+                # Slow start is not interrupted but by the resync (every shard drains and restarts then): a drain
+                # cut every window short on a server slower than its period (vLLM on CPU: no shard got past 4).
+                if self.phase != "startup" or epoch % RESYNC_DRAINS == 0:
+                    self._drain()
         w = self._window
         now = self._clock()
         if w.skip > 0:
@@ -335,11 +339,11 @@ class AdaptiveLimit:
         return math.floor(self._wall() / self._drain_every) if self._drain_every > 0 else 0
 
     def _drain(self) -> None:
-        """Quarter the limit until requests sent after the cut have come back (their latency is the server's
+        """Halve the limit until requests sent after the cut have come back (their latency is the server's
         with a short queue); ``_decide`` then returns to the limit we left, or restarts slow start."""
         self._drain_from = self.limit
         self._at_cut = []
-        low = max(1, self.limit // 4)
+        low = max(1, self.limit // DRAIN_DIVISOR)
         self.changes += 1
         self.limit, self.phase = low, "drain"
         # the requests in flight at the cut (up to the old limit) come back first; measure the ones after them
