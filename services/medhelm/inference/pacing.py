@@ -89,8 +89,8 @@ shard judged its own last window, sat the drains out at 4 in flight or under and
 0.976–0.978 x one process at its best. The coordinator is the server's latency plus the wall clock; nothing of ours runs
 between the shards. A process that is not one of several shards never drains (its solo behaviour is above). Known short:
 against a batching server (vLLM) a latency that grows with what the server holds looks like a shared queue at every
-drain, so shards restart every 10 s, fair but short of one process: real vLLM on CPU, four shards 0.91–0.92 x one
-process at fixed 64 (smallest share 19–20 %); simulated, 0.73–0.83 x (0.61–0.77 x quartering). Letting slow start run
+drain, so shards restart every 10 s, fair but short of one process: real vLLM on CPU, four shards 0.91–0.95 x one
+process at fixed 64 (smallest share 18–20 %); simulated, 0.73–0.83 x (0.61–0.77 x quartering). Letting slow start run
 through the drains got 1.006 x on real vLLM but a shard at 10.5 % (each shard's drained base differed, 0.3–1.0 s, so
 they restarted at different drains), so it is not done (docs/observability.md says what to set meanwhile).
 
