@@ -108,6 +108,23 @@ def test_shards_judge_the_same_queue_at_a_drain_and_all_take_part():
     assert under <= 2 and worst >= 0.12, (under, worst)
 
 
+@pytest.mark.parametrize("capacity,clients", [(16, 4), (64, 4), (128, 4), (32, 2), (32, 8)])
+def test_shards_stay_fair_at_servers_smaller_and_larger_than_the_benchmarks(capacity, clients):
+    """The benchmark's server holds 32 and its Job has 4 shards; a hospital's predictor holds 16 or 256 and its Job
+    has 2 or 8. After a restart (or any cut) the requests in flight at the old limit still come back: a window that
+    skipped only the new limit's worth counted them, measured 4-6x the true rate at 8 in flight, and the next
+    doubling "did not pay", so that shard stopped at 8 while the others doubled on. At 128 workers one shard of four
+    then got under 60 % of a fair share in 21-24 runs of 24 (at 64, 9-14). Skipping the old limit's requests, and
+    restarting at 8: every shard >= 60 % of a fair share, and the total >= 95 % of one process at its best."""
+    one, _ = simulate(capacity=capacity, fixed=capacity, service_s=0.2, seconds=120, measure_from=60)
+    for seed in range(3):
+        shards, _ = simulate(capacity=capacity, clients=clients, seed=seed, stagger_s=2.0, service_s=0.2,
+                             seconds=120, measure_from=60)
+        total = sum(s.completions for s in shards)
+        assert min(s.completions for s in shards) >= 0.6 * total / clients, (seed, [s.completions for s in shards])
+        assert total >= 0.95 * one[0].completions, seed
+
+
 def test_a_quiet_drain_waits_for_the_next_multiple_of_the_quiet_periods():
     """After a drain that finds no shared queue, the next is at the next multiple of QUIET_DRAINS periods of the
     wall clock, whatever drain this one was (shards that restarted at different drains drain together again), and
@@ -190,7 +207,7 @@ def test_drains_fall_on_the_shared_wall_clock_and_only_for_shards():
     assert solo.adaptive._drain_every == 0 and shard.adaptive._drain_every > 0
 
 
-@pytest.mark.parametrize("profile,floor", [(VLLM_CPU, 0.80), (VLLM_CPU_QUIET, 0.70), (VLLM_CPU_FAST, 0.79)],
+@pytest.mark.parametrize("profile,floor", [(VLLM_CPU, 0.88), (VLLM_CPU_QUIET, 0.85), (VLLM_CPU_FAST, 0.90)],
                          ids=["loaded", "quiet", "fast"])
 def test_shards_against_a_batching_server_stay_fair_and_keep_more_of_it(profile, floor):
     """Four shards 2 s apart against one vLLM (the simulation's three CPU profiles), counted 240-600 s, against one
@@ -198,8 +215,9 @@ def test_shards_against_a_batching_server_stay_fair_and_keep_more_of_it(profile,
     one (a batching server's latency grows with what it holds), so every shard restarts at every drain, in step:
     fair (the smallest share 24 %), and what a drain costs is what they lose. Quartering the limits at a drain
     left a quarter of the load, half of vLLM's rate: 0.76 / 0.61 / 0.77 x (8 seeds each); halving: 0.83 / 0.73 /
-    0.81 x. (Letting slow start run through the drains got 0.91-0.93 x here but a shard 10.5 % on real vLLM: the
-    shards' drained bases diverged and they restarted at different drains.)"""
+    0.81 x; and restarting at 8 with the old limit's requests skipped: 0.91 / 0.88 / 0.93 x. (Letting slow start
+    run through the drains got 0.91-0.93 x here but a shard 10.5 % on real vLLM: the shards' drained bases diverged
+    and they restarted at different drains.)"""
     best = max(simulate(batching=profile, fixed=k, seconds=600, measure_from=240)[0][0].completions
                for k in (16, 32, 64))
     totals, shares = [], []
