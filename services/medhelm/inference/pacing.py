@@ -68,31 +68,38 @@ window until the median is back under 1.5 x the base. Every shard sees the same 
 they back off together and settle on shares of the server without a coordinator.
 
 That rule is fair only if every client knows the same base latency, and a shard that joins a server already queueing
-takes the queue for the base (pods of one Job start seconds apart; simulated, the shard that came first then got under
-3 % of the requests). So a Job's shards (``PaceSettings.share`` < 1: the chart and ``k8s submit`` set
+takes the queue for the base (pods of one Job start seconds apart; simulated, the shard that came first then got under 3
+% of the requests). So a Job's shards (``PaceSettings.share`` < 1: the chart and ``k8s submit`` set
 ``MEDHELM_SHARD_PARALLELISM``) *drain* at every multiple of ``DRAIN_EVERY_S`` on the wall clock — the one clock all pods
 share (NTP), so clients that never talk drain at the same instant: each halves its limit until requests sent after the
 cut come back, and takes their median as its base (never raising it). If the latency of the requests in flight at the
 cut (sent by every shard in the same seconds, to the same queue), or the last window's median, was over
 ``RESTART_QUEUE`` (1.4) x that base, the queue was a shared, standing one (a client alone never keeps one: its probes
-refuse to just queue), and every shard restarts slow start from ``START_LIMIT`` at the same moment: they double in step
-and stop together, at equal limits. Every shard drains, however few it has in flight: one that sat out would not restart
-with the others. A drain that finds no queue makes the next one wait for the next multiple of ``QUIET_DRAINS`` periods
-(on the wall clock: shards that restarted at different drains meet again), and the drain at every multiple of
-``RESYNC_DRAINS`` periods (a minute) restarts slow start whatever it found: between restarts shards drift apart where
-the server is full but not queueing, with nothing to restart on. A drain halves the limit rather than quartering it:
-half the load drains a standing queue of up to the server's capacity, and at a batching server a quarter of the load is
-half its rate (vLLM on CPU, 16 against 64 in flight). Simulated (four shards 1, 2 or 4 s apart, counted 60–120, 120–180
-or 180–300 s, 480 runs each), the smallest shard got under 15 % in 1.0 % of runs at a server whose service times vary by
-10 %, and in 2.3 % at one that serves in lockstep (1 %, as the benchmark's mock), against 5.2 % and 10.8 % when each
-shard judged its own last window, sat the drains out at 4 in flight or under and restarted only on a queue; the total is
-0.976–0.978 x one process at its best. The coordinator is the server's latency plus the wall clock; nothing of ours runs
-between the shards. A process that is not one of several shards never drains (its solo behaviour is above). Known short:
-against a batching server (vLLM) a latency that grows with what the server holds looks like a shared queue at every
-drain, so shards restart every 10 s, fair but short of one process: real vLLM on CPU, four shards 0.91–0.95 x one
-process at fixed 64 (smallest share 18–20 %); simulated, 0.73–0.83 x (0.61–0.77 x quartering). Letting slow start run
-through the drains got 1.006 x on real vLLM but a shard at 10.5 % (each shard's drained base differed, 0.3–1.0 s, so
-they restarted at different drains), so it is not done (docs/observability.md says what to set meanwhile).
+refuse to just queue), and every shard restarts slow start from ``RESTART_LIMIT`` (8, a doubling above ``START_LIMIT``:
+at a batching server every drain restarts, and each doubling costs a window) at the same moment: they double in step and
+stop together, at equal limits. After any cut (a drain, a restart, a probe down, an overload) a window first lets pass
+the requests in flight at the old limit: counted, they made a restart's first window look 4-6 x its rate, the next
+doubling "did not pay", and that shard stayed at 8 while the others doubled on (simulated, at a server of 128 workers
+one shard of four got under 60 % of a fair share in 21-24 runs of 24, at 64 in 9-14; now in none, nor at 16 workers or
+with 2 or 8 shards). Every shard drains, however few it has in flight: one that sat out would not restart with the
+others. A drain that finds no queue makes the next one wait for the next multiple of ``QUIET_DRAINS`` periods (on the
+wall clock: shards that restarted at different drains meet again), and the drain at every multiple of ``RESYNC_DRAINS``
+periods (a minute) restarts slow start whatever it found: between restarts shards drift apart where the server is full
+but not queueing, with nothing to restart on. A drain halves the limit rather than quartering it: half the load drains a
+standing queue of up to the server's capacity, and at a batching server a quarter of the load is half its rate (vLLM on
+CPU, 16 against 64 in flight). Simulated (four shards 1, 2 or 4 s apart, counted 60–120, 120–180 or 180–300 s, 240 runs
+each), the smallest shard got under 15 % in none of the runs at a server whose service times vary by 10 %, and in 1.7 %
+at one that serves in lockstep (1 %, as the benchmark's mock), against 5.2 % and 10.8 % when each shard judged its own
+last window, sat the drains out at 4 in flight or under and restarted only on a queue; the total is 0.984–0.990 x one
+process at its best (0.975–0.978 restarting at 4 without the skip). The coordinator is the server's latency plus the
+wall clock; nothing of ours runs between the shards. A process that is not one of several shards never drains (its solo
+behaviour is above). Against a batching server (vLLM) a latency that grows with what the server holds looks like a
+shared queue at every drain, so shards restart every 10 s, in step: fair, and what a restart costs is what they lose.
+Restarting at 4 and counting the returning requests, four shards got 0.91–0.95 x one process at fixed 64 on real vLLM
+(CPU; smallest share 18–20 %, 3 runs), 0.73–0.83 x simulated; restarting at 8 with the skip, 1.018 and 0.994 x (smallest
+21.2 and 19.8 %, 2 runs), 0.88–0.93 x simulated. Letting slow start run through the drains instead got 1.006 x on real
+vLLM but a shard at 10.5 % (each shard's drained base differed, 0.3–1.0 s, so they restarted at different drains): not
+done.
 
 Failure semantics: pacing never fails a request; it only delays its start. The controller never raises: a window it
 cannot judge (no request waited, no rate) changes nothing, a trial that cannot tell ends on a limit it measured, and
