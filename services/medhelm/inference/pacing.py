@@ -376,11 +376,8 @@ class AdaptiveLimit:
                 self._end_backoff()
             self._ref_limit = limit
             self._cruising = 0
-        # After a cut the requests in flight at the old limit come back first: the window measures the ones sent after
-        # them. Skipping only the new limit's worth counted a restart's first window at 8 with up to 28 old requests
-        # still returning (simulated, 4-6x its true rate), so the next doubling "did not pay" and that shard stayed
-        # at 8 while the others doubled on: at a server of 128 workers one shard of four got under 60 % of a fair
-        # share in 21-24 runs of 24.
+        # after a cut the requests in flight at the old limit come back first (the module docstring: counted, they
+        # split the shards' slow starts); the window measures the ones sent after them, as ``_go`` does alone
         old, self.limit, self.phase = self.limit, limit, phase
         self._window = self._new_window(skip=max(old, limit))
 
