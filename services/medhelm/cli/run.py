@@ -214,9 +214,14 @@ def _linger(seconds: float, service: str) -> None:
 def main_validate(args: argparse.Namespace) -> int:
     """Everything `run` checks before calling a model, plus loading every instance."""
     from medhelm.benchmarks.base import StreamedInstances
+    from medhelm.inference import llamacpp_check
     from medhelm.pipeline.sampling import select_instances, stream_run
 
+    llamacpp_check.check_fresh()  # the embedded runtime answers a test prompt now, whatever an earlier check said
     _, plans = plan_from_args(args)
+    for result in llamacpp_check.results():
+        print(f"ok  embedded runtime: llama-cpp-python {result.version} answered a test prompt on this CPU "
+              f"({result.cpu})")
     for plan in plans:
         spec = plan.spec
         try:

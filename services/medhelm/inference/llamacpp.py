@@ -41,6 +41,7 @@ from typing import Any
 
 from medhelm.deployments import llama_threads, resolve_gguf
 from medhelm.errors import ConfigError, InferenceError
+from medhelm.inference.llamacpp_check import check_runtime
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 
 DEFAULT_N_CTX = 4096
@@ -70,6 +71,7 @@ class LlamaCppClient:
         with self._load_lock:
             if self._llm is None:
                 path = resolve_gguf(self._deployment.gguf_path or "")
+                check_runtime(path)  # a library this CPU cannot run is one clear error, not a SIGILL here
                 try:
                     from llama_cpp import Llama
                 except ImportError:

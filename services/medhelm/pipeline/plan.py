@@ -14,8 +14,9 @@ from pathlib import Path
 
 from medhelm import baselines, benchmarks
 from medhelm.benchmarks.base import Benchmark, LoadContext
-from medhelm.deployments import DeploymentRegistry, check_usable
+from medhelm.deployments import DeploymentRegistry, check_usable, resolve_gguf
 from medhelm.errors import ConfigError, MedhelmError, escape
+from medhelm.inference.llamacpp_check import check_runtime
 from medhelm.pipeline.options import RunOptions
 from medhelm.runentries import MODEL_KEYS, RunEntry
 from medhelm.scoring import registry as metric_registry
@@ -110,7 +111,13 @@ def _plan_one(entry: RunEntry, options: RunOptions, deployments: DeploymentRegis
                 raise ConfigError(f"run entry '{escape(entry.text)}': '{escape(name)}' is a reference baseline, "
                                   f"not a judge", path=_where(entry))
             if ("usable", name) not in cache and name in deployments:
-                check_usable(deployments.get(name), source=deployments.sources.get(name))
+                usable = deployments.get(name)
+                check_usable(usable, source=deployments.sources.get(name))
+                if usable.kind is DeploymentKind.LLAMACPP and usable.gguf_path:
+                    try:  # the embedded runtime answers a prompt in a child process (once per library and CPU)
+                        check_runtime(resolve_gguf(usable.gguf_path))
+                    except MedhelmError as err:
+                        raise err.with_context(f"deployment '{escape(name)}': ") from None
                 cache[("usable", name)] = True
 
     run_args = entry.run_args
