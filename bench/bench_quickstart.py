@@ -1,9 +1,10 @@
-"""Issue 27: a fresh clone to the open leaderboard, timed end to end with its parts; writes section `quickstart`.
+"""A fresh clone to the open leaderboard, timed end to end with its parts; writes section `quickstart`.
 
 Each run: `git clone` of this repository's committed HEAD into a new folder, `bash scripts/quickstart.sh` there
 (its steps timestamped through MEDHELM_STEP_LOG, scripts/_env.sh), then `medhelm serve` until the leaderboard's
-page answers HTTP 200. `--cache cold` (the default) gives pip a new, empty PIP_CACHE_DIR, as on a fresh machine
-(every package downloaded, llama-cpp-python compiled); `--cache shared` uses the caller's pip cache. The
+page answers HTTP 200. `--cache cold` (the default) gives pip a new, empty PIP_CACHE_DIR and the scripts an empty
+wheel cache (MEDHELM_WHEEL_CACHE) and runtime-check folder (MEDHELM_CACHE_DIR), as on a fresh machine (every package
+downloaded, llama-cpp-python compiled, the runtime checked); `--cache shared` uses the caller's caches. The
 parts: the clone, each quickstart step (venv; the installs, with llama.cpp compiling in the background; the
 wait for that compile; the demo run; summarize), the model's load in a fresh process after the demo, and serve
 until the page answers. The target is 5 minutes from the clone to the page, on an idle 2-core machine; the load
@@ -69,6 +70,8 @@ def one_run(work: Path, cache: str) -> dict:
     env["MEDHELM_STEP_LOG"] = str(steps)
     if cache == "cold":
         env["PIP_CACHE_DIR"] = str(work / "pip-cache")
+        env["MEDHELM_WHEEL_CACHE"] = str(work / "wheel-cache")
+        env["MEDHELM_CACHE_DIR"] = str(work / "medhelm-cache")
     run = {"load_before": loadavg(), "parts": []}
     t0 = time.time()
     subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone)], check=True)
@@ -128,6 +131,23 @@ def one_run(work: Path, cache: str) -> dict:
     return run
 
 
+def cpu_model() -> tuple[str, str]:
+    """This CPU's model name and the instruction sets that decide the llama.cpp build's fate (AMX or not)."""
+    name, flags = "unknown", set()
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and name == "unknown":
+                name = value.strip()
+            if key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    shown = [f for f in ("avx2", "avx512f", "amx_tile") if f in flags]
+    return name, "flags " + (" ".join(shown) or "(none of avx2/avx512f/amx_tile)") + \
+        ("" if "amx_tile" in flags else ", no AMX")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=1)
@@ -166,13 +186,14 @@ def main() -> int:
                 + " | ".join(f"{r['model_load_s']:.1f} s" for r in runs) + " |")
     rows.append("| load average (1/5/15 min) before → after | "
                 + " | ".join(f"{r['load_before']} → {r['load_after']}" for r in runs) + " |")
+    cpu, flags = cpu_model()
     body = (f"Measured by `bench/bench_quickstart.py --cache {args.cache}` on {when} at commit {head} "
-            f"({os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}; pip cache "
-            f"{'empty: every package downloaded, llama-cpp-python compiled' if args.cache == 'cold' else 'shared'}). "
+            f"({os.cpu_count()} cores, {platform.machine()}, CPU: {cpu}, {flags}; Python {platform.python_version()}; "
+            f"caches {'empty: every package downloaded, llama-cpp-python compiled' if args.cache == 'cold' else 'shared'}). "
             f"A fresh `git clone`, `bash scripts/quickstart.sh`, then `medhelm serve` until `GET /` answers 200.\n\n"
             + "\n".join(rows) + "\n")
     if not args.no_write:
-        write_section("quickstart", "Quickstart: a fresh clone to the open leaderboard (issue 27)", body)
+        write_section("quickstart", "Quickstart: a fresh clone to the open leaderboard", body)
     return 0
 
 
