@@ -9,7 +9,7 @@
 4. Peak RSS of the 1,000-instance run (no BERTScore) < 250 MB (`os.wait4` rusage of that child).
 5. The mock server is fast enough not to be the bottleneck: > 500 req/s through ClientPool at 0 ms latency.
 
-    /tmp/devenv/bin/python bench/bench_core.py [--instances 1000 --latency-ms 50 --concurrency 16] [--no-write]
+    .venv/bin/python bench/bench_core.py [--instances 1000 --latency-ms 50 --concurrency 16] [--no-write]
 """
 
 from __future__ import annotations

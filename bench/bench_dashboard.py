@@ -5,7 +5,7 @@ On the 370k-record store of bench_summarize.py (built here if absent), the app i
 playwright-core) opens it: time from navigation to the leaderboard table being visible. Target < 2 s.
 The first load after start (cold: the release is read from the store) and the median of 3 reloads (warm).
 
-    /tmp/devenv/bin/python bench/bench_dashboard.py [--workdir DIR] [--no-write]
+    .venv/bin/python bench/bench_dashboard.py [--workdir DIR] [--no-write]
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ process (default SQLite store, 1,000 bootstrap replicates):
 2. peak RSS of that process < 400 MB (``os.wait4`` rusage);
 3. ratio to the floor: the same process reading every record line and ``json.loads``-ing it, nothing else.
 
-    /tmp/devenv/bin/python bench/bench_summarize.py [--models 10 --benchmarks 37 --instances 1000] [--no-write]
+    .venv/bin/python bench/bench_summarize.py [--models 10 --benchmarks 37 --instances 1000] [--no-write]
 """
 
 from __future__ import annotations

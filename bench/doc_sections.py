@@ -1,15 +1,21 @@
 """docs/benchmarks.md is shared: each bench script rewrites only its own section, between
-``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``, and appends it the first time."""
+``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``, and appends it the first time.
+
+Recorded results name paths relative to the repository (tests/core/test_no_machine_paths.py checks the
+docs): a path under the checkout the script ran from (a script's own file, the cmake include it passed) is
+written relative to it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "benchmarks.md"
 HEADER = "# Benchmarks\n\nEach section is rewritten by its script in `bench/`; numbers come from one run of that script.\n"
 
 
 def write_section(name: str, title: str, body: str, doc: Path = DOC) -> None:
+    body = body.replace(f"{ROOT}/", "")
     start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
     block = f"{start}\n## {title}\n\n{body}\n{end}"
     text = doc.read_text() if doc.exists() else HEADER

@@ -79,6 +79,7 @@ def leaderboard_frame(rel: Release, view: View, *, rank_baselines: bool = False)
     metadata = _meta_json(rel.meta, "model_metadata")
     reasoning = _meta_json(rel.meta, "reasoning_tokens")  # "model|deployment" -> [own, judges'], when any
     out = []
+    versus = any(is_baseline(m) or is_baseline(d) for m, d in view.table.rows)
     for r in leaderboard(view.table, rank_baselines=rank_baselines):
         m = models.loc[(r.model, r.deployment)] if (r.model, r.deployment) in models.index else {}
         about = metadata.get(r.model) or {}
@@ -87,6 +88,8 @@ def leaderboard_frame(rel: Release, view: View, *, rank_baselines: bool = False)
         rank = str(r.rank) if r.rank is not None else "baseline" if r.baseline else "–"
         out.append({"Rank": rank, "Model": r.model + (BASELINE_MARK if r.baseline else ""), "Deployment": r.deployment, "Mean win rate": r.win_rate,
                     "Win rate 95% CI": _ci(r.win_rate_low, r.win_rate_high, "{:.2f}"),
+                    # a model's standing against the baselines (beats k of n, 95% CI), the CLI summary's text
+                    **({"Vs baselines": r.vs_baselines() or "–"} if versus else {}),
                     "Rank 95% CI": _ci(r.rank_low, r.rank_high, "{:.0f}"), "Mean score": r.mean_score,
                     "Benchmarks": r.n_benchmarks, "Cost (USD)": cost, "Candidate USD": own, "Jury USD": jury,
                     "USD per point": cost_per_point(cost, r.mean_score),
@@ -142,8 +145,11 @@ def board_notes(board: pd.DataFrame, rank_baselines: bool = False) -> list[str]:
     notes = []
     if len(models) == 1 and not rank_baselines:
         notes.append("Win rates compare models benchmark by benchmark, so they need two or more: with one model "
-                     "on this page there is nothing for it to win against, hence no win rate or rank. Add a model, "
-                     "or switch on \"Rank baselines with the models\" in the sidebar to rank it against them.")
+                     "on this page there is nothing for it to win against, hence no win rate or rank. "
+                     + ("\"Vs baselines\" says where it stands: how many of the baselines it beats head to head "
+                        "(better on more of their shared benchmarks than worse). " if "Vs baselines" in board else "")
+                     + "Add a model, or switch on \"Rank baselines with the models\" in the sidebar to rank it "
+                       "against them.")
     elif models["Rank"].eq("–").any():
         notes.append("A model marked – shares no benchmark with another row: win rates need two on a benchmark.")
     if base.any():

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from medhelm.store.bootstrap import cell_estimates, stratum_replicates, stream_seed
-from medhelm.store.leaderboard import interval, macro_average, ranks, win_rates
+from medhelm.store.leaderboard import head_to_head, interval, macro_average, ranks, win_rates
+from medhelm.store.tables import CellTable, Column, leaderboard
 
 nan = np.nan
 
@@ -101,3 +102,52 @@ def test_interval_is_the_percentile_interval() -> None:
     reps = np.arange(1, 1001, dtype=float)[:, None]
     low, high = interval(reps)
     assert low[0] == pytest.approx(np.percentile(reps, 2.5)) and high[0] == pytest.approx(np.percentile(reps, 97.5))
+
+
+def test_head_to_head_by_hand() -> None:
+    #            b1   b2   b3 (lower is better)
+    table = [[0.9, 0.2, 1.0],   # the model
+             [0.5, 0.2, nan],   # baseline X: shares b1, b2 -> (1 + 1/2) / 2
+             [nan, 0.9, 3.0],   # baseline Y: shares b2, b3 -> (0 + 1) / 2 (b3: 1.0 < 3.0 wins)
+             [nan, nan, nan]]   # baseline Z: nothing shared
+    got = head_to_head(np.array(table), 0, [1, 2, 3], [False, False, True])
+    assert got[:2] == pytest.approx([0.75, 0.5]) and np.isnan(got[2])
+    assert head_to_head(np.array(table), 0, [], [False, False, True]).shape == (0,)
+    # a batch axis (bootstrap replicates): each replicate as on its own
+    batch = np.array([table, [[0.1, 0.2, 5.0], *table[1:]]])
+    assert head_to_head(batch, 0, [1, 2], [False, False, True]) == pytest.approx(np.array([[0.75, 0.5], [0.25, 0.0]]))
+
+
+def _board(values: list[list[float]], rows: list[str], reps: np.ndarray | None = None, **kw) -> dict:
+    cols = tuple(Column(f"b{j}", f"b{j}", "", "", "public", False) for j in range(len(values[0])))
+    table = CellTable(tuple((r, r) for r in rows), cols, np.array(values, float),
+                      np.empty((0, len(rows), len(cols))) if reps is None else reps)
+    return {r.model: r for r in leaderboard(table, **kw)}
+
+
+def test_one_model_stands_against_the_baselines() -> None:
+    """One model: no win rate (nothing to win against), but how many baselines it beats head to head, the
+    same fact as each baseline's own win rate against it (below 0.5: beaten), ranked or not."""
+    rows = ["org/model", "baseline/random", "baseline/majority", "baseline/empty"]
+    values = [[0.8, 0.3],
+              [0.25, nan],   # beaten on b0
+              [0.8, nan],    # tied on b0: not beaten
+              [nan, 0.0]]    # beaten on b1
+    board = _board(values, rows)
+    model = board["org/model"]
+    assert model.win_rate is None and model.rank is None
+    assert (model.baselines_beaten, model.baselines_compared) == (2, 3)
+    assert model.vs_baselines() == "beats 2 of 3"  # no replicates: no interval
+    assert {b: board[b].win_rate for b in rows[1:]} == {"baseline/random": 0.0, "baseline/majority": 0.5,
+                                                        "baseline/empty": 0.0}
+    assert all(board[b].vs_baselines() == "" and board[b].baselines_beaten is None for b in rows[1:])
+    ranked = _board(values, rows, rank_baselines=True)["org/model"]
+    assert ranked.rank == 1 and ranked.vs_baselines() == "beats 2 of 3"
+    # the interval is the bootstrap's: replicates where the model also beats majority, or beats none
+    reps = np.array([values, [[0.9, 0.3], *values[1:]], [[0.1, nan], *values[1:]]] * 10, float)
+    model = _board(values, rows, reps)["org/model"]
+    assert (model.baselines_beaten_low, model.baselines_beaten_high) == (0.0, 3.0)
+    assert model.vs_baselines() == "beats 2 of 3 (0-3)"
+    # a model that shares no benchmark with a baseline, and a board without baselines: nothing to say
+    assert _board([[0.5, nan], [nan, 0.1]], ["org/a", "baseline/empty"])["org/a"].vs_baselines() == ""
+    assert _board([[0.5], [0.4]], ["org/a", "org/b"])["org/a"].baselines_compared == 0

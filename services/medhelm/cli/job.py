@@ -8,14 +8,25 @@ in-process; the records are identical either way. ``medhelm collect`` merges the
 
 A scheduled run (a CronJob's Indexed Job, docs/kubernetes.md "Schedules") adds ``--suite-date``: the suite
 is ``<--suite>-<the CronJob's scheduled date>`` (medhelm/schedules.py), the same for every shard and retry;
-and ``--summarize-when-complete``: after its own shard succeeded, each shard checks whether every shard's
-instances are recorded on the shared volume; the one that finds the suite complete (records are written and
-closed before the check, so at least the last shard to finish sees all of them) takes an exclusive lock file
-(``O_CREAT|O_EXCL``, atomic on NFSv3+/CephFS/local disks) and runs ``collect --summarize`` into the release
-of the suite's name. No shard waits for another (no deadlock with parallelism < completions) and no pod
-needs the Kubernetes API. A shard that finds the suite incomplete exits 0; a failed summarize releases the
-lock and fails the pod (its retry finalizes again); a lock left by a killed pod is broken after
-``--finalize-stale-minutes``; ``.summarized`` records the release so a late retry does not redo it.
+and ``--summarize-when-complete``: after its own shard succeeded, each shard asks for a finalize check
+(``finalize_when_complete``). No shard waits for another (no deadlock with parallelism < completions) and no
+pod needs the Kubernetes API. The check and the summary are one step under one lock, so "every shard is done"
+is decided on exactly the files ``collect`` then merges:
+
+* A shard's records are written and closed, then it writes ``.finalize.wanted`` in the suite's folder, then
+  tries the exclusive lock file ``.finalize.lock`` (``O_CREAT|O_EXCL``, atomic on NFSv3+/CephFS/local disks).
+* Only the lock's holder reads the record files to decide (``owed_shards``: positions without a successful
+  record, from the same record files ``collect`` reads), and only the holder collects, which merges the shard
+  files and deletes them; so no check ever reads a file a collect is deleting.
+* The holder removes ``.finalize.wanted`` before it checks, so its check sees every record written before
+  that; when the suite is complete it runs ``collect --summarize`` into the release of the suite's name and
+  writes ``.summarized``. A shard that finds the lock taken exits 0: it has left ``.finalize.wanted``, and the
+  holder, after releasing the lock, checks again when it finds that file there. So the last shard to finish is
+  always seen by some check, whatever the order the shards finish in (tests/core/test_finalize_orders.py forces
+  each order).
+* A shard that finds the suite incomplete exits 0; a failed summarize releases the lock and fails the pod (its
+  retry finalizes again); a lock left by a killed pod is broken after ``--finalize-stale-minutes``;
+  ``.summarized`` records the release so a late retry does not redo it.
 """
 
 from __future__ import annotations
@@ -174,12 +185,13 @@ def scheduled_suite(prefix: str, job_name: str | None, *, tz: str | None = None,
     return suite
 
 
-SUMMARIZED, LOCK = ".summarized", ".finalize.lock"
+SUMMARIZED, LOCK, WANTED = ".summarized", ".finalize.lock", ".finalize.wanted"
 
 
 def owed_shards(suite_dir: Path) -> dict[str, list[int]] | None:
-    """Per run of the suite, the shard indexes still owing instances (read only: the shard files as they
-    are). None when the suite has no run yet. The shard count is the one in the shard files' names."""
+    """Per run of the suite, the shard indexes still owing instances (read only: the record files as they
+    are, the ones ``collect`` merges; ``finalize_when_complete`` calls it under the finalize lock, when no
+    collect is deleting them). None when the suite has no run yet; -1 for a run another shard is preparing."""
     from medhelm.rundir import RunDir
 
     runs = sorted(p for p in suite_dir.iterdir() if RunDir(p).exists()) if suite_dir.is_dir() else []
@@ -188,16 +200,10 @@ def owed_shards(suite_dir: Path) -> dict[str, list[int]] | None:
     owed: dict[str, list[int]] = {}
     for path in runs:
         run = RunDir(path)
-        counts = {int(f.stem.rsplit("-of-", 1)[1]) for f in (path / "shards").glob("shard-*-of-*.jsonl")} \
-            if (path / "shards").is_dir() else set()
-        count = max(counts) if counts else 1
-        try:
-            selection = run.selection()
-        except MedhelmError:  # another shard is preparing this run right now: it is not done
+        if not (path / "selection.json").is_file():  # another shard is preparing this run right now
             owed[path.name] = [-1]
             continue
-        done = {iid for iid, rec in run.latest_records().items() if rec.error is None}
-        missing = sorted({pos % count for pos, iid in enumerate(selection) if iid not in done})
+        missing = missing_shards(run, count=max(_shard_counts(run), default=1))
         if missing:
             owed[path.name] = missing
     return owed
@@ -205,50 +211,73 @@ def owed_shards(suite_dir: Path) -> dict[str, list[int]] | None:
 
 def finalize_when_complete(suite: str, output_path: Path, local_path: Path | None = None, *,
                            stale_minutes: int = 120) -> int:
-    """Collect and summarize the suite if every shard is done and no other shard is doing it (module doc)."""
+    """Collect and summarize the suite if every shard is done; the check and the summary are made by the
+    holder of the finalize lock, again while a shard finished during its hold (module doc)."""
     import json
     import socket
     import time
+
+    from medhelm.rundir import write_atomic
 
     suite_dir = Path(output_path) / "runs" / suite
     if (suite_dir / SUMMARIZED).is_file():
         print(f"suite {suite}: already summarized")
         return 0
-    owed = owed_shards(suite_dir)
-    if owed is None or owed:
-        waiting = sorted({i for idx in (owed or {}).values() for i in idx if i >= 0})
-        print(f"suite {suite}: shard(s) {', '.join(map(str, waiting)) or '?'} still owe instances; "
-              f"the last shard to finish summarizes")
+    if not suite_dir.is_dir():
+        print(f"suite {suite}: no run yet; the last shard to finish summarizes")
         return 0
-    lock = suite_dir / LOCK
+    wanted, lock = suite_dir / WANTED, suite_dir / LOCK
+    # this shard's records are closed: ask for a check that sees them (the lock's holder, or ourselves)
+    write_atomic(wanted, json.dumps({"shard": socket.gethostname(), "at": time.time()}) + "\n")
+    while True:
+        if not _take_lock(lock, suite, stale_minutes):
+            print(f"suite {suite}: another shard is checking or summarizing it (and checks again for this one)")
+            return 0
+        try:
+            wanted.unlink(missing_ok=True)  # taken: the check below sees every record closed before this
+            if (suite_dir / SUMMARIZED).is_file():  # a shard that held the lock just before us finished it
+                print(f"suite {suite}: already summarized")
+                return 0
+            owed = owed_shards(suite_dir)
+            if owed is not None and not owed:
+                code = main_collect(argparse.Namespace(suite=suite, output_path=Path(output_path), summarize=True,
+                                                       local_path=local_path))
+                if code == 0:
+                    write_atomic(suite_dir / SUMMARIZED, json.dumps({"release": suite, "at": time.time()}) + "\n")
+                    wanted.unlink(missing_ok=True)
+                    print(f"suite {suite}: all shards done; summarized into release {suite}")
+                return code
+        finally:
+            lock.unlink(missing_ok=True)
+        if not wanted.exists():
+            waiting = sorted({i for idx in (owed or {}).values() for i in idx if i >= 0})
+            print(f"suite {suite}: shard(s) {', '.join(map(str, waiting)) or '?'} still owe instances; "
+                  f"the last shard to finish summarizes")
+            return 0
+        # a shard finished while we held the lock (its own try failed): check again, for it
+
+
+def _take_lock(lock: Path, suite: str, stale_minutes: int) -> bool:
+    """Create the finalize lock (False: another shard holds it); a lock older than ``stale_minutes`` is
+    moved aside first (its pod was killed mid-summarize; one mover wins)."""
+    import json
+    import socket
+    import time
+
     try:
         age = time.time() - lock.stat().st_mtime
-        if age > stale_minutes * 60:  # its pod was killed mid-summarize: move it aside (one mover wins)
-            os.replace(lock, suite_dir / f"{LOCK}.stale-{socket.gethostname()}")
+        if age > stale_minutes * 60:
+            os.replace(lock, lock.with_name(f"{LOCK}.stale-{socket.gethostname()}"))
             print(f"suite {suite}: broke a finalize lock {int(age // 60)} min old")
     except FileNotFoundError:
         pass
     try:
         fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
-        print(f"suite {suite}: another shard is summarizing it")
-        return 0
+        return False
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(json.dumps({"holder": socket.gethostname(), "since": time.time()}) + "\n")
-    try:
-        if (suite_dir / SUMMARIZED).is_file():  # a shard that held the lock just before us finished it
-            print(f"suite {suite}: already summarized")
-            return 0
-        code = main_collect(argparse.Namespace(suite=suite, output_path=Path(output_path), summarize=True,
-                                               local_path=local_path))
-        if code == 0:
-            from medhelm.rundir import write_atomic
-
-            write_atomic(suite_dir / SUMMARIZED, json.dumps({"release": suite, "at": time.time()}) + "\n")
-            print(f"suite {suite}: all shards done; summarized into release {suite}")
-        return code
-    finally:
-        lock.unlink(missing_ok=True)
+    return True
 
 
 def _termination_message(shard, outcomes) -> None:
@@ -300,17 +329,25 @@ def main_collect(args: argparse.Namespace) -> int:
     return 0
 
 
-def missing_shards(run: RunDir) -> list[int]:
-    """Shard indexes that still owe instances (from the shard files' ``-of-N`` and the selection)."""
-    counts = {int(f.stem.rsplit("-of-", 1)[1]) for f in (run.path / "shards").glob("shard-*-of-*.jsonl")} \
-        if (run.path / "shards").is_dir() else set()
-    if len(counts) != 1:
-        return []
+def missing_shards(run: RunDir, count: int | None = None) -> list[int]:
+    """Shard indexes that still owe instances: positions of the selection without a successful record in
+    the run's record files, as ``index = position % count``. ``count``: the shard count, by default the one in
+    the shard files' names (``-of-N``; none or several: [])."""
+    if count is None:
+        counts = _shard_counts(run)
+        if len(counts) != 1:
+            return []
+        count = counts.pop()
     from medhelm.pipeline import finished_positions
 
-    count = counts.pop()
     done = finished_positions(run)  # a bit a position, the ids joined on disk: any suite size
     return sorted({pos % count for pos, _ in enumerate(run.iter_selection()) if pos not in done})
+
+
+def _shard_counts(run: RunDir) -> set[int]:
+    """The shard counts named by the run's shard files (``shard-<i>-of-<n>.jsonl``)."""
+    shards = run.path / "shards"
+    return {int(f.stem.rsplit("-of-", 1)[1]) for f in shards.glob("shard-*-of-*.jsonl")} if shards.is_dir() else set()
 
 
 def _shard(args: argparse.Namespace):

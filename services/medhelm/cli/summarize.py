@@ -165,32 +165,47 @@ def _note(msg: str) -> None:
 
 
 def print_report(store: Store, report: SummaryReport, top: int = 10) -> None:
-    from medhelm.baselines import is_baseline
+    """The release's leaderboard as the dashboard computes it (``store.tables.leaderboard`` on the stored
+    cells): the models first, then the reference baselines; with baselines, each model's standing against
+    them ("beats k of n"), which needs no second model; one line says why a lone model has no win rate."""
     from medhelm.store import read
+    from medhelm.store.tables import leaderboard
 
     print(f"release '{report.release}': {report.runs} runs, {report.instances} instances, {report.benchmarks} "
           f"benchmarks, {report.models} models in {report.seconds:.1f} s -> {store.url}")
     if report.skipped:
         print(f"  {len(report.skipped)} run(s) skipped (see notes above)")
-    rows = read.stored_leaderboard(store, report.release)
+    ranked = read.meta(store, report.release).get("rank_baselines") == "1"
+    rows = leaderboard(read.load_cells(store, report.release), rank_baselines=ranked)
     if not rows:
         return
+    if not ranked:  # the models, then the baselines (each group best first)
+        rows = [r for r in rows if not r.baseline] + [r for r in rows if r.baseline]
     costs = {(m["model"], m["deployment"]): (m.get("cost_usd"), m.get("jury_cost_usd"))
              for m in read.models(store, report.release)}
     priced = any(c is not None for pair in costs.values() for c in pair)
     money = f"{'candidate USD':>13} {'jury USD':>10}  " if priced else ""
-    print(f"  {'rank':>4}  {'mean win rate (95% CI)':<24} {money}model [deployment]")
+    models = [r for r in rows if not r.baseline]
+    lone = len(models) == 1 and not ranked
+    versus = any(r.baseline for r in rows)
+    standing = f"{'vs baselines (95% CI)':<27}" if versus else ""
+    print(f"  {'rank':>4}  {'mean win rate (95% CI)':<24} {standing}{money}model [deployment]")
     for r in rows[:top]:
-        wr = "-" if r["win_rate"] is None else f"{r['win_rate']:.3f}"
-        ci = "" if r["win_rate_low"] is None else f" ({r['win_rate_low']:.2f}-{r['win_rate_high']:.2f})"
+        wr = ("none: one model" if lone and not r.baseline else "-") if r.win_rate is None else f"{r.win_rate:.3f}"
+        ci = "" if r.win_rate_low is None else f" ({r.win_rate_low:.2f}-{r.win_rate_high:.2f})"
         if priced:
-            own, jury = costs.get((r["model"], r["deployment"]), (None, None))
+            own, jury = costs.get((r.model, r.deployment), (None, None))
             money = f"{_usd(own):>13} {_usd(jury):>10}  "
-        rank = r["rank"] if r["rank"] is not None else "base" if is_baseline(r["model"]) else "-"
-        print(f"  {rank:>4}  {wr + ci:<24} {money}{r['model']} "
-              f"[{r['deployment']}]")
+        if versus:
+            standing = f"{r.vs_baselines():<27}"
+        rank = r.rank if r.rank is not None else "base" if r.baseline else "-"
+        print(f"  {rank:>4}  {wr + ci:<24} {standing}{money}{r.model} [{r.deployment}]")
     if len(rows) > top:
         print(f"  ... {len(rows) - top} more: medhelm serve --store {store.url} --release {report.release}")
+    if lone:
+        print("  no win rate: it is the share of other models a model beats, benchmark by benchmark, so it needs "
+              "two; " + ("'vs baselines' counts the baselines this one beats head to head (--rank-baselines ranks "
+                         "it with them)" if versus else "add a model, or the reference baselines (run --baselines)"))
 
 
 def _usd(value: float | None) -> str:

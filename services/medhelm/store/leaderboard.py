@@ -7,6 +7,10 @@ so point estimates and their confidence intervals come from the same code.
   scores (#models strictly worse + (#ties - 1) / 2) / (n - 1); its mean win rate is the mean over the
   benchmarks where it has a value.
 * Rank: 1 + the number of models with a strictly higher mean win rate (ties share the better rank).
+* Head to head (``head_to_head``): one row's win rate against each of some other rows alone, on the
+  benchmarks the two share (1 = better on every one, 0.5 = even). A model "beats" a reference baseline when
+  this is above 0.5: better on more of their shared benchmarks than worse, ties counting half. It needs no
+  second model, so it says where a model alone stands against the baselines.
 * Macro average per group (category, subcategory): the unweighted mean of the model's benchmark values
   in the group; benchmarks where lower is better are left out (their scale does not average).
 """
@@ -38,6 +42,16 @@ def win_rates(table: np.ndarray, lower_is_better: Sequence[bool] | None = None) 
         per_column = np.where(counted, per_column, 0.0)
         columns = counted.sum(axis=-1)
         return np.where(columns > 0, per_column.sum(axis=-1) / np.maximum(columns, 1), np.nan)
+
+
+def head_to_head(table: np.ndarray, row: int, others: Sequence[int],
+                 lower_is_better: Sequence[bool] | None = None) -> np.ndarray:
+    """``table[..., rows, benchmarks]`` -> ``[..., len(others)]``: the win rate of ``row`` against each of
+    ``others`` compared alone (NaN where the two share no benchmark)."""
+    values = np.asarray(table, dtype=float)
+    pairs = np.stack([np.stack([values[..., row, :], values[..., other, :]], axis=-2) for other in others], axis=-3) \
+        if len(others) else np.empty((*values.shape[:-2], 0, 2, values.shape[-1]))
+    return win_rates(pairs, lower_is_better)[..., 0]
 
 
 def ranks(scores: np.ndarray) -> np.ndarray:

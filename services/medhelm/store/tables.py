@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from medhelm.baselines import is_baseline
-from medhelm.store.leaderboard import interval, macro_average, nanmean, ranks, win_rates
+from medhelm.store.leaderboard import head_to_head, interval, macro_average, nanmean, ranks, win_rates
 
 Row = tuple[str, str]  # (model, deployment)
 
@@ -60,6 +60,21 @@ class LeaderboardRow:
     mean_score: float | None  # mean of the higher-is-better benchmark values the model has
     n_benchmarks: int
     baseline: bool = False  # a reference baseline (``medhelm.baselines``): marked, unranked unless asked
+    # a model's standing against the reference baselines it shares a benchmark with (none: 0 of 0): how many
+    # it beats head to head (``leaderboard.head_to_head`` > 0.5) and the 95% bootstrap interval of that count
+    baselines_beaten: int | None = None
+    baselines_beaten_low: float | None = None
+    baselines_beaten_high: float | None = None
+    baselines_compared: int = 0
+
+    def vs_baselines(self) -> str:
+        """"beats k of n baselines (95% CI low-high)"; "" for a baseline or a model that shares no benchmark
+        with one. The CLI's summary and the dashboard show this same text."""
+        if self.baselines_beaten is None:
+            return ""
+        ci = "" if self.baselines_beaten_low is None else \
+            f" ({self.baselines_beaten_low:.0f}-{self.baselines_beaten_high:.0f})"
+        return f"beats {self.baselines_beaten} of {self.baselines_compared}{ci}"
 
 
 @dataclass(frozen=True)
@@ -96,10 +111,31 @@ def leaderboard(table: CellTable, *, rank_baselines: bool = False) -> list[Leade
     higher = ~np.asarray(lower, bool)
     mean = nanmean(table.values[:, higher], axis=1) if higher.any() else np.full(n_rows, np.nan)
     n = (~np.isnan(table.values)).sum(axis=1)
+    beaten = _baselines_beaten(table, is_base)
     out = [LeaderboardRow(m, d, _f(wr[i]), _f(wr_low[i]), _f(wr_high[i]), None if np.isnan(rk[i]) else int(rk[i]),
-                          _f(rk_low[i]), _f(rk_high[i]), _f(mean[i]), int(n[i]), bool(is_base[i]))
+                          _f(rk_low[i]), _f(rk_high[i]), _f(mean[i]), int(n[i]), bool(is_base[i]),
+                          *beaten.get(i, (None, None, None, 0)))
            for i, (m, d) in enumerate(table.rows)]
     return sorted(out, key=lambda r: (r.win_rate is None, -(r.win_rate or 0.0), r.model, r.deployment))
+
+
+def _baselines_beaten(table: CellTable, is_base: np.ndarray) -> dict[int, tuple[int, float | None, float | None, int]]:
+    """Per model row (not a baseline) sharing a benchmark with a baseline: (baselines it beats head to head,
+    the 95% interval of that count over the bootstrap replicates, baselines compared)."""
+    out = {}
+    present = ~np.isnan(table.values)
+    lower = table.lower_is_better
+    for i in np.flatnonzero(~is_base):
+        others = [int(b) for b in np.flatnonzero(is_base) if (present[i] & present[b]).any()]
+        if not others:
+            continue
+        point = head_to_head(table.values, int(i), others, lower)
+        low = high = None
+        if table.replicates.shape[0]:
+            reps = head_to_head(table.replicates, int(i), others, lower)
+            low, high = (_f(x) for x in interval((reps > 0.5).sum(axis=-1).astype(float)))
+        out[int(i)] = (int((point > 0.5).sum()), low, high, len(others))
+    return out
 
 
 def _compare(values: np.ndarray, reps: np.ndarray, lower: Sequence[bool], n_rows: int) -> tuple[np.ndarray, ...]:
