@@ -181,7 +181,8 @@ def render(content: ReportContent, created_at: str) -> bytes:
            f"<h1>MedHELM evaluation report: release <code>{_e(content.release)}</code></h1>",
            f'<p class="note">Made {_e(created_at)} by medhelm {_e(content.code_version)} from the results store\'s '
            "aggregates only (no prompt, output or patient text is read). Its manifest (the digests of every input "
-           "and of this page) is at the end of the file; check it with <code>medhelm report verify FILE</code>."
+           "and of this page) is at the end of the file; check it with <code>medhelm report verify FILE --key "
+           "SIGNER.pub</code> (the signer's public key: without a trusted key the signature is not checked)."
            "</p>"]
     out += _summary(meta, p)
     if content.extra.get("legacy_names"):
