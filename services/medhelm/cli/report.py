@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                               "RSA >= 2048 bits; the report-sign extra; docs/report.md)")
     signing.add_argument("--hmac-key", type=Path, metavar="SECRETFILE",
                          help="sign with an HMAC-SHA256 secret instead (a file of at least 32 random bytes)")
+    p.add_argument("--about", type=Path, metavar="REPORT_YAML",
+                   help="what the hospital states: intended use, limitations, risks, data, models' endpoints and "
+                        "access windows, sign-off (template: examples/report.yaml); part of what is signed")
     p.add_argument("--bootstrap", type=int, default=2000, metavar="N",
                    help="bootstrap replicates of the change against --against (default: %(default)s)")
     add_store_arguments(p)
@@ -85,6 +88,9 @@ def _write(args: argparse.Namespace) -> int:
         raise ConfigError("--bootstrap must be from 0 to 100000")
     # every input checked before anything is written
     key = keys.load_private(args.sign) if args.sign else keys.load_hmac(args.hmac_key) if args.hmac_key else None
+    from medhelm.report import about as report_about
+
+    about = report_about.load(args.about) if args.about else None
     report_render.pyplot()
     if args.format == "pdf":
         from medhelm.report import pdf
@@ -97,13 +103,17 @@ def _write(args: argparse.Namespace) -> int:
             raise ConfigError("exists already (give another --out, or --force to replace it)", path=out)
         if args.out is not None and not out.parent.is_dir():
             raise ConfigError("the folder to write the report into does not exist", path=out.parent)
-        data = report_content.read_content(store, release, args.against, replicates=args.bootstrap)
+        data = report_content.read_content(store, release, args.against, replicates=args.bootstrap, about=about,
+                                           about_path=args.about)
         created = datetime.now(timezone.utc).isoformat(timespec="seconds")
         body = report_render.render(data, created)
         if args.format == "pdf":
             body = pdf.to_pdf(body)
         manifest = {"release": data.release, "against": data.against, "created_at": created,
-                    "code_version": data.code_version, "inputs": data.inputs}
+                    "code_version": data.code_version, "code_commit": data.build.get("commit"),
+                    "image_digest": data.build.get("image"), "inputs": data.inputs}
+        if about is not None:
+            manifest["about_sha256"] = about.sha256
         sealed = seal(body, manifest, key)
         # no audit row, no report (as for an export)
         detail = f"report {out.name}" + (f" signed {key.algorithm} key {key.key_id}" if key else "") + \
