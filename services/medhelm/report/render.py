@@ -548,10 +548,10 @@ def _measures(content: ReportContent, bench: dict[str, dict]) -> list[str]:
                      _span([c["n_unscored"] for c in cells.get(name, ())])))
     return ["<h2>What each benchmark measures</h2>",
             '<p class="note">Prompt and data: the digest of the benchmark\'s own files (prompt template and data '
-            "set) or the medhelm version whose built-in prompt it uses, and the digest of a custom prompt; n: "
-            "instances scored per model; unscored: answers without a score.</p>",
+            "set) or the medhelm version whose built-in prompt it uses, and the digest of a custom prompt; instances: "
+            "scored per model (n); unscored: answers without a score.</p>",
             _table("Benchmarks", ("Benchmark", "What it measures", "Reference standard", "Metric",
-                                  "Prompt and data", "n", "Unscored"), rows,
+                                  "Prompt and data", "Instances", "Unscored"), rows,
                    (False,) * 5 + (True, True))]
 
 
