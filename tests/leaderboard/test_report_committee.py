@@ -209,3 +209,35 @@ def test_the_committee_pdf_every_page_tagged_and_selectable(made: dict, tmp_path
     if os.environ.get("MEDHELM_SCREENSHOT_DIR"):
         for p in pngs:
             shutil.copy(p, Path(os.environ["MEDHELM_SCREENSHOT_DIR"], f"committee-{p.name}"))
+
+
+def test_postgresql_gives_the_same_page_and_trust_list(made: dict, tmp_path: Path, postgres_url: str) -> None:
+    """The same release summarised into PostgreSQL: the committee's sections read the same numbers (PostgreSQL
+    sums BIGINTs to NUMERIC), and the store's trust list works there too."""
+    s = made
+    assert cli(["summarize", "--suite", "cand", "--release", "committee-pg", "-o", str(s["out"]), "--local-path",
+                str(s["local"]), "--store", postgres_url, "--bootstrap", "400"]) == 0
+    assert cli(["summarize", "--suite", "cand", "--release", "committee-pg", "-o", str(s["out"]), "--local-path",
+                str(s["local"]), "--store", str(s["store"]), "--bootstrap", "400"]) == 0
+    pages = {}
+    for name, store in (("sqlite", str(s["store"])), ("pg", postgres_url)):
+        out = tmp_path / f"{name}.html"
+        assert cli(["report", "--release", "committee-pg", "--about", str(s["about"]), "--out", str(out), "--store",
+                    store]) == 0
+        text = _text(out.read_text())
+        pages[name] = [_section(text, head, nxt) for head, nxt in (
+            ("Executive summary", "Sign-off"), ("What each benchmark measures", "Scores per benchmark"),
+            ("Instances and patient subgroups", "Performance by patient subgroup"),
+            ("Cost, tokens and latency", "Provenance"))]
+    assert pages["sqlite"] == pages["pg"]
+    if shutil.which("openssl") is None:
+        return
+    key, pub = tmp_path / "k.pem", tmp_path / "k.pub"
+    assert subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(key)]).returncode == 0
+    assert subprocess.run(["openssl", "pkey", "-in", str(key), "-pubout", "-out", str(pub)]).returncode == 0
+    signed = tmp_path / "signed.html"
+    assert cli(["report", "--release", "committee-pg", "--sign", str(key), "--out", str(signed), "--store",
+                postgres_url]) == 0
+    assert cli(["report", "verify", str(signed), "--store", postgres_url]) == 4
+    assert cli(["report", "trust", "add", str(pub), "--store", postgres_url]) == 0
+    assert cli(["report", "verify", str(signed), "--store", postgres_url]) == 0

@@ -622,7 +622,9 @@ def _usage(p: dict[str, list[dict]], bench: dict[str, dict]) -> list[str]:
                   _num(u["inference_s"], 1), _num(u["gpu_s"], 1)) for u in p["model_usage"]]
     stats: dict[tuple, dict[str, tuple]] = defaultdict(dict)
     for u in p["usage"]:
-        stats[(u["benchmark"], u["model"], u["deployment"])][u["stat"]] = (u["count"], u["total"])
+        # PostgreSQL sums a BIGINT to a NUMERIC (Decimal): numbers here are int and float whatever the backend
+        stats[(u["benchmark"], u["model"], u["deployment"])][u["stat"]] = (
+            None if u["count"] is None else int(u["count"]), None if u["total"] is None else float(u["total"]))
     per_cell = []
     for (b, model, dep), st in sorted(stats.items()):
         requests, runtime = st.get("inference_runtime", (None, None))
