@@ -241,3 +241,21 @@ def test_postgresql_gives_the_same_page_and_trust_list(made: dict, tmp_path: Pat
     assert cli(["report", "verify", str(signed), "--store", postgres_url]) == 4
     assert cli(["report", "trust", "add", str(pub), "--store", postgres_url]) == 0
     assert cli(["report", "verify", str(signed), "--store", postgres_url]) == 0
+
+
+def test_an_unapproved_report_and_an_undescribed_model_are_said_first(made: dict, tmp_path: Path) -> None:
+    about = tmp_path / "report.yaml"
+    about.write_text(ABOUT.replace("  approved_by: {name: Chen Chair, role: \"Chair, AI committee\", date: 2026-11-28}\n",
+                                   "").replace("models:\n  - model: test/m\n", "models:\n  - model: test/m\n"
+                                                                                 "    deployment: other/dep\n"))
+    out = tmp_path / "unapproved.html"
+    assert cli(["report", "--release", "candidate", "--about", str(about), "--out", str(out), "--store",
+                str(made["store"])]) == 2  # a deployment the release does not hold is named
+    about.write_text(ABOUT.replace("  approved_by: {name: Chen Chair, role: \"Chair, AI committee\", date: 2026-11-28}\n",
+                                   "").replace(ABOUT[ABOUT.index("models:"):ABOUT.index("sign_off:")], ""))
+    assert cli(["report", "--release", "candidate", "--about", str(about), "--out", str(out), "--store",
+                str(made["store"])]) == 0
+    summary = _section(_text(out.read_text()), "Executive summary", "Sign-off")
+    assert "Not approved: the sign-off names no approver." in summary
+    assert "No endpoint, version or access window stated for test/m [mock/m]" in summary
+    assert "Approved by" not in summary

@@ -478,12 +478,18 @@ def _executive(content: ReportContent, meta: dict[str, str], bench: dict[str, di
     if about is None:
         findings.append('<li class="drop">No report.yaml was given: the intended use, limitations, risks, the '
                         "models' endpoints and versions and the sign-off are missing from this report.</li>")
-    elif about.sign_off.approved_by is None:
+        return ["<h2>Executive summary</h2>", *lines, "<ul>" + "".join(findings) + "</ul>"]
+    told = [(m.model, m.deployment) for m in about.models]
+    silent = [f"{m} [{d}]" for m, d in models if not any(m == a and b in (None, d) for a, b in told)]
+    if silent:
+        findings.append('<li class="drop">No endpoint, version or access window stated for '
+                        f"{_e(', '.join(silent[:8]))}{' …' if len(silent) > 8 else ''} (report.yaml: models).</li>")
+    approver = about.sign_off.approved_by
+    if approver is None:
         findings.append('<li class="drop">Not approved: the sign-off names no approver.</li>')
     else:
-        a = about.sign_off.approved_by
-        findings.append(f"<li>Approved by {_e(a.name)}{f' ({_e(a.role)})' if a.role else ''} on {_e(_when(a.date))}"
-                        ".</li>")
+        findings.append(f"<li>Approved by {_e(approver.name)}{f' ({_e(approver.role)})' if approver.role else ''} "
+                        f"on {_e(_when(approver.date))}.</li>")
     return ["<h2>Executive summary</h2>", *lines, "<ul>" + "".join(findings) + "</ul>"]
 
 
