@@ -259,3 +259,15 @@ def test_an_unapproved_report_and_an_undescribed_model_are_said_first(made: dict
     assert "Not approved: the sign-off names no approver." in summary
     assert "No endpoint, version or access window stated for test/m [mock/m]" in summary
     assert "Approved by" not in summary
+
+
+def test_the_hospitals_text_is_text(made: dict, tmp_path: Path) -> None:
+    about = tmp_path / "report.yaml"
+    hostile = "<script>alert(1)</script> & <img src=x>"
+    about.write_text(ABOUT.replace("  - A missed follow-up call.\n", f"  - \"{hostile}\"\n"))
+    out = tmp_path / "hostile.html"
+    assert cli(["report", "--release", "candidate", "--about", str(about), "--out", str(out), "--store",
+                str(made["store"])]) == 0
+    page = out.read_text()
+    assert "<script" not in page and "<img" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &lt;img src=x&gt;" in page

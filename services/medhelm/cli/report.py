@@ -59,14 +59,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="a trust list: several public keys in one file (PEM blocks, OpenSSH lines or a JWK Set)")
     keys.add_argument("--hmac-key", dest="verify_hmac", type=Path, metavar="SECRETFILE",
                       help="the HMAC-SHA256 secret, for a report signed with --hmac-key")
-    v.add_argument("--store", dest="verify_store",
+    v.add_argument("--store", dest="verify_store", metavar="URL",
                    help="also check that this results store still holds the aggregates the report was built from; "
                         "without --key/--trusted/--hmac-key, check the signature against the store's trust list")
     t = sub.add_parser("trust", help="the store's trust list: the public keys whose report signatures count")
     t.add_argument("trust_action", choices=("add", "list", "remove"))
     t.add_argument("what", nargs="?", help="add: the public key file; remove: the key id")
     t.add_argument("--label", default="", help="add: who or what the key belongs to (shown by list)")
-    t.add_argument("--store", dest="trust_store", help="the results store (default: as for `report`)")
+    t.add_argument("--store", dest="trust_store", metavar="URL", help="the results store (default: as for `report`)")
 
 
 def main(args: argparse.Namespace) -> int:
