@@ -186,7 +186,11 @@ def _public(data: bytes, path: Path) -> Any | None:
         if _SSH_LINE.fullmatch(text.split(b"\n", 1)[0]) and b"\n" not in text:
             return serialization.load_ssh_public_key(text)
         if text.startswith(b"{"):
-            return _jwk(text, path)
+            try:
+                doc = json.loads(text)
+            except ValueError:
+                return None  # not JSON: not a JWK (an HMAC secret may start with "{" too)
+            return _jwk(text, path, doc) if isinstance(doc, dict) and "kty" in doc else None
     except (ValueError, UnsupportedAlgorithm):
         raise ConfigError(NOT_A_KEY.replace("not a key", "not a public key that can be read"), path=path) from None
     if data[:1] == b"\x30":  # DER: an ASN.1 SEQUENCE (an HMAC secret may start with "0" too: then None)
