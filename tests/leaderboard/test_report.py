@@ -36,7 +36,7 @@ def made(tmp_path_factory) -> dict:
     key.write_text("9f" * 32 + "\n")
     s["key"] = key
     s["html"] = tmp / "report.html"
-    assert cli(["report", "--release", "candidate", "--against", "accepted", "--sign", str(key), "--out",
+    assert cli(["report", "--release", "candidate", "--against", "accepted", "--hmac-key", str(key), "--out",
                 str(s["html"]), "--store", str(s["store"])]) == 0
     return s
 
@@ -109,7 +109,7 @@ def test_the_report_lists_changes_within_subgroups(made: dict) -> None:
 
 def test_verify_passes_then_fails_on_a_changed_byte(made: dict, tmp_path: Path, capsys) -> None:
     html, key = made["html"], str(made["key"])
-    assert cli(["report", "verify", str(html), "--key", key, "--store", str(made["store"])]) == 0
+    assert cli(["report", "verify", str(html), "--hmac-key", key, "--store", str(made["store"])]) == 0
     assert "verified (content, signature, inputs)" in capsys.readouterr().out
     data = html.read_bytes()
 
@@ -124,13 +124,13 @@ def test_verify_passes_then_fails_on_a_changed_byte(made: dict, tmp_path: Path, 
     at = data.index(b"Leaderboard")
     body_changed = data[:at] + b"l" + data[at + 1:]
     assert "content no longer matches" in check("body.html", body_changed)
-    assert "content no longer matches" in check("body2.html", body_changed, "--key", key)
+    assert "content no longer matches" in check("body2.html", body_changed, "--hmac-key", key)
     marker = data.rindex(b"medhelm-manifest")
     manifest_changed = data[:marker] + data[marker:].replace(b"candidate", b"candidatX", 1)
-    assert "signature does not match" in check("manifest.html", manifest_changed, "--key", key)
+    assert "signature does not match" in check("manifest.html", manifest_changed, "--hmac-key", key)
     other = tmp_path / "other.key"
     other.write_text("ab" * 32)
-    assert "not with this key" in check("key.html", data, "--key", str(other))
+    assert "not with this key" in check("key.html", data, "--hmac-key", str(other))
     # nothing changed in the file, but the store's release was re-summarised from other runs
     s = made
     assert cli(["summarize", "--suite", "acc", "--release", "candidate", "-o", str(s["out"]), "--local-path",
@@ -150,13 +150,14 @@ def test_writing_a_report_is_audited_and_checks_before_writing(made: dict, tmp_p
     con = sqlite3.connect(made["store"])
     rows = con.execute("SELECT action, release, detail FROM audit WHERE action = 'report'").fetchall()
     con.close()
-    assert ("report", "candidate", "report report.html signed against accepted") in rows
+    key_id = [d for _, _, d in rows if d.startswith("report report.html signed HMAC-SHA256 key ")]
+    assert len(key_id) == 1 and key_id[0].endswith(" against accepted")
     short = tmp_path / "short.key"
     short.write_text("abc")
     out = tmp_path / "x.html"
-    assert cli(["report", "--release", "candidate", "--sign", str(short), "--out", str(out), "--store",
+    assert cli(["report", "--release", "candidate", "--hmac-key", str(short), "--out", str(out), "--store",
                 str(made["store"])]) == 2
-    assert "signing key has 3 bytes" in capsys.readouterr().err and not out.exists()
+    assert "HMAC secret has 3 bytes" in capsys.readouterr().err and not out.exists()
     assert cli(["report", "--release", "nope", "--out", str(out), "--store", str(made["store"])]) == 2
     assert not out.exists()
     assert cli(["report", "--release", "candidate", "--out", str(made["html"]), "--store", str(made["store"])]) == 2
@@ -188,5 +189,5 @@ def test_the_default_path_is_under_the_output_folder(made: dict, capsys) -> None
     out = made["out"]
     assert cli(["report", "--release", "accepted", "-o", str(out), "--store", str(made["store"])]) == 0
     assert (out / "reports" / "accepted.html").is_file()
-    assert cli(["report", "verify", str(out / "reports" / "accepted.html")]) == 0
-    assert "(the report is not signed)" in capsys.readouterr().out
+    assert cli(["report", "verify", str(out / "reports" / "accepted.html")]) == 4  # the signature NOT checked
+    assert "the signature was NOT checked (it is not signed;" in capsys.readouterr().out

@@ -37,7 +37,7 @@ def made(tmp_path_factory) -> dict:
     key = tmp / "report.key"
     key.write_text("5e" * 32 + "\n")
     s["key"], s["pdf"] = key, tmp / "report.pdf"
-    assert cli(["report", "--release", "candidate", "--against", "accepted", "--format", "pdf", "--sign", str(key),
+    assert cli(["report", "--release", "candidate", "--against", "accepted", "--format", "pdf", "--hmac-key", str(key),
                 "--out", str(s["pdf"]), "--store", str(s["store"])]) == 0
     return s
 
@@ -107,14 +107,14 @@ def test_pdf_is_tagged_vector_and_fetches_nothing(made: dict) -> None:
 
 def test_pdf_seal_verifies_and_a_changed_byte_fails(made: dict, tmp_path: Path, capsys) -> None:
     pdf, key = made["pdf"], str(made["key"])
-    assert cli(["report", "verify", str(pdf), "--key", key, "--store", str(made["store"])]) == 0
+    assert cli(["report", "verify", str(pdf), "--hmac-key", key, "--store", str(made["store"])]) == 0
     assert "verified (content, signature, inputs)" in capsys.readouterr().out
     data = pdf.read_bytes()
     assert data.endswith(b"%%EOF\n") and b"\n%medhelm-manifest {" in data and b"\n%medhelm-signature " in data
     at = data.index(b"/Type")
     changed = tmp_path / "changed.pdf"
     changed.write_bytes(data[:at] + b"/Typf" + data[at + 5:])
-    assert cli(["report", "verify", str(changed), "--key", key]) == 3
+    assert cli(["report", "verify", str(changed), "--hmac-key", key]) == 3
     err = capsys.readouterr().err
     assert "content no longer matches" in err and len(err.strip().splitlines()) == 1
 

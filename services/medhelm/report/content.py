@@ -11,6 +11,10 @@ Beside the main metric (``beside``): per benchmark whose card names other column
 ``jury_score_normalized``), each model's mean of those stats (``store.read.column_values``, from ``run_stats``).
 A release summarized before the multiple-choice columns were renamed is flagged (``extra["legacy_names"]``).
 
+Beside them: per model its tokens, time and cost (``model_usage``, from ``models``), and per benchmark and model
+the requests, tokens and request latency summed from ``run_stats`` (``usage``); the hospital's ``report.yaml``
+(``about.py``, given as ``about``) and the code commit and image digest (``build_identity``).
+
 Each part read is also hashed (``inputs``: SHA-256 of its rows as canonical JSON), so the manifest names
 exactly what the report was built from, and ``medhelm report verify --store`` can tell whether the store
 still holds it.
@@ -26,6 +30,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from medhelm.report.about import AboutFile
 from medhelm.store.backends import Store
 from medhelm.store.compare import CompareOptions, Comparison, compare, side_from_release
 from medhelm.store.read import column_values, legacy_names, resolve_release
@@ -49,6 +54,16 @@ _PARTS: dict[str, str] = {
                     "WHERE release = ? ORDER BY level, grp, model, deployment",
     "runs": "SELECT suite, run_name, benchmark, model, deployment, source, redacted, instances_total, "
             "instances_done, errors, spec_json FROM runs WHERE release = ? ORDER BY suite, run_name",
+    # what running each model cost: tokens, time and money (summarize's cost arithmetic, store/costs.py)
+    "model_usage": "SELECT model, deployment, prompt_tokens, completion_tokens, judge_prompt_tokens, "
+                   "judge_completion_tokens, inference_s, gpu_s, cost_usd, cost_basis, jury_cost_usd FROM models "
+                   "WHERE release = ? ORDER BY model, deployment",
+    # per benchmark and model: requests, tokens and request latency, summed over the runs' per-split stats
+    "usage": "SELECT r.benchmark, r.model, r.deployment, s.stat, SUM(s.count) AS count, SUM(s.sum) AS total "
+             "FROM run_stats s JOIN runs r ON r.release = s.release AND r.suite = s.suite AND "
+             "r.run_name = s.run_name WHERE s.release = ? AND s.stat IN ('num_prompt_tokens', "
+             "'num_completion_tokens', 'inference_runtime') GROUP BY r.benchmark, r.model, r.deployment, s.stat "
+             "ORDER BY r.benchmark, r.model, r.deployment, s.stat",
 }
 
 
@@ -63,6 +78,35 @@ class ReportContent:
     subgroup_changes_suppressed: int = 0
     code_version: str = __version__
     extra: dict[str, Any] = field(default_factory=dict)
+    about: AboutFile | None = None  # the hospital's report.yaml (about.py); None: not given
+    build: dict[str, str] = field(default_factory=dict)  # code commit, image digest (``build_identity``)
+
+
+def build_identity() -> dict[str, str]:
+    """The code commit and the image digest this medhelm runs from: the environment's ``MEDHELM_CODE_COMMIT``
+    and ``MEDHELM_IMAGE_DIGEST`` (what the deployment that runs the image knows), else the git commit of a source
+    checkout; what is not known is said so, never guessed."""
+    import os
+    import re
+    import subprocess
+    from pathlib import Path
+
+    commit = os.environ.get("MEDHELM_CODE_COMMIT", "").strip()
+    if not commit:
+        try:
+            done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                                  text=True, timeout=10)
+            commit = done.stdout.strip() if done.returncode == 0 else ""
+        except (OSError, subprocess.SubprocessError):
+            commit = ""
+        if commit:
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                   cwd=Path(__file__).parent, capture_output=True, text=True, timeout=30)
+            commit += " (source checkout with local changes)" if dirty.stdout.strip() else " (source checkout)"
+    image = os.environ.get("MEDHELM_IMAGE_DIGEST", "").strip()
+    keep = re.compile(r"[^A-Za-z0-9@:/._+() -]")  # printed on the page: a digest or a commit, nothing else
+    return {"commit": keep.sub("", commit)[:120] or "not recorded",
+            "image": keep.sub("", image)[:200] or "not recorded (not run from the medhelm image)"}
 
 
 def _digest(rows: list[dict[str, Any]]) -> str:
@@ -87,8 +131,21 @@ def _run_row(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def _prompt_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A run's custom prompt (a run spec's ``prompt``), by its digest only."""
+    try:
+        spec = json.loads(row["spec_json"] or "{}")
+    except ValueError:
+        spec = {}
+    prompt = spec.get("prompt") if isinstance(spec, dict) else None
+    text = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True) if prompt else ""
+    return {"suite": row["suite"], "run_name": row["run_name"], "benchmark": row["benchmark"],
+            "prompt_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest() if text else ""}
+
+
 def read_parts(store: Store, release: str) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str]]:
     parts = {name: store.query_dicts(sql, (release,)) for name, sql in _PARTS.items()}
+    parts["prompts"] = [_prompt_row(r) for r in parts["runs"]]
     parts["runs"] = [_run_row(r) for r in parts["runs"]]
     scores, gaps = read_subgroups(store, release)
     parts["subgroup_scores"], parts["subgroup_gaps"] = scores, gaps
@@ -112,10 +169,16 @@ def _beside(store: Store, release: str, benchmarks: list[dict[str, Any]]) -> lis
 
 
 def read_content(store: Store, release: str | None, against: str | None = None, *, replicates: int = 2000,
-                 seed: int = 0) -> ReportContent:
+                 seed: int = 0, about: AboutFile | None = None, about_path: Any = None) -> ReportContent:
     release = resolve_release(store, release)
     parts, inputs = read_parts(store, release)
+    if about is not None:
+        from medhelm.report.about import check_names
+
+        check_names(about, about_path, {b["benchmark"] for b in parts["benchmarks"]},
+                    {(m["model"], m["deployment"]) for m in parts["models"]})
     extra = {"legacy_names": legacy_names(store, release)}
+    more = {"about": about, "build": build_identity()}
     comparison = None
     if against is not None:
         against = resolve_release(store, against)
@@ -129,8 +192,8 @@ def read_content(store: Store, release: str | None, against: str | None = None, 
         labels = instance_labels(store, against, instance_labels(store, release))
         changes, hidden = subgroup_changes(side_a, side_b, labels, options, stored_min_cell(store, release))
         inputs.update(_accepted_inputs(store, against))
-        return ReportContent(release, parts, inputs, against, comparison, tuple(changes), hidden, extra=extra)
-    return ReportContent(release, parts, inputs, extra=extra)
+        return ReportContent(release, parts, inputs, against, comparison, tuple(changes), hidden, extra=extra, **more)
+    return ReportContent(release, parts, inputs, extra=extra, **more)
 
 
 def _accepted_inputs(store: Store, against: str) -> dict[str, str]:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import html
 import io
 import math
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from datetime import date, datetime
 from typing import Any
 
 from medhelm.errors import ConfigError
@@ -179,19 +181,27 @@ def render(content: ReportContent, created_at: str) -> bytes:
            f"<title>MedHELM evaluation report: {_e(content.release)}</title><style>{_CSS}{_PRINT_CSS}</style></head>"
            "<body>",
            f"<h1>MedHELM evaluation report: release <code>{_e(content.release)}</code></h1>",
-           f'<p class="note">Made {_e(created_at)} by medhelm {_e(content.code_version)} from the results store\'s '
+           f'<p class="note">Made {_e(_when(created_at))} by medhelm {_e(content.code_version)} from the results store\'s '
            "aggregates only (no prompt, output or patient text is read). Its manifest (the digests of every input "
-           "and of this page) is at the end of the file; check it with <code>medhelm report verify FILE</code>."
+           "and of this page) is at the end of the file; check it with <code>medhelm report verify FILE --key "
+           "SIGNER.pub</code> (the signer's public key: without a trusted key the signature is not checked)."
            "</p>"]
+    out += _executive(content, meta, bench)
+    out += _sign_off(content)
+    out += _use(content)
     out += _summary(meta, p)
     if content.extra.get("legacy_names"):
         out.append('<p class="note drop">This release was summarized before the multiple-choice columns were '
                    "renamed: its exact_match values are the lenient rule (today's lenient_match), not HELM's. Re-run "
                    "<code>medhelm summarize</code> to rank it by HELM's rule.</p>")
     out += _leaderboard(p)
+    out += _measures(content, bench)
     out += _benchmarks(p, bench)
+    out += _data(content, bench)
     out += _subgroups(p, bench)
     out += _change(content)
+    out += _models(content)
+    out += _usage(p, bench)
     out += _provenance(content, meta)
     out.append("</body></html>")
     return "\n".join(out).encode("utf-8")
@@ -200,21 +210,21 @@ def render(content: ReportContent, created_at: str) -> bytes:
 def _summary(meta: dict[str, str], p: dict[str, list[dict]]) -> list[str]:
     rows = [("Runs", meta.get("runs")), ("Instances", meta.get("instances")), ("Benchmarks", len(p["benchmarks"])),
             ("Models", len(p["models"])), ("Suites", ", ".join(_json_list(meta.get("suites")))),
-            ("Summarised", meta.get("created_at")), ("Bootstrap replicates", meta.get("replicates")),
+            ("Summarised", _when(meta.get("created_at"))), ("Bootstrap replicates", meta.get("replicates")),
             ("Bootstrap seed", meta.get("seed"))]
     return ["<h2>Summary</h2>", _table("What this release holds", ("Item", "Value"), rows)]
 
 
 def _leaderboard(p: dict[str, list[dict]]) -> list[str]:
     rows = [(_num(r["rank"]), r["model"], r["deployment"], _ci(r["rank_low"], r["rank_high"], 1),
-             _num(r["win_rate"]), _ci(r["win_rate_low"], r["win_rate_high"]), _num(r["mean_score"]),
-             r["n_benchmarks"]) for r in p["leaderboard"]]
+             _num(r["win_rate"]), _ci(r["win_rate_low"], r["win_rate_high"]), r["n_benchmarks"])
+            for r in p["leaderboard"]]
     return ["<h2>Leaderboard</h2>",
             '<p class="note">Mean win rate over benchmarks (the share of other models each model beats, per '
-            "benchmark) with its 95 % bootstrap interval, and the rank's interval over the same replicates.</p>",
+            "benchmark) with its 95 % bootstrap interval, and the rank's interval over the same replicates. Scores "
+            "of different benchmarks are never averaged: each is on its own metric's scale.</p>",
             _table("Leaderboard", ("Rank", "Model", "Deployment", "Rank 95 % CI", "Win rate", "Win rate 95 % CI",
-                                   "Mean score", "Benchmarks"), rows, (True, False, False, True, True, True, True,
-                                                                        True))]
+                                   "Benchmarks"), rows, (True, False, False, True, True, True, True))]
 
 
 def _benchmarks(p: dict[str, list[dict]], bench: dict[str, dict]) -> list[str]:
@@ -242,10 +252,20 @@ def _benchmarks(p: dict[str, list[dict]], bench: dict[str, dict]) -> list[str]:
                    'shows.</p>')
         out.append(_table("Beside the main metric", ("Benchmark", "Metric", "Model", "Deployment", "Value"), beside,
                           (False,) * 4 + (True,)))
-    groups = [(g["grp"], g["model"], g["deployment"], _num(g["value"]), _ci(g["ci_low"], g["ci_high"]),
-               g["n_benchmarks"]) for g in p["group_scores"] if g["level"] == "category"]
-    out.append(_table("Mean per category", ("Category", "Model", "Deployment", "Mean", "95 % CI", "Benchmarks"),
-                      groups, (False, False, False, True, True, True)))
+    metrics_of: dict[str, set] = defaultdict(set)
+    for b in p["benchmarks"]:
+        metrics_of[b["category"]].add(b["main_metric"])
+    groups = [(g["grp"], next(iter(metrics_of[g["grp"]])), g["model"], g["deployment"], _num(g["value"]),
+               _ci(g["ci_low"], g["ci_high"]), g["n_benchmarks"]) for g in p["group_scores"]
+              if g["level"] == "category" and len(metrics_of.get(g["grp"], ())) == 1]
+    mixed = sorted(c for c, m in metrics_of.items() if len(m) > 1 and c)
+    if groups or mixed:
+        out.append(_table("Mean per category (benchmarks of one metric only)",
+                          ("Category", "Metric", "Model", "Deployment", "Mean", "95 % CI", "Benchmarks"), groups,
+                          (False, False, False, False, True, True, True)))
+    if mixed:
+        out.append(f'<p class="note">No mean is shown for {_e(", ".join(mixed))}: its benchmarks use different '
+                   "metrics, whose average would mean nothing.</p>")
     return out
 
 
@@ -329,16 +349,310 @@ def _provenance(content: ReportContent, meta: dict[str, str]) -> list[str]:
            _table("Runs (run entries, configuration digests)",
                   ("Run", "Suite", "Model", "Deployment", "Source", "Done / total", "Errors", "Run entry",
                    "Benchmark source", "Settings", "Run spec sha256"),
-                  [(r["run_name"], r["suite"], r["model"], r["deployment"], r["source"],
-                    f"{_num(r['instances_done'])} / {_num(r['instances_total'])}", _num(r["errors"]), r["entry"],
-                    r["benchmark_source"], ", ".join(f"{k}={v}" for k, v in r["settings"].items() if v is not None)
+                  [(_no_paths(r["run_name"]), r["suite"], r["model"], r["deployment"], _no_paths(r["source"]),
+                    f"{_num(r['instances_done'])} / {_num(r['instances_total'])}", _num(r["errors"]),
+                    _no_paths(r["entry"]), _no_paths(r["benchmark_source"]), ", ".join(f"{k}={v}" for k, v in r["settings"].items() if v is not None)
                     + ("; custom prompt" if r["custom_prompt"] else ""), _Raw(f"<code>{_e(r['spec_sha256'])}</code>"))
                    for r in p["runs"]], (False,) * 5 + (True, True)),
            _table("Inputs of this report (SHA-256 of the aggregates read)", ("Input", "SHA-256"),
                   [(k, _Raw(f"<code>{_e(v)}</code>")) for k, v in sorted(content.inputs.items())]),
-           f'<p class="note">Code: medhelm {_e(content.code_version)}. Release summarised {_e(meta.get("created_at"))}'
-           f"; skipped runs: {_e(len(_json_list(meta.get('skipped'))))}.</p>"]
+           _table("Code", ("Item", "Value"),
+                  [("medhelm version", content.code_version),
+                   ("Code commit", _Raw(f"<code>{_e(content.build.get('commit', 'not recorded'))}</code>")),
+                   ("Image digest", _Raw(f"<code>{_e(content.build.get('image', 'not recorded'))}</code>")),
+                   ("Release summarised", _when(meta.get("created_at"))),
+                   ("Skipped runs", len(_json_list(meta.get("skipped"))))]),
+           '<p class="note">File paths are shown by file name only (a folder can name a person or a ward); the '
+           "run spec's digest covers the full entry.</p>"]
     return out
+
+
+_PATH = re.compile(r"(?<![\w.~:/-])(?:[A-Za-z]:)?[/\\](?:[^\s,;:=/\\'\"<>]+[/\\])*([^\s,;:=/\\'\"<>]*)")
+
+
+def _no_paths(value: Any) -> str:
+    """``value`` with every absolute file path reduced to its file name."""
+    return _PATH.sub(lambda m: m.group(1) or "…", "" if value is None else str(value))
+
+
+def _when(value: Any) -> str:
+    """A time as the committee reads it: with its zone; a time stored without one says so."""
+    if value is None or value == "":
+        return "not recorded"
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, date):
+        return value.isoformat()
+    else:
+        try:
+            moment = datetime.fromisoformat(str(value))
+        except ValueError:
+            return str(value)
+    if moment.tzinfo is None:
+        return moment.isoformat(sep=" ", timespec="seconds") + " (time zone not recorded)"
+    offset = moment.utcoffset()
+    zone = moment.strftime("%z")
+    zone = "UTC" if offset is not None and not offset else f"UTC{zone[:3]}:{zone[3:5]}"
+    return moment.strftime("%Y-%m-%d %H:%M") + f" {zone}"
+
+
+def _metric_words(metric: str | None) -> str:
+    """What a metric computes, in the scorer's own words (scoring/registry.py), else its name."""
+    from medhelm.scoring import registry
+
+    factory = registry.factories().get(str(metric)) if metric in registry.names() else None
+    return factory.description if factory is not None and factory.description else str(metric or "–")
+
+
+def _paragraphs(text: str | None) -> str:
+    parts = [t.strip() for t in (text or "").split("\n\n") if t.strip()]
+    return "".join(f"<p>{_e(t)}</p>" for t in parts)
+
+
+def _cells_by_benchmark(p: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
+    for c in p["cells"]:
+        out[c["benchmark"]].append(c)
+    return out
+
+
+def _executive(content: ReportContent, meta: dict[str, str], bench: dict[str, dict]) -> list[str]:
+    """The page a committee reads first: what was evaluated and what was found, in sentences."""
+    p = content.parts
+    models = sorted({(m["model"], m["deployment"]) for m in p["models"]})
+    names = ", ".join(f"{m} [{d}]" for m, d in models[:8]) + (" …" if len(models) > 8 else "")
+    lines = [f"<p>This report evaluates {len(models)} model{'s' if len(models) != 1 else ''} ({_e(names)}) on "
+             f"{len(bench)} benchmark{'s' if len(bench) != 1 else ''} with {_e(meta.get('instances', '–'))} scored "
+             f"instances in all (release <code>{_e(content.release)}</code>"
+             + (f", compared with the accepted release <code>{_e(content.against)}</code>" if content.against
+                else "") + "). Each benchmark is scored on its own metric; scores of different benchmarks are not "
+             "averaged. Intervals are 95 %.</p>"]
+    findings = []
+    for name, cells in sorted(_cells_by_benchmark(p).items()):
+        b = bench.get(name, {})
+        lower = bool(b.get("lower_is_better"))
+        ranked = sorted((c for c in cells if c["value"] is not None), key=lambda c: c["value"], reverse=not lower)
+        if not ranked:
+            continue
+        label = b.get("display_name") or name
+        metric = f"{b.get('main_metric') or 'score'}, {'lower' if lower else 'higher'} is better"
+        best = ranked[0]
+        said = (f"{_e(best['model'])} scored {_num(best['value'])} {_e(_ci(best['ci_low'], best['ci_high']))} on "
+                f"{_e(best['n_instances'])} instances")
+        if len(ranked) > 1:
+            last = ranked[-1]
+            said = (f"best {said}; lowest {_e(last['model'])} {_num(last['value'])} "
+                    f"{_e(_ci(last['ci_low'], last['ci_high']))}")
+        unscored = sum(int(c["n_unscored"] or 0) for c in cells)
+        if unscored:
+            said += f"; {unscored} answer(s) could not be scored"
+        findings.append(f"<li><strong>{_e(label)}</strong> ({_e(metric)}): {said}.</li>")
+    if len(findings) > 12:
+        findings = findings[:12] + [f"<li>… and {len(findings) - 12} more benchmarks (below).</li>"]
+    board = [r for r in p["leaderboard"] if r["rank"] is not None]
+    if len(board) > 1:
+        top = board[0]
+        findings.append(f"<li>Across benchmarks, <strong>{_e(top['model'])}</strong> beats the other models most "
+                        f"often (mean win rate {_num(top['win_rate'])} {_e(_ci(top['win_rate_low'], top['win_rate_high']))}"
+                        f"; its rank lies in {_e(_ci(top['rank_low'], top['rank_high'], 1))}).</li>")
+    c = content.comparison
+    if c is not None:
+        drops = [r for r in c.results if r.change == "drop"]
+        gains = [r for r in c.results if r.change == "gain"]
+        detail = "; ".join(f"{_e(r.display_name or r.benchmark)} · {_e(r.model_b)} {_num(r.diff)}" for r in drops[:5])
+        findings.append(f"<li>Against <code>{_e(content.against)}</code>: <span class=\"{'drop' if drops else ''}\">"
+                        f"{len(drops)} significant drop(s)</span>{': ' + detail if detail else ''}; {len(gains)} "
+                        "significant gain(s) (Holm-adjusted over every model and benchmark).</li>")
+        sub = [s for s in content.subgroup_changes if s.result.change == "drop"]
+        if sub:
+            findings.append(f"<li class=\"drop\">{len(sub)} significant drop(s) within a patient subgroup (listed "
+                            "under the change).</li>")
+    gaps = sorted((g for g in p["subgroup_gaps"] if g["gap"] is not None), key=lambda g: -abs(g["gap"]))
+    if gaps:
+        g = gaps[0]
+        findings.append(f"<li>Largest gap between patient subgroups: {_e(bench.get(g['benchmark'], {}).get('display_name') or g['benchmark'])}"
+                        f", {_e(g['model'])}, by {_e(g['attribute'])}: {_e(g['high_group'])} vs {_e(g['low_group'])}, "
+                        f"{_num(g['gap'])} {_e(_ci(g['gap_low'], g['gap_high']))}, p (Holm) {_num(g['p_holm'], 4)}."
+                        "</li>")
+    about = content.about.about if content.about else None
+    if about is None:
+        findings.append('<li class="drop">No report.yaml was given: the intended use, limitations, risks, the '
+                        "models' endpoints and versions and the sign-off are missing from this report.</li>")
+        return ["<h2>Executive summary</h2>", *lines, "<ul>" + "".join(findings) + "</ul>"]
+    told = [(m.model, m.deployment) for m in about.models]
+    silent = [f"{m} [{d}]" for m, d in models if not any(m == a and b in (None, d) for a, b in told)]
+    if silent:
+        findings.append('<li class="drop">No endpoint, version or access window stated for '
+                        f"{_e(', '.join(silent[:8]))}{' …' if len(silent) > 8 else ''} (report.yaml: models).</li>")
+    approver = about.sign_off.approved_by
+    if approver is None:
+        findings.append('<li class="drop">Not approved: the sign-off names no approver.</li>')
+    else:
+        findings.append(f"<li>Approved by {_e(approver.name)}{f' ({_e(approver.role)})' if approver.role else ''} "
+                        f"on {_e(_when(approver.date))}.</li>")
+    return ["<h2>Executive summary</h2>", *lines, "<ul>" + "".join(findings) + "</ul>"]
+
+
+def _sign_off(content: ReportContent) -> list[str]:
+    out = ["<h2>Sign-off</h2>"]
+    if content.about is None:
+        return out + ['<p class="note drop">Not signed off: give the hospital\'s report.yaml (--about; template '
+                      "examples/report.yaml) with who ran, reviewed and approved this evaluation.</p>"]
+    s = content.about.about.sign_off
+    rows = [(what, person.name if person else "not given", (person.role or "") if person else "",
+             _when(person.date) if person else "")
+            for what, person in (("Ran by", s.ran_by), ("Reviewed by", s.reviewed_by), ("Approved by", s.approved_by))]
+    return out + [_table("Sign-off", ("", "Name", "Role", "Date"), rows),
+                  f'<p class="note">From {_e(content.about.name)} (sha256 <code>{_e(content.about.sha256)}</code>, '
+                  "also in the manifest): part of the signed bytes of this report, so it cannot be changed or moved "
+                  "to another report without breaking the signature.</p>"]
+
+
+def _use(content: ReportContent) -> list[str]:
+    if content.about is None:
+        return []
+    a = content.about.about
+    out = ["<h2>Intended use, limitations and risks</h2>"]
+    if a.organisation or a.title:
+        out.append(f"<p><strong>{_e(a.title or '')}</strong>{' — ' if a.title and a.organisation else ''}"
+                   f"{_e(a.organisation or '')}</p>")
+    out += ["<h3>Intended use</h3>", _paragraphs(a.intended_use)]
+    if a.out_of_scope:
+        out += ["<h3>Out of scope</h3>", _paragraphs(a.out_of_scope)]
+    out += ["<h3>Known limitations</h3>", "<ul>" + "".join(f"<li>{_e(x)}</li>" for x in a.limitations) + "</ul>",
+            "<h3>Risks</h3>", "<ul>" + "".join(f"<li>{_e(x)}</li>" for x in a.risks) + "</ul>"]
+    return out
+
+
+def _span(values: list[Any]) -> str:
+    nums = sorted({int(v) for v in values if v is not None})
+    return "–" if not nums else str(nums[0]) if len(nums) == 1 else f"{nums[0]}–{nums[-1]}"
+
+
+def _measures(content: ReportContent, bench: dict[str, dict]) -> list[str]:
+    p = content.parts
+    about = content.about.about.benchmarks if content.about else {}
+    cells = _cells_by_benchmark(p)
+    prompts: dict[str, set] = defaultdict(set)
+    custom = {(r["suite"], r["run_name"]): r["prompt_sha256"] for r in p.get("prompts", ())}
+    for r in p["runs"]:
+        digest = custom.get((r["suite"], r["run_name"]))
+        source = _no_paths(r["benchmark_source"]) or f"built into medhelm {content.code_version}"
+        prompts[r["benchmark"]].add("; ".join(x for x in (source, digest and f"custom prompt sha256:{digest[:12]}")
+                                             if x))
+    rows = []
+    for name in sorted(bench):
+        b, told = bench[name], about.get(name)
+        rows.append((b.get("display_name") or name,
+                     (told.measures if told and told.measures else None) or b.get("description") or "not stated",
+                     (told.reference_standard if told and told.reference_standard else None) or
+                     "not stated (report.yaml: benchmarks)",
+                     f"{b.get('main_metric')} ({'lower' if b.get('lower_is_better') else 'higher'} is better): "
+                     f"{_metric_words(b.get('main_metric'))}",
+                     "; ".join(sorted(prompts.get(name, ()))) or "–",
+                     _span([c["n_instances"] for c in cells.get(name, ())]),
+                     _span([c["n_unscored"] for c in cells.get(name, ())])))
+    return ["<h2>What each benchmark measures</h2>",
+            '<p class="note">Prompt and data: the digest of the benchmark\'s own files (prompt template and data '
+            "set) or the medhelm version whose built-in prompt it uses, and the digest of a custom prompt; instances: "
+            "scored per model (n); unscored: answers without a score.</p>",
+            _table("Benchmarks", ("Benchmark", "What it measures", "Reference standard", "Metric",
+                                  "Prompt and data", "Instances", "Unscored"), rows,
+                   (False,) * 5 + (True, True))]
+
+
+def _data(content: ReportContent, bench: dict[str, dict]) -> list[str]:
+    p = content.parts
+    out = ["<h2>Data</h2>"]
+    if content.about is not None:
+        d = content.about.about.data
+        window = f"{_when(d.time_window.start)} to {_when(d.time_window.end)}" if d.time_window else "not stated"
+        out.append(_table("The data, as the hospital describes it", ("Item", "Value"),
+                          [("Source", d.source), ("Time window", window), ("Population", d.population or "not stated"),
+                           ("Missing labels", d.missing_labels or "not stated"), ("Notes", d.notes or "–")]))
+    else:
+        out.append('<p class="note drop">Source, time window and population not stated (report.yaml: data).</p>')
+    groups: dict[tuple, dict[str, int]] = defaultdict(dict)
+    for r in p["subgroup_scores"]:
+        groups[(r["benchmark"], r["attribute"])][r["grp"]] = max(int(r["n"] or 0),
+                                                                  groups[(r["benchmark"], r["attribute"])].get(r["grp"], 0))
+    hidden: dict[tuple, int] = {}
+    for g in p["subgroup_gaps"]:
+        hidden[(g["benchmark"], g["attribute"])] = max(hidden.get((g["benchmark"], g["attribute"]), 0),
+                                                      int(g["n_suppressed"] or 0))
+    rows = []
+    cells = _cells_by_benchmark(p)
+    for name in sorted(bench):
+        attrs = sorted({a for b, a in (*groups, *hidden) if b == name})
+        sizes = "; ".join(f"{a}: " + ", ".join(f"{g} {n}" for g, n in sorted(groups.get((name, a), {}).items()))
+                          + (f" ({hidden[(name, a)]} small group(s) suppressed)" if hidden.get((name, a)) else "")
+                          for a in attrs) or "no subgroups named"
+        rows.append((bench[name].get("display_name") or name,
+                     _span([c["n_instances"] for c in cells.get(name, ())]),
+                     _span([c["n_unscored"] for c in cells.get(name, ())]), sizes))
+    out.append(_table("Instances and patient subgroups per benchmark", ("Benchmark", "Instances scored",
+                                                                        "Unscored", "Subgroup sizes (scored)"),
+                      rows, (False, True, True, False)))
+    out.append('<p class="note">Unscored: an answer that could not be scored (a failed request, an answer the metric '
+               "cannot read, or an instance without a reference label). A subgroup's blank value is a group of its "
+               "own; suppressed groups are counted, never named.</p>")
+    return out
+
+
+def _models(content: ReportContent) -> list[str]:
+    p = content.parts
+    told = content.about.about.models if content.about else []
+
+    def about(model: str, deployment: str) -> Any:
+        return next((m for m in told if m.model == model and m.deployment in (None, deployment)), None)
+
+    rows = []
+    for m in p["models"]:
+        a = about(m["model"], m["deployment"])
+        window = f"{_when(a.access_window.start)} to {_when(a.access_window.end)}" if a else "not stated"
+        rows.append((m["model"], m["deployment"], (a.endpoint or "not stated") if a else "not stated",
+                     a.version if a else "not stated", window, m["suites"], m["n_instances"]))
+    return ["<h2>Models</h2>",
+            '<p class="note">Identity as the results store holds it (model and deployment names); endpoint, '
+            "version and the window in which the endpoint was called as the hospital states them (report.yaml: "
+            "models).</p>",
+            _table("Models evaluated", ("Model", "Deployment", "Endpoint", "Version", "Access window", "Suites",
+                                        "Instances"), rows, (False,) * 6 + (True,))]
+
+
+def _usage(p: dict[str, list[dict]], bench: dict[str, dict]) -> list[str]:
+    per_model = [(u["model"], u["deployment"],
+                  "–" if u["cost_usd"] is None else f"{u['cost_usd']:.4f} ({u['cost_basis']})",
+                  "–" if u["jury_cost_usd"] is None else f"{u['jury_cost_usd']:.4f}", u["prompt_tokens"],
+                  u["completion_tokens"], (u["judge_prompt_tokens"] or 0) + (u["judge_completion_tokens"] or 0),
+                  _num(u["inference_s"], 1), _num(u["gpu_s"], 1)) for u in p["model_usage"]]
+    stats: dict[tuple, dict[str, tuple]] = defaultdict(dict)
+    for u in p["usage"]:
+        # PostgreSQL sums a BIGINT to a NUMERIC (Decimal): numbers here are int and float whatever the backend
+        stats[(u["benchmark"], u["model"], u["deployment"])][u["stat"]] = (
+            None if u["count"] is None else int(u["count"]), None if u["total"] is None else float(u["total"]))
+    per_cell = []
+    for (b, model, dep), st in sorted(stats.items()):
+        requests, runtime = st.get("inference_runtime", (None, None))
+        per_cell.append((bench.get(b, {}).get("display_name") or b, model, dep,
+                         requests if requests is not None else st.get("num_prompt_tokens", (None,))[0],
+                         _num(_int_or_none(st.get("num_prompt_tokens", (None, None))[1])),
+                         _num(_int_or_none(st.get("num_completion_tokens", (None, None))[1])),
+                         _num(runtime / requests if runtime is not None and requests else None),
+                         _num(runtime, 1)))
+    return ["<h2>Cost, tokens and latency</h2>",
+            '<p class="note">Cost in USD from the hospital\'s price table (its basis: API tokens, GPU or CPU time; '
+            "– where no price is set, never 0); the jury's cost apart. Latency: the mean time of one request.</p>",
+            _table("Per model", ("Model", "Deployment", "Cost USD (basis)", "Jury cost USD", "Prompt tokens",
+                                 "Completion tokens", "Judge tokens", "Inference s", "GPU s"), per_model,
+                   (False, False) + (True,) * 7),
+            _table("Per benchmark and model", ("Benchmark", "Model", "Deployment", "Requests", "Prompt tokens",
+                                               "Completion tokens", "Mean latency s", "Total s"), per_cell,
+                   (False,) * 3 + (True,) * 5)]
+
+
+def _int_or_none(x: Any) -> int | None:
+    return None if x is None else int(round(float(x)))
 
 
 def _json_list(text: str | None) -> list[str]:

@@ -10,15 +10,26 @@ After the report's own bytes (the *body*) come, each on its own line:
 * in a PDF, ``startxref N`` and ``%%EOF`` again (the body's own), so a PDF reader still finds the document's
   cross-reference table within the file's last bytes.
 
-The key (``keys.py``) is an HMAC-SHA256 secret or a PEM key pair (Ed25519, ECDSA, RSA-PSS): an HMAC proves that
-whoever holds the secret made these bytes; a public-key signature lets anyone holding the public key check it.
-Reports of the first format (``medhelm-report-manifest/1``: HTML, HMAC over the manifest's canonical JSON inside
-the manifest) still verify.
+Every byte is accounted for (``split``): the signature covers the body and the manifest line; the signature
+line must hold the base64 of the signature exactly as written (no other encoding of the same bytes); the PDF's
+repeated trailer must be exactly ``startxref\\nN\\n%%EOF\\n`` with the body's own N. So a byte changed, added or
+cut anywhere fails.
+
+Verification means a trusted key (``verify``): without one, only the content digest is checked, which anyone
+who edits the body can recompute, so the result says the signature was NOT checked (``Verified.key`` None; the
+CLI exits 4). With keys (the one ``--key``, a trust list, or the store's trust list), the algorithm is the
+key's own (``keys.py``); the manifest's ``signature`` must name a key of that algorithm and id among them, and
+that key's signature check decides. An HMAC secret is only ever given as one (``--hmac-key``).
+
+Reports of the first format (``medhelm-report-manifest/1``: HTML, HMAC over the manifest's canonical JSON
+inside the manifest) still verify with their HMAC secret.
 
 Failure semantics: ``verify`` raises ``VerificationError`` (exit 3) with one line saying what no longer
-matches: the content (a changed byte of the body), the signature (a changed manifest or signature line), the
-key (signed with another key, or not signed), an input (``--store``: the store's aggregates changed since); a
-file that is not a report is a ``ConfigError`` (exit 2). Key bytes are never printed or logged.
+matches: the content (a changed byte of the body), the signature (a changed manifest or signature line, or
+another key), the key (signed with a key not given or not in the trust list, of another algorithm, or not
+signed), the end (cut, or bytes added or changed after the manifest), an input (``--store``: the store's
+aggregates changed since); a file that is not a report is a ``ConfigError`` (exit 2). Key bytes are never
+printed or logged.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import hashlib
 import hmac
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,46 +105,76 @@ class Sealed:
     signature: bytes | None  # the signature line's value, decoded
 
 
+def _changed_end(path: Path) -> VerificationError:
+    return VerificationError(f"{path}: the end of the report was changed (cut, or bytes added or changed after its "
+                             "manifest or signature)")
+
+
 def split(data: bytes, path: Path) -> Sealed:
-    """The report's body, manifest, signed bytes and signature."""
+    """The report's body, manifest, signed bytes and signature. Every byte of the file is accounted for: the
+    body, the manifest line, the signature line (its base64 as written, nothing else), and in a PDF the repeated
+    ``startxref N`` / ``%%EOF``, which must be exactly the body's own; anything else is a changed end."""
     kind = kind_of(data)
     start, sig_start, end = _LINES[kind]
-    rest = data
-    if kind == "pdf":  # the PDF's startxref / %%EOF repeated after the manifest
-        region = max(0, len(data) - 64)
-        tail = _PDF_TAIL.search(data, region)
-        rest = data[:tail.start()] if tail else b""
-    lines = rest.rsplit(b"\n", 3)  # [..., last line of the body, manifest line, signature line?, ""]
-    signature_b64 = None
-    if len(lines) == 4 and lines[-2].startswith(sig_start):
-        signature_b64, manifest_line = lines[-2], lines[-3]
-    else:
-        manifest_line = lines[-2] if len(lines) >= 3 else b""
-    if lines[-1] != b"" or not manifest_line.startswith(start) or not (manifest_line + b"\n").endswith(end):
-        if b"\n" + start in data[-256 * 1024:]:
-            raise VerificationError(f"{path}: the end of the report was changed (cut, or bytes added after its "
-                                    "manifest or signature)")
+    line_end = end[:-1]  # what a line ends with before its newline ("" in a PDF)
+    if b"\n" + start not in data[-256 * 1024:]:
         raise ConfigError("no medhelm manifest at the end (not a medhelm report)", path=path)
-    at = rest.rfind(b"\n" + manifest_line + b"\n")
+    rest, trailer = data, b""
+    if kind == "pdf":
+        at = data.rfind(b"\nstartxref\n")
+        if at < 0:
+            raise _changed_end(path)
+        rest, trailer = data[:at + 1], data[at + 1:]
+    if not rest.endswith(b"\n"):
+        raise _changed_end(path)
+    head, _, last = rest[:-1].rpartition(b"\n")
+    signature_b64 = None
+    if last.startswith(sig_start):
+        signature_b64 = last
+        head, _, last = head.rpartition(b"\n")
+    manifest_line = last
+    if not manifest_line.startswith(start) or not manifest_line.endswith(line_end) or not head:
+        raise _changed_end(path)
+    body = head
+    signed = body + b"\n" + manifest_line + b"\n"
     try:
-        manifest = json.loads(manifest_line[len(start):len(manifest_line) + 1 - len(end)])
+        manifest = json.loads(manifest_line[len(start):len(manifest_line) - len(line_end)])
     except ValueError:
         raise VerificationError(f"{path}: the manifest is not valid JSON (it was changed)") from None
     if not isinstance(manifest, dict) or manifest.get("format") not in (FORMAT, FORMAT_V1):
         raise VerificationError(f"{path}: the manifest is not a {FORMAT} (it was changed)")
+    if manifest.get("format") == FORMAT_V1 and (kind != "html" or signature_b64 is not None or manifest_line not in (
+            start + _line_json(manifest) + line_end, start + _v1_line(manifest) + line_end)):
+        raise VerificationError(f"{path}: the manifest was changed (not as a {FORMAT_V1} report writes it)")
     signature = None
     if signature_b64 is not None:
+        if not signature_b64.endswith(line_end):
+            raise _changed_end(path)
+        value = signature_b64[len(sig_start):len(signature_b64) - len(line_end)]
         try:
-            signature = base64.b64decode(signature_b64[len(sig_start):len(signature_b64) + 1 - len(end)],
-                                         validate=True)
+            signature = base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError):
             raise VerificationError(f"{path}: the signature line is not base64 (it was changed)") from None
-    signed = rest[:at + len(manifest_line) + 2]
-    return Sealed(rest[:at], manifest, signed, signature)
+        if base64.b64encode(signature) != value:
+            raise VerificationError(f"{path}: the signature line was changed (not as the signer wrote it)")
+    if kind == "pdf":
+        tail = _PDF_TAIL.search(body[-1024:])
+        if tail is None or trailer != b"startxref\n" + tail.group(1) + b"\n%%EOF\n":
+            raise _changed_end(path)
+    return Sealed(body, manifest, signed, signature)
 
 
-def verify(path: Path, key: SigningKey | None, inputs: dict[str, str] | None = None) -> dict[str, Any]:
-    """Check the content digest, the signature (when ``key``) and the inputs (when the store's are given)."""
+@dataclass(frozen=True)
+class Verified:
+    manifest: dict[str, Any]
+    key: SigningKey | None  # the trusted key the signature was checked with; None: the signature was NOT checked
+
+
+def verify(path: Path, keys: Sequence[SigningKey] | None, inputs: dict[str, str] | None = None, *,
+           trust: str = "this key") -> Verified:
+    """Check the content digest, the signature against ``keys`` (the one key given, or a trust list named
+    ``trust``; None: not checked) and the inputs (when the store's are given). Only a key the caller trusts
+    decides: the algorithm is the key's own, the manifest's claim must agree with it."""
     sealed = split(files.read_bytes(path, limit=REPORT_LIMIT, what="report"), path)
     manifest = sealed.manifest
     recorded = str(manifest.get("report_sha256", ""))
@@ -144,27 +186,40 @@ def verify(path: Path, key: SigningKey | None, inputs: dict[str, str] | None = N
     if (signer is None) != (sealed.signature is None) and manifest.get("format") == FORMAT:
         raise VerificationError(f"{path}: the manifest and the signature line disagree on whether it is signed "
                                 "(one was changed)")
-    if key is not None:
+    used = None
+    if keys is not None:
         if not isinstance(signer, dict):
             raise VerificationError(f"{path}: the report is not signed")
-        if signer.get("key_id") != key.key_id or signer.get("algorithm") != key.algorithm:
-            raise VerificationError(f"{path}: signed with {str(signer.get('algorithm'))[:20]} key "
-                                    f"{str(signer.get('key_id'))[:16]}, not with this key ({key.algorithm} "
-                                    f"{key.key_id})")
-        if manifest.get("format") == FORMAT_V1:
-            good = _verify_v1(manifest, key)
+        algorithm, key_id = signer.get("algorithm"), signer.get("key_id")
+        claimed = f"{str(algorithm)[:20]} key {str(key_id)[:16]}"
+        candidates = [k for k in keys if k.algorithm == algorithm and k.names(key_id)]
+        if not candidates:
+            if trust == "this key" and len(keys) == 1:
+                raise VerificationError(f"{path}: signed with {claimed}, not with this key ({keys[0].algorithm} "
+                                        f"{keys[0].key_id})")
+            raise VerificationError(f"{path}: signed with {claimed}, which is not in the trust list ({trust})")
+        for key in candidates:
+            if manifest.get("format") == FORMAT_V1:
+                good = _verify_v1(manifest, key)
+            else:
+                good = sealed.signature is not None and key.verify(sealed.signed, sealed.signature)
+            if good:
+                used = key
+                break
         else:
-            good = sealed.signature is not None and key.verify(sealed.signed, sealed.signature)
-        if not good:
-            raise VerificationError(f"{path}: the signature does not match the signed bytes (the manifest or the "
-                                    "signature was changed after signing)")
+            raise VerificationError(f"{path}: the signature does not match the signed bytes (the report, its "
+                                    "manifest or its signature was changed after signing, or another key signed it)")
     if inputs is not None:
         recorded_inputs = manifest.get("inputs") or {}
         for name in sorted(recorded_inputs):
             if inputs.get(name) != recorded_inputs[name]:
                 raise VerificationError(f"{path}: the store's '{name}' of release '{manifest.get('release')}' no "
                                         "longer matches what the report was built from")
-    return manifest
+    return Verified(manifest, used)
+
+
+def _v1_line(manifest: dict[str, Any]) -> bytes:
+    return json.dumps(manifest, sort_keys=True, separators=(",", ":")).replace("-", "\\u002d").encode("ascii")
 
 
 def _verify_v1(manifest: dict[str, Any], key: SigningKey) -> bool:
