@@ -114,15 +114,16 @@ def main(args: argparse.Namespace) -> int:
 
 def _subgroups(args, sources, a, b, options):  # noqa: ANN001, ANN202 - (list[SubgroupChange], suppressed)
     from medhelm.store import open_store
-    from medhelm.store.subgroup_changes import instance_labels, subgroup_changes
+    from medhelm.store.subgroup_changes import common_cells, instance_labels, subgroup_changes
     from medhelm.store.subgroups import stored_min_cell
 
     if any(kind != "release" for kind, _ in sources):
         raise ConfigError("--subgroups compares two --release sources (the labels are in the results store)")
     with open_store(store_location(args)) as store:
         labels = instance_labels(store, sources[0][1], instance_labels(store, sources[1][1]))
-        min_cell = stored_min_cell(store, sources[1][1])
-    return subgroup_changes(a, b, labels, options, min_cell)
+        min_cell = max(stored_min_cell(store, name) for _, name in sources)
+        cells = common_cells(store, (sources[0][1], sources[1][1]), min_cell)
+    return subgroup_changes(a, b, labels, options, cells)
 
 
 def _print_subgroups(changes, suppressed: int) -> None:  # noqa: ANN001

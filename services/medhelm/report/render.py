@@ -18,6 +18,7 @@ from typing import Any
 
 from medhelm.errors import ConfigError
 from medhelm.report.content import ReportContent
+from medhelm.store.subgroups import SUPPRESSION
 
 _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Arial,sans-serif;margin:2rem auto;max-width:72rem;
@@ -256,11 +257,9 @@ def _subgroups(p: dict[str, list[dict]], bench: dict[str, dict]) -> list[str]:
         return out + ['<p class="note">No benchmark of this release names patient subgroups (a configurable '
                       "benchmark's <code>subgroups:</code>; docs/report.md).</p>"]
     min_cell = sorted({g["min_cell"] for g in gaps})
-    out.append(f'<p class="note">Groups with fewer than {_e(", ".join(map(str, min_cell)))} scored instances are '
-               "suppressed: they are not stored, shown or exported, and when only one group of an attribute would "
-               "be hidden the next smallest is hidden with it. The gap is the highest minus the lowest shown group; "
-               "its p-value is a two-sided permutation test Holm-adjusted over every pair of the attribute's shown "
-               "groups.</p>")
+    out.append(f'<p class="note">{_e(SUPPRESSION.format(min_cell="/".join(map(str, min_cell))))} The gap is the '
+               "highest minus the lowest shown group; its p-value is a two-sided permutation test Holm-adjusted over "
+               "every pair of the attribute's shown groups.</p>")
     scores: dict[tuple, list[dict]] = defaultdict(list)
     for s in p["subgroup_scores"]:
         scores[(s["benchmark"], s["attribute"])].append(s)
