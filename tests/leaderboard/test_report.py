@@ -105,8 +105,13 @@ def test_compare_flags_a_drop_within_a_subgroup(made: dict, capsys) -> None:
 def test_the_report_lists_changes_within_subgroups(made: dict) -> None:
     text = made["html"].read_text()
     change = text[text.index("Change against"):text.index("Provenance")]
-    assert "Significant changes within a patient subgroup" in change
-    assert "3 significant; 2 small group(s) suppressed" in change
+    assert "Changes within each patient subgroup" in change
+    assert "3 significant; 2 small group(s) suppressed" in change and "Holm-adjusted" in change
+    # every group's change is listed, significant or not (old: the same answers in both releases)
+    table = change[change.index("Changes within each patient subgroup"):]
+    rows = re.findall(r"<tr>(.*?)</tr>", table, flags=re.S)[1:]
+    assert len(rows) == 4 and sum("no change" in r for r in rows) == 1
+    assert all(re.search(r"\[-?[0-9.]+, -?[0-9.]+\]", r) for r in rows)  # each with its interval
 
 
 def test_verify_passes_then_fails_on_a_changed_byte(made: dict, tmp_path: Path, capsys) -> None:

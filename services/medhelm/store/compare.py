@@ -11,8 +11,10 @@ count (an unscored or missing value on either side leaves the pair out, and is c
 Per (model, benchmark): ``diff`` = B - A (macro over strata of the per-stratum mean difference, like the
 leaderboard value); its percentile bootstrap CI (instances resampled within strata, seeded per stratum);
 the test is McNemar's exact test when every paired value is 0 or 1, else the percentile-bootstrap test
-(CI excludes 0). A significant change is a ``drop`` when it makes the benchmark worse (lower, or higher
-where lower is better) and a ``gain`` otherwise; ``gate`` marks drops larger than ``threshold``.
+(CI excludes 0). The p-values are adjusted by the one multiplicity rule, Holm over every model x benchmark
+compared (``MULTIPLICITY``, why Holm beside it); a change is significant when its adjusted p is below
+``alpha``. A significant change is a ``drop`` when it makes the benchmark worse (lower, or higher where lower
+is better) and a ``gain`` otherwise; ``gate`` marks drops larger than ``threshold``.
 
 A release summarized before the multiple-choice columns were renamed (``read.legacy_names``) stored the lenient
 rule as its ``exact_match`` leaderboard values; its side takes the letter rule (``exact_match_strict``, today's
@@ -64,13 +66,27 @@ class Side:
         return sorted({(m, d) for m, d, _, _ in self.values})
 
 
+# The one multiplicity rule of the gate, the report, the trends page and the subgroup changes. Holm rather than
+# Benjamini-Hochberg: the gate fails on ANY flagged drop, so the error that matters is the chance of failing a
+# release in which nothing changed (the family-wise error, which Holm keeps <= alpha), not the share of false
+# flags among many (BH's false discovery rate lets that chance grow when some changes are real); and Holm is
+# valid under any dependence between the tests, which overlap here (the same patients are in a benchmark's
+# overall result and in each of its age and sex groups), where BH needs positive dependence. Its cost, power,
+# is met by listing every change with its estimate and interval, significant or not.
+MULTIPLICITY = "holm"
+MULTIPLICITY_RULE = ("p-values Holm-adjusted (step-down; the chance of flagging any change when nothing changed "
+                     "stays below alpha, whatever the dependence between the tests) over every {family} compared; "
+                     "the gate, the report and the dashboard use this one rule")
+
+
 @dataclass(frozen=True)
 class CompareOptions:
     replicates: int = 2000
     seed: int = 0
     alpha: float = 0.05  # test level; the CI is the (1 - alpha) interval
     threshold: float = 0.0  # a significant drop larger than this (metric units) fails the gate
-    adjust: str = "none"  # "none" | "holm" (over every tested model x benchmark)
+    adjust: str = MULTIPLICITY  # "holm" over every tested model x benchmark (MULTIPLICITY); "none" for a part
+    # of a family that is adjusted as a whole afterwards (``decide``: the subgroup changes)
     pairs: tuple[tuple[str, str], ...] = ()  # explicit (A model or deployment, B model or deployment)
 
 
