@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from medhelm.store.bootstrap import cell_estimates, stratum_replicates, stream_seed
-from medhelm.store.leaderboard import interval, macro_average, ranks, win_rates
+from medhelm.store.intervals import percentile as interval
+from medhelm.store.leaderboard import macro_average, ranks, win_rates
 
 nan = np.nan
 

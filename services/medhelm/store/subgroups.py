@@ -1,5 +1,5 @@
 """Performance by patient subgroup: every benchmark's main metric per subgroup (age band, sex, ...), with
-bootstrap 95 % intervals, the largest gap between groups and a test of it that accounts for the many
+95 % intervals, the largest gap between groups and a test of it that accounts for the many
 pairs compared, computed at ``summarize`` time into the store.
 
 Where the labels come from: an instance's ``subgroups`` (attribute -> label), written in its record only by a
@@ -10,8 +10,9 @@ only, never instance text, kept also for redacted runs: they are what the equity
 The math, per benchmark x (model, deployment) x attribute, over the instances with a value (unscored
 instances are in no group), pooled over the benchmark's runs (strata) of that model:
 
-* a group's value: the mean; its interval: the percentile bootstrap (resampling the group's instances,
-  ``replicates`` times, seeded by the group's name, as the cells are: ``bootstrap.stream_seed``);
+* a group's value: the mean; its interval: ``intervals.mean``'s, as a leaderboard cell's (Clopper-Pearson for
+  0/1 values, else BCa from the group's bootstrap: its instances resampled ``replicates`` times, seeded by the
+  group's name, as the cells are: ``bootstrap.stream_seed``);
 * which groups are shown (``cells``): decided on the benchmark's *population* in the release (every instance
   of its data, by stratum and id, over all models, scored, unscored or failed alike: ``population``), never on
   scored counts, so the same data gives the same cells in every run, release, model and surface. A blank or
@@ -21,8 +22,9 @@ instances are in no group), pooled over the benchmark's runs (strata) of that mo
   least ``min_cell`` patients and the cells cover the population, so the benchmark's total minus the shown
   cells leaves nothing to recover; a population below ``min_cell`` as a whole shows nothing. Only how many
   groups are not shown alone is kept (``n_suppressed``);
-* the gap: the highest minus the lowest group mean among the shown groups, its interval (the difference of
-  the two groups' bootstrap replicates), the ratio lowest / highest (when the highest is positive), and
+* the gap: the highest minus the lowest group mean among the shown groups, its interval (the MOVER of the two
+  independent groups' intervals: ``intervals.independent_difference``), the ratio lowest / highest (when the
+  highest is positive), and
   ``p_holm``: a two-sided permutation test of the difference in means for every pair of shown groups
   (``replicates`` permutations each), Holm-adjusted over the attribute's pairs, reported for the largest gap.
 
@@ -48,7 +50,8 @@ import numpy as np
 
 from medhelm.store.backends import Store
 from medhelm.store.bootstrap import stratum_replicates, stream_seed
-from medhelm.store.leaderboard import interval
+from medhelm.store.intervals import independent_difference
+from medhelm.store.intervals import mean as interval_of_mean
 from medhelm.store.paired import holm
 from medhelm.specs import BLANK_SUBGROUP
 from medhelm.store.schema import SUBGROUP_DDL, SUBGROUP_GAPS, SUBGROUP_LABELS, SUBGROUP_SCORES
@@ -189,19 +192,18 @@ def analyse(values: np.ndarray, labels: Sequence[object], *, replicates: int, se
         if g in shown and not np.isnan(v):
             by_group[shown[g]].append(v)
     names = sorted(by_group)
-    results, reps = [], {}
+    results = []
     for g in names:
         x = np.asarray(by_group[g])
         r = stratum_replicates(x[None, :], replicates, stream_seed(seed, *keys, "group", g))[:, 0]
-        low, high = interval(r[:, None]) if replicates else (np.array([np.nan]), np.array([np.nan]))
-        reps[g] = r
-        results.append(GroupResult(g, len(x), float(x.mean()), _f(low[0]), _f(high[0])))
+        low, high = interval_of_mean([x], r)
+        results.append(GroupResult(g, len(x), float(x.mean()), _f(low), _f(high)))
     if len(results) < 2:
         return results, Gap(len(results), hidden, None, None, None, None, None, None, None, 0)
     best = max(results, key=lambda r: (r.value, r.group))
     worst = min(results, key=lambda r: (r.value, r.group))
-    gap_reps = reps[best.group] - reps[worst.group]
-    low, high = interval(gap_reps[:, None]) if replicates else (np.array([np.nan]), np.array([np.nan]))
+    low, high = independent_difference(*((g.value, _nan(g.ci_low), _nan(g.ci_high))
+                                                    for g in (best, worst)))
     pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
     raw = [permutation_p(np.asarray(by_group[a]), np.asarray(by_group[b]), replicates,
                          stream_seed(seed, *keys, "pair", a, b)) for a, b in pairs]
@@ -210,8 +212,8 @@ def analyse(values: np.ndarray, labels: Sequence[object], *, replicates: int, se
         adjusted = holm(raw)  # type: ignore[arg-type]
         p_holm = float(adjusted[pairs.index(tuple(sorted((best.group, worst.group))))])
     ratio = worst.value / best.value if best.value > 0 else None
-    return results, Gap(len(results), hidden, best.group, worst.group, best.value - worst.value, _f(low[0]),
-                        _f(high[0]), ratio, p_holm, len(pairs))
+    return results, Gap(len(results), hidden, best.group, worst.group, best.value - worst.value, _f(low),
+                        _f(high), ratio, p_holm, len(pairs))
 
 
 # ---- the store ------------------------------------------------------------------------------------------
@@ -344,3 +346,7 @@ def _insert(store: Store, table: str, columns: Sequence[str], rows: list[tuple])
 
 def _f(x: float) -> float | None:
     return None if x is None or np.isnan(x) else float(x)
+
+
+def _nan(x: float | None) -> float:
+    return np.nan if x is None else x

@@ -1,7 +1,8 @@
 """Scores across releases: per model x benchmark (and category) its score and CI in each release, the
 paired change against the previous release that has that model and benchmark (``compare``), flagged drops
-and gains (by ``compare``'s one multiplicity rule, Holm over the release pair's comparisons), and the minimum detectable difference (MDD) at the cell's own n — what the dashboard's Trends
-page shows, so a stakeholder sees whether a change is real or the suite too small to tell.
+and gains (by ``compare``'s one multiplicity rule, Holm over the release pair's comparisons), and the minimum
+detectable difference (MDD) at the cell's own n — what the dashboard's Trends page shows, so a stakeholder
+sees whether a change is real or the suite too small to tell.
 
 MDD: the smallest true difference a paired test on this many instances detects with 80 % power at
 alpha 0.05 — from the paired differences with the previous release when there is one (their SD, or their
