@@ -92,7 +92,8 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
         st.altair_chart(_chart(sub, order, flags=False), width="stretch")
         in_cat = cells[cells["category"] == cat]
         n_drops = int((in_cat["flag"] == "drop").sum())
-        st.caption(f"Macro average over the category's benchmarks (bootstrap CI from summarize); "
+        st.caption(f"Macro average over the category's benchmarks (its interval combines the benchmarks' "
+                   f"intervals, from summarize); "
                    f"{n_drops} flagged drop(s) on its benchmarks in the shown releases.")
         st.dataframe(safe_frame(pd.DataFrame({
             "Release": sub["release"], "Model": sub["model"], "Deployment": sub["deployment"],

@@ -1,5 +1,5 @@
 """`medhelm compare` — two evaluations compared per model and benchmark on the instances both scored
-(paired bootstrap CI of the difference, McNemar's exact test for 0/1 metrics); a release gate.
+(the difference's CI from ``store/intervals.py``, McNemar's exact test for 0/1 metrics); a release gate.
 
     medhelm compare --release accepted-2026-10 --release candidate-2026-11 --threshold 0.02
     medhelm compare --release accepted --suite nightly-2026-11-23 --json
@@ -191,9 +191,10 @@ def print_table(result, *, everything: bool = False) -> None:  # noqa: ANN001 - 
     o = result.options
     level = round(100 * (1 - o.alpha), 1)
     from medhelm.store.compare import MULTIPLICITY_RULE
+    from medhelm.store.intervals import PAIRED_METHOD
 
     print(f"A = {escape(result.a)}   B = {escape(result.b)}   (difference B - A on the instances both scored; "
-          f"{level:g}% paired bootstrap CI, {o.replicates} replicates, seed {o.seed})")
+          f"{level:g}% CI; {PAIRED_METHOD}, {o.replicates} replicates, seed {o.seed})")
     if o.adjust == "holm":
         print(f"p: {MULTIPLICITY_RULE.format(family='model x benchmark')}; significant: adjusted p < {o.alpha:g}")
     rows = [r for r in result.results if everything or r.change != "no change"]

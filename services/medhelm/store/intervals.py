@@ -39,6 +39,11 @@ import numpy as np
 from scipy import stats
 
 LEVEL = 0.95
+# what the intervals are, in words, for every page and table that shows one
+METHOD = ("95 % intervals: Clopper-Pearson for 0/1 metrics, BCa bootstrap for the others; win rates and ranks: "
+          "percentile bootstrap")
+PAIRED_METHOD = ("interval of the change: MOVER from Clopper-Pearson sides for 0/1 metrics, BCa of the paired "
+                 "bootstrap for the others")
 
 
 def percentile(replicates: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
