@@ -196,7 +196,7 @@ def print_table(result, *, everything: bool = False) -> None:  # noqa: ANN001 - 
     print(f"A = {escape(result.a)}   B = {escape(result.b)}   (difference B - A on the instances both scored; "
           f"{level:g}% CI; {PAIRED_METHOD}, {o.replicates} replicates, seed {o.seed})")
     if o.adjust == "holm":
-        print(f"p: {MULTIPLICITY_RULE.format(family='model x benchmark')}; significant: adjusted p < {o.alpha:g}")
+        print(f"{MULTIPLICITY_RULE.format(family='model x benchmark')}; significant: adjusted p < {o.alpha:g}")
     rows = [r for r in result.results if everything or r.change != "no change"]
     if rows:
         print(f"  {'change':<10} {'model':<28} {'benchmark':<24} {'n':>6} {'A':>7} {'B':>7} {'B - A':>8} "
