@@ -1,7 +1,7 @@
 """Equity: each benchmark's main metric per patient subgroup (age band, sex, ...) with 95 % intervals, and the
 largest gap between groups with its Holm-adjusted p-value, as ``medhelm summarize`` stored them
-(``medhelm.store.subgroups``). Groups below the small-cell threshold were never stored, so they cannot be shown
-here; the page says how many were suppressed.
+(``medhelm.store.subgroups``). A group below the small-cell threshold was never stored on its own (it is pooled,
+decided on the benchmark's data: ``subgroups.cells``), so it cannot be shown here; the page states the rule.
 
 Aggregates only (viewer-level): no instance is read. Names and labels from the store are shown as plain text
 (``safe_frame`` also for the CSV download).
@@ -16,7 +16,7 @@ import streamlit as st
 from board_data import Release, Settings
 from filters import View
 from medhelm.store import open_store
-from medhelm.store.subgroups import read_subgroups
+from medhelm.store.subgroups import SUPPRESSION, read_subgroups
 from safe_frames import safe_frame
 
 
@@ -41,11 +41,9 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
     if gaps.empty:
         st.info("No benchmark with subgroups matches the filters.")
         return
-    min_cell = ", ".join(str(int(x)) for x in sorted(gaps["min_cell"].unique()))
-    st.caption(f"Groups with fewer than {min_cell} scored instances are suppressed (never stored or shown; when "
-               "only one group of an attribute would be hidden, the next smallest is hidden too). Gap = highest "
-               "minus lowest shown group; p = two-sided permutation test, Holm-adjusted over every pair of the "
-               "attribute's groups.")
+    min_cell = "/".join(str(int(x)) for x in sorted(gaps["min_cell"].unique()))
+    st.caption(SUPPRESSION.format(min_cell=min_cell) + " Gap = highest minus lowest shown group; p = two-sided "
+               "permutation test, Holm-adjusted over every pair of the attribute's groups.")
     table = pd.DataFrame({
         "Benchmark": [names.get(b, b) for b in gaps["benchmark"]], "Attribute": gaps["attribute"],
         "Model": gaps["model"], "Deployment": gaps["deployment"], "Groups shown": gaps["n_groups"],

@@ -14,6 +14,7 @@ from safe_frames import safe_frame
 from safe_text import literal
 from medhelm.baselines import is_baseline
 from medhelm.store.costs import cost_per_point, total_cost
+from medhelm.store.intervals import METHOD
 from medhelm.store.tables import CellTable, group_scores, leaderboard
 
 BASELINE_MARK = " (baseline)"
@@ -30,7 +31,7 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
     n_base = sum(is_baseline(m) for m, _ in table.rows)
     rows = f"{len(table.rows) - n_base} models" + (f" + {n_base} baselines" if n_base else "")
     st.caption(f"Release **{literal(rel.name, 80)}** · {rows} · {len(table.columns)} benchmarks · "
-               f"95% bootstrap intervals ({literal(rel.meta.get('replicates', '?'), 12)} replicates, seed "
+               f"{METHOD} ({literal(rel.meta.get('replicates', '?'), 12)} replicates, seed "
                f"{literal(rel.meta.get('seed', '?'), 20)}) · win rate: ties count half")
     if not table.rows or not table.columns:
         st.warning("Nothing to rank with these filters.")

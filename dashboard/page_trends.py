@@ -16,6 +16,7 @@ import board_data
 from board_data import Release, Settings
 from filters import View
 from medhelm.store import open_store
+from medhelm.store.compare import MULTIPLICITY_RULE
 from medhelm.store.trends import ALPHA, POWER, trends
 from safe_frames import safe_frame
 
@@ -53,7 +54,8 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
     picked = st.multiselect("Models", models, default=models[:6], key="trend_models")
     cells = cells[[f"{m} [{d}]" in picked for m, d in zip(cells["model"], cells["deployment"])]]
     st.caption(f"Paired changes against the previous release on the instances both scored (McNemar's exact test "
-               f"for 0/1 metrics, else the paired bootstrap), alpha {ALPHA:g}. MDD = the smallest difference a "
+               f"for 0/1 metrics, else the paired bootstrap), alpha {ALPHA:g}; "
+               f"{MULTIPLICITY_RULE.format(family='model x benchmark of a release pair')}. MDD = the smallest difference a "
                f"paired test on this many instances detects with {POWER:.0%} power: a change below it may be real "
                "but this suite is too small to tell.")
     drops = cells[cells["flag"] == "drop"]
@@ -90,7 +92,8 @@ def render(cfg: Settings, rel: Release, view: View, redacted: bool) -> None:
         st.altair_chart(_chart(sub, order, flags=False), width="stretch")
         in_cat = cells[cells["category"] == cat]
         n_drops = int((in_cat["flag"] == "drop").sum())
-        st.caption(f"Macro average over the category's benchmarks (bootstrap CI from summarize); "
+        st.caption(f"Macro average over the category's benchmarks (its interval combines the benchmarks' "
+                   f"intervals, from summarize); "
                    f"{n_drops} flagged drop(s) on its benchmarks in the shown releases.")
         st.dataframe(safe_frame(pd.DataFrame({
             "Release": sub["release"], "Model": sub["model"], "Deployment": sub["deployment"],
@@ -130,5 +133,5 @@ def _cell_table(sub: pd.DataFrame) -> pd.DataFrame:
         "n": sub["n_instances"], "MDD (80% power)": sub["mdd"].astype(float).round(4),
         "vs previous": sub["previous"].fillna(""), "Change": sub["change"].astype(float).round(4),
         "Change 95% CI": [_ci(a, b) for a, b in zip(sub["change_low"], sub["change_high"])],
-        "p": sub["p_value"].astype(float).round(4), "Flag": [FLAGS.get(f, f) for f in sub["flag"]],
+        "p": sub["p_value"].astype(float).round(4), "p (Holm)": sub["p_adjusted"].astype(float).round(4), "Flag": [FLAGS.get(f, f) for f in sub["flag"]],
         "MDD basis": sub["mdd_basis"]})

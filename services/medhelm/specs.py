@@ -446,6 +446,11 @@ class Reference:
         return cls(d["text"], bool(d.get("correct", True)))
 
 
+# An instance's subgroup label when its cell is empty (the record's format); the analysis reports it, and an
+# instance without the attribute, as the group "not recorded" (store/subgroups.py)
+BLANK_SUBGROUP = "(blank)"
+
+
 @dataclass(frozen=True)
 class Instance:
     """One item of a benchmark, before prompting."""

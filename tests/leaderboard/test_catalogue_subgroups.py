@@ -21,7 +21,7 @@ from tests.leaderboard.subgroup_helpers import MARKER
 
 pd = pytest.importorskip("pandas")
 
-# (age band, rows): 30 + 24 shown; '0-5' (12) is hidden with the 4 blank cells (complementary suppression)
+# (age band, rows): 30 + 24 shown; the 4 blank cells ('not recorded') are pooled with '0-5' (12), the next smallest
 BANDS = (("6-11", 30), ("12-17", 24), ("0-5", 12), ("", 4))
 
 
@@ -77,22 +77,21 @@ def test_instances_carry_their_labels_and_scores_match_pandas(ran: dict) -> None
     assert len(labelled) == 70 and {"age_band": "(blank)", "sex": "M"} in labelled
     frame = pd.read_csv(ran["data"], keep_default_na=False)
     frame["right"] = (frame["age_band"] == "6-11").astype(float)  # what the mock answers right
-    frame["age_band"] = frame["age_band"].replace("", "(blank)")
+    # one small cell (not recorded, 4) is pooled with the next smallest (0-5, 12): shown as one group of 16
+    frame["age_band"] = frame["age_band"].replace({"": "0-5 + not recorded", "0-5": "0-5 + not recorded"})
     with open_store(str(ran["store"])) as store:
         scores, gaps = read_subgroups(store, "r1")
     got = {(s["attribute"], s["grp"]): (s["n"], s["value"]) for s in scores}
     for attribute in ("age_band", "sex"):
-        expected = frame.groupby(attribute)["right"].agg(["count", "mean"])
-        shown = expected[expected["count"] >= 11]
-        if attribute == "age_band":  # one small cell ((blank), 4) hides the next smallest (0-5, 12) with it
-            shown = shown.drop(index="0-5")
+        shown = frame.groupby(attribute)["right"].agg(["count", "mean"])
         assert {g for a, g in got if a == attribute} == set(shown.index)
         for group, row in shown.iterrows():
             n, value = got[(attribute, group)]
             assert n == row["count"] and value == pytest.approx(row["mean"])
     gap = {g["attribute"]: g for g in gaps}
     assert gap["age_band"]["gap"] == pytest.approx(1.0) and gap["age_band"]["n_suppressed"] == 2
-    assert gap["age_band"]["high_group"] == "6-11" and gap["age_band"]["low_group"] == "12-17"
+    assert gap["age_band"]["n_groups"] == 3
+    assert gap["age_band"]["high_group"] == "6-11" and gap["age_band"]["low_group"] == "0-5 + not recorded"
     assert gap["age_band"]["p_holm"] < 0.05
 
 
@@ -102,7 +101,9 @@ def test_the_report_shows_them_without_the_small_groups_or_the_marker(ran: dict)
     page = out.read_text()
     section = page[page.index("Performance by patient subgroup"):page.index("Provenance")]
     assert "by age_band" in section and ">6-11<" in section and ">12-17<" in section
-    assert ">0-5<" not in page and "(blank)" not in page and MARKER not in page and "MRN0" not in page
+    assert ">0-5 + not recorded<" in section
+    assert ">0-5<" not in page and ">not recorded<" not in page and "(blank)" not in page
+    assert MARKER not in page and "MRN0" not in page
 
 
 def test_a_missing_column_stops_the_run_at_planning(ran: dict, tmp_path: Path, capsys) -> None:

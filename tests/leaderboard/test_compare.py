@@ -268,3 +268,33 @@ def test_helm_release_folder_and_suite_compare_alike(tmp_path: Path):
     assert (yesno["a_only_right"], yesno["b_only_right"]) == (a_only, b_only)
     assert yesno["diff"] == pytest.approx(sum(stats["b"][i] - stats["a"][i] for i in both) / len(both))
     assert yesno["p_value"] == pytest.approx(binom_two_sided(a_only, b_only))
+
+
+def test_the_gate_and_the_report_use_one_multiplicity_rule(tmp_path: Path):
+    """Issue 51: `compare` gated on the raw p while the report used Holm. One model drops (McNemar 12 vs 3,
+    raw p = 0.035) beside three that do not change: Holm over the four gives 4 x 0.035 = 0.14, so neither the
+    gate nor the report calls it a drop, both say which rule they used, and the report lists the same p."""
+    a, b = table_pairs(20, 12, 3, 15)
+    for suite, vals in (("acc", a), ("cand", b)):
+        write_run(tmp_path, suite, EXACT, "org/m1", "local/m1", vals)
+        for k in (2, 3, 4):
+            write_run(tmp_path, suite, EXACT, f"org/m{k}", f"local/m{k}", [1.0, 0.0] * 10)
+        code, _, err = run_cli("summarize", "--suites", suite, "-o", str(tmp_path), "--bootstrap", "50")
+        assert code == 0, err
+    raw = binom_two_sided(12, 3)
+    assert 0.01 < raw < 0.05 and 4 * raw > 0.05
+    code, out, _ = run_cli("compare", "--release", "acc", "--release", "cand", "-o", str(tmp_path))
+    assert code == 0 and "gate passed" in out and "Holm-adjusted" in out
+    code, out, _ = run_cli("compare", "--release", "acc", "--release", "cand", "-o", str(tmp_path), "--json")
+    doc = json.loads(out)
+    (m1,) = [r for r in doc["results"] if r["model_b"] == "org/m1"]
+    assert m1["p_value"] == pytest.approx(raw) and m1["p_adjusted"] == pytest.approx(4 * raw)
+    assert m1["change"] == "no change" and not doc["gate_failed"] and doc["options"]["adjust"] == "holm"
+    assert "Holm" in doc["multiplicity"]
+    html = tmp_path / "r.html"
+    code, _, err = run_cli("report", "--release", "cand", "--against", "acc", "--out", str(html), "-o",
+                           str(tmp_path))
+    assert code == 0, err
+    change = html.read_text()
+    change = change[change.index("Change against"):]
+    assert "Holm-adjusted" in change and f"{4 * raw:.4f}" in change and "Drops: 0" in change

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from medhelm.store.bootstrap import cell_estimates, stratum_replicates, stream_seed
-from medhelm.store.leaderboard import head_to_head, interval, macro_average, ranks, win_rates
+from medhelm.store.intervals import percentile as interval
+from medhelm.store.leaderboard import head_to_head, macro_average, ranks, win_rates
 from medhelm.store.tables import CellTable, Column, leaderboard
 
 nan = np.nan

@@ -66,10 +66,10 @@ def test_the_report_is_self_contained_and_from_aggregates_only(made: dict) -> No
 def test_the_report_shows_scores_subgroups_change_and_provenance(made: dict) -> None:
     text = made["html"].read_text()
     assert "Leaderboard" in text and "test/m" in text and "mock/m" in text
-    # subgroups: old 30 (all right) shown; young (24) is hidden with child (6), the only small cell
+    # subgroups: old 30 (all right) shown; child (6), the only small cell, is pooled with young (24)
     sub = text[text.index("Performance by patient subgroup"):text.index("Change against")]
-    assert "by age_band" in sub and "by sex" in sub and ">old<" in sub
-    assert "young" not in text and "child" not in text
+    assert "by age_band" in sub and "by sex" in sub and ">old<" in sub and ">young + child<" in sub
+    assert ">young<" not in text and ">child<" not in text
     assert "Groups suppressed" in sub
     # the change: the candidate answers the 24 young patients right, 1 -> 24/60 more: a significant gain
     change = text[text.index("Change against"):text.index("Provenance")]
@@ -86,25 +86,32 @@ def test_compare_flags_a_drop_within_a_subgroup(made: dict, capsys) -> None:
     assert code == 3  # the overall drop fails the gate, as before
     sub = doc["subgroups"]
     by = {(r["attribute"], r["group"]): r for r in sub["results"]}
-    # age band: child (6 pairs) is hidden and young (24) with it; old has no change. Sex: 12 of each sex's 30
-    # patients are young, so both drop by 0.4, flagged after Holm over all groups
-    assert sorted(by) == [("age_band", "old"), ("sex", "F"), ("sex", "M")] and sub["suppressed_groups"] == 2
+    # age band: child (6 patients) is pooled with young (24), which drops by 24 of 30; old has no change.
+    # Sex: 12 of each sex's 30 patients are young, so both drop by 0.4, flagged after Holm over all groups
+    assert sorted(by) == [("age_band", "old"), ("age_band", "young + child"), ("sex", "F"), ("sex", "M")]
+    assert sub["suppressed_groups"] == 2
     assert by[("age_band", "old")]["change"] == "no change"
+    assert by[("age_band", "young + child")]["diff"] == pytest.approx(-0.8)
     for g in ("F", "M"):
         assert by[("sex", g)]["change"] == "drop" and by[("sex", g)]["diff"] == pytest.approx(-0.4)
         assert by[("sex", g)]["n_pairs"] == 30 and by[("sex", g)]["p_adjusted"] < 0.05
-    assert "young" not in json.dumps(doc) and "child" not in json.dumps(doc)
+    assert '"young"' not in json.dumps(doc) and '"child"' not in json.dumps(doc)
     assert cli(["compare", "--release", "candidate", "--release", "accepted", "--subgroups", "--store",
                 str(made["store"])]) == 3
     text = capsys.readouterr().out
-    assert "by patient subgroup: 3 model x benchmark x group pairs" in text and "sex=F" in text
+    assert "by patient subgroup: 4 model x benchmark x group pairs" in text and "sex=F" in text
 
 
 def test_the_report_lists_changes_within_subgroups(made: dict) -> None:
     text = made["html"].read_text()
     change = text[text.index("Change against"):text.index("Provenance")]
-    assert "Significant changes within a patient subgroup" in change
-    assert "2 significant; 2 small group(s) suppressed" in change
+    assert "Changes within each patient subgroup" in change
+    assert "3 significant; 2 small group(s) suppressed" in change and "Holm-adjusted" in change
+    # every group's change is listed, significant or not (old: the same answers in both releases)
+    table = change[change.index("Changes within each patient subgroup"):]
+    rows = re.findall(r"<tr>(.*?)</tr>", table, flags=re.S)[1:]
+    assert len(rows) == 4 and sum("no change" in r for r in rows) == 1
+    assert all(re.search(r"\[-?[0-9.]+, -?[0-9.]+\]", r) for r in rows)  # each with its interval
 
 
 def test_verify_passes_then_fails_on_a_changed_byte(made: dict, tmp_path: Path, capsys) -> None:

@@ -25,7 +25,7 @@ from medhelm.benchmarks.base import StreamedInstances
 from medhelm.benchmarks.template import PromptTemplate
 from medhelm.errors import ConfigError, escape
 from medhelm.spill import Sorter, id_hash
-from medhelm.specs import FrozenMap, Instance, Reference
+from medhelm.specs import BLANK_SUBGROUP, FrozenMap, Instance, Reference
 
 ANSWER, WRONG, ID = "correct_answer", "incorrect_answers", "id"
 
@@ -145,7 +145,7 @@ def _checked_rows(path: Path, template: PromptTemplate, answer_required: bool, r
     return _rows(path, template, answer_required, rows, subgroups, build=False)
 
 
-BLANK_GROUP = "(blank)"  # the subgroup label of an empty cell (its own group, suppressed when small)
+BLANK_GROUP = BLANK_SUBGROUP  # an empty cell: its own group, "not recorded" (store/subgroups.py)
 
 
 def _rows(path: Path, template: PromptTemplate, answer_required: bool, rows, subgroups: tuple[str, ...] = (), *,

@@ -1,5 +1,5 @@
 """`medhelm compare` — two evaluations compared per model and benchmark on the instances both scored
-(paired bootstrap CI of the difference, McNemar's exact test for 0/1 metrics); a release gate.
+(the difference's CI from ``store/intervals.py``, McNemar's exact test for 0/1 metrics); a release gate.
 
     medhelm compare --release accepted-2026-10 --release candidate-2026-11 --threshold 0.02
     medhelm compare --release accepted --suite nightly-2026-11-23 --json
@@ -7,7 +7,8 @@
 Sources are given twice, in order A (the baseline) then B (the candidate): ``--release`` reads the
 results store (``--store``/``MEDHELM_STORE_URL``, SQLite or PostgreSQL), ``--suite`` reads
 ``<output-path>/runs/<suite>/`` directly. Exit codes: 0 no significant drop beyond ``--threshold``;
-3 (``GATE_EXIT``) at least one (the gate failed; with ``--fail-on-missing`` also a baseline model x benchmark
+3 (``GATE_EXIT``) at least one (the gate failed; significance is the Holm-adjusted p, the report's rule:
+``compare.MULTIPLICITY``; with ``--fail-on-missing`` also a baseline model x benchmark
 the candidate lacks); 2 a usage or input error. The statistics live in
 ``medhelm.store.compare`` / ``medhelm.store.paired``; this door parses, prints and optionally pushes the
 gauges (``--pushgateway``).
@@ -57,9 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     how.add_argument("--bootstrap", type=int_in(0, 100_000), default=2000, metavar="N",
                      help="bootstrap replicates (default: %(default)s)")
     how.add_argument("--seed", type=int_in(0, SEED_MAX), default=0, help="bootstrap seed (default: %(default)s)")
-    how.add_argument("--adjust", choices=("none", "holm"), default="none",
-                     help="multiple-comparison adjustment of the p-values over every model x benchmark "
-                          "(default: %(default)s)")
+    how.add_argument("--adjust", choices=("holm",), default="holm",
+                     help="multiple-comparison adjustment of the p-values over every model x benchmark: Holm, the one "
+                          "rule of the gate, the report and the dashboard (kept for scripts that name it; "
+                          "docs/compare.md)")
     how.add_argument("--pair", action="append", default=[], metavar="A=B",
                      help="compare model (or deployment) A of the baseline with B of the candidate; repeatable; "
                           "default: the same model and deployment, else the same model name")
@@ -69,7 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out = p.add_argument_group("output")
     how.add_argument("--subgroups", action="store_true",
                      help="also compare within each patient subgroup (two releases whose benchmarks name subgroups; "
-                          "small groups suppressed; docs/report.md); flags drops, the gate is unchanged")
+                          "small groups pooled; docs/report.md): every group's change listed, Holm-adjusted over "
+                          "all of them; flags drops, the gate follows the overall results")
     out.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
     out.add_argument("--all", action="store_true", help="list every model x benchmark, not only changes")
     out.add_argument("--pushgateway", default=os.environ.get("MEDHELM_PUSHGATEWAY") or None, metavar="URL",
@@ -77,8 +80,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           "(docs/compare.md; env MEDHELM_PUSHGATEWAY)")
 
 
+SUBGROUP_FAMILY = "model x benchmark x attribute x group"
+
+
 def main(args: argparse.Namespace) -> int:
-    from medhelm.store.compare import CompareOptions, compare
+    from medhelm.store.compare import MULTIPLICITY_RULE, CompareOptions, compare
 
     sources = list(args.sources or [])
     if len(sources) != 2:
@@ -92,8 +98,10 @@ def main(args: argparse.Namespace) -> int:
         if args.subgroups else None
     if args.json:
         doc = result.to_json()
+        doc["multiplicity"] = MULTIPLICITY_RULE.format(family="model x benchmark")
         if changes is not None:
-            doc["subgroups"] = {"results": [c.to_json() for c in changes[0]], "suppressed_groups": changes[1]}
+            doc["subgroups"] = {"results": [c.to_json() for c in changes[0]], "suppressed_groups": changes[1],
+                                "multiplicity": MULTIPLICITY_RULE.format(family=SUBGROUP_FAMILY)}
         print(json.dumps(doc, allow_nan=False))
     else:
         print_table(result, everything=args.all)
@@ -114,26 +122,36 @@ def main(args: argparse.Namespace) -> int:
 
 def _subgroups(args, sources, a, b, options):  # noqa: ANN001, ANN202 - (list[SubgroupChange], suppressed)
     from medhelm.store import open_store
-    from medhelm.store.subgroup_changes import instance_labels, subgroup_changes
+    from medhelm.store.subgroup_changes import common_cells, instance_labels, subgroup_changes
     from medhelm.store.subgroups import stored_min_cell
 
     if any(kind != "release" for kind, _ in sources):
         raise ConfigError("--subgroups compares two --release sources (the labels are in the results store)")
     with open_store(store_location(args)) as store:
         labels = instance_labels(store, sources[0][1], instance_labels(store, sources[1][1]))
-        min_cell = stored_min_cell(store, sources[1][1])
-    return subgroup_changes(a, b, labels, options, min_cell)
+        min_cell = max(stored_min_cell(store, name) for _, name in sources)
+        cells = common_cells(store, (sources[0][1], sources[1][1]), min_cell)
+    return subgroup_changes(a, b, labels, options, cells)
 
 
 def _print_subgroups(changes, suppressed: int) -> None:  # noqa: ANN001
+    from medhelm.store.compare import MULTIPLICITY_RULE
+
     flagged = [c for c in changes if c.result.change in ("drop", "gain")]
-    print(f"by patient subgroup: {len(changes)} model x benchmark x group pairs (Holm-adjusted over all), "
-          f"{len(flagged)} significant, {suppressed} small group(s) suppressed")
-    for c in flagged:
+    print(f"by patient subgroup: {len(changes)} model x benchmark x group pairs, {len(flagged)} significant, "
+          f"{suppressed} small group(s) not shown alone (pooled); every one listed, significant or not")
+    print(f"  {MULTIPLICITY_RULE.format(family=SUBGROUP_FAMILY)}; a subgroup change flags, the gate follows the "
+          "overall results")
+    if changes:
+        print(f"  {'change':<10} {'model':<28} {'benchmark':<24} {'group':<30} {'n':>6} {'B - A':>8} {'CI':<19} "
+              f"{'p':>8}")
+    for c in changes:
         r = c.result
-        print(f"  {r.change.upper():<10} {escape(r.model_b, 28):<28} {escape(r.benchmark, 24):<24} "
-              f"{escape(c.attribute, 20)}={escape(c.group, 20):<20} n={r.n_pairs} B - A {_num(r.diff, '+.3f')} "
-              f"p={_p(r.p_adjusted)}")
+        mark = r.change.upper() if r.change in ("drop", "gain") else r.change
+        group = escape(f"{c.attribute}={c.group}", 30)
+        print(f"  {mark:<10} {escape(r.model_b, 28):<28} {escape(r.benchmark, 24):<24} {group:<30} {r.n_pairs:>6} "
+              f"{_num(r.diff, '+.3f'):>8} {'[' + _num(r.ci_low, '+.3f') + ', ' + _num(r.ci_high, '+.3f') + ']':<19} "
+              f"{_p(r.p_adjusted):>8}")
 
 
 def read_sides(args: argparse.Namespace, sources: list[tuple[str, str]]):  # noqa: ANN201 - list[Side]
@@ -172,9 +190,13 @@ def _p(p: float | None) -> str:
 def print_table(result, *, everything: bool = False) -> None:  # noqa: ANN001 - a Comparison
     o = result.options
     level = round(100 * (1 - o.alpha), 1)
+    from medhelm.store.compare import MULTIPLICITY_RULE
+    from medhelm.store.intervals import PAIRED_METHOD
+
     print(f"A = {escape(result.a)}   B = {escape(result.b)}   (difference B - A on the instances both scored; "
-          f"{level:g}% paired bootstrap CI, {o.replicates} replicates, seed {o.seed}"
-          f"{'; Holm-adjusted p' if o.adjust == 'holm' else ''})")
+          f"{level:g}% CI; {PAIRED_METHOD}, {o.replicates} replicates, seed {o.seed})")
+    if o.adjust == "holm":
+        print(f"{MULTIPLICITY_RULE.format(family='model x benchmark')}; significant: adjusted p < {o.alpha:g}")
     rows = [r for r in result.results if everything or r.change != "no change"]
     if rows:
         print(f"  {'change':<10} {'model':<28} {'benchmark':<24} {'n':>6} {'A':>7} {'B':>7} {'B - A':>8} "

@@ -34,7 +34,7 @@ from medhelm.report.about import AboutFile
 from medhelm.store.backends import Store
 from medhelm.store.compare import CompareOptions, Comparison, compare, side_from_release
 from medhelm.store.read import column_values, legacy_names, resolve_release
-from medhelm.store.subgroup_changes import SubgroupChange, instance_labels, subgroup_changes
+from medhelm.store.subgroup_changes import SubgroupChange, common_cells, instance_labels, subgroup_changes
 from medhelm.store.subgroups import read_subgroups, stored_min_cell
 from medhelm.version import __version__
 
@@ -190,7 +190,9 @@ def read_content(store: Store, release: str | None, against: str | None = None, 
         options = CompareOptions(replicates=replicates, seed=seed, adjust="holm")
         comparison = compare(side_a, side_b, options)
         labels = instance_labels(store, against, instance_labels(store, release))
-        changes, hidden = subgroup_changes(side_a, side_b, labels, options, stored_min_cell(store, release))
+        min_cell = max(stored_min_cell(store, release), stored_min_cell(store, against))
+        changes, hidden = subgroup_changes(side_a, side_b, labels, options,
+                                           common_cells(store, (against, release), min_cell))
         inputs.update(_accepted_inputs(store, against))
         return ReportContent(release, parts, inputs, against, comparison, tuple(changes), hidden, extra=extra, **more)
     return ReportContent(release, parts, inputs, extra=extra, **more)

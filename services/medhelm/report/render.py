@@ -20,6 +20,8 @@ from typing import Any
 
 from medhelm.errors import ConfigError
 from medhelm.report.content import ReportContent
+from medhelm.store.compare import MULTIPLICITY_RULE
+from medhelm.store.subgroups import SUPPRESSION
 
 _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Arial,sans-serif;margin:2rem auto;max-width:72rem;
@@ -276,11 +278,9 @@ def _subgroups(p: dict[str, list[dict]], bench: dict[str, dict]) -> list[str]:
         return out + ['<p class="note">No benchmark of this release names patient subgroups (a configurable '
                       "benchmark's <code>subgroups:</code>; docs/report.md).</p>"]
     min_cell = sorted({g["min_cell"] for g in gaps})
-    out.append(f'<p class="note">Groups with fewer than {_e(", ".join(map(str, min_cell)))} scored instances are '
-               "suppressed: they are not stored, shown or exported, and when only one group of an attribute would "
-               "be hidden the next smallest is hidden with it. The gap is the highest minus the lowest shown group; "
-               "its p-value is a two-sided permutation test Holm-adjusted over every pair of the attribute's shown "
-               "groups.</p>")
+    out.append(f'<p class="note">{_e(SUPPRESSION.format(min_cell="/".join(map(str, min_cell))))} The gap is the '
+               "highest minus the lowest shown group; its p-value is a two-sided permutation test Holm-adjusted over "
+               "every pair of the attribute's shown groups.</p>")
     scores: dict[tuple, list[dict]] = defaultdict(list)
     for s in p["subgroup_scores"]:
         scores[(s["benchmark"], s["attribute"])].append(s)
@@ -311,7 +311,8 @@ def _change(content: ReportContent) -> list[str]:
     out = [f"<h2>Change against the accepted release <code>{_e(content.against)}</code></h2>",
            f'<p class="note">Paired on the instances both releases scored; difference = this release minus the '
            f"accepted one, its 95 % bootstrap interval, McNemar's exact test for 0/1 metrics (else the bootstrap), "
-           f"p-values Holm-adjusted over every model and benchmark. Drops: {sum(r.change == 'drop' for r in c.results)}"
+           f"{_e(MULTIPLICITY_RULE.format(family='model and benchmark'))}. "
+           f"Drops: {sum(r.change == 'drop' for r in c.results)}"
            f"; gains: {sum(r.change == 'gain' for r in c.results)}.</p>"]
     rows = [(r.display_name or r.benchmark, r.model_b, r.deployment_b, r.n_pairs, _num(r.score_a), _num(r.score_b),
              _num(r.diff), _ci(r.ci_low, r.ci_high), _num(r.p_adjusted, 4),
@@ -323,16 +324,17 @@ def _change(content: ReportContent) -> list[str]:
     flagged = [s for s in content.subgroup_changes if s.result.change in ("drop", "gain")]
     if content.subgroup_changes or content.subgroup_changes_suppressed:
         out.append(f'<p class="note">By patient subgroup: {len(content.subgroup_changes)} model × benchmark × group '
-                   f"comparisons (Holm-adjusted over all of them), {len(flagged)} significant; "
-                   f"{content.subgroup_changes_suppressed} small group(s) suppressed.</p>")
-        out.append(_table("Significant changes within a patient subgroup",
+                   f"comparisons, every one listed, {len(flagged)} significant; "
+                   f"{content.subgroup_changes_suppressed} small group(s) suppressed (pooled); "
+                   f"{_e(MULTIPLICITY_RULE.format(family='model × benchmark × group'))}.</p>")
+        out.append(_table("Changes within each patient subgroup",
                           ("Benchmark", "Attribute", "Group", "Model", "Paired instances", "Accepted", "This release",
                            "Difference", "95 % CI", "p (Holm)", "Change"),
                           [(s.result.display_name or s.result.benchmark, s.attribute, s.group, s.result.model_b,
                             s.result.n_pairs, _num(s.result.score_a), _num(s.result.score_b), _num(s.result.diff),
                             _ci(s.result.ci_low, s.result.ci_high), _num(s.result.p_adjusted, 4),
-                            _Raw(f'<span class="{_e(s.result.change)}">{_e(s.result.change)}</span>'))
-                           for s in flagged], (False,) * 4 + (True,) * 6 + (False,)))
+                            _Raw(f'<span class="{_e(s.result.change.replace(" ", "-"))}">{_e(s.result.change)}</span>'))
+                           for s in content.subgroup_changes], (False,) * 4 + (True,) * 6 + (False,)))
     missing = [*(f"only in the accepted release: {x}" for x in c.only_in_a),
                *(f"only in this release: {x}" for x in c.only_in_b), *(f"no counterpart: {x}" for x in c.unmatched)]
     if missing:

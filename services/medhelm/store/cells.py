@@ -15,7 +15,7 @@ import numpy as np
 
 from medhelm.store.backends import Store
 from medhelm.store.bootstrap import cell_estimates, stream_seed
-from medhelm.store.leaderboard import interval
+from medhelm.store.intervals import mean as interval_of_mean
 
 
 def write_cells(store: Store, release: str, replicates: int, seed: int) -> None:
@@ -49,7 +49,10 @@ def write_cells(store: Store, release: str, replicates: int, seed: int) -> None:
         else:
             point, reps = np.full(len(rows), np.nan), np.full((replicates, len(rows)), np.nan)
         point, reps, from_stats = _fill_from_run_stats(store, release, benchmark, index, point, reps)
-        low, high = interval(reps)
+        low, high = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
+        for i in range(len(rows)):  # Clopper-Pearson for 0/1 values, else BCa (store/intervals.py)
+            if not from_stats[i] and not np.isnan(point[i]):
+                low[i], high[i] = interval_of_mean([m[i] for m in matrices], reps[:, i])
         counts = [(~np.isnan(m)).sum(axis=1) for m in matrices]
         n_inst = np.sum(counts, axis=0) if counts else np.zeros(len(rows), int)
         run_info = _runs_per_row(store, release, benchmark)

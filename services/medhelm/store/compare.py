@@ -9,10 +9,15 @@ model), or by explicit ``pairs``; instances by (stratum, instance id). Only inst
 count (an unscored or missing value on either side leaves the pair out, and is counted).
 
 Per (model, benchmark): ``diff`` = B - A (macro over strata of the per-stratum mean difference, like the
-leaderboard value); its percentile bootstrap CI (instances resampled within strata, seeded per stratum);
+leaderboard value); its CI from ``intervals.paired_difference`` (0/1 values: the MOVER from each side's
+Clopper-Pearson interval and their correlation; other values: BCa from the paired bootstrap, instances
+resampled within strata, seeded per stratum; never zero-width: pairs that all agree give +/- the bound on
+how many could disagree);
 the test is McNemar's exact test when every paired value is 0 or 1, else the percentile-bootstrap test
-(CI excludes 0). A significant change is a ``drop`` when it makes the benchmark worse (lower, or higher
-where lower is better) and a ``gain`` otherwise; ``gate`` marks drops larger than ``threshold``.
+(CI excludes 0). The p-values are adjusted by the one multiplicity rule, Holm over every model x benchmark
+compared (``MULTIPLICITY``, why Holm beside it); a change is significant when its adjusted p is below
+``alpha``. A significant change is a ``drop`` when it makes the benchmark worse (lower, or higher where lower
+is better) and a ``gain`` otherwise; ``gate`` marks drops larger than ``threshold``.
 
 A release summarized before the multiple-choice columns were renamed (``read.legacy_names``) stored the lenient
 rule as its ``exact_match`` leaderboard values; its side takes the letter rule (``exact_match_strict``, today's
@@ -37,7 +42,7 @@ import numpy as np
 from medhelm.errors import ConfigError, escape
 from medhelm.store.backends import Store
 from medhelm.store.bootstrap import stream_seed
-from medhelm.store.leaderboard import interval
+from medhelm.store.intervals import paired_difference
 from medhelm.store.paired import bootstrap_p, discordant, holm, is_binary, mcnemar_exact, paired_bootstrap
 
 Row = tuple[str, str]  # (model, deployment)
@@ -64,13 +69,27 @@ class Side:
         return sorted({(m, d) for m, d, _, _ in self.values})
 
 
+# The one multiplicity rule of the gate, the report, the trends page and the subgroup changes. Holm rather than
+# Benjamini-Hochberg: the gate fails on ANY flagged drop, so the error that matters is the chance of failing a
+# release in which nothing changed (the family-wise error, which Holm keeps <= alpha), not the share of false
+# flags among many (BH's false discovery rate lets that chance grow when some changes are real); and Holm is
+# valid under any dependence between the tests, which overlap here (the same patients are in a benchmark's
+# overall result and in each of its age and sex groups), where BH needs positive dependence. Its cost, power,
+# is met by listing every change with its estimate and interval, significant or not.
+MULTIPLICITY = "holm"
+MULTIPLICITY_RULE = ("p-values Holm-adjusted (step-down; the chance of flagging any change when nothing changed "
+                     "stays below alpha, whatever the dependence between the tests) over every {family} compared; "
+                     "the gate, the report and the dashboard use this one rule")
+
+
 @dataclass(frozen=True)
 class CompareOptions:
     replicates: int = 2000
     seed: int = 0
     alpha: float = 0.05  # test level; the CI is the (1 - alpha) interval
     threshold: float = 0.0  # a significant drop larger than this (metric units) fails the gate
-    adjust: str = "none"  # "none" | "holm" (over every tested model x benchmark)
+    adjust: str = MULTIPLICITY  # "holm" over every tested model x benchmark (MULTIPLICITY); "none" for a part
+    # of a family that is adjusted as a whole afterwards (``decide``: the subgroup changes)
     pairs: tuple[tuple[str, str], ...] = ()  # explicit (A model or deployment, B model or deployment)
 
 
@@ -311,7 +330,7 @@ def _one(a: Side, b: Side, ra: Row, rb: Row, bench: str, info: BenchInfo, o: Com
     all_d = np.concatenate(diffs)
     rngs = [stream_seed(o.seed, "compare", bench, stratum) for stratum, _, _ in strata]
     reps = paired_bootstrap(diffs, o.replicates, rngs)
-    low, high = interval(reps[:, None], 1.0 - o.alpha) if o.replicates else (np.array([np.nan]),) * 2
+    low, high = paired_difference([(x, y) for _, x, y in strata], reps, 1.0 - o.alpha)
     binary = is_binary(np.concatenate([x for _, x, _ in strata] + [y for _, _, y in strata]))
     a_right = b_right = None
     if n < 2:
@@ -322,7 +341,7 @@ def _one(a: Side, b: Side, ra: Row, rb: Row, bench: str, info: BenchInfo, o: Com
     else:
         test, p = "bootstrap", bootstrap_p(reps) if o.replicates else math.nan
     return PairResult(**base, score_a=score_a, score_b=score_b, diff=score_b - score_a,
-                      ci_low=_f(low[0]), ci_high=_f(high[0]), test=test, a_only_right=a_right, b_only_right=b_right,
+                      ci_low=_f(low), ci_high=_f(high), test=test, a_only_right=a_right, b_only_right=b_right,
                       p_value=_f(p), p_adjusted=None, significant=False, change="untestable",
                       gate=False, sd_diff=_f(float(np.std(all_d, ddof=1))) if n >= 2 else None)
 

@@ -17,7 +17,6 @@ so point estimates and their confidence intervals come from the same code.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -83,17 +82,3 @@ def nanmean(a: np.ndarray, axis: int) -> np.ndarray:
     count = (~np.isnan(a)).sum(axis=axis)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(count > 0, np.nansum(a, axis=axis) / np.maximum(count, 1), np.nan)
-
-
-def interval(replicates: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile bootstrap interval over axis 0 (NaN where every replicate is NaN)."""
-    reps = np.asarray(replicates, dtype=float)
-    tail = (1.0 - level) / 2.0 * 100.0
-    if reps.shape[0] == 0:
-        nan = np.full(reps.shape[1:], np.nan)
-        return nan, nan
-    with warnings.catch_warnings():  # all-NaN slices are expected (a model without that benchmark)
-        warnings.simplefilter("ignore", RuntimeWarning)
-        low = np.nanpercentile(reps, tail, axis=0)
-        high = np.nanpercentile(reps, 100.0 - tail, axis=0)
-    return low, high

@@ -67,19 +67,23 @@ def load_cells(store: Store, release: str) -> CellTable:
     ci, ri = {c.benchmark: j for j, c in enumerate(cols)}, {r: i for i, r in enumerate(rows)}
     values = np.full((len(rows), len(cols)), np.nan)
     reps = np.full((replicates, len(rows), len(cols)), np.nan)
-    for benchmark, model, dep, value, boot in store.query(
-            "SELECT benchmark, model, deployment, value, boot FROM cells WHERE release = ?", (release,)):
+    lows, highs = np.full_like(values, np.nan), np.full_like(values, np.nan)
+    for benchmark, model, dep, value, low, high, boot in store.query(
+            "SELECT benchmark, model, deployment, value, ci_low, ci_high, boot FROM cells WHERE release = ?",
+            (release,)):
         i, j = ri.get((model, dep)), ci.get(benchmark)
         if i is None or j is None or value is None:
             continue
         values[i, j] = value
+        lows[i, j] = np.nan if low is None else low
+        highs[i, j] = np.nan if high is None else high
         # float64 replicates (a group's interval is computed from them); 4 bytes each in stores written before
         if boot and len(boot) not in (8 * replicates, 4 * replicates):
             raise ConfigError(f"release '{release}': a cell's bootstrap replicates do not match meta.replicates "
                               f"(damaged store? re-run `medhelm summarize`)")
         reps[:, i, j] = (np.frombuffer(boot, dtype=np.float64 if len(boot) == 8 * replicates else np.float32)
                          if boot else value)
-    return CellTable(tuple(rows), tuple(cols), values, reps)
+    return CellTable(tuple(rows), tuple(cols), values, reps, lows, highs)
 
 
 MAX_REPLICATES = 100_000  # summarize's default is 1,000

@@ -1,5 +1,5 @@
 """Performance by patient subgroup: every benchmark's main metric per subgroup (age band, sex, ...), with
-bootstrap 95 % intervals, the largest gap between groups and a test of it that accounts for the many
+95 % intervals, the largest gap between groups and a test of it that accounts for the many
 pairs compared, computed at ``summarize`` time into the store.
 
 Where the labels come from: an instance's ``subgroups`` (attribute -> label), written in its record only by a
@@ -10,16 +10,25 @@ only, never instance text, kept also for redacted runs: they are what the equity
 The math, per benchmark x (model, deployment) x attribute, over the instances with a value (unscored
 instances are in no group), pooled over the benchmark's runs (strata) of that model:
 
-* a group's value: the mean; its interval: the percentile bootstrap (resampling the group's instances,
-  ``replicates`` times, seeded by the group's name, as the cells are: ``bootstrap.stream_seed``);
-* small-cell suppression: a group with fewer than ``min_cell`` (default 11) scored instances is never stored,
-  so no report or export can show it; when exactly one group of an attribute is suppressed, the next
-  smallest is suppressed too (complementary suppression: otherwise the cell's total and the other groups'
-  values give the hidden one away). Only how many groups were suppressed is kept, not their names;
-* the gap: the highest minus the lowest group mean among the shown groups, its interval (the difference of
-  the two groups' bootstrap replicates), the ratio lowest / highest (when the highest is positive), and
+* a group's value: the mean; its interval: ``intervals.mean``'s, as a leaderboard cell's (Clopper-Pearson for
+  0/1 values, else BCa from the group's bootstrap: its instances resampled ``replicates`` times, seeded by the
+  group's name, as the cells are: ``bootstrap.stream_seed``);
+* which groups are shown (``cells``): decided on the benchmark's *population* in the release (every instance
+  of its data, by stratum and id, over all models, scored, unscored or failed alike: ``population``), never on
+  scored counts, so the same data gives the same cells in every run, release, model and surface. A blank or
+  absent label is the group ``not recorded`` (``label_of``). A group below ``min_cell`` (default 11) is never
+  shown alone: the small groups are pooled, with the next smallest until the pool reaches ``min_cell``, and
+  the pool is shown as one group named by its members (``F + not recorded``). Every shown cell then holds at
+  least ``min_cell`` patients and the cells cover the population, so the benchmark's total minus the shown
+  cells leaves nothing to recover; a population below ``min_cell`` as a whole shows nothing. Only how many
+  groups are not shown alone is kept (``n_suppressed``);
+* the gap: the highest minus the lowest group mean among the shown groups, its interval (the MOVER of the two
+  independent groups' intervals: ``intervals.independent_difference``), the ratio lowest / highest (when the
+  highest is positive), and
   ``p_holm``: a two-sided permutation test of the difference in means for every pair of shown groups
   (``replicates`` permutations each), Holm-adjusted over the attribute's pairs, reported for the largest gap.
+
+``SUPPRESSION`` says the rule in words; the report, the dashboard and ``medhelm compare`` print it.
 
 Change by subgroup between two releases (paired, per group): ``store/subgroup_changes.py``.
 
@@ -33,7 +42,7 @@ it as it was.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -41,11 +50,18 @@ import numpy as np
 
 from medhelm.store.backends import Store
 from medhelm.store.bootstrap import stratum_replicates, stream_seed
-from medhelm.store.leaderboard import interval
+from medhelm.store.intervals import independent_difference
+from medhelm.store.intervals import mean as interval_of_mean
 from medhelm.store.paired import holm
+from medhelm.specs import BLANK_SUBGROUP
 from medhelm.store.schema import SUBGROUP_DDL, SUBGROUP_GAPS, SUBGROUP_LABELS, SUBGROUP_SCORES
 
 MIN_CELL = 11  # the smallest group shown (a common small-cell rule for health statistics: 1-10 are hidden)
+NOT_RECORDED = "not recorded"  # the group of instances whose label is blank or absent
+SUPPRESSION = ("Which groups are shown is decided on the benchmark's data (every patient of it, whether scored or "
+               "not), the same in every release, report, export and page: a group of fewer than {min_cell} patients is "
+               "never shown alone but pooled with the next smallest group(s) until the pool has {min_cell} (shown as "
+               "'A + B'); a blank or missing value is the group 'not recorded'.")
 _BLOCK_ELEMENTS = 2_000_000  # permutations x instances held at once (~16 MB)
 
 LABELS, SCORES, GAPS = SUBGROUP_LABELS, SUBGROUP_SCORES, SUBGROUP_GAPS
@@ -75,18 +91,72 @@ class Gap:
     n_pairs: int
 
 
+# ---- which groups are shown: decided on the benchmark's population, never on scored counts ---------------
+
+def label_of(raw: object) -> str:
+    """The group an instance's label names: an empty cell (``specs.BLANK_SUBGROUP``) or no label at all is the
+    group ``not recorded``, shown or pooled like any other."""
+    text = "" if raw is None else str(raw).strip()
+    return NOT_RECORDED if text in ("", BLANK_SUBGROUP) else text
+
+
+def cells(population: Mapping[str, int], min_cell: int = MIN_CELL) -> tuple[dict[str, str], int]:
+    """(label -> the cell it is shown in, how many labels are not shown on their own) from the benchmark's
+    population per label (every instance of its data, scored or not: the same in every run and release of it).
+
+    A label of at least ``min_cell`` instances is its own cell. The labels below it are pooled together, and
+    with the next smallest labels until the pool reaches ``min_cell``; the pool is one cell named by its
+    members, largest first (``F + not recorded``). So every cell shown holds at least ``min_cell`` patients and
+    the shown cells cover the whole population: nothing is left over for total-minus-shown arithmetic to
+    recover. Only when the whole population is below ``min_cell`` is nothing shown (an empty mapping)."""
+    ordered = sorted(population, key=lambda g: (population[g], g))
+    pool = [g for g in ordered if population[g] < min_cell]
+    rest = [g for g in ordered if population[g] >= min_cell]
+    out = {g: g for g in rest}
+    if not pool:
+        return out, 0
+    while sum(population[g] for g in pool) < min_cell and rest:
+        pool.append(rest.pop(0))
+    if sum(population[g] for g in pool) < min_cell:
+        return {}, len(population)
+    name = " + ".join(sorted(pool, key=lambda g: (-population[g], g)))
+    return {g: g for g in rest} | {g: name for g in pool}, len(pool)
+
+
+def merged_cells(*maps: tuple[Mapping[str, str], int]) -> tuple[dict[str, str], int]:
+    """The cells of several releases of a benchmark made common (a comparison of two releases): labels that
+    share a cell in any of them share one here, and when any of them shows nothing, nothing is shown."""
+    labels = set().union(*(m for m, _ in maps))
+    hidden = set().union(*(labels for m, n in maps if n and not m))  # a release that shows none of them
+    parent = {g: g for g in labels}
+
+    def root(g: str) -> str:
+        while parent[g] != g:
+            g = parent[g]
+        return g
+
+    for m, _ in maps:
+        members: dict[str, list[str]] = defaultdict(list)
+        for g, cell in m.items():
+            members[cell].append(g)
+        for group in members.values():
+            for g in group[1:]:
+                parent[root(g)] = root(group[0])
+    joined: dict[str, list[str]] = defaultdict(list)
+    for g in labels:
+        joined[root(g)].append(g)
+    out = {}
+    for group in joined.values():
+        if any(g in hidden for g in group):
+            continue
+        named = [cell for m, _ in maps for cell in m.values() if set(g for g in m if m[g] == cell) == set(group)]
+        name = named[0] if named else " + ".join(sorted(group))
+        out |= {g: name for g in group}
+    shown_alone = {g for g, cell in out.items() if cell == g}
+    return out, len(labels) - len(shown_alone)
+
+
 # ---- the math (no store) -------------------------------------------------------------------------------
-
-def shown_groups(counts: Mapping[str, int], min_cell: int = MIN_CELL) -> tuple[list[str], int]:
-    """(groups that may be shown, how many are suppressed): below ``min_cell`` hidden, plus the next smallest
-    when only one would be (complementary suppression)."""
-    shown = sorted((g for g, n in counts.items() if n >= min_cell), key=lambda g: (counts[g], g))
-    hidden = len(counts) - len(shown)
-    if hidden == 1 and shown:
-        shown = shown[1:]
-        hidden = 2
-    return sorted(shown), hidden
-
 
 def permutation_p(x: np.ndarray, y: np.ndarray, permutations: int, rng: np.random.Generator) -> float | None:
     """Two-sided permutation p-value of mean(x) - mean(y): (1 + #|permuted| >= |observed|) / (1 + permutations)."""
@@ -106,30 +176,35 @@ def permutation_p(x: np.ndarray, y: np.ndarray, permutations: int, rng: np.rando
     return (1 + extreme) / (1 + permutations)
 
 
-def analyse(values: np.ndarray, labels: Sequence[str | None], *, replicates: int, seed: int, keys: Sequence[str],
-            min_cell: int = MIN_CELL) -> tuple[list[GroupResult], Gap]:
-    """One (benchmark, model, attribute): ``values`` per instance (NaN = unscored), ``labels`` aligned (None =
-    no label). ``keys`` name the analysis for the seeds (the same inputs always give the same intervals)."""
+def analyse(values: np.ndarray, labels: Sequence[object], *, replicates: int, seed: int, keys: Sequence[str],
+            min_cell: int = MIN_CELL, population: Mapping[str, int] | None = None) -> tuple[list[GroupResult], Gap]:
+    """One (benchmark, model, attribute): ``values`` per instance (NaN = unscored), ``labels`` aligned (None or
+    blank = not recorded). ``population``: the benchmark's instances per label, which decide the cells shown
+    (``cells``); by default this vector's own labels, scored or not. ``keys`` name the analysis for the seeds
+    (the same inputs always give the same intervals)."""
     values = np.asarray(values, dtype=float)
+    labels = [label_of(g) for g in labels]
+    if population is None:
+        population = Counter(labels)
+    shown, hidden = cells(population, min_cell)
     by_group: dict[str, list[float]] = defaultdict(list)
     for v, g in zip(values, labels):
-        if g is not None and not np.isnan(v):
-            by_group[str(g)].append(v)
-    shown, hidden = shown_groups({g: len(v) for g, v in by_group.items()}, min_cell)
-    results, reps = [], {}
-    for g in shown:
+        if g in shown and not np.isnan(v):
+            by_group[shown[g]].append(v)
+    names = sorted(by_group)
+    results = []
+    for g in names:
         x = np.asarray(by_group[g])
         r = stratum_replicates(x[None, :], replicates, stream_seed(seed, *keys, "group", g))[:, 0]
-        low, high = interval(r[:, None]) if replicates else (np.array([np.nan]), np.array([np.nan]))
-        reps[g] = r
-        results.append(GroupResult(g, len(x), float(x.mean()), _f(low[0]), _f(high[0])))
+        low, high = interval_of_mean([x], r)
+        results.append(GroupResult(g, len(x), float(x.mean()), _f(low), _f(high)))
     if len(results) < 2:
         return results, Gap(len(results), hidden, None, None, None, None, None, None, None, 0)
     best = max(results, key=lambda r: (r.value, r.group))
     worst = min(results, key=lambda r: (r.value, r.group))
-    gap_reps = reps[best.group] - reps[worst.group]
-    low, high = interval(gap_reps[:, None]) if replicates else (np.array([np.nan]), np.array([np.nan]))
-    pairs = [(a, b) for i, a in enumerate(shown) for b in shown[i + 1:]]
+    low, high = independent_difference(*((g.value, _nan(g.ci_low), _nan(g.ci_high))
+                                                    for g in (best, worst)))
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
     raw = [permutation_p(np.asarray(by_group[a]), np.asarray(by_group[b]), replicates,
                          stream_seed(seed, *keys, "pair", a, b)) for a, b in pairs]
     p_holm = None
@@ -137,8 +212,8 @@ def analyse(values: np.ndarray, labels: Sequence[str | None], *, replicates: int
         adjusted = holm(raw)  # type: ignore[arg-type]
         p_holm = float(adjusted[pairs.index(tuple(sorted((best.group, worst.group))))])
     ratio = worst.value / best.value if best.value > 0 else None
-    return results, Gap(len(results), hidden, best.group, worst.group, best.value - worst.value, _f(low[0]),
-                        _f(high[0]), ratio, p_holm, len(pairs))
+    return results, Gap(len(results), hidden, best.group, worst.group, best.value - worst.value, _f(low),
+                        _f(high), ratio, p_holm, len(pairs))
 
 
 # ---- the store ------------------------------------------------------------------------------------------
@@ -168,17 +243,39 @@ def write_labels(store: Store, run_id: int, labels: Mapping[str, Sequence[str | 
             [(run_id, attr, json.dumps(list(v), ensure_ascii=False)) for attr, v in sorted(labels.items())])
 
 
+def population(store: Store, release: str) -> dict[tuple[str, str], dict[str, int]]:
+    """(benchmark, attribute) -> label -> how many of the benchmark's instances carry it: every instance of
+    every run of the release (over models and strata, by (stratum, instance id); scored, unscored or failed
+    alike), so a failed request or a model that scored fewer never changes which cells are shown."""
+    seen: dict[tuple[str, str], dict[tuple[str, str], str]] = defaultdict(dict)
+    if not has_tables(store):
+        return {}
+    for bench, stratum, ids, attr, text in store.query(
+            f"SELECT r.benchmark, r.stratum, r.value_ids, l.attribute, l.labels FROM runs r JOIN {LABELS} l ON "
+            "l.run_id = r.run_id WHERE r.release = ? ORDER BY r.run_id, l.attribute", (release,)):
+        per = seen[(bench, attr)]
+        for iid, label in zip(json.loads(ids or "[]"), json.loads(text)):
+            per.setdefault((stratum, str(iid)), label_of(label))
+    return {key: dict(Counter(per.values())) for key, per in seen.items()}
+
+
+def release_cells(store: Store, release: str, min_cell: int) -> dict[tuple[str, str], tuple[dict[str, str], int]]:
+    """(benchmark, attribute) -> ``cells`` of the release's population: what every surface shows of it."""
+    return {key: cells(counts, min_cell) for key, counts in population(store, release).items()}
+
+
 def write_subgroups(store: Store, release: str, replicates: int, seed: int, min_cell: int = MIN_CELL) -> int:
     """Every benchmark's subgroup scores and gaps for ``release``; returns how many gap rows were written."""
     if not has_tables(store):
         return 0
     benches = [b for (b,) in store.query(f"SELECT DISTINCT r.benchmark FROM runs r JOIN {LABELS} l ON l.run_id = "
                                          "r.run_id WHERE r.release = ? ORDER BY r.benchmark", (release,))]
+    counts = population(store, release)
     written = 0
     for bench in benches:
         pooled: dict[tuple[str, str, str], tuple[list[np.ndarray], list[list]]] = {}
-        for model, dep, blob, n_ids, attr, text in store.query(
-                f"SELECT r.model, r.deployment, r.value_blob, r.value_ids, l.attribute, l.labels FROM runs r JOIN "
+        for model, dep, blob, attr, text in store.query(
+                f"SELECT r.model, r.deployment, r.value_blob, l.attribute, l.labels FROM runs r JOIN "
                 f"{LABELS} l ON l.run_id = r.run_id WHERE r.release = ? AND r.benchmark = ? ORDER BY r.run_name, "
                 "l.attribute", (release, bench)):
             values = np.frombuffer(blob, dtype=np.float64) if blob else np.empty(0)
@@ -191,7 +288,8 @@ def write_subgroups(store: Store, release: str, replicates: int, seed: int, min_
         scores, gaps = [], []
         for (model, dep, attr), (vals, labs) in sorted(pooled.items()):
             groups, gap = analyse(np.concatenate(vals), [g for chunk in labs for g in chunk], replicates=replicates,
-                                  seed=seed, keys=(bench, model, dep, attr), min_cell=min_cell)
+                                  seed=seed, keys=(bench, model, dep, attr), min_cell=min_cell,
+                                  population=counts.get((bench, attr), {}))
             scores += [(release, bench, model, dep, attr, g.group, g.n, g.value, g.ci_low, g.ci_high) for g in groups]
             gaps.append((release, bench, model, dep, attr, gap.n_groups, gap.n_suppressed, min_cell, gap.high_group,
                          gap.low_group, gap.gap, gap.gap_low, gap.gap_high, gap.ratio, gap.p_holm, gap.n_pairs))
@@ -248,3 +346,7 @@ def _insert(store: Store, table: str, columns: Sequence[str], rows: list[tuple])
 
 def _f(x: float) -> float | None:
     return None if x is None or np.isnan(x) else float(x)
+
+
+def _nan(x: float | None) -> float:
+    return np.nan if x is None else x

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from medhelm.baselines import is_baseline
-from medhelm.store.leaderboard import head_to_head, interval, macro_average, nanmean, ranks, win_rates
+from medhelm.store.intervals import average, percentile
+from medhelm.store.leaderboard import head_to_head, macro_average, nanmean, ranks, win_rates
 
 Row = tuple[str, str]  # (model, deployment)
 
@@ -34,13 +35,16 @@ class CellTable:
     columns: tuple[Column, ...]
     values: np.ndarray  # [rows, columns], NaN = no value
     replicates: np.ndarray  # [B, rows, columns]
+    lows: np.ndarray | None = None  # [rows, columns]: each cell's stored interval (store/intervals.py)
+    highs: np.ndarray | None = None
 
     def select(self, *, columns: Sequence[bool] | None = None, rows: Sequence[bool] | None = None) -> CellTable:
         c = np.ones(len(self.columns), bool) if columns is None else np.asarray(columns, bool)
         r = np.ones(len(self.rows), bool) if rows is None else np.asarray(rows, bool)
+        cut = (lambda a: None if a is None else a[np.ix_(r, c)])
         return CellTable(tuple(x for x, keep in zip(self.rows, r) if keep),
                          tuple(x for x, keep in zip(self.columns, c) if keep),
-                         self.values[np.ix_(r, c)], self.replicates[:, r][:, :, c])
+                         self.values[np.ix_(r, c)], self.replicates[:, r][:, :, c], cut(self.lows), cut(self.highs))
 
     @property
     def lower_is_better(self) -> list[bool]:
@@ -90,7 +94,7 @@ class GroupScore:
 
 
 def leaderboard(table: CellTable, *, rank_baselines: bool = False) -> list[LeaderboardRow]:
-    """Rows sorted by mean win rate (best first), with 95% bootstrap intervals for win rate and rank.
+    """Rows sorted by mean win rate (best first), with 95% percentile bootstrap intervals for win rate and rank.
 
     Reference baselines are kept out of the models' win rates and ranks: the models are compared among
     themselves, and each baseline's win rate is what it would score against those models alone (where it
@@ -133,7 +137,7 @@ def _baselines_beaten(table: CellTable, is_base: np.ndarray) -> dict[int, tuple[
         low = high = None
         if table.replicates.shape[0]:
             reps = head_to_head(table.replicates, int(i), others, lower)
-            low, high = (_f(x) for x in interval((reps > 0.5).sum(axis=-1).astype(float)))
+            low, high = (_f(x) for x in percentile((reps > 0.5).sum(axis=-1).astype(float)))
         out[int(i)] = (int((point > 0.5).sum()), low, high, len(others))
     return out
 
@@ -142,26 +146,39 @@ def _compare(values: np.ndarray, reps: np.ndarray, lower: Sequence[bool], n_rows
     """Win rate, its interval, rank and its interval of the rows of ``values`` compared among themselves."""
     wr = win_rates(values, lower)
     wr_reps = win_rates(reps, lower) if reps.shape[0] else np.empty((0, n_rows))
-    wr_low, wr_high = interval(wr_reps)
-    rk_low, rk_high = interval(ranks(wr_reps)) if reps.shape[0] else (wr_low, wr_high)
+    wr_low, wr_high = percentile(wr_reps)
+    rk_low, rk_high = percentile(ranks(wr_reps)) if reps.shape[0] else (wr_low, wr_high)
     return wr, wr_low, wr_high, ranks(wr), rk_low, rk_high
 
 
 def group_scores(table: CellTable, level: str) -> list[GroupScore]:
-    """Macro average per category or subcategory, with bootstrap intervals."""
+    """Macro average per category or subcategory, its interval the MOVER sum of its benchmarks' intervals
+    (``intervals.average``: independent instance sets; one benchmark: exactly its own interval). A table
+    without the cells' intervals (``lows``) falls back to the percentile interval of the replicates."""
     groups = [c.category if level == "category" else c.subcategory for c in table.columns]
     point = macro_average(table.values, groups, table.lower_is_better)
-    reps = macro_average(table.replicates, groups, table.lower_is_better) if table.replicates.shape[0] else {}
+    reps = macro_average(table.replicates, groups, table.lower_is_better) \
+        if table.replicates.shape[0] and table.lows is None else {}
+    lower = np.asarray(table.lower_is_better, bool) if table.columns else np.zeros(0, bool)
     out = []
     for group, (mean, count) in point.items():
-        low, high = interval(reps[group][0]) if group in reps else (mean * np.nan, mean * np.nan)
+        if table.lows is not None and table.replicates.shape[0]:
+            cols = np.array([g == group for g in groups]) & ~lower
+            _, low, high = average(table.values[:, cols], table.lows[:, cols], table.highs[:, cols])
+        elif group in reps:
+            low, high = percentile(reps[group][0])
+        else:
+            low, high = mean * np.nan, mean * np.nan
         out += [GroupScore(level, group, m, d, _f(mean[i]), _f(low[i]), _f(high[i]), int(count[i]))
                 for i, (m, d) in enumerate(table.rows) if count[i] > 0]  # no run in the group: no row
     return out
 
 
 def cell_intervals(table: CellTable) -> tuple[np.ndarray, np.ndarray]:
-    return interval(table.replicates)
+    """Each cell's interval: as stored (store/intervals.py), else the percentile interval of its replicates."""
+    if table.lows is not None:
+        return table.lows, table.highs
+    return percentile(table.replicates)
 
 
 def _f(x: float) -> float | None:

@@ -1,7 +1,8 @@
 """Scores across releases: per model x benchmark (and category) its score and CI in each release, the
 paired change against the previous release that has that model and benchmark (``compare``), flagged drops
-and gains, and the minimum detectable difference (MDD) at the cell's own n — what the dashboard's Trends
-page shows, so a stakeholder sees whether a change is real or the suite too small to tell.
+and gains (by ``compare``'s one multiplicity rule, Holm over the release pair's comparisons), and the minimum
+detectable difference (MDD) at the cell's own n — what the dashboard's Trends page shows, so a stakeholder
+sees whether a change is real or the suite too small to tell.
 
 MDD: the smallest true difference a paired test on this many instances detects with 80 % power at
 alpha 0.05 — from the paired differences with the previous release when there is one (their SD, or their
@@ -47,6 +48,7 @@ class TrendCell:
     change_low: float | None
     change_high: float | None
     p_value: float | None
+    p_adjusted: float | None  # Holm over the release pair's model x benchmark comparisons (compare.MULTIPLICITY)
     flag: str  # "drop" | "gain" | "no change" | "untestable" | "" (no previous)
     mdd: float | None
     mdd_basis: str
@@ -99,6 +101,7 @@ def trends(store: Store, releases: Sequence[str], *, replicates: int = 1000, see
                 b.get("category") or "", c["value"], c["ci_low"], c["ci_high"], c["n_instances"], prev,
                 None if change is None else change.diff, None if change is None else change.ci_low,
                 None if change is None else change.ci_high, None if change is None else change.p_value,
+                None if change is None else change.p_adjusted,
                 "" if prev is None else ("untestable" if change is None else change.change), mdd, basis))
             last_seen[key] = rel
         for g in store.query_dicts("SELECT grp, model, deployment, value, ci_low, ci_high, n_benchmarks FROM "
