@@ -116,7 +116,7 @@ def test_use_data_benchmarks_and_models_from_the_hospitals_file(made: dict) -> N
     assert re.search(r"user files sha256:[0-9a-f]{12} 60 0", measures)  # prompt+data digest, n, unscored
     data = _section(text, "The data, as the hospital describes it", "Performance by patient subgroup")
     assert "2025-07-01 to 2025-09-30" in data and "none missing" in data
-    assert "age_band: old 30 (2 small group(s) suppressed); sex: F 30, M 30" in data
+    assert "age_band: old 30, young + child 30 (2 small group(s) pooled); sex: F 30, M 30" in data
     models = _section(text, "Models evaluated", "Cost, tokens and latency")
     assert "https://llm.internal.example/v1 mock-m build 7" in models
     assert "2026-11-20 08:00 UTC+01:00 to 2026-11-21 18:30 UTC-05:00" in models  # time zones kept

@@ -587,7 +587,7 @@ def _data(content: ReportContent, bench: dict[str, dict]) -> list[str]:
     for name in sorted(bench):
         attrs = sorted({a for b, a in (*groups, *hidden) if b == name})
         sizes = "; ".join(f"{a}: " + ", ".join(f"{g} {n}" for g, n in sorted(groups.get((name, a), {}).items()))
-                          + (f" ({hidden[(name, a)]} small group(s) suppressed)" if hidden.get((name, a)) else "")
+                          + (f" ({hidden[(name, a)]} small group(s) pooled)" if hidden.get((name, a)) else "")
                           for a in attrs) or "no subgroups named"
         rows.append((bench[name].get("display_name") or name,
                      _span([c["n_instances"] for c in cells.get(name, ())]),
@@ -597,7 +597,8 @@ def _data(content: ReportContent, bench: dict[str, dict]) -> list[str]:
                       rows, (False, True, True, False)))
     out.append('<p class="note">Unscored: an answer that could not be scored (a failed request, an answer the metric '
                "cannot read, or an instance without a reference label). A subgroup's blank value is a group of its "
-               "own; suppressed groups are counted, never named.</p>")
+               "own; a group smaller than the minimum is pooled with the next smallest and shown only inside that pool "
+               "(its joined name, e.g. 'young + child').</p>")
     return out
 
 
