@@ -107,15 +107,17 @@ def test_the_table_only_names_kinds_that_exist():
     assert {row.kind for row in helm_env.CLIENT_CLASSES.values()} <= {k.value for k in DeploymentKind}
 
 
-def test_an_unsupported_class_is_one_line_naming_it_and_the_supported_list(tmp_path):
+def test_an_unsupported_class_is_kept_and_refused_when_used_with_one_line_naming_it_and_what_instead(tmp_path):
     env = write_yaml(tmp_path / "env", [entry("helm.clients.huggingface_client.HuggingFaceClient",
                                               {"pretrained_model_name_or_path": "Qwen/Qwen2.5-7B-Instruct"})])
+    registry = DeploymentRegistry.load(env)  # the file loads whole
+    assert "acme/model" not in registry and registry.unrunnable["acme/model"].class_name == "HuggingFaceClient"
     with pytest.raises(ConfigError) as err:
-        DeploymentRegistry.load(env)
+        registry.resolve("acme/model", None)
     message = str(err.value)
-    assert "\n" not in message and "model_deployments.yaml:" in message
-    assert "'HuggingFaceClient' is not supported" in message and "vLLM" in message
-    assert "VLLMChatClient" in message and "StanfordHealthCareClaudeClient" in message  # the supported list
+    assert "\n" not in message
+    assert "'acme/model' uses HELM client class HuggingFaceClient, which medhelm does not run" in message
+    assert "vLLM" in message and "VLLMChatClient" in message  # what to use instead
 
 
 def test_an_unknown_argument_names_the_field_and_the_known_ones(tmp_path):
@@ -251,7 +253,7 @@ def test_vllm_legacy_completions_client_uses_the_completions_route(tmp_path):
         [meta] = srv.request_meta
         [body] = srv.requests
     assert meta["target"] == "/v1/completions" and body["prompt"] == "alpha beta gamma"
-    assert body["model"] == "acme/model"  # HELM's VLLMClient sends the model name
+    assert body["model"] == "model"  # HELM's VLLMClient: vllm_model_name or request.model_engine
     assert completion.text == "alpha beta gamma"
 
 
@@ -462,18 +464,19 @@ def test_shcs_own_azure_client_sends_the_key_as_azure_does_and_helms_body(tmp_pa
     with FakeAzureOpenAI(api_key=SECRET) as azure:
         env = write_yaml(tmp_path / "env", [entry(
             "helm.clients.stanfordhealthcare_shc_openai_client.StanfordHealthCareSHCOpenAIClient",
-            name="stanfordhealthcare_shc/gpt-4o")],  # HELM injects endpoint, key and deployment from credentials
+            name="stanfordhealthcare_shc/gpt-4o")],  # HELM injects endpoint and key from credentials
             credentials=f'stanfordhealthcare_shcEndpoint: "{azure.base_url}"\n'
-                        f'stanfordhealthcare_shcApiKey: "{SECRET}"\nstanfordhealthcare_shcDeployment: gpt-4o-shc\n')
+                        f'stanfordhealthcare_shcApiKey: "{SECRET}"\n')
         dep = DeploymentRegistry.load(env).get("stanfordhealthcare_shc/gpt-4o")
         check_usable(dep)
         completion = generate(dep, "Is it raining? Answer yes or no.", 4)
         [seen] = azure.requests
     assert completion.text in ("Yes", "No")
-    assert seen["path"] == "/openai/deployments/gpt-4o-shc/chat/completions"
+    # the AzureOpenAI SDK's path from the body's model: HELM's model_engine ("acme/model" -> "model")
+    assert seen["path"] == "/openai/deployments/model/chat/completions"
     assert seen["headers"]["api-key"] == SECRET and "ocp-apim-subscription-key" not in seen["headers"]
     assert dep.options["api_version"] == "2024-08-01-preview"
-    assert seen["body"] == {"model": "gpt-4o-shc", "messages": [{"role": "user", "content": seen["body"]["messages"][0][
+    assert seen["body"] == {"model": "model", "messages": [{"role": "user", "content": seen["body"]["messages"][0][
         "content"]}], "temperature": 0.0, "top_p": 1, "n": 1, "stop": None, "max_tokens": 4, "presence_penalty": 0,
         "frequency_penalty": 0}
 
