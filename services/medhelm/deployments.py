@@ -173,12 +173,15 @@ def _read(path: Path) -> Iterator[Deployment | helm_env.Unrunnable]:
     top = check(_DeploymentsFile, doc.data, path=path, doc=doc)
     seen: dict[str, int] = {}
     credentials = None
+    vision_language: frozenset[str] = frozenset()
     for i, raw in enumerate(top.model_deployments):
         helm_shaped = helm_env.is_helm_item(raw)
         if helm_shaped:
             if credentials is None:  # read once per file, and only for a file that has HELM entries
                 credentials = Credentials.load(Path(path).parent)
-            raw = helm_env.translate(raw, path=path, doc=doc, index=i, credentials=credentials)
+                vision_language = helm_env.vision_language_models(Path(path).parent)
+            raw = helm_env.translate(raw, path=path, doc=doc, index=i, credentials=credentials,
+                                     vision_language=vision_language)
             if isinstance(raw, helm_env.Unrunnable):
                 seen[raw.name] = i
                 yield raw
@@ -235,6 +238,11 @@ def _check_headers(options: Mapping[str, Any], path: Path, index: int, doc: Yaml
     named = [(str(k), str(v), ("headers", k)) for k, v in (headers or {}).items()]
     if options.get("auth_header") is not None:
         named.append((str(options["auth_header"]), "", ("auth_header",)))
+    key_headers = options.get("key_headers")
+    if key_headers is not None and not (isinstance(key_headers, list) and all(isinstance(h, str) for h in key_headers)):
+        raise ConfigError("expected a list of header names", path=path, line=doc.line(*where, "key_headers"),
+                          field=f"model_deployments[{index}].options.key_headers")
+    named.extend((h, "", ("key_headers", i)) for i, h in enumerate(key_headers or ()))
     for number, (name, value, loc) in enumerate(named):
         problem = header_problem(name, value)
         if problem:
@@ -258,6 +266,7 @@ _REASONING_OPTIONS: dict[str, tuple[str, Any]] = {
     "request_shape": ("'medhelm' or 'helm'", lambda v: v in ("medhelm", "helm")),
     "extra_body": ("a mapping of request body fields", lambda v: isinstance(v, Mapping)),
     "include_thoughts": ("true or false", lambda v: isinstance(v, bool)),
+    "vision_language": ("true or false", lambda v: isinstance(v, bool)),
 }
 
 

@@ -162,6 +162,10 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
                                     base_url_env="AWS_ENDPOINT_URL_BEDROCK_RUNTIME"),
 }
 
+# classes whose HELM client is the AzureOpenAI SDK given the key
+_AZURE_SDK_CLASSES = frozenset({"AzureOpenAIClient", "StanfordHealthCareAzureOpenAIClient",
+                                "StanfordHealthCareSHCOpenAIClient"})
+
 # the served model's name, by the arg each class uses for it (the first one given wins)
 _MODEL_ARGS = ("openai_model_name", "vllm_model_name", "azure_openai_deployment_name", "together_model",
                "anthropic_model_name", "genai_model", "genai_model_name", "gemini_model_name",
@@ -265,8 +269,21 @@ def supported_classes() -> str:
     return ", ".join(sorted(CLIENT_CLASSES))
 
 
+VLM_TAG = "VISION_LANGUAGE_MODEL_TAG"
+
+
+def vision_language_models(folder: Path) -> frozenset[str]:
+    """The models ``<folder>/model_metadata.yaml`` tags as vision-language (HELM's ``is_vlm``), if the file is
+    there."""
+    path = Path(folder) / METADATA_FILE
+    if not path.is_file():
+        return frozenset()
+    return frozenset(m.name for m in read_metadata(path) if VLM_TAG in m.tags)
+
+
 def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
-              credentials: Credentials, environ: Mapping[str, str] | None = None) -> dict[str, Any] | Unrunnable:
+              credentials: Credentials, environ: Mapping[str, str] | None = None,
+              vision_language: frozenset[str] = frozenset()) -> dict[str, Any] | Unrunnable:
     """One HELM entry -> the fields of our deployment item (``deployments._DeploymentItem``); an ``Unrunnable``
     for an entry HELM runs and we do not (kept, refused when a run names it); a ConfigError naming the file,
     line and field for an entry HELM itself would refuse (an argument its class does not take)."""
@@ -333,6 +350,8 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
         options["api"] = helm.api
     if helm.shape == "helm":
         options.setdefault("request_shape", "helm")  # HELM's OpenAIClient body, field for field (openai.py)
+        if item.model_name in vision_language:
+            options.setdefault("vision_language", True)  # HELM sends no null stop to a vision-language model
     if class_name.startswith("StanfordHealthCare") and helm.kind in ("anthropic", "gemini"):
         # SHC's HTTP model clients POST to {endpoint}/{deployment}: the gateway's route for this model
         if endpoint is None:
@@ -360,8 +379,6 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
             unresolved.append(f"{host}Endpoint (the Azure OpenAI resource)")
         else:
             base_url = endpoint
-            if helm.gateway:
-                options.setdefault("auth", "none")  # the gateway authenticates (its subscription key)
     elif helm.kind == "openai" and not base_url and not unresolved:
         raise fail(f"{class_name} needs args.base_url (the server's .../v1 address)", "client_spec", "args")
     headers = args.get("default_headers")
@@ -409,7 +426,11 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
         unresolved.append(f"{host}ApiKey (the key)")
     if key_name is not None:
         options["credentials"] = {"source": credentials.source, "name": key_name}
-        if helm.gateway:
+        if class_name in _AZURE_SDK_CLASSES:
+            # HELM hands the key to the AzureOpenAI SDK (its pinned openai 2.x sends it as `api-key` and as
+            # `Authorization: Bearer`), and SHC's gateway class adds it as the subscription key too
+            options.setdefault("key_headers", ["api-key", "Authorization"] + ([GATEWAY_HEADER] if helm.gateway else []))
+        elif helm.gateway:
             if helm.kind == "openai":
                 options.setdefault("auth_header", GATEWAY_HEADER)  # the key itself goes in that header
             else:
@@ -466,9 +487,10 @@ class ModelMetadata:
     release_date: str | None = None
     num_parameters: int | None = None
     description: str | None = None
+    tags: tuple[str, ...] = ()  # HELM's tags (VISION_LANGUAGE_MODEL_TAG changes what HELM's OpenAIClient sends)
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+        return {k: v for k, v in self.__dict__.items() if v is not None and k != "tags"}
 
 
 class _MetadataItem(Strict):
@@ -504,5 +526,5 @@ def read_metadata(path: Path) -> list[ModelMetadata]:
                               field=f"models[{i}].access")
         out.append(ModelMetadata(item.name, item.display_name, item.creator_organization_name, item.access,
                                  None if item.release_date is None else str(item.release_date),
-                                 item.num_parameters, item.description))
+                                 item.num_parameters, item.description, tuple(item.tags)))
     return out

@@ -319,15 +319,15 @@ def test_model_metadata_reads_helms_shape(tmp_path):
 class Gateway:
     """Azure API Management as a hospital runs it in front of its providers (Stanford Health Care's shape):
     every request must carry the subscription key in ``Ocp-Apim-Subscription-Key`` (401 otherwise, APIM's
-    body); a route prefix selects the backend; the key is removed and the backend's own credential added
-    (APIM's set-header policy), then the request is forwarded as it came."""
+    body); a route prefix selects the backend; the key and the client's own auth headers are removed and the
+    backend's own credential added (APIM's set-header policies), then the request is forwarded as it came."""
 
     def __init__(self, key: str, routes: dict[str, tuple[str, dict[str, str]]]) -> None:
         import http.server
         import threading
         import urllib.request
 
-        self.key, self.routes, self.seen = key, routes, []
+        self.key, self.routes, self.seen, self.auth = key, routes, [], []
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         gateway = self
 
@@ -338,6 +338,7 @@ class Gateway:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 gateway.seen.append((self.path, self.headers.get("Ocp-Apim-Subscription-Key")))
+                gateway.auth.append((self.path, self.headers.get("api-key"), self.headers.get("Authorization")))
                 if self.headers.get("Ocp-Apim-Subscription-Key") != gateway.key:
                     return self._reply(401, b'{"statusCode": 401, "message": "Access denied due to invalid '
                                             b'subscription key. Make sure to provide a valid key for an active '
@@ -347,7 +348,8 @@ class Gateway:
                     return self._reply(404, b'{"statusCode": 404, "message": "Resource not found"}')
                 backend, credential = gateway.routes[prefix]
                 headers = {k: v for k, v in self.headers.items()
-                           if k.lower() not in ("host", "content-length", "ocp-apim-subscription-key", "connection")}
+                           if k.lower() not in ("host", "content-length", "ocp-apim-subscription-key", "connection",
+                                                "api-key", "authorization")}
                 request = urllib.request.Request(backend + self.path[len(prefix):], data=body, method="POST",
                                                  headers={**headers, **credential})
                 try:
@@ -408,10 +410,14 @@ def test_the_nine_paper_models_answer_through_the_gateway_with_the_key_from_cred
                 generate(DeploymentRegistry.load(tmp_path / "prod_env").get("stanfordhealthcare/gpt-4o-2024-05-13"))
             assert not err.value.retryable and "not-the-key" not in str(err.value)
             gateway.seen.pop()
+            gateway.auth.pop()
         seen_keys = {key for _, key in gateway.seen}
         paths = sorted(path.split("?")[0] for path, _ in gateway.seen)
     assert set(answers) == set(NINE_MODELS) and all(a in ("Yes", "No") for a in answers.values()), answers
     assert seen_keys == {SECRET}  # every request carried the subscription key, read from credentials.conf
+    # HELM's StanfordHealthCareAzureOpenAIClient hands the key to the AzureOpenAI SDK too: `api-key` and bearer
+    azure_auth = {(key, bearer) for path, key, bearer in gateway.auth if path.startswith("/openai-eastus2/")}
+    assert azure_auth == {(SECRET, f"Bearer {SECRET}")}
     assert "/Claude37Sonnet/claude-3-7-sonnet" in paths  # HELM's URL: {endpoint}/{deployment}
     assert "/gcp-gem20flash-fa/apim-gcp-gem20flash-fa" in paths
     assert "/openai-eastus2/deployments/o3-mini/chat/completions" in paths
@@ -475,6 +481,7 @@ def test_shcs_own_azure_client_sends_the_key_as_azure_does_and_helms_body(tmp_pa
     # the AzureOpenAI SDK's path from the body's model: HELM's model_engine ("acme/model" -> "model")
     assert seen["path"] == "/openai/deployments/model/chat/completions"
     assert seen["headers"]["api-key"] == SECRET and "ocp-apim-subscription-key" not in seen["headers"]
+    assert seen["headers"]["authorization"] == f"Bearer {SECRET}"  # HELM's pinned openai 2.x AzureOpenAI sends both
     assert dep.options["api_version"] == "2024-08-01-preview"
     assert seen["body"] == {"model": "model", "messages": [{"role": "user", "content": seen["body"]["messages"][0][
         "content"]}], "temperature": 0.0, "top_p": 1, "n": 1, "stop": None, "max_tokens": 4, "presence_penalty": 0,

@@ -10,7 +10,7 @@ docs/benchmarks.md. ``options``:
 * bedrock: ``POST <base_url>/model/<model>/invoke`` (``base_url`` default
   ``https://bedrock-runtime.<region>.amazonaws.com``), body ``anthropic_version: bedrock-2023-05-31``,
   SigV4-signed (``sigv4.py``; credentials from ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/
-  ``AWS_SESSION_TOKEN``), ``region`` (or ``AWS_REGION``);
+  ``AWS_SESSION_TOKEN``), ``region`` (or ``AWS_REGION``, else ``AWS_DEFAULT_REGION``);
 * vertex: ``POST <base_url>/v1/projects/<project>/locations/<region>/publishers/anthropic/models/<model>:rawPredict``
   (``base_url`` default ``https://<region>-aiplatform.googleapis.com``), body ``anthropic_version:
   vertex-2023-10-16``, an OAuth token (``options.access_token_file`` or ``api_key_env``);
@@ -42,7 +42,7 @@ from typing import Any
 from medhelm.errors import ConfigError
 from medhelm.inference import sigv4
 from medhelm.inference.gateway import api_key, api_url, env_secret
-from medhelm.inference.native import NativeClient, bearer_source, int_or_none, option, split_system
+from medhelm.inference.native import AWS_REGION_VARIABLES, NativeClient, bearer_source, int_or_none, option, split_system
 from medhelm.inference.openai import joined_prompt
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 from medhelm.tokens import split_reasoning
@@ -68,7 +68,7 @@ class AnthropicClient(NativeClient):
             if key:
                 headers["x-api-key"] = key
         elif self.platform == "bedrock":
-            region = option(deployment, "region", env="AWS_REGION")
+            region = option(deployment, "region", env=AWS_REGION_VARIABLES)
             base = deployment.base_url or f"https://bedrock-runtime.{region}.amazonaws.com"
             url = api_url(deployment, base, f"/model/{urllib.parse.quote(self._model, safe='')}/invoke")
             self._signer = (aws_credentials(deployment), region, "bedrock")

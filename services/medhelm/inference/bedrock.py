@@ -4,7 +4,7 @@
 ``https://bedrock-runtime.<region>.amazonaws.com``; a VPC endpoint or a gateway path works the same).
 Our own transport and signer (``sigv4.py``), not boto3: boto3+botocore are ~100 MB installed and ~0.3 s to
 import, and their client serialises through a model of every AWS API (bench/bench_native_clients.py).
-``options``: ``region`` (or ``AWS_REGION``); credential variable names ``aws_access_key_env``,
+``options``: ``region`` (or ``AWS_REGION``, else ``AWS_DEFAULT_REGION``); credential variable names ``aws_access_key_env``,
 ``aws_secret_key_env``, ``aws_session_token_env``; ``additional_model_request_fields`` (a mapping sent
 as is, e.g. Claude's ``{"thinking": {"type": "enabled", "budget_tokens": 2048}}``: then ``maxTokens`` is the
 request's plus the budget and ``temperature`` is not sent, as for kind ``anthropic``); the gateway options.
@@ -27,7 +27,7 @@ from typing import Any
 
 from medhelm.inference.anthropic import aws_credentials, sign_for
 from medhelm.inference.gateway import api_url
-from medhelm.inference.native import NativeClient, int_or_none, option, split_system
+from medhelm.inference.native import AWS_REGION_VARIABLES, NativeClient, int_or_none, option, split_system
 from medhelm.specs import Completion, Deployment, FrozenMap, GenerationRequest, Usage
 from medhelm.tokens import split_reasoning
 
@@ -37,7 +37,7 @@ _STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "t
 
 class BedrockClient(NativeClient):
     def __init__(self, deployment: Deployment, connections: int | None = None) -> None:
-        region = option(deployment, "region", env="AWS_REGION")
+        region = option(deployment, "region", env=AWS_REGION_VARIABLES)
         base = deployment.base_url or f"https://bedrock-runtime.{region}.amazonaws.com"
         model = deployment.served_model_name or deployment.model_name
         url = api_url(deployment, base, f"/model/{urllib.parse.quote(model, safe='')}/converse")
