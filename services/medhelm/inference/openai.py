@@ -222,7 +222,8 @@ class OpenAIClient:
         if status == 401 and self._auth is not None:
             retryable = True  # once more with a fresh token
         return InferenceError(f"{self._where()}: HTTP {status}" + (f": {message}" if message else ""),
-                              retryable=retryable, status=status, retry_after=retry_after(response.headers))
+                              retryable=retryable, status=status, retry_after=retry_after(response.headers),
+                              content_filter=_filtered(response))
 
 
 def _headers(deployment: Deployment) -> dict[str, str]:
@@ -390,6 +391,19 @@ def _defanged(message: str) -> str:
     """A server's error text without links, markup or long encoded runs: a hostile endpoint can put the
     prompt in base64 or a URL, which the literal-quote check above cannot see; none of it is kept."""
     return _BLOB.sub("[…]", _LINK.sub("[…]", message))
+
+
+def _filtered(response: HttpReply) -> bool:
+    """Azure's content filter refused the prompt (``error.code`` or its ``innererror.code``
+    ``content_filter``): an outcome of that instance, not a fault of the run."""
+    try:
+        err = response.json().get("error")
+    except (ValueError, AttributeError):
+        return False
+    if not isinstance(err, Mapping):
+        return False
+    inner = err.get("innererror") if isinstance(err.get("innererror"), Mapping) else {}
+    return "content_filter" in (err.get("code"), inner.get("code"))
 
 
 def _find_message(data: Any) -> str:
