@@ -192,3 +192,74 @@ def test_openai_response_client_entries_use_the_responses_api(tmp_path, monkeypa
     assert completion.text == "Yes" and completion.finish_reason == "stop"
     assert (completion.usage.prompt_tokens, completion.usage.completion_tokens,
             completion.usage.reasoning_tokens) == (12, 70, 64)
+
+
+def one_entry(folder: Path, name: str, model: str, class_name: str, args: dict | None = None,
+              credentials: str = "") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model_deployments.yaml").write_text(yaml.safe_dump({"model_deployments": [
+        {"name": name, "model_name": model, "tokenizer_name": "x/y", "max_sequence_length": 100000,
+         "client_spec": {"class_name": class_name, "args": args or {}}}]}))
+    (folder / "credentials.conf").write_text(credentials)
+    return folder
+
+
+ENDPOINT_VARIABLES = ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "GOOGLE_GEMINI_BASE_URL",
+                      "AWS_ENDPOINT_URL_BEDROCK_RUNTIME", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION")
+
+
+@pytest.mark.parametrize("name,model,class_name,variable,url", [
+    ("openai/gpt-4o", "openai/gpt-4o", "helm.clients.openai_client.OpenAIClient", "OPENAI_BASE_URL",
+     "https://llm.hospital.example/openai/v1/chat/completions"),
+    ("anthropic/claude-3-7-sonnet-20250219", "anthropic/claude-3-7-sonnet-20250219",
+     "helm.clients.anthropic_client.AnthropicMessagesClient", "ANTHROPIC_BASE_URL",
+     "https://llm.hospital.example/openai/v1/messages"),
+    ("google/gemini-2.5-pro", "google/gemini-2.5-pro", "helm.clients.google_genai_client.GoogleGenAIClient",
+     "GOOGLE_GEMINI_BASE_URL", "https://llm.hospital.example/openai/v1beta/models/gemini-2.5-pro:generateContent"),
+    ("amazon/nova-pro-v1:0", "amazon/nova-pro-v1:0", "helm.clients.bedrock_client.BedrockNovaClient",
+     "AWS_ENDPOINT_URL_BEDROCK_RUNTIME", "https://llm.hospital.example/openai/model/amazon.nova-pro-v1%3A0/converse"),
+    ("amazon/nova-lite-v1:0", "amazon/nova-lite-v1:0", "helm.clients.bedrock_client.BedrockNovaClient",
+     "AWS_ENDPOINT_URL", "https://llm.hospital.example/openai/model/amazon.nova-lite-v1%3A0/converse"),
+])
+def test_the_provider_sdks_endpoint_variables_point_an_entry_elsewhere(tmp_path, monkeypatch, name, model,
+                                                                     class_name, variable, url):
+    for v in ENDPOINT_VARIABLES:
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv(variable, "https://llm.hospital.example/openai" + ("/v1" if variable == "OPENAI_BASE_URL"
+                                                                          else ""))
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")  # HELM's bedrock_utils: AWS_REGION, else this
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    host = name.split("/")[0]
+    env = one_entry(tmp_path / "env", name, model, class_name, credentials=f'{host}ApiKey: "k"\n')
+    dep = DeploymentRegistry.load(env).get(name)
+    client = make_client(dep)
+    assert client._url == url
+    if dep.kind.value == "bedrock":
+        assert client._signer[1] == "eu-west-1"
+    asyncio.run(client.aclose())
+
+
+def test_host_base_url_in_credentials_conf_as_helms_auto_client_injects_it(tmp_path, monkeypatch):
+    """AutoClient fills a missing base_url with <host>BaseUrl; an explicit args.base_url wins; the SDK's
+    variable comes after both."""
+    monkeypatch.setenv("OPENAI_BASE_URL", "https://from-the-variable.example/v1")
+    env = one_entry(tmp_path / "a", "acme/gpt-4o", "openai/gpt-4o", "helm.clients.openai_client.OpenAIClient",
+                    credentials='acmeApiKey: "k"\nacmeBaseUrl: "https://gateway.hospital.example/v1"\n')
+    assert DeploymentRegistry.load(env).get("acme/gpt-4o").base_url == "https://gateway.hospital.example/v1"
+    env = one_entry(tmp_path / "b", "acme/gpt-4o", "openai/gpt-4o", "helm.clients.openai_client.OpenAIClient",
+                    {"base_url": "https://explicit.example/v1"},
+                    credentials='acmeApiKey: "k"\nacmeBaseUrl: "https://gateway.hospital.example/v1"\n')
+    assert DeploymentRegistry.load(env).get("acme/gpt-4o").base_url == "https://explicit.example/v1"
+    env = one_entry(tmp_path / "c", "acme/gpt-4o", "openai/gpt-4o", "helm.clients.openai_client.OpenAIClient",
+                    credentials='acmeApiKey: "k"\n')
+    assert DeploymentRegistry.load(env).get("acme/gpt-4o").base_url == "https://from-the-variable.example/v1"
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    assert DeploymentRegistry.load(env).get("acme/gpt-4o").base_url == "https://api.openai.com/v1"
+
+
+def test_an_organization_from_credentials_is_sent_as_the_sdk_sends_it(tmp_path):
+    env = one_entry(tmp_path / "a", "openai/gpt-4o", "openai/gpt-4o", "helm.clients.openai_client.OpenAIClient",
+                    credentials='openaiApiKey: "k"\nopenaiOrgId: "org-hospital"\n')
+    dep = DeploymentRegistry.load(env).get("openai/gpt-4o")
+    assert dep.options["headers"]["OpenAI-Organization"] == "org-hospital"
