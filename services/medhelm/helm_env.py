@@ -138,7 +138,7 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
     # Anthropic, Google, Amazon
     "AnthropicMessagesClient": HelmClass("anthropic", frozenset({"api_key", "anthropic_model_name",
                                                                  "thinking_budget_tokens", "base_url"}),
-                                         platform="direct", base_url_env="ANTHROPIC_BASE_URL"),
+                                         platform="direct", base_url_env="ANTHROPIC_BASE_URL", shape="helm"),
     "AnthropicClient": HelmClass("anthropic", frozenset({"api_key", "anthropic_model_name", "base_url"}),
                                  platform="direct", base_url_env="ANTHROPIC_BASE_URL"),
     "GoogleGenAIClient": HelmClass("gemini", frozenset({"api_key", "genai_model", "genai_model_name",

@@ -263,3 +263,47 @@ def test_an_organization_from_credentials_is_sent_as_the_sdk_sends_it(tmp_path):
                     credentials='openaiApiKey: "k"\nopenaiOrgId: "org-hospital"\n')
     dep = DeploymentRegistry.load(env).get("openai/gpt-4o")
     assert dep.options["headers"]["OpenAI-Organization"] == "org-hospital"
+
+
+def test_anthropic_messages_entries_send_helms_body(helm_release, tmp_path, monkeypatch):
+    """AnthropicMessagesClient's raw request: one user message, stop_sequences (a list), the request's
+    max_tokens (no budget added), temperature, top_p 1, top_k 1; thinking entries add `thinking` and drop
+    top_k; Claude 4.5/4.6 drop top_p."""
+    registry = load(helm_release, tmp_path / "env", monkeypatch)
+    entries = yaml.safe_load((helm_release / "helm/config/model_deployments.yaml").read_text())["model_deployments"]
+    prompt = REQUEST.messages[0].content
+    checked = 0
+    for entry in {e["name"]: e for e in entries}.values():
+        if not entry["client_spec"]["class_name"].endswith(".AnthropicMessagesClient"):
+            continue
+        args = entry["client_spec"].get("args") or {}
+        body = make_client(registry.get(entry["name"])).payload(REQUEST)
+        model = args.get("anthropic_model_name") or engine(entry["model_name"])
+        want = {"messages": [{"role": "user", "content": prompt}], "model": model, "stop_sequences": [],
+                "max_tokens": 5, "temperature": 0.0, "top_p": 1, "top_k": 1}
+        if args.get("thinking_budget_tokens"):
+            want["thinking"] = {"type": "enabled", "budget_tokens": args["thinking_budget_tokens"]}
+            del want["top_k"]
+        if re.match(r"^claude-[^-]+-4-[56]", model):
+            del want["top_p"]
+        assert body == want, entry["name"]
+        checked += 1
+    assert checked >= 12
+
+
+def test_anthropics_stated_thinking_count_is_used_and_an_estimate_is_flagged():
+    from medhelm.inference.anthropic import AnthropicClient
+    from medhelm.specs import Deployment, DeploymentKind
+
+    client = AnthropicClient(Deployment(name="a/c", model_name="anthropic/claude-sonnet-4-5",
+                                        kind=DeploymentKind("anthropic"), options=FrozenMap({"auth": "none"})))
+    reply = {"content": [{"type": "thinking", "thinking": "Let me think about the vitals.", "signature": "sig"},
+                         {"type": "text", "text": "Yes"}], "stop_reason": "end_turn",
+             "usage": {"input_tokens": 20, "output_tokens": 411, "output_tokens_details": {"thinking_tokens": 400}}}
+    usage = client.parse(reply, 0.1).usage
+    assert (usage.completion_tokens, usage.reasoning_tokens, usage.reasoning_estimated) == (411, 400, False)
+    del reply["usage"]["output_tokens_details"]
+    usage = client.parse(reply, 0.1).usage
+    assert usage.reasoning_estimated and usage.reasoning_tokens is not None and usage.reasoning_tokens != 400
+    reply["content"] = [reply["content"][1]]  # no thinking at all: no count
+    assert client.parse(reply, 0.1).usage.reasoning_tokens is None
