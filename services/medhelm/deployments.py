@@ -265,7 +265,7 @@ _REASONING_OPTIONS: dict[str, tuple[str, Any]] = {
     "sampling": ("true or false", lambda v: isinstance(v, bool)),
     "request_shape": ("'medhelm' or 'helm'", lambda v: v in ("medhelm", "helm")),
     "extra_body": ("a mapping of request body fields", lambda v: isinstance(v, Mapping)),
-    "include_thoughts": ("true or false", lambda v: isinstance(v, bool)),
+    "thinking_config": ("a mapping (HELM's google-genai ThinkingConfig)", lambda v: isinstance(v, Mapping)),
     "vision_language": ("true or false", lambda v: isinstance(v, bool)),
 }
 

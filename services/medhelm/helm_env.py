@@ -98,9 +98,9 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
     "OpenAIResponseClient": HelmClass("openai", _OPENAI_ARGS, api="responses", base_url=_OPENAI_URL,
                                       base_url_env="OPENAI_BASE_URL"),
     "OpenAILegacyCompletionsClient": HelmClass("openai", _OPENAI_ARGS, api="completions", base_url=_OPENAI_URL,
-                                               base_url_env="OPENAI_BASE_URL"),
+                                               base_url_env="OPENAI_BASE_URL", shape="helm"),
     "VLLMClient": HelmClass("openai", frozenset({"base_url", "api_key", "vllm_model_name"}), api="completions",
-                            key_required=False),
+                            key_required=False, shape="helm"),
     "VLLMChatClient": HelmClass("openai", frozenset({"base_url", "api_key", "vllm_model_name", "output_processor",
                                                      "reasoning_effort"}), key_required=False, shape="helm"),
     "TogetherClient": HelmClass("openai", frozenset({"api_key", "together_model", "base_url"}), api="completions",
@@ -144,7 +144,7 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
     "GoogleGenAIClient": HelmClass("gemini", frozenset({"api_key", "genai_model", "genai_model_name",
                                                         "thinking_config", "thinking_budget", "project_id",
                                                         "location", "genai_use_vertexai"}),
-                                   platform="public", base_url_env="GOOGLE_GEMINI_BASE_URL"),
+                                   platform="public", base_url_env="GOOGLE_GEMINI_BASE_URL", shape="helm"),
     "GeminiClient": HelmClass("gemini", frozenset({"api_key", "gemini_model_name", "project_id", "location"}),
                               platform="public", base_url_env="GOOGLE_GEMINI_BASE_URL"),
     "VertexAIChatClient": HelmClass("gemini", frozenset({"project_id", "location", "vertexai_model",
@@ -153,7 +153,7 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
     "BedrockClient": HelmClass("bedrock", _BEDROCK_ARGS, key_required=False, model="bedrock:",
                                base_url_env="AWS_ENDPOINT_URL_BEDROCK_RUNTIME"),
     "BedrockNovaClient": HelmClass("bedrock", _BEDROCK_ARGS, key_required=False, model="bedrock:.",
-                                   base_url_env="AWS_ENDPOINT_URL_BEDROCK_RUNTIME"),
+                                   base_url_env="AWS_ENDPOINT_URL_BEDROCK_RUNTIME", shape="helm"),
     "BedrockLlamaClient": HelmClass("bedrock", _BEDROCK_ARGS, key_required=False, model="bedrock:meta",
                                     base_url_env="AWS_ENDPOINT_URL_BEDROCK_RUNTIME"),
     "BedrockMistralClient": HelmClass("bedrock", _BEDROCK_ARGS, key_required=False, model="bedrock:mistral",
@@ -162,6 +162,10 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
                                     base_url_env="AWS_ENDPOINT_URL_BEDROCK_RUNTIME"),
 }
 
+# classes whose HELM constructor has a base_url parameter: the ones AutoClient fills from <host>BaseUrl
+_TAKES_BASE_URL = frozenset({"OpenAIClient", "OpenAIResponseClient", "OpenAILegacyCompletionsClient", "VLLMClient",
+                             "VLLMChatClient", "AzureOpenAIClient", "StanfordHealthCareOpenAIClient",
+                             "StanfordHealthCareAzureOpenAIClient", "HuggingFaceInferenceProvidersClient"})
 # classes whose HELM client is the AzureOpenAI SDK given the key
 _AZURE_SDK_CLASSES = frozenset({"AzureOpenAIClient", "StanfordHealthCareAzureOpenAIClient",
                                 "StanfordHealthCareSHCOpenAIClient"})
@@ -334,7 +338,7 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
     # base_url as HELM's AutoClient fills it (args, else <host>BaseUrl for a class that takes one), else the
     # provider SDK's own variable (OPENAI_BASE_URL, ANTHROPIC_BASE_URL, ...), else the provider's address
     base_url = args.get("base_url")
-    if base_url is None and "base_url" in helm.args and helm.kind in ("openai", "azure_openai"):
+    if base_url is None and class_name in _TAKES_BASE_URL:
         base_url = credentials.get(host + "BaseUrl")
     if base_url is None and helm.base_url_env:
         base_url = _endpoint_variable(helm.base_url_env, environ)
@@ -352,6 +356,9 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
         options.setdefault("request_shape", "helm")  # HELM's OpenAIClient body, field for field (openai.py)
         if item.model_name in vision_language:
             options.setdefault("vision_language", True)  # HELM sends no null stop to a vision-language model
+    if class_name == "StanfordHealthCareOpenAIClient":
+        # HELM builds its OpenAI SDK client with api_key "dummy": the SDK's bearer header carries that word
+        options.setdefault("headers", {"Authorization": "Bearer dummy", **(options.get("headers") or {})})
     if class_name.startswith("StanfordHealthCare") and helm.kind in ("anthropic", "gemini"):
         # SHC's HTTP model clients POST to {endpoint}/{deployment}: the gateway's route for this model
         if endpoint is None:
@@ -405,11 +412,8 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
                 elif key not in options:
                     unresolved.append(f"{host}{suffix} (Vertex AI's {key})")
         thinking = args.get("thinking_config")
-        if isinstance(thinking, Mapping):
-            if thinking.get("thinking_budget") is not None:
-                options.setdefault("thinking_budget", thinking["thinking_budget"])
-            if thinking.get("include_thoughts") is not None:
-                options.setdefault("include_thoughts", bool(thinking["include_thoughts"]))
+        if isinstance(thinking, Mapping):  # sent as given (HELM hands it to google-genai's ThinkingConfig)
+            options.setdefault("thinking_config", dict(thinking))
     if helm.platform:
         options.setdefault("platform", helm.platform)
     if args.get("reasoning_effort") is not None:

@@ -7,7 +7,9 @@ import, and their client serialises through a model of every AWS API (bench/benc
 ``options``: ``region`` (or ``AWS_REGION``, else ``AWS_DEFAULT_REGION``); credential variable names ``aws_access_key_env``,
 ``aws_secret_key_env``, ``aws_session_token_env``; ``additional_model_request_fields`` (a mapping sent
 as is, e.g. Claude's ``{"thinking": {"type": "enabled", "budget_tokens": 2048}}``: then ``maxTokens`` is the
-request's plus the budget and ``temperature`` is not sent, as for kind ``anthropic``); the gateway options.
+request's plus the budget and ``temperature`` is not sent, as for kind ``anthropic``); ``request_shape: helm``
+(HELM's ``BedrockNovaClient`` entries: its body, the prompt as one user turn, ``topP`` 1, no stop sequences);
+the gateway options.
 
 Failure semantics: ``native.NativeClient``. The error type comes from ``x-amzn-ErrorType`` (or ``__type``):
 ``ThrottlingException``, ``ServiceUnavailableException``, ``ModelNotReadyException`` and every 5xx are
@@ -28,6 +30,7 @@ from typing import Any
 from medhelm.inference.anthropic import aws_credentials, sign_for
 from medhelm.inference.gateway import api_url
 from medhelm.inference.native import AWS_REGION_VARIABLES, NativeClient, int_or_none, option, split_system
+from medhelm.inference.openai import joined_prompt
 from medhelm.specs import Completion, Deployment, FrozenMap, GenerationRequest, Usage
 from medhelm.tokens import split_reasoning
 
@@ -52,6 +55,11 @@ class BedrockClient(NativeClient):
         super().__init__(deployment, url, {}, connections)
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
+        if self._deployment.options.get("request_shape") == "helm":
+            # HELM's BedrockNovaClient.convert_request_to_raw_request for a text prompt (no stop, no system)
+            return {"inferenceConfig": {"temperature": request.temperature, "maxTokens": request.max_tokens,
+                                        "topP": 1},
+                    "messages": [{"role": "user", "content": [{"text": joined_prompt(request)}]}]}
         system, turns = split_system(request)
         body: dict[str, Any] = {"messages": [{"role": role, "content": [{"text": text}]} for role, text in turns]}
         if system:

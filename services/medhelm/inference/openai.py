@@ -16,7 +16,8 @@ Deployment ``options`` understood here:
   (tokens added to every request's ``max_tokens``, so a 1-token multiple-choice answer still has room after
   the thinking), ``max_tokens_param: max_completion_tokens`` (OpenAI's o-series and GPT-5 refuse
   ``max_tokens``) and ``sampling: false`` (temperature and stop are not sent: those models refuse them);
-* ``request_shape: helm`` — the body HELM's ``OpenAIClient`` sends for a text prompt, field for field (set
+* ``request_shape: helm`` — the body HELM's ``OpenAIClient`` sends for a text prompt, field for field, on the
+  chat route or the completions route (HELM's ``_to_raw_completion_request``) (set
   by ``helm_env.py`` for Stanford Health Care's OpenAI-shaped classes): the prompt as one user message,
   ``temperature``, ``top_p`` 1, ``n`` 1, ``stop`` (``null`` when none), ``max_tokens``, ``presence_penalty``
   and ``frequency_penalty`` 0, no ``seed``; for a model whose name starts ``o1``/``o3``/``o4`` HELM's
@@ -80,9 +81,9 @@ class OpenAIClient:
         self._sampling = options.get("sampling", True) is not False
         self._effort = options.get("reasoning_effort")
         shape = options.get("request_shape", "medhelm")
-        if shape not in ("medhelm", "helm") or (shape == "helm" and not self._chat):
+        if shape not in ("medhelm", "helm") or (shape == "helm" and self._responses):
             raise ConfigError(f"deployment '{deployment.name}': options.request_shape must be medhelm or helm "
-                              "(helm: the chat route only)")
+                              "(helm: the chat and completions routes)")
         self._helm = shape == "helm"
         self._reasoning_model = is_reasoning_model(deployment.model_name)
         extra = options.get("extra_body")
@@ -136,7 +137,13 @@ class OpenAIClient:
         return body
 
     def _helm_payload(self, request: GenerationRequest) -> dict[str, Any]:
-        """HELM's ``OpenAIClient._make_chat_raw_request`` for a text prompt (``request.prompt``), in its order."""
+        """HELM's ``OpenAIClient._make_chat_raw_request`` for a text prompt (``request.prompt``), in its order
+        (``_to_raw_completion_request`` on the completions route)."""
+        if not self._chat:
+            return {"model": self._model, "prompt": joined_prompt(request), "temperature": request.temperature,
+                    "n": 1, "max_tokens": request.max_tokens + self._thinking, "best_of": 1, "logprobs": 1,
+                    "stop": list(request.stop) or None, "top_p": 1, "presence_penalty": 0, "frequency_penalty": 0,
+                    "echo": False}
         body: dict[str, Any] = {"model": self._model,
                                 "messages": [{"role": "user", "content": joined_prompt(request)}],
                                 "temperature": request.temperature, "top_p": 1, "n": 1,
@@ -152,6 +159,10 @@ class OpenAIClient:
                 body.pop(key)
         elif self._deployment.options.get("vision_language") and body["stop"] is None:
             body.pop("stop")  # HELM: is_vlm(request.model) -> no null stop
+        if engine_of(self._deployment.model_name).startswith(("gpt-4o-audio-preview", "gpt-4o-mini-audio-preview")):
+            body["modalities"] = ["text"]  # HELM's audio-preview rule: text out, no null stop
+            if body.get("stop", ()) is None:
+                body.pop("stop")
         return body
 
     def _responses_payload(self, request: GenerationRequest) -> dict[str, Any]:
@@ -315,11 +326,16 @@ def _parse_responses(response: HttpReply, latency: float, where: str) -> Complet
 _REASONING_MODEL = re.compile(r"^(?:o\d+|gpt-5)")
 
 
-def is_reasoning_model(model_name: str) -> bool:
-    """HELM's ``OpenAIClientUtils.is_reasoning_model`` on the model's engine (``openai/o3-mini`` -> ``o3-mini``):
-    ``^o\\d+`` or ``^gpt-5``. Those models take ``max_completion_tokens`` and refuse the sampling fields."""
+def engine_of(model_name: str) -> str:
+    """HELM's ``request.model_engine``: the model name's second part (``openai/o3-mini`` -> ``o3-mini``)."""
     parts = model_name.split("/")
-    return bool(_REASONING_MODEL.match(parts[1] if len(parts) > 1 else model_name))
+    return parts[1] if len(parts) > 1 else model_name
+
+
+def is_reasoning_model(model_name: str) -> bool:
+    """HELM's ``OpenAIClientUtils.is_reasoning_model`` on the model's engine: ``^o\\d+`` or ``^gpt-5``. Those
+    models take ``max_completion_tokens`` and refuse the sampling fields."""
+    return bool(_REASONING_MODEL.match(engine_of(model_name)))
 
 
 def helm_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
