@@ -6,7 +6,8 @@ per kind (that row's ``required``) ``base_url``,
 ``served_model_name``, ``api_key_env``, ``max_sequence_length`` or ``gguf_path``.
 
 Each file is checked against a typed schema (``schemas.py``, pydantic) when read: strict types, known keys,
-http(s) URLs, environment-variable names, finite positive numbers, no deployment defined twice in a file.
+http(s) URLs, environment-variable names, finite positive numbers, no deployment of ours defined twice in a
+file (a HELM entry's name defined again: the later entry wins, as in HELM's registry).
 ``check_usable`` is what planning adds for the deployments a run uses (key variable set, GGUF present).
 A problem is a ConfigError naming the file, line and field.
 
@@ -14,6 +15,11 @@ HELM's own entries (``client_spec`` with ``class_name`` and ``args``, ``tokenize
 ``max_request_length``, ``window_service_spec``) are read as they are: ``helm_env.py`` maps the client class
 to a kind of ours and takes keys and endpoints from ``credentials.conf`` beside the file (or
 ``HELM_CREDENTIALS``), as HELM does. Both shapes may be mixed in one file.
+
+HELM entries of classes we do not run are kept (``registry.unrunnable``, listed by ``kept_lines`` for
+``validate``) and refused in one line only when a run names one (``get``/``resolve``); a model named without a
+deployment resolves as HELM's ``get_default_model_deployment_for_model`` does (its last deployment that is not
+deprecated).
 
 ``MEDHELM_MODEL_DEPLOYMENTS`` (paths separated by ``os.pathsep``) adds files read after the user's: the
 Helm chart mounts its ConfigMap as a folder and names the file there (a ``subPath`` mount never sees an

@@ -15,22 +15,28 @@ A HELM entry looks like::
 
 ``CLIENT_CLASSES`` is the one table from HELM's client class (the last part of ``class_name``) to a
 deployment kind of ours (``specs.DeploymentKind``) and how the class's ``args`` and the credentials become
-our fields. HELM injects ``api_key``, ``endpoint``, ``deployment``, ``project_id``, ``location`` and
-``org_id`` from credentials.conf by the deployment's host organization; so do we, and ``{endpoint}`` in
-``base_url`` is filled in the same way. The key is never copied: the deployment carries a reference to the
-credentials entry (``options.credentials``), read when the client is built.
+our fields. HELM's AutoClient fills a constructor's missing ``api_key``, ``endpoint``, ``base_url``,
+``project_id``, ``location`` and ``org_id`` from credentials.conf by the deployment's host organization
+(``<host>ApiKey``, ``<host>Endpoint``, ``<host>BaseUrl``, ...); so do we, for the classes whose constructor takes
+them, then the provider SDK's endpoint variable (``OPENAI_BASE_URL`` ...), and ``{endpoint}`` in ``base_url``
+is filled in the same way. The model asked for is HELM's (``served_model``), and the body HELM's client
+builds is sent (``request_shape: helm``: openai.py, anthropic.py, gemini.py, bedrock.py). The key is never
+copied: the deployment carries a reference to the credentials entry (``options.credentials``), read when the
+client is built.
 
 Gateways (Stanford Health Care's ``StanfordHealthCare*`` classes, any Azure API Management in front of a
-provider): the host's key goes in ``Ocp-Apim-Subscription-Key``, not the provider's own auth header — except
-``StanfordHealthCareSHCOpenAIClient``, which HELM gives the key as Azure's own (``api-key``). What SHC's
-routes receive is HELM's body: ``platform: shc`` (Claude, Gemini: SHC's private text bodies) and
-``request_shape: helm`` (the OpenAI-shaped routes: HELM's ``OpenAIClient`` body).
+provider): the host's key goes in ``Ocp-Apim-Subscription-Key``; HELM's Azure classes also hand it to the
+AzureOpenAI SDK (``api-key`` and a bearer token, ``options.key_headers``). SHC's Claude and Gemini routes
+receive SHC's private text bodies (``platform: shc``).
 
-Failure semantics: every problem is a ConfigError naming the file, the YAML line and the field: an unknown
-class (one line naming it and the supported classes), an unknown ``args`` key, an output processor we do
-not apply. What only matters when a deployment is used (an endpoint or key missing from credentials.conf) is
-recorded in ``options.unresolved`` and raised by ``deployments.check_usable`` at planning, so one prod_env
-file can hold entries for hosts this machine has no key for.
+Failure semantics: upstream's own files load whole. An entry HELM runs and we do not (a class outside the
+table, an argument that changes the request and that we cannot honour) is an ``Unrunnable``: kept, reported
+by ``validate``, refused in one line (the class, what to use instead) only when a run names it. A ConfigError
+naming the file, the YAML line and the field is what HELM itself would refuse: an argument no constructor of
+the class takes, a key written into the file, an output processor we do not apply. What only matters when a
+deployment is used (an endpoint or key missing from credentials.conf) is recorded in ``options.unresolved``
+and raised by ``deployments.check_usable`` at planning, so one prod_env file can hold entries for hosts this
+machine has no key for.
 """
 
 from __future__ import annotations
