@@ -272,6 +272,7 @@ _REASONING_OPTIONS: dict[str, tuple[str, Any]] = {
     "request_shape": ("'medhelm' or 'helm'", lambda v: v in ("medhelm", "helm")),
     "extra_body": ("a mapping of request body fields", lambda v: isinstance(v, Mapping)),
     "thinking_config": ("a mapping (HELM's google-genai ThinkingConfig)", lambda v: isinstance(v, Mapping)),
+    "bedrock_invoke": ("llama, mistral or titan", lambda v: v in ("llama", "mistral", "titan")),
     "vision_language": ("true or false", lambda v: isinstance(v, bool)),
 }
 

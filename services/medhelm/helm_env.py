@@ -168,6 +168,8 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
                                     base_url_env="AWS_ENDPOINT_URL_BEDROCK_RUNTIME"),
 }
 
+# HELM's BedrockClient subclasses call InvokeModel with their model family's own body
+_INVOKE_FAMILY = {"BedrockLlamaClient": "llama", "BedrockMistralClient": "mistral", "BedrockTitanClient": "titan"}
 # classes whose HELM constructor has a base_url parameter: the ones AutoClient fills from <host>BaseUrl
 _TAKES_BASE_URL = frozenset({"OpenAIClient", "OpenAIResponseClient", "OpenAILegacyCompletionsClient", "VLLMClient",
                              "VLLMChatClient", "AzureOpenAIClient", "StanfordHealthCareOpenAIClient",
@@ -400,6 +402,8 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
     org = from_credentials("org_id", "OrgId") if "org_id" in helm.args else None
     if org:  # the OpenAI SDK's organization= : the OpenAI-Organization header
         options["headers"] = {"OpenAI-Organization": org, **(options.get("headers") or {})}
+    if class_name in _INVOKE_FAMILY:
+        options.setdefault("bedrock_invoke", _INVOKE_FAMILY[class_name])  # HELM's InvokeModel body (bedrock.py)
     if helm.kind == "bedrock":
         region = args.get("region") or credentials.get(host + "Region")
         if region:

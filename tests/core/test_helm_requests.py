@@ -85,8 +85,9 @@ def test_every_supported_entry_asks_for_the_model_helm_asks_for(helm_release, tm
         client = make_client(dep)
         body = client.payload(REQUEST)
         kind = dep.kind.value
-        if kind == "bedrock":  # the model is in the path: /model/<id>/converse
-            assert client._url.endswith(f"/model/{urllib.parse.quote(want, safe='')}/converse"), dep.name
+        if kind == "bedrock":  # the model is in the path: /model/<id>/converse (InvokeModel: /invoke)
+            action = "converse" if dep.options.get("helm_class") == "BedrockNovaClient" else "invoke"
+            assert client._url.endswith(f"/model/{urllib.parse.quote(want, safe='')}/{action}"), dep.name
         elif kind == "gemini" and dep.options.get("platform") != "shc":
             assert f"/models/{urllib.parse.quote(want, safe='@')}:generateContent" in client._url, dep.name
         elif kind == "anthropic" and dep.options.get("platform") == "shc":

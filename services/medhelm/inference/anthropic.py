@@ -182,10 +182,11 @@ def aws_credentials(deployment: Deployment) -> sigv4.Credentials:
     return sigv4.Credentials(access, secret, token)
 
 
-def sign_for(transport, url: str, signer: tuple[sigv4.Credentials, str, str], body: bytes) -> dict[str, str]:
+def sign_for(transport, url: str, signer: tuple[sigv4.Credentials, str, str], body: bytes,
+             accept: str | None = None) -> dict[str, str]:
     scheme, host, port, path = transport.request_target(url)
     default = 443 if scheme == "https" else 80
     host_header = (f"[{host}]" if ":" in host else host) + ("" if port == default else f":{port}")
     credentials, region, service = signer
     return sigv4.sign(credentials, region=region, service=service, host=host_header, path_and_query=path,
-                      body=body)
+                      body=body, accept=accept)
