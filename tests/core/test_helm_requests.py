@@ -308,3 +308,27 @@ def test_anthropics_stated_thinking_count_is_used_and_an_estimate_is_flagged():
     assert usage.reasoning_estimated and usage.reasoning_tokens is not None and usage.reasoning_tokens != 400
     reply["content"] = [reply["content"][1]]  # no thinking at all: no count
     assert client.parse(reply, 0.1).usage.reasoning_tokens is None
+
+
+@pytest.mark.parametrize("family,reply,usage", [
+    ("llama", {"generation": " Yes", "prompt_token_count": 12, "generation_token_count": 2, "stop_reason": "stop"},
+     (12, 2)),
+    ("mistral", {"outputs": [{"text": " Yes", "stop_reason": "stop"}]}, (None, None)),
+    ("titan", {"inputTextTokenCount": 12, "results": [{"tokenCount": 2, "outputText": "\nYes",
+                                                       "completionReason": "FINISH"}]}, (12, 2)),
+])
+def test_bedrock_invoke_model_replies_as_each_family_answers(family, reply, usage, monkeypatch):
+    """The three InvokeModel reply shapes HELM's Bedrock clients read (bedrock_client.py): the text with its
+    leading white space cut (HELM's lstrip), the stop reason, the token counts the family states."""
+    from medhelm.inference.bedrock import BedrockClient
+    from medhelm.specs import Deployment, DeploymentKind
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    client = BedrockClient(Deployment(name="amazon/x", model_name="amazon/x", kind=DeploymentKind("bedrock"),
+                                      served_model_name="meta.x", options=FrozenMap({"region": "us-east-1",
+                                                                                    "bedrock_invoke": family})))
+    assert client._url.endswith("/model/meta.x/invoke")
+    completion = client.parse(reply, 0.1)
+    assert (completion.text, completion.finish_reason) == ("Yes", "stop")
+    assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == usage
