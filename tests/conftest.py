@@ -126,3 +126,12 @@ def dashboard_env():
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+@pytest.fixture(scope="session", params=__import__("tests.helm_releases", fromlist=["VERSIONS"]).VERSIONS)
+def helm_release(request) -> Path:
+    """One crfm-helm release's own files (helm/config/*.yaml, helm/clients/*.py) from its PyPI wheel, cached
+    under the tools folder (tests/helm_releases.py); a skip naming the fetch command when offline."""
+    from tests.helm_releases import release
+
+    return release(request.param)

@@ -6,7 +6,8 @@ per kind (that row's ``required``) ``base_url``,
 ``served_model_name``, ``api_key_env``, ``max_sequence_length`` or ``gguf_path``.
 
 Each file is checked against a typed schema (``schemas.py``, pydantic) when read: strict types, known keys,
-http(s) URLs, environment-variable names, finite positive numbers, no deployment defined twice in a file.
+http(s) URLs, environment-variable names, finite positive numbers, no deployment of ours defined twice in a
+file (a HELM entry's name defined again: the later entry wins, as in HELM's registry).
 ``check_usable`` is what planning adds for the deployments a run uses (key variable set, GGUF present).
 A problem is a ConfigError naming the file, line and field.
 
@@ -14,6 +15,11 @@ HELM's own entries (``client_spec`` with ``class_name`` and ``args``, ``tokenize
 ``max_request_length``, ``window_service_spec``) are read as they are: ``helm_env.py`` maps the client class
 to a kind of ours and takes keys and endpoints from ``credentials.conf`` beside the file (or
 ``HELM_CREDENTIALS``), as HELM does. Both shapes may be mixed in one file.
+
+HELM entries of classes we do not run are kept (``registry.unrunnable``, listed by ``kept_lines`` for
+``validate``) and refused in one line only when a run names one (``get``/``resolve``); a model named without a
+deployment resolves as HELM's ``get_default_model_deployment_for_model`` does (its last deployment that is not
+deprecated).
 
 ``MEDHELM_MODEL_DEPLOYMENTS`` (paths separated by ``os.pathsep``) adds files read after the user's: the
 Helm chart mounts its ConfigMap as a folder and names the file there (a ``subPath`` mount never sees an
@@ -46,16 +52,26 @@ DEFAULT_DEPLOYMENT = "local/smollm2-135m-instruct"
 
 
 class DeploymentRegistry:
-    def __init__(self, deployments: Sequence[Deployment]) -> None:
+    def __init__(self, deployments: Sequence[Deployment | helm_env.Unrunnable]) -> None:
         self._by_name: dict[str, Deployment] = {}
+        # HELM entries kept as they are but not run here (a class we lack): refused when a run names one
+        self.unrunnable: dict[str, helm_env.Unrunnable] = {}
+        self._order: dict[str, str] = {}  # name -> model name, in the order of each name's last definition
         self.sources: dict[str, Path] = {}  # deployment name -> the file it came from (for error messages)
         self.hint = ""  # said after "unknown model": e.g. that --local-path does not exist
-        for d in deployments:
-            self._by_name[d.name] = d  # later entries (the user's) replace earlier ones (built-ins)
+        for d in deployments:  # a later entry of a name replaces the earlier one (the user's a built-in; HELM's rule)
+            if isinstance(d, helm_env.Unrunnable):
+                self.unrunnable[d.name] = d
+                self._by_name.pop(d.name, None)
+            else:
+                self._by_name[d.name] = d
+                self.unrunnable.pop(d.name, None)
+            self._order.pop(d.name, None)
+            self._order[d.name] = d.model_name
 
     @classmethod
     def load(cls, local_path: Path | None = None, *, extra_files: Sequence[Path] = ()) -> DeploymentRegistry:
-        items = list(_read(BUILTIN_PATH))
+        items: list[Deployment | helm_env.Unrunnable] = list(_read(BUILTIN_PATH))
         extra = list(extra_files) + [Path(f) for f in os.environ.get(ENV_FILES, "").split(os.pathsep) if f]
         hint = ""
         if local_path is not None:
@@ -81,17 +97,28 @@ class DeploymentRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self._by_name
 
+    def kept_lines(self) -> list[str]:
+        """``validate``'s report of the HELM entries kept but not run: one line per client class, with the count."""
+        by_class: dict[str, list[helm_env.Unrunnable]] = {}
+        for u in self.unrunnable.values():
+            by_class.setdefault(u.class_name, []).append(u)
+        return [f"kept, not run: {len(us)} HELM deployment(s) of class {cls} ({us[0].reason})"
+                for cls, us in sorted(by_class.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+
     def get(self, name: str) -> Deployment:
         try:
             return self._by_name[name]
         except KeyError:
+            if name in self.unrunnable:
+                raise ConfigError(self.unrunnable[name].refusal()) from None
             raise ConfigError(f"unknown model deployment '{escape(name)}' (known: {', '.join(sorted(self._by_name))}); "
                               f"add it to {USER_FILE} under --local-path{self.hint}") from None
 
     def resolve(self, model: str | None, deployment: str | None) -> Deployment:
         """A run entry's (model=, model_deployment=) -> the deployment to call.
 
-        ``model`` may name a model (its first/the user's deployment is the default) or a deployment."""
+        ``model`` may name a deployment or a model: then, as HELM chooses, the last deployment defined for it
+        that is not deprecated (else the last one)."""
         if deployment:
             dep = self.get(deployment)
             if model and model not in (dep.model_name, dep.name):
@@ -100,14 +127,20 @@ class DeploymentRegistry:
             return dep
         if not model:
             return self.get(DEFAULT_DEPLOYMENT)
-        if model in self._by_name:
-            return self._by_name[model]
-        candidates = [d for d in self._by_name.values() if d.model_name == model]
+        if model in self._by_name or model in self.unrunnable:
+            return self.get(model)
+        candidates = [name for name, served in self._order.items() if served == model]
         if not candidates:
-            known = sorted({d.model_name for d in self._by_name.values()} | set(self._by_name))
+            known = sorted(set(self._order.values()) | set(self._by_name))
             raise ConfigError(f"unknown model '{escape(model)}' (known: {', '.join(known)}); "
                               f"add a deployment for it to {USER_FILE} under --local-path{self.hint}")
-        return candidates[-1]  # the most recently added: a user's own deployment wins over a built-in
+        current = [n for n in candidates if not self._deprecated(n)] or candidates
+        return self.get(current[-1])  # the most recently added: a user's own deployment wins over a built-in
+
+    def _deprecated(self, name: str) -> bool:
+        if name in self.unrunnable:
+            return self.unrunnable[name].deprecated
+        return bool(self._by_name[name].options.get("deprecated"))
 
 
 class _RateLimits(Strict):
@@ -124,7 +157,7 @@ class _DeploymentItem(Strict):
     base_url: Url | None = None
     served_model_name: Text | None = None
     api_key_env: EnvName | None = None
-    max_sequence_length: Annotated[int, Field(gt=0, le=100_000_000)] | None = None
+    max_sequence_length: Annotated[int, Field(gt=0, le=helm_env.MAX_WINDOW)] | None = None
     gguf_path: Text | None = None
     # a number: a hard cap on requests in flight; "auto" (or absent): paced by the run (inference/pacing.py)
     max_concurrency: Annotated[int, Field(gt=0, le=100_000)] | Literal["auto"] | None = None
@@ -139,20 +172,28 @@ class _DeploymentsFile(Strict):
     model_deployments: list[Any]
 
 
-def _read(path: Path) -> Iterator[Deployment]:
+def _read(path: Path) -> Iterator[Deployment | helm_env.Unrunnable]:
     doc = load_yaml_doc(path)
     if not isinstance(doc.data, Mapping):
         raise ConfigError("expected a list under the key 'model_deployments'", path=path)
     top = check(_DeploymentsFile, doc.data, path=path, doc=doc)
     seen: dict[str, int] = {}
     credentials = None
+    vision_language: frozenset[str] = frozenset()
     for i, raw in enumerate(top.model_deployments):
-        if helm_env.is_helm_item(raw):
+        helm_shaped = helm_env.is_helm_item(raw)
+        if helm_shaped:
             if credentials is None:  # read once per file, and only for a file that has HELM entries
                 credentials = Credentials.load(Path(path).parent)
-            raw = helm_env.translate(raw, path=path, doc=doc, index=i, credentials=credentials)
+                vision_language = helm_env.vision_language_models(Path(path).parent)
+            raw = helm_env.translate(raw, path=path, doc=doc, index=i, credentials=credentials,
+                                     vision_language=vision_language)
+            if isinstance(raw, helm_env.Unrunnable):
+                seen[raw.name] = i
+                yield raw
+                continue
         item = check(_DeploymentItem, raw, path=path, doc=doc, prefix=("model_deployments", i))
-        if item.name in seen:
+        if item.name in seen and not helm_shaped:  # HELM's own entries: the later one wins, as in HELM
             raise ConfigError(f"deployment '{escape(item.name)}' is defined twice (first as model_deployments"
                               f"[{seen[item.name]}])", path=path, line=doc.line("model_deployments", i, "name"),
                               field=f"model_deployments[{i}].name")
@@ -203,6 +244,11 @@ def _check_headers(options: Mapping[str, Any], path: Path, index: int, doc: Yaml
     named = [(str(k), str(v), ("headers", k)) for k, v in (headers or {}).items()]
     if options.get("auth_header") is not None:
         named.append((str(options["auth_header"]), "", ("auth_header",)))
+    key_headers = options.get("key_headers")
+    if key_headers is not None and not (isinstance(key_headers, list) and all(isinstance(h, str) for h in key_headers)):
+        raise ConfigError("expected a list of header names", path=path, line=doc.line(*where, "key_headers"),
+                          field=f"model_deployments[{index}].options.key_headers")
+    named.extend((h, "", ("key_headers", i)) for i, h in enumerate(key_headers or ()))
     for number, (name, value, loc) in enumerate(named):
         problem = header_problem(name, value)
         if problem:
@@ -216,7 +262,7 @@ def _check_headers(options: Mapping[str, Any], path: Path, index: int, doc: Yaml
 
 _REASONING_OPTIONS: dict[str, tuple[str, Any]] = {
     # option -> (what it must be, the test)
-    "api": ("'chat' or 'completions'", lambda v: v in ("chat", "completions")),
+    "api": ("'chat', 'completions' or 'responses'", lambda v: v in ("chat", "completions", "responses")),
     "reasoning_effort": ("one of minimal, low, medium, high", lambda v: v in ("minimal", "low", "medium", "high")),
     "thinking_budget": ("a whole number of tokens from 0 to 1,000,000",
                         lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1_000_000),
@@ -225,6 +271,9 @@ _REASONING_OPTIONS: dict[str, tuple[str, Any]] = {
     "sampling": ("true or false", lambda v: isinstance(v, bool)),
     "request_shape": ("'medhelm' or 'helm'", lambda v: v in ("medhelm", "helm")),
     "extra_body": ("a mapping of request body fields", lambda v: isinstance(v, Mapping)),
+    "thinking_config": ("a mapping (HELM's google-genai ThinkingConfig)", lambda v: isinstance(v, Mapping)),
+    "bedrock_invoke": ("llama, mistral or titan", lambda v: v in ("llama", "mistral", "titan")),
+    "vision_language": ("true or false", lambda v: isinstance(v, bool)),
 }
 
 

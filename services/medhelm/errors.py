@@ -103,9 +103,10 @@ class InferenceError(MedhelmError):
     """A model server refused or failed a request. ``retryable`` errors are retried with backoff."""
 
     def __init__(self, message: str, *, retryable: bool = False, status: int | None = None,
-                 retry_after: float | None = None) -> None:
+                 retry_after: float | None = None, content_filter: bool = False) -> None:
         super().__init__(message)
         self.retryable, self.status, self.retry_after = retryable, status, retry_after
+        self.content_filter = content_filter  # a provider's content filter refused this instance's prompt
 
 
 class ServerUnreachable(InferenceError):

@@ -344,6 +344,10 @@ def _json_blocks(path: str | Path, limit: int, chunk: int, *, commas: bool = Fal
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+class _BoundedLoader(_SAFE_LOADER):  # type: ignore[misc,valid-type]
+    """PyYAML's safe loader (aliases and nesting still bounded by parse_yaml)."""
+
+
 class _StrictLoader(_SAFE_LOADER):  # type: ignore[misc,valid-type]
     """PyYAML's safe loader, refusing duplicate keys (the last one silently won before)."""
 
@@ -392,16 +396,19 @@ def load_yaml(path: str | Path, *, missing: str = "file not found") -> Any:
     return load_yaml_doc(path, missing=missing).data
 
 
-def load_yaml_doc(path: str | Path, *, missing: str = "file not found") -> YamlDoc:
+def load_yaml_doc(path: str | Path, *, missing: str = "file not found", last_key_wins: bool = False) -> YamlDoc:
+    """``last_key_wins``: a key repeated in one mapping keeps its last value, as PyYAML's ``safe_load`` does
+    (for files another program writes and reads that way: HELM's own configs)."""
     path = Path(path)
     text = read_text(path, missing=missing, what="YAML file")
-    return parse_yaml(text, path)
+    return parse_yaml(text, path, last_key_wins=last_key_wins)
 
 
-def parse_yaml(text: str, path: Path) -> YamlDoc:
+def parse_yaml(text: str, path: Path, *, last_key_wins: bool = False) -> YamlDoc:
     loader = None
     try:
-        loader = _StrictLoader(text)  # the reader refuses control characters here already
+        # the reader refuses control characters here already
+        loader = (_BoundedLoader if last_key_wins else _StrictLoader)(text)
         node = loader.get_single_node()
         if node is None:
             return YamlDoc(path, None, None)

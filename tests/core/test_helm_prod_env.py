@@ -107,15 +107,17 @@ def test_the_table_only_names_kinds_that_exist():
     assert {row.kind for row in helm_env.CLIENT_CLASSES.values()} <= {k.value for k in DeploymentKind}
 
 
-def test_an_unsupported_class_is_one_line_naming_it_and_the_supported_list(tmp_path):
+def test_an_unsupported_class_is_kept_and_refused_when_used_with_one_line_naming_it_and_what_instead(tmp_path):
     env = write_yaml(tmp_path / "env", [entry("helm.clients.huggingface_client.HuggingFaceClient",
                                               {"pretrained_model_name_or_path": "Qwen/Qwen2.5-7B-Instruct"})])
+    registry = DeploymentRegistry.load(env)  # the file loads whole
+    assert "acme/model" not in registry and registry.unrunnable["acme/model"].class_name == "HuggingFaceClient"
     with pytest.raises(ConfigError) as err:
-        DeploymentRegistry.load(env)
+        registry.resolve("acme/model", None)
     message = str(err.value)
-    assert "\n" not in message and "model_deployments.yaml:" in message
-    assert "'HuggingFaceClient' is not supported" in message and "vLLM" in message
-    assert "VLLMChatClient" in message and "StanfordHealthCareClaudeClient" in message  # the supported list
+    assert "\n" not in message
+    assert "'acme/model' uses HELM client class HuggingFaceClient, which medhelm does not run" in message
+    assert "vLLM" in message and "VLLMChatClient" in message  # what to use instead
 
 
 def test_an_unknown_argument_names_the_field_and_the_known_ones(tmp_path):
@@ -239,7 +241,8 @@ def test_a_gateway_entry_sends_the_key_in_the_subscription_header(tmp_path):
         [meta] = srv.request_meta
         [body] = srv.requests
     assert meta["headers"]["ocp-apim-subscription-key"] == SECRET
-    assert "authorization" not in meta["headers"]
+    # HELM's StanfordHealthCareOpenAIClient builds its OpenAI client with the key "dummy": the key is never a bearer
+    assert meta["headers"]["authorization"] == "Bearer dummy"
     assert body["model"] == "Llama-3.3-70B-Instruct" and completion.text
 
 
@@ -251,7 +254,7 @@ def test_vllm_legacy_completions_client_uses_the_completions_route(tmp_path):
         [meta] = srv.request_meta
         [body] = srv.requests
     assert meta["target"] == "/v1/completions" and body["prompt"] == "alpha beta gamma"
-    assert body["model"] == "acme/model"  # HELM's VLLMClient sends the model name
+    assert body["model"] == "model"  # HELM's VLLMClient: vllm_model_name or request.model_engine
     assert completion.text == "alpha beta gamma"
 
 
@@ -317,15 +320,15 @@ def test_model_metadata_reads_helms_shape(tmp_path):
 class Gateway:
     """Azure API Management as a hospital runs it in front of its providers (Stanford Health Care's shape):
     every request must carry the subscription key in ``Ocp-Apim-Subscription-Key`` (401 otherwise, APIM's
-    body); a route prefix selects the backend; the key is removed and the backend's own credential added
-    (APIM's set-header policy), then the request is forwarded as it came."""
+    body); a route prefix selects the backend; the key and the client's own auth headers are removed and the
+    backend's own credential added (APIM's set-header policies), then the request is forwarded as it came."""
 
     def __init__(self, key: str, routes: dict[str, tuple[str, dict[str, str]]]) -> None:
         import http.server
         import threading
         import urllib.request
 
-        self.key, self.routes, self.seen = key, routes, []
+        self.key, self.routes, self.seen, self.auth = key, routes, [], []
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         gateway = self
 
@@ -336,6 +339,7 @@ class Gateway:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 gateway.seen.append((self.path, self.headers.get("Ocp-Apim-Subscription-Key")))
+                gateway.auth.append((self.path, self.headers.get("api-key"), self.headers.get("Authorization")))
                 if self.headers.get("Ocp-Apim-Subscription-Key") != gateway.key:
                     return self._reply(401, b'{"statusCode": 401, "message": "Access denied due to invalid '
                                             b'subscription key. Make sure to provide a valid key for an active '
@@ -345,7 +349,8 @@ class Gateway:
                     return self._reply(404, b'{"statusCode": 404, "message": "Resource not found"}')
                 backend, credential = gateway.routes[prefix]
                 headers = {k: v for k, v in self.headers.items()
-                           if k.lower() not in ("host", "content-length", "ocp-apim-subscription-key", "connection")}
+                           if k.lower() not in ("host", "content-length", "ocp-apim-subscription-key", "connection",
+                                                "api-key", "authorization")}
                 request = urllib.request.Request(backend + self.path[len(prefix):], data=body, method="POST",
                                                  headers={**headers, **credential})
                 try:
@@ -406,10 +411,14 @@ def test_the_nine_paper_models_answer_through_the_gateway_with_the_key_from_cred
                 generate(DeploymentRegistry.load(tmp_path / "prod_env").get("stanfordhealthcare/gpt-4o-2024-05-13"))
             assert not err.value.retryable and "not-the-key" not in str(err.value)
             gateway.seen.pop()
+            gateway.auth.pop()
         seen_keys = {key for _, key in gateway.seen}
         paths = sorted(path.split("?")[0] for path, _ in gateway.seen)
     assert set(answers) == set(NINE_MODELS) and all(a in ("Yes", "No") for a in answers.values()), answers
     assert seen_keys == {SECRET}  # every request carried the subscription key, read from credentials.conf
+    # HELM's StanfordHealthCareAzureOpenAIClient hands the key to the AzureOpenAI SDK too: `api-key` and bearer
+    azure_auth = {(key, bearer) for path, key, bearer in gateway.auth if path.startswith("/openai-eastus2/")}
+    assert azure_auth == {(SECRET, f"Bearer {SECRET}")}
     assert "/Claude37Sonnet/claude-3-7-sonnet" in paths  # HELM's URL: {endpoint}/{deployment}
     assert "/gcp-gem20flash-fa/apim-gcp-gem20flash-fa" in paths
     assert "/openai-eastus2/deployments/o3-mini/chat/completions" in paths
@@ -462,18 +471,20 @@ def test_shcs_own_azure_client_sends_the_key_as_azure_does_and_helms_body(tmp_pa
     with FakeAzureOpenAI(api_key=SECRET) as azure:
         env = write_yaml(tmp_path / "env", [entry(
             "helm.clients.stanfordhealthcare_shc_openai_client.StanfordHealthCareSHCOpenAIClient",
-            name="stanfordhealthcare_shc/gpt-4o")],  # HELM injects endpoint, key and deployment from credentials
+            name="stanfordhealthcare_shc/gpt-4o")],  # HELM injects endpoint and key from credentials
             credentials=f'stanfordhealthcare_shcEndpoint: "{azure.base_url}"\n'
-                        f'stanfordhealthcare_shcApiKey: "{SECRET}"\nstanfordhealthcare_shcDeployment: gpt-4o-shc\n')
+                        f'stanfordhealthcare_shcApiKey: "{SECRET}"\n')
         dep = DeploymentRegistry.load(env).get("stanfordhealthcare_shc/gpt-4o")
         check_usable(dep)
         completion = generate(dep, "Is it raining? Answer yes or no.", 4)
         [seen] = azure.requests
     assert completion.text in ("Yes", "No")
-    assert seen["path"] == "/openai/deployments/gpt-4o-shc/chat/completions"
+    # the AzureOpenAI SDK's path from the body's model: HELM's model_engine ("acme/model" -> "model")
+    assert seen["path"] == "/openai/deployments/model/chat/completions"
     assert seen["headers"]["api-key"] == SECRET and "ocp-apim-subscription-key" not in seen["headers"]
+    assert seen["headers"]["authorization"] == f"Bearer {SECRET}"  # HELM's pinned openai 2.x AzureOpenAI sends both
     assert dep.options["api_version"] == "2024-08-01-preview"
-    assert seen["body"] == {"model": "gpt-4o-shc", "messages": [{"role": "user", "content": seen["body"]["messages"][0][
+    assert seen["body"] == {"model": "model", "messages": [{"role": "user", "content": seen["body"]["messages"][0][
         "content"]}], "temperature": 0.0, "top_p": 1, "n": 1, "stop": None, "max_tokens": 4, "presence_penalty": 0,
         "frequency_penalty": 0}
 

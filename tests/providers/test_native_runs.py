@@ -141,7 +141,10 @@ def test_an_error_quoting_the_prompt_never_shows_the_marker(kind, marked_mirror,
         proc = medhelm("run", "-r", f"pubmed_qa:model={kind}/fake-model", "--data-dir", str(marked_mirror),
                        "--offline", "-m", "3", "--max-concurrency", "1", "--local-path", str(local),
                        "-o", str(tmp_path / "out"), "-q")
-        assert proc.returncode == 0, proc.stderr  # one instance's error, recorded; the others answered
+        # one instance's error, recorded; the others answered; a bad request is said: exit 2, one line
+        assert proc.returncode == 2, proc.stderr
+        [line] = [x for x in proc.stderr.splitlines() if x.startswith("medhelm: error:")]
+        assert "1 instance(s) refused as a bad request" in line and "HTTP 400" in line
         run_dir = only_run(tmp_path / "out")
         assert json.loads((run_dir / "run.json").read_text())["errors"] == 1
         recs = records(run_dir)

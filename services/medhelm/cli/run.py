@@ -238,6 +238,10 @@ def main_validate(args: argparse.Namespace) -> int:
         _say_loaded(len(loaded), getattr(plan.benchmark, "expected_count", None),
                     getattr(plan.benchmark, "instance_set", None), spec.benchmark.name)
     print(f"{len(plans)} run(s) valid")
+    from medhelm.deployments import DeploymentRegistry
+
+    for line in DeploymentRegistry.load(args.local_path).kept_lines():  # HELM entries of classes we do not run
+        print(line)
     return 0
 
 

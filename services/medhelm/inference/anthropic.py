@@ -10,7 +10,7 @@ docs/benchmarks.md. ``options``:
 * bedrock: ``POST <base_url>/model/<model>/invoke`` (``base_url`` default
   ``https://bedrock-runtime.<region>.amazonaws.com``), body ``anthropic_version: bedrock-2023-05-31``,
   SigV4-signed (``sigv4.py``; credentials from ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/
-  ``AWS_SESSION_TOKEN``), ``region`` (or ``AWS_REGION``);
+  ``AWS_SESSION_TOKEN``), ``region`` (or ``AWS_REGION``, else ``AWS_DEFAULT_REGION``);
 * vertex: ``POST <base_url>/v1/projects/<project>/locations/<region>/publishers/anthropic/models/<model>:rawPredict``
   (``base_url`` default ``https://<region>-aiplatform.googleapis.com``), body ``anthropic_version:
   vertex-2023-10-16``, an OAuth token (``options.access_token_file`` or ``api_key_env``);
@@ -26,15 +26,19 @@ docs/benchmarks.md. ``options``:
 Failure semantics: ``native.NativeClient`` (529 ``overloaded_error`` and 429 are retried, honouring
 ``retry-after``); ``stop_reason: refusal`` is a completion with ``finish_reason: content_filter`` and the
 text the model gave. Usage: ``prompt_tokens`` = input + cache reads + cache writes; ``completion_tokens`` =
-``output_tokens``, thinking included. Anthropic states no separate thinking count (one ``output_tokens``,
-billed for the whole thinking even when the reply carries a summary or a ``redacted_thinking`` block), so
-when the reply holds thinking blocks ``reasoning_tokens`` is our estimate (``tokens.split_reasoning``:
-``output_tokens`` less the answer's ≈4-characters-per-token share), flagged ``reasoning_estimated``.
+``output_tokens``, thinking included. ``reasoning_tokens`` is ``usage.output_tokens_details.thinking_tokens``
+when Anthropic states it; when it does not (one ``output_tokens``, billed for the whole thinking even when the
+reply carries a summary or a ``redacted_thinking`` block) and the reply holds thinking blocks, it is our
+estimate (``tokens.split_reasoning``: ``output_tokens`` less the answer's ≈4-characters-per-token share),
+flagged ``reasoning_estimated``.
+``request_shape: helm`` (set by ``helm_env.py`` for HELM's ``AnthropicMessagesClient`` entries, platform
+direct): HELM's body, field for field (``_helm_payload``).
 The completion's text is the ``text`` blocks only: thinking never reaches a metric or the record.
 """
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
@@ -42,7 +46,7 @@ from typing import Any
 from medhelm.errors import ConfigError
 from medhelm.inference import sigv4
 from medhelm.inference.gateway import api_key, api_url, env_secret
-from medhelm.inference.native import NativeClient, bearer_source, int_or_none, option, split_system
+from medhelm.inference.native import AWS_REGION_VARIABLES, NativeClient, bearer_source, int_or_none, option, split_system
 from medhelm.inference.openai import joined_prompt
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 from medhelm.tokens import split_reasoning
@@ -50,6 +54,7 @@ from medhelm.tokens import split_reasoning
 DEFAULT_VERSION = "2023-06-01"
 BEDROCK_VERSION = "bedrock-2023-05-31"
 VERTEX_VERSION = "vertex-2023-10-16"
+_TOP_P_REFUSED = re.compile(r"^claude-[^-]+-4-[56]")  # Claude 4.5/4.6 take temperature or top_p, not both
 _STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "refusal": "content_filter",
          "tool_use": "tool_calls", "pause_turn": "stop"}
 
@@ -68,7 +73,7 @@ class AnthropicClient(NativeClient):
             if key:
                 headers["x-api-key"] = key
         elif self.platform == "bedrock":
-            region = option(deployment, "region", env="AWS_REGION")
+            region = option(deployment, "region", env=AWS_REGION_VARIABLES)
             base = deployment.base_url or f"https://bedrock-runtime.{region}.amazonaws.com"
             url = api_url(deployment, base, f"/model/{urllib.parse.quote(self._model, safe='')}/invoke")
             self._signer = (aws_credentials(deployment), region, "bedrock")
@@ -90,6 +95,7 @@ class AnthropicClient(NativeClient):
         super().__init__(deployment, url, headers, connections)
         budget = deployment.options.get("thinking_budget")
         self._thinking = int(budget) if budget else 0
+        self._helm = deployment.options.get("request_shape") == "helm" and self.platform == "direct"
         if self._thinking and self.platform == "shc":
             raise ConfigError(f"deployment '{deployment.name}': options.thinking_budget cannot be sent on platform "
                               "shc (SHC's Claude body has no thinking field)")
@@ -98,6 +104,8 @@ class AnthropicClient(NativeClient):
         if self.platform == "shc":  # HELM's StanfordHealthCareClaudeClient.get_request, field for field
             return {"model_id": self._model, "prompt_text": joined_prompt(request),
                     "max_tokens": request.max_tokens, "temperature": request.temperature}
+        if self._helm:
+            return self._helm_payload(request)
         system, turns = split_system(request)
         body: dict[str, Any] = {}
         if self.platform == "direct":
@@ -114,6 +122,22 @@ class AnthropicClient(NativeClient):
             body["temperature"] = request.temperature
         if request.stop:
             body["stop_sequences"] = list(request.stop)
+        return body
+
+    def _helm_payload(self, request: GenerationRequest) -> dict[str, Any]:
+        """HELM's ``AnthropicMessagesClient`` body for a text prompt, in its order: the prompt as one user
+        message, ``stop_sequences`` (a list, empty when none), the request's ``max_tokens`` (the thinking
+        budget is not added), ``temperature``, ``top_p`` 1 and ``top_k`` 1 (HELM's defaults), ``thinking`` with
+        the budget (then no ``top_k``); no ``top_p`` for Claude 4.5/4.6 (``^claude-[^-]+-4-[56]``)."""
+        body: dict[str, Any] = {"messages": [{"role": "user", "content": joined_prompt(request)}],
+                                "model": self._model, "stop_sequences": list(request.stop),
+                                "max_tokens": request.max_tokens, "temperature": request.temperature,
+                                "top_p": 1, "top_k": 1}
+        if self._thinking:
+            body["thinking"] = {"type": "enabled", "budget_tokens": self._thinking}
+            del body["top_k"]
+        if _TOP_P_REFUSED.match(self._model):
+            del body["top_p"]
         return body
 
     async def auth_headers(self, body: bytes) -> Mapping[str, str] | None:
@@ -136,10 +160,14 @@ class AnthropicClient(NativeClient):
                                                                      "cache_creation_input_tokens"))
         stop = data.get("stop_reason")
         output = int_or_none(usage.get("output_tokens"))
-        thinking = split_reasoning(output, text) if thought else None  # no count stated: our estimate
+        details = usage.get("output_tokens_details")
+        stated = int_or_none(details.get("thinking_tokens")) if isinstance(details, Mapping) else None
+        estimated = stated is None and thought
+        # the count Anthropic states when it does; else, when the reply thought, our estimate (flagged)
+        thinking = stated if stated is not None else split_reasoning(output, text) if thought else None
         return Completion(text=text, finish_reason=_STOP.get(stop, stop),
                           usage=Usage(prompt_tokens=prompt, completion_tokens=output, latency_s=latency,
-                                      reasoning_tokens=thinking, reasoning_estimated=thinking is not None))
+                                      reasoning_tokens=thinking, reasoning_estimated=estimated))
 
 
 def aws_credentials(deployment: Deployment) -> sigv4.Credentials:
@@ -154,10 +182,11 @@ def aws_credentials(deployment: Deployment) -> sigv4.Credentials:
     return sigv4.Credentials(access, secret, token)
 
 
-def sign_for(transport, url: str, signer: tuple[sigv4.Credentials, str, str], body: bytes) -> dict[str, str]:
+def sign_for(transport, url: str, signer: tuple[sigv4.Credentials, str, str], body: bytes,
+             accept: str | None = None) -> dict[str, str]:
     scheme, host, port, path = transport.request_target(url)
     default = 443 if scheme == "https" else 80
     host_header = (f"[{host}]" if ":" in host else host) + ("" if port == default else f":{port}")
     credentials, region, service = signer
     return sigv4.sign(credentials, region=region, service=service, host=host_header, path_and_query=path,
-                      body=body)
+                      body=body, accept=accept)

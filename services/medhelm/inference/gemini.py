@@ -16,7 +16,10 @@ bench/bench_native_clients.py). ``options``:
   ``stopSequences`` (a list, empty when none); the reply is the streamed chunks as one JSON array
   (``streamGenerateContent``), whose texts are joined as HELM joins them;
 * ``thinking_budget``: ``generationConfig.thinkingConfig.thinkingBudget`` (0 turns thinking off on 2.5 Flash);
-* ``api_version``: the public API's version path (default ``v1beta``); the gateway options of ``native.py``.
+* ``api_version``: the public API's version path (default ``v1beta``); the gateway options of ``native.py``;
+* ``request_shape: helm`` (HELM's ``GoogleGenAIClient`` entries): the body google-genai sends for HELM's
+  config — the prompt as one user turn, ``topP``/``topK`` 1, ``candidateCount`` 1, ``stopSequences``, zero
+  penalties, the entry's ``thinking_config`` as given (``options.thinking_config``).
 
 Failure semantics: ``native.NativeClient`` (429 ``RESOURCE_EXHAUSTED`` and 503 ``UNAVAILABLE`` are retried,
 ``Retry-After`` honoured). A safety block is an outcome of that instance, not an error of the run: a prompt
@@ -39,7 +42,7 @@ from medhelm.errors import ConfigError
 from medhelm.inference.gateway import api_key, api_url
 from medhelm.inference.native import NativeClient, bearer_source, int_or_none, option, split_system
 from medhelm.inference.openai import joined_prompt
-from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
+from medhelm.specs import Completion, Deployment, FrozenMap, GenerationRequest, Usage
 
 BLOCKED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"})
 _STOP = {"STOP": "stop", "MAX_TOKENS": "length"}
@@ -74,6 +77,9 @@ class GeminiClient(NativeClient):
         super().__init__(deployment, url, headers, connections)
         budget = deployment.options.get("thinking_budget")
         self._thinking = int(budget) if budget is not None else None
+        self._helm = deployment.options.get("request_shape") == "helm" and self.platform != "shc"
+        thinking_config = deployment.options.get("thinking_config")
+        self._thinking_config = FrozenMap(thinking_config).to_json() if isinstance(thinking_config, Mapping) else None
         if self._thinking is not None and self.platform == "shc":
             raise ConfigError(f"deployment '{deployment.name}': options.thinking_budget cannot be sent on platform "
                               "shc (SHC's Gemini body has no thinkingConfig)")
@@ -84,6 +90,15 @@ class GeminiClient(NativeClient):
                     "generation_config": {"temperature": request.temperature, "topP": 1, "topK": 1,
                                           "candidateCount": 1, "maxOutputTokens": request.max_tokens,
                                           "stopSequences": list(request.stop)}}
+        if self._helm:  # HELM's GoogleGenAIClient: the GenerateContentConfig it builds, as google-genai sends it
+            config: dict[str, Any] = {"temperature": request.temperature, "topP": 1.0, "topK": 1.0,
+                                      "candidateCount": 1, "maxOutputTokens": request.max_tokens,
+                                      "stopSequences": list(request.stop), "presencePenalty": 0.0,
+                                      "frequencyPenalty": 0.0}
+            if self._thinking_config:
+                config["thinkingConfig"] = self._thinking_config  # the entry's thinking_config, as given
+            return {"contents": [{"parts": [{"text": joined_prompt(request)}], "role": "user"}],
+                    "generationConfig": config}
         system, turns = split_system(request)
         body: dict[str, Any] = {"contents": [{"role": "model" if role == "assistant" else "user",
                                               "parts": [{"text": text}]} for role, text in turns]}

@@ -103,7 +103,7 @@ class JsonTransport:
         try:
             status, headers, content = await self._pool_for_loop().request(method, tgt, head, body, timeout_s)
         except ConnectFailed as err:
-            raise ServerUnreachable(f"cannot reach {self._deployment.base_url} (deployment "
+            raise ServerUnreachable(f"cannot reach {self._deployment.base_url or url} (deployment "
                                     f"'{self._deployment.name}'): {err}") from None
         except Timeout as err:
             raise InferenceError(f"{where}: timed out ({err}, timeout_s={timeout_s:g})", retryable=True) from None
@@ -156,7 +156,7 @@ class JsonTransport:
                 # aiohttp's headers are case-insensitive already: no per-response copy with lower-case names
                 reply = HttpReply(response.status, response.headers, content)
         except aiohttp.ClientConnectorError as err:  # refused, DNS failure, TLS handshake: nobody answered
-            raise ServerUnreachable(f"cannot reach {self._deployment.base_url} (deployment "
+            raise ServerUnreachable(f"cannot reach {self._deployment.base_url or url} (deployment "
                                     f"'{self._deployment.name}'): {_reason(err)}") from None
         except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as err:
             raise InferenceError(f"{where}: timed out ({type(err).__name__}, "

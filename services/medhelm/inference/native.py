@@ -28,6 +28,8 @@ THROTTLED = frozenset({"overloaded_error", "rate_limit_error", "RESOURCE_EXHAUST
                        "ThrottlingException", "ServiceUnavailableException", "ModelNotReadyException",
                        "TooManyRequests", "429"})
 _RETRYABLE_STATUS = frozenset({408, 429})
+# the region when a deployment names none, as boto3 (and HELM's bedrock_utils) read it
+AWS_REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
 
 
 def error_parts(data: Any) -> tuple[str, str]:
@@ -161,11 +163,13 @@ def bearer_source(deployment: Deployment) -> Callable[[], dict[str, str]]:
     return lambda: {"Authorization": f"Bearer {token}"}
 
 
-def option(deployment: Deployment, key: str, default: str | None = None, env: str | None = None) -> str:
-    """A required string option (or its environment fallback); a ConfigError naming it when absent."""
-    value = deployment.options.get(key) or (os.environ.get(env) if env else None) or default
+def option(deployment: Deployment, key: str, default: str | None = None, env: str | tuple[str, ...] = ()) -> str:
+    """A required string option, else the first environment fallback set (``env``: one name or several, in
+    order); a ConfigError naming them when absent."""
+    names = (env,) if isinstance(env, str) else env
+    value = deployment.options.get(key) or next((os.environ[n] for n in names if os.environ.get(n)), None) or default
     if not value:
-        extra = f" (or the environment variable {env})" if env else ""
+        extra = f" (or the environment variable {' or '.join(names)})" if names else ""
         raise ConfigError(f"deployment '{deployment.name}': options.{key}{extra} is required for kind "
                           f"'{deployment.kind.value}'")
     return str(value)

@@ -6,6 +6,7 @@ Deployment ``options`` understood here:
 
 * ``api_version`` — sent as the ``api-version`` query parameter (Azure OpenAI);
 * ``auth_header`` — header carrying the raw key instead of ``Authorization: Bearer`` (Azure: ``api-key``);
+  ``key_headers`` — the key in each header named (``Authorization`` as a bearer token): HELM's Azure classes;
 * ``headers`` — extra, non-secret headers (e.g. a KServe ``Host`` override);
 * ``ca_bundle`` — a PEM file of the CA that signed an internal HTTPS endpoint;
 * ``subscription_key_env`` / ``subscription_key_header`` — an API gateway's key (``gateway.py``);
@@ -15,7 +16,8 @@ Deployment ``options`` understood here:
   (tokens added to every request's ``max_tokens``, so a 1-token multiple-choice answer still has room after
   the thinking), ``max_tokens_param: max_completion_tokens`` (OpenAI's o-series and GPT-5 refuse
   ``max_tokens``) and ``sampling: false`` (temperature and stop are not sent: those models refuse them);
-* ``request_shape: helm`` — the body HELM's ``OpenAIClient`` sends for a text prompt, field for field (set
+* ``request_shape: helm`` — the body HELM's ``OpenAIClient`` sends for a text prompt, field for field, on the
+  chat route or the completions route (HELM's ``_to_raw_completion_request``) (set
   by ``helm_env.py`` for Stanford Health Care's OpenAI-shaped classes): the prompt as one user message,
   ``temperature``, ``top_p`` 1, ``n`` 1, ``stop`` (``null`` when none), ``max_tokens``, ``presence_penalty``
   and ``frequency_penalty`` 0, no ``seed``; for a model whose name starts ``o1``/``o3``/``o4`` HELM's
@@ -65,8 +67,13 @@ class OpenAIClient:
             raise ConfigError(f"deployment '{deployment.name}' has no base_url")
         self._deployment = deployment
         options = deployment.options
-        self._chat = options.get("api", "chat") != "completions"
-        self._url = deployment.base_url.rstrip("/") + ("/chat/completions" if self._chat else "/completions")
+        api = str(options.get("api") or "chat")
+        self._responses = api == "responses"
+        self._chat = api == "chat"
+        route = {"chat": "/chat/completions", "completions": "/completions", "responses": "/responses"}
+        if api not in route:
+            raise ConfigError(f"deployment '{deployment.name}': options.api must be chat, completions or responses")
+        self._url = deployment.base_url.rstrip("/") + route[api]
         self._model = deployment.served_model_name or deployment.model_name
         self._body_head = '{"model":' + json.dumps(self._model, ensure_ascii=False) + ',"messages":'
         self._thinking = int(options.get("thinking_budget") or 0)
@@ -74,12 +81,11 @@ class OpenAIClient:
         self._sampling = options.get("sampling", True) is not False
         self._effort = options.get("reasoning_effort")
         shape = options.get("request_shape", "medhelm")
-        if shape not in ("medhelm", "helm") or (shape == "helm" and not self._chat):
+        if shape not in ("medhelm", "helm") or (shape == "helm" and self._responses):
             raise ConfigError(f"deployment '{deployment.name}': options.request_shape must be medhelm or helm "
-                              "(helm: the chat route only)")
+                              "(helm: the chat and completions routes)")
         self._helm = shape == "helm"
-        # HELM tests request.model_engine (the model name's last part) for its o-series rules
-        self._helm_o_series = deployment.model_name.rsplit("/", 1)[-1].startswith(("o1", "o3", "o4"))
+        self._reasoning_model = is_reasoning_model(deployment.model_name)
         extra = options.get("extra_body")
         if extra is not None and not isinstance(extra, Mapping):
             raise ConfigError(f"deployment '{deployment.name}': options.extra_body must be a mapping of body fields")
@@ -96,14 +102,18 @@ class OpenAIClient:
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
         """The JSON body sent for ``request`` (public so tests and dry runs can inspect it)."""
-        body = self._helm_payload(request) if self._helm else self._own_payload(request)
-        if request.json_schema is not None:
+        if self._responses:
+            body = self._responses_payload(request)
+        else:
+            body = self._helm_payload(request) if self._helm else self._own_payload(request)
+        if request.json_schema is not None and not self._responses:
             body["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {"name": "response", "schema": json.loads(request.json_schema)},
+                "json_schema": ({"name": "response", "schema": json.loads(request.json_schema)} if not self._helm
+                                else helm_json_schema(json.loads(request.json_schema))),
             }
-        if self._effort is not None:
-            body["reasoning_effort"] = self._effort
+        if self._effort is not None and not self._responses and (self._reasoning_model or not self._helm):
+            body["reasoning_effort"] = self._effort  # HELM's OpenAIClient: only for its reasoning models
         for key, value in self._extra.items():
             body.setdefault(key, value)
         return body
@@ -127,24 +137,50 @@ class OpenAIClient:
         return body
 
     def _helm_payload(self, request: GenerationRequest) -> dict[str, Any]:
-        """HELM's ``OpenAIClient._make_chat_raw_request`` for a text prompt (``request.prompt``), in its order."""
+        """HELM's ``OpenAIClient._make_chat_raw_request`` for a text prompt (``request.prompt``), in its order
+        (``_to_raw_completion_request`` on the completions route)."""
+        if not self._chat:
+            return {"model": self._model, "prompt": joined_prompt(request), "temperature": request.temperature,
+                    "n": 1, "max_tokens": request.max_tokens + self._thinking, "best_of": 1, "logprobs": 1,
+                    "stop": list(request.stop) or None, "top_p": 1, "presence_penalty": 0, "frequency_penalty": 0,
+                    "echo": False}
         body: dict[str, Any] = {"model": self._model,
                                 "messages": [{"role": "user", "content": joined_prompt(request)}],
                                 "temperature": request.temperature, "top_p": 1, "n": 1,
                                 "stop": list(request.stop) or None,  # HELM: "API doesn't like empty list"
                                 "max_tokens": request.max_tokens + self._thinking,
                                 "presence_penalty": 0, "frequency_penalty": 0}
-        if self._helm_o_series:
-            body["max_completion_tokens"] = body.pop("max_tokens")
+        if self._reasoning_model:
+            if body["max_tokens"]:
+                body["max_completion_tokens"] = body.pop("max_tokens")
             if body["stop"] is None:
                 body.pop("stop")
             for key in ("temperature", "top_p", "frequency_penalty", "presence_penalty"):
                 body.pop(key)
+        elif self._deployment.options.get("vision_language") and body["stop"] is None:
+            body.pop("stop")  # HELM: is_vlm(request.model) -> no null stop
+        if engine_of(self._deployment.model_name).startswith(("gpt-4o-audio-preview", "gpt-4o-mini-audio-preview")):
+            body["modalities"] = ["text"]  # HELM's audio-preview rule: text out, no null stop
+            if body.get("stop", ()) is None:
+                body.pop("stop")
+        return body
+
+    def _responses_payload(self, request: GenerationRequest) -> dict[str, Any]:
+        """HELM's ``OpenAIResponseClient._make_raw_request`` for a text prompt: OpenAI's Responses API."""
+        body: dict[str, Any] = {"model": self._model, "input": joined_prompt(request), "top_p": 1,
+                                "max_output_tokens": max(16, request.max_tokens + self._thinking),
+                                "temperature": request.temperature, "store": False}
+        if self._effort is not None:
+            body["reasoning"] = {"effort": self._effort}
+        if self._reasoning_model:
+            body.setdefault("reasoning", {})["summary"] = "detailed"
+            body.pop("temperature")
+            body.pop("top_p")
         return body
 
     def body(self, request: GenerationRequest) -> bytes:
         """``payload(request)`` as the bytes sent, the messages' JSON reused from the cache key."""
-        if (self._helm or request.json_schema is not None or request.top_logprobs or not self._chat or self._thinking
+        if (self._helm or self._responses or request.json_schema is not None or request.top_logprobs or not self._chat or self._thinking
                 or self._extra
                 or self._effort is not None or not self._sampling or self._max_key != "max_tokens"):
             return json.dumps(self.payload(request), ensure_ascii=False).encode("utf-8")
@@ -163,6 +199,8 @@ class OpenAIClient:
             if response.status_code == 401 and self._auth is not None:
                 self._auth.invalidate()  # expired or revoked: the retry fetches a fresh token
             raise self._http_error(response, request)
+        if self._responses:
+            return _parse_responses(response, latency, self._where())
         return _parse(response, latency, self._where(), chat=self._chat)
 
     async def context_window(self) -> int | None:
@@ -195,7 +233,8 @@ class OpenAIClient:
         if status == 401 and self._auth is not None:
             retryable = True  # once more with a fresh token
         return InferenceError(f"{self._where()}: HTTP {status}" + (f": {message}" if message else ""),
-                              retryable=retryable, status=status, retry_after=retry_after(response.headers))
+                              retryable=retryable, status=status, retry_after=retry_after(response.headers),
+                              content_filter=_filtered(response))
 
 
 def _headers(deployment: Deployment) -> dict[str, str]:
@@ -211,7 +250,10 @@ def _headers(deployment: Deployment) -> dict[str, str]:
                               f"(api_key_env of deployment '{deployment.name}')")
     if key:
         auth_header = deployment.options.get("auth_header")
-        if auth_header:
+        if deployment.options.get("key_headers"):  # the key in each header named (HELM's Azure SDK clients)
+            for name in deployment.options["key_headers"]:
+                headers[str(name)] = f"Bearer {key}" if str(name).lower() == "authorization" else key
+        elif auth_header:
             headers[str(auth_header)] = key
         else:
             headers["Authorization"] = f"Bearer {key}"
@@ -254,6 +296,56 @@ def _parse(response: HttpReply, latency: float, where: str, *, chat: bool = True
         usage=Usage(prompt_tokens=usage.get("prompt_tokens"), completion_tokens=completion,
                     latency_s=latency, reasoning_tokens=thinking, reasoning_estimated=estimated),
     )
+
+
+def _parse_responses(response: HttpReply, latency: float, where: str) -> Completion:
+    """A Responses API reply: the ``output_text`` parts of its ``message`` items (``reasoning`` items, the
+    thinking's summary, are not the answer); ``usage.output_tokens_details.reasoning_tokens`` as stated."""
+    try:
+        data = response.json()
+        text = "".join(part["text"] for item in data["output"] if item.get("type") == "message"
+                       for part in item.get("content") or () if part.get("type") == "output_text")
+        status = data.get("status")
+        reason = (data.get("incomplete_details") or {}).get("reason")
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        raise InferenceError(f"{where}: malformed response body (HTTP {response.status_code})",
+                             retryable=True, status=response.status_code) from None
+    usage = data.get("usage") or {}
+    if not isinstance(usage, Mapping):
+        usage = {}
+    details = usage.get("output_tokens_details")
+    thinking = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
+    thinking = thinking if isinstance(thinking, int) and not isinstance(thinking, bool) and thinking > 0 else None
+    finish = "length" if reason == "max_output_tokens" else "content_filter" if reason == "content_filter" else (
+        "stop" if status == "completed" else status)
+    return Completion(text=text, finish_reason=finish,
+                      usage=Usage(prompt_tokens=usage.get("input_tokens"), completion_tokens=usage.get("output_tokens"),
+                                  latency_s=latency, reasoning_tokens=thinking))
+
+
+_REASONING_MODEL = re.compile(r"^(?:o\d+|gpt-5)")
+
+
+def engine_of(model_name: str) -> str:
+    """HELM's ``request.model_engine``: the model name's second part (``openai/o3-mini`` -> ``o3-mini``)."""
+    parts = model_name.split("/")
+    return parts[1] if len(parts) > 1 else model_name
+
+
+def is_reasoning_model(model_name: str) -> bool:
+    """HELM's ``OpenAIClientUtils.is_reasoning_model`` on the model's engine: ``^o\\d+`` or ``^gpt-5``. Those
+    models take ``max_completion_tokens`` and refuse the sampling fields."""
+    return bool(_REASONING_MODEL.match(engine_of(model_name)))
+
+
+def helm_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """HELM's ``response_format.json_schema`` for a request's schema: OpenAI's strict structured outputs
+    (``additionalProperties: false`` and every property required unless the schema says otherwise)."""
+    schema = dict(schema)
+    schema.setdefault("additionalProperties", False)
+    if "required" not in schema:
+        schema["required"] = list((schema.get("properties") or {}).keys())
+    return {"name": "response", "description": "", "schema": schema, "strict": True}
 
 
 def joined_prompt(request: GenerationRequest) -> str:
@@ -315,6 +407,19 @@ def _defanged(message: str) -> str:
     """A server's error text without links, markup or long encoded runs: a hostile endpoint can put the
     prompt in base64 or a URL, which the literal-quote check above cannot see; none of it is kept."""
     return _BLOB.sub("[…]", _LINK.sub("[…]", message))
+
+
+def _filtered(response: HttpReply) -> bool:
+    """Azure's content filter refused the prompt (``error.code`` or its ``innererror.code``
+    ``content_filter``): an outcome of that instance, not a fault of the run."""
+    try:
+        err = response.json().get("error")
+    except (ValueError, AttributeError):
+        return False
+    if not isinstance(err, Mapping):
+        return False
+    inner = err.get("innererror") if isinstance(err.get("innererror"), Mapping) else {}
+    return "content_filter" in (err.get("code"), inner.get("code"))
 
 
 def _find_message(data: Any) -> str:

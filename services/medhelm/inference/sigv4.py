@@ -48,14 +48,18 @@ def canonical_query(query: str) -> str:
 
 
 def sign(credentials: Credentials, *, region: str, service: str, host: str, path_and_query: str, body: bytes,
-         now: dt.datetime | None = None, content_type: str = "application/json") -> dict[str, str]:
+         now: dt.datetime | None = None, content_type: str = "application/json",
+         accept: str | None = None) -> dict[str, str]:
     """The headers that sign ``POST path_and_query`` to ``host`` (as sent in the Host header) with
     ``body``: ``X-Amz-Date``, ``X-Amz-Security-Token`` (temporary credentials), ``X-Amz-Content-Sha256``
-    is not sent (Bedrock does not need it) and ``Authorization``."""
+    is not sent (Bedrock does not need it) and ``Authorization``. ``accept``: the Accept header sent, signed
+    too (botocore signs it for InvokeModel, whose API takes it)."""
     when = (now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
     amz_date, day = when.strftime("%Y%m%dT%H%M%SZ"), when.strftime("%Y%m%d")
     path, _, query = path_and_query.partition("?")
     headers = {"content-type": content_type, "host": host, "x-amz-date": amz_date}
+    if accept is not None:
+        headers["accept"] = accept
     if credentials.session_token:
         headers["x-amz-security-token"] = credentials.session_token
     names = sorted(headers)

@@ -10,8 +10,12 @@ the run's records at once; a run that is stopped at any point resumes without re
 
 Failure semantics, per instance:
 * the server refuses the request for good (non-retryable, e.g. prompt too long) -> recorded with an
-  ``error`` and no scores (counted in run.json; retried on the next run);
-* a retryable failure that outlasts the retries -> not recorded (retried on the next run);
+  ``error`` and no scores (counted in run.json; retried on the next run); a bad request (HTTP 400, not a
+  content filter's refusal of that instance) also makes the CLI exit 2 naming the first one;
+* the provider refuses the credential (HTTP 401/403 for good) -> the run stops at once, nothing recorded
+  for that instance, and the CLI exits 2 with the provider's line (deployment, status, message);
+* a retryable failure that outlasts the retries -> not recorded (retried on the next run); the CLI exits 2
+  naming the last such error (its status or the address it could not reach);
 * every instance refused for good -> the run's status is ``failed`` (not ``complete``) and the CLI exits 2
   naming the first error;
 * the server cannot be reached -> the run stops (its finished instances are kept) and the suite goes on
@@ -74,6 +78,9 @@ class RunOutcome:
     wall_time_s: float = 0.0
     evaluated: int = 0  # instances evaluated in this invocation
     transient_failures: int = 0  # instances left for the next run after exhausting retries
+    last_transient: str = ""  # the last of those errors (it names the status, or the address not reached)
+    bad_requests: int = 0  # instances the provider refused as a bad request (HTTP 400), recorded with the error
+    first_bad_request: str = ""
     retries: int = 0  # retried attempts of the evaluated model's requests in this invocation (all instances)
     judge_retries: int = 0  # retried attempts of in-process judges / other deployments in this invocation
     pacing: str = ""  # the evaluated deployment's pacer at the end of the run (limit, plateau, 429s, waiting)
@@ -224,7 +231,8 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
                 return
             position, instance = item
             try:
-                record, judged_here = await _evaluate(plan, position, instance, client, metrics, budget, run_name)
+                record, judged_here, bad_request = await _evaluate(plan, position, instance, client, metrics, budget,
+                                                                   run_name)
             except ServerUnreachable as err:
                 outcome.error = outcome.error or str(err)
                 if not stop.is_set():
@@ -232,12 +240,22 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
                 return
             except InferenceError as err:
                 if not err.retryable:
-                    raise
+                    if err.status not in REFUSED_CREDENTIAL:
+                        raise
+                    outcome.error = outcome.error or (f"{err} (the credential was refused: the run stopped; "
+                                                      "fix it and run again to resume)")
+                    if not stop.is_set():
+                        halt()
+                    return
                 outcome.transient_failures += 1
+                outcome.last_transient = str(err)
                 measure.retries_exhausted()
                 progress.advance(failed=True)
                 continue
             writer.write(record)
+            if bad_request is not None:
+                outcome.bad_requests += 1
+                outcome.first_bad_request = outcome.first_bad_request or bad_request
             outcome.evaluated += 1
             measure.recorded(error=record.error is not None, unscored=record.stats.get(main_stat) is None)
             if judged_here:
@@ -277,16 +295,26 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
                           "instances_total": mine, "instances_done": already + outcome.evaluated}
     if outcome.status.get("status") == "failed" and not outcome.error:
         outcome.error = f"every instance failed (first error: {run_dir.first_error()})"
-    if outcome.transient_failures and not outcome.error:
-        outcome.error = (f"{outcome.transient_failures} instance(s) still failing after retries "
-                         f"({plan.deployment.base_url or plan.deployment.name}); run again to resume")
+    if not outcome.error:
+        parts = []
+        if outcome.bad_requests:
+            parts.append(f"{outcome.bad_requests} instance(s) refused as a bad request (first: "
+                         f"{outcome.first_bad_request})")
+        if outcome.transient_failures:
+            parts.append(f"{outcome.transient_failures} instance(s) still failing after retries (last: "
+                         f"{outcome.last_transient}); run again to resume")
+        outcome.error = "; ".join(parts) or None
     return outcome
 
 
+REFUSED_CREDENTIAL = frozenset({401, 403})
+
+
 async def _evaluate(plan: RunPlan, position: int, instance: Instance, client, metrics: Sequence[Metric],
-                    budget: PromptBudget, run_name: str | None = None) -> tuple[InstanceResult, list[JudgeScore]]:
-    """The instance's record, and the judgements made in this process (a remote metric's are counted by
-    the service that asked the judges)."""
+                    budget: PromptBudget, run_name: str | None = None
+                    ) -> tuple[InstanceResult, list[JudgeScore], str | None]:
+    """The instance's record, the judgements made in this process (a remote metric's are counted by the
+    service that asked the judges), and the provider's line when it refused the request as a bad one."""
     spec = plan.spec
     run_name = run_name or spec.name
     prompt = plan.benchmark.prompt(instance, budget)
@@ -297,10 +325,11 @@ async def _evaluate(plan: RunPlan, position: int, instance: Instance, client, me
     try:
         completion = answer(instance, request, majority=plan.majority) if answer else await client.generate(request)
     except InferenceError as err:
-        if err.retryable:
+        if err.retryable or err.status in REFUSED_CREDENTIAL:
             raise
+        bad = str(err) if err.status == 400 and not err.content_filter else None
         return InstanceResult(run=run_name, instance=recorded(instance) if recorded else instance, prompt=prompt,
-                              completion=None, stats={}, error=str(err), position=position), []
+                              completion=None, stats={}, error=str(err), position=position), [], bad
     item = ScoringItem(run=spec, instance=instance, prompt=prompt, completion=completion)
     if len(metrics) == 1:  # the common case: no gather (a task per metric) for one coroutine
         results = [await metrics[0].score(item)]
@@ -311,7 +340,7 @@ async def _evaluate(plan: RunPlan, position: int, instance: Instance, client, me
             for j in r.judgements]
     return InstanceResult(run=run_name, instance=recorded(instance) if recorded else instance, prompt=prompt,
                           completion=completion, stats=merged.stats, judgements=merged.judgements,
-                          judge_usage=merged.judge_usage, position=position), here
+                          judge_usage=merged.judge_usage, position=position), here, None
 
 
 async def _finish(producer: asyncio.Task) -> None:

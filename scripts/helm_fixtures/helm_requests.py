@@ -1,0 +1,50 @@
+"""Send one request through HELM's OWN client for each named deployment of HELM's packaged
+model_deployments.yaml, at whatever endpoints the environment and credentials point to (a capture server),
+and say per deployment whether HELM's client call returned. Run with the crfm-helm venv's python (no medhelm
+import here): the differential test (tests/providers/test_helm_differential.py) compares what arrives with
+what medhelm sends for the same entries.
+
+Usage: python helm_requests.py <spec.json>   spec: {"credentials": {...}, "deployments": [names], "prompt": str,
+"max_tokens": int, "capture": url}; prints one JSON line per deployment: {"name", "ok", "error"}.
+Between deployments it POSTs <capture>/__next__ {"name"} so the server files what follows under that name.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import urllib.request
+
+
+def main(spec_path: str) -> int:
+    spec = json.loads(open(spec_path).read())
+    from helm.benchmark.config_registry import register_builtin_configs_from_helm_package
+    from helm.clients.auto_client import AutoClient
+    from helm.common.cache_backend_config import BlackHoleCacheBackendConfig
+    from helm.common.request import Request
+    from helm.benchmark.model_deployment_registry import get_model_deployment
+
+    register_builtin_configs_from_helm_package()
+    auto = AutoClient(spec["credentials"], tempfile.mkdtemp(), BlackHoleCacheBackendConfig())
+    auto._auto_tokenizer._get_tokenizer = lambda *a, **k: None  # no tokenizer downloads: requests only
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    for name in spec["deployments"]:
+        opener.open(urllib.request.Request(spec["capture"] + "/__next__", data=json.dumps({"name": name}).encode(),
+                                           method="POST"), timeout=10).read()
+        ok, error = False, ""
+        try:
+            deployment = get_model_deployment(name)
+            client = auto._get_client(name)
+            result = client.make_request(Request(model=deployment.model_name, model_deployment=name,
+                                                 prompt=spec["prompt"], max_tokens=spec["max_tokens"],
+                                                 temperature=0.0, stop_sequences=[]))
+            ok, error = bool(result.success), str(result.error or "")[:300]
+        except Exception as err:  # noqa: BLE001 - a client that cannot be built or raises: said, not fatal
+            error = f"{type(err).__name__}: {err}"[:300]
+        print(json.dumps({"name": name, "ok": ok, "error": error}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
