@@ -58,6 +58,8 @@ class ServerConfig:
     max_call_s: float = 900.0  # a call running longer gets DEADLINE_EXCEEDED
     max_query_s: float = 10.0  # cap on a metric's own database time limit (EHRSQL timeout_s)
     max_aggregate_records: int = 1_000_000  # AggregateRun: more records get RESOURCE_EXHAUSTED
+    max_aggregate_names: int = 10_000  # AggregateRun: more distinct (stat, split) names get RESOURCE_EXHAUSTED
+    max_aggregate_mb: int = 32  # AggregateRun: sums (and names) held past this get RESOURCE_EXHAUSTED
     benchmark_roots: tuple[Path, ...] = ()  # folders whose files callers may name; () = none
     allow_caller_metrics: bool = False  # trust callers' metric specs (judges, templates)
     health_port: int | None = None  # plaintext grpc.health.v1 only (kubelet probes); None = off; 0 = any
@@ -94,7 +96,7 @@ def build_servicer(config: ServerConfig, telemetry: Telemetry) -> tuple[object, 
         host = MetricHost(deployments, pool, accept=lambda m: m.name in JURY_METRICS, what="jury metric",
                           max_concurrency=config.max_concurrency, benchmarks=served, max_query_s=config.max_query_s)
         return JuryServicer(telemetry, host), [host, pool]
-    from medhelm.rpc.metrics import MetricsServicer
+    from medhelm.rpc.metrics import AggregateLimits, MetricsServicer
     from medhelm.scoring.cpu import CpuPool
 
     cpu = CpuPool(config.scoring_processes) if config.scoring_processes > 0 else None
@@ -102,8 +104,9 @@ def build_servicer(config: ServerConfig, telemetry: Telemetry) -> tuple[object, 
         cpu.start()  # spawned before the port opens: the first 1 MB item does not also pay for start-up
     host = MetricHost(deployments, pool, max_concurrency=config.max_concurrency, benchmarks=served,
                       max_query_s=config.max_query_s, cpu=cpu)
-    return MetricsServicer(telemetry, host, output_path=config.output_path,
-                           max_records=config.max_aggregate_records), [host, pool]
+    limits = AggregateLimits(max_records=config.max_aggregate_records, max_names=config.max_aggregate_names,
+                             max_held_mb=config.max_aggregate_mb, max_answer_mb=config.max_message_mb)
+    return MetricsServicer(telemetry, host, output_path=config.output_path, limits=limits), [host, pool]
 
 
 def _prices(local_path: Path):
