@@ -274,6 +274,8 @@ def test_every_value_is_documented(chart):
 # YAML for the default values and every file in ci/.
 
 NS = {"kubernetes.io/metadata.name": "clinical-ai"}
+GRPC_NAMES = {"scenarios": "medhelm.v1.ScenarioService", "jury": "medhelm.v1.JuryService",
+              "metrics": "medhelm.v1.MetricsService"}
 MONITORING = {"kubernetes.io/metadata.name": "monitoring"}
 ALL_VALUES = ["default", *sorted(p.name for p in (Path(__file__).resolve().parents[2] / "helm-charts/medhelm/ci")
                                  .glob("*.yaml"))]
@@ -390,9 +392,14 @@ def test_every_service_selector_routes_to_its_pods(values, chart, helm_bin):
         for c in d["spec"]["template"]["spec"]["containers"]:
             ports = {p["name"]: p["containerPort"] for p in c["ports"]}
             assert c.get("startupProbe"), (d["metadata"]["name"], "a slow start must not be killed by liveness")
-            for probe in (c.get("startupProbe"), c.get("readinessProbe"), c.get("livenessProbe")):
+            for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+                probe = c.get(kind)
                 if probe and "grpc" in probe:
-                    assert probe["grpc"]["port"] == ports["health"] and probe["grpc"]["service"].startswith("medhelm.v1.")
+                    # readiness and start-up name the service: the health port then asks the port that serves;
+                    # liveness names "" (a wedged loop only: a busy one is not restarted)
+                    assert probe["grpc"]["port"] == ports["health"]
+                    assert probe["grpc"]["service"] == ("" if kind == "livenessProbe" else
+                                                        next(v for k, v in GRPC_NAMES.items() if k in c["name"]))
                 elif probe and "exec" in probe:  # a dashboard on loopback: probed from inside its container
                     assert f"http://127.0.0.1:{ports['http']}/_stcore/health" in probe["exec"]["command"][-1]
                     assert "--host=127.0.0.1" in c["args"]

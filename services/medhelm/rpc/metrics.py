@@ -10,8 +10,16 @@ are the caller's (``--max-aggregate-names``, each name at most ``max_name_chars`
 running sums hold (``--max-aggregate-mb``, counted before a name is kept: a pair's sums plus its two strings)
 and the answer (at most ``--max-message-mb``, counted as names arrive, so an answer that could not be sent is
 refused before it is built). One call therefore holds at most ``--max-aggregate-mb`` of sums plus the message
-being folded (``--max-message-mb``, and one decoded record at a time); the process at most ``--max-calls``
-times that."""
+being read and folded (gRPC's buffers and the decoded message: a small multiple of ``--max-message-mb``; one
+decoded record at a time), and at most ``--max-aggregate-calls`` calls are read at once (the others wait their
+turn without reading): the process holds at most that many times one call (stated and measured in
+docs/benchmarks.md, section *abuse-aggregate*).
+
+Folding is CPU work in pure Python: it runs on one worker thread of the servicer, never on the event loop,
+so health on the service port and every other call are answered while a long stream is folded (the loop takes
+the GIL back within the server's switch interval, ``rpc/server.py``). Calls that fold at the same time take
+turns on that thread, ``FOLD_CHUNK`` records at a time, so a small call waits for one chunk, not for a
+16 MB message."""
 
 from __future__ import annotations
 
@@ -19,6 +27,7 @@ import asyncio
 import re
 import sys
 from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +49,7 @@ MB = 1024 * 1024
 PAIR_BYTES = 2048
 # One Stat.to_json() in the answer without its two names: keys, two counts, six floats at 24 characters each.
 STAT_JSON_BYTES = 330
+FOLD_CHUNK = 1000  # records folded per turn on the fold thread
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,7 @@ class AggregateLimits:
     max_name_chars: int = 256  # one stat or split name
     max_held_mb: int = 32  # the pairs' running sums and names, counted before each new pair is kept
     max_answer_mb: int = 16  # the RunStats answer (the server's --max-message-mb)
+    max_calls: int = 4  # AggregateRun calls read and folded at once; more wait their turn, reading nothing
 
 
 class _Fold:
@@ -110,6 +121,8 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
                  limits: AggregateLimits = AggregateLimits()) -> None:
         self.telemetry, self._host, self._output = telemetry, host, Path(output_path)
         self._limits = limits
+        self._folder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aggregate")
+        self._turns = asyncio.Semaphore(limits.max_calls)
 
     @rpc_method
     async def Score(self, request: common_pb2.ScoreRequest,
@@ -126,16 +139,22 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
     @rpc_method
     async def AggregateRun(self, request_iterator: AsyncIterator[metrics_pb2.AggregateRunRequest],
                            context: grpc.aio.ServicerContext) -> metrics_pb2.RunStats:
+        async with self._turns:  # a message being read costs a multiple of its size: a few calls at a time
+            return await self._aggregate(request_iterator)
+
+    async def _aggregate(self, request_iterator: AsyncIterator[metrics_pb2.AggregateRunRequest]) -> metrics_pb2.RunStats:
         spec: RunSpec | None = None
         fold = _Fold(self._limits)
+        loop = asyncio.get_running_loop()
         async for msg in request_iterator:
             if spec is None:
                 spec = codec.run_spec(msg.run_spec_json)
-            fold.add(msg.instance_result_json)
-            await asyncio.sleep(0)  # a long stream of buffered messages still lets every other call in
+            lines = msg.instance_result_json
+            for start in range(0, len(lines), FOLD_CHUNK):  # a chunk at a time: other calls' chunks in between
+                await loop.run_in_executor(self._folder, fold.add, lines[start:start + FOLD_CHUNK])
         if spec is None:
             raise ConfigError("empty stream: the first message must carry run_spec_json", field="run_spec_json")
-        stats_json = fold.answer_json()
+        stats_json = await loop.run_in_executor(self._folder, fold.answer_json)
         return metrics_pb2.RunStats(run=spec.name, stats_json=stats_json, instances=fold.records)
 
     @rpc_method
