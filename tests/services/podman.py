@@ -118,7 +118,8 @@ def wait_for(check, what: str, timeout_s: float = 90.0, every_s: float = 0.5):
 
 
 def make_tls(folder: Path, hosts: list[str]) -> dict[str, Path]:
-    """A CA, a server certificate for ``hosts`` and a separate client certificate (openssl)."""
+    """A CA, a server certificate for ``hosts`` (also usable as a client's: a service checks its own TLS port for
+    readiness, rpc/server.py) and a separate client certificate (openssl)."""
     folder.mkdir(parents=True, exist_ok=True)
 
     def ssl(*args: str) -> None:
@@ -127,7 +128,7 @@ def make_tls(folder: Path, hosts: list[str]) -> dict[str, Path]:
     ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=medhelm-test-ca",
         "-keyout", "ca.key", "-out", "ca.crt")
     sans = ",".join(("IP:" if h[0].isdigit() else "DNS:") + h for h in hosts)
-    (folder / "server.cnf").write_text(f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\n")
+    (folder / "server.cnf").write_text(f"subjectAltName={sans}\nextendedKeyUsage=serverAuth,clientAuth\n")
     (folder / "client.cnf").write_text("extendedKeyUsage=clientAuth\n")
     for who, cert, key in (("server", "tls.crt", "tls.key"), ("client", "client.crt", "client.key")):
         ssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN=medhelm-{who}", "-keyout", key,

@@ -453,3 +453,60 @@ def test_aggregate_run_folds_records_as_it_reads(tmp_path, start_service):
         assert g["unscored"] == s.unscored * batches
         assert (g["mean"] is None and s.mean is None) or abs(g["mean"] - s.mean) < 1e-12
     assert json.loads(warm.stats_json) == [s.to_json() for s in expected]
+
+
+def test_aggregate_run_is_bounded_by_bytes_not_only_records(tmp_path, start_service):
+    """Stat and split names are the caller's: new names on every record (the attack that took the service from
+    213 MB to 2.9 GB) are refused RESOURCE_EXHAUSTED once a call holds the most distinct names, the most bytes
+    of sums or the largest answer the server allows, each naming its flag; a name longer than the cap is
+    refused without being echoed; a stream within the caps still aggregates exactly."""
+    from medhelm.pipeline.aggregate import aggregate
+
+    root = tmp_path / "root"
+    cfg = write_qa_benchmark(root / "qa", 4)
+    local = tmp_path / "prod_env"
+    write_deployment(local, "http://127.0.0.1:9/v1")
+    spec = names_for(_plan(cfg, local, tmp_path / "out").spec, (root,))
+    common = ["--local-path", str(local), "--output-path", str(tmp_path / "out"), "--offline",
+              "--benchmark-root", str(root)]
+
+    def record(i: int, names: list[str], split: str = "test") -> InstanceResult:
+        return InstanceResult(run=spec.name, instance=Instance(str(i), "x", split=split), prompt=Prompt.user("x"),
+                              completion=Completion("Yes"), stats={n: float(i % 5) for n in names}, position=i)
+
+    def attack(per_record: int, width: int = 8, records: int = 100_000):
+        """Records each carrying ``per_record`` names never seen before (``width`` characters and up)."""
+        yield metrics_pb2.AggregateRunRequest(run_spec_json=codec.dumps(spec.to_json()))
+        for batch in range(0, records, 500):
+            yield metrics_pb2.AggregateRunRequest(instance_result_json=[
+                codec.dumps(record(i, [f"{i:0{width}d}.{k}" for k in range(per_record)]).to_json())
+                for i in range(batch, batch + 500)])
+
+    default = start_service("metrics", *common)
+    small = start_service("metrics", *common, "--max-aggregate-names", "100000", "--max-aggregate-mb", "1")
+    tiny_answer = start_service("metrics", *common, "--max-aggregate-names", "100000", "--max-message-mb", "1")
+    for svc, stream, flag in ((default, attack(8), "--max-aggregate-names"),
+                              (small, attack(1, width=200), "--max-aggregate-mb"),
+                              (tiny_answer, attack(1, width=200), "--max-message-mb")):
+        with grpc.insecure_channel(svc.address) as ch:
+            err = _refused(lambda: metrics_pb2_grpc.MetricsServiceStub(ch).AggregateRun(stream, timeout=600),
+                           grpc.StatusCode.RESOURCE_EXHAUSTED)
+            assert flag in err.details() and "AggregateRun" in err.details(), err.details()
+    with grpc.insecure_channel(default.address) as ch:
+        stub = metrics_pb2_grpc.MetricsServiceStub(ch)
+        long_name = "PATIENT-Jane-Roe-" * 20  # 340 characters: over the 256 a name may have
+        for names, split in (([long_name], "test"), (["exact_match"], long_name)):
+            err = _refused(lambda: stub.AggregateRun(iter([metrics_pb2.AggregateRunRequest(
+                run_spec_json=codec.dumps(spec.to_json()),
+                instance_result_json=[codec.dumps(record(0, names, split).to_json())])]), timeout=60),
+                grpc.StatusCode.RESOURCE_EXHAUSTED)
+            assert "340 characters" in err.details() and "Jane" not in err.details()
+        # within the caps: many records over a few names aggregate exactly, as the pipeline does
+        records = [record(i, ["exact_match", "rouge_l"], ("test", "valid")[i % 2]) for i in range(2000)]
+        got = stub.AggregateRun(iter([metrics_pb2.AggregateRunRequest(
+            run_spec_json=codec.dumps(spec.to_json()), instance_result_json=[codec.dumps(r.to_json())
+                                                                              for r in records])]), timeout=120)
+        assert json.loads(got.stats_json) == [s.to_json() for s in aggregate(records)]
+        # the service still serves after each refusal
+        assert health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=30).status == \
+            health_pb2.HealthCheckResponse.SERVING

@@ -44,8 +44,12 @@ def test_lint_template_and_validate_strict(values, chart, helm_bin, kubernetes_v
     if values == "full":
         expected |= {"InferenceService", "Job", "ServiceMonitor"}
     assert expected <= set(kinds)
-    # secrets are referenced, never rendered, but for the caller token the chart generates (auth.callers)
-    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"] == ["rel-medhelm-callers"]
+    # secrets are referenced, never rendered, but for the caller token the chart generates (auth.callers) and,
+    # without your own TLS Secret, the certificates of its self-signed bootstrap (test_tls_is_on_by_default)
+    own_tls = bool(yaml.safe_load((chart / VALUE_SETS[values][1]).read_text()).get("tls", {}).get("secretName")) \
+        if VALUE_SETS[values] else False
+    assert sorted(d["metadata"]["name"] for d in docs if d["kind"] == "Secret") == \
+        ["rel-medhelm-callers"] + ([] if own_tls else ["rel-medhelm-job-tls", "rel-medhelm-tls"])
     deployments = {d["metadata"]["name"] for d in docs if d["kind"] == "Deployment"}
     assert deployments == {f"rel-medhelm-{n}" for n in ("scenarios", "jury", "metrics", "dashboard")}
     for d in docs:
@@ -84,7 +88,8 @@ def test_inference_services_and_job_from_values(chart, helm_bin):
     assert judge["resources"]["requests"]["nvidia.com/gpu"] == "2"
     # the gated download's token: a ServiceAccount listing the Secret (KServe's storage initializer reads the
     # Secrets of its pod's ServiceAccount), never an env var of the model server
-    assert "env" not in judge and predictor["serviceAccountName"] == "llama-3-1-8b-instruct-model-store"
+    assert [e["name"] for e in judge["env"]] == ["HOME"]  # the emptyDir for caches; no token
+    assert predictor["serviceAccountName"] == "llama-3-1-8b-instruct-model-store"
     (sa,) = [d for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == predictor["serviceAccountName"]]
     assert sa["secrets"] == [{"name": "hf-token"}] and sa["automountServiceAccountToken"] is False
     # scheduling knobs reach the predictor pod
@@ -147,19 +152,26 @@ def test_default_jury_reaches_judges_in_the_cluster(chart, helm_bin):
         assert dep.served_model_name == served[host], judge["name"]
 
 
-def test_network_policy_keeps_egress_in_namespace(chart, helm_bin):
-    (policy,) = [d for d in _render(helm_bin, chart, []) if d["kind"] == "NetworkPolicy"
-                 and "Egress" in d["spec"]["policyTypes"]]  # ingress rules: tests/access/test_chart_access.py
-    spec = policy["spec"]
-    # its only ingress rule (on by default) lets Prometheus's namespace reach the metrics port; every other
-    # ingress rule is per component (tests/access/test_chart_access.py)
+def test_network_policy_lets_each_pod_reach_dns_and_only_what_it_calls(chart, helm_bin):
+    policies = {d["metadata"]["name"]: d["spec"] for d in _render(helm_bin, chart, []) if d["kind"] == "NetworkPolicy"}
+    spec = policies["rel-medhelm-egress"]  # every medhelm pod: DNS and nothing else (ingress: Prometheus only)
     assert spec["policyTypes"] == ["Ingress", "Egress"]
     assert [r["ports"] for r in spec["ingress"]] == [[{"protocol": "TCP", "port": 9090}]]
-    assert spec["egress"][0] == {"to": [{"podSelector": {}}]}  # same namespace only
-    dns = spec["egress"][1]
+    (rule,) = spec["ingress"]
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": MONITORING},
+                             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]
+    (dns,) = spec["egress"]
     assert {p["port"] for p in dns["ports"]} == {53}
     assert dns["to"][0]["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"}
-    assert len(spec["egress"]) == 2  # nothing else leaves
+    # the Job reaches the services' gRPC ports; `helm test` the health and dashboard ports; nothing else by default
+    # (no model outside KServe configured, no KServe, SQLite): no namespace-wide rule anywhere
+    assert sorted(policies) == ["rel-medhelm-dashboard-ingress", "rel-medhelm-egress", "rel-medhelm-egress-services",
+                                "rel-medhelm-egress-test", "rel-medhelm-job-ingress", "rel-medhelm-jury-ingress",
+                                "rel-medhelm-metrics-ingress", "rel-medhelm-scenarios-ingress"]
+    for name, pol in policies.items():
+        for r in pol.get("egress", []) + pol.get("ingress", []):
+            for peer in r.get("to", []) + r.get("from", []):
+                assert peer != {"podSelector": {}} or name == "rel-medhelm-dashboard-ingress", name  # port-forward
 
 
 def test_broken_template_or_value_fails(chart, helm_bin, kubernetes_validate, tmp_path):
@@ -274,6 +286,8 @@ def test_every_value_is_documented(chart):
 # YAML for the default values and every file in ci/.
 
 NS = {"kubernetes.io/metadata.name": "clinical-ai"}
+GRPC_NAMES = {"scenarios": "medhelm.v1.ScenarioService", "jury": "medhelm.v1.JuryService",
+              "metrics": "medhelm.v1.MetricsService"}
 MONITORING = {"kubernetes.io/metadata.name": "monitoring"}
 ALL_VALUES = ["default", *sorted(p.name for p in (Path(__file__).resolve().parents[2] / "helm-charts/medhelm/ci")
                                  .glob("*.yaml"))]
@@ -390,9 +404,14 @@ def test_every_service_selector_routes_to_its_pods(values, chart, helm_bin):
         for c in d["spec"]["template"]["spec"]["containers"]:
             ports = {p["name"]: p["containerPort"] for p in c["ports"]}
             assert c.get("startupProbe"), (d["metadata"]["name"], "a slow start must not be killed by liveness")
-            for probe in (c.get("startupProbe"), c.get("readinessProbe"), c.get("livenessProbe")):
+            for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+                probe = c.get(kind)
                 if probe and "grpc" in probe:
-                    assert probe["grpc"]["port"] == ports["health"] and probe["grpc"]["service"].startswith("medhelm.v1.")
+                    # readiness and start-up name the service: the health port then asks the port that serves;
+                    # liveness names "" (a wedged loop only: a busy one is not restarted)
+                    assert probe["grpc"]["port"] == ports["health"]
+                    assert probe["grpc"]["service"] == ("" if kind == "livenessProbe" else
+                                                        next(v for k, v in GRPC_NAMES.items() if k in c["name"]))
                 elif probe and "exec" in probe:  # a dashboard on loopback: probed from inside its container
                     assert f"http://127.0.0.1:{ports['http']}/_stcore/health" in probe["exec"]["command"][-1]
                     assert "--host=127.0.0.1" in c["args"]
@@ -666,3 +685,211 @@ def test_policy_scanner_checkov(chart, helm_bin, checkov_bin, tmp_path):
     passed = sum(r["summary"]["passed"] for r in reports)
     assert not failed, failed
     assert passed > 300 and not any(r["summary"]["parsing_errors"] for r in reports)
+
+
+# ------------------------------------------------------------------------------------------------
+# Secure by default (issue 52, item 5): TLS between the services and the Job, /metrics and egress fenced, every
+# pod non-root with a read-only root and no capabilities. Each default proved on the rendered YAML; the TLS
+# default also by a real service speaking it (and by `podman kube play` in test_kube_play.py).
+
+def _pod_specs(docs: list[dict]) -> list[tuple[str, dict, list[dict]]]:
+    """(what, pod-level securityContext, containers) of every pod the release can make, the KServe predictors and
+    the Job template `medhelm k8s submit` reads included."""
+    out = []
+    for d in docs:
+        name = f"{d['kind']}/{d['metadata']['name']}"
+        if d["kind"] == "ConfigMap" and "job.yaml" in d.get("data", {}):
+            d = yaml.safe_load(d["data"]["job.yaml"])
+        if d["kind"] == "InferenceService":
+            pred = d["spec"]["predictor"]
+            out.append((name, pred.get("securityContext"), [pred["model"]]))
+            continue
+        if d["kind"] == "CronJob":
+            pod = d["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        elif d["kind"] in ("Deployment", "Job"):
+            pod = d["spec"]["template"]["spec"]
+        elif d["kind"] == "Pod":
+            pod = d["spec"]
+        else:
+            continue
+        out.append((name, pod.get("securityContext"), pod["containers"] + pod.get("initContainers", [])))
+    return out
+
+
+KSERVE = ["--set", "kserve.enabled=true", "--set", "inferenceServices[0].name=m", "--set",
+          "inferenceServices[0].modelName=a/b", "--set", "inferenceServices[0].storageUri=pvc://models/m"]
+
+
+@pytest.mark.parametrize("values", [*ALL_VALUES, "kserve"])
+def test_every_pod_runs_non_root_read_only_without_capabilities(values, chart, helm_bin):
+    docs = _render(helm_bin, chart, KSERVE if values == "kserve" else _values_args(values))
+    pods = _pod_specs(docs)
+    assert any(w.startswith("InferenceService/") for w, _, _ in pods) or values not in ("kserve", "full-values.yaml")
+    for what, pod_ctx, containers in pods:
+        assert pod_ctx and pod_ctx["runAsNonRoot"] is True and pod_ctx.get("runAsUser", 1) != 0, what
+        assert pod_ctx["seccompProfile"] == {"type": "RuntimeDefault"}, what
+        for c in containers:
+            ctx = c.get("securityContext") or {}
+            assert ctx.get("readOnlyRootFilesystem") is True, (what, c.get("name"))
+            assert ctx.get("allowPrivilegeEscalation") is False, (what, c.get("name"))
+            assert ctx.get("capabilities", {}).get("drop") == ["ALL"] and not ctx["capabilities"].get("add"), what
+            assert not ctx.get("privileged") and ctx.get("runAsUser", 1) != 0, what
+    # a read-only root still leaves the model server somewhere to write: HOME and caches on an emptyDir
+    for d in (d for d in docs if d["kind"] == "InferenceService"):
+        pred = d["spec"]["predictor"]
+        mounts = {m["mountPath"]: m["name"] for m in pred["model"]["volumeMounts"]}
+        volumes = {v["name"]: v for v in pred["volumes"]}
+        assert "emptyDir" in volumes[mounts["/tmp"]] and volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
+        assert {"name": "HOME", "value": "/tmp"} in pred["model"]["env"]
+
+
+def _secret_files(docs: list[dict], name: str, folder: Path) -> dict[str, Path]:
+    import base64
+
+    (secret,) = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == name]
+    assert secret["type"] == "kubernetes.io/tls"
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for key, value in secret["data"].items():
+        (folder / key).write_bytes(base64.b64decode(value))
+        out[key] = folder / key
+    return out
+
+
+def test_tls_is_on_by_default_and_its_certificates_work(chart, helm_bin, tmp_path, start_service):
+    """Default values: every service serves mutual TLS only, from the chart's self-signed bootstrap (a CA, the
+    services' certificate for every Service name, the Job's client certificate); a real service started with
+    the rendered Secret's files answers the Job's certificate under the Service's name, and refuses plaintext, no
+    client certificate and a certificate of another install's CA. With cert-manager served, Certificates (from a
+    CA it makes, or your issuer) replace the bootstrap, under the same Secret names."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    docs = _render(helm_bin, chart, [])
+    for name in ("scenarios", "jury", "metrics"):
+        dep = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == f"rel-medhelm-{name}")
+        pod = dep["spec"]["template"]["spec"]
+        (c,) = pod["containers"]
+        assert {"--tls-cert=/etc/medhelm/tls/tls.crt", "--tls-key=/etc/medhelm/tls/tls.key",
+                "--tls-client-ca=/etc/medhelm/tls/ca.crt"} <= set(c["args"])
+        assert next(v for v in pod["volumes"] if v["name"] == "tls")["secret"]["secretName"] == "rel-medhelm-tls"
+    job_tpl = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "rel-medhelm-job-template")
+    job_pod = yaml.safe_load(job_tpl["data"]["job.yaml"])["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in job_pod["containers"][0]["env"]}
+    assert env["MEDHELM_TLS_CA"] == "/etc/medhelm/tls/ca.crt" and env["MEDHELM_TLS_CERT"] == "/etc/medhelm/tls/tls.crt"
+    secrets = {v["secret"]["secretName"] for v in job_pod["volumes"] if "secret" in v}
+    assert "rel-medhelm-job-tls" in secrets and "rel-medhelm-tls" not in secrets  # never the server's key
+
+    server = _secret_files(docs, "rel-medhelm-tls", tmp_path / "server")
+    job = _secret_files(docs, "rel-medhelm-job-tls", tmp_path / "job")
+    other = _secret_files(_render(helm_bin, chart, []), "rel-medhelm-job-tls", tmp_path / "other")  # another install
+    assert server["ca.crt"].read_bytes() == job["ca.crt"].read_bytes() != other["ca.crt"].read_bytes()
+    svc = start_service("metrics", "--output-path", str(tmp_path / "out"), "--local-path", str(tmp_path / "env"),
+                        "--tls-cert", str(server["tls.crt"]), "--tls-key", str(server["tls.key"]),
+                        "--tls-client-ca", str(server["ca.crt"]), "--health-port", "0")
+    port = svc.address.rsplit(":", 1)[1]
+
+    def health(creds: grpc.ChannelCredentials | None, name: str = "rel-medhelm-metrics") -> str:
+        options = [("grpc.ssl_target_name_override", name)]
+        with (grpc.secure_channel(f"127.0.0.1:{port}", creds, options=options) if creds
+              else grpc.insecure_channel(f"127.0.0.1:{port}")) as ch:
+            try:
+                reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=30)
+            except grpc.RpcError as err:
+                return err.code().name
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+    def creds(files: dict[str, Path], client: bool = True) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(files["ca.crt"].read_bytes(),
+                                            files["tls.key"].read_bytes() if client else None,
+                                            files["tls.crt"].read_bytes() if client else None)
+
+    for host in ("rel-medhelm-metrics", "rel-medhelm-metrics.clinical-ai.svc.cluster.local"):
+        assert health(creds(job), host) == "SERVING"  # the Job, by the Service's name
+    assert health(creds(job), "rel-medhelm-elsewhere") == "UNAVAILABLE"  # not a name of this certificate
+    assert health(None) == "UNAVAILABLE"  # plaintext
+    assert health(creds(job, client=False)) == "UNAVAILABLE"  # no client certificate
+    assert health(grpc.ssl_channel_credentials(job["ca.crt"].read_bytes(), other["tls.key"].read_bytes(),
+                                               other["tls.crt"].read_bytes())) == "UNAVAILABLE"  # another CA's
+    # readiness on the health port asks the TLS port itself, with the chart's certificate as its own client's
+    from tests.services.podman import grpc_probe
+
+    health_port = int(svc.health_address.rsplit(":", 1)[1])
+    assert grpc_probe(health_port, "medhelm.v1.MetricsService", timeout_s=30) == "SERVING"
+
+    # cert-manager in the cluster: its Certificates, the same Secret names, no bootstrap Secret
+    managed = _render(helm_bin, chart, ["--api-versions", "cert-manager.io/v1"])
+    certs = {d["metadata"]["name"]: d["spec"] for d in managed if d["kind"] == "Certificate"}
+    assert {n for n in certs} == {"rel-medhelm-ca", "rel-medhelm-tls", "rel-medhelm-job-tls"}
+    assert certs["rel-medhelm-ca"]["isCA"] is True
+    assert certs["rel-medhelm-tls"]["secretName"] == "rel-medhelm-tls"
+    assert {"server auth", "client auth"} <= set(certs["rel-medhelm-tls"]["usages"])
+    assert "rel-medhelm-metrics" in certs["rel-medhelm-tls"]["dnsNames"]
+    assert certs["rel-medhelm-job-tls"]["usages"][0] == "client auth"
+    assert certs["rel-medhelm-tls"]["issuerRef"] == {"name": "rel-medhelm-ca", "kind": "Issuer", "group": "cert-manager.io"}
+    assert [d["metadata"]["name"] for d in managed if d["kind"] == "Secret"] == ["rel-medhelm-callers"]
+    yours = _render(helm_bin, chart, ["--api-versions", "cert-manager.io/v1", "--set",
+                                      "tls.certManager.issuerRef.name=hospital-ca", "--set",
+                                      "tls.certManager.issuerRef.kind=ClusterIssuer"])
+    assert not [d for d in yours if d["kind"] == "Issuer"]
+    assert {d["spec"]["issuerRef"]["name"] for d in yours if d["kind"] == "Certificate"} == {"hospital-ca"}
+    forced_off = _render(helm_bin, chart, ["--api-versions", "cert-manager.io/v1", "--set",
+                                           "tls.certManager.enabled=false"])
+    assert not [d for d in forced_off if d["kind"] == "Certificate"]
+    # your own Secret for the services and mutual TLS: the Job's own is required, named
+    done = _helm(helm_bin, chart, "template", "rel", ".", "--set", "tls.secretName=mine")
+    assert done.returncode != 0 and "tls.clientSecretName is required" in done.stderr
+    plain = _render(helm_bin, chart, ["--set", "tls.enabled=false"])  # opting out is explicit
+    assert not [d for d in plain if d["kind"] == "Secret" and "tls" in d["metadata"]["name"]]
+
+
+def test_metrics_and_egress_are_fenced_by_default(chart, helm_bin, tmp_path):
+    """/metrics answers the monitoring namespace's Prometheus only (not a pod of the namespace, not another pod of
+    the monitoring namespace); each pod's egress reaches DNS and what it calls: the Job the services, the Job,
+    jury and metrics the models (KServe's and the configured endpoints outside it), the store's users the store,
+    and nothing else: not a pod of the namespace, not the internet."""
+    values = tmp_path / "v.yaml"
+    values.write_text("kserve: {enabled: true}\n"
+                      "inferenceServices: [{name: m, modelName: a/b, storageUri: 'pvc://models/m'}]\n"
+                      "networkPolicy:\n  modelEgress: [{to: [{ipBlock: {cidr: 10.44.0.0/24}}], "
+                      "ports: [{protocol: TCP, port: 443}]}]\n"
+                      "resultsStore: {kind: postgres, postgres: {secretName: pg}}\n"
+                      "monitoring: {pushgateway: {url: 'http://pushgateway.monitoring:9091'}}\n")
+    for args in ([], ["-f", str(values)]):
+        docs = _render(helm_bin, chart, args)
+        policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+        pods = _workloads(docs)
+        by = {w["labels"]["app.kubernetes.io/component"]: w for w in pods.values() if w["kind"] != "InferenceService"}
+        job = by.get("job", {"labels": {"app.kubernetes.io/instance": "rel", "app.kubernetes.io/component": "job"},
+                             "ports": {"metrics": 9090}})
+        prom, other_ns = {"app.kubernetes.io/name": "prometheus"}, {"kubernetes.io/metadata.name": "other"}
+        for w in (by["scenarios"], by["jury"], by["metrics"], job):
+            assert _allowed(policies, "Ingress", w, MONITORING, prom, 9090)
+            assert not _allowed(policies, "Ingress", w, NS, {"app": "anything"}, 9090)  # a pod of the namespace
+            assert not _allowed(policies, "Ingress", w, NS, by["dashboard"]["labels"], 9090)
+            assert not _allowed(policies, "Ingress", w, MONITORING, {"app": "grafana"}, 9090)
+            assert not _allowed(policies, "Ingress", w, other_ns, prom, 9090)
+        for w in (*by.values(), job):
+            assert _allowed(policies, "Egress", w, {"kubernetes.io/metadata.name": "kube-system"},
+                            {"k8s-app": "kube-dns"}, 53)
+            assert not _allowed(policies, "Egress", w, {}, None, 443, ip="8.8.8.8")
+            assert not _allowed(policies, "Egress", w, NS, {"app": "anything"}, 443)
+            assert not _allowed(policies, "Egress", w, other_ns, {"app": "x"}, 443)
+        for name in ("scenarios", "jury", "metrics"):
+            assert _allowed(policies, "Egress", job, NS, by[name]["labels"], 50051)
+            assert not _allowed(policies, "Egress", job, NS, by[name]["labels"], 9090)
+            assert not _allowed(policies, "Egress", by["dashboard"], NS, by[name]["labels"], 50051)
+        callers, others = (job, by["jury"], by["metrics"]), (by["scenarios"], by["dashboard"])
+        for pred in (w for w in pods.values() if w["kind"] == "InferenceService"):
+            assert all(_allowed(policies, "Egress", w, NS, pred["labels"], 8080) for w in callers)
+            assert not any(_allowed(policies, "Egress", w, NS, pred["labels"], 8080) for w in others)
+        if args:
+            assert all(_allowed(policies, "Egress", w, {}, None, 443, ip="10.44.0.7") for w in callers)
+            assert not any(_allowed(policies, "Egress", w, {}, None, 443, ip="10.44.0.7") for w in others)
+            assert not _allowed(policies, "Egress", job, {}, None, 80, ip="10.44.0.7")  # the endpoint's port only
+            pg = {"app": "postgres"}
+            assert _allowed(policies, "Egress", by["dashboard"], NS, pg, 5432)
+            assert _allowed(policies, "Egress", job, NS, pg, 5432)
+            assert not _allowed(policies, "Egress", by["scenarios"], NS, pg, 5432)
+            assert _allowed(policies, "Egress", job, MONITORING, {"app": "pushgateway"}, 9091)
+            assert not _allowed(policies, "Egress", by["jury"], MONITORING, {"app": "pushgateway"}, 9091)

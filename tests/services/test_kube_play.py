@@ -3,7 +3,9 @@ Deployments and ConfigMaps (the PVC as a podman volume, the TLS Secrets as podma
 probes run from the host against the pod IPs the way the kubelet runs them, then the Job's pod template
 played as one Pod per completion index (JOB_COMPLETION_INDEX set as an Indexed Job sets it) against the
 services and the mock OpenAI server (in a pod of the same image): the shards write their records to the
-shared volume and `medhelm collect` merges them. Plaintext and mutual TLS.
+shared volume and `medhelm collect` merges them. Three modes: the chart's default values (mutual TLS from the
+self-signed bootstrap the chart generates: its Secrets become podman secrets), mutual TLS from Secrets of
+one's own, and plaintext (tls.enabled false, the explicit opt-out).
 
 What kube play cannot emulate stays in render-and-check tests (test_helm_chart.py): a Service is emulated
 by a hostAliases entry mapping its name to the pod its selector selects (as cluster DNS + kube-proxy would);
@@ -19,8 +21,10 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
+import grpc
 import pytest
 import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from medhelm.devtools.fixtures import write_configurable_benchmark
 from tests.services.podman import DASHBOARD_IMAGE, IMAGE, grpc_probe, make_tls, run, wait_for
@@ -229,7 +233,7 @@ def indexed_pods(job: dict, name: str, aliases: list[dict], *, labels: dict | No
     return pods
 
 
-@pytest.mark.parametrize("mode", ["plaintext", "mutual-tls"])
+@pytest.mark.parametrize("mode", ["default-tls", "plaintext", "mutual-tls"])
 def test_chart_workloads_come_up_and_a_job_shard_writes_records(mode, image, cluster, helm_bin, repo_root, tmp_path):
     release = cluster.release
     full = f"{release}-medhelm"
@@ -246,6 +250,8 @@ def test_chart_workloads_come_up_and_a_job_shard_writes_records(mode, image, clu
                 "runEntries": ["medhelm_configurable_benchmark:model=test/svc-model,config_path=/data/bench/bench.yaml"]},
     }
     tls = None
+    if mode == "plaintext":
+        values["tls"] = {"enabled": False}
     if mode == "mutual-tls":
         tls = make_tls(tmp_path / "pki", [f"{full}-scenarios", f"{full}-jury", f"{full}-metrics", "localhost"])
         cluster.secret(f"{release}-server-tls", {"tls.crt": tls["tls.crt"], "tls.key": tls["tls.key"],
@@ -255,6 +261,16 @@ def test_chart_workloads_come_up_and_a_job_shard_writes_records(mode, image, clu
         values["tls"] = {"enabled": True, "secretName": f"{release}-server-tls", "mutual": True,
                          "clientSecretName": f"{release}-job-tls"}
     by_kind = by_kind_of(_render(helm_bin, repo_root, release, values, tmp_path))
+    if mode == "default-tls":  # the chart's own certificates (bootstrap Secrets), as the services and the Job get them
+        secrets = {d["metadata"]["name"]: d for d in by_kind["Secret"]}
+        assert {f"{full}-tls", f"{full}-job-tls"} <= set(secrets)
+        tls = {}
+        for name, prefix in ((f"{full}-tls", ""), (f"{full}-job-tls", "client.")):
+            for key, value in secrets[name]["data"].items():
+                path = tmp_path / "chart-pki" / f"{prefix}{key}"
+                path.parent.mkdir(exist_ok=True)
+                path.write_bytes(base64.b64decode(value))
+                tls[f"{prefix}{key}".replace("client.tls.", "client.")] = path
     volume = seed_volume(cluster, by_kind, bench)
     pods = play_services(cluster, by_kind)  # the chart's probes, from the host, against each pod's IP
 
@@ -270,6 +286,13 @@ def test_chart_workloads_come_up_and_a_job_shard_writes_records(mode, image, clu
         if tls is not None and container["name"] != "dashboard":  # the service port itself speaks TLS only
             grpc_port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
             assert grpc_probe(grpc_port, host=ip, timeout_s=2) in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+            # ... and answers the Job's certificate, verified by the Service's name
+            creds = grpc.ssl_channel_credentials(tls["ca.crt"].read_bytes(), tls["client.key"].read_bytes(),
+                                                 tls["client.crt"].read_bytes())
+            with grpc.secure_channel(f"{ip}:{grpc_port}", creds, options=[
+                    ("grpc.ssl_target_name_override", dep["metadata"]["name"])]) as ch:
+                reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=30)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
     aliases = service_aliases(by_kind, pods)
 

@@ -193,14 +193,25 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   mountPath: /tmp
 {{- end -}}
 
-{{/* TLS material: the services mount the server Secret; the Job mounts its own client Secret
-     (tls.clientSecretName) and never sees the server's key. Call with (dict "root" $ "side" "server"|"client"). */}}
+{{/* TLS material: the services mount the server Secret; the Job mounts its own client Secret and never sees
+     the server's key. The Secrets are yours (tls.secretName, tls.clientSecretName) or the chart's (templates/tls.yaml:
+     cert-manager's or the self-signed bootstrap). Call with (dict "root" $ "side" "server"|"client"). */}}
 {{- define "medhelm.tlsMount" -}}
 {{- if .root.Values.tls.enabled }}
 - name: tls
   mountPath: /etc/medhelm/tls
   readOnly: true
 {{- end }}
+{{- end -}}
+
+{{- define "medhelm.tlsServerSecret" -}}
+{{ .Values.tls.secretName | default (printf "%s-tls" (include "medhelm.fullname" .)) }}
+{{- end -}}
+
+{{- define "medhelm.tlsClientSecret" -}}
+{{- if .Values.tls.clientSecretName -}}{{ .Values.tls.clientSecretName }}
+{{- else if not .Values.tls.secretName -}}{{ include "medhelm.fullname" . }}-job-tls
+{{- end -}}
 {{- end -}}
 
 {{- define "medhelm.tlsVolume" -}}
@@ -210,11 +221,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   secret:
     optional: false  # explicit (the default): no pod starts without its certificates
     {{- if eq .side "server" }}
-    secretName: {{ required "tls.secretName is required when tls.enabled" $tls.secretName }}
+    secretName: {{ include "medhelm.tlsServerSecret" .root }}
     {{- else if $tls.mutual }}
-    secretName: {{ required "tls.clientSecretName is required when tls.mutual (the Job's own client certificate)" $tls.clientSecretName }}
+    secretName: {{ required "tls.clientSecretName is required with your own tls.secretName and tls.mutual (the Job's own client certificate)" (include "medhelm.tlsClientSecret" .root) }}
     {{- else }}
-    secretName: {{ $tls.clientSecretName | default $tls.secretName }}
+    secretName: {{ include "medhelm.tlsClientSecret" .root | default (include "medhelm.tlsServerSecret" .root) }}
     items:
       - key: ca.crt
         path: ca.crt

@@ -42,6 +42,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cap on a metric's own database time limit, e.g. EHRSQL's (default: %(default)s)")
     g.add_argument("--max-aggregate-records", type=int_in(1, 10**9), default=1_000_000,
                    help="most records one AggregateRun call may stream (default: %(default)s)")
+    g.add_argument("--max-aggregate-names", type=int_in(1, 10**7), default=10_000,
+                   help="most distinct (stat, split) names one AggregateRun call may create (default: %(default)s)")
+    g.add_argument("--max-aggregate-mb", type=int_in(1, 65_536), default=32,
+                   help="most memory the stats of one AggregateRun call may hold, in MB (default: %(default)s)")
+    g.add_argument("--max-aggregate-calls", type=int_in(1, 1024), default=4,
+                   help="AggregateRun calls read at once; more wait their turn (default: %(default)s)")
     g.add_argument("--tls-cert", type=Path, help="server certificate (PEM); with --tls-key enables TLS")
     g.add_argument("--tls-key", type=Path, help="server private key (PEM)")
     g.add_argument("--tls-client-ca", type=Path, help="CA for client certificates: enables mutual TLS")
@@ -114,6 +120,8 @@ def main(args: argparse.Namespace) -> int:
                           max_calls=args.max_calls,
                           max_call_s=args.max_call_s, max_query_s=args.max_query_s,
                           max_aggregate_records=args.max_aggregate_records,
+                          max_aggregate_names=args.max_aggregate_names, max_aggregate_mb=args.max_aggregate_mb,
+                          max_aggregate_calls=args.max_aggregate_calls,
                           benchmark_roots=tuple(args.benchmark_roots),
                           allow_caller_metrics=args.allow_caller_metrics,
                           scoring_processes=args.scoring_processes)

@@ -106,6 +106,13 @@ class Aggregator:
             if v > a[6]:
                 a[6] = v
 
+    def __len__(self) -> int:
+        """How many (stat, split) pairs it holds sums for."""
+        return len(self._acc)
+
+    def __contains__(self, pair: object) -> bool:
+        return pair in self._acc
+
     def stats(self) -> list[Stat]:
         return [Stat(name=n, split=s, count=int(a[0]), sum=_exact(a[1], a[3], a[8]),
                      sum_squared=_exact(a[2], a[4], a[8] * a[8] if a[8] else 0.0),

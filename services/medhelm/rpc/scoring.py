@@ -145,21 +145,28 @@ class MetricHost:
         if first.WhichOneof("body") != "setup":
             raise ConfigError("the first message of a stream must be a setup", field="setup")
         setup = await self.setup(first.setup)
-        queue: asyncio.Queue[common_pb2.MetricResult | BaseException | None] = asyncio.Queue()
+        # Bounded both ways: at most max_concurrency items are being scored, and at most max_concurrency
+        # results wait for a client that does not read them (then scoring, and reading its items, pauses).
+        queue: asyncio.Queue[common_pb2.MetricResult | BaseException | None] = \
+            asyncio.Queue(maxsize=self.max_concurrency)
         gate = asyncio.Semaphore(self.max_concurrency)
+        tasks: set[asyncio.Task] = set()
 
         async def one(msg: common_pb2.ScoringItem) -> None:
             try:
-                result = await self.score(setup, self.item(setup, msg))
-                on_result(result)
-                await queue.put(codec.result_message(result, msg.position))
-            except BaseException as err:  # noqa: BLE001 - handed to the reader, which raises it
-                await queue.put(err)
+                got: common_pb2.MetricResult | BaseException
+                try:
+                    result = await self.score(setup, self.item(setup, msg))
+                    on_result(result)
+                    got = codec.result_message(result, msg.position)
+                except Exception as err:  # noqa: BLE001 - handed to the reader, which raises it
+                    got = err
+                await queue.put(got)
             finally:
                 gate.release()
 
         async def feed() -> None:
-            tasks = set()
+            end: BaseException | None = None
             try:
                 async for msg in requests:
                     if msg.WhichOneof("body") != "item":
@@ -170,10 +177,9 @@ class MetricHost:
                     task.add_done_callback(tasks.discard)
                 if tasks:
                     await asyncio.gather(*tasks)
-            except BaseException as err:  # noqa: BLE001
-                await queue.put(err)
-            finally:
-                await queue.put(None)
+            except Exception as err:  # noqa: BLE001
+                end = err
+            await queue.put(end)
 
         feeder = asyncio.create_task(feed())
         try:
@@ -181,8 +187,10 @@ class MetricHost:
                 if isinstance(got, BaseException):
                     raise got
                 yield got
-        finally:
+        finally:  # the stream ended, failed or was cancelled: nothing waits for what is still running
             feeder.cancel()
+            for task in list(tasks):
+                task.cancel()
 
     async def _metrics(self, setup: Setup) -> list[Metric]:
         key = (setup.metrics, setup.spec.deployment, setup.database)

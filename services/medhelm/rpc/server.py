@@ -5,9 +5,19 @@
 Health is answered twice: on the service's own port (``grpc.health.v1``, behind TLS when TLS is on) and,
 with ``health_port``, by a second, plaintext gRPC server that carries nothing but ``grpc.health.v1``. The
 kubelet's gRPC probe speaks plaintext only, so the chart points its probes there; that server runs on its
-own threads, off the scoring event loop, so a busy loop does not time probes out. It still reports
-NOT_SERVING when the loop has not ticked for ``stall_s`` seconds (a wedged loop gets restarted) and from the
-moment SIGTERM arrives. No patient data ever crosses the health port."""
+own threads, off the scoring event loop. What it answers depends on the name asked:
+
+* ``""`` (liveness): NOT_SERVING when the loop has not ticked for ``stall_s`` seconds (a wedged loop gets
+  restarted) and from the moment SIGTERM arrives; a loop that is merely busy is not restarted.
+* the service's own name (readiness, start-up): the same, and SERVING only while the port that serves
+  answers its own health check within ``ready_s``: asked from inside the process over 127.0.0.1, through the
+  service port's TLS (trusting ``--tls-client-ca``, else the certificate file's own chain; presenting the
+  server's certificate as the client's under mutual TLS). A loop starved by a caller's stream therefore takes
+  the pod out of its Service until it answers again. Where the process cannot call itself at all (a mutual-TLS
+  server certificate without the clientAuth usage: the handshake is refused, UNAVAILABLE) it logs that once
+  and asks the loop instead: a callback on it must run within ``ready_s``.
+
+No patient data ever crosses the health port."""
 
 from __future__ import annotations
 
@@ -58,10 +68,14 @@ class ServerConfig:
     max_call_s: float = 900.0  # a call running longer gets DEADLINE_EXCEEDED
     max_query_s: float = 10.0  # cap on a metric's own database time limit (EHRSQL timeout_s)
     max_aggregate_records: int = 1_000_000  # AggregateRun: more records get RESOURCE_EXHAUSTED
+    max_aggregate_names: int = 10_000  # AggregateRun: more distinct (stat, split) names get RESOURCE_EXHAUSTED
+    max_aggregate_mb: int = 32  # AggregateRun: sums (and names) held past this get RESOURCE_EXHAUSTED
+    max_aggregate_calls: int = 4  # AggregateRun calls read at once; more wait their turn
     benchmark_roots: tuple[Path, ...] = ()  # folders whose files callers may name; () = none
     allow_caller_metrics: bool = False  # trust callers' metric specs (judges, templates)
     health_port: int | None = None  # plaintext grpc.health.v1 only (kubelet probes); None = off; 0 = any
     stall_s: float = 30.0  # the health port answers NOT_SERVING when the event loop stalls this long
+    ready_s: float = 1.0  # readiness on the health port: the service port must answer its health this fast
     scoring_processes: int = 2  # jury/metrics: worker processes for CPU-heavy metrics; 0 = threads in-process
 
     def __post_init__(self) -> None:
@@ -94,7 +108,7 @@ def build_servicer(config: ServerConfig, telemetry: Telemetry) -> tuple[object, 
         host = MetricHost(deployments, pool, accept=lambda m: m.name in JURY_METRICS, what="jury metric",
                           max_concurrency=config.max_concurrency, benchmarks=served, max_query_s=config.max_query_s)
         return JuryServicer(telemetry, host), [host, pool]
-    from medhelm.rpc.metrics import MetricsServicer
+    from medhelm.rpc.metrics import AggregateLimits, MetricsServicer
     from medhelm.scoring.cpu import CpuPool
 
     cpu = CpuPool(config.scoring_processes) if config.scoring_processes > 0 else None
@@ -102,8 +116,10 @@ def build_servicer(config: ServerConfig, telemetry: Telemetry) -> tuple[object, 
         cpu.start()  # spawned before the port opens: the first 1 MB item does not also pay for start-up
     host = MetricHost(deployments, pool, max_concurrency=config.max_concurrency, benchmarks=served,
                       max_query_s=config.max_query_s, cpu=cpu)
-    return MetricsServicer(telemetry, host, output_path=config.output_path,
-                           max_records=config.max_aggregate_records), [host, pool]
+    limits = AggregateLimits(max_records=config.max_aggregate_records, max_names=config.max_aggregate_names,
+                             max_held_mb=config.max_aggregate_mb, max_answer_mb=config.max_message_mb,
+                             max_calls=config.max_aggregate_calls)
+    return MetricsServicer(telemetry, host, output_path=config.output_path, limits=limits), [host, pool]
 
 
 def _prices(local_path: Path):
@@ -169,6 +185,7 @@ async def serve(config: ServerConfig, *, on_ready: Callable[[int, int | None], N
     ticker = None
     if probe is not None:
         ticker = asyncio.create_task(probe.tick_forever())
+        probe.watch(port, loop=asyncio.get_running_loop())
         probe.start()
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -229,9 +246,14 @@ class _HealthPort(health.HealthServicer):
         super().__init__()
         self._clock = time.monotonic
         self.beat = self._clock()
-        self.stall_s = config.stall_s
+        self.stall_s, self.ready_s = config.stall_s, config.ready_s
         self.draining = False
+        self.full_name = full_name
         self.names = {"", full_name}
+        self._config = config
+        self._service: grpc.Channel | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._port_checkable = True
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="health"),
                                   options=[("grpc.so_reuseport", 0)])
         health_pb2_grpc.add_HealthServicer_to_server(self, self.server)
@@ -244,21 +266,73 @@ class _HealthPort(health.HealthServicer):
         if self.port == 0:
             raise ConfigError(f"cannot listen on {address} (health port in use?): choose another with --health-port")
 
+    def watch(self, service_port: int, *, loop: asyncio.AbstractEventLoop) -> None:
+        """Readiness asks the service port itself, as a client of this process would (over its TLS)."""
+        self._loop = loop
+        host = self._config.host.strip("[]")
+        host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        target = f"[{host}]:{service_port}" if ":" in host else f"{host}:{service_port}"
+        tls = self._config.tls
+        if tls is None:
+            self._service = grpc.insecure_channel(target)
+            return
+        from medhelm.rpc.tls import read_pem, self_check_name
+
+        cert, key = read_pem(tls.cert, "--tls-cert"), read_pem(tls.key, "--tls-key")
+        roots = read_pem(tls.client_ca, "--tls-client-ca") if tls.client_ca else cert
+        mutual = tls.client_ca is not None
+        credentials = grpc.ssl_channel_credentials(root_certificates=roots, private_key=key if mutual else None,
+                                                   certificate_chain=cert if mutual else None)
+        name = self_check_name(tls.cert, host)
+        options = [("grpc.ssl_target_name_override", name)] if name else []
+        self._service = grpc.secure_channel(target, credentials, options=options)
+
     def start(self) -> None:
         self.server.start()
 
     def stop(self) -> None:
         self.server.stop(0)
+        if self._service is not None:
+            self._service.close()
 
     async def tick_forever(self) -> None:
         while True:
             self.beat = self._clock()
             await asyncio.sleep(1.0)
 
+    def _port_answers(self) -> bool:
+        if self._service is None or self._loop is None:
+            return False
+        if not self._port_checkable:
+            return self._loop_answers()
+        try:
+            reply = health_pb2_grpc.HealthStub(self._service).Check(
+                health_pb2.HealthCheckRequest(service=self.full_name), timeout=self.ready_s)
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.UNAVAILABLE and self._config.tls is not None:
+                self._port_checkable = False
+                log.warning("readiness: this process cannot call its own TLS port (a mutual-TLS server "
+                            "certificate without the clientAuth usage?): readiness asks the event loop instead")
+                return self._loop_answers()
+            log.warning("readiness: the service port did not answer its health check within %g s (%s)",
+                        self.ready_s, err.code().name)
+            return False
+        return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+    def _loop_answers(self) -> bool:
+        import threading
+
+        ran = threading.Event()
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(ran.set)
+        return ran.wait(self.ready_s)
+
     def Check(self, request, context):  # noqa: N802 (gRPC's name)
         if request.service not in self.names:
             context.set_code(grpc.StatusCode.NOT_FOUND)
             return health_pb2.HealthCheckResponse()
         ok = not self.draining and self._clock() - self.beat < self.stall_s
+        if ok and request.service:  # readiness: the port that serves answers, now
+            ok = self._port_answers()
         return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING if ok
                                               else health_pb2.HealthCheckResponse.NOT_SERVING)
