@@ -1,4 +1,4 @@
-"""Pacing (inference/pacing.py): the adaptive controller on a simulated clock and server, rate budgets and the
+"""Pacing (inference/pacing/): the adaptive controller on a simulated clock and server, rate budgets and the
 servers' headers, the gate's guarantees, and the pool/CLI wiring against the real mock server.
 
 The controller's quality is checked in simulation (deterministic: seeded, simulated time), never by timing a
@@ -17,7 +17,8 @@ from medhelm.devtools.mock_openai import MockOpenAIServer
 from medhelm.errors import ConfigError
 from medhelm.inference import ClientPool, PacingPolicy, pacing
 from medhelm.inference.pacing import (QUIET_DRAINS, RESYNC_DRAINS, AdaptiveLimit, Bucket, PaceSettings, Pacer,
-                                      RateHeaders, _Sample, parse_reset, retry_after_seconds)
+                                      RateHeaders, parse_reset, retry_after_seconds)
+from medhelm.inference.pacing import Sample as _Sample, SoloLimit
 from medhelm.specs import Deployment, GenerationRequest, Message
 from tests.core.pacing_sim import SWITCH_COST, VLLM_CPU, VLLM_CPU_FAST, VLLM_CPU_QUIET, Clock, p50, simulate
 
@@ -163,7 +164,7 @@ def test_refused_probes_down_back_off(capacity, monkeypatch):
 
     one, _ = simulate(capacity=capacity, fixed=capacity, service_s=0.2, seconds=180, measure_from=60, jitter=0.05)
     share = run()
-    monkeypatch.setattr(pacing, "PROBE_BACKOFF", 1)
+    monkeypatch.setattr(pacing.shards, "PROBE_BACKOFF", 1)  # the constant lives with its controller
     every_time = run()
     assert share >= 0.99 and every_time <= share - 0.01, (share, every_time)
 
@@ -332,12 +333,12 @@ def _rounds(limit, rate, spread, n=16, seed=0):
 def test_more_in_flight_pays_only_when_the_gain_is_shown():
     """The verdict on a doubling that must bring 3 %: a gain shown (beyond two standard errors, and at least 3 %)
     pays; a gain shown to fall short of 3 % (a pure queue: none) does not; rounds too noisy to tell ask for more."""
-    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.02), _rounds(32, 6.6, 0.02, seed=1), 0.03) is True  # +10 %
-    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.02), _rounds(32, 6.0, 0.02, seed=1), 0.03) is False  # +0 %
-    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.2), _rounds(32, 6.6, 0.2, seed=1), 0.03) is None  # se ~7 %
-    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.2, n=400), _rounds(32, 6.6, 0.2, n=400, seed=1), 0.03) is True
+    assert SoloLimit._pays(_rounds(16, 6.0, 0.02), _rounds(32, 6.6, 0.02, seed=1), 0.03) is True  # +10 %
+    assert SoloLimit._pays(_rounds(16, 6.0, 0.02), _rounds(32, 6.0, 0.02, seed=1), 0.03) is False  # +0 %
+    assert SoloLimit._pays(_rounds(16, 6.0, 0.2), _rounds(32, 6.6, 0.2, seed=1), 0.03) is None  # se ~7 %
+    assert SoloLimit._pays(_rounds(16, 6.0, 0.2, n=400), _rounds(32, 6.6, 0.2, n=400, seed=1), 0.03) is True
     # right after a doubling that paid in proportion the bar is 15 %: +10 %, however sure, does not pay
-    assert AdaptiveLimit._pays(_rounds(64, 300, 0.02), _rounds(128, 330, 0.02, seed=1), 0.15) is False
+    assert SoloLimit._pays(_rounds(64, 300, 0.02), _rounds(128, 330, 0.02, seed=1), 0.15) is False
 
 
 def test_a_drift_within_a_window_widens_its_uncertainty():
