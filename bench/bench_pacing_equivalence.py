@@ -15,10 +15,11 @@ Three checks, each comparing the old module's ``AdaptiveLimit`` with the package
    every call the pacer makes on its controller is recorded with the clock's value, then replayed into the old
    module: its decisions must be the ones the package took live.
 
-``--record`` writes the old module's digests of a small part of checks 1-2 to tests/core/pacing_traces.json, which
-tests/core/test_pacing_equivalence.py compares the package against (no git needed there).
+``--record old`` writes the old module's digests of a small part of checks 1-2 to tests/core/pacing_traces.json,
+which tests/core/test_pacing_equivalence.py compares the package against (no git needed there); a change meant to
+move decisions re-records them from the package (``--record package``) in the same commit.
 
-``python bench/bench_pacing_equivalence.py [--seeds 6] [--replays 40] [--live] [--vllm] [--record]``
+``python bench/bench_pacing_equivalence.py [--seeds 6] [--replays 40] [--live] [--vllm] [--record old|package]``
 """
 
 from __future__ import annotations
@@ -218,10 +219,12 @@ def main() -> int:
     p.add_argument("--live", action="store_true", help="also a real run against the mock server, replayed")
     p.add_argument("--vllm", action="store_true", help="the live run against real vLLM (scripts/engines.sh)")
     p.add_argument("--live-s", type=float, default=90.0)
-    p.add_argument("--record", action="store_true", help="write the old module's digests to " + str(TRACES))
+    p.add_argument("--record", choices=("old", "package"), help="write the digests of the old module (or, after a "
+                   "change meant to move decisions, of the package as it is) to " + str(TRACES))
     args = p.parse_args()
     if args.record:
-        data = record(old_module().AdaptiveLimit, f"{OLD_REV}:{OLD_PATH}")
+        data = record(old_module().AdaptiveLimit, f"{OLD_REV}:{OLD_PATH}") if args.record == "old" \
+            else record(new.AdaptiveLimit, "inference/pacing/ at the commit that re-recorded this file")
         TRACES.write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote {TRACES.relative_to(ROOT)}")
         return 0
