@@ -1,5 +1,6 @@
 """The pacing package (``inference/pacing/``) decides exactly as the module it replaced (``inference/pacing.py`` at
-``521e40b``, read from git): the same limits, phases and plateaus at the same instants, for the same inputs.
+``521e40b``, read from git): the same limits, phases and plateaus at the same instants, for the same inputs, with
+what was added since on purpose switched off (``climb=False``: slow start's climb while latency stays flat).
 
 Three checks, each comparing the old module's ``AdaptiveLimit`` with the package's, fed the same events:
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib.util
 import json
 import subprocess
@@ -38,13 +40,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "services"), str(ROOT)]
 
-from medhelm.inference import pacing as new  # noqa: E402
+from medhelm.inference import pacing  # noqa: E402
 from tests.core.pacing_sim import SWITCH_COST, VLLM_CPU, VLLM_CPU_FAST, VLLM_CPU_QUIET, Clock  # noqa: E402
 from tests.core.pacing_trace import first_difference, record, replay, sim_trace, state  # noqa: E402
 
 OLD_REV = "521e40b"
 OLD_PATH = "services/medhelm/inference/pacing.py"
 TRACES = ROOT / "tests" / "core" / "pacing_traces.json"
+NEW = functools.partial(pacing.AdaptiveLimit, climb=False)  # the package with the rules of 521e40b
 PROFILES = {"quiet": VLLM_CPU_QUIET, "loaded": VLLM_CPU, "fast": VLLM_CPU_FAST}
 
 
@@ -101,7 +104,7 @@ def configurations(seeds: int) -> list[tuple[str, dict]]:
 def compare_sim(job: tuple[str, dict]) -> tuple[str, bool, int, str]:
     name, kw = job
     old_trace, old_counts = sim_trace(kw, old_module().AdaptiveLimit)
-    new_trace, new_counts = sim_trace(kw, new.AdaptiveLimit)
+    new_trace, new_counts = sim_trace(kw, NEW)
     same = old_trace == new_trace and old_counts == new_counts
     detail = "" if same else first_difference(old_trace, new_trace) or f"counts {old_counts} != {new_counts}"
     return name, same, len(new_trace), detail
@@ -111,7 +114,7 @@ def compare_sim(job: tuple[str, dict]) -> tuple[str, bool, int, str]:
 
 
 def compare_replay(seed: int) -> tuple[int, bool, int, str]:
-    same, n, detail, _ = replay(seed, old_module().AdaptiveLimit, new.AdaptiveLimit)
+    same, n, detail, _ = replay(seed, old_module().AdaptiveLimit, NEW)
     return seed, same, n, detail
 
 
@@ -180,7 +183,7 @@ def live(args) -> list[str]:
     recorders: list[Recorder] = []
 
     def recording(ceiling, *, clock=time.monotonic, drain_every=0.0, **kw):
-        recorders.append(Recorder(new.AdaptiveLimit, ceiling, drain_every))
+        recorders.append(Recorder(NEW, ceiling, drain_every))
         return recorders[-1]
 
     gate.AdaptiveLimit = recording  # the pacer's controller, recorded (this process only)
@@ -224,7 +227,7 @@ def main() -> int:
     args = p.parse_args()
     if args.record:
         data = record(old_module().AdaptiveLimit, f"{OLD_REV}:{OLD_PATH}") if args.record == "old" \
-            else record(new.AdaptiveLimit, "inference/pacing/ at the commit that re-recorded this file")
+            else record(NEW, "inference/pacing/ at the commit that re-recorded this file")
         TRACES.write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote {TRACES.relative_to(ROOT)}")
         return 0

@@ -12,14 +12,19 @@ benchmark's case (four shards 1, 2 or 4 s apart against 32 workers serving in 0.
 1 %: the mock serves in lockstep), servers of 16-128 workers with 2-8 shards, and four shards against the vLLM
 profiles; each against one process at its best (fixed ``capacity``; the best of fixed 16 / 32 / 64 for vLLM).
 
+``--short``: runs of 1,000 instances against servers of 4-64 workers at 50 ms (issue 53 item 4): the time ``auto``
+takes to finish over the best of fixed c and 2c, with slow start's climb and without it (``climb=False``).
+
 ``python bench/bench_pacing_sim.py [--seeds 48] [--profiles fast quiet loaded] [--windows 240-600 240-1200]``
 ``python bench/bench_pacing_sim.py --shards [--seeds 48]``
+``python bench/bench_pacing_sim.py --short [--seeds 48]``
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import statistics
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -28,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "services"), str(ROOT)]
 
+from medhelm.inference.pacing import AdaptiveLimit  # noqa: E402
 from tests.core.pacing_sim import (SWITCH_COST, VLLM_CPU, VLLM_CPU_FAST, VLLM_CPU_QUIET, p50,  # noqa: E402
                                    simulate)
 
@@ -115,6 +121,32 @@ def shards_main(args) -> int:
     return 0
 
 
+def one_short_run(job: tuple[int, int]) -> tuple[int, float, float, int]:
+    capacity, seed = job
+    kw = dict(capacity=capacity, service_s=0.05, instances=1000, seconds=600, seed=seed)
+    best = min(simulate(fixed=n, **kw)[0][0].finished for n in (capacity, 2 * capacity))
+    climb, limits = simulate(**kw)
+    trials, _ = simulate(make_limit=functools.partial(AdaptiveLimit, climb=False), **kw)
+    return capacity, climb[0].finished / best, trials[0].finished / best, limits[0].limit
+
+
+def short_main(args) -> int:
+    capacities = (4, 6, 8, 16, 24, 32, 64)
+    with ProcessPoolExecutor(args.workers) as ex:
+        runs = list(ex.map(one_short_run, [(c, seed) for c in capacities for seed in range(args.seeds)]))
+    print("| workers (50 ms) | fixed c: time for 1,000 instances | `auto`: mean, max | without the climb: "
+          "mean, max | ended at |")
+    print("|---|---|---|---|---|")
+    for c in capacities:
+        got = [r for r in runs if r[0] == c]
+        best = simulate(capacity=c, service_s=0.05, instances=1000, seconds=600, fixed=c)[0][0].finished
+        ends = collections.Counter(r[3] for r in got)
+        print(f"| {c} | {best:.2f} s | {statistics.fmean(r[1] for r in got):.3f}, **{max(r[1] for r in got):.3f}** "
+              f"| {statistics.fmean(r[2] for r in got):.3f}, {max(r[2] for r in got):.3f} "
+              f"| {', '.join(f'{k}: {v}' for k, v in sorted(ends.items()))} |")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--seeds", type=int, default=48)
@@ -122,9 +154,12 @@ def main() -> int:
     p.add_argument("--windows", nargs="+", default=["240-600", "240-1200"], help="counted seconds: from-to")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--shards", action="store_true", help="a Job's shards instead of one process")
+    p.add_argument("--short", action="store_true", help="runs of 1,000 instances, with and without the climb")
     args = p.parse_args()
     if args.shards:
         return shards_main(args)
+    if args.short:
+        return short_main(args)
     windows = tuple(tuple(int(x) for x in w.split("-")) for w in args.windows)
     jobs = [(prof, cost, seed, windows) for prof in args.profiles for cost in (False, True)
             for seed in range(args.seeds)]

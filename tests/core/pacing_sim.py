@@ -32,6 +32,7 @@ class Clock:
 class ClientResult:
     completions: int = 0
     latencies: list[float] = field(default_factory=list)
+    finished: float | None = None  # when its last instance was answered (a run of ``instances``)
 
 
 class FifoServer:
@@ -178,8 +179,8 @@ def simulate(*, capacity: int = 0, service_s: float = 0.1, clients: int = 1, sec
              batching: BatchingProfile | None = None, jitter: float = 0.1, stagger_s: float = 0.0,
              drain_every: float | None = None,
              turnaround_s: float = 0.0, switch_cost: float = 0.0, switch_rounds: float = 1.0,
-             make_limit: Callable[..., Limit] = AdaptiveLimit,
-             trace: list[tuple] | None = None) -> tuple[list[ClientResult], list[Limit]]:
+             make_limit: Callable[..., Limit] = AdaptiveLimit, trace: list[tuple] | None = None,
+             instances: int | None = None) -> tuple[list[ClientResult], list[Limit]]:
     """Clients against a ``FifoServer`` of ``capacity`` workers, or the ``batching`` server when given.
     ``stagger_s``: client i joins at i x stagger_s (processes never start together). ``turnaround_s``: a client
     sends a request that long (on average, exponential) after its slot freed (a loaded client's own delay; a
@@ -187,7 +188,9 @@ def simulate(*, capacity: int = 0, service_s: float = 0.1, clients: int = 1, sec
     changes, the batching server runs that share slower for ``switch_rounds`` x the latency of the request that
     ended the window (see ``SWITCH_COST``). ``make_limit``: the controllers' constructor (``AdaptiveLimit``'s
     signature; bench/bench_pacing_equivalence.py passes an older module's). ``trace``: a list to which every
-    decision is appended, ``(time, client, limit, phase, plateau)`` each time one of the three changes."""
+    decision is appended, ``(time, client, limit, phase, plateau)`` each time one of the three changes.
+    ``instances``: each client has that many requests to send (a run of that size) instead of always more; the
+    simulation ends when all are answered or at ``seconds``."""
     rng = random.Random(seed)
     clock = Clock()
     server = BatchingServer(batching, rng, random.Random(seed + 1)) if batching \
@@ -201,17 +204,19 @@ def simulate(*, capacity: int = 0, service_s: float = 0.1, clients: int = 1, sec
     joined = [False] * clients
     sends: list[tuple[float, int]] = []  # requests on their way: (arrival at the server, client)
     client_rng = random.Random(seed + 2)
+    left = [math.inf if instances is None else instances] * clients
 
     def fill(client: int) -> None:
         limit = fixed if fixed is not None else limits[client].limit
-        while in_flight[client] < limit:
+        while in_flight[client] < limit and left[client] > 0:
             in_flight[client] += 1
+            left[client] -= 1
             if turnaround_s:
                 heapq.heappush(sends, (clock.t + client_rng.expovariate(1 / turnaround_s), client))
             else:
                 server.arrive(clock.t, client)
-        if fixed is None:
-            limits[client].note_waiting()  # always more work than slots
+        if fixed is None and left[client] > 0:
+            limits[client].note_waiting()  # more work than slots
 
     while True:
         t = min(server.next_time(), joins[0][0] if joins else math.inf, sends[0][0] if sends else math.inf)
@@ -234,6 +239,8 @@ def simulate(*, capacity: int = 0, service_s: float = 0.1, clients: int = 1, sec
         if t >= measure_from:
             results[client].completions += 1
             results[client].latencies.append(t - sent)
+        if left[client] == 0 and in_flight[client] == 0:
+            results[client].finished = t
         if fixed is None:
             before = limits[client].limit
             limits[client].completed(t - sent)

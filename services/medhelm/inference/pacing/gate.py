@@ -29,13 +29,14 @@ AUTO_CEILING = 256  # requests in flight a run allows at most under ``--max-conc
 
 def AdaptiveLimit(ceiling: int, *, start: int = START_LIMIT, cruise: int = 8,  # noqa: N802 (called as a class)
                   latency_tolerance: float = 3.0, clock: Callable[[], float] = time.monotonic,
-                  wall: Callable[[], float] | None = None, drain_every: float = 0.0) -> Limit:
+                  wall: Callable[[], float] | None = None, drain_every: float = 0.0, climb: bool = True) -> Limit:
     """``auto``'s controller: a ``ShardLimit`` that drains every ``drain_every`` seconds of the ``wall`` clock (one
-    of a Job's shards), else a ``SoloLimit`` (a process alone on its server)."""
+    of a Job's shards), else a ``SoloLimit`` (a process alone on its server; ``climb``: its slow start judged by
+    Little's law while latency stays flat)."""
     kw = dict(start=start, cruise=cruise, latency_tolerance=latency_tolerance, clock=clock)
     if drain_every > 0:
         return ShardLimit(ceiling, drain_every=drain_every, wall=wall, **kw)
-    return SoloLimit(ceiling, **kw)
+    return SoloLimit(ceiling, climb=climb, **kw)
 
 
 @dataclass(frozen=True)

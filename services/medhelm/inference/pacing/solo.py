@@ -2,9 +2,10 @@
 
 A trial measures two limits in rounds until more in flight is shown to pay (its gain clears a bar per doubling and
 ``Z`` standard errors over nothing), shown not to (the gain's upper bound falls short of the bar), or neither after
-``MAX_ROUNDS`` a side (the better estimate wins). Slow start doubles from ``START_LIMIT`` by trials; a cruise tries a
-neighbouring limit every ``cruise`` windows; a median latency ``latency_tolerance`` x the one measured at the limit
-(someone else queueing) shrinks the limit by Little's law and climbs again. The bar tells a pure queue (a knee:
+``MAX_ROUNDS`` a side (the better estimate wins). Slow start doubles from ``START_LIMIT``, a round a side while
+latency stays flat (the *climb*: Little's law), then by trials; a cruise tries a neighbouring limit every ``cruise``
+windows; a median latency ``latency_tolerance`` x the one measured at the limit (someone else queueing) shrinks the
+limit by Little's law and climbs again. The bar tells a pure queue (a knee:
 ``KNEE_GAIN``) from a batching server (gains that shrink: ``MIN_GAIN``); docs/pacing.md gives the reasons.
 
 Failure semantics: never raises. A window in which no request waited changes nothing; a trial that cannot tell
@@ -29,14 +30,19 @@ MIN_ROUNDS = 8  # rounds (``limit`` completions each) a window measures, at leas
 MAX_ROUNDS = 32  # rounds a trial measures at either limit before it takes its better estimate
 ALTERNATE_ROUNDS = 32  # rounds a window measures once a trial alternates (each switch costs a batching server)
 LATENCY_BOUND = 16.0  # no more in flight once the median is this many times the lowest median seen
+FLAT_LATENCY = 1.2  # a doubling whose median latency grew less than this: the server had free slots
+CLIMB_COMPLETIONS = 8  # the climb's window: one round, at least this many completions
 
 
 class SoloLimit(Limit):
     """``auto`` for a process alone on its server (the usual case): every change of limit is a trial."""
 
-    def __init__(self, ceiling: int, **kw) -> None:
+    def __init__(self, ceiling: int, *, climb: bool = True, **kw) -> None:
         self._trial: str | None = "startup"  # startup | up | down (a probe's direction); None while cruising
         self._alternating = False  # the trial measures its two limits in turn
+        # The climb: slow start's doublings judged by Little's law while latency stays flat (``_climb``), one
+        # round each, until the first doubling whose latency grew; then the trials take over.
+        self._climbing = climb
         super().__init__(ceiling, **kw)
         self._lo = Sample(self.limit)
         self._hi = Sample(min(2 * self.limit, self.ceiling))
@@ -51,9 +57,11 @@ class SoloLimit(Limit):
         self._flat = False  # the last doubling paid under KNEE_GAIN: slow start is past the knee
 
     def _first_window(self) -> Window:
-        return self._window_at(skip=self.limit)
+        return self._window_at(skip=0 if self._climbing else self.limit)  # nothing was in flight before
 
     def _window_at(self, skip: int) -> Window:
+        if self._climbing:
+            return Window(self.limit, skip=skip, target=0, rounds=max(1, math.ceil(CLIMB_COMPLETIONS / self.limit)))
         # An undecided trial measures its two limits in turn in long windows: few switches, each costing a
         # batching server (its batch drains or refills).
         rounds = ALTERNATE_ROUNDS if self._trial is not None and self._alternating else MIN_ROUNDS
@@ -67,11 +75,14 @@ class SoloLimit(Limit):
         if limit != old:
             self.changes += 1
         self.limit, self.phase = limit, phase
-        self._window = self._window_at(skip=max(old, limit) if limit != old else 0)
+        # climbing, the requests sent before a doubling are let pass, and a round of those sent after measured
+        skip = old if self._climbing and limit > old else max(old, limit) if limit != old else 0
+        self._window = self._window_at(skip=skip)
         if limit == old:
             self._window.anchor = self._clock()  # the next round runs from the completion that ended this window
 
     def _cut(self, limit: int) -> None:
+        self._climbing = False
         self._trial, self._expect = None, None
         self._held.clear()
         self._cruising = 0
@@ -82,6 +93,9 @@ class SoloLimit(Limit):
         self._observe_median(median)
         if not w.limited:  # demand, not the limit, held throughput: nothing learnt about the limit
             self._go(self.limit, self.phase)
+            return
+        if self._climbing:
+            self._climb(w)
             return
         if self._trial is not None:
             self._trial_window(w)
@@ -101,6 +115,26 @@ class SoloLimit(Limit):
             self._probe()
         else:
             self._go(self.limit, "cruise")
+
+    def _climb(self, w: Window) -> None:
+        """Slow start while latency stays flat. In a closed loop throughput is the requests in flight over their
+        latency (Little's law): a doubling at a flat latency doubled it, which a round a side shows without the
+        trials' statistics. At the first doubling whose latency grew, the climb ends and a trial between the two
+        limits decides, from a full window at the lower one (a pure queue's knee, a batching server's gains)."""
+        lo, hi = self._lo, self._hi
+        (lo if w.limit == lo.limit else hi).add(w)
+        if lo.limit >= hi.limit:  # nothing above to try (the ceiling)
+            self._climbing = False
+            self._settle(lo)
+            return
+        if not lo.windows or not hi.windows:
+            self._go((hi if lo.windows else lo).limit, self.phase)
+            return
+        if lo.median() > 0 and hi.median() <= FLAT_LATENCY * lo.median():
+            self._start_trial("startup", hi)
+            return
+        self._climbing = False
+        self._start_trial("startup", Sample(lo.limit))
 
     def _probe(self) -> None:
         """Every ``cruise`` windows, a trial of a neighbouring limit: up by about sqrt(limit), or down by a fifth,
