@@ -15,7 +15,8 @@ profiles; each against one process at its best (fixed ``capacity``; the best of 
 ``--short``: runs of 1,000 instances against servers of 4-64 workers at 50 ms (issue 53 item 4): the time ``auto``
 takes to finish over the best of fixed c and 2c, with slow start's climb and without it (``climb=False``).
 
-``python bench/bench_pacing_sim.py [--seeds 48] [--profiles fast quiet loaded] [--windows 240-600 240-1200]``
+``python bench/bench_pacing_sim.py [--seeds 48] [--profiles fast quiet loaded] [--windows 240-600 240-1200]
+[--no-climb]`` (``--no-climb``: slow start without its climb while latency stays flat, ``climb=False``)
 ``python bench/bench_pacing_sim.py --shards [--seeds 48]``
 ``python bench/bench_pacing_sim.py --short [--seeds 48]``
 """
@@ -41,14 +42,15 @@ PROFILES = {"quiet": VLLM_CPU_QUIET, "loaded": VLLM_CPU, "fast": VLLM_CPU_FAST}
 FIXED = (16, 32, 64)
 
 
-def one_seed(job: tuple[str, bool, int, tuple[tuple[int, int], ...]]) -> tuple[str, bool, dict]:
-    profile, cost, seed, windows = job
+def one_seed(job: tuple[str, bool, int, tuple[tuple[int, int], ...], bool]) -> tuple[str, bool, dict]:
+    profile, cost, seed, windows, climb = job
     out = {}
     for start, end in windows:
         kw = dict(batching=PROFILES[profile], seconds=end, measure_from=start, seed=seed)
         fixed = {n: simulate(fixed=n, **kw)[0][0] for n in FIXED}
         best = max(fixed.values(), key=lambda r: r.completions)
-        auto, limits = simulate(**kw, **(SWITCH_COST if cost else {}))
+        auto, limits = simulate(**kw, **(SWITCH_COST if cost else {}),
+                                make_limit=functools.partial(AdaptiveLimit, climb=climb))
         out[(start, end)] = (auto[0].completions / best.completions, p50(auto[0].latencies) / p50(best.latencies),
                              limits[0].limit)
     return profile, cost, out
@@ -155,13 +157,14 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--shards", action="store_true", help="a Job's shards instead of one process")
     p.add_argument("--short", action="store_true", help="runs of 1,000 instances, with and without the climb")
+    p.add_argument("--no-climb", action="store_true", help="slow start without its climb (climb=False)")
     args = p.parse_args()
     if args.shards:
         return shards_main(args)
     if args.short:
         return short_main(args)
     windows = tuple(tuple(int(x) for x in w.split("-")) for w in args.windows)
-    jobs = [(prof, cost, seed, windows) for prof in args.profiles for cost in (False, True)
+    jobs = [(prof, cost, seed, windows, not args.no_climb) for prof in args.profiles for cost in (False, True)
             for seed in range(args.seeds)]
     with ProcessPoolExecutor(args.workers) as ex:
         results = list(ex.map(one_seed, jobs))
