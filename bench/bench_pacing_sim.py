@@ -13,7 +13,8 @@ benchmark's case (four shards 1, 2 or 4 s apart against 32 workers serving in 0.
 profiles; each against one process at its best (fixed ``capacity``; the best of fixed 16 / 32 / 64 for vLLM).
 
 ``--short``: runs of 1,000 instances against servers of 4-64 workers at 50 ms (issue 53 item 4): the time ``auto``
-takes to finish over the best of fixed c and 2c, with slow start's climb and without it (``climb=False``).
+takes to finish over the best of fixed c and 2c, with slow start's climb, without it (``climb=False``), and started at
+c (``start=c``: where a run starts from the limit the deployment's last run learnt).
 
 ``python bench/bench_pacing_sim.py [--seeds 48] [--profiles fast quiet loaded] [--windows 240-600 240-1200]
 [--no-climb]`` (``--no-climb``: slow start without its climb while latency stays flat, ``climb=False``)
@@ -123,13 +124,14 @@ def shards_main(args) -> int:
     return 0
 
 
-def one_short_run(job: tuple[int, int]) -> tuple[int, float, float, int]:
+def one_short_run(job: tuple[int, int]) -> tuple[int, float, float, int, float]:
     capacity, seed = job
     kw = dict(capacity=capacity, service_s=0.05, instances=1000, seconds=600, seed=seed)
     best = min(simulate(fixed=n, **kw)[0][0].finished for n in (capacity, 2 * capacity))
     climb, limits = simulate(**kw)
     trials, _ = simulate(make_limit=functools.partial(AdaptiveLimit, climb=False), **kw)
-    return capacity, climb[0].finished / best, trials[0].finished / best, limits[0].limit
+    learnt, _ = simulate(make_limit=functools.partial(AdaptiveLimit, start=capacity), **kw)
+    return capacity, climb[0].finished / best, trials[0].finished / best, limits[0].limit, learnt[0].finished / best
 
 
 def short_main(args) -> int:
@@ -137,15 +139,15 @@ def short_main(args) -> int:
     with ProcessPoolExecutor(args.workers) as ex:
         runs = list(ex.map(one_short_run, [(c, seed) for c in capacities for seed in range(args.seeds)]))
     print("| workers (50 ms) | fixed c: time for 1,000 instances | `auto`: mean, max | without the climb: "
-          "mean, max | ended at |")
-    print("|---|---|---|---|---|")
+          "mean, max | ended at | started at c (the last run's limit): max |")
+    print("|---|---|---|---|---|---|")
     for c in capacities:
         got = [r for r in runs if r[0] == c]
         best = simulate(capacity=c, service_s=0.05, instances=1000, seconds=600, fixed=c)[0][0].finished
         ends = collections.Counter(r[3] for r in got)
         print(f"| {c} | {best:.2f} s | {statistics.fmean(r[1] for r in got):.3f}, **{max(r[1] for r in got):.3f}** "
               f"| {statistics.fmean(r[2] for r in got):.3f}, {max(r[2] for r in got):.3f} "
-              f"| {', '.join(f'{k}: {v}' for k, v in sorted(ends.items()))} |")
+              f"| {', '.join(f'{k}: {v}' for k, v in sorted(ends.items()))} | {max(r[4] for r in got):.3f} |")
     return 0
 
 
@@ -181,7 +183,7 @@ def main() -> int:
                 print(f"| {prof} | {'SWITCH_COST' if cost else 'none'} | {win[0]}–{win[1]} s "
                       f"| {statistics.fmean(ratio):.3f}, {sum(x < 0.95 for x in ratio)} of {len(ratio)}, "
                       f"{min(ratio):.3f} | {statistics.fmean(lat):.2f}, {max(lat):.2f} "
-                      f"| {', '.join(f'{k}: {v}' for k, v in sorted(ends.items()))} |")
+                      f"| {', '.join(f'{k}: {v}' for k, v in sorted(ends.items()))} | {max(r[4] for r in got):.3f} |")
     return 0
 
 

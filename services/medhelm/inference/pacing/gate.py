@@ -49,6 +49,7 @@ class PaceSettings:
     requests_per_minute: float | None = None
     tokens_per_minute: float | None = None
     share: float = 1.0  # this process's part of the configured budgets (a Job's shards split them evenly)
+    start: int | None = None  # where ``auto`` starts: the limit the deployment's last run learnt (None: START_LIMIT)
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,15 @@ class PacingPolicy:
     adaptive: bool = False
     ceiling: int = AUTO_CEILING
     share: float = 1.0
+    starts: tuple[tuple[str, int], ...] = ()  # (deployment name, the limit its last run learnt): where auto starts
 
-    def settings(self, *, fixed: int | None, rate_limits: Mapping[str, object], local: bool) -> PaceSettings:
+    def settings(self, *, fixed: int | None, rate_limits: Mapping[str, object], local: bool,
+                 deployment: str = "") -> PaceSettings:
         rpm, tpm = rate_limits.get("requests_per_minute"), rate_limits.get("tokens_per_minute")
         return PaceSettings(fixed=fixed, ceiling=self.ceiling, adaptive=self.adaptive and not local and not fixed,
                             requests_per_minute=float(rpm) if rpm else None,
-                            tokens_per_minute=float(tpm) if tpm else None, share=self.share)
+                            tokens_per_minute=float(tpm) if tpm else None, share=self.share,
+                            start=dict(self.starts).get(deployment))
 
 
 class PacerObserver:
@@ -90,7 +94,7 @@ class Pacer:
         self._clock, self._sleep = clock, sleep
         self.observer = observer or PacerObserver()
         # A Job's shards (share < 1) know they share the server: they drain together to stay fair (ShardLimit)
-        self.adaptive = AdaptiveLimit(settings.ceiling, clock=clock,
+        self.adaptive = AdaptiveLimit(settings.ceiling, start=settings.start or START_LIMIT, clock=clock,
                                       drain_every=DRAIN_EVERY_S if settings.share < 1.0 else 0.0) \
             if settings.adaptive and not settings.fixed else None
         now = clock()
