@@ -59,7 +59,8 @@ class PacingPolicy:
     ``adaptive``: deployments without a fixed ``max_concurrency`` are paced by ``AdaptiveLimit`` (remote kinds
     only: an in-process model serialises its own work) under ``ceiling``; else they are capped by the workers
     alone, as a fixed ``--max-concurrency N`` run always was. ``share``: this process's part of configured
-    rate budgets (a Job's shards running at once each take 1/n)."""
+    rate budgets (a Job's shards running at once each take 1/n). ``starts``: where ``auto`` starts per deployment
+    (the limit its last run learnt; the others start at ``START_LIMIT``)."""
 
     adaptive: bool = False
     ceiling: int = AUTO_CEILING
