@@ -212,8 +212,6 @@ def live(args) -> list[str]:
     return rows
 
 
-# -- the committed digests --------------------------------------------------------------------------------------
-
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--seeds", type=int, default=6, help="seeds per simulated configuration")
