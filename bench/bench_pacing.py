@@ -18,7 +18,10 @@ docs/benchmarks.md):
    mirrored order; each setting's reference is the mean of its two measurements (the machine's speed drifts over
    the run: a linear drift moves the two alike and cancels in the mean);
 5. ``--steady``: real vLLM, fixed 64 against ``auto`` held at 64 in turn (the adaptive gate's own cost at the
-   limit it settles on); ``--switching``: what a switch between two fixed limits costs.
+   limit it settles on); ``--switching``: what a switch between two fixed limits costs;
+6. ``--short``: runs of 1,000 instances (issue 53 item 4) against the mock of capacity c = 4, 16, 64 at
+   ``--short-ms`` (50 ms): the time to answer all of them, fixed c, ``auto``, fixed 2c, ``auto`` again, fixed c
+   again (``--short-reps`` series); ``auto`` against the better fixed setting's mean.
 
 Latency is the answered attempt's wall time (``Usage.latency_s``: request sent to answer read), what the server
 makes a request wait; time a request spends waiting for the pacer's slot is the client's own queue (a run's
@@ -426,6 +429,50 @@ def steady_case(args) -> list[str]:
             f"p50 {p50['auto'] * 1000:.0f} ms; per repetition {', '.join(f'{x:.3f}' for x in pairs)} x |", *rows]
 
 
+async def drive_instances(url: str, *, instances: int, fixed: int | None) -> float:
+    """Seconds to answer ``instances`` requests, as a run sends them: as many workers as the ceiling (256 under
+    ``auto``) take the next instance while any is left."""
+    dep = Deployment(name="bench/paced", model_name="bench/model", kind="openai", base_url=url,
+                     served_model_name="mock-model", max_concurrency=fixed)
+    workers = fixed or AUTO_CEILING
+    pool = ClientPool(connections=workers, retry=RetryPolicy(max_attempts=50, max_delay_s=10.0),
+                      pacing=PacingPolicy(adaptive=fixed is None, ceiling=AUTO_CEILING))
+    client = pool.get(dep)
+    left = list(range(instances))
+    start = time.perf_counter()
+
+    async def worker() -> None:
+        while left:
+            i = left.pop()
+            await client.generate(GenerationRequest(messages=(Message("user", f"instance {i}"),), max_tokens=8))
+
+    await asyncio.gather(*(worker() for _ in range(min(workers, instances))))
+    took = time.perf_counter() - start
+    await pool.aclose()
+    return took
+
+
+def short_case(args) -> list[str]:
+    rows = []
+    for c in (4, 16, 64):
+        srv = Server(latency_s=args.short_ms / 1000, capacity=c)
+        times: dict[str, list[float]] = {"fixed c": [], "fixed 2c": [], "auto": []}
+        try:
+            for _ in range(args.short_reps):
+                for name, fixed in (("fixed c", c), ("auto", None), ("fixed 2c", 2 * c), ("auto", None),
+                                    ("fixed c", c)):
+                    times[name].append(asyncio.run(drive_instances(srv.url, instances=args.instances, fixed=fixed)))
+        finally:
+            srv.close()
+        mean = {k: statistics.fmean(v) for k, v in times.items()}
+        best = min(mean["fixed c"], mean["fixed 2c"])
+        rows.append(f"| c = {c}, {args.short_ms:g} ms, {args.instances} instances | fixed c {mean['fixed c']:.2f} s, "
+                    f"fixed 2c {mean['fixed 2c']:.2f} s | auto {mean['auto']:.2f} s (**{mean['auto'] / best:.3f}** x "
+                    f"the better; runs {', '.join(f'{t:.2f}' for t in times['auto'])} s) |")
+        print(rows[-1], file=sys.stderr, flush=True)
+    return rows
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="shorter runs (a smoke test of the script)")
@@ -444,6 +491,10 @@ def main() -> int:
     p.add_argument("--stagger", type=float, default=2.0, help="seconds between the shards' starts")
     p.add_argument("--shard-reps", type=int, default=1, help="with --shards: runs of the four shards, a row each")
     p.add_argument("--trace", action="store_true", help="the controller's trials on stderr (medhelm.pacing DEBUG)")
+    p.add_argument("--short", action="store_true", help="only runs of --instances against the mock (issue 53)")
+    p.add_argument("--short-ms", type=float, default=50.0)
+    p.add_argument("--short-reps", type=int, default=2)
+    p.add_argument("--instances", type=int, default=1000)
     p.add_argument("--shard-share", type=float, default=0.25,
                    help="each shard's share (1 = processes that do not know they are shards: no drains)")
     args = p.parse_args()
@@ -465,6 +516,11 @@ def main() -> int:
     args.switch_rounds = tuple(args.switch_rounds or ((8,) if args.quick else (8, 2)))
     args.switch_s, args.switch_warmup = (120, 20) if args.quick else (420, 30)
     print(f"load before: {os.getloadavg()}", flush=True)
+    if args.short:
+        lines = ["| case | fixed | auto |", "|---|---|---|", *short_case(args)]
+        print(f"load after: {os.getloadavg()}")
+        print("\n".join(lines))
+        return 0
     if args.steady:
         lines = ["| case | fixed | auto held | |", "|---|---|---|---|", *steady_case(args)]
         print(f"load after: {os.getloadavg()}")

@@ -18,7 +18,7 @@ A row (``BackendKind``):
               ``"module:Class"``); the first variant is the default and ``client`` must equal it
     in_process  (optional) the model runs inside this process with a tokenizer of its own, so its prompts
               are cut to fit here, never by a scenario service (``medhelm job`` refuses the combination)
-    local     (optional) answers come from this process, not a server: nothing to pace (``inference/pacing.py``
+    local     (optional) answers come from this process, not a server: nothing to pace (``inference/pacing/``
               adapts concurrency and rate budgets only for servers); true for every in_process kind
 
 Adding a backend: write its client module under ``medhelm/inference/`` and add one row here. Failure

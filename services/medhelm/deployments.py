@@ -159,7 +159,7 @@ class _DeploymentItem(Strict):
     api_key_env: EnvName | None = None
     max_sequence_length: Annotated[int, Field(gt=0, le=helm_env.MAX_WINDOW)] | None = None
     gguf_path: Text | None = None
-    # a number: a hard cap on requests in flight; "auto" (or absent): paced by the run (inference/pacing.py)
+    # a number: a hard cap on requests in flight; "auto" (or absent): paced by the run (inference/pacing/)
     max_concurrency: Annotated[int, Field(gt=0, le=100_000)] | Literal["auto"] | None = None
     rate_limits: _RateLimits | None = None
     timeout_s: Annotated[Finite, Field(gt=0, le=86_400)] = 300.0

@@ -220,7 +220,7 @@ class Deployment:
     timeout_s: float = 300.0
     redacted: bool = False  # dashboard/export: never show this deployment's instance text
     options: FrozenMap = field(default_factory=FrozenMap)  # kind-specific extras (n_threads, headers, ...)
-    # the provider's budgets: requests_per_minute, tokens_per_minute (inference/pacing.py); not part of identity
+    # the provider's budgets: requests_per_minute, tokens_per_minute (inference/pacing/); not part of identity
     rate_limits: FrozenMap = field(default_factory=FrozenMap)
 
     def __post_init__(self) -> None:

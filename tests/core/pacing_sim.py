@@ -1,4 +1,4 @@
-"""A discrete-event simulation of clients paced by ``AdaptiveLimit`` against a simulated server.
+"""A discrete-event simulation of clients paced by ``AdaptiveLimit`` (inference/pacing/) against a simulated server.
 
 Two servers. ``FifoServer``: ``capacity`` workers and a FIFO queue; a request's latency is its queueing time plus
 a service time drawn around ``service_s`` (the mock capacity server). ``BatchingServer``: a continuous-batching
@@ -14,9 +14,10 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from medhelm.inference.pacing import DRAIN_EVERY_S, AdaptiveLimit
+from medhelm.inference.pacing import DRAIN_EVERY_S, AdaptiveLimit, Limit
 
 
 @dataclass
@@ -31,6 +32,7 @@ class Clock:
 class ClientResult:
     completions: int = 0
     latencies: list[float] = field(default_factory=list)
+    finished: float | None = None  # when its last instance was answered (a run of ``instances``)
 
 
 class FifoServer:
@@ -176,37 +178,45 @@ def simulate(*, capacity: int = 0, service_s: float = 0.1, clients: int = 1, sec
              measure_from: float = 30.0, fixed: int | None = None, ceiling: int = 256, seed: int = 0,
              batching: BatchingProfile | None = None, jitter: float = 0.1, stagger_s: float = 0.0,
              drain_every: float | None = None,
-             turnaround_s: float = 0.0, switch_cost: float = 0.0,
-             switch_rounds: float = 1.0) -> tuple[list[ClientResult], list[AdaptiveLimit]]:
+             turnaround_s: float = 0.0, switch_cost: float = 0.0, switch_rounds: float = 1.0,
+             make_limit: Callable[..., Limit] = AdaptiveLimit, trace: list[tuple] | None = None,
+             instances: int | None = None) -> tuple[list[ClientResult], list[Limit]]:
     """Clients against a ``FifoServer`` of ``capacity`` workers, or the ``batching`` server when given.
     ``stagger_s``: client i joins at i x stagger_s (processes never start together). ``turnaround_s``: a client
     sends a request that long (on average, exponential) after its slot freed (a loaded client's own delay; a
     server with a queue hides it, one without idles meanwhile). ``switch_cost``: each time a client's limit
     changes, the batching server runs that share slower for ``switch_rounds`` x the latency of the request that
-    ended the window (see ``SWITCH_COST``)."""
+    ended the window (see ``SWITCH_COST``). ``make_limit``: the controllers' constructor (``AdaptiveLimit``'s
+    signature; bench/bench_pacing_equivalence.py passes an older module's). ``trace``: a list to which every
+    decision is appended, ``(time, client, limit, phase, plateau)`` each time one of the three changes.
+    ``instances``: each client has that many requests to send (a run of that size) instead of always more; the
+    simulation ends when all are answered or at ``seconds``."""
     rng = random.Random(seed)
     clock = Clock()
     server = BatchingServer(batching, rng, random.Random(seed + 1)) if batching \
         else FifoServer(capacity, service_s, jitter, rng)
     drain = (DRAIN_EVERY_S if clients > 1 else 0.0) if drain_every is None else drain_every  # shards drain
-    limits = [AdaptiveLimit(ceiling, clock=clock, drain_every=drain) for _ in range(clients)]
+    limits = [make_limit(ceiling, clock=clock, drain_every=drain) for _ in range(clients)]
+    state = [(lim.limit, lim.phase, lim.plateau) for lim in limits]
     in_flight = [0] * clients
     results = [ClientResult() for _ in range(clients)]
     joins = sorted((c * stagger_s, c) for c in range(clients))
     joined = [False] * clients
     sends: list[tuple[float, int]] = []  # requests on their way: (arrival at the server, client)
     client_rng = random.Random(seed + 2)
+    left = [math.inf if instances is None else instances] * clients
 
     def fill(client: int) -> None:
         limit = fixed if fixed is not None else limits[client].limit
-        while in_flight[client] < limit:
+        while in_flight[client] < limit and left[client] > 0:
             in_flight[client] += 1
+            left[client] -= 1
             if turnaround_s:
                 heapq.heappush(sends, (clock.t + client_rng.expovariate(1 / turnaround_s), client))
             else:
                 server.arrive(clock.t, client)
-        if fixed is None:
-            limits[client].note_waiting()  # always more work than slots
+        if fixed is None and left[client] > 0:
+            limits[client].note_waiting()  # more work than slots
 
     while True:
         t = min(server.next_time(), joins[0][0] if joins else math.inf, sends[0][0] if sends else math.inf)
@@ -229,9 +239,15 @@ def simulate(*, capacity: int = 0, service_s: float = 0.1, clients: int = 1, sec
         if t >= measure_from:
             results[client].completions += 1
             results[client].latencies.append(t - sent)
+        if left[client] == 0 and in_flight[client] == 0:
+            results[client].finished = t
         if fixed is None:
             before = limits[client].limit
             limits[client].completed(t - sent)
+            now = (limits[client].limit, limits[client].phase, limits[client].plateau)
+            if trace is not None and now != state[client]:
+                trace.append((t, client, *now))
+            state[client] = now
             if switch_cost and limits[client].limit != before and hasattr(server, "penalize"):
                 server.penalize(t + switch_rounds * (t - sent), switch_cost)
         for c in [client] + [c for c in range(clients) if c != client]:

@@ -1,4 +1,4 @@
-"""Pacing (inference/pacing.py): the adaptive controller on a simulated clock and server, rate budgets and the
+"""Pacing (inference/pacing/): the adaptive controller on a simulated clock and server, rate budgets and the
 servers' headers, the gate's guarantees, and the pool/CLI wiring against the real mock server.
 
 The controller's quality is checked in simulation (deterministic: seeded, simulated time), never by timing a
@@ -7,6 +7,7 @@ real server; bench/bench_pacing.py measures the same designs against real server
 from __future__ import annotations
 
 import asyncio
+import functools
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,8 @@ from medhelm.devtools.mock_openai import MockOpenAIServer
 from medhelm.errors import ConfigError
 from medhelm.inference import ClientPool, PacingPolicy, pacing
 from medhelm.inference.pacing import (QUIET_DRAINS, RESYNC_DRAINS, AdaptiveLimit, Bucket, PaceSettings, Pacer,
-                                      RateHeaders, _Sample, parse_reset, retry_after_seconds)
+                                      RateHeaders, parse_reset, retry_after_seconds)
+from medhelm.inference.pacing import Sample as _Sample, SoloLimit
 from medhelm.specs import Deployment, GenerationRequest, Message
 from tests.core.pacing_sim import SWITCH_COST, VLLM_CPU, VLLM_CPU_FAST, VLLM_CPU_QUIET, Clock, p50, simulate
 
@@ -76,8 +78,8 @@ def test_four_shards_share_one_server_without_a_coordinator():
 def test_shards_that_start_apart_converge_to_fair_shares():
     """Pods of a Job start seconds apart: a shard that joins a server already queueing takes that queue for its
     base latency and, without the synchronised drains, starves the shards that came first (measured below: under
-    3 % for one of them). With them, every shard gets >= 15 % over the third minute and the total stays >= 95 %
-    of one process at its best."""
+    10 % for one of them, of a fair 25 %). With them, every shard gets >= 15 % over the third minute and the total
+    stays >= 95 % of one process at its best."""
     one, _ = simulate(capacity=32, fixed=32, service_s=0.2, seconds=180, measure_from=120)
     for stagger in (1.0, 2.0, 4.0):
         for seed in range(2):
@@ -89,7 +91,7 @@ def test_shards_that_start_apart_converge_to_fair_shares():
             assert all(lim.drains >= 3 for lim in limits)
     starved, _ = simulate(capacity=32, clients=4, seed=0, stagger_s=4.0, service_s=0.2, seconds=180,
                           measure_from=120, drain_every=0.0)
-    assert min(s.completions for s in starved) < 0.05 * sum(s.completions for s in starved)
+    assert min(s.completions for s in starved) < 0.10 * sum(s.completions for s in starved)
 
 
 def test_shards_judge_the_same_queue_at_a_drain_and_all_take_part():
@@ -163,7 +165,7 @@ def test_refused_probes_down_back_off(capacity, monkeypatch):
 
     one, _ = simulate(capacity=capacity, fixed=capacity, service_s=0.2, seconds=180, measure_from=60, jitter=0.05)
     share = run()
-    monkeypatch.setattr(pacing, "PROBE_BACKOFF", 1)
+    monkeypatch.setattr(pacing.shards, "PROBE_BACKOFF", 1)  # the constant lives with its controller
     every_time = run()
     assert share >= 0.99 and every_time <= share - 0.01, (share, every_time)
 
@@ -317,6 +319,58 @@ def test_a_ceiling_holds_on_a_batching_server():
     assert limits[0].limit <= 24 and max(limits[0]._lo.limit, limits[0]._hi.limit) <= 24
 
 
+@pytest.mark.parametrize("capacity", [4, 8, 16])
+def test_a_short_run_does_not_pay_for_the_climb(capacity):
+    """1,000 instances against a server of 4-16 workers at 50 ms (issue 53 item 4): a few seconds, most of which the
+    trials' windows of 8 rounds spent climbing (at 16 workers 1.19 x the best fixed setting's time). Slow start
+    judged by Little's law while latency stays flat (a round a side) ends within 1.05 x of the best fixed
+    setting, at every seed; without the climb (``climb=False``) the same runs take longer. The knee is left to
+    the trial, as before: a doubling whose latency grew ends the climb."""
+    for seed in range(3):
+        kw = dict(capacity=capacity, service_s=0.05, instances=1000, seconds=120, seed=seed)
+        best = min(simulate(fixed=n, **kw)[0][0].finished for n in (capacity, 2 * capacity))
+        auto, limits = simulate(**kw)
+        slow, _ = simulate(make_limit=functools.partial(AdaptiveLimit, climb=False), **kw)
+        assert auto[0].finished <= 1.05 * best, (seed, auto[0].finished / best)
+        assert auto[0].finished < slow[0].finished or capacity == 4, seed
+        assert capacity <= limits[0].limit <= 2 * capacity
+
+
+@pytest.mark.parametrize("capacity", [32, 64])
+def test_the_climb_halves_what_a_short_run_pays_at_larger_servers(capacity):
+    """At 32-64 workers a 1,000-instance run is over in 16-31 latencies, fewer than a climb from 4 and the trial at
+    the knee take: within 1.05 x needs a start from what the last run learnt (not yet kept). The climb still cuts
+    what such a run pays (1.63 -> 1.14 x at 32, 2.76 -> 1.38 x at 64)."""
+    kw = dict(capacity=capacity, service_s=0.05, instances=1000, seconds=120, seed=0)
+    best = min(simulate(fixed=n, **kw)[0][0].finished for n in (capacity, 2 * capacity))
+    auto, limits = simulate(**kw)
+    slow, _ = simulate(make_limit=functools.partial(AdaptiveLimit, climb=False), **kw)
+    assert auto[0].finished <= 1.45 * best and auto[0].finished <= 0.75 * slow[0].finished
+    assert capacity <= limits[0].limit <= 2 * capacity
+
+
+@pytest.mark.parametrize("capacity", [4, 16, 24, 32, 64])
+def test_a_run_that_starts_where_the_last_one_ended_pays_nothing(capacity):
+    """The other half of issue 53 item 4: started at the limit the deployment's last run learnt (its capacity), a
+    1,000-instance run is within 1.02 x of the best fixed setting at every server size, the climb going at most one
+    doubling past it (a pure queue's latency doubles there: the trial takes over)."""
+    for seed in range(2):
+        kw = dict(capacity=capacity, service_s=0.05, instances=1000, seconds=120, seed=seed)
+        best = min(simulate(fixed=n, **kw)[0][0].finished for n in (capacity, 2 * capacity))
+        auto, limits = simulate(make_limit=functools.partial(AdaptiveLimit, start=capacity), **kw)
+        assert auto[0].finished <= 1.02 * best, (seed, auto[0].finished / best)
+        assert capacity <= limits[0].limit <= 2 * capacity
+
+
+def test_the_policy_starts_a_deployment_where_its_last_run_ended():
+    policy = PacingPolicy(adaptive=True, ceiling=64, starts=(("gw/a", 24), ("gw/b", 500)))
+    a = Pacer(policy.settings(fixed=None, rate_limits={}, local=False, deployment="gw/a"))
+    b = Pacer(policy.settings(fixed=None, rate_limits={}, local=False, deployment="gw/b"))
+    c = Pacer(policy.settings(fixed=None, rate_limits={}, local=False, deployment="gw/c"))
+    fixed = Pacer(policy.settings(fixed=3, rate_limits={}, local=False, deployment="gw/a"))
+    assert (a.limit, b.limit, c.limit, fixed.limit) == (24, 64, 4, 3)  # b: never over the ceiling
+
+
 def _rounds(limit, rate, spread, n=16, seed=0):
     """A sample of ``n`` rounds at ``limit`` whose throughput is ``rate`` a second, each round's length drawn with
     a relative spread."""
@@ -332,12 +386,12 @@ def _rounds(limit, rate, spread, n=16, seed=0):
 def test_more_in_flight_pays_only_when_the_gain_is_shown():
     """The verdict on a doubling that must bring 3 %: a gain shown (beyond two standard errors, and at least 3 %)
     pays; a gain shown to fall short of 3 % (a pure queue: none) does not; rounds too noisy to tell ask for more."""
-    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.02), _rounds(32, 6.6, 0.02, seed=1), 0.03) is True  # +10 %
-    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.02), _rounds(32, 6.0, 0.02, seed=1), 0.03) is False  # +0 %
-    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.2), _rounds(32, 6.6, 0.2, seed=1), 0.03) is None  # se ~7 %
-    assert AdaptiveLimit._pays(_rounds(16, 6.0, 0.2, n=400), _rounds(32, 6.6, 0.2, n=400, seed=1), 0.03) is True
+    assert SoloLimit._pays(_rounds(16, 6.0, 0.02), _rounds(32, 6.6, 0.02, seed=1), 0.03) is True  # +10 %
+    assert SoloLimit._pays(_rounds(16, 6.0, 0.02), _rounds(32, 6.0, 0.02, seed=1), 0.03) is False  # +0 %
+    assert SoloLimit._pays(_rounds(16, 6.0, 0.2), _rounds(32, 6.6, 0.2, seed=1), 0.03) is None  # se ~7 %
+    assert SoloLimit._pays(_rounds(16, 6.0, 0.2, n=400), _rounds(32, 6.6, 0.2, n=400, seed=1), 0.03) is True
     # right after a doubling that paid in proportion the bar is 15 %: +10 %, however sure, does not pay
-    assert AdaptiveLimit._pays(_rounds(64, 300, 0.02), _rounds(128, 330, 0.02, seed=1), 0.15) is False
+    assert SoloLimit._pays(_rounds(64, 300, 0.02), _rounds(128, 330, 0.02, seed=1), 0.15) is False
 
 
 def test_a_drift_within_a_window_widens_its_uncertainty():

@@ -13,7 +13,7 @@ class RunOptions:
     local_path: Path = Path("prod_env")  # model_deployments.yaml and the request cache live here
     max_eval_instances: int | None = None  # a run entry's own max_eval_instances= wins (as in HELM)
     max_concurrency: int = 8  # requests in flight per run (with ``adaptive``: the ceiling of every deployment's)
-    adaptive: bool = False  # --max-concurrency auto: remote deployments paced to their servers (inference/pacing.py)
+    adaptive: bool = False  # --max-concurrency auto: remote deployments paced to their servers (inference/pacing/)
     rate_share: float = 1.0  # this process's part of configured rate budgets (a Job's shards split them)
     dry_run: bool = False
     skip_completed: bool = False
