@@ -21,6 +21,7 @@ from typing import Any
 from medhelm.errors import ConfigError
 from medhelm.report.content import ReportContent
 from medhelm.store.compare import MULTIPLICITY_RULE
+from medhelm.store.intervals import METHOD, PAIRED_METHOD
 from medhelm.store.subgroups import SUPPRESSION
 
 _CSS = """
@@ -167,7 +168,7 @@ def _interval_figure(title: str, labels: Sequence[str], values: Sequence[float |
     ax.set_ylim(-0.7, n - 0.3)
     if xlim is not None:
         ax.set_xlim(*xlim)
-    return f"<figure>{_svg(fig, caption)}<figcaption>{_e(caption)}: points with 95 % bootstrap intervals." \
+    return f"<figure>{_svg(fig, caption)}<figcaption>{_e(caption)}: points with their {_e(METHOD)}." \
            "</figcaption></figure>"
 
 
@@ -310,7 +311,7 @@ def _change(content: ReportContent) -> list[str]:
         return []
     out = [f"<h2>Change against the accepted release <code>{_e(content.against)}</code></h2>",
            f'<p class="note">Paired on the instances both releases scored; difference = this release minus the '
-           f"accepted one, its 95 % bootstrap interval, McNemar's exact test for 0/1 metrics (else the bootstrap), "
+           f"accepted one, its 95 % {_e(PAIRED_METHOD)}, McNemar's exact test for 0/1 metrics (else the bootstrap), "
            f"{_e(MULTIPLICITY_RULE.format(family='model and benchmark'))}. "
            f"Drops: {sum(r.change == 'drop' for r in c.results)}"
            f"; gains: {sum(r.change == 'gain' for r in c.results)}.</p>"]
