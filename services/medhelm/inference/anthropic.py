@@ -43,7 +43,7 @@ from medhelm.errors import ConfigError
 from medhelm.inference import sigv4
 from medhelm.inference.gateway import api_key, api_url, env_secret
 from medhelm.inference.native import NativeClient, bearer_source, int_or_none, option, split_system
-from medhelm.inference.openai import joined_prompt
+from medhelm.inference.openai import answered_model, joined_prompt
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 from medhelm.tokens import split_reasoning
 
@@ -139,7 +139,8 @@ class AnthropicClient(NativeClient):
         thinking = split_reasoning(output, text) if thought else None  # no count stated: our estimate
         return Completion(text=text, finish_reason=_STOP.get(stop, stop),
                           usage=Usage(prompt_tokens=prompt, completion_tokens=output, latency_s=latency,
-                                      reasoning_tokens=thinking, reasoning_estimated=thinking is not None))
+                                      reasoning_tokens=thinking, reasoning_estimated=thinking is not None),
+                          model=answered_model(data.get("model")))
 
 
 def aws_credentials(deployment: Deployment) -> sigv4.Credentials:

@@ -253,7 +253,14 @@ def _parse(response: HttpReply, latency: float, where: str, *, chat: bool = True
         finish_reason=choice.get("finish_reason"),
         usage=Usage(prompt_tokens=usage.get("prompt_tokens"), completion_tokens=completion,
                     latency_s=latency, reasoning_tokens=thinking, reasoning_estimated=estimated),
+        model=answered_model(data.get("model")),
     )
+
+
+def answered_model(*names: object) -> str | None:
+    """The model (and version) a server says answered, as one short line of text (None when it says nothing)."""
+    parts = [" ".join(n.split())[:120] for n in names if isinstance(n, str) and n.strip()]
+    return " version ".join(parts) or None
 
 
 def joined_prompt(request: GenerationRequest) -> str:
