@@ -106,10 +106,12 @@ def build_identity() -> dict[str, str]:
             dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
                                    cwd=Path(__file__).parent, capture_output=True, text=True, timeout=30)
             commit += " (source checkout with local changes)" if dirty.stdout.strip() else " (source checkout)"
-    image = os.environ.get("MEDHELM_IMAGE_DIGEST", "").strip()
     keep = re.compile(r"[^A-Za-z0-9@:/._+() -]")  # printed on the page: a digest or a commit, nothing else
+    image = keep.sub("", os.environ.get("MEDHELM_IMAGE_DIGEST", "").strip())[:200]
+    if image and not re.search(r"@sha256:[0-9a-f]{64}$", image):
+        image += " (by tag, not a content digest: set image.digest)"
     return {"commit": keep.sub("", commit)[:120] or "not recorded",
-            "image": keep.sub("", image)[:200] or "not recorded (not run from the medhelm image)"}
+            "image": image or "not recorded (not run from the medhelm image)"}
 
 
 def _digest(rows: list[dict[str, Any]]) -> str:
