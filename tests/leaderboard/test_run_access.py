@@ -3,7 +3,7 @@ beside what the hospital's report.yaml states.
 
 Real runs: `medhelm run` against the project's mock OpenAI server (a deployment URL with a user and password in
 it; the server answers with a dated model name, as OpenAI does), stopped and resumed, and killed outright
-(SIGKILL) mid-run; the embedded model (llama.cpp) in tests/core/test_embedded_access.py. Then `summarize` into
+(SIGKILL) mid-run; and the embedded model (SmolLM2 in llama.cpp, in this process). Then `summarize` into
 SQLite and PostgreSQL (the runs' columns equal run.json's record), a store of schema v2 written by the previous
 code (its commit, from git) read as it is and migrated, and `medhelm report` with a report.yaml that agrees and
 one that disagrees. Times are only compared with each other and with the test's own clock readings, never
@@ -328,3 +328,54 @@ def test_a_v2_postgres_store_is_refused_until_migrated(v2_code: Path, runs: dict
     _summarize(runs, url, "new")
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT endpoint FROM runs WHERE release = 'new'").fetchall() == [(runs["endpoint"],)]
+
+
+@pytest.mark.slow
+@pytest.mark.embedded
+def test_the_embedded_model_records_its_file_and_engine(postgres_url: str, tmp_path: Path) -> None:
+    """The exact-match example on SmolLM2 in-process (2 instances) and its baselines: the endpoint is
+    'in-process', the GGUF file's name (never its folder) and llama-cpp-python's installed version are recorded;
+    a baseline asks no model. Summarised into SQLite and PostgreSQL: the same record, the same Models section."""
+    from importlib import metadata
+
+    out, local = tmp_path / "out", tmp_path / "prod_env"
+    before = _now()
+    assert cli(["run", "--conf-paths", str(REPO / "examples" / "exact_match_demo" / "exact_match_demo.conf"),
+                "--suite", "E", "--max-eval-instances", "2", "--num-output-tokens", "4", "-o", str(out),
+                "--local-path", str(local), "--disable-cache", "-q"]) == 0
+    after = _now()
+    runs = {RunDir(p).spec().deployment: RunDir(p) for p in (out / "runs" / "E").iterdir()}
+    access = runs["local/smollm2-135m-instruct"].status()["access"]
+    engine = f"llama-cpp-python {metadata.version('llama_cpp_python')}"
+    assert access["endpoint"] == "in-process" and access["kind"] == "llamacpp"
+    assert access["model_file"] == "SmolLM2-135M-Instruct.Q4_1.gguf" and access["engine"] == engine
+    assert access["requests"] == 2 and "answered_models" not in access  # llama.cpp names its file path: not kept
+    assert before <= _utc(access["first_request"]) <= _utc(access["last_request"]) <= after
+    baseline = runs["baseline/random"].status()["access"]
+    assert baseline["endpoint"] == "none (no model)" and baseline["requests"] == 0
+    assert baseline["first_request"] is None and baseline["last_request"] is None
+
+    about = tmp_path / "about.yaml"
+    sections = {}
+    for name, store in (("sqlite", str(tmp_path / "e.sqlite")), ("pg", postgres_url)):
+        assert cli(["summarize", "--suite", "E", "--release", "embedded", "-o", str(out), "--local-path", str(local),
+                    "--store", store, "--bootstrap", "50"]) == 0
+        with open_store(store) as s:
+            [row] = s.query_dicts(f"SELECT model, {', '.join(ACCESS_COLUMNS)} FROM runs WHERE release = 'embedded' "
+                                  "AND deployment = 'local/smollm2-135m-instruct'")
+        about.write_text(AGREES.replace("test/acme-chat", row["model"]).format(
+            endpoint="https://llm.internal.example/v1", version="Llama-3-8B", start="2026-01-01T00:00:00Z",
+            end="2026-01-02T00:00:00Z").replace("    endpoint: https://llm.internal.example/v1\n", ""))
+        assert (row["endpoint"], row["model_file"], row["engine"], row["first_request"], row["last_request"]) == (
+            "in-process", access["model_file"], engine, access["first_request"], access["last_request"])
+        text = _report(store, "embedded", about, tmp_path / f"{name}.html")
+        models = _section(text, "Models evaluated", "Cost, tokens and latency")
+        assert f"recorded: SmolLM2-135M-Instruct.Q4_1.gguf; {engine} report.yaml: Llama-3-8B" in models
+        assert "recorded: in-process report.yaml: not stated" in models
+        assert f"report.yaml states version 'Llama-3-8B'; the runs used SmolLM2-135M-Instruct.Q4_1.gguf, {engine}" \
+            in models
+        assert "before the stated access window" not in models and "after the stated access window" in models
+        assert "recorded: none (no model) report.yaml: not stated recorded: a reference baseline" in models
+        assert "No endpoint, version or access window stated" not in text  # a baseline has none to state
+        sections[name] = models
+    assert sections["sqlite"] == sections["pg"]

@@ -103,6 +103,9 @@ class RequestWindow:
                 "answered_models": sorted(self.answered, key=lambda m: -self.answered[m])}
 
 
+IN_PROCESS, NO_MODEL = "in-process", "none (no model)"  # a run's access endpoint when no server is asked
+
+
 def utc_iso(at: float | None) -> str | None:
     """A wall-clock time as ISO 8601 in UTC with its zone (``2026-12-01T22:40:01.123+00:00``)."""
     return None if at is None else datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="milliseconds")
@@ -246,19 +249,22 @@ class PooledClient:
 
     def endpoint(self) -> dict[str, str | None]:
         """Where and what this client asks, as a run's access record keeps it: the kind, the endpoint (the URL
-        without credentials or query string; ``in-process`` for an engine in this process), the model name it
-        sends; for an in-process engine the model file's name (never its folder) and the engine's version."""
+        without credentials or query string; ``in-process`` for an engine in this process), the model name a
+        server is asked for; for an in-process engine the model file's name (never its folder) and the engine's
+        version."""
         d = self._deployment
         row = BY_KIND[d.kind.value]
-        out: dict[str, str | None] = {"kind": d.kind.value, "served_model": d.served_model_name or d.model_name}
+        out: dict[str, str | None] = {"kind": d.kind.value}
+        if not (row.in_process or row.local):  # the model name a server is asked for
+            out["served_model"] = d.served_model_name or d.model_name
         if row.in_process:
-            out["endpoint"] = "in-process"
+            out["endpoint"] = IN_PROCESS
             if d.gguf_path:
                 out["model_file"] = PurePosixPath(d.gguf_path.removeprefix("package:").replace("\\", "/")).name
             version = engine_version("llama_cpp_python") if d.kind.value == "llamacpp" else None
             out["engine"] = f"llama-cpp-python {version}" if version else None
         elif row.local:
-            out["endpoint"] = "none (no model)"
+            out["endpoint"] = NO_MODEL
         else:
             out["endpoint"] = public_url(d.base_url or getattr(self._raw, "endpoint_url", None))
         return out

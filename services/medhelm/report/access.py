@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from medhelm.inference import public_url
+from medhelm.inference import IN_PROCESS, NO_MODEL, public_url
 
 
 @dataclass
@@ -47,7 +47,12 @@ class RecordedAccess:
 
     @property
     def in_process(self) -> bool:
-        return self.endpoints == ["in-process"]
+        return self.endpoints == [IN_PROCESS]
+
+    @property
+    def no_model(self) -> bool:
+        """A reference baseline: no model was asked (nothing to state)."""
+        return self.endpoints == [NO_MODEL]
 
 
 def _add(values: list[str], value: Any) -> None:
@@ -97,7 +102,7 @@ def recorded_access(runs: list[dict[str, Any]], models: list[dict[str, Any]]) ->
 
 def disagreements(recorded: RecordedAccess, stated: Any) -> list[str]:
     """Where ``report.yaml``'s entry (``about.ModelAbout``) and the runs' record disagree, one sentence each."""
-    if stated is None or not recorded.runs:
+    if stated is None or not recorded.runs or recorded.no_model:
         return []
     out = []
     endpoint = _same_url(str(stated.endpoint)) if stated.endpoint is not None else None

@@ -491,6 +491,7 @@ def _executive(content: ReportContent, meta: dict[str, str], bench: dict[str, di
                         "models' endpoints and versions as the hospital states them and the sign-off are missing "
                         "from this report.</li>")
         return ["<h2>Executive summary</h2>", *lines, "<ul>" + "".join(findings) + "</ul>"]
+    access = [(m, r, a, d) for m, r, a, d in access if not r.no_model]  # a baseline has nothing to state
     silent = [f"{m['model']} [{m['deployment']}]" for m, r, a, _ in access if a is None and not r.runs]
     if silent:
         findings.append('<li class="drop">No endpoint, version or access window stated or recorded for '
@@ -645,7 +646,9 @@ def _lines(*parts: tuple[str, str | None]) -> _Raw:
 def _models(content: ReportContent) -> list[str]:
     rows, flagged = [], []
     for m, r, a, disagree in _access(content):
-        if r.runs:
+        if r.no_model:
+            endpoint, version, window = r.endpoints[0], "a reference baseline (answers without a model)", "no model asked"
+        elif r.runs:
             endpoint = ", ".join(r.endpoints) or "not recorded"
             answered = ", ".join(r.answered) or ("not stated by the server" if not r.in_process else None)
             version = "; ".join(x for x in (
@@ -653,7 +656,7 @@ def _models(content: ReportContent) -> list[str]:
                 f"answered as {answered}" if answered else "",
                 ", ".join(r.model_files), ", ".join(r.engines)) if x)
             window = (f"{_when(r.first, seconds=True)} to {_when(r.last, seconds=True)}" if r.first
-                      else "no request made (answers from the cache)")
+                      else "no request made (the answers came from the request cache or an earlier run)")
             if r.interrupted:
                 window += f" (or later: {r.interrupted} invocation(s) stopped before recording their last request)"
             if r.runs < r.total_runs:
