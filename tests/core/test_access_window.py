@@ -74,3 +74,22 @@ def test_the_answered_model_is_not_recorded_cached_or_compared():
     a = Completion("Yes", "stop", Usage(prompt_tokens=3), model="gpt-4o-2024-08-06")
     b = Completion("Yes", "stop", Usage(prompt_tokens=3))
     assert a == b and "model" not in a.to_json() and Completion.from_json(a.to_json()).model is None
+
+
+@pytest.mark.parametrize("answered", ["Synthetic note 7: BP 117 mmHg", "<script>x</script>", "gpt-4o?note=a&b"])
+def test_an_answered_model_that_is_no_model_name_is_not_kept(answered):
+    """A hostile or broken server that puts the prompt (patient text) or markup in its model field: not kept."""
+    with MockOpenAIServer(answered_model=answered) as srv:
+        dep = _dep(srv.base_url)
+        pool = ClientPool()
+
+        async def go():
+            window = pool.watch(dep.name)
+            for i in range(3):
+                await pool.get(dep).generate(GenerationRequest(
+                    messages=(Message("user", f"Synthetic note {i}: BP {110 + i} mmHg. Yes or no?"),), max_tokens=2))
+            await pool.aclose()
+            return window
+
+        window = asyncio.run(go())
+    assert window.requests == 3 and window.answered == {} and window.to_json()["answered_models"] == []

@@ -18,6 +18,7 @@ few counter increments (attempt code and latency, retries, in-flight, tokens, ca
 from __future__ import annotations
 
 import importlib
+import re
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -203,18 +204,39 @@ class _Slots:
             _answered(windows, None)
             raise
         metrics.attempt_finished(time.perf_counter() - started, None)
-        _answered(windows, completion.model)
+        _answered(windows, completion.model, request)
         return completion
 
     async def aclose(self) -> None:
         await self._inner.aclose()
 
 
-def _answered(windows: list[RequestWindow], model: str | None) -> None:
+def _answered(windows: list[RequestWindow], model: str | None, request: GenerationRequest | None = None) -> None:
     if windows:
         now = time.time()
+        if model is not None and request is not None and not all(model in w.answered for w in windows) \
+                and not names_a_model(model, request):
+            model = None  # a new name is checked once per window: never a server's echo of the prompt
         for window in windows:
             window.done(now, model)
+
+
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+ -]{0,239}")
+
+
+def names_a_model(name: str, request: GenerationRequest, window: int = 12) -> bool:
+    """Whether a server's answered-model field looks like a model name (letters, digits and ``._:/@+ -``)
+    and quotes none of the prompt (no run of ``window`` characters of a message): a hostile or broken server
+    cannot put patient text into a run's access record."""
+    if not _MODEL_NAME.fullmatch(name):
+        return False
+    for message in request.messages:
+        text = " ".join(message.content.split())
+        for i in range(0, max(len(text) - window, 0) + 1, window // 2):
+            chunk = text[i:i + window]
+            if len(chunk) >= window and chunk in name:
+                return False
+    return True
 
 
 def _expected_tokens(request: GenerationRequest) -> float:
