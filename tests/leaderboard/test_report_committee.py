@@ -123,7 +123,9 @@ def test_use_data_benchmarks_and_models_from_the_hospitals_file(made: dict) -> N
     assert "report.yaml: 2026-11-20 08:00 UTC+01:00 to 2026-11-21 18:30 UTC-05:00" in models  # time zones kept
     assert re.search(r"recorded: http://127\.0\.0\.1:\d+/v1 ", models)
     assert re.search(r"recorded: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC to \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", models)
-    assert "disagrees: report.yaml names the endpoint https://llm.internal.example/v1" in models
+    assert "disagrees with report.yaml: endpoint, access window, version (listed below)" in models
+    assert "test/m [mock/m]: report.yaml names the endpoint https://llm.internal.example/v1; the runs called" in \
+        _section(text, "The runs' record and report.yaml disagree", "Cost, tokens and latency")
     assert re.search(r"Made \d{4}-\d\d-\d\d \d\d:\d\d UTC by medhelm", text)
 
 

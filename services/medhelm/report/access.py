@@ -100,27 +100,29 @@ def recorded_access(runs: list[dict[str, Any]], models: list[dict[str, Any]]) ->
     return out
 
 
-def disagreements(recorded: RecordedAccess, stated: Any) -> list[str]:
-    """Where ``report.yaml``'s entry (``about.ModelAbout``) and the runs' record disagree, one sentence each."""
+def disagreements(recorded: RecordedAccess, stated: Any) -> list[tuple[str, str]]:
+    """Where ``report.yaml``'s entry (``about.ModelAbout``) and the runs' record disagree: (what — endpoint,
+    access window, version —, one sentence) each."""
     if stated is None or not recorded.runs or recorded.no_model:
         return []
     out = []
     endpoint = _same_url(str(stated.endpoint)) if stated.endpoint is not None else None
     called = [_same_url(e) for e in recorded.endpoints]
     if endpoint is not None and called and endpoint not in called:
-        out.append(f"report.yaml names the endpoint {endpoint}; the runs called {', '.join(recorded.endpoints)}")
+        out.append(("endpoint", f"report.yaml names the endpoint {endpoint}; the runs called "
+                                f"{', '.join(recorded.endpoints)}"))
     start, end = utc(stated.access_window.start), utc(stated.access_window.end)
     if recorded.first is not None and start is not None and recorded.first < start:
-        out.append(f"the runs called the endpoint from {recorded.first.isoformat(timespec='seconds')}, before the "
-                   "stated access window")
+        out.append(("access window", f"the runs called the endpoint from "
+                                     f"{recorded.first.isoformat(timespec='seconds')}, before the stated access window"))
     if recorded.last is not None and end is not None and recorded.last > end:
-        out.append(f"the runs called the endpoint until {recorded.last.isoformat(timespec='seconds')}, after the "
-                   "stated access window")
+        out.append(("access window", f"the runs called the endpoint until "
+                                     f"{recorded.last.isoformat(timespec='seconds')}, after the stated access window"))
     version = " ".join(str(stated.version).split())
     names = [*recorded.answered, *recorded.model_files, *recorded.engines]
     if version and names and not any(_names(version, n) or _names(n, version) for n in names):
         said = "the server said it answered as" if recorded.answered else "the runs used"
-        out.append(f"report.yaml states version '{stated.version}'; {said} {', '.join(names)}")
+        out.append(("version", f"report.yaml states version '{stated.version}'; {said} {', '.join(names)}"))
     return out
 
 

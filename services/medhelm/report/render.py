@@ -664,14 +664,15 @@ def _models(content: ReportContent) -> list[str]:
         else:
             endpoint = version = window = "not recorded"
         stated_window = f"{_when(a.access_window.start)} to {_when(a.access_window.end)}" if a else None
-        mark = (f'<br><span class="drop">disagrees: {_e(_no_paths("; ".join(disagree)))}</span>'
+        aspects = list(dict.fromkeys(aspect for aspect, _ in disagree))
+        mark = (f'<br><span class="drop">disagrees with report.yaml: {_e(", ".join(aspects))} (listed below)</span>'
                 if disagree else "")
         rows.append((m["model"], m["deployment"],
                      _lines(("recorded", endpoint), ("report.yaml", str(a.endpoint) if a and a.endpoint else None)),
                      _lines(("recorded", version), ("report.yaml", a.version if a else None)),
                      _Raw(_lines(("recorded", window), ("report.yaml", stated_window)).html + mark),
                      m["suites"], m["n_instances"]))
-        flagged += [f"{m['model']} [{m['deployment']}]: {d}" for d in disagree]
+        flagged += [f"{m['model']} [{m['deployment']}]: {d}" for _, d in disagree]
     out = ["<h2>Models</h2>",
            '<p class="note">Identity as the results store holds it (model and deployment names). Recorded: what the '
            "runs themselves wrote when they called each endpoint (its address without credentials or query string, "
