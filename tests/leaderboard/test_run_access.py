@@ -380,3 +380,23 @@ def test_the_embedded_model_records_its_file_and_engine(postgres_url: str, tmp_p
         assert "No endpoint, version or access window stated" not in text  # a baseline has none to state
         sections[name] = models
     assert sections["sqlite"] == sections["pg"]
+
+
+def test_a_run_with_other_settings_starts_a_new_record(tmp_path: Path) -> None:
+    """Records superseded by other settings (here the output budget) take their access lines with them: the
+    window is the new settings' alone."""
+    cfg = write_configurable_benchmark(tmp_path / "bench", 5)
+    out, local = tmp_path / "out", tmp_path / "prod_env"
+    with MockOpenAIServer(responder=lambda body: "Yes", answered_model=ANSWERED) as srv:
+        _deployment(local, srv.base_url)
+        common = ["run", "--run-entries", f"medhelm_configurable_benchmark:model=mock/acme,config_path={cfg}",
+                  "--suite", "s", "-o", str(out), "--local-path", str(local), "--disable-cache", "-q"]
+        assert cli(common) == 0
+        [path] = list((out / "runs" / "s").iterdir())
+        first = RunDir(path).status()["access"]
+        between = _now()
+        assert cli([*common, "--num-output-tokens", "3"]) == 0
+    access = RunDir(path).status()["access"]
+    assert (path / "superseded.jsonl").is_file()
+    assert first["invocations"] == 1 and access["invocations"] == 1 and access["requests"] == 5
+    assert _utc(access["first_request"]) >= between > _utc(first["last_request"])
