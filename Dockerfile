@@ -90,6 +90,10 @@ FROM runtime AS dashboard
 LABEL org.opencontainers.image.title="medhelm-k8s-dashboard"
 COPY --from=build-dashboard /opt/medhelm /opt/medhelm
 COPY --from=build-dashboard /out/sbom.cdx.json /usr/share/doc/medhelm-k8s/sbom.cdx.json
+# the commit the image was built from (scripts/build_images.sh: git rev-parse HEAD): a report made in it says so
+ARG MEDHELM_CODE_COMMIT=""
+LABEL org.opencontainers.image.revision="${MEDHELM_CODE_COMMIT}"
+ENV MEDHELM_CODE_COMMIT=${MEDHELM_CODE_COMMIT}
 USER 10001:10001
 
 # The last stage is the default target: a plain `podman build` makes the slim service image.
@@ -97,5 +101,9 @@ FROM runtime AS service
 LABEL org.opencontainers.image.title="medhelm-k8s"
 COPY --from=build-service /opt/medhelm /opt/medhelm
 COPY --from=build-service /out/sbom.cdx.json /usr/share/doc/medhelm-k8s/sbom.cdx.json
+# the commit the image was built from (scripts/build_images.sh: git rev-parse HEAD): a report made in it says so
+ARG MEDHELM_CODE_COMMIT=""
+LABEL org.opencontainers.image.revision="${MEDHELM_CODE_COMMIT}"
+ENV MEDHELM_CODE_COMMIT=${MEDHELM_CODE_COMMIT}
 # gRPC services answer the standard health service; the Job has its own exit codes.
 USER 10001:10001

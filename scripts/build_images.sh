@@ -47,8 +47,15 @@ fi
 podman image exists "$base" || podman pull --quiet "$base" >/dev/null || fail "cannot pull the base $base"
 say "base pinned: $base"
 
-# 2. the images (the service first: the dashboard's build reuses its dependency layers)
-args=(--build-arg "BASE_IMAGE=$base" --build-arg "VERSION=$VERSION"
+# 2. the images (the service first: the dashboard's build reuses its dependency layers), with the commit they are
+#    built from (MEDHELM_CODE_COMMIT in the image: a report made in it names the code; marked when the checkout
+#    has local changes, which the build context copies in)
+commit=$(git rev-parse HEAD 2>/dev/null || true)
+if [ -n "$commit" ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  commit="$commit (source checkout with local changes)"
+fi
+[ -n "$commit" ] || say "not a git checkout: the images record no code commit"
+args=(--build-arg "BASE_IMAGE=$base" --build-arg "VERSION=$VERSION" --build-arg "MEDHELM_CODE_COMMIT=$commit"
       --label "org.opencontainers.image.base.name=${base%@*}"
       --label "org.opencontainers.image.base.digest=${base#*@}")
 [ -n "${EXTRAS:-}" ] && args+=(--build-arg "EXTRAS=$EXTRAS")
@@ -94,6 +101,7 @@ for item in built:
                                       check=True).stdout)[0]
     record["images"][flavor] = {"reference": tag, "id": facts["Id"], "digest": facts.get("Digest", ""),
                                 "size_bytes": facts["Size"], "base_image": base,
+                                "code_commit": (facts.get("Labels") or {}).get("org.opencontainers.image.revision", ""),
                                 "sbom": os.path.basename(sbom)}
 record["base_image"] = base
 with open(record_path + ".part", "w") as f:

@@ -113,6 +113,10 @@ class _StoreEnv(_Open):
     env: list[_EnvVar]
 
 
+# the image reference a pod runs, as the chart or `medhelm k8s` deployed it (report/content.py build_identity)
+IMAGE_ENV = "MEDHELM_IMAGE_DIGEST"
+
+
 def _container(job: dict) -> dict:
     try:
         return job["spec"]["template"]["spec"]["containers"][0]
@@ -141,6 +145,13 @@ def build_job(template: dict, *, release: str, suite: str, args: list[str], comp
         if e["name"] == "MEDHELM_SHARD_PARALLELISM":
             e["value"] = str(parallelism)
     c["env"] = env + list(extra_env or [])
+    if c.get("image"):  # the image this Job runs, as deployed (a report made in its pod names it): in its place
+        image_env = {"name": IMAGE_ENV, "value": str(c["image"])}
+        at = next((i for i, e in enumerate(c["env"]) if e["name"] == IMAGE_ENV), None)
+        if at is None:
+            c["env"].append(image_env)
+        else:
+            c["env"][at] = image_env
     if conf_map:
         c.setdefault("volumeMounts", []).append({"name": "conf", "mountPath": CONF_DIR, "readOnly": True})
         job["spec"]["template"]["spec"].setdefault("volumes", []).append(

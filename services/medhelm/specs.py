@@ -420,6 +420,10 @@ class Completion:
     text: str
     finish_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
+    # the model (and version) the server says answered (OpenAI-compatible ``model``, KServe v2 ``model_name`` and
+    # ``model_version``, Gemini ``modelVersion``): kept per run in its access record (run.json ``access``), not in
+    # the instance's record nor the request cache, and no part of a completion's equality
+    model: str | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, JSON]:
         return {"text": self.text, "finish_reason": self.finish_reason, "usage": self.usage.to_json()}

@@ -7,7 +7,9 @@ since, on purpose: the store's bootstrap replicates (``cells.boot``) are float64
 category's interval equals that benchmark's own exactly); and the release's ``meta`` gained ``rank_baselines``
 (issue 27: whether reference baselines were ranked with the models); and the store's schema v2 (issue 29:
 ``schema_version`` '2', and the audit and subgroup tables made, empty, with the store). Those alone were
-re-written, by the code after.
+re-written, by the code after. And since, on purpose: each run's access record (issue 51: ``access*.jsonl``,
+run.json's ``access``, the store's schema v3 with the runs' access columns); its request times, invocation ids
+and endpoint (the mock server's port) are masked like the other measured values.
 
 Only what differs between two runs of the same code is masked: latencies and wall times (measured), the
 store's creation times. Everything else — every file's name, every line, every stat, every store row — must
@@ -33,7 +35,8 @@ SERVICES = Path(__file__).parents[2] / "services"
 GOLDEN = Path(__file__).parents[1] / "data" / "rundir_golden.json"
 N = 24
 # measured, so never equal twice: masked wherever they appear (JSON keys, store columns, stat names)
-_VOLATILE = re.compile(r"latency|wall_time|inference_runtime|inference_s|gpu_s|_at$|^at$|created|updated|time")
+_VOLATILE = re.compile(r"latency|wall_time|inference_runtime|inference_s|gpu_s|_at$|^at$|created|updated|time"
+                       r"|_request$|^invocation$|^endpoint$")  # an access record's times and ids, the mock's port
 # the run's spec names the benchmark's YAML by its path (in the temporary folder), and its digests hash it
 _PATH_HASHED = re.compile(r"^(compat_)?digest$")
 _TMP = [""]  # the temporary folder of the scenario being read, replaced by "<tmp>"

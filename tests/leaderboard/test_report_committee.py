@@ -118,8 +118,14 @@ def test_use_data_benchmarks_and_models_from_the_hospitals_file(made: dict) -> N
     assert "2025-07-01 to 2025-09-30" in data and "none missing" in data
     assert "age_band: old 30, young + child 30 (2 small group(s) pooled); sex: F 30, M 30" in data
     models = _section(text, "Models evaluated", "Cost, tokens and latency")
-    assert "https://llm.internal.example/v1 mock-m build 7" in models
-    assert "2026-11-20 08:00 UTC+01:00 to 2026-11-21 18:30 UTC-05:00" in models  # time zones kept
+    # what report.yaml states, beside what the runs recorded (the mock server on this machine, today), flagged
+    assert "report.yaml: https://llm.internal.example/v1" in models and "report.yaml: mock-m build 7" in models
+    assert "report.yaml: 2026-11-20 08:00 UTC+01:00 to 2026-11-21 18:30 UTC-05:00" in models  # time zones kept
+    assert re.search(r"recorded: http://127\.0\.0\.1:\d+/v1 ", models)
+    assert re.search(r"recorded: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC to \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", models)
+    assert "disagrees with report.yaml: endpoint, access window, version (listed below)" in models
+    assert "test/m [mock/m]: report.yaml names the endpoint https://llm.internal.example/v1; the runs called" in \
+        _section(text, "The runs' record and report.yaml disagree", "Cost, tokens and latency")
     assert re.search(r"Made \d{4}-\d\d-\d\d \d\d:\d\d UTC by medhelm", text)
 
 
@@ -257,7 +263,8 @@ def test_an_unapproved_report_and_an_undescribed_model_are_said_first(made: dict
                 str(made["store"])]) == 0
     summary = _section(_text(out.read_text()), "Executive summary", "Sign-off")
     assert "Not approved: the sign-off names no approver." in summary
-    assert "No endpoint, version or access window stated for test/m [mock/m]" in summary
+    assert ("No endpoint, version or access window stated in report.yaml for test/m [mock/m]: what the runs "
+            "recorded is shown alone") in summary
     assert "Approved by" not in summary
 
 

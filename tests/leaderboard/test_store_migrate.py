@@ -110,22 +110,27 @@ def test_a_postgres_store_of_the_previous_release_migrates_forward(previous_code
     one_line(medhelm(None, "summarize", "--suites", "local", "-o", str(suite), "--store", url), "medhelm store migrate")
     one_line(medhelm(None, "audit", "-o", str(suite), "--store", url), "medhelm store migrate")
     status = medhelm(None, "store", "status", "--store", url)
-    assert status.returncode == 3 and "schema v1; this medhelm: v2" in status.stdout, status
+    assert status.returncode == 3 and f"schema v1; this medhelm: v{SCHEMA_VERSION}" in status.stdout, status
     assert _pg_snapshot(url) == v1
 
     done = medhelm(None, "store", "migrate", "--store", url)
-    assert done.returncode == 0 and "migrated from schema v1 to v2" in done.stdout, done.stderr
+    assert done.returncode == 0 and f"migrated from schema v1 to v{SCHEMA_VERSION}" in done.stdout, done.stderr
     v2 = _pg_snapshot(url)
     assert NEW_RELATIONS <= set(v2)
     for table, (names, rows) in v1.items():  # every row the previous release wrote, as it wrote it
         if table != "meta":
-            assert v2[table] == [names, rows], table
+            added = [i for i, n in enumerate(v2[table][0]) if n not in names]  # columns added since: NULL
+            assert [n for n in v2[table][0] if n in names] == names, table
+            assert sorted((tuple(v for i, v in enumerate(r) if i not in added) for r in v2[table][1]),
+                          key=repr) == rows, table
+            assert all(r[i] is None for r in v2[table][1] for i in added), table
     meta = {(r[0], r[1]): r[2] for r in v2["meta"][1]}
-    assert meta[("", "schema_version")] == "2" and " from v1 by medhelm " in meta[("", "migrated_to_v2")]
+    assert meta[("", "schema_version")] == str(SCHEMA_VERSION)
+    assert " from v1 by medhelm " in meta[("", f"migrated_to_v{SCHEMA_VERSION}")]
     assert {k: v for k, v in meta.items() if k[0]} == {(r[0], r[1]): r[2] for r in v1["meta"][1] if r[0]}
 
     again = medhelm(None, "store", "migrate", "--store", url)
-    assert again.returncode == 0 and "already at schema v2; nothing to do" in again.stdout
+    assert again.returncode == 0 and f"already at schema v{SCHEMA_VERSION}; nothing to do" in again.stdout
     assert _pg_snapshot(url) == v2  # a no-op: not a row touched
     assert medhelm(None, "store", "status", "--store", url).returncode == 0
 
@@ -146,7 +151,7 @@ def test_a_postgres_store_of_the_previous_release_migrates_forward(previous_code
     before = _pg_snapshot(url)
     for args in (("export", "--release", "local", "-o", str(suite), "--store", url, str(tmp_path / "c.tgz")),
                  ("summarize", "--suites", "local", "-o", str(suite), "--store", url)):
-        one_line(medhelm(previous_code, *args), "newer medhelm", "store schema v2", "reads v1")
+        one_line(medhelm(previous_code, *args), "newer medhelm", f"store schema v{SCHEMA_VERSION}", "reads v1")
     assert _pg_snapshot(url) == before
 
 
@@ -163,7 +168,7 @@ def test_two_migrations_at_once_migrate_once(previous_code, suite, postgres_url)
     said = sorted("migrated" if "migrated from" in o else "current" if "already at" in o else o for o, _ in outs)
     assert said == ["current", "current", "current", "migrated"], outs
     meta = [r for r in _pg_snapshot(url)["meta"][1] if r[0] == ""]
-    assert [r[1] for r in meta] == ["migrated_to_v2", "schema_version"]
+    assert [r[1] for r in meta] == [f"migrated_to_v{SCHEMA_VERSION}", "schema_version"]
 
 
 def test_the_pods_role_needs_no_ddl_right_on_a_migrated_store(previous_code, suite, postgres_url, tmp_path):
@@ -223,13 +228,13 @@ def test_a_sqlite_store_of_the_previous_release_is_read_as_it_is_and_migrated_by
                    "50", "--store", str(store))
     assert done.returncode == 0, done.stderr[-1500:]
     tables, version = _sqlite_shape(store)
-    assert NEW_RELATIONS <= tables and version == "2"
+    assert NEW_RELATIONS <= tables and version == str(SCHEMA_VERSION)
     with open_store(store) as s:
         assert _board(s, "again") == _board(s, "local")
     # now the previous release refuses it
     after = store.read_bytes()
     one_line(medhelm(previous_code, "export", "--release", "local", "-o", str(suite), "--store", str(store),
-                     str(tmp_path / "x.tgz")), "newer medhelm", "store schema v2")
+                     str(tmp_path / "x.tgz")), "newer medhelm", f"store schema v{SCHEMA_VERSION}")
     assert store.read_bytes() == after
 
 

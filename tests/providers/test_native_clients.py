@@ -356,3 +356,44 @@ def test_a_gateway_route_as_the_whole_url_with_keys_from_credentials_conf(keys, 
         completion, _ = asyncio.run(_generate(dep, _request("route ok")))
         assert completion.text == "route ok"
         assert srv.requests[-1]["headers"]["ocp-apim-subscription-key"] == "apim-from-credentials"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_kind_names_its_endpoint_and_the_model_that_answered(kind, keys):
+    """What a run's access record keeps (issue 51): the endpoint without credentials or query string, the model
+    asked for, and the model the provider says answered (Anthropic `model`, Gemini `modelVersion`, Azure
+    `model`; Bedrock Converse names none)."""
+    with make_fake(kind) as srv:
+        dep = _deployment(kind, srv.base_url)
+
+        async def go():
+            pool = ClientPool(retry=FAST)
+            try:
+                window = pool.watch(dep.name)
+                completion = await pool.get(dep).generate(_request())
+                return completion, pool.get(dep).endpoint(), window
+            finally:
+                await pool.aclose()
+
+        completion, endpoint, window = asyncio.run(go())
+    assert endpoint["endpoint"] == srv.base_url and endpoint["kind"] == kind
+    assert endpoint["served_model"] == (dep.served_model_name or dep.model_name)
+    answered = {"anthropic": "claude-test", "gemini": "gemini-test", "bedrock": None, "azure_openai": "gpt-test"}[kind]
+    assert completion.model == answered
+    assert window.to_json()["answered_models"] == ([answered] if answered else []) and window.requests == 1
+
+
+def test_a_default_endpoint_is_named_without_its_key(keys):
+    """A deployment without base_url: the provider's own URL, never the key a query string may carry."""
+    for kind, options, host in (("gemini", {}, "https://generativelanguage.googleapis.com/"),
+                                ("anthropic", {}, "https://api.anthropic.com/"),
+                                ("bedrock", {"region": "eu-central-1"}, "https://bedrock-runtime.eu-central-1.amazonaws.com/")):
+        entry = deployment_entry(kind, "http://unused.invalid", **options)
+        entry.pop("max_sequence_length")
+        entry["base_url"] = None
+        dep = Deployment(**entry)
+        pool = ClientPool()
+        described = pool.get(dep).endpoint()
+        asyncio.run(pool.aclose())
+        assert described["endpoint"].startswith(host), described
+        assert "?" not in described["endpoint"] and "key" not in described["endpoint"].lower(), described

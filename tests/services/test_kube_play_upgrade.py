@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from medhelm.store.schema import SCHEMA_VERSION
 from medhelm.store.synthetic import catalogue, default_models, write_suite
 from tests.leaderboard.conftest import start_postgres
 from tests.services.podman import run, wait_for
@@ -187,7 +188,7 @@ def test_upgrade_to_this_chart_and_back_in_kube_play(releases, helm_bin, tmp_pat
         board = leaderboard()
         assert len(board) == 3
         status = medhelm(images["current"], "store", "status")
-        assert status.returncode == 3 and "schema v1; this medhelm: v2" in status.stdout, status
+        assert status.returncode == 3 and f"schema v1; this medhelm: v{SCHEMA_VERSION}" in status.stdout, status
         backup = tmp_path / "store.dump"  # what the upgrade procedure takes first
         pg.tool("pg_dump", "--format=custom", f"--file={backup}", host_url)
 
@@ -208,11 +209,11 @@ def test_upgrade_to_this_chart_and_back_in_kube_play(releases, helm_bin, tmp_pat
             assert code == "0", logs.stdout + logs.stderr
             return logs.stdout
 
-        assert "migrated from schema v1 to v2" in play_hook("hook-1")
+        assert f"migrated from schema v1 to v{SCHEMA_VERSION}" in play_hook("hook-1")
         run("podman", "kube", "down", str(cluster.played[0]), timeout=120)  # the old pods replaced
         _replay_services(cluster, new_kind)
         assert leaderboard() == board  # the data as the previous release wrote it
-        assert "already at schema v2; nothing to do" in play_hook("hook-2")  # an upgrade to the same version
+        assert f"already at schema v{SCHEMA_VERSION}; nothing to do" in play_hook("hook-2")  # an upgrade to the same version
         done = medhelm(images["current"], "summarize", "--suites", "local", "--release", "after",
                        "-o", "/data/benchmark_output", "--bootstrap", "50")
         assert done.returncode == 0, done.stderr[-2000:]
@@ -224,7 +225,7 @@ def test_upgrade_to_this_chart_and_back_in_kube_play(releases, helm_bin, tmp_pat
             refused = medhelm(images["previous"], *args)
             err = refused.stderr.strip()
             assert refused.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
-            assert "newer medhelm" in err and "store schema v2" in err and "reads v1" in err, err
+            assert "newer medhelm" in err and f"store schema v{SCHEMA_VERSION}" in err and "reads v1" in err, err
         with psycopg.connect(host_url) as conn:
             assert conn.execute("SELECT COUNT(*) FROM runs").fetchone() == rows
 
@@ -248,7 +249,7 @@ def test_upgrade_to_this_chart_and_back_in_kube_play(releases, helm_bin, tmp_pat
             return next((ln for ln in lines if "newer medhelm" in ln), "")
 
         line = wait_for(refused, "the previous dashboard's refusal", timeout_s=180, every_s=2)
-        assert "store schema v2" in line and "reads v1" in line and "Traceback" not in run(
+        assert f"store schema v{SCHEMA_VERSION}" in line and "reads v1" in line and "Traceback" not in run(
             "podman", "logs", dash, check=False).stderr
         assert medhelm(images["previous"], "summarize", "--suites", "local", "-o", "/data/benchmark_output"
                        ).returncode == 2

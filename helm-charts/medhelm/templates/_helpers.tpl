@@ -83,6 +83,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{ include "medhelm.imageRef" (list .Values.dashboard.image .) }}
 {{- end -}}
 
+{{/* The image a container runs, as the chart deployed it (repository@digest when image.digest is set, else
+     repository:tag): a report made in the pod names it (report/content.py build_identity). Call with the
+     image reference: (include "medhelm.image" .). */}}
+{{- define "medhelm.imageEnv" -}}
+- name: MEDHELM_IMAGE_DIGEST
+  value: {{ . | quote }}
+{{- end -}}
+
 {{- define "medhelm.claim" -}}
 {{- if .Values.storage.create -}}{{ include "medhelm.fullname" . }}-data{{- else -}}{{ required "storage.existingClaim is required when storage.create is false" .Values.storage.existingClaim }}{{- end -}}
 {{- end -}}
@@ -375,6 +383,7 @@ spec:
             {{- end }}
           env:
             {{- include "medhelm.env" . | nindent 12 }}
+            {{- include "medhelm.imageEnv" (include "medhelm.image" .) | nindent 12 }}
             {{- include "medhelm.cacheEnv" . | nindent 12 }}
             {{- include "medhelm.jobMetricsEnv" . | nindent 12 }}
             {{- include "medhelm.apiKeyEnv" (dict "root" . "who" "job") | nindent 12 }}

@@ -32,6 +32,9 @@ headers), ``request_count``, ``max_in_flight``, ``connection_count``; ``reset()`
 them all, and every later one at once; at most ``HOLD_LIMIT_S``): a test of a client's concurrency sees it
 reach N however slowly a loaded machine sends them, instead of relying on a latency being long enough.
 
+``answered_model="gpt-4o-2024-08-06"`` answers every request with that ``model`` field (as OpenAI names the dated
+version it served), instead of the model asked for.
+
 CLI: ``python -m medhelm.devtools.mock_openai --port 8000 [--latency-ms 50] [--error-rate 0.1]
 [--rate-limit-rate 0.1] [--malformed-rate 0.05] [--responder module:function]``.
 """
@@ -90,10 +93,12 @@ class MockOpenAIServer:
                  retry_after_s: float = 0.05, host: str = "127.0.0.1", port: int = 0,
                  reasoning: str | None = None, thinking_tokens: int = 8, capacity: int | None = None,
                  requests_per_minute: float | None = None, tokens_per_minute: float | None = None,
-                 rate_headers: bool = False, hold_until_in_flight: int = 0) -> None:
+                 rate_headers: bool = False, hold_until_in_flight: int = 0, answered_model: str | None = None) -> None:
         if reasoning not in (None, "split", "inline"):
             raise ValueError("reasoning must be None, 'split' or 'inline'")
         self.reasoning, self.thinking_tokens = reasoning, thinking_tokens
+        # the response's "model" (OpenAI answers a request for "gpt-4o" with "gpt-4o-2024-08-06"); None: as asked
+        self.answered_model = answered_model
         self.responder = responder or default_responder
         self.capacity = capacity
         self._slots: asyncio.Semaphore | None = None  # made on the server's loop
@@ -295,7 +300,7 @@ class MockOpenAIServer:
             choice = {"index": 0, "text": message["content"] or "", "finish_reason": finish}
         payload = _json({
             "id": f"chatcmpl-{self.request_count}", "object": "chat.completion" if chat else "text_completion",
-            "model": body.get("model"), "choices": [choice], "usage": usage,
+            "model": self.answered_model or body.get("model"), "choices": [choice], "usage": usage,
         })
         if draw < self._faults[2]:
             return 200, budget_headers, payload[: len(payload) // 2]  # a body cut short, as by a failing proxy
@@ -386,12 +391,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--responder", help="module:function returning the answer text for a request body")
     parser.add_argument("--reasoning", choices=("split", "inline"), help="imitate a reasoning model")
     parser.add_argument("--thinking-tokens", type=int, default=8)
+    parser.add_argument("--answered-model", help="the response's model field (default: the model asked for)")
     args = parser.parse_args(argv)
     server = MockOpenAIServer(_load_responder(args.responder) if args.responder else None,
                               latency_s=args.latency_ms / 1000, error_rate=args.error_rate,
                               rate_limit_rate=args.rate_limit_rate, malformed_rate=args.malformed_rate,
                               seed=args.seed, retry_after_s=args.retry_after, host=args.host, port=args.port,
-                              reasoning=args.reasoning, thinking_tokens=args.thinking_tokens)
+                              reasoning=args.reasoning, thinking_tokens=args.thinking_tokens,
+                              answered_model=args.answered_model)
     with server:
         print(f"mock OpenAI server listening on {server.base_url}", flush=True)
         try:

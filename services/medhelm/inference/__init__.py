@@ -18,8 +18,13 @@ few counter increments (attempt code and latency, retries, in-flight, tokens, ca
 from __future__ import annotations
 
 import importlib
+import re
 import time
+import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import PurePosixPath
 
 from medhelm.backend_kinds import BY_KIND
 from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
@@ -30,7 +35,7 @@ from medhelm.inference.retry import RetryingClient, RetryPolicy
 from medhelm.specs import Completion, Deployment, GenerationRequest, canonical_json
 
 __all__ = ["ClientPool", "ClientStats", "InferenceError", "NullObserver", "PacingPolicy", "PooledClient",
-           "RequestCache", "RetryPolicy", "ServerUnreachable", "make_client"]
+           "RequestCache", "RequestWindow", "RetryPolicy", "ServerUnreachable", "make_client", "public_url"]
 
 
 @dataclass(frozen=True)
@@ -65,11 +70,81 @@ def make_client(deployment: Deployment, *, connections: int | None = None) -> Mo
 
 
 
+class RequestWindow:
+    """What a run asked of one deployment (``ClientPool.watch``): when its first request was sent and when its
+    last answer (or failure) came back, as wall-clock times in UTC, how many requests (attempts) were sent,
+    and the models the server said answered (``Completion.model``, at most ``MAX_ANSWERED`` different ones).
+    Cache hits are no requests: an answer taken from the cache was asked for before the window."""
+
+    __slots__ = ("first", "last", "requests", "answered", "on_first")
+    MAX_ANSWERED = 8
+
+    def __init__(self, on_first: Callable[[float], None] | None = None) -> None:
+        self.first: float | None = None
+        self.last: float | None = None
+        self.requests = 0
+        self.answered: dict[str, int] = {}
+        self.on_first = on_first  # called once, with the time, when the first request is sent
+
+    def sent(self, at: float) -> None:
+        if self.first is None:
+            self.first = at
+            if self.on_first is not None:
+                self.on_first(at)
+        self.requests += 1
+
+    def done(self, at: float, model: str | None) -> None:
+        if self.last is None or at > self.last:
+            self.last = at
+        if model is not None and (model in self.answered or len(self.answered) < self.MAX_ANSWERED):
+            self.answered[model] = self.answered.get(model, 0) + 1
+
+    def to_json(self) -> dict:
+        return {"first_request": utc_iso(self.first), "last_request": utc_iso(self.last), "requests": self.requests,
+                "answered_models": sorted(self.answered, key=lambda m: -self.answered[m])}
+
+
+IN_PROCESS, NO_MODEL = "in-process", "none (no model)"  # a run's access endpoint when no server is asked
+
+
+def utc_iso(at: float | None) -> str | None:
+    """A wall-clock time as ISO 8601 in UTC with its zone (``2026-12-01T22:40:01.123+00:00``)."""
+    return None if at is None else datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="milliseconds")
+
+
+def public_url(url: str | None) -> str | None:
+    """``url`` as a report may show it: scheme, host, port and path; never a user, password, query string
+    (an Azure ``api-version``, a key in ``?key=``) or fragment. None when it is not a URL."""
+    if not url:
+        return None
+    try:
+        parts = urllib.parse.urlsplit(str(url).strip())
+        port = parts.port
+    except ValueError:
+        return None
+    host = parts.hostname or ""
+    if not parts.scheme or not host:
+        return None
+    host = f"[{host}]" if ":" in host else host
+    return urllib.parse.urlunsplit((parts.scheme, host + (f":{port}" if port else ""), parts.path, "", ""))
+
+
+def engine_version(distribution: str) -> str | None:
+    """The installed version of an in-process engine (``llama_cpp_python``), None when it is not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 class _Counters:
-    __slots__ = ("requests", "cache_hits", "retries", "errors")
+    __slots__ = ("requests", "cache_hits", "retries", "errors", "windows")
 
     def __init__(self) -> None:
         self.requests = self.cache_hits = self.retries = self.errors = 0
+        self.windows: list[RequestWindow] = []  # the runs watching this deployment's requests (ClientPool.watch)
 
     def snapshot(self) -> ClientStats:
         return ClientStats(self.requests, self.cache_hits, self.retries, self.errors)
@@ -108,7 +183,13 @@ class _Slots:
         return completion
 
     async def _attempt(self, request: GenerationRequest) -> Completion:
-        self._counters.requests += 1
+        counters = self._counters
+        counters.requests += 1
+        windows = counters.windows
+        if windows:
+            now = time.time()
+            for window in windows:
+                window.sent(now)
         metrics = self._metrics
         metrics.attempt_started()
         started = time.perf_counter()
@@ -116,15 +197,46 @@ class _Slots:
             completion = await self._inner.generate(request)
         except InferenceError as err:
             metrics.attempt_finished(time.perf_counter() - started, err)
+            _answered(windows, None)
             raise
         except BaseException:
             metrics.attempt_cancelled()
+            _answered(windows, None)
             raise
         metrics.attempt_finished(time.perf_counter() - started, None)
+        _answered(windows, completion.model, request)
         return completion
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def _answered(windows: list[RequestWindow], model: str | None, request: GenerationRequest | None = None) -> None:
+    if windows:
+        now = time.time()
+        if model is not None and request is not None and not all(model in w.answered for w in windows) \
+                and not names_a_model(model, request):
+            model = None  # a new name is checked once per window: never a server's echo of the prompt
+        for window in windows:
+            window.done(now, model)
+
+
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+ -]{0,239}")
+
+
+def names_a_model(name: str, request: GenerationRequest, window: int = 12) -> bool:
+    """Whether a server's answered-model field looks like a model name (letters, digits and ``._:/@+ -``)
+    and quotes none of the prompt (no run of ``window`` characters of a message): a hostile or broken server
+    cannot put patient text into a run's access record."""
+    if not _MODEL_NAME.fullmatch(name):
+        return False
+    for message in request.messages:
+        text = " ".join(message.content.split())
+        for i in range(0, max(len(text) - window, 0) + 1, window // 2):
+            chunk = text[i:i + window]
+            if len(chunk) >= window and chunk in name:
+                return False
+    return True
 
 
 def _expected_tokens(request: GenerationRequest) -> float:
@@ -156,6 +268,28 @@ class PooledClient:
         """The raw client's ``answer(instance, request, majority=)`` when it answers from the instance (kind
         baseline: no model, nothing to cache or retry), else None."""
         return getattr(self._raw, "answer", None)
+
+    def endpoint(self) -> dict[str, str | None]:
+        """Where and what this client asks, as a run's access record keeps it: the kind, the endpoint (the URL
+        without credentials or query string; ``in-process`` for an engine in this process), the model name a
+        server is asked for; for an in-process engine the model file's name (never its folder) and the engine's
+        version."""
+        d = self._deployment
+        row = BY_KIND[d.kind.value]
+        out: dict[str, str | None] = {"kind": d.kind.value}
+        if not (row.in_process or row.local):  # the model name a server is asked for
+            out["served_model"] = d.served_model_name or d.model_name
+        if row.in_process:
+            out["endpoint"] = IN_PROCESS
+            if d.gguf_path:
+                out["model_file"] = PurePosixPath(d.gguf_path.removeprefix("package:").replace("\\", "/")).name
+            version = engine_version("llama_cpp_python") if d.kind.value == "llamacpp" else None
+            out["engine"] = f"llama-cpp-python {version}" if version else None
+        elif row.local:
+            out["endpoint"] = NO_MODEL
+        else:
+            out["endpoint"] = public_url(d.base_url or getattr(self._raw, "endpoint_url", None))
+        return out
 
     def count_tokens(self, text: str) -> int | None:
         """Exact token count when the model's tokenizer is local (llama.cpp), else None (estimate yourself)."""
@@ -252,6 +386,18 @@ class ClientPool:
             client = PooledClient(raw, self, counters, role)
             self._clients[(deployment, role)] = client
         return client
+
+    def watch(self, deployment: str, on_first: Callable[[float], None] | None = None) -> RequestWindow:
+        """A window that records every request sent to ``deployment`` (any role) until ``unwatch``;
+        ``on_first(time)`` is called when the first one is sent."""
+        window = RequestWindow(on_first)
+        self._counters.setdefault(deployment, _Counters()).windows.append(window)
+        return window
+
+    def unwatch(self, window: RequestWindow) -> None:
+        for counters in self._counters.values():
+            if window in counters.windows:
+                counters.windows.remove(window)
 
     @property
     def stats(self) -> dict[str, ClientStats]:

@@ -47,7 +47,7 @@ from medhelm.errors import ConfigError
 from medhelm.inference import sigv4
 from medhelm.inference.gateway import api_key, api_url, env_secret
 from medhelm.inference.native import AWS_REGION_VARIABLES, NativeClient, bearer_source, int_or_none, option, split_system
-from medhelm.inference.openai import joined_prompt
+from medhelm.inference.openai import answered_model, joined_prompt
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 from medhelm.tokens import split_reasoning
 
@@ -167,7 +167,8 @@ class AnthropicClient(NativeClient):
         thinking = stated if stated is not None else split_reasoning(output, text) if thought else None
         return Completion(text=text, finish_reason=_STOP.get(stop, stop),
                           usage=Usage(prompt_tokens=prompt, completion_tokens=output, latency_s=latency,
-                                      reasoning_tokens=thinking, reasoning_estimated=estimated))
+                                      reasoning_tokens=thinking, reasoning_estimated=estimated),
+                          model=answered_model(data.get("model")))
 
 
 def aws_credentials(deployment: Deployment) -> sigv4.Credentials:

@@ -41,7 +41,7 @@ from typing import Any
 from medhelm.errors import ConfigError
 from medhelm.inference.gateway import api_key, api_url
 from medhelm.inference.native import NativeClient, bearer_source, int_or_none, option, split_system
-from medhelm.inference.openai import joined_prompt
+from medhelm.inference.openai import answered_model, joined_prompt
 from medhelm.specs import Completion, Deployment, FrozenMap, GenerationRequest, Usage
 
 BLOCKED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"})
@@ -140,7 +140,7 @@ class GeminiClient(NativeClient):
         text = "".join(p.get("text", "") for p in parts if not p.get("thought"))
         reason = first.get("finishReason")
         finish = "content_filter" if reason in BLOCKED else _STOP.get(reason, reason.lower() if reason else None)
-        return Completion(text=text, finish_reason=finish, usage=usage)
+        return Completion(text=text, finish_reason=finish, usage=usage, model=answered_model(data.get("modelVersion")))
 
 
 def merged_chunks(chunks: list[Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 from medhelm.errors import ConfigError, InferenceError
 from medhelm.inference.http import HttpReply
-from medhelm.inference.openai import OpenAIClient, strip_reasoning
+from medhelm.inference.openai import OpenAIClient, answered_model, strip_reasoning
 from medhelm.inference.openai import joined_prompt as prompt_text  # the chat as one text (the predictor applies its template)
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 
@@ -74,6 +74,7 @@ class KServeV2Client(OpenAIClient):
             finish_reason=params.get("finish_reason"),
             usage=Usage(prompt_tokens=_count(outputs, params, "prompt_tokens"),
                         completion_tokens=_count(outputs, params, "completion_tokens"), latency_s=latency),
+            model=answered_model(data.get("model_name"), data.get("model_version")),
         )
 
 

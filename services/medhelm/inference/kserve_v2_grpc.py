@@ -38,7 +38,7 @@ from grpc import aio
 
 from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
 from medhelm.inference.kserve_v2 import extra_parameters, parameters, prompt_text
-from medhelm.inference.openai import _headers, safe_server_message, strip_reasoning
+from medhelm.inference.openai import _headers, answered_model, safe_server_message, strip_reasoning
 from medhelm.oip.v2 import grpc_predict_v2_pb2 as pb
 from medhelm.oip.v2 import grpc_predict_v2_pb2_grpc as pb_grpc
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
@@ -175,7 +175,8 @@ class KServeV2GrpcClient:
         return Completion(
             text=strip_reasoning(text), finish_reason=finish or None,
             usage=Usage(prompt_tokens=_count(response, outputs, "prompt_tokens"),
-                        completion_tokens=_count(response, outputs, "completion_tokens"), latency_s=latency))
+                        completion_tokens=_count(response, outputs, "completion_tokens"), latency_s=latency),
+            model=answered_model(response.model_name, response.model_version))
 
 
 def _param(value: Any, deployment: Deployment, name: str) -> pb.InferParameter:

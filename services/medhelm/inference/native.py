@@ -98,6 +98,11 @@ class NativeClient:
     def deployment(self) -> Deployment:
         return self._deployment
 
+    @property
+    def endpoint_url(self) -> str:
+        """Where the requests go (a run's access record keeps it without credentials or query string)."""
+        return self._url
+
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
         raise NotImplementedError
 

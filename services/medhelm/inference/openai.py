@@ -295,6 +295,7 @@ def _parse(response: HttpReply, latency: float, where: str, *, chat: bool = True
         finish_reason=choice.get("finish_reason"),
         usage=Usage(prompt_tokens=usage.get("prompt_tokens"), completion_tokens=completion,
                     latency_s=latency, reasoning_tokens=thinking, reasoning_estimated=estimated),
+        model=answered_model(data.get("model")),
     )
 
 
@@ -320,7 +321,8 @@ def _parse_responses(response: HttpReply, latency: float, where: str) -> Complet
         "stop" if status == "completed" else status)
     return Completion(text=text, finish_reason=finish,
                       usage=Usage(prompt_tokens=usage.get("input_tokens"), completion_tokens=usage.get("output_tokens"),
-                                  latency_s=latency, reasoning_tokens=thinking))
+                                  latency_s=latency, reasoning_tokens=thinking),
+                      model=answered_model(data.get("model")))
 
 
 _REASONING_MODEL = re.compile(r"^(?:o\d+|gpt-5)")
@@ -346,6 +348,12 @@ def helm_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
     if "required" not in schema:
         schema["required"] = list((schema.get("properties") or {}).keys())
     return {"name": "response", "description": "", "schema": schema, "strict": True}
+
+
+def answered_model(*names: object) -> str | None:
+    """The model (and version) a server says answered, as one short line of text (None when it says nothing)."""
+    parts = [" ".join(n.split())[:120] for n in names if isinstance(n, str) and n.strip()]
+    return " version ".join(parts) or None
 
 
 def joined_prompt(request: GenerationRequest) -> str:

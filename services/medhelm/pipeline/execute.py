@@ -23,19 +23,24 @@ Failure semantics, per instance:
 
 Every instance and request is counted in the process's ``medhelm.telemetry.Telemetry`` when one is given
 (``medhelm run/job --metrics-port``); the retries of every request of a run (finished or not) are written
-to the run directory and summed into run.json.
+to the run directory and summed into run.json, and so is where and when the evaluated deployment was asked
+(``ClientPool.watch``: its endpoint, the model the server said answered, the first and last request in UTC;
+``RunDir.add_access``, run.json ``access``). A process killed outright (SIGKILL) writes neither line for that
+invocation: its retries and its part of the window are not known.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from medhelm.benchmarks.base import PromptBudget
 from medhelm.deployments import DeploymentRegistry
 from medhelm.errors import InferenceError, MedhelmError, ServerUnreachable
+from medhelm.inference import utc_iso
 from medhelm.inference.base import CHAT_TEMPLATE_TOKENS
 from medhelm.pipeline.aggregate import RecordTally
 from medhelm.pipeline.finish import finalize, finished_positions
@@ -262,6 +267,19 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
                 measure.judgements(judged_here)
             progress.advance(failed=record.error is not None)
 
+    # where, when and what this invocation asks of the evaluated deployment: a line when the first request is
+    # sent (a process killed outright leaves at least the window's start), one more when it ends
+    watch = getattr(pool, "watch", None)
+    describe = getattr(client, "endpoint", None)
+    endpoint = describe() if describe is not None else {}
+    invocation = uuid.uuid4().hex[:16]
+    where = (shard.index, shard.count) if shard else None
+
+    def opened(at: float) -> None:
+        run_dir.add_access({**endpoint, "invocation": invocation, "open": True, "first_request": utc_iso(at)},
+                           shard=where)
+
+    window = watch(plan.deployment.name, opened) if watch is not None else None
     measure.started(mine, already)
     try:
         producer = asyncio.create_task(produce())
@@ -282,6 +300,9 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
             await m.aclose()
         outcome.retries, outcome.judge_retries = _retries_since(pool, retries_before, plan.deployment.name)
         run_dir.add_retries(outcome.retries, outcome.judge_retries, shard=(shard.index, shard.count) if shard else None)
+        if window is not None:
+            pool.unwatch(window)
+            run_dir.add_access({**endpoint, "invocation": invocation, **window.to_json()}, shard=where)
 
     outcome.wall_time_s = time.perf_counter() - started
     pacers = pool.pacers() if hasattr(pool, "pacers") else {}

@@ -159,6 +159,9 @@ def _write_derived(run: RunDir, spec: RunSpec, agg: Aggregator, counts: StatusCo
     counted = run.retry_counts()
     if counted is not None:  # every retry of every invocation, not only the finished records' attempts
         status["retries"], status["judge_retries"] = counted
+    access = run.access()
+    if access is not None:  # where and when the evaluated deployment was asked, over every invocation and shard
+        status["access"] = access
     status.update(extra_status or {})
     write_atomic(run.path / "run.json", dump_json(status))
     return status

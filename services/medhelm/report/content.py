@@ -11,7 +11,9 @@ Beside the main metric (``beside``): per benchmark whose card names other column
 ``jury_score_normalized``), each model's mean of those stats (``store.read.column_values``, from ``run_stats``).
 A release summarized before the multiple-choice columns were renamed is flagged (``extra["legacy_names"]``).
 
-Beside them: per model its tokens, time and cost (``model_usage``, from ``models``), and per benchmark and model
+Per run, where and when it asked the evaluated deployment (``access``: the runs' access columns, endpoint
+without credentials, served and answered model, first and last request in UTC; none from a store summarised
+before they were kept). Beside them: per model its tokens, time and cost (``model_usage``, from ``models``), and per benchmark and model
 the requests, tokens and request latency summed from ``run_stats`` (``usage``); the hospital's ``report.yaml``
 (``about.py``, given as ``about``) and the code commit and image digest (``build_identity``).
 
@@ -34,6 +36,7 @@ from medhelm.report.about import AboutFile
 from medhelm.store.backends import Store
 from medhelm.store.compare import CompareOptions, Comparison, compare, side_from_release
 from medhelm.store.read import column_values, legacy_names, resolve_release
+from medhelm.store.schema import ACCESS_COLUMNS
 from medhelm.store.subgroup_changes import SubgroupChange, common_cells, instance_labels, subgroup_changes
 from medhelm.store.subgroups import read_subgroups, stored_min_cell
 from medhelm.version import __version__
@@ -103,10 +106,12 @@ def build_identity() -> dict[str, str]:
             dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
                                    cwd=Path(__file__).parent, capture_output=True, text=True, timeout=30)
             commit += " (source checkout with local changes)" if dirty.stdout.strip() else " (source checkout)"
-    image = os.environ.get("MEDHELM_IMAGE_DIGEST", "").strip()
     keep = re.compile(r"[^A-Za-z0-9@:/._+() -]")  # printed on the page: a digest or a commit, nothing else
+    image = keep.sub("", os.environ.get("MEDHELM_IMAGE_DIGEST", "").strip())[:200]
+    if image and not re.search(r"@sha256:[0-9a-f]{64}$", image):
+        image += " (by tag, not a content digest: set image.digest)"
     return {"commit": keep.sub("", commit)[:120] or "not recorded",
-            "image": keep.sub("", image)[:200] or "not recorded (not run from the medhelm image)"}
+            "image": image or "not recorded (not run from the medhelm image)"}
 
 
 def _digest(rows: list[dict[str, Any]]) -> str:
@@ -147,10 +152,20 @@ def read_parts(store: Store, release: str) -> tuple[dict[str, list[dict[str, Any
     parts = {name: store.query_dicts(sql, (release,)) for name, sql in _PARTS.items()}
     parts["prompts"] = [_prompt_row(r) for r in parts["runs"]]
     parts["runs"] = [_run_row(r) for r in parts["runs"]]
+    parts["access"] = _access_rows(store, release)
     scores, gaps = read_subgroups(store, release)
     parts["subgroup_scores"], parts["subgroup_gaps"] = scores, gaps
     parts["beside"] = _beside(store, release, parts["benchmarks"])
     return parts, {name: _digest(rows) for name, rows in parts.items()}
+
+
+def _access_rows(store: Store, release: str) -> list[dict[str, Any]]:
+    """Per run where and when it asked the evaluated deployment (``schema.ACCESS_COLUMNS``; ``report/access.py``
+    unites them per model); none from a store summarised before runs recorded it (read as it is)."""
+    if not set(ACCESS_COLUMNS) <= set(store.columns("runs")):
+        return []
+    return store.query_dicts(f"SELECT suite, run_name, model, deployment, {', '.join(ACCESS_COLUMNS)} FROM runs "
+                             "WHERE release = ? ORDER BY suite, run_name", (release,))
 
 
 def _beside(store: Store, release: str, benchmarks: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from datetime import date, datetime
 from typing import Any
 
 from medhelm.errors import ConfigError
+from medhelm.report.access import RecordedAccess, disagreements, recorded_access
 from medhelm.report.content import ReportContent
 from medhelm.store.compare import MULTIPLICITY_RULE
 from medhelm.store.intervals import METHOD, PAIRED_METHOD
@@ -378,7 +379,7 @@ def _no_paths(value: Any) -> str:
     return _PATH.sub(lambda m: m.group(1) or "…", "" if value is None else str(value))
 
 
-def _when(value: Any) -> str:
+def _when(value: Any, *, seconds: bool = False) -> str:
     """A time as the committee reads it: with its zone; a time stored without one says so."""
     if value is None or value == "":
         return "not recorded"
@@ -396,7 +397,7 @@ def _when(value: Any) -> str:
     offset = moment.utcoffset()
     zone = moment.strftime("%z")
     zone = "UTC" if offset is not None and not offset else f"UTC{zone[:3]}:{zone[3:5]}"
-    return moment.strftime("%Y-%m-%d %H:%M") + f" {zone}"
+    return moment.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M") + f" {zone}"
 
 
 def _metric_words(metric: str | None) -> str:
@@ -477,16 +478,32 @@ def _executive(content: ReportContent, meta: dict[str, str], bench: dict[str, di
                         f", {_e(g['model'])}, by {_e(g['attribute'])}: {_e(g['high_group'])} vs {_e(g['low_group'])}, "
                         f"{_num(g['gap'])} {_e(_ci(g['gap_low'], g['gap_high']))}, p (Holm) {_num(g['p_holm'], 4)}."
                         "</li>")
+    access = _access(content)
+    disagree = [f"{m['model']} [{m['deployment']}]" for m, _, _, d in access if d]
+    if disagree:
+        findings.append(f'<li class="drop">What the runs recorded of their endpoint, version or access window '
+                        f"disagrees with report.yaml for {_e(', '.join(disagree[:8]))}{' …' if len(disagree) > 8 else ''}"
+                        " (listed under Models).</li>")
+    unrecorded = [f"{m['model']} [{m['deployment']}]" for m, r, _, _ in access if r.total_runs > r.runs]
+    if unrecorded:
+        findings.append("<li>Runs without a record of their endpoint and access window (run before runs kept one, "
+                        f"or imported): {_e(', '.join(unrecorded[:8]))}{' …' if len(unrecorded) > 8 else ''}.</li>")
     about = content.about.about if content.about else None
     if about is None:
         findings.append('<li class="drop">No report.yaml was given: the intended use, limitations, risks, the '
-                        "models' endpoints and versions and the sign-off are missing from this report.</li>")
+                        "models' endpoints and versions as the hospital states them and the sign-off are missing "
+                        "from this report.</li>")
         return ["<h2>Executive summary</h2>", *lines, "<ul>" + "".join(findings) + "</ul>"]
-    told = [(m.model, m.deployment) for m in about.models]
-    silent = [f"{m} [{d}]" for m, d in models if not any(m == a and b in (None, d) for a, b in told)]
+    access = [(m, r, a, d) for m, r, a, d in access if not r.no_model]  # a baseline has nothing to state
+    silent = [f"{m['model']} [{m['deployment']}]" for m, r, a, _ in access if a is None and not r.runs]
     if silent:
-        findings.append('<li class="drop">No endpoint, version or access window stated for '
+        findings.append('<li class="drop">No endpoint, version or access window stated or recorded for '
                         f"{_e(', '.join(silent[:8]))}{' …' if len(silent) > 8 else ''} (report.yaml: models).</li>")
+    alone = [f"{m['model']} [{m['deployment']}]" for m, r, a, _ in access if a is None and r.runs]
+    if alone:
+        findings.append("<li>No endpoint, version or access window stated in report.yaml for "
+                        f"{_e(', '.join(alone[:8]))}{' …' if len(alone) > 8 else ''}: what the runs recorded is "
+                        "shown alone (under Models).</li>")
     approver = about.sign_off.approved_by
     if approver is None:
         findings.append('<li class="drop">Not approved: the sign-off names no approver.</li>')
@@ -603,25 +620,75 @@ def _data(content: ReportContent, bench: dict[str, dict]) -> list[str]:
     return out
 
 
-def _models(content: ReportContent) -> list[str]:
-    p = content.parts
+def _stated(content: ReportContent, model: str, deployment: str) -> Any:
+    """report.yaml's entry for a model and deployment (``about.ModelAbout``), None when it states none."""
     told = content.about.about.models if content.about else []
+    return next((m for m in told if m.model == model and m.deployment in (None, deployment)), None)
 
-    def about(model: str, deployment: str) -> Any:
-        return next((m for m in told if m.model == model and m.deployment in (None, deployment)), None)
 
-    rows = []
+def _access(content: ReportContent) -> list[tuple[dict, RecordedAccess, Any, list[str]]]:
+    """Per model row: (the row, what its runs recorded, what report.yaml states, their disagreements)."""
+    p = content.parts
+    recorded = recorded_access(p.get("access", []), p["models"])
+    for run in p["runs"]:  # every run, also of a store summarised before runs recorded their access
+        if (run["model"], run["deployment"]) in recorded:
+            recorded[(run["model"], run["deployment"])].total_runs += 1
+    out = []
     for m in p["models"]:
-        a = about(m["model"], m["deployment"])
-        window = f"{_when(a.access_window.start)} to {_when(a.access_window.end)}" if a else "not stated"
-        rows.append((m["model"], m["deployment"], (a.endpoint or "not stated") if a else "not stated",
-                     a.version if a else "not stated", window, m["suites"], m["n_instances"]))
-    return ["<h2>Models</h2>",
-            '<p class="note">Identity as the results store holds it (model and deployment names); endpoint, '
-            "version and the window in which the endpoint was called as the hospital states them (report.yaml: "
-            "models).</p>",
-            _table("Models evaluated", ("Model", "Deployment", "Endpoint", "Version", "Access window", "Suites",
-                                        "Instances"), rows, (False,) * 6 + (True,))]
+        r = recorded[(m["model"], m["deployment"])]
+        stated = _stated(content, m["model"], m["deployment"])
+        out.append((m, r, stated, disagreements(r, stated)))
+    return out
+
+
+def _lines(*parts: tuple[str, str | None]) -> _Raw:
+    """A cell of labelled lines ("recorded: …", "report.yaml: …"), escaped, paths reduced to file names."""
+    return _Raw("<br>".join(f"{_e(label)}: {_e(_no_paths(value))}" if value else f"{_e(label)}: not stated"
+                            for label, value in parts))
+
+
+def _models(content: ReportContent) -> list[str]:
+    rows, flagged = [], []
+    for m, r, a, disagree in _access(content):
+        if r.no_model:
+            endpoint, version, window = r.endpoints[0], "a reference baseline (answers without a model)", "no model asked"
+        elif r.runs:
+            endpoint = ", ".join(r.endpoints) or "not recorded"
+            answered = ", ".join(r.answered) or ("not stated by the server" if not r.in_process else None)
+            version = "; ".join(x for x in (
+                f"asked for {', '.join(r.served)}" if r.served else "",
+                f"answered as {answered}" if answered else "",
+                ", ".join(r.model_files), ", ".join(r.engines)) if x)
+            window = (f"{_when(r.first, seconds=True)} to {_when(r.last, seconds=True)}" if r.first
+                      else "no request made (the answers came from the request cache or an earlier run)")
+            if r.interrupted:
+                window += f" (or later: {r.interrupted} invocation(s) stopped before recording their last request)"
+            if r.runs < r.total_runs:
+                window += f" ({r.runs} of {r.total_runs} runs recorded it)"
+        else:
+            endpoint = version = window = "not recorded"
+        stated_window = f"{_when(a.access_window.start)} to {_when(a.access_window.end)}" if a else None
+        aspects = list(dict.fromkeys(aspect for aspect, _ in disagree))
+        mark = (f'<br><span class="drop">disagrees with report.yaml: {_e(", ".join(aspects))} (listed below)</span>'
+                if disagree else "")
+        rows.append((m["model"], m["deployment"],
+                     _lines(("recorded", endpoint), ("report.yaml", str(a.endpoint) if a and a.endpoint else None)),
+                     _lines(("recorded", version), ("report.yaml", a.version if a else None)),
+                     _Raw(_lines(("recorded", window), ("report.yaml", stated_window)).html + mark),
+                     m["suites"], m["n_instances"]))
+        flagged += [f"{m['model']} [{m['deployment']}]: {d}" for _, d in disagree]
+    out = ["<h2>Models</h2>",
+           '<p class="note">Identity as the results store holds it (model and deployment names). Recorded: what the '
+           "runs themselves wrote when they called each endpoint (its address without credentials or query string, "
+           "the model name asked for and the one the server said answered, an in-process model's file and engine, "
+           "the first and last request in UTC; answers taken from the request cache were asked for before the "
+           "window). report.yaml: what the hospital states (models). Where they disagree it is marked.</p>",
+           _table("Models evaluated", ("Model", "Deployment", "Endpoint", "Version", "Access window", "Suites",
+                                       "Instances"), rows, (False,) * 6 + (True,))]
+    if flagged:
+        out.append('<p class="note drop">The runs\' record and report.yaml disagree:</p><ul>'
+                   + "".join(f'<li class="drop">{_e(_no_paths(f))}</li>' for f in flagged) + "</ul>")
+    return out
 
 
 def _usage(p: dict[str, list[dict]], bench: dict[str, dict]) -> list[str]:

@@ -7,13 +7,13 @@ describes the files.
 """
 
 from medhelm.rundir.folder import RunDir
-from medhelm.rundir.layout import (RECORDS, RUN_SPEC, SELECTION, SHARDS, STATS, STATUS, SUPERSEDED, compat_digest,
-                                   dump_json, retries_file, selection_text, shard_file, write_atomic,
+from medhelm.rundir.layout import (RECORDS, RUN_SPEC, SELECTION, SHARDS, STATS, STATUS, SUPERSEDED, access_file,
+                                   compat_digest, dump_json, retries_file, selection_text, shard_file, write_atomic,
                                    write_atomic_lines)
 from medhelm.rundir.lines import RecordHead, raw_lines, read_records, record_heads, record_lines
 from medhelm.rundir.writer import Ledger, RecordWriter, Tally
 
 __all__ = ["RECORDS", "RUN_SPEC", "SELECTION", "SHARDS", "STATS", "STATUS", "SUPERSEDED", "Ledger", "RecordHead",
-           "RecordWriter", "RunDir", "Tally", "compat_digest", "dump_json", "raw_lines", "read_records",
+           "RecordWriter", "RunDir", "Tally", "access_file", "compat_digest", "dump_json", "raw_lines", "read_records",
            "record_heads", "record_lines", "retries_file", "selection_text", "shard_file", "write_atomic",
            "write_atomic_lines"]

@@ -13,16 +13,34 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 from medhelm.errors import ConfigError
 from medhelm.files import load_json
-from medhelm.rundir.layout import (PLAIN_ID, RECORDS, SHARDS, STATS, SUPERSEDED, compat_digest, dump_json, retries_file,
+from medhelm.rundir.layout import (PLAIN_ID, RECORDS, SHARDS, STATS, SUPERSEDED, access_file, compat_digest, dump_json,
+                                   retries_file,
                                    selection_text, shard_file, streamable_selection, write_atomic,
                                    write_atomic_lines)
 from medhelm.rundir.lines import RecordHead, read_records, record_heads, record_lines
 from medhelm.rundir.writer import RecordWriter, Tally
 from medhelm.specs import InstanceResult, RunSpec, Stat
+
+
+# what an invocation's access record holds (``RunDir.add_access``); nothing in it comes from an instance
+ACCESS_FIELDS = ("invocation", "open", "kind", "endpoint", "served_model", "model_file", "engine", "answered_models",
+                 "first_request", "last_request", "requests")
+
+
+def _utc(value: object) -> datetime | None:
+    """An access time (ISO 8601 with its zone) in UTC; None for anything else (a time without a zone is not one)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.astimezone(timezone.utc) if moment.tzinfo is not None else None
 
 
 class RunDir:
@@ -132,7 +150,8 @@ class RunDir:
             old = self.spec()
             if compat_digest(old) != compat_digest(spec):
                 self._supersede_all()
-                for f in self.path.glob("retries*.jsonl"):  # they counted the superseded records' requests
+                # they counted (and timed) the superseded records' requests
+                for f in [*self.path.glob("retries*.jsonl"), *self.path.glob("access*.jsonl")]:
                     f.unlink()
             (self.path / "run.json").unlink(missing_ok=True)  # no longer complete until finalized
         write_atomic(self.path / "run_spec.json", dump_json(spec.to_json()))
@@ -190,6 +209,64 @@ class RunDir:
                 except (ValueError, TypeError, AttributeError):
                     continue  # a torn line from a killed process: those retries are not known
         return own, judges
+
+    def add_access(self, access: dict, *, shard: tuple[int, int] | None = None) -> None:
+        """Append an access record of one invocation (``ACCESS_FIELDS``: where the evaluated deployment was
+        asked, when its first and last request were, in UTC; one file per shard). An invocation writes one line
+        with ``open`` when its first request is sent and one when it ends, both with its ``invocation`` id."""
+        line = {k: access.get(k) for k in ACCESS_FIELDS if access.get(k) not in (None, "", [])}
+        with open(self.path / access_file(shard), "a", encoding="utf-8") as f:
+            f.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
+
+    def access(self) -> dict | None:
+        """Every invocation's access records as one (run.json's ``access``): the window from the earliest first
+        request to the latest last request (a resumed run widens it), requests summed, the models the server
+        said answered united; a field whose invocations disagree lists each value once, in order.
+        ``interrupted``: invocations that sent a request but never wrote their closing line (killed outright):
+        their last request is not known, so the window may end later than it says. None when the run folder
+        records none (made before they were kept)."""
+        files = sorted(self.path.glob("access*.jsonl"))
+        if not files:
+            return None
+        opened: set[str] = set()
+        closed: set[str] = set()
+        merged: dict = {"invocations": 0, "requests": 0}
+        values: dict[str, list[str]] = {}
+        first: list[datetime] = []
+        last: list[datetime] = []
+        for f in files:
+            for line in f.read_text(encoding="utf-8").splitlines():
+                try:
+                    d = json.loads(line)
+                    if not isinstance(d, dict):
+                        continue
+                    requests = int(d.get("requests") or 0)
+                except (ValueError, TypeError):
+                    continue  # a torn line from a killed process
+                name = str(d.get("invocation") or f"line {len(opened) + len(closed)}")
+                if d.get("open"):
+                    opened.add(name)
+                else:
+                    closed.add(name)
+                    merged["requests"] += requests
+                for key in ("kind", "endpoint", "served_model", "model_file", "engine", "answered_models"):
+                    got = d.get(key)
+                    for value in (got if isinstance(got, list) else [got]):
+                        if isinstance(value, str) and value not in values.setdefault(key, []):
+                            values[key].append(value)
+                for key, into in (("first_request", first), ("last_request", last)):
+                    moment = _utc(d.get(key))
+                    if moment is not None:
+                        into.append(moment)
+        merged["invocations"] = len(opened | closed)
+        for key, seen in values.items():
+            if seen:
+                merged[key] = seen if key == "answered_models" else ", ".join(seen)
+        merged["first_request"] = min(first).isoformat(timespec="milliseconds") if first else None
+        merged["last_request"] = max(last).isoformat(timespec="milliseconds") if last else None
+        if opened - closed:
+            merged["interrupted"] = len(opened - closed)
+        return merged
 
     def writer(self, shard: tuple[int, int] | None = None, *, tally: Callable[[], Tally] | None = None
                ) -> RecordWriter:

@@ -9,6 +9,10 @@
 * ``shards/shard-<i>-of-<n>.jsonl`` the same, one file per shard of a sharded run (merged by ``collect``)
 * ``retries*.jsonl`` one line per invocation (``retries.jsonl``; a shard writes
   ``retries-shard-<i>-of-<n>.jsonl``): the retried attempts of every request the run made (summed into run.json)
+* ``access*.jsonl`` one line per invocation (``access.jsonl``; a shard writes ``access-shard-<i>-of-<n>.jsonl``):
+  where the evaluated deployment was asked (endpoint without credentials, served model, the model the server
+  said answered; an in-process engine's model file name and version) and when (its first and last request, UTC);
+  merged into run.json's ``access``
 * ``superseded.jsonl`` record lines set aside (another run's settings, ids outside a smaller sample); never deleted
 * ``stats.json``     aggregates per stat and split (derived; rebuildable)
 * ``run.json``       status and accounting (derived; rebuildable)
@@ -46,6 +50,10 @@ def shard_file(index: int, count: int) -> str:
 
 def retries_file(shard: tuple[int, int] | None) -> str:
     return "retries.jsonl" if shard is None else f"retries-shard-{shard[0]:05d}-of-{shard[1]:05d}.jsonl"
+
+
+def access_file(shard: tuple[int, int] | None) -> str:
+    return "access.jsonl" if shard is None else f"access-shard-{shard[0]:05d}-of-{shard[1]:05d}.jsonl"
 
 
 def compat_digest(spec: RunSpec) -> str:

@@ -173,7 +173,8 @@ class Store:
             raise ConfigError(_newer(self, before))
         if before == SCHEMA_VERSION:
             return before, before
-        # v1 -> v2 (the only step so far): every relation made where missing, columns added since v1
+        # v1 -> v2: every relation made where missing; v2 -> v3 (and v1 -> v3): the columns added since
+        # (ADDED_COLUMNS: the models' jury cost, the runs' access record), each where missing
         for stmt in self.relations():
             self.execute(stmt)
         for table, column, kind in ADDED_COLUMNS:

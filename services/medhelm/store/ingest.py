@@ -16,7 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +181,10 @@ class _Ingest:
             [(run_id, release, src.suite, src.run_name, src.benchmark.name, src.stratum, src.model, src.deployment,
               src.source, int(redacted), st.get("instances_total"), st.get("instances_done"),
               _count(st.get("errors")), st.get("wall_time_s"), src.spec_json)])
+        access = access_columns(st.get("access"))
+        if access:
+            self.store.execute(f"UPDATE runs SET {', '.join(f'{c} = ?' for c in access)} WHERE run_id = ?",
+                               (*access.values(), run_id))
         self.store.insert_many(
             "run_stats", ("release", "suite", "run_name", "stat", "split", "count", "sum", "sum_squared", "min", "max",
                           "unscored"),
@@ -253,6 +257,36 @@ class _Ingest:
         return ids, values, latency, errors
 
 
+def access_columns(access: object) -> dict[str, object]:
+    """run.json's ``access`` (``RunDir.access``) as the runs table's columns (``schema.ACCESS_COLUMNS``); only
+    the fields of their kind (text is cut to one short line; a time must carry its zone), nothing else of it.
+    {} when the run recorded none."""
+    if not isinstance(access, dict):
+        return {}
+
+    def text(key: str, limit: int = 300) -> str | None:
+        value = access.get(key)
+        return " ".join(value.split())[:limit] or None if isinstance(value, str) else None
+
+    def when(key: str) -> str | None:
+        value = text(key, 40)
+        try:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+        except ValueError:
+            return None
+        return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds") if moment and moment.tzinfo else None
+
+    answered = access.get("answered_models")
+    answered = [" ".join(m.split())[:200] for m in answered if isinstance(m, str) and m.strip()][:8] \
+        if isinstance(answered, list) else []
+    out = {"endpoint": text("endpoint"), "served_model": text("served_model"),
+           "answered_models": json.dumps(answered, ensure_ascii=False) if answered else None,
+           "model_file": text("model_file"), "engine": text("engine", 120), "first_request": when("first_request"),
+           "last_request": when("last_request"), "access_requests": _count(access.get("requests")),
+           "access_interrupted": _count(access.get("interrupted", 0))}
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def _count(value: object) -> int | None:
     if isinstance(value, (list, dict)):
         return len(value)
@@ -302,7 +336,8 @@ def _custom_prompt(spec_json: str | None) -> bool:
 
 
 def _write_meta(store: Store, options: SummarizeOptions, ingested: _Ingest) -> None:
-    meta = {"schema_version": SCHEMA_VERSION, "created_at": datetime.now().isoformat(timespec="microseconds"),
+    meta = {"schema_version": SCHEMA_VERSION,
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
             "suites": json.dumps(list(options.suites)), "replicates": options.replicates, "seed": options.seed,
             "redact": int(options.redact), "rank_baselines": int(options.rank_baselines), "runs": ingested.runs,
             "instances": ingested.instances,

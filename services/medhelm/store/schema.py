@@ -18,12 +18,20 @@ between them are ``backends.Store.migrate``; ``medhelm store migrate`` runs them
   the audit trail, the subgroup tables) is made when the store is created or migrated, never on first use,
   so the pods' database role needs no right to change the schema; the version is recorded at creation; each
   migration is noted in ``meta`` ('migrated_to_v<n>': when, from which version, by which medhelm).
+* v3: each run's access record (run.json ``access``, docs/output-format.md): ``runs.endpoint`` (without
+  credentials or query string; ``in-process`` for the embedded engine), ``served_model``, ``answered_models``
+  (a JSON list: the model/version the server said answered), ``model_file`` and ``engine`` (an in-process
+  model's GGUF file name and engine version), ``first_request`` / ``last_request`` (ISO 8601, UTC with its
+  zone), ``access_requests``, ``access_interrupted``; NULL for a run that recorded none (made before, or
+  imported from HELM). The release's ``meta.created_at`` is written in UTC with its zone from this version
+  on; an older row has no zone and is shown as "time zone not recorded".
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
-VERSIONS = {1: "tables made on first use", 2: "every relation made at creation or migration"}
+SCHEMA_VERSION = 3
+VERSIONS = {1: "tables made on first use", 2: "every relation made at creation or migration",
+            3: "each run's endpoint and access window"}
 
 TABLES: dict[str, str] = {
     "meta": """
@@ -40,6 +48,8 @@ TABLES: dict[str, str] = {
         redacted INTEGER NOT NULL DEFAULT 0, instances_total BIGINT, instances_done BIGINT, errors BIGINT,
         wall_time_s DOUBLE PRECISION, spec_json TEXT,
         value_ids TEXT, value_blob {blob},
+        endpoint TEXT, served_model TEXT, answered_models TEXT, model_file TEXT, engine TEXT, first_request TEXT,
+        last_request TEXT, access_requests BIGINT, access_interrupted BIGINT,
         PRIMARY KEY (release, suite, run_name)""",
     "run_stats": """
         release TEXT NOT NULL, suite TEXT NOT NULL, run_name TEXT NOT NULL, stat TEXT NOT NULL,
@@ -76,7 +86,10 @@ TABLES: dict[str, str] = {
 
 # Columns added after a table first shipped: (table, column, type), added to an older store by its migration
 # (readers of an older SQLite store, read as it is, see the column missing and show "no value").
-ADDED_COLUMNS = (("models", "jury_cost_usd", "DOUBLE PRECISION"),)
+ACCESS_COLUMNS = ("endpoint", "served_model", "answered_models", "model_file", "engine", "first_request",
+                  "last_request", "access_requests", "access_interrupted")
+ADDED_COLUMNS = (("models", "jury_cost_usd", "DOUBLE PRECISION"),
+                 *(("runs", c, "BIGINT" if c.startswith("access_") else "TEXT") for c in ACCESS_COLUMNS))
 
 INDEXES = (
     "CREATE INDEX IF NOT EXISTS runs_by_benchmark ON runs (release, benchmark)",
