@@ -23,6 +23,7 @@ from typing import Any
 
 from medhelm import files
 from medhelm.errors import ConfigError
+from medhelm.scrub import register
 
 MIN_HMAC_BYTES = 32
 MIN_RSA_BITS = 2048
@@ -108,6 +109,7 @@ def load(path: Path, *, to_sign: bool) -> SigningKey:
     data = files.read_bytes(path, limit=KEY_LIMIT, what="signing key" if to_sign else "verification key")
     if b"-----BEGIN " not in data:
         secret = data.strip()
+        register(secret)  # held: scrubbed from every text this process emits
         if len(secret) < MIN_HMAC_BYTES:
             raise ConfigError(f"the signing key has {len(secret)} bytes; use at least {MIN_HMAC_BYTES} random bytes "
                               "(e.g. `openssl rand -hex 32 > KEYFILE`) or a PEM key", path=path)
@@ -117,6 +119,9 @@ def load(path: Path, *, to_sign: bool) -> SigningKey:
 
     private = None
     if b"PRIVATE KEY-----" in data:
+        for line in data.splitlines():  # the PEM's base64 lines, as an echo would quote them
+            if line and not line.startswith(b"-----"):
+                register(line.decode("ascii", "replace").strip())
         try:
             private = serialization.load_pem_private_key(data, password=None)
         except TypeError:

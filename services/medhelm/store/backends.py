@@ -39,6 +39,7 @@ from typing import Any
 from medhelm import files
 from medhelm.access.audit import DDL as AUDIT_DDL
 from medhelm.errors import ConfigError, OutputUnwritable, escape, without_password
+from medhelm.scrub import register_value
 from medhelm.store.schema import (ADDED_COLUMNS, REVIEW_DDL, REVIEW_INDEX, SCHEMA_VERSION, SUBGROUP_DDL, TABLES,
                                   ddl)
 from medhelm.version import __version__
@@ -336,6 +337,7 @@ class PostgresStore(Store):
             import psycopg
         except ImportError:
             raise ConfigError("a postgresql:// store needs psycopg: pip install 'medhelm-k8s[postgres]'") from None
+        register_value(url)  # its password: scrubbed from every text this process emits
         try:
             conn = psycopg.connect(url, autocommit=False, connect_timeout=10)
         except psycopg.OperationalError as e:
