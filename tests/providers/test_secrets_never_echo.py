@@ -219,8 +219,43 @@ def test_no_planted_key_in_anything_the_run_summarize_and_export_produce(world):
     assert bundle.exists()
     for path in _all_files(out, bundle, tmp / "logs"):
         _assert_clean(keys, str(path), path.read_bytes())
+    _assert_clean(keys, "the dashboard's drill-down", _drill_down(store))
     # scrubbed, not dropped: each record's error kept the echo with *** where the keys stood
     assert all("***" in e for e in errors), [e for e in errors if "***" not in e][:3]
+
+
+def _drill_down(store: Path) -> str:
+    """Every text the dashboard's Benchmark page shows for every run of the release (errors included), the
+    real app under AppTest."""
+    import sqlite3
+
+    from streamlit.testing.v1 import AppTest
+
+    app = str(Path(__file__).parents[2] / "dashboard" / "app.py")
+    with sqlite3.connect(store) as conn:
+        bench = conn.execute("SELECT benchmark FROM benchmarks").fetchone()[0]
+        runs = [r for (r,) in conn.execute("SELECT run_id FROM runs ORDER BY run_id")]
+    saved = {k: os.environ.get(k) for k in ("MEDHELM_STORE", "MEDHELM_RELEASE", "MEDHELM_REDACTED")}
+    os.environ["MEDHELM_STORE"] = str(store)
+    os.environ.pop("MEDHELM_RELEASE", None)
+    os.environ.pop("MEDHELM_REDACTED", None)
+    shown = []
+    try:
+        at = AppTest.from_file(app, default_timeout=120).run()
+        at.sidebar.radio(key="page").set_value("Benchmark").run()
+        at.selectbox(key="bench_page_benchmark").set_value(bench).run()
+        for run_id in runs:
+            at.selectbox(key="bench_run").set_value(run_id).run()
+            assert not at.exception, [e.value for e in at.exception]
+            shown += [str(e.value) for kind in ("text", "markdown", "error", "code", "caption") for e in at.get(kind)]
+            shown += [e.label for e in at.expander]
+            shown += [df.value.to_csv() for df in at.dataframe]
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    text = "\n".join(shown)
+    assert "invalid credentials received" in text  # the drill-down does show the errors
+    return text
 
 
 JURY = ("  - name: jury_score\n    rubric: aci_bench\n    max_tokens: 64\n    judges:\n"
