@@ -207,3 +207,26 @@ def test_postgres_the_pods_role_cannot_change_or_remove_audit_rows_and_planted_o
         assert run_cli("store", "status", "--store", url)[0] == 0, what
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT COUNT(*) FROM audit").fetchone()[0] == rows  # refusals wrote nothing
+
+
+def test_postgres_a_refused_summarize_leaves_an_empty_database_empty(summarized, postgres_url, tmp_path):
+    """Check, then write: the schema of a new store is made in summarize's own transaction, so a refusal
+    (a record of the wrong type, found while ingesting) leaves the database without a table."""
+    import json
+    import shutil
+
+    import psycopg
+
+    url = _database(postgres_url, "refused_empty")
+    out = tmp_path / "out"
+    shutil.copytree(summarized / "runs", out / "runs")
+    run_dir = next(p for p in (out / "runs" / "s").iterdir() if (p / "instances.jsonl").exists())
+    lines = (run_dir / "instances.jsonl").read_text().splitlines()
+    record = json.loads(lines[0])
+    record["error"] = ["a", "list"]
+    (run_dir / "instances.jsonl").write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
+    code, _, err = run_cli("summarize", "--suites", "s", "-o", str(out), "--store", url, "--bootstrap", "10")
+    assert code == 2 and "'error'" in err, err
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = 'public'"
+                            ).fetchone()[0] == 0

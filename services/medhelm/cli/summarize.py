@@ -119,7 +119,8 @@ def writable_store(location: str) -> Iterator[Store]:
     was_empty = path is not None and not created and path.is_file() and path.stat().st_size == 0
     folders = _missing_folders(path.parent) if created and path is not None else []
     try:
-        with open_store(location, create=True) as store:
+        # the schema of a new store is made inside summarize's transaction (migrate): all or nothing
+        with open_store(location, create=True, make_schema=False) as store:
             yield store
     except BaseException:
         if (created or was_empty) and path is not None:

@@ -520,14 +520,17 @@ def sqlite_path(location: str | Path) -> Path | None:
     return path
 
 
-def open_store(location: str | Path, *, create: bool = False) -> Store:
-    """``sqlite:///path``, ``postgresql://...`` or a plain path (a SQLite file, or a folder holding one)."""
+def open_store(location: str | Path, *, create: bool = False, make_schema: bool = True) -> Store:
+    """``sqlite:///path``, ``postgresql://...`` or a plain path (a SQLite file, or a folder holding one).
+    ``make_schema=False``: a new store's relations are left to the caller's own transaction (summarize's
+    ``migrate``), so a refused summarize leaves an empty database empty."""
     store = _connect(location, create=create)
     try:
         if create:
             _check_ours(store)
             _check_migrated(store)
-            store.create_schema()
+            if make_schema:
+                store.create_schema()
         else:
             _check_integrity(store)  # first: a damaged file is named as damaged, not as "not a store"
             _check_schema(store)
