@@ -118,7 +118,10 @@ def oidc_settings(args: argparse.Namespace, env: dict[str, str] | None = None) -
 def _secret(env: dict[str, str], name: str) -> str:
     from medhelm.errors import ConfigError
 
+    from medhelm.scrub import register
+
     if env.get(name):
+        register(env[name])  # held: scrubbed from every text this process emits
         return env[name]
     path = env.get(f"{name}_FILE")
     if path:
@@ -127,6 +130,7 @@ def _secret(env: dict[str, str], name: str) -> str:
         except OSError as err:
             raise ConfigError(f"cannot read {name}_FILE ({err.strerror})", path=path) from None
         if value:
+            register(value)
             return value
     raise ConfigError(f"sign-in needs {name} or {name}_FILE (from a Kubernetes Secret; never a flag)")
 

@@ -14,7 +14,9 @@ variable is set it is used and the file is not read (HELM's rule). Entries are l
 A value may be ``${VAR}`` / ``${?VAR}`` (HOCON substitution from the environment; ``${?VAR}`` may be unset).
 
 Secrets never enter a spec, a record, a log or an error: a deployment carries a ``SecretRef`` (the file or
-variable *and the entry's name*), and the client reads the value when it is built (``secret``). Failure
+variable *and the entry's name*), and the client reads the value when it is built (``secret``). Every
+secret-named value is registered with ``scrub`` when a source is read, so a server echoing one back has it
+removed from every text the process emits. Failure
 semantics: a file that cannot be read or parsed is a ConfigError naming the file and line, never a value
 (the parser's own message, which may quote a token, is replaced); a missing entry is a ConfigError naming the
 entry, the source and the deployment.
@@ -32,6 +34,7 @@ from typing import Any
 
 from medhelm import files
 from medhelm.errors import ConfigError, escape
+from medhelm.scrub import register
 
 FILE = "credentials.conf"
 ENV = "HELM_CREDENTIALS"
@@ -57,13 +60,13 @@ class Credentials:
         """``HELM_CREDENTIALS`` when set, else ``<folder>/credentials.conf`` when it exists, else empty."""
         text = os.environ.get(ENV)
         if text:
-            return cls(ENV, _parse(text, ENV))
+            return cls(ENV, _held(_parse(text, ENV)))
         if folder is None:
             return cls.empty()
         path = Path(folder) / FILE
         if not path.exists():
             return cls.empty(str(path))
-        return cls(str(path), _parse(files.read_text(path, what="credentials file"), str(path)))
+        return cls(str(path), _held(_parse(files.read_text(path, what="credentials file"), str(path))))
 
     def get(self, name: str) -> Any:
         return self.entries.get(name)
@@ -109,6 +112,7 @@ def secret(reference: Mapping[str, Any], *, deployment: str) -> str:
         found = Credentials(source, _parse(files.read_text(path, what="credentials file"), source)).lookup(name)
     if found is None or found == "" or isinstance(found, (Mapping, list)):
         raise ConfigError(f"deployment '{escape(deployment)}': '{escape(name)}' is not set in {escape(source)}")
+    register(str(found), slot=f"credentials:{source}:{name}")  # the file may have changed since it was loaded
     return str(found)
 
 
@@ -119,6 +123,25 @@ def deployment_secret(options: Mapping[str, Any], role: str, *, deployment: str)
     if not isinstance(reference, Mapping) or str(reference.get("as") or "api_key") != role:
         return None
     return secret(reference, deployment=deployment)
+
+
+# entry names whose values are secrets (HELM's ``<host>ApiKey``, ``huggingfaceAuthToken``, ...); endpoints,
+# deployments, project ids and locations are not, and stay readable in messages
+_SECRET_NAME = re.compile(r"(?i)key|token|secret|password|credential")
+
+
+def _held(entries: dict[str, Any]) -> dict[str, Any]:
+    """Every secret-named value (and every ``deployments { name: key }`` value) registered with the
+    scrubber as soon as the file is read: ``scrub.register``."""
+    for name, value in entries.items():
+        if isinstance(value, Mapping):
+            if name == "deployments":
+                for inner in value.values():
+                    if isinstance(inner, (str, int, float)) and not isinstance(inner, bool):
+                        register(str(inner))
+        elif _SECRET_NAME.search(name) and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            register(str(value))
+    return entries
 
 
 # ``name: https://host/path`` unquoted, as HELM's docstrings write it: quoted before parsing (HOCON would read

@@ -7,6 +7,9 @@ Messages never contain patient text: name the file, line and field, not the cell
 that do appear (a path, a field name, a run entry) go through ``escape``: control characters are shown
 as ``\\n``-style escapes and long values are cut, so a message stays one line whatever the input.
 A full or read-only output folder is ``OutputUnwritable`` (exit 74).
+Secrets: ``str(err)`` of every ``MedhelmError`` passes ``scrub.scrub`` (each secret the process holds, by
+value and in its encodings), so no door — the CLI's line, a record's ``error``, a jury explanation, a gRPC
+status — can carry a key a server echoed back.
 Anything else escaping a door is a bug: the CLI logs its traceback and exits 70 (``INTERNAL_EXIT``).
 """
 
@@ -17,6 +20,8 @@ import errno
 import re
 from pathlib import Path
 
+from medhelm.scrub import scrub
+
 INTERNAL_EXIT = 70  # EX_SOFTWARE: a bug, never a user mistake
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")  # + bidi overrides
 MAX_VALUE_CHARS = 300
@@ -25,7 +30,9 @@ MAX_VALUE_CHARS = 300
 def escape(value: object, limit: int = MAX_VALUE_CHARS) -> str:
     """A user value safe inside a one-line message: control characters escaped, cut at ``limit``."""
     text = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(value))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) <= limit:
+        return text  # whole: the message it goes into is scrubbed as a whole (MedhelmError.__str__)
+    return scrub(text)[: limit - 1] + "…"  # scrubbed before the cut, which could leave half a key
 
 
 def without_password(url: str) -> str:
@@ -38,14 +45,20 @@ def without_password(url: str) -> str:
 
 
 def one_line(message: str, limit: int = 4000) -> str:
-    """A whole message as one line (the CLI's last step before printing)."""
-    return escape(message, limit)
+    """A whole message as one line, without secrets (the CLI's last step before printing)."""
+    return escape(scrub(message), limit)
 
 
 class MedhelmError(Exception):
     """An error the user can fix; ``str(err)`` is the whole one-line message."""
 
     exit_code = 2
+
+    def __str__(self) -> str:
+        return scrub(super().__str__())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
 
     def with_context(self, prefix: str) -> MedhelmError:
         """The same error (same type) with ``prefix`` in front: which .conf / run it came from."""

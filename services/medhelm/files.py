@@ -509,8 +509,11 @@ def env_secret(name: str, env: dict[str, str] | None = None) -> str | None:
     """A secret handed over by environment: ``$NAME`` itself, else the content of the file ``$NAME_FILE``
     names (a mounted Kubernetes Secret key: the chart's way, so the value is in no env var), stripped; None
     when neither is set. An unreadable or empty file is a ``ConfigError`` naming ``NAME_FILE``, never the value."""
+    from medhelm.scrub import register_value
+
     env = os.environ if env is None else env
     if env.get(name):
+        register_value(env[name], slot=f"env:{name}")  # held: scrubbed from every text this process emits
         return env[name]
     path = env.get(f"{name}_FILE")
     if not path:
@@ -518,4 +521,5 @@ def env_secret(name: str, env: dict[str, str] | None = None) -> str | None:
     value = read_text(path, missing=f"{name}_FILE names a missing file", what=f"{name}_FILE").strip()
     if not value:
         raise ConfigError(f"{name}_FILE names an empty file", path=path)
+    register_value(value, slot=f"env:{name}")
     return value

@@ -108,12 +108,12 @@ def test_no_audit_row_no_text(marked_output, tmp_path, policy):
     db.write_bytes((marked_output / "results.sqlite").read_bytes())
     with open_store(db) as s:
         audit.ensure_table(s)
-    con = sqlite3.connect(db)
-    con.execute("CREATE TRIGGER no_audit BEFORE INSERT ON audit BEGIN SELECT RAISE(ABORT, 'disk full'); END")
-    con.commit()
-    con.close()
     failures = REGISTRY.get_sample_value("medhelm_audit_failures_total") or 0
-    with open_store(db) as s:
+    with open_store(db) as s:  # opened first: a store holding a trigger of another's is refused when opened
+        con = sqlite3.connect(db)
+        con.execute("CREATE TRIGGER no_audit BEFORE INSERT ON audit BEGIN SELECT RAISE(ABORT, 'disk full'); END")
+        con.commit()
+        con.close()
         run_id = s.query("SELECT MIN(run_id) FROM runs")[0][0]
         with pytest.raises(audit.AuditError, match="instance text withheld") as err:
             read.instances_page(s, run_id, principal=_people(policy)["analyst"])

@@ -29,6 +29,22 @@ INDEX = "audit_by_time"  # made after the table: when it exists, both do
 DDL = (f"CREATE TABLE IF NOT EXISTS {TABLE} (at TEXT NOT NULL, actor TEXT NOT NULL, role TEXT NOT NULL, "
        "source TEXT NOT NULL, action TEXT NOT NULL, release TEXT, run_ids TEXT, instance_ids TEXT, detail TEXT)",
        f"CREATE INDEX IF NOT EXISTS {INDEX} ON {TABLE} (at)")
+# Append-only by construction: every UPDATE, DELETE (and, on PostgreSQL, TRUNCATE) of the trail is refused
+# by triggers of the schema's own, made with the table at creation or migration. On PostgreSQL only the
+# schema's owner (the migration role) may drop or disable them: the pods' role, whatever row rights it is
+# granted, can add rows and read them, never change or remove one. A store holding triggers, rules, views or
+# indexes the schema does not define is refused (store/backends.py ``_check_objects``).
+GUARD = "audit_append_only"
+GUARD_MESSAGE = "the audit trail is append-only"
+SQLITE_GUARD = tuple(f"CREATE TRIGGER IF NOT EXISTS {GUARD}_{op.lower()} BEFORE {op} ON {TABLE} "
+                     f"BEGIN SELECT RAISE(ABORT, '{GUARD_MESSAGE}'); END" for op in ("UPDATE", "DELETE"))
+GUARD_FUNCTION = "medhelm_audit_append_only"
+GUARD_FUNCTION_BODY = f" BEGIN RAISE EXCEPTION '{GUARD_MESSAGE}'; END "
+POSTGRES_GUARD = (
+    f"CREATE OR REPLACE FUNCTION {GUARD_FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS ${GUARD}${GUARD_FUNCTION_BODY}${GUARD}$",
+    f"DROP TRIGGER IF EXISTS {GUARD} ON {TABLE}",
+    f"CREATE TRIGGER {GUARD} BEFORE UPDATE OR DELETE OR TRUNCATE ON {TABLE} FOR EACH STATEMENT "
+    f"EXECUTE FUNCTION {GUARD_FUNCTION}()")
 COLUMNS = ("at", "actor", "role", "source", "action", "release", "run_ids", "instance_ids", "detail")
 
 # What the trail records. view-*: instance text shown; export*: a bundle written; denied: a refused request.

@@ -3,7 +3,8 @@
 ``status`` prints the store's schema version and this medhelm's (exit 0 when they are equal, 3 when the store
 needs ``migrate``; a newer store is the one-line refusal, exit 2). ``migrate`` brings the store forward in one
 exclusive transaction (store/backends.py ``migrate_store``): a no-op on a current store, refused on a newer
-one, all or nothing otherwise. The chart runs it as a pre-install/pre-upgrade hook Job for a PostgreSQL store
+one, all or nothing otherwise; a current store whose audit guard triggers are missing gets them. Both refuse a
+store holding triggers, rules, views or indexes the schema does not define (``_check_objects``). The chart runs it as a pre-install/pre-upgrade hook Job for a PostgreSQL store
 (docs/kubernetes.md "Upgrades"). Errors are one line naming the store (its URL without the password), exit 2.
 """
 
@@ -34,6 +35,8 @@ def main(args: argparse.Namespace) -> int:
         before, after = backends.migrate_store(location)
         if before is None:
             print(f"{shown}: new store created at schema v{after}")
+        elif before == -1:
+            print(f"{shown}: at schema v{after}; the audit trail's append-only guard made again")
         elif before == after:
             print(f"{shown}: already at schema v{after}; nothing to do")
         else:
@@ -43,6 +46,10 @@ def main(args: argparse.Namespace) -> int:
     if version is None:
         print(f"{shown}: no store yet (`medhelm store migrate` or `medhelm summarize` makes one at schema "
               f"v{SCHEMA_VERSION})")
+        return NEEDS_MIGRATION
+    if version == -1:
+        print(f"{shown}: schema v{SCHEMA_VERSION}, without the audit trail's append-only guard (run `medhelm store "
+              "migrate`)")
         return NEEDS_MIGRATION
     print(f"{shown}: schema v{version}; this medhelm: v{SCHEMA_VERSION}"
           + ("" if version == SCHEMA_VERSION else " (run `medhelm store migrate`)"))

@@ -105,18 +105,22 @@ def main(args: argparse.Namespace) -> int:
 
 @contextmanager
 def writable_store(location: str) -> Iterator[Store]:
-    """The store to summarize into; a SQLite file this command created is removed again when it fails,
-    so a failed summarize leaves the output folder as it was (an existing store keeps its last release)."""
+    """The store to summarize into; a SQLite file this command created is removed again when it fails, with
+    the folders made for it, so a failed summarize leaves every folder as it was (an existing store keeps its
+    last release: it is written in one transaction)."""
     from medhelm.store import open_store
     from medhelm.store.backends import sqlite_path
 
     path = sqlite_path(location)
     if path is not None and path.is_symlink():
         path = Path(os.path.realpath(path))  # a failure removes what this command made, never the user's link
-    created = path is not None and not path.exists()
+    # a link that leads nowhere after resolving (a loop) is the user's, never "created" here
+    created = path is not None and not path.exists() and not path.is_symlink()
     was_empty = path is not None and not created and path.is_file() and path.stat().st_size == 0
+    folders = _missing_folders(path.parent) if created and path is not None else []
     try:
-        with open_store(location, create=True) as store:
+        # the schema of a new store is made inside summarize's transaction (migrate): all or nothing
+        with open_store(location, create=True, make_schema=False) as store:
             yield store
     except BaseException:
         if (created or was_empty) and path is not None:
@@ -128,7 +132,20 @@ def writable_store(location: str) -> Iterator[Store]:
                     path.unlink(missing_ok=True)
                 else:
                     os.truncate(path, 0)  # an empty file given as the store is left empty, as it was
+        for folder in folders:  # the folders made for it, deepest first (rmdir: only while empty)
+            with suppress(OSError):
+                folder.rmdir()
         raise
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """The folders on the way to ``folder`` that do not exist yet, deepest first."""
+    missing = []
+    for candidate in (folder, *folder.parents):
+        if os.path.lexists(candidate):
+            break
+        missing.append(candidate)
+    return missing
 
 
 def summarize_options(args: argparse.Namespace, release: str, suites: list[str]) -> SummarizeOptions:

@@ -47,7 +47,10 @@ counts are words and punctuation marks, not a real tokenizer. Faults are planned
 some servers do: the PHI check of our error messages is tested with it). ``kill()`` closes the
 listening socket and every open connection (a crashed service); ``die_after = n`` makes the server crash
 so on the POST after the next ``n`` (deterministic, whatever the timing); ``restart()`` listens again on the
-same port.
+same port. ``echo_credentials(n, status)`` answers the next ``n`` requests (any route: token endpoints too)
+with that status in the provider's own error shape, its message quoting every credential received
+(``mock_openai.credential_echo``: headers raw, URL-encoded and base64-wrapped, the URL with ``?key=``, a
+form's ``client_secret``), and the same text in a reply header.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from medhelm.devtools.mock_openai import default_responder
+from medhelm.devtools.mock_openai import credential_echo, default_responder
 
 Reply = tuple[int, dict[str, str], bytes]
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -155,6 +158,8 @@ class FakeServer:
         self.refused: list[tuple[int, str]] = []  # (status, error type) of every refusal
         self.request_count = 0  # model requests received (refused or not)
         self._faults: list[str] = []
+        self._echoes: list[int] = []
+        self._echo_only: str | None = None
         self.die_after: int | None = None  # crash on the POST after this many (see ``dying``)
         self._posts = 0
         self._lock = threading.Lock()
@@ -218,7 +223,27 @@ class FakeServer:
             self.request_count += 1
             return self._faults.pop(0) if self._faults else None
 
+    def echo_credentials(self, n: int, status: int = 401, only: str | None = None) -> None:
+        """Answer the next ``n`` requests with ``status``, the credentials they carried quoted in the error
+        (``only``: requests whose path holds that text; the others, a token endpoint's, answer as usual)."""
+        with self._lock:
+            self._echoes.extend([status] * n)
+            self._echo_only = only
+
+    def echo_error(self, status: int, message: str) -> Reply:
+        """The provider's error shape carrying ``message`` (OpenAI's, unless a fake says otherwise)."""
+        return _json(status, {"error": {"code": str(status), "message": message, "type": "invalid_request_error"}})
+
     def handle(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
+        with self._lock:
+            wanted = self._echoes and (self._echo_only is None or self._echo_only in path)
+            echo = self._echoes.pop(0) if wanted else None
+        if echo is not None:
+            text = credential_echo(path + ("?" + query if query else ""), headers, body)
+            status, out, content = self.echo_error(echo, text)
+            with self._lock:
+                self.refused.append((status, "echo"))
+            return status, {**out, "WWW-Authenticate": f'Bearer error="invalid_token", echo="{text[:2000]}"'}, content
         reply = self.route(method, path, query, headers, body)
         if reply[0] >= 400:
             try:
@@ -352,6 +377,11 @@ class FakeAnthropic(FakeServer):
     def _error(self, status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> Reply:
         return _json(status, {"type": "error", "error": {"type": kind, "message": message}},
                      {"request-id": "req_" + secrets.token_hex(8), **(headers or {})})
+
+    def echo_error(self, status: int, message: str) -> Reply:
+        if self.platform == "bedrock":
+            return _amz_error(status, "UnrecognizedClientException", message)
+        return self._error(status, "authentication_error" if status in (401, 403) else "invalid_request_error", message)
 
     def route(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
         if method != "POST":
@@ -509,6 +539,9 @@ class FakeGemini(FakeServer):
     def _error(code: int, status: str, message: str) -> Reply:
         return _json(code, {"error": {"code": code, "message": message, "status": status}})
 
+    def echo_error(self, status: int, message: str) -> Reply:
+        return self._error(status, "UNAUTHENTICATED" if status == 401 else "INVALID_ARGUMENT", message)
+
     def route(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
         if self.platform == "public":
             m = re.fullmatch(r"/v1(?:beta|alpha)?/models/([^/:]+):generateContent", path)
@@ -636,6 +669,9 @@ class FakeBedrock(FakeServer):
         super().__init__(*args, **kwargs)
         self.sigv4 = SigV4Verifier(aws_keys or {"AKIDEXAMPLE": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"}, region)
         self.redact_thinking = False  # True: reasoningContent.redactedContent instead of reasoningText
+
+    def echo_error(self, status: int, message: str) -> Reply:
+        return _amz_error(status, "UnrecognizedClientException", message)
 
     def route(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
         m = re.fullmatch(r"/model/([^/]+)/converse", path)
@@ -920,6 +956,9 @@ class FakeSHCGateway(FakeServer):
                  claude_reply: str = "message", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.routes, self.subscription_key, self.claude_reply = routes, subscription_key, claude_reply
+
+    def echo_error(self, status: int, message: str) -> Reply:
+        return _json(status, {"statusCode": status, "message": message})
 
     def route(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
         kind = self.routes.get(path)

@@ -35,6 +35,12 @@ reach N however slowly a loaded machine sends them, instead of relying on a late
 ``answered_model="gpt-4o-2024-08-06"`` answers every request with that ``model`` field (as OpenAI names the dated
 version it served), instead of the model asked for.
 
+``echo_credentials(n, status)`` answers the next ``n`` model requests with that status and an error whose
+message quotes the credentials it received, as some gateways and proxies do (``credential_echo``: every
+header value raw, URL-encoded and inside a base64 ``user:value``, the request target with its query, a
+form body), and puts them in a ``WWW-Authenticate`` reply header too: the scrubbing of every output is
+tested with it (``medhelm.scrub``).
+
 CLI: ``python -m medhelm.devtools.mock_openai --port 8000 [--latency-ms 50] [--error-rate 0.1]
 [--rate-limit-rate 0.1] [--malformed-rate 0.05] [--responder module:function]``.
 """
@@ -68,6 +74,30 @@ HOLD_LIMIT_S = 120.0  # the longest a reply is held for hold_until_in_flight (a 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests",
             500: "Internal Server Error", 503: "Service Unavailable"}
 _OPTION = re.compile(r"^\s*\(?([A-J])[.):]\s", re.MULTILINE)
+
+
+# request headers that carry no credential (left out of an echo, which stays readable)
+_PLAIN_HEADERS = frozenset({"host", "content-length", "content-type", "accept", "user-agent", "connection",
+                            "accept-encoding", "anthropic-version", "x-amz-date", "x-amz-content-sha256"})
+
+
+def credential_echo(target: str, headers: dict[str, str], body: bytes) -> str:
+    """What an echoing gateway puts in its error: each credential-carrying header's value raw, URL-encoded
+    and base64-wrapped as ``user:value``, the request target (a ``?key=`` with it) and a form body."""
+    import base64
+    import urllib.parse
+
+    parts = []
+    for name, value in headers.items():
+        if name.lower() in _PLAIN_HEADERS:
+            continue
+        bare = value.split(" ", 1)[1] if value.lower().startswith(("bearer ", "basic ")) else value
+        parts.append(f"{name}: {value} (key={urllib.parse.quote(bare, safe='')}, basic "
+                     f"{base64.b64encode(('user:' + bare).encode()).decode()})")
+    parts.append(f"target {target}")
+    if body and headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        parts.append(f"form {body.decode('utf-8', 'replace')}")
+    return "invalid credentials received: " + "; ".join(parts)
 
 
 def default_responder(body: dict[str, Any]) -> str:
@@ -122,6 +152,7 @@ class MockOpenAIServer:
         self._stopped: asyncio.Event | None = None
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
+        self._echoes: list[int] = []  # statuses of the next replies that echo the credentials received
 
     @property
     def base_url(self) -> str:
@@ -130,6 +161,10 @@ class MockOpenAIServer:
     @property
     def request_count(self) -> int:
         return len(self.requests)
+
+    def echo_credentials(self, n: int, status: int = 401) -> None:
+        """Answer the next ``n`` model requests with ``status`` and the credentials they carried echoed."""
+        self._echoes.extend([status] * n)
 
     def reset(self) -> None:
         self.requests.clear()
@@ -226,6 +261,10 @@ class MockOpenAIServer:
             return 200, {}, b'{"status":"ok"}'
         if method == "GET" and path == "/v1/models":
             return 200, {}, _json({"object": "list", "data": [{"id": "mock-model", "object": "model"}]})
+        if method == "POST" and path in ("/v1/chat/completions", "/v1/completions") and self._echoes:
+            echo = credential_echo(target, headers, body)
+            return self._echoes.pop(0), {"WWW-Authenticate": f'Bearer error="invalid_token", echo="{echo[:2000]}"'}, \
+                _json({"error": {"message": echo, "type": "invalid_request_error", "code": "invalid_api_key"}})
         if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
             self._in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self._in_flight)

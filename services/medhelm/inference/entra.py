@@ -22,7 +22,9 @@ lock (one fetch for all requests waiting). A 401 from Azure OpenAI drops the tok
 retry fetches a fresh one. Token requests are rare (about hourly): they run in a worker thread with urllib,
 off the event loop. Failure semantics: a missing variable is a ``ConfigError`` naming it; a refused or
 unreachable token endpoint is an ``InferenceError`` (retryable for 429/5xx/unreachable) naming the
-endpoint and Entra's error code (``invalid_client``, ``AADSTS...``), never a secret or a token.
+endpoint and Entra's error code (``invalid_client``, ``AADSTS...``), never a secret or a token. The client
+secret, the identity header, the federated assertion and every token fetched are registered with
+``scrub`` as they are read.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 
 from medhelm.errors import ConfigError, InferenceError
+from medhelm.scrub import register
 
 DEFAULT_SCOPE = "https://cognitiveservices.azure.com/.default"
 DEFAULT_AUTHORITY = "https://login.microsoftonline.com"
@@ -51,6 +54,8 @@ class EntraToken:
                  timeout_s: float = 30.0, ca_bundle: str | None = None) -> None:
         self._name, self._scope, self._margin, self._clock = name, scope, refresh_margin_s, clock
         self._env = dict(os.environ if env is None else env)
+        for secret in ("AZURE_CLIENT_SECRET", "IDENTITY_HEADER"):  # scrubbed from every text from now on
+            register(self._env.get(secret), slot=f"entra:{secret}")
         self._timeout = timeout_s
         self._ca = ca_bundle
         self.method = self._method()  # checked now: a missing variable fails at planning, not mid-run
@@ -118,6 +123,7 @@ class EntraToken:
             try:
                 with open(path, encoding="utf-8") as f:
                     assertion = f.read().strip()
+                register(assertion, slot="entra:assertion")  # the kubelet rotates it
             except OSError as err:
                 raise InferenceError(f"deployment '{self._name}': cannot read AZURE_FEDERATED_TOKEN_FILE "
                                      f"{path} ({err.strerror})", retryable=False) from None
@@ -155,6 +161,7 @@ class EntraToken:
         token = data.get("access_token") if isinstance(data, dict) else None
         if not isinstance(token, str) or not token:
             raise InferenceError(f"{what}: the reply has no access_token", retryable=True)
+        register(token, slot=f"entra:token:{self._name}")
         return token, _lifetime(data, self._clock())
 
 

@@ -21,6 +21,7 @@ from medhelm.errors import ConfigError, InferenceError
 from medhelm.inference.gateway import env_secret, gateway_headers
 from medhelm.inference.http import HttpReply, JsonTransport
 from medhelm.inference.openai import retry_after, safe_server_message
+from medhelm.scrub import register
 from medhelm.specs import Completion, Deployment, GenerationRequest
 
 # Error codes that mean "slow down" whatever HTTP status carries them (a gateway may turn them into 400/403).
@@ -154,6 +155,7 @@ def bearer_source(deployment: Deployment) -> Callable[[], dict[str, str]]:
                 if mtime != state["mtime"]:
                     with open(path, encoding="utf-8") as f:
                         state["token"], state["mtime"] = f.read().strip(), mtime
+                    register(state["token"], slot=f"token-file:{path}")  # scrubbed from every text
             except OSError as err:
                 raise ConfigError(f"deployment '{deployment.name}': cannot read options.access_token_file "
                                   f"({err.strerror})", path=str(path)) from None

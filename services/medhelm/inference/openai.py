@@ -51,6 +51,7 @@ from typing import Any
 
 from medhelm import credentials
 from medhelm.errors import ConfigError, InferenceError
+from medhelm.scrub import scrub
 from medhelm.inference.gateway import gateway_headers
 from medhelm.inference.http import HttpReply, JsonTransport
 from medhelm.inference.pacing import retry_after_seconds
@@ -401,7 +402,8 @@ def _server_message(response: HttpReply, request: GenerationRequest) -> str:
 def safe_server_message(message: object, request: GenerationRequest) -> str:
     """A server's error text made fit for an error record: one line, shortened, without links or encoded
     runs, and withheld if it quotes the prompt (PHI). Every client kind passes its server's text here."""
-    message = " ".join(str(message).split())[:_SERVER_MESSAGE_CHARS]
+    # secrets out before the cut (a key cut in half would no longer be found), links and blobs after
+    message = " ".join(scrub(str(message)).split())[:_SERVER_MESSAGE_CHARS]
     if _quotes_prompt(message, request):
         return "[server message withheld: it quotes the prompt]"
     return _defanged(message)

@@ -9,7 +9,7 @@ of every AWS protocol is not needed. The test suite checks this signer against b
 Credentials come from the standard environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_SESSION_TOKEN`` for temporary credentials, e.g. IRSA/EKS Pod Identity exported by a sidecar); the
 names can be changed per deployment. A missing variable is a ``ConfigError`` naming it; a secret never
-appears in an error or a log. Failure semantics: pure computation, nothing here can fail on I/O.
+appears in an error or a log (the credentials are registered with ``scrub`` when made). Failure semantics: pure computation, nothing here can fail on I/O.
 """
 
 from __future__ import annotations
@@ -20,12 +20,19 @@ import hmac
 import urllib.parse
 from dataclasses import dataclass
 
+from medhelm.scrub import register
+
 
 @dataclass(frozen=True)
 class Credentials:
     access_key: str
     secret_key: str
     session_token: str | None = None
+
+    def __post_init__(self) -> None:  # held by the process: scrubbed from every text it emits
+        register(self.access_key)
+        register(self.secret_key, slot=f"sigv4:{self.access_key}:secret")  # temporary credentials rotate
+        register(self.session_token, slot=f"sigv4:{self.access_key}:token")
 
     def __repr__(self) -> str:  # never the secret, even in a debugger's or a traceback's locals
         return f"Credentials(access_key={self.access_key[:4]}…)"

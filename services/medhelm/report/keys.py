@@ -42,6 +42,7 @@ from typing import Any
 
 from medhelm import files
 from medhelm.errors import ConfigError
+from medhelm.scrub import register
 
 MIN_HMAC_BYTES = 32
 MIN_RSA_BITS = 2048
@@ -243,9 +244,21 @@ def _jwk(text: bytes, path: Path, doc: Any = None) -> Any:
     return rsa.RSAPublicNumbers(_b64url_int(doc["e"], path, "e"), _b64url_int(doc["n"], path, "n")).public_key()
 
 
+def _hold(data: bytes) -> None:
+    """A private key's file held as a secret of this process: a PEM/OpenSSH file by its base64 lines (as an echo
+    would quote them), anything else whole."""
+    if data.lstrip().startswith(b"-----BEGIN "):
+        for line in data.splitlines():
+            if line.strip() and not line.startswith(b"-----"):
+                register(line.decode("ascii", "replace").strip())
+    else:
+        register(data)
+
+
 def load_private(path: Path) -> SigningKey:
     """The private key in ``path`` to sign with (PEM, DER or OpenSSH)."""
     data = files.read_bytes(path, limit=KEY_LIMIT, what="signing key")
+    _hold(data)
     private = _private(data, path)
     if private is None:
         if _public(data, path) is not None:
@@ -278,6 +291,7 @@ def load_hmac(path: Path) -> SigningKey:
         raise ConfigError("this file is a public or private key, not an HMAC secret: give it to --sign / --key "
                           "(a public key is never used as a shared secret)", path=path)
     secret = data.strip()
+    register(secret)  # held: scrubbed from every text this process emits
     if len(secret) < MIN_HMAC_BYTES:
         raise ConfigError(f"the HMAC secret has {len(secret)} bytes; use at least {MIN_HMAC_BYTES} random bytes "
                           "(e.g. `openssl rand -hex 32 > KEYFILE`)", path=path)

@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from medhelm import files
 from medhelm.errors import ConfigError, escape
+from medhelm.scrub import register
 
 log = logging.getLogger("medhelm.rpc")
 
@@ -92,6 +93,7 @@ def read_token_file(path: Path) -> tuple[tuple[str, bytes], ...]:
             raise ConfigError("expected '<caller name> <token>' with a token of at least 16 characters",
                               path=path, line=n)  # the line itself is not repeated: it holds a secret
         out.append((parts[0], hashlib.sha256(parts[1].encode("utf-8")).digest()))
+        register(parts[1])  # held: scrubbed from every text this process emits
     if not out:
         raise ConfigError("no caller tokens in the file", path=path)
     return tuple(out)
@@ -102,6 +104,7 @@ def read_token(path: Path) -> str:
     token = files.read_text(path, missing="service token file not found", what="service token file").strip()
     if not token:
         raise ConfigError("the service token file is empty", path=path)
+    register(token, slot=f"service-token:{path}")
     return token
 
 

@@ -37,10 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from medhelm import files
+from medhelm.access import audit
 from medhelm.access.audit import DDL as AUDIT_DDL
 from medhelm.errors import ConfigError, OutputUnwritable, escape, without_password
-from medhelm.store.schema import (ADDED_COLUMNS, REVIEW_DDL, REVIEW_INDEX, SCHEMA_VERSION, SUBGROUP_DDL, TABLES,
-                                  ddl)
+from medhelm.scrub import register_value
+from medhelm.store.schema import (ADDED_COLUMNS, INDEXES, REVIEW_DDL, REVIEW_INDEX, REVIEW_TABLE, SCHEMA_VERSION,
+                                  SUBGROUP_DDL, TABLES, ddl)
 from medhelm.version import __version__
 
 DEFAULT_FILENAME = "results.sqlite"
@@ -53,6 +55,7 @@ class Store:
 
     blob_type = "BLOB"
     url = ""
+    audit_guard: tuple[str, ...] = ()  # the trail's append-only triggers, in this backend's SQL
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
@@ -161,7 +164,17 @@ class Store:
 
     def relations(self) -> list[str]:
         """Every relation of the current schema, in order (a table before its index)."""
-        return [*ddl(self.blob_type), *REVIEW_DDL, *AUDIT_DDL, *SUBGROUP_DDL]
+        return [*ddl(self.blob_type), *REVIEW_DDL, *AUDIT_DDL, *self.audit_guard, *SUBGROUP_DDL]
+
+    def foreign_objects(self) -> list[str]:
+        """Triggers, rules, views, policies and indexes on our tables that the schema does not define (each
+        named for a message), and our own guard triggers where they differ from the schema's."""
+        raise NotImplementedError
+
+    def guard_missing(self) -> bool:
+        """True when the audit table exists without the schema's append-only triggers (a store made before
+        them, or one whose triggers were dropped): ``migrate`` makes them."""
+        raise NotImplementedError
 
     def migrate(self) -> tuple[int | None, int]:
         """Inside the caller's exclusive transaction: the store to the current schema version, from the
@@ -172,6 +185,10 @@ class Store:
         if before is not None and before > SCHEMA_VERSION:
             raise ConfigError(_newer(self, before))
         if before == SCHEMA_VERSION:
+            if self.guard_missing():  # made before the trail's guard existed, or stripped of it: made again
+                for stmt in self.audit_guard:
+                    self.execute(stmt)
+                self.guard_made = True
             return before, before
         # v1 -> v2: every relation made where missing; v2 -> v3 (and v1 -> v3): the columns added since
         # (ADDED_COLUMNS: the models' jury cost, the runs' access record), each where missing
@@ -316,6 +333,29 @@ class SqliteStore(Store):
     def _has_relation(self, name: str) -> bool:
         return bool(self.query("SELECT COUNT(*) FROM sqlite_master WHERE name = ?", (name,))[0][0])
 
+    audit_guard = audit.SQLITE_GUARD
+
+    def foreign_objects(self) -> list[str]:
+        guards = {_trigger_name(s): _words(s.replace(" IF NOT EXISTS", "")) for s in self.audit_guard}
+        found = []
+        for kind, name, table, sql in self.query("SELECT type, name, tbl_name, sql FROM sqlite_master "
+                                                 "WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"):
+            if kind == "table":
+                ok = name in OUR_TABLES
+            elif kind == "index":
+                ok = sql is None or OUR_INDEXES.get(name) == table  # sql None: a constraint's own index
+            elif kind == "trigger":
+                ok = guards.get(name) == _words(sql or "")
+            else:  # a view
+                ok = False
+            if not ok:
+                found.append(f"{kind} '{escape(name, 60)}'" + (f" on '{escape(table, 60)}'" if table != name else ""))
+        return found
+
+    def guard_missing(self) -> bool:
+        have = {r[0] for r in self.query("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+        return self._has_relation(audit.TABLE) and not {_trigger_name(s) for s in self.audit_guard} <= have
+
     def _begin_exclusive(self) -> None:
         # the write lock from the start: a deferred transaction that reads, then writes, can hit a stale
         # snapshot (SQLITE_BUSY at once, no waiting) when another summarize committed in between
@@ -337,6 +377,7 @@ class PostgresStore(Store):
             import psycopg
         except ImportError:
             raise ConfigError("a postgresql:// store needs psycopg: pip install 'medhelm-k8s[postgres]'") from None
+        register_value(url)  # its password: scrubbed from every text this process emits
         try:
             conn = psycopg.connect(url, autocommit=False, connect_timeout=10)
         except psycopg.OperationalError as e:
@@ -350,6 +391,49 @@ class PostgresStore(Store):
 
     def _has_relation(self, name: str) -> bool:
         return self.query("SELECT to_regclass(?)", (name,))[0][0] is not None
+
+    audit_guard = audit.POSTGRES_GUARD
+
+    def foreign_objects(self) -> list[str]:
+        ours = sorted(OUR_TABLES)
+        here = "current_schema()::regnamespace"
+        found = []
+        for table, name, function, enabled, kind, source in self.query(
+                "SELECT c.relname, t.tgname, p.proname, t.tgenabled, t.tgtype, p.prosrc FROM pg_trigger t "
+                "JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_proc p ON p.oid = t.tgfoid "
+                f"WHERE NOT t.tgisinternal AND c.relnamespace = {here} AND c.relname = ANY(?) ORDER BY 1, 2",
+                (ours,)):
+            if not (table == audit.TABLE and name == audit.GUARD and function == audit.GUARD_FUNCTION
+                    and enabled == "O" and int(kind) == _PG_GUARD_TYPE and source == audit.GUARD_FUNCTION_BODY):
+                found.append(f"trigger '{escape(name, 60)}' on '{table}'")
+        for table, name in self.query("SELECT tablename, rulename FROM pg_rules WHERE schemaname = current_schema() "
+                                      "AND tablename = ANY(?) ORDER BY 1, 2", (ours,)):
+            found.append(f"rule '{escape(name, 60)}' on '{table}'")
+        for (name,) in self.query(
+                "SELECT DISTINCT v.relname FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid "
+                "JOIN pg_class v ON v.oid = r.ev_class JOIN pg_class t ON t.oid = d.refobjid "
+                "WHERE d.classid = 'pg_rewrite'::regclass AND v.oid <> t.oid "
+                f"AND t.relnamespace = {here} AND t.relname = ANY(?) ORDER BY 1", (ours,)):
+            found.append(f"view '{escape(name, 60)}'")
+        for table, name in self.query(
+                "SELECT tablename, indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = ANY(?) "
+                "AND indexname NOT IN (SELECT conname FROM pg_constraint WHERE connamespace = "
+                f"{here} AND contype IN ('p', 'u')) ORDER BY 1, 2", (ours,)):
+            if OUR_INDEXES.get(name) != table:
+                found.append(f"index '{escape(name, 60)}' on '{table}'")
+        for (table,) in self.query(
+                f"SELECT c.relname FROM pg_class c WHERE c.relnamespace = {here} AND c.relname = ANY(?) AND "
+                "(c.relrowsecurity OR EXISTS (SELECT 1 FROM pg_policy p WHERE p.polrelid = c.oid)) ORDER BY 1",
+                (ours,)):
+            found.append(f"row-level security on '{table}'")
+        return found
+
+    def guard_missing(self) -> bool:
+        if not self._has_relation(audit.TABLE):
+            return False
+        return not self.query("SELECT COUNT(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE "
+                              "c.relnamespace = current_schema()::regnamespace AND c.relname = ? AND t.tgname = ?",
+                              (audit.TABLE, audit.GUARD))[0][0]
 
     def schema_columns(self) -> dict[str, dict[str, str]]:
         out: dict[str, dict[str, str]] = {}
@@ -381,6 +465,22 @@ class PostgresStore(Store):
     def _rows(self, rows: list[tuple]) -> list[tuple]:
         # bytea arrives as memoryview; callers get bytes from either backend
         return [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows]
+
+
+# Every relation the schema defines (a store's other tables, and other objects on its tables, are not ours)
+OUR_TABLES = frozenset({*TABLES, REVIEW_TABLE, audit.TABLE, *(re.search(r"EXISTS (\w+)", s).group(1)  # type: ignore[union-attr]
+                                                            for s in SUBGROUP_DDL)})
+OUR_INDEXES = {m.group(1): m.group(2) for s in (*INDEXES, *REVIEW_DDL, *audit.DDL)
+               for m in [re.search(r"CREATE INDEX IF NOT EXISTS (\w+) ON (\w+)", s)] if m}
+_PG_GUARD_TYPE = 2 | 8 | 16 | 32  # pg_trigger.tgtype: BEFORE, DELETE, UPDATE, TRUNCATE; for each statement
+
+
+def _trigger_name(statement: str) -> str:
+    return statement.replace(" IF NOT EXISTS", "").split()[2]
+
+
+def _words(sql: str) -> str:
+    return " ".join(sql.split())
 
 
 def _journal_mode(conn: sqlite3.Connection, mode: str) -> None:
@@ -421,18 +521,22 @@ def sqlite_path(location: str | Path) -> Path | None:
     return path
 
 
-def open_store(location: str | Path, *, create: bool = False) -> Store:
-    """``sqlite:///path``, ``postgresql://...`` or a plain path (a SQLite file, or a folder holding one)."""
+def open_store(location: str | Path, *, create: bool = False, make_schema: bool = True) -> Store:
+    """``sqlite:///path``, ``postgresql://...`` or a plain path (a SQLite file, or a folder holding one).
+    ``make_schema=False``: a new store's relations are left to the caller's own transaction (summarize's
+    ``migrate``), so a refused summarize leaves an empty database empty."""
     store = _connect(location, create=create)
     try:
         if create:
             _check_ours(store)
             _check_migrated(store)
-            store.create_schema()
+            if make_schema:
+                store.create_schema()
         else:
             _check_integrity(store)  # first: a damaged file is named as damaged, not as "not a store"
             _check_schema(store)
             _check_tables(store)
+            _check_objects(store)
             _check_migrated(store, has_meta=True)
     except BaseException:
         store.close()
@@ -465,15 +569,20 @@ def migrate_store(location: str | Path) -> tuple[int | None, int]:
     with _connect(location, create=True) as store:
         _check_ours(store)
         with store.transaction(exclusive=True):
-            return store.migrate()
+            done = store.migrate()
+        if getattr(store, "guard_made", False):
+            return None if done[0] is None else -1, done[1]  # -1: current, its audit guard made again
+        return done
 
 
 def store_version(location: str | Path) -> int | None:
     """The schema version of the store at ``location`` (None: an empty database), checked as a writer checks
-    it (``_check_ours``: a newer, foreign or damaged store is refused); nothing is written."""
+    it (``_check_ours``: a newer, foreign or damaged store, or one holding objects the schema does not define,
+    is refused); nothing is written. A current store without the audit trail's guard reports -1 (migrate)."""
     with _connect(location, create=False) as store:
         _check_ours(store)
-        return stored_version(store)
+        version = stored_version(store)
+        return -1 if version == SCHEMA_VERSION and store.guard_missing() else version
 
 
 def stored_version(store: Store, *, has_meta: bool | None = None) -> int | None:
@@ -508,6 +617,9 @@ def _check_migrated(store: Store, *, has_meta: bool | None = None) -> None:
         raise ConfigError(f"{_named(store)} is at store schema v{version}; this medhelm {__version__} needs "
                           f"v{SCHEMA_VERSION}: run `medhelm store migrate` first (the chart's migration hook Job "
                           "does at helm upgrade); nothing was written")
+    if version is not None and store.guard_missing():
+        raise ConfigError(f"{_named(store)} lacks the audit trail's append-only guard: run `medhelm store migrate` "
+                          "first (the chart's migration hook Job does at helm upgrade); nothing was written")
 
 
 def _check_ours(store: Store) -> None:
@@ -517,6 +629,7 @@ def _check_ours(store: Store) -> None:
         if "meta" in store.schema_columns():
             _check_version(store, has_meta=True)
             _check_tables(store)
+            _check_objects(store)
         return
     if store._new_file:
         return
@@ -526,11 +639,24 @@ def _check_ours(store: Store) -> None:
     if store.query("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'")[0][0]:
         _check_version(store, has_meta=True)
         _check_tables(store)  # a store of another shape is not written into (nor "repaired")
+        _check_objects(store)
     # integrity before writing: a damaged file must not be made worse (quick_check reads each page once)
     problems = [r[0] for r in store.query("PRAGMA quick_check(5)")]
     if problems != ["ok"]:
         raise ConfigError(f"the results store is damaged (SQLite quick_check found {len(problems)}+ problem(s)); "
                           "restore it from a backup or give a new file with --store", path=store.path)
+
+
+def _check_objects(store: Store) -> None:
+    """Before reading or writing: nothing on our tables the schema does not define (a trigger or a rule can
+    rewrite or erase rows as they are written — the audit trail's among them — a view or an index on the trail
+    is not ours either). Refused in one line naming them; nothing is written."""
+    found = store.foreign_objects()
+    if found:
+        more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+        raise ConfigError(f"{_named(store)} holds {', '.join(found[:5])}{more}, which the MedHELM schema does not "
+                          "define (a trigger or rule can rewrite or erase rows, the audit trail's among them): "
+                          "remove them or restore the store from a backup; nothing was written")
 
 
 def _check_version(store: Store, *, has_meta: bool | None = None) -> None:

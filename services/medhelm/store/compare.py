@@ -205,7 +205,7 @@ def _strict(store: Store, run_id: int, ids: tuple[str, ...], where: str) -> tupl
             "SELECT instance_id, stats_json, record_json FROM instances WHERE run_id = ?", (int(run_id),)):
         try:
             stats = json.loads(stats_json) if stats_json else (json.loads(record_json or "{}").get("stats") or {})
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError, AttributeError, RecursionError):  # a crafted record: no value read
             stats = {}
         value = stats.get(LEGACY_CHOICE_MARK) if isinstance(stats, dict) else None
         if type(value) in (int, float):

@@ -16,7 +16,7 @@ import numpy as np
 
 from medhelm.access import audit
 from medhelm.access.roles import AccessDenied, Principal
-from medhelm.errors import ConfigError
+from medhelm.errors import ConfigError, escape
 from medhelm.store.backends import Store
 from medhelm.store.sources import LEGACY_CHOICE_MARK, LEGACY_CHOICE_NAMES
 from medhelm.store.tables import CellTable, Column
@@ -143,11 +143,57 @@ def runs(store: Store, release: str, benchmark: str) -> list[dict[str, Any]]:
 
 
 def run_values(store: Store, run_id: int) -> tuple[list[str], np.ndarray]:
-    """A run's instance ids and leaderboard values (NaN = unscored); empty in a redacted export."""
-    found = store.query("SELECT value_ids, value_blob FROM runs WHERE run_id = ?", (int(run_id),))
+    """A run's instance ids and leaderboard values (NaN = unscored); empty in a redacted export. A crafted or
+    damaged vector (ids and values of different lengths, a blob that is not float64s, ids that are not a JSON
+    list) is a ConfigError naming the release and the run."""
+    found = store.query("SELECT value_ids, value_blob, release, suite, run_name FROM runs WHERE run_id = ?",
+                        (int(run_id),))
     if not found or found[0][0] is None:
         return [], np.empty(0)
-    return json.loads(found[0][0]), np.frombuffer(found[0][1], dtype=np.float64)
+    ids_json, blob, release, suite, run_name = found[0]
+    where = _run_named(release, suite, run_name)
+    ids = stored_json(ids_json, where, "instance ids")
+    try:
+        values = np.frombuffer(blob or b"", dtype=np.float64)
+    except (ValueError, TypeError):
+        raise ConfigError(f"{where}: its stored values are not a vector of numbers ({len(blob or b'')} bytes); "
+                          "re-run `medhelm summarize`") from None
+    if not isinstance(ids, list) or len(ids) != len(values):
+        count = len(ids) if isinstance(ids, list) else "no list of"
+        raise ConfigError(f"{where}: its stored values hold {len(values)} numbers for {count} instance ids; "
+                          "re-run `medhelm summarize`")
+    return [str(i) for i in ids], values
+
+
+def stored_json(text: str | bytes | None, where: str, what: str) -> Any:
+    """A JSON column of the store (a record, stats, ids) decoded, or a ConfigError naming ``where`` and ``what``
+    when it is not JSON or nested deeper than any record is (a crafted store): one line, never a traceback."""
+    from medhelm.files import MAX_DEPTH, check_depth
+
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ConfigError(f"{where}: its stored {what} are nested too deeply (more than {MAX_DEPTH} levels); "
+                          "re-run `medhelm summarize`") from None
+    except (ValueError, TypeError):
+        raise ConfigError(f"{where}: its stored {what} are not JSON; re-run `medhelm summarize`") from None
+    try:
+        check_depth(value, where)
+    except ConfigError:
+        raise ConfigError(f"{where}: its stored {what} are nested too deeply (more than {MAX_DEPTH} levels); "
+                          "re-run `medhelm summarize`") from None
+    return value
+
+
+def _run_named(release: str, suite: str, run_name: str) -> str:
+    return f"release '{escape(release)}', run '{escape(suite)}/{escape(run_name, 200)}'"
+
+
+def _where(store: Store, run_id: int) -> str:
+    found = store.query("SELECT release, suite, run_name FROM runs WHERE run_id = ?", (int(run_id),))
+    return _run_named(*found[0]) if found else f"run id {int(run_id)}"
 
 
 def instances_page(store: Store, run_id: int, *, principal: Principal, offset: int = 0, limit: int = 20
@@ -160,7 +206,8 @@ def instances_page(store: Store, run_id: int, *, principal: Principal, offset: i
                              (int(run_id), int(limit), int(offset)))
     audit.record(store, principal, "view-instances", release=release, run_ids=[run_id],
                  instance_ids=[r["instance_id"] for r in rows], detail=f"offset={int(offset)} limit={int(limit)}")
-    return [_decoded(r) for r in rows]
+    where = _where(store, run_id)
+    return [_decoded(r, where) for r in rows]
 
 
 def paired_instances(store: Store, left: int, right: int, *, principal: Principal, offset: int = 0,
@@ -177,7 +224,8 @@ def paired_instances(store: Store, left: int, right: int, *, principal: Principa
     audit.record(store, principal, "view-paired", release=release, run_ids=[left, right],
                  instance_ids=[r[0] for r in rows], detail=f"offset={int(offset)} limit={int(limit)}")
     keys = ("instance_id", "main_value", "error", "stats_json", "record_json")
-    return [(_decoded(dict(zip(keys, r[:5]))), _decoded(dict(zip(keys, r[5:])))) for r in rows]
+    here, there = _where(store, left), _where(store, right)
+    return [(_decoded(dict(zip(keys, r[:5])), here), _decoded(dict(zip(keys, r[5:])), there)) for r in rows]
 
 
 def _guard(store: Store, principal: Principal, run_ids: list[int], action: str) -> str:
@@ -210,12 +258,25 @@ class RedactedError(ConfigError):
     """Instance text was asked for a redacted run."""
 
 
-def _decoded(r: dict[str, Any]) -> dict[str, Any]:
-    """A stored instance as the drill-down shows it (text fields None when the source kept none)."""
-    rec = json.loads(r["record_json"]) if r.get("record_json") else {}
+def _decoded(r: dict[str, Any], where: str) -> dict[str, Any]:
+    """A stored instance as the drill-down shows it (text fields None when the source kept none); a record
+    of another shape (crafted or damaged) is a ConfigError naming the release, the run and the instance."""
+    place = f"{where}, instance '{escape(r['instance_id'], 120)}'"
+    rec = stored_json(r.get("record_json"), place, "record") or {}
+    stats = stored_json(r.get("stats_json"), place, "values") or (rec.get("stats") if isinstance(rec, dict) else {}) \
+        or {}
+    if not isinstance(rec, dict) or not isinstance(stats, dict):
+        raise ConfigError(f"{place}: its stored record is not a record; re-run `medhelm summarize`")
+    try:
+        return _shown(r, rec, stats)
+    except (AttributeError, TypeError, KeyError):
+        raise ConfigError(f"{place}: its stored record is not in the shape a run writes; re-run `medhelm "
+                          "summarize`") from None
+
+
+def _shown(r: dict[str, Any], rec: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
     completion = rec.get("completion") or {}
     prompt = rec.get("prompt") or {}
-    stats = json.loads(r["stats_json"]) if r.get("stats_json") else rec.get("stats") or {}
     if isinstance(stats, dict) and LEGACY_CHOICE_MARK in stats:  # a record written before the rename
         stats = {LEGACY_CHOICE_NAMES.get(k, k): v for k, v in stats.items()}
     return {"instance_id": r["instance_id"], "main_value": r["main_value"], "error": r["error"], "stats": stats,

@@ -42,6 +42,7 @@ from typing import Any
 from medhelm.access import audit
 from medhelm.access.roles import AccessDenied, Principal
 from medhelm.errors import ConfigError
+from medhelm.scrub import register
 from medhelm.store.backends import Store
 
 from medhelm.store.schema import REVIEW_COLUMNS as COLUMNS
@@ -140,6 +141,7 @@ def _secret(store: Store) -> bytes:
         except Exception:  # noqa: BLE001
             pass
         key = _PROCESS_KEY
+    register(key)  # held: scrubbed from every text this process emits
     store._review_key = key  # type: ignore[attr-defined]
     return key
 
