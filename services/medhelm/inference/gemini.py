@@ -118,7 +118,11 @@ class GeminiClient(NativeClient):
         return body
 
     async def auth_headers(self, body: bytes) -> Mapping[str, str] | None:
-        return self._bearer() if self._bearer is not None else None
+        return await self._bearer.headers() if self._bearer is not None else None
+
+    def on_refused(self, status: int) -> None:
+        if self._bearer is not None:
+            self._bearer.invalidate()  # a token revoked early: the retry fetches a new one
 
     def parse(self, data: Any, latency: float) -> Completion:
         if isinstance(data, list):
