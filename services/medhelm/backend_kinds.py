@@ -75,6 +75,8 @@ KINDS: tuple[BackendKind, ...] = (
                 "Gemini generateContent: the public Gemini API or Vertex AI"),
     BackendKind("bedrock", "medhelm.inference.bedrock:BedrockClient", (),
                 "Amazon Bedrock Converse, SigV4-signed"),
+    BackendKind("mistral", "medhelm.inference.mistral:MistralClient", (),
+                "Mistral AI chat completions (api.mistral.ai, or a gateway in front of it)"),
     BackendKind("azure_openai", "medhelm.inference.azure_openai:AzureOpenAIClient", ("base_url",),
                 "Azure OpenAI chat completions with an api-key or a Microsoft Entra ID token"),
     BackendKind("baseline", "medhelm.inference.baseline:BaselineClient", (),

@@ -85,7 +85,8 @@ class HelmClass:
     api_version: str | None = None  # azure: the class's fixed api-version
     model: str = "engine"  # the model id HELM's client sends without a model arg: engine | full | bedrock:<org>
     shape: str = "medhelm"  # openai kind: "helm" for HELM's OpenAIClient subclasses (its body, field for field)
-    base_url_env: str | None = None  # the SDK's variable for the default endpoint (OPENAI_BASE_URL ...)
+    base_url_env: str | None = None  # the SDK's variable for the default endpoint (OPENAI_BASE_URL ...; the
+    # mistralai SDK reads none: MISTRAL_BASE_URL is medhelm's, for a gateway in front of Mistral)
 
 
 # HELM's constructors (every release on PyPI from 0.5.4): the arg that names the served model is listed in
@@ -156,6 +157,8 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
     "VertexAIChatClient": HelmClass("gemini", frozenset({"project_id", "location", "vertexai_model",
                                                          "safety_settings_preset"}), platform="vertex",
                                     key_required=False),
+    "MistralAIClient": HelmClass("mistral", frozenset({"api_key", "mistral_model"}), shape="helm",
+                                 base_url="https://api.mistral.ai/v1", base_url_env="MISTRAL_BASE_URL"),
     "BedrockClient": HelmClass("bedrock", _BEDROCK_ARGS, key_required=False, model="bedrock:",
                                base_url_env="AWS_ENDPOINT_URL_BEDROCK_RUNTIME"),
     "BedrockNovaClient": HelmClass("bedrock", _BEDROCK_ARGS, key_required=False, model="bedrock:.",
@@ -181,7 +184,7 @@ _AZURE_SDK_CLASSES = frozenset({"AzureOpenAIClient", "StanfordHealthCareAzureOpe
 # the served model's name, by the arg each class uses for it (the first one given wins)
 _MODEL_ARGS = ("openai_model_name", "vllm_model_name", "azure_openai_deployment_name", "together_model",
                "anthropic_model_name", "genai_model", "genai_model_name", "gemini_model_name",
-               "vertexai_model", "bedrock_model_id", "huggingface_model_name", "model")
+               "vertexai_model", "bedrock_model_id", "huggingface_model_name", "mistral_model", "model")
 # classes whose own override of HELM's model lookup takes another arg (OpenRouterClient: `model_name or
 # request.model`; the openrouter_model_name it passes on is never read)
 _MODEL_ARG_OF = {"OpenRouterClient": ("model_name",), "StanfordHealthCareOpenAIClient": ("openai_model_name",)}
@@ -218,8 +221,6 @@ _WHY_NOT = {  # classes a MedHELM user may have that we deliberately do not run,
                                  "VLLMChatClient with its base_url",
     "LocalVLLMClient": "it loads vLLM inside HELM's process; serve the model with `vllm serve` and use "
                        "VLLMChatClient with its base_url",
-    "MistralAIClient": "Mistral's API takes OpenAI's chat body: use OpenAIClient with base_url "
-                       "https://api.mistral.ai/v1 (key in credentials.conf as <host>ApiKey)",
     "GrokChatClient": "xAI's API takes OpenAI's chat body: use OpenAIClient with base_url https://api.x.ai/v1",
     "NvidiaNimClient": "NIM serves OpenAI's chat body: use OpenAIClient with the NIM's base_url",
     "SimpleClient": "it is HELM's test stub",
