@@ -73,6 +73,8 @@ KINDS: tuple[BackendKind, ...] = (
                 "Anthropic Messages API: direct, on Bedrock (invoke, SigV4) or on Vertex AI (rawPredict)"),
     BackendKind("gemini", "medhelm.inference.gemini:GeminiClient", (),
                 "Gemini generateContent: the public Gemini API or Vertex AI"),
+    BackendKind("vertex_text", "medhelm.inference.vertex_text:VertexTextClient", (),
+                "Vertex AI text models (MedLM, PaLM 2) through :predict, OAuth from Google credentials"),
     BackendKind("bedrock", "medhelm.inference.bedrock:BedrockClient", (),
                 "Amazon Bedrock Converse, SigV4-signed"),
     BackendKind("mistral", "medhelm.inference.mistral:MistralClient", (),

@@ -84,7 +84,8 @@ class HelmClass:
     platform: str | None = None  # anthropic/gemini: the i28 kinds' options.platform
     api_version: str | None = None  # azure: the class's fixed api-version
     model: str = "engine"  # the model id HELM's client sends without a model arg: engine | full | bedrock:<org>
-    shape: str = "medhelm"  # openai kind: "helm" for HELM's OpenAIClient subclasses (its body, field for field)
+    shape: str = "medhelm"  # "helm": the body HELM's client sends, field for field (OpenAIClient subclasses...);
+    # "helm_vertex": HELM's VertexAIChatClient through the vertexai SDK (gemini.py)
     base_url_env: str | None = None  # the SDK's variable for the default endpoint (OPENAI_BASE_URL ...; the
     # mistralai SDK reads none: MISTRAL_BASE_URL is medhelm's, for a gateway in front of Mistral)
 
@@ -156,7 +157,9 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
                               platform="public", base_url_env="GOOGLE_GEMINI_BASE_URL"),
     "VertexAIChatClient": HelmClass("gemini", frozenset({"project_id", "location", "vertexai_model",
                                                          "safety_settings_preset"}), platform="vertex",
-                                    key_required=False),
+                                    key_required=False, shape="helm_vertex"),
+    "VertexAITextClient": HelmClass("vertex_text", frozenset({"project_id", "location", "vertexai_model",
+                                                              "safety_settings_preset"}), key_required=False),
     "MistralAIClient": HelmClass("mistral", frozenset({"api_key", "mistral_model"}), shape="helm",
                                  base_url="https://api.mistral.ai/v1", base_url_env="MISTRAL_BASE_URL"),
     "BedrockClient": HelmClass("bedrock", _BEDROCK_ARGS, key_required=False, model="bedrock:",
@@ -173,6 +176,11 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
 
 # HELM's BedrockClient subclasses call InvokeModel with their model family's own body
 _INVOKE_FAMILY = {"BedrockLlamaClient": "llama", "BedrockMistralClient": "mistral", "BedrockTitanClient": "titan"}
+# HELM's VertexAIClient with no safety_settings_preset (or "block_none"): BLOCK_NONE for every HarmCategory of
+# the aiplatform SDK HELM pins (google-cloud-aiplatform~=1.48; the enum's order), sent as Vertex's safetySettings
+VERTEX_HARM_CATEGORIES = ("HARM_CATEGORY_UNSPECIFIED", "HARM_CATEGORY_HATE_SPEECH", "HARM_CATEGORY_DANGEROUS_CONTENT",
+                          "HARM_CATEGORY_HARASSMENT", "HARM_CATEGORY_SEXUALLY_EXPLICIT",
+                          "HARM_CATEGORY_CIVIC_INTEGRITY", "HARM_CATEGORY_JAILBREAK")
 # classes whose HELM constructor has a base_url parameter: the ones AutoClient fills from <host>BaseUrl
 _TAKES_BASE_URL = frozenset({"OpenAIClient", "OpenAIResponseClient", "OpenAILegacyCompletionsClient", "VLLMClient",
                              "VLLMChatClient", "AzureOpenAIClient", "StanfordHealthCareOpenAIClient",
@@ -361,8 +369,8 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
 
     if helm.kind == "openai" and helm.api != "chat":
         options["api"] = helm.api
-    if helm.shape == "helm":
-        options.setdefault("request_shape", "helm")  # HELM's OpenAIClient body, field for field (openai.py)
+    if helm.shape != "medhelm":
+        options.setdefault("request_shape", helm.shape)  # HELM's client's body, field for field (openai.py ...)
         if item.model_name in vision_language:
             options.setdefault("vision_language", True)  # HELM sends no null stop to a vision-language model
     if class_name == "StanfordHealthCareOpenAIClient":
@@ -409,19 +417,28 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
         region = args.get("region") or credentials.get(host + "Region")
         if region:
             options.setdefault("region", str(region))
-    if helm.kind == "gemini" and helm.platform != "shc":
+    if helm.kind in ("gemini", "vertex_text") and helm.platform != "shc":
         project, location = from_credentials("project_id", "ProjectId"), from_credentials("location", "Location")
         use_vertex = args.get("genai_use_vertexai")
-        vertex = helm.platform == "vertex" or use_vertex is True or (use_vertex is None and bool(project and location)
-                                                                     and class_name == "GoogleGenAIClient")
-        if vertex:
+        vertex = helm.platform == "vertex" or helm.kind == "vertex_text" or use_vertex is True or \
+            (use_vertex is None and bool(project and location) and class_name == "GoogleGenAIClient")
+        if vertex and helm.kind == "gemini":
             helm = dataclasses.replace(helm, platform="vertex", key_required=False)
+        if vertex:
             base_url = args.get("base_url") or _endpoint_variable("GOOGLE_VERTEX_BASE_URL", environ)
             for key, value, suffix in (("project", project, "ProjectId"), ("region", location, "Location")):
                 if value:
                     options.setdefault(key, value)
                 elif key not in options:
                     unresolved.append(f"{host}{suffix} (Vertex AI's {key})")
+        if class_name.startswith("VertexAI"):
+            preset = args.get("safety_settings_preset")
+            if preset not in (None, "block_none", "default"):
+                raise fail(f"safety_settings_preset {escape(str(preset), 40)!r} is not one of HELM's presets "
+                           "(block_none, default)", "client_spec", "args", "safety_settings_preset")
+            if preset != "default" and helm.kind == "gemini":  # HELM's text client passes no safety settings
+                options.setdefault("safety_settings", [{"category": c, "threshold": "BLOCK_NONE"}
+                                                       for c in VERTEX_HARM_CATEGORIES])
         thinking = args.get("thinking_config")
         if isinstance(thinking, Mapping):  # sent as given (HELM hands it to google-genai's ThinkingConfig)
             options.setdefault("thinking_config", dict(thinking))
