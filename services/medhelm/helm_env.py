@@ -174,6 +174,23 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
                                     base_url_env="AWS_ENDPOINT_URL_BEDROCK_RUNTIME"),
 }
 
+# HELM classes that load the model inside HELM's process, run here against the hospital's own server of that model
+# (vLLM, KServe's Hugging Face runtime, llama.cpp's server: OpenAI-compatible) when one is named: credentials.conf's
+# <host>BaseUrl, else the variable MEDHELM_HF_BASE_URL (the server's .../v1 address). The model asked for is HELM's
+# (pretrained_model_name_or_path, else the model name: the Hugging Face repo id vLLM serves by default); the chat
+# route unless the entry says apply_chat_template: false (HELM then sends the raw prompt: the completions route).
+# The loading args (device_map, torch_dtype, ...) are the server's business and change nothing on the wire.
+HF_BASE_URL_ENV = "MEDHELM_HF_BASE_URL"
+SERVED_LOCALLY: Mapping[str, HelmClass] = {
+    "HuggingFaceClient": HelmClass("openai", frozenset({"pretrained_model_name_or_path", "apply_chat_template",
+                                                        "end_of_text_token", "device_map", "torch_dtype",
+                                                        "trust_remote_code", "quantization_config",
+                                                        "attn_implementation", "revision"}),
+                                   key_required=False, model="full", base_url_env=HF_BASE_URL_ENV),
+}
+_HF_LOADING_ARGS = frozenset({"end_of_text_token", "device_map", "torch_dtype", "trust_remote_code",
+                              "quantization_config", "attn_implementation", "revision", "apply_chat_template"})
+
 # HELM's BedrockClient subclasses call InvokeModel with their model family's own body
 _INVOKE_FAMILY = {"BedrockLlamaClient": "llama", "BedrockMistralClient": "mistral", "BedrockTitanClient": "titan"}
 # HELM's VertexAIClient with no safety_settings_preset (or "block_none"): BLOCK_NONE for every HarmCategory of
@@ -192,7 +209,8 @@ _AZURE_SDK_CLASSES = frozenset({"AzureOpenAIClient", "StanfordHealthCareAzureOpe
 # the served model's name, by the arg each class uses for it (the first one given wins)
 _MODEL_ARGS = ("openai_model_name", "vllm_model_name", "azure_openai_deployment_name", "together_model",
                "anthropic_model_name", "genai_model", "genai_model_name", "gemini_model_name",
-               "vertexai_model", "bedrock_model_id", "huggingface_model_name", "mistral_model", "model")
+               "vertexai_model", "bedrock_model_id", "huggingface_model_name", "mistral_model",
+               "pretrained_model_name_or_path", "model")
 # classes whose own override of HELM's model lookup takes another arg (OpenRouterClient: `model_name or
 # request.model`; the openrouter_model_name it passes on is never read)
 _MODEL_ARG_OF = {"OpenRouterClient": ("model_name",), "StanfordHealthCareOpenAIClient": ("openai_model_name",)}
@@ -203,7 +221,7 @@ def served_model(class_name: str, args: Mapping[str, Any], model_name: str) -> s
     the model's engine (``openai/gpt-4o`` -> ``gpt-4o``: ``request.model_engine``), the whole model name
     (Together, OpenRouter, Hugging Face's router), or Bedrock's id (``BedrockNovaClient``: ``/`` -> ``.``;
     ``BedrockClient``'s subclasses: ``<provider>.<engine>``, an ``amazon-`` prefix replaced by the provider's)."""
-    helm = CLIENT_CLASSES.get(class_name)
+    helm = CLIENT_CLASSES.get(class_name) or SERVED_LOCALLY.get(class_name)
     if helm is None:
         return None
     for arg in _MODEL_ARG_OF.get(class_name, _MODEL_ARGS):
@@ -223,8 +241,10 @@ def served_model(class_name: str, args: Mapping[str, Any], model_name: str) -> s
 
 
 _WHY_NOT = {  # classes a MedHELM user may have that we deliberately do not run, and what to do instead
-    "HuggingFaceClient": "it runs transformers inside HELM's process; serve the model with vLLM (or KServe's "
-                         "Hugging Face runtime) and use VLLMChatClient with its base_url",
+    "HuggingFaceClient": "it runs transformers inside HELM's process; serve the model with vLLM (KServe's Hugging "
+                         "Face runtime, llama.cpp's server) and set <host>BaseUrl in credentials.conf or "
+                         f"{HF_BASE_URL_ENV} to its OpenAI-compatible .../v1 address (or use VLLMChatClient with "
+                         "its base_url)",
     "HuggingFacePipelineClient": "it runs transformers inside HELM's process; serve the model with vLLM and use "
                                  "VLLMChatClient with its base_url",
     "LocalVLLMClient": "it loads vLLM inside HELM's process; serve the model with `vllm serve` and use "
@@ -321,9 +341,17 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
     def unrunnable(reason: str) -> Unrunnable:
         return Unrunnable(item.name, item.model_name, class_name, reason, item.deprecated)
 
+    host = item.name.split("/", 1)[0]
+    if helm is None and class_name in SERVED_LOCALLY:
+        served_at = credentials.get(host + "BaseUrl") or _endpoint_variable(HF_BASE_URL_ENV, environ)
+        if served_at:
+            helm = dataclasses.replace(SERVED_LOCALLY[class_name], base_url=str(served_at), base_url_env=None,
+                                       api="completions" if (item.client_spec.args or {}).get("apply_chat_template")
+                                       is False else "chat")
     if helm is None:
         return unrunnable(_WHY_NOT.get(class_name, _DEFAULT_INSTEAD))
-    args = dict(item.client_spec.args)
+    args = {k: v for k, v in item.client_spec.args.items()
+            if not (class_name in SERVED_LOCALLY and k in _HF_LOADING_ARGS)}
     for key in args:
         if key not in helm.args and key not in _IGNORED_ARGS and key not in _UNHONOURED_ARGS:
             raise fail(f"is not an argument of {class_name} that medhelm understands (known: "
@@ -340,7 +368,6 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
     if served is None:
         return unrunnable(f"HELM's {class_name} derives no model id for {item.model_name!r}; use a subclass "
                           "(BedrockNovaClient, BedrockLlamaClient, ...) or set bedrock_model_id")
-    host = item.name.split("/", 1)[0]
     options: dict[str, Any] = dict(item.options)
     unresolved: list[str] = []
 
