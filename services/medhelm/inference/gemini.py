@@ -20,7 +20,8 @@ bench/bench_native_clients.py). ``options``:
 * ``request_shape: helm`` (HELM's ``GoogleGenAIClient`` entries): the body google-genai sends for HELM's
   config — the prompt as one user turn, ``topP``/``topK`` 1, ``candidateCount`` 1, ``stopSequences``, zero
   penalties, the entry's ``thinking_config`` as given (``options.thinking_config``); ``request_shape: helm_vertex``
-  (HELM's ``VertexAIChatClient``): what the vertexai SDK sends for its call — the prompt as one user turn,
+  (HELM's ``VertexAIChatClient``): what vertexai.preview's GenerativeModel sends for its call — to Vertex's
+  ``v1beta1`` path, the prompt as one user turn,
   ``temperature``, ``maxOutputTokens``, ``topK``/``topP`` 1, ``candidateCount`` 1, ``stopSequences`` when any;
 * ``safety_settings``: Vertex/Gemini ``safetySettings`` as given (a list of ``{category, threshold}``; the HELM
   import sets HELM's default, ``BLOCK_NONE`` for every category, on ``VertexAIChatClient`` entries).
@@ -68,8 +69,13 @@ class GeminiClient(NativeClient):
         elif self.platform == "vertex":
             region, project = option(deployment, "region"), option(deployment, "project")
             base = deployment.base_url or f"https://{region}-aiplatform.googleapis.com"
-            url = api_url(deployment, base, f"/v1/projects/{project}/locations/{region}/publishers/google/models/"
-                                            f"{model}:generateContent")
+            # HELM's VertexAIChatClient uses vertexai.preview's GenerativeModel: Vertex's v1beta1 API
+            version = "v1beta1" if deployment.options.get("request_shape") == "helm_vertex" else "v1"
+            served = deployment.served_model_name or deployment.model_name
+            # a model of another publisher is named by its resource path (publishers/meta/models/llama-...-maas)
+            resource = served if served.startswith("publishers/") else f"publishers/google/models/{model}"
+            url = api_url(deployment, base, f"/{version}/projects/{project}/locations/{region}/{resource}"
+                                            ":generateContent")
             self._bearer = bearer_source(deployment)
         elif self.platform == "shc":
             if not deployment.base_url:
