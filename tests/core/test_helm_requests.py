@@ -88,6 +88,8 @@ def test_every_supported_entry_asks_for_the_model_helm_asks_for(helm_release, tm
         if kind == "bedrock":  # the model is in the path: /model/<id>/converse (InvokeModel: /invoke)
             action = "converse" if dep.options.get("helm_class") == "BedrockNovaClient" else "invoke"
             assert client._url.endswith(f"/model/{urllib.parse.quote(want, safe='')}/{action}"), dep.name
+        elif kind == "gemini" and want.startswith("publishers/"):  # another publisher's model: its resource path
+            assert client._url.endswith(f"/{want}:generateContent"), dep.name
         elif kind == "gemini" and dep.options.get("platform") != "shc":
             assert f"/models/{urllib.parse.quote(want, safe='@')}:generateContent" in client._url, dep.name
         elif kind == "vertex_text":
