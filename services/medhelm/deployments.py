@@ -296,6 +296,10 @@ def _secret_variables(dep: Deployment) -> list[tuple[str, str]]:
     if dep.kind is DeploymentKind.BEDROCK or (dep.kind is DeploymentKind.ANTHROPIC and opts.get("platform") == "bedrock"):
         out.append((str(opts.get("aws_access_key_env") or "AWS_ACCESS_KEY_ID"), "AWS access key"))
         out.append((str(opts.get("aws_secret_key_env") or "AWS_SECRET_ACCESS_KEY"), "AWS secret key"))
+    vertex = dep.kind is DeploymentKind.VERTEX_TEXT or (opts.get("platform") == "vertex" and dep.kind in (
+        DeploymentKind.GEMINI, DeploymentKind.ANTHROPIC))
+    if vertex and not (opts.get("access_token_file") or dep.api_key_env or opts.get("service_account_file")):
+        out.append(("GOOGLE_APPLICATION_CREDENTIALS", "a Google key file for Vertex AI, read by inference/google_adc.py"))
     return out
 
 

@@ -156,3 +156,15 @@ def test_vertex_deployment_uses_google_application_credentials(tmp_path, monkeyp
         monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS")
         with pytest.raises(ConfigError, match="GOOGLE_APPLICATION_CREDENTIALS"):
             make_client(dep)
+
+
+def test_planning_names_the_missing_google_credential(monkeypatch):
+    from medhelm.deployments import check_usable
+
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    dep = Deployment(name="google/medlm-medium", model_name="google/medlm-medium", kind="vertex_text",
+                     options={"project": "p", "region": "us-central1"})
+    with pytest.raises(ConfigError, match="GOOGLE_APPLICATION_CREDENTIALS"):
+        check_usable(dep)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/var/run/secrets/gcp/key.json")
+    check_usable(dep)
