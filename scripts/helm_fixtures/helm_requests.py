@@ -5,7 +5,12 @@ import here): the differential test (tests/providers/test_helm_differential.py) 
 what medhelm sends for the same entries.
 
 Usage: python helm_requests.py <spec.json>   spec: {"credentials": {...}, "deployments": [names], "prompt": str,
-"max_tokens": int, "capture": url}; prints one JSON line per deployment: {"name", "ok", "error"}.
+"max_tokens": int, "capture": url, "extra_path": [dirs]}; prints one JSON line per deployment: {"name", "ok",
+"error"}. ``extra_path``: folders appended to sys.path (SDKs HELM's extras pin that the venv lacks; appended, so
+the venv's own packages win). The mistralai SDK has no setting for its server (HELM's MistralAIClient passes
+none): its one server's address is pointed at the capture server, as DNS would. With ``vertex_token``, HELM's
+``vertexai.init`` gets the capture server as its endpoint (REST, the same request as gRPC's in JSON) and that
+token as its credentials.
 Between deployments it POSTs <capture>/__next__ {"name"} so the server files what follows under that name.
 """
 
@@ -19,6 +24,20 @@ import urllib.request
 
 def main(spec_path: str) -> int:
     spec = json.loads(open(spec_path).read())
+    sys.path.extend(spec.get("extra_path") or [])
+    try:
+        from mistralai import sdkconfiguration
+
+        sdkconfiguration.SERVERS = {name: spec["capture"] for name in sdkconfiguration.SERVERS}
+    except ImportError:
+        pass
+    if spec.get("vertex_token"):  # HELM's vertexai.init(project, location), sent to the capture server over REST
+        import vertexai
+        from google.oauth2.credentials import Credentials
+
+        init = vertexai.init
+        vertexai.init = lambda **kw: init(**kw, api_endpoint=spec["capture"], api_transport="rest",
+                                          credentials=Credentials(token=spec["vertex_token"]))
     from helm.benchmark.config_registry import register_builtin_configs_from_helm_package
     from helm.clients.auto_client import AutoClient
     from helm.common.cache_backend_config import BlackHoleCacheBackendConfig

@@ -269,7 +269,9 @@ _REASONING_OPTIONS: dict[str, tuple[str, Any]] = {
     "max_tokens_param": ("'max_tokens' or 'max_completion_tokens'",
                          lambda v: v in ("max_tokens", "max_completion_tokens")),
     "sampling": ("true or false", lambda v: isinstance(v, bool)),
-    "request_shape": ("'medhelm' or 'helm'", lambda v: v in ("medhelm", "helm")),
+    "request_shape": ("'medhelm', 'helm' or 'helm_vertex'", lambda v: v in ("medhelm", "helm", "helm_vertex")),
+    "safety_settings": ("a list of {category, threshold}",
+                        lambda v: isinstance(v, (list, tuple)) and all(isinstance(s, Mapping) for s in v)),
     "extra_body": ("a mapping of request body fields", lambda v: isinstance(v, Mapping)),
     "thinking_config": ("a mapping (HELM's google-genai ThinkingConfig)", lambda v: isinstance(v, Mapping)),
     "bedrock_invoke": ("llama, mistral or titan", lambda v: v in ("llama", "mistral", "titan")),
@@ -294,6 +296,10 @@ def _secret_variables(dep: Deployment) -> list[tuple[str, str]]:
     if dep.kind is DeploymentKind.BEDROCK or (dep.kind is DeploymentKind.ANTHROPIC and opts.get("platform") == "bedrock"):
         out.append((str(opts.get("aws_access_key_env") or "AWS_ACCESS_KEY_ID"), "AWS access key"))
         out.append((str(opts.get("aws_secret_key_env") or "AWS_SECRET_ACCESS_KEY"), "AWS secret key"))
+    vertex = dep.kind is DeploymentKind.VERTEX_TEXT or (opts.get("platform") == "vertex" and dep.kind in (
+        DeploymentKind.GEMINI, DeploymentKind.ANTHROPIC))
+    if vertex and not (opts.get("access_token_file") or dep.api_key_env or opts.get("service_account_file")):
+        out.append(("GOOGLE_APPLICATION_CREDENTIALS", "a Google key file for Vertex AI, read by inference/google_adc.py"))
     return out
 
 

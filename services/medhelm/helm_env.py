@@ -84,8 +84,10 @@ class HelmClass:
     platform: str | None = None  # anthropic/gemini: the i28 kinds' options.platform
     api_version: str | None = None  # azure: the class's fixed api-version
     model: str = "engine"  # the model id HELM's client sends without a model arg: engine | full | bedrock:<org>
-    shape: str = "medhelm"  # openai kind: "helm" for HELM's OpenAIClient subclasses (its body, field for field)
-    base_url_env: str | None = None  # the SDK's variable for the default endpoint (OPENAI_BASE_URL ...)
+    shape: str = "medhelm"  # "helm": the body HELM's client sends, field for field (OpenAIClient subclasses...);
+    # "helm_vertex": HELM's VertexAIChatClient through the vertexai SDK (gemini.py)
+    base_url_env: str | None = None  # the SDK's variable for the default endpoint (OPENAI_BASE_URL ...; the
+    # mistralai SDK reads none: MISTRAL_BASE_URL is medhelm's, for a gateway in front of Mistral)
 
 
 # HELM's constructors (every release on PyPI from 0.5.4): the arg that names the served model is listed in
@@ -155,7 +157,11 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
                               platform="public", base_url_env="GOOGLE_GEMINI_BASE_URL"),
     "VertexAIChatClient": HelmClass("gemini", frozenset({"project_id", "location", "vertexai_model",
                                                          "safety_settings_preset"}), platform="vertex",
-                                    key_required=False),
+                                    key_required=False, shape="helm_vertex"),
+    "VertexAITextClient": HelmClass("vertex_text", frozenset({"project_id", "location", "vertexai_model",
+                                                              "safety_settings_preset"}), key_required=False),
+    "MistralAIClient": HelmClass("mistral", frozenset({"api_key", "mistral_model"}), shape="helm",
+                                 base_url="https://api.mistral.ai/v1", base_url_env="MISTRAL_BASE_URL"),
     "BedrockClient": HelmClass("bedrock", _BEDROCK_ARGS, key_required=False, model="bedrock:",
                                base_url_env="AWS_ENDPOINT_URL_BEDROCK_RUNTIME"),
     "BedrockNovaClient": HelmClass("bedrock", _BEDROCK_ARGS, key_required=False, model="bedrock:.",
@@ -168,8 +174,30 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
                                     base_url_env="AWS_ENDPOINT_URL_BEDROCK_RUNTIME"),
 }
 
+# HELM classes that load the model inside HELM's process, run here against the hospital's own server of that model
+# (vLLM, KServe's Hugging Face runtime, llama.cpp's server: OpenAI-compatible) when one is named: credentials.conf's
+# <host>BaseUrl, else the variable MEDHELM_HF_BASE_URL (the server's .../v1 address). The model asked for is HELM's
+# (pretrained_model_name_or_path, else the model name: the Hugging Face repo id vLLM serves by default); the chat
+# route unless the entry says apply_chat_template: false (HELM then sends the raw prompt: the completions route).
+# The loading args (device_map, torch_dtype, ...) are the server's business and change nothing on the wire.
+HF_BASE_URL_ENV = "MEDHELM_HF_BASE_URL"
+SERVED_LOCALLY: Mapping[str, HelmClass] = {
+    "HuggingFaceClient": HelmClass("openai", frozenset({"pretrained_model_name_or_path", "apply_chat_template",
+                                                        "end_of_text_token", "device_map", "torch_dtype",
+                                                        "trust_remote_code", "quantization_config",
+                                                        "attn_implementation", "revision"}),
+                                   key_required=False, model="full", base_url_env=HF_BASE_URL_ENV),
+}
+_HF_LOADING_ARGS = frozenset({"end_of_text_token", "device_map", "torch_dtype", "trust_remote_code",
+                              "quantization_config", "attn_implementation", "revision", "apply_chat_template"})
+
 # HELM's BedrockClient subclasses call InvokeModel with their model family's own body
 _INVOKE_FAMILY = {"BedrockLlamaClient": "llama", "BedrockMistralClient": "mistral", "BedrockTitanClient": "titan"}
+# HELM's VertexAIClient with no safety_settings_preset (or "block_none"): BLOCK_NONE for every HarmCategory of
+# the aiplatform SDK HELM pins (google-cloud-aiplatform~=1.48; the enum's order), sent as Vertex's safetySettings
+VERTEX_HARM_CATEGORIES = ("HARM_CATEGORY_UNSPECIFIED", "HARM_CATEGORY_HATE_SPEECH", "HARM_CATEGORY_DANGEROUS_CONTENT",
+                          "HARM_CATEGORY_HARASSMENT", "HARM_CATEGORY_SEXUALLY_EXPLICIT",
+                          "HARM_CATEGORY_CIVIC_INTEGRITY", "HARM_CATEGORY_JAILBREAK")
 # classes whose HELM constructor has a base_url parameter: the ones AutoClient fills from <host>BaseUrl
 _TAKES_BASE_URL = frozenset({"OpenAIClient", "OpenAIResponseClient", "OpenAILegacyCompletionsClient", "VLLMClient",
                              "VLLMChatClient", "AzureOpenAIClient", "StanfordHealthCareOpenAIClient",
@@ -181,7 +209,8 @@ _AZURE_SDK_CLASSES = frozenset({"AzureOpenAIClient", "StanfordHealthCareAzureOpe
 # the served model's name, by the arg each class uses for it (the first one given wins)
 _MODEL_ARGS = ("openai_model_name", "vllm_model_name", "azure_openai_deployment_name", "together_model",
                "anthropic_model_name", "genai_model", "genai_model_name", "gemini_model_name",
-               "vertexai_model", "bedrock_model_id", "huggingface_model_name", "model")
+               "vertexai_model", "bedrock_model_id", "huggingface_model_name", "mistral_model",
+               "pretrained_model_name_or_path", "model")
 # classes whose own override of HELM's model lookup takes another arg (OpenRouterClient: `model_name or
 # request.model`; the openrouter_model_name it passes on is never read)
 _MODEL_ARG_OF = {"OpenRouterClient": ("model_name",), "StanfordHealthCareOpenAIClient": ("openai_model_name",)}
@@ -192,7 +221,7 @@ def served_model(class_name: str, args: Mapping[str, Any], model_name: str) -> s
     the model's engine (``openai/gpt-4o`` -> ``gpt-4o``: ``request.model_engine``), the whole model name
     (Together, OpenRouter, Hugging Face's router), or Bedrock's id (``BedrockNovaClient``: ``/`` -> ``.``;
     ``BedrockClient``'s subclasses: ``<provider>.<engine>``, an ``amazon-`` prefix replaced by the provider's)."""
-    helm = CLIENT_CLASSES.get(class_name)
+    helm = CLIENT_CLASSES.get(class_name) or SERVED_LOCALLY.get(class_name)
     if helm is None:
         return None
     for arg in _MODEL_ARG_OF.get(class_name, _MODEL_ARGS):
@@ -212,14 +241,14 @@ def served_model(class_name: str, args: Mapping[str, Any], model_name: str) -> s
 
 
 _WHY_NOT = {  # classes a MedHELM user may have that we deliberately do not run, and what to do instead
-    "HuggingFaceClient": "it runs transformers inside HELM's process; serve the model with vLLM (or KServe's "
-                         "Hugging Face runtime) and use VLLMChatClient with its base_url",
+    "HuggingFaceClient": "it runs transformers inside HELM's process; serve the model with vLLM (KServe's Hugging "
+                         "Face runtime, llama.cpp's server) and set <host>BaseUrl in credentials.conf or "
+                         f"{HF_BASE_URL_ENV} to its OpenAI-compatible .../v1 address (or use VLLMChatClient with "
+                         "its base_url)",
     "HuggingFacePipelineClient": "it runs transformers inside HELM's process; serve the model with vLLM and use "
                                  "VLLMChatClient with its base_url",
     "LocalVLLMClient": "it loads vLLM inside HELM's process; serve the model with `vllm serve` and use "
                        "VLLMChatClient with its base_url",
-    "MistralAIClient": "Mistral's API takes OpenAI's chat body: use OpenAIClient with base_url "
-                       "https://api.mistral.ai/v1 (key in credentials.conf as <host>ApiKey)",
     "GrokChatClient": "xAI's API takes OpenAI's chat body: use OpenAIClient with base_url https://api.x.ai/v1",
     "NvidiaNimClient": "NIM serves OpenAI's chat body: use OpenAIClient with the NIM's base_url",
     "SimpleClient": "it is HELM's test stub",
@@ -312,9 +341,17 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
     def unrunnable(reason: str) -> Unrunnable:
         return Unrunnable(item.name, item.model_name, class_name, reason, item.deprecated)
 
+    host = item.name.split("/", 1)[0]
+    if helm is None and class_name in SERVED_LOCALLY:
+        served_at = credentials.get(host + "BaseUrl") or _endpoint_variable(HF_BASE_URL_ENV, environ)
+        if served_at:
+            helm = dataclasses.replace(SERVED_LOCALLY[class_name], base_url=str(served_at), base_url_env=None,
+                                       api="completions" if (item.client_spec.args or {}).get("apply_chat_template")
+                                       is False else "chat")
     if helm is None:
         return unrunnable(_WHY_NOT.get(class_name, _DEFAULT_INSTEAD))
-    args = dict(item.client_spec.args)
+    args = {k: v for k, v in item.client_spec.args.items()
+            if not (class_name in SERVED_LOCALLY and k in _HF_LOADING_ARGS)}
     for key in args:
         if key not in helm.args and key not in _IGNORED_ARGS and key not in _UNHONOURED_ARGS:
             raise fail(f"is not an argument of {class_name} that medhelm understands (known: "
@@ -331,7 +368,6 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
     if served is None:
         return unrunnable(f"HELM's {class_name} derives no model id for {item.model_name!r}; use a subclass "
                           "(BedrockNovaClient, BedrockLlamaClient, ...) or set bedrock_model_id")
-    host = item.name.split("/", 1)[0]
     options: dict[str, Any] = dict(item.options)
     unresolved: list[str] = []
 
@@ -360,8 +396,8 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
 
     if helm.kind == "openai" and helm.api != "chat":
         options["api"] = helm.api
-    if helm.shape == "helm":
-        options.setdefault("request_shape", "helm")  # HELM's OpenAIClient body, field for field (openai.py)
+    if helm.shape != "medhelm":
+        options.setdefault("request_shape", helm.shape)  # HELM's client's body, field for field (openai.py ...)
         if item.model_name in vision_language:
             options.setdefault("vision_language", True)  # HELM sends no null stop to a vision-language model
     if class_name == "StanfordHealthCareOpenAIClient":
@@ -408,19 +444,28 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
         region = args.get("region") or credentials.get(host + "Region")
         if region:
             options.setdefault("region", str(region))
-    if helm.kind == "gemini" and helm.platform != "shc":
+    if helm.kind in ("gemini", "vertex_text") and helm.platform != "shc":
         project, location = from_credentials("project_id", "ProjectId"), from_credentials("location", "Location")
         use_vertex = args.get("genai_use_vertexai")
-        vertex = helm.platform == "vertex" or use_vertex is True or (use_vertex is None and bool(project and location)
-                                                                     and class_name == "GoogleGenAIClient")
-        if vertex:
+        vertex = helm.platform == "vertex" or helm.kind == "vertex_text" or use_vertex is True or \
+            (use_vertex is None and bool(project and location) and class_name == "GoogleGenAIClient")
+        if vertex and helm.kind == "gemini":
             helm = dataclasses.replace(helm, platform="vertex", key_required=False)
+        if vertex:
             base_url = args.get("base_url") or _endpoint_variable("GOOGLE_VERTEX_BASE_URL", environ)
             for key, value, suffix in (("project", project, "ProjectId"), ("region", location, "Location")):
                 if value:
                     options.setdefault(key, value)
                 elif key not in options:
                     unresolved.append(f"{host}{suffix} (Vertex AI's {key})")
+        if class_name.startswith("VertexAI"):
+            preset = args.get("safety_settings_preset")
+            if preset not in (None, "block_none", "default"):
+                raise fail(f"safety_settings_preset {escape(str(preset), 40)!r} is not one of HELM's presets "
+                           "(block_none, default)", "client_spec", "args", "safety_settings_preset")
+            if preset != "default" and helm.kind == "gemini":  # HELM's text client passes no safety settings
+                options.setdefault("safety_settings", [{"category": c, "threshold": "BLOCK_NONE"}
+                                                       for c in VERTEX_HARM_CATEGORIES])
         thinking = args.get("thinking_config")
         if isinstance(thinking, Mapping):  # sent as given (HELM hands it to google-genai's ThinkingConfig)
             options.setdefault("thinking_config", dict(thinking))

@@ -80,7 +80,7 @@ def test_every_supported_entry_asks_for_the_model_helm_asks_for(helm_release, tm
         if not dep.options.get("helm_class") or dep.options.get("unresolved"):
             continue
         want = helm_model_id(entries[dep.name])
-        if dep.options.get("platform") == "vertex":  # Vertex's OAuth token (HELM: Google ADC) from a file here
+        if dep.options.get("platform") == "vertex" or dep.kind.value == "vertex_text":  # Vertex's OAuth token from a file
             dep = dataclasses.replace(dep, options=FrozenMap({**dep.options, "access_token_file": str(token)}))
         client = make_client(dep)
         body = client.payload(REQUEST)
@@ -88,8 +88,12 @@ def test_every_supported_entry_asks_for_the_model_helm_asks_for(helm_release, tm
         if kind == "bedrock":  # the model is in the path: /model/<id>/converse (InvokeModel: /invoke)
             action = "converse" if dep.options.get("helm_class") == "BedrockNovaClient" else "invoke"
             assert client._url.endswith(f"/model/{urllib.parse.quote(want, safe='')}/{action}"), dep.name
+        elif kind == "gemini" and want.startswith("publishers/"):  # another publisher's model: its resource path
+            assert client._url.endswith(f"/{want}:generateContent"), dep.name
         elif kind == "gemini" and dep.options.get("platform") != "shc":
             assert f"/models/{urllib.parse.quote(want, safe='@')}:generateContent" in client._url, dep.name
+        elif kind == "vertex_text":
+            assert f"/models/{urllib.parse.quote(want, safe='@')}:predict" in client._url, dep.name
         elif kind == "anthropic" and dep.options.get("platform") == "shc":
             assert body["model_id"] == want, dep.name
         elif kind == "anthropic":

@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -39,12 +40,19 @@ PACKAGES = ("cattrs==22.2.0", "dacite==1.9.2", "pyhocon==0.3.63", "retrying==1.4
             "colorlog==6.12.0", "tqdm==4.70.1", "ubelt==1.4.3", "PyYAML==6.0.4", "filelock==4.3.1", "numpy",
             "zstandard", "openai==2.8.0", "tiktoken==0.14.0", "pydantic==2.14.4", "anthropic==0.125.0",
             "websocket-client==1.9.2", "google-genai==1.75.0", "boto3==1.44.8", "botocore==1.44.8")
+# SDKs of HELM's other extras, installed beside the venv (pip --target, appended to the harness's sys.path so the
+# venv's own packages win): mistralai within HELM's `mistral` pin (~=1.1), google-cloud-aiplatform within its
+# `google` pin (~=1.48: the vertexai SDK of HELM's VertexAIChatClient / VertexAITextClient)
+EXTRA_PACKAGES = ("mistralai==1.12.4", "google-cloud-aiplatform==1.165.1")
 HARNESS = Path(__file__).resolve().parents[2] / "scripts" / "helm_fixtures" / "helm_requests.py"
 PROMPT = "Is the patient febrile? Answer yes or no."
+TEXT_SCHEMA = "gs://google-cloud-aiplatform/schema/predict/instance/text_generation_1.0.0.yaml"
+VERTEX_CLASSES = ("VertexAIChatClient", "VertexAITextClient")
 # HELM's clients for these need SDKs outside the extras above (together, huggingface_hub,
-# google-cloud-aiplatform): not compared here
+# google-cloud-aiplatform, whose vertexai speaks gRPC to Google's host): not compared here (the Vertex bodies are
+# checked against the vertexai SDK itself in test_vertex_text.py)
 NOT_COMPARED = {"TogetherClient", "TogetherChatClient", "HuggingFaceInferenceProvidersClient", "VertexAIChatClient",
-                "OpenRouterClient"}  # OpenRouterClient: HELM's has its URL built in (https://openrouter.ai/api/v1/)
+                "VertexAITextClient", "OpenRouterClient"}  # OpenRouterClient: HELM's has its URL built in (https://openrouter.ai/api/v1/)
 AUTH_HEADERS = ("authorization", "api-key", "x-api-key", "x-goog-api-key", "ocp-apim-subscription-key",
                 "anthropic-version", "openai-organization")
 KNOWN = {  # class -> why medhelm's request differs from HELM's (kept honest: the difference must still be there)
@@ -73,6 +81,22 @@ def helm_python() -> Path:
                             f"{(done.stderr.strip().splitlines() or [''])[-1][:200]}")
         ok.write_text(want)
     return python
+
+
+@pytest.fixture(scope="session")
+def helm_extra_path(helm_python) -> Path:
+    folder = ENGINES / f"helm-{VERSION}-extras"
+    ok = folder / ".ok"
+    want = "\n".join(EXTRA_PACKAGES)
+    if not ok.is_file() or ok.read_text() != want:
+        shutil.rmtree(folder, ignore_errors=True)
+        done = subprocess.run([str(helm_python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                               "--target", str(folder), *EXTRA_PACKAGES], capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0:
+            pytest.skip(f"cannot install {EXTRA_PACKAGES} for crfm-helm {VERSION} in {folder} (offline?): "
+                        f"{(done.stderr.strip().splitlines() or [''])[-1][:200]}")
+        ok.write_text(want)
+    return folder
 
 
 def reply_for(path: str, body) -> object:
@@ -104,6 +128,8 @@ def reply_for(path: str, body) -> object:
         return anthropic
     if ":generateContent" in path:
         return gemini
+    if path.endswith(":predict"):
+        return {"predictions": [{"content": "Yes", "safetyAttributes": {"blocked": False}}]}
     if path.endswith("/converse"):
         return {"output": {"message": {"role": "assistant", "content": [{"text": "Yes"}]}}, "stopReason": "end_turn",
                 "usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2}, "metrics": {"latencyMs": 1}}
@@ -130,6 +156,17 @@ class Capture:
 
             def log_message(self, *args):
                 pass
+
+            def do_GET(self):  # vertexai's from_pretrained reads the publisher model (a text model's schema)
+                name = self.path.split("?")[0].split("/v1/", 1)[-1].split("/v1beta1/", 1)[-1]
+                data = json.dumps({"name": name, "versionId": "001", "launchStage": "GA",
+                                   "publisherModelTemplate": "projects/{user-project}/locations/{location}/" + name,
+                                   "predictSchemata": {"instanceSchemaUri": TEXT_SCHEMA}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def do_POST(self):
                 raw = self.rfile.read(int(self.headers.get("content-length") or 0))
@@ -175,7 +212,8 @@ def view(seen: list[dict]) -> list[dict]:
     return [{"path": s["path"], "body": s["body"], "auth": auth_view(s["headers"])} for s in seen]
 
 
-def test_every_supported_upstream_entry_sends_what_helms_own_client_sends(helm_python, tmp_path, monkeypatch):
+def test_every_supported_upstream_entry_sends_what_helms_own_client_sends(helm_python, helm_extra_path, tmp_path,
+                                                                        monkeypatch):
     from tests.helm_releases import release
 
     config = release(VERSION) / "helm/config/model_deployments.yaml"
@@ -190,6 +228,7 @@ def test_every_supported_upstream_entry_sends_what_helms_own_client_sends(helm_p
             credentials[f"{h}BaseUrl"] = capture.url + "/v1"
             credentials[f"{h}Endpoint"] = capture.url
         env = {"ANTHROPIC_BASE_URL": capture.url, "GOOGLE_GEMINI_BASE_URL": capture.url,
+               "MISTRAL_BASE_URL": capture.url + "/v1",
                "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": capture.url, "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
                "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "AWS_DEFAULT_REGION": "us-east-1",
                "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
@@ -200,7 +239,8 @@ def test_every_supported_upstream_entry_sends_what_helms_own_client_sends(helm_p
 
         spec = tmp_path / "spec.json"
         spec.write_text(json.dumps({"credentials": credentials, "deployments": names, "prompt": PROMPT,
-                                    "max_tokens": 5, "capture": capture.url}))
+                                    "max_tokens": 5, "capture": capture.url,
+                                    "extra_path": [str(helm_extra_path)]}))
         done = subprocess.run([str(helm_python), str(HARNESS), str(spec)], capture_output=True, text=True,
                               timeout=1800, cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         assert done.returncode == 0, done.stderr[-3000:]
@@ -256,4 +296,88 @@ def test_every_supported_upstream_entry_sends_what_helms_own_client_sends(helm_p
         in_file = [n for n in names if classes[n] == cls]
         if in_file:
             assert any(n in differ for n in in_file), f"{cls} now matches HELM: remove it from KNOWN"
-    assert len(same) >= 125, (len(same), report)  # 0.5.16: 130 of 137 identical (3 without HELM's stream), 5 known, 2 neither sends
+    assert len(same) >= 145, (len(same), report)  # 0.5.16: 151 of 158 identical (21 MistralAIClient; 3 without
+    # HELM's stream), 5 known, 2 neither sends
+
+
+def vertex_view(seen: list[dict]) -> list[dict]:
+    """HELM's vertexai requests as JSON names: the REST transport's ``?$alt=json;enum-encoding=int`` dropped, its
+    path's twice-escaped ``@`` (``code-bison%2540001``; gRPC sends the resource name as is) read as ``@``, and
+    its enum numbers read back as names (SafetySetting: category, HELM's threshold BLOCK_NONE = 4; a category 0,
+    the proto default, is left out by the encoder)."""
+    out = []
+    for s in seen:
+        body = dict(s["body"]) if isinstance(s["body"], dict) else s["body"]
+        if isinstance(body, dict) and "safetySettings" in body:
+            body["safetySettings"] = [{"category": helm_env.VERTEX_HARM_CATEGORIES[x.get("category", 0)],
+                                       "threshold": {4: "BLOCK_NONE"}[x["threshold"]]} for x in body["safetySettings"]]
+        out.append({**s, "path": urllib.parse.unquote(urllib.parse.unquote(s["path"].split("?")[0])), "body": body})
+    return out
+
+
+def test_vertex_entries_send_what_helms_vertexai_clients_send(helm_python, helm_extra_path, tmp_path, monkeypatch):
+    """HELM's VertexAIChatClient (Gemini, its safety settings) and VertexAITextClient (MedLM, PaLM 2) through the
+    vertexai SDK HELM pins, against medhelm with Google ADC (a service-account key, our token exchange with the
+    fake token endpoint): path, body and the bearer token compared per entry."""
+    from tests.helm_releases import release
+
+    from medhelm.devtools.fakes.google_oauth import FakeGoogleOAuth
+
+    pytest.importorskip("cryptography")
+    config = release(VERSION) / "helm/config/model_deployments.yaml"
+    entries = {e["name"]: e for e in yaml.safe_load(config.read_text())["model_deployments"]}
+    classes = {n: e["client_spec"]["class_name"].rsplit(".", 1)[-1] for n, e in entries.items()}
+    names = sorted(n for n, c in classes.items() if c in VERTEX_CLASSES)
+    token = "ya29.differential"
+    capture = Capture()
+    try:
+        with FakeGoogleOAuth(access_token=token) as oauth:
+            credentials = {"googleProjectId": "hospital-proj", "googleLocation": "us-central1"}
+            monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(oauth.service_account_file(tmp_path / "sa.json")))
+            monkeypatch.setenv("GOOGLE_VERTEX_BASE_URL", capture.url)
+            monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+            monkeypatch.delenv("HELM_CREDENTIALS", raising=False)
+            spec = tmp_path / "spec.json"
+            spec.write_text(json.dumps({"credentials": credentials, "deployments": names, "prompt": PROMPT,
+                                        "max_tokens": 5, "capture": capture.url, "vertex_token": token,
+                                        "extra_path": [str(helm_extra_path)]}))
+            done = subprocess.run([str(helm_python), str(HARNESS), str(spec)], capture_output=True, text=True,
+                                  timeout=1800, cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+            assert done.returncode == 0, done.stderr[-3000:]
+            helm_seen = {n: vertex_view(view(capture.seen.pop(n, []))) for n in names}
+
+            prod = tmp_path / "prod_env"
+            prod.mkdir()
+            shutil.copy(config, prod / "model_deployments.yaml")
+            (prod / "credentials.conf").write_text("".join(f'{k}: "{v}"\n' for k, v in credentials.items()))
+            registry = DeploymentRegistry.load(prod)
+            request = GenerationRequest((Message("user", PROMPT),), max_tokens=5, temperature=0.0)
+
+            async def ours(name):
+                client = make_client(registry.get(name))
+                try:
+                    await client.generate(request)
+                finally:
+                    await client.aclose()
+
+            for name in names:
+                capture.current = name
+                asyncio.run(ours(name))
+            our_seen = {n: view(capture.seen.pop(n, [])) for n in names}
+    finally:
+        capture.close()
+    silent = [n for n in names if not helm_seen[n]]
+    assert not silent, (silent, done.stdout[-2000:])
+    for n in names:
+        for seen in our_seen[n]:
+            seen["path"] = urllib.parse.unquote(seen["path"])
+    differ = {n: (helm_seen[n][:1], our_seen[n][:1]) for n in names if helm_seen[n][:1] != our_seen[n][:1]}
+    assert not differ, json.dumps(differ, indent=1, default=str)[:6000]
+    presets = {n: (entries[n]["client_spec"].get("args") or {}).get("safety_settings_preset") for n in names
+               if classes[n] == "VertexAIChatClient"}
+    blocked_none = [n for n, p in presets.items() if p != "default"]
+    assert blocked_none and "default" in presets.values()
+    assert all(len(helm_seen[n][0]["body"]["safetySettings"]) == len(helm_env.VERTEX_HARM_CATEGORIES)
+               for n in blocked_none)  # HELM's BLOCK_NONE for every category, matched above
+    assert all("safetySettings" not in helm_seen[n][0]["body"] for n, p in presets.items() if p == "default")
+    assert len(names) >= 30  # 0.5.16: 26 VertexAIChatClient, 9 VertexAITextClient

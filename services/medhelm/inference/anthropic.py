@@ -144,7 +144,7 @@ class AnthropicClient(NativeClient):
         if self._signer is not None:
             return sign_for(self._transport, self._url, self._signer, body)
         if self._bearer is not None:
-            return self._bearer()
+            return await self._bearer.headers()
         return None
 
     def parse(self, data: Any, latency: float) -> Completion:

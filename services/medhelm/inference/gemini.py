@@ -19,7 +19,12 @@ bench/bench_native_clients.py). ``options``:
 * ``api_version``: the public API's version path (default ``v1beta``); the gateway options of ``native.py``;
 * ``request_shape: helm`` (HELM's ``GoogleGenAIClient`` entries): the body google-genai sends for HELM's
   config — the prompt as one user turn, ``topP``/``topK`` 1, ``candidateCount`` 1, ``stopSequences``, zero
-  penalties, the entry's ``thinking_config`` as given (``options.thinking_config``).
+  penalties, the entry's ``thinking_config`` as given (``options.thinking_config``); ``request_shape: helm_vertex``
+  (HELM's ``VertexAIChatClient``): what vertexai.preview's GenerativeModel sends for its call — to Vertex's
+  ``v1beta1`` path, the prompt as one user turn,
+  ``temperature``, ``maxOutputTokens``, ``topK``/``topP`` 1, ``candidateCount`` 1, ``stopSequences`` when any;
+* ``safety_settings``: Vertex/Gemini ``safetySettings`` as given (a list of ``{category, threshold}``; the HELM
+  import sets HELM's default, ``BLOCK_NONE`` for every category, on ``VertexAIChatClient`` entries).
 
 Failure semantics: ``native.NativeClient`` (429 ``RESOURCE_EXHAUSTED`` and 503 ``UNAVAILABLE`` are retried,
 ``Retry-After`` honoured). A safety block is an outcome of that instance, not an error of the run: a prompt
@@ -64,8 +69,13 @@ class GeminiClient(NativeClient):
         elif self.platform == "vertex":
             region, project = option(deployment, "region"), option(deployment, "project")
             base = deployment.base_url or f"https://{region}-aiplatform.googleapis.com"
-            url = api_url(deployment, base, f"/v1/projects/{project}/locations/{region}/publishers/google/models/"
-                                            f"{model}:generateContent")
+            # HELM's VertexAIChatClient uses vertexai.preview's GenerativeModel: Vertex's v1beta1 API
+            version = "v1beta1" if deployment.options.get("request_shape") == "helm_vertex" else "v1"
+            served = deployment.served_model_name or deployment.model_name
+            # a model of another publisher is named by its resource path (publishers/meta/models/llama-...-maas)
+            resource = served if served.startswith("publishers/") else f"publishers/google/models/{model}"
+            url = api_url(deployment, base, f"/{version}/projects/{project}/locations/{region}/{resource}"
+                                            ":generateContent")
             self._bearer = bearer_source(deployment)
         elif self.platform == "shc":
             if not deployment.base_url:
@@ -77,7 +87,12 @@ class GeminiClient(NativeClient):
         super().__init__(deployment, url, headers, connections)
         budget = deployment.options.get("thinking_budget")
         self._thinking = int(budget) if budget is not None else None
-        self._helm = deployment.options.get("request_shape") == "helm" and self.platform != "shc"
+        shape = deployment.options.get("request_shape")
+        self._helm = shape == "helm" and self.platform != "shc"
+        self._helm_vertex = shape == "helm_vertex" and self.platform != "shc"
+        safety = deployment.options.get("safety_settings")
+        self._safety = [dict(s) if isinstance(s, Mapping) else s for s in safety] \
+            if isinstance(safety, (list, tuple)) and self.platform != "shc" else None
         thinking_config = deployment.options.get("thinking_config")
         self._thinking_config = FrozenMap(thinking_config).to_json() if isinstance(thinking_config, Mapping) else None
         if self._thinking is not None and self.platform == "shc":
@@ -85,6 +100,12 @@ class GeminiClient(NativeClient):
                               "shc (SHC's Gemini body has no thinkingConfig)")
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
+        body = self._payload(request)
+        if self._safety:
+            body["safetySettings"] = self._safety
+        return body
+
+    def _payload(self, request: GenerationRequest) -> dict[str, Any]:
         if self.platform == "shc":  # HELM's StanfordHealthCareGoogleClient.get_request, field for field
             return {"contents": {"role": "user", "parts": {"text": joined_prompt(request)}},
                     "generation_config": {"temperature": request.temperature, "topP": 1, "topK": 1,
@@ -98,6 +119,13 @@ class GeminiClient(NativeClient):
             if self._thinking_config:
                 config["thinkingConfig"] = self._thinking_config  # the entry's thinking_config, as given
             return {"contents": [{"parts": [{"text": joined_prompt(request)}], "role": "user"}],
+                    "generationConfig": config}
+        if self._helm_vertex:  # HELM's VertexAIChatClient: GenerativeModel.generate_content([prompt], config)
+            config = {"temperature": request.temperature, "topP": 1.0, "topK": 1.0, "candidateCount": 1,
+                      "maxOutputTokens": request.max_tokens}
+            if request.stop:
+                config["stopSequences"] = list(request.stop)
+            return {"contents": [{"role": "user", "parts": [{"text": joined_prompt(request)}]}],
                     "generationConfig": config}
         system, turns = split_system(request)
         body: dict[str, Any] = {"contents": [{"role": "model" if role == "assistant" else "user",
@@ -118,7 +146,11 @@ class GeminiClient(NativeClient):
         return body
 
     async def auth_headers(self, body: bytes) -> Mapping[str, str] | None:
-        return self._bearer() if self._bearer is not None else None
+        return await self._bearer.headers() if self._bearer is not None else None
+
+    def on_refused(self, status: int) -> None:
+        if self._bearer is not None:
+            self._bearer.invalidate()  # a token revoked early: the retry fetches a new one
 
     def parse(self, data: Any, latency: float) -> Completion:
         if isinstance(data, list):

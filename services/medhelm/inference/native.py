@@ -142,14 +142,29 @@ class NativeClient:
         return f"deployment '{self._deployment.name}' ({self._url})"
 
 
-def bearer_source(deployment: Deployment) -> Callable[[], dict[str, str]]:
-    """An OAuth access token for Google/Vertex: ``options.access_token_file`` (read again when it changes:
-    a sidecar or ``gcloud auth print-access-token`` in a CronJob refreshes it) or ``api_key_env``."""
+class _Static:
+    """A bearer token that does not change (``api_key_env``) or is re-read from a file when it changes."""
+
+    def __init__(self, read: Callable[[], str]) -> None:
+        self._read = read
+
+    async def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._read()}"}
+
+    def invalidate(self) -> None:
+        pass
+
+
+def bearer_source(deployment: Deployment) -> Any:
+    """An OAuth access token for Google/Vertex (``.headers()``, ``.invalidate()``): ``options.access_token_file``
+    (read again when it changes: a sidecar or ``gcloud auth print-access-token`` in a CronJob refreshes it),
+    ``api_key_env``, else Application Default Credentials: the key file in ``options.service_account_file`` or
+    ``GOOGLE_APPLICATION_CREDENTIALS``, exchanged for tokens by ``google_adc.GoogleToken``."""
     path = deployment.options.get("access_token_file")
     if path:
         state: dict[str, Any] = {"mtime": None, "token": ""}
 
-        def from_file() -> dict[str, str]:
+        def from_file() -> str:
             try:
                 mtime = os.stat(path).st_mtime_ns
                 if mtime != state["mtime"]:
@@ -159,15 +174,21 @@ def bearer_source(deployment: Deployment) -> Callable[[], dict[str, str]]:
             except OSError as err:
                 raise ConfigError(f"deployment '{deployment.name}': cannot read options.access_token_file "
                                   f"({err.strerror})", path=str(path)) from None
-            return {"Authorization": f"Bearer {state['token']}"}
+            return state["token"]
 
         from_file()  # a missing file fails at planning
-        return from_file
-    if not deployment.api_key_env:
-        raise ConfigError(f"deployment '{deployment.name}': set api_key_env (an access token) or "
-                          "options.access_token_file for Vertex AI")
-    token = env_secret(deployment, deployment.api_key_env, "api_key_env")
-    return lambda: {"Authorization": f"Bearer {token}"}
+        return _Static(from_file)
+    if deployment.api_key_env:
+        token = env_secret(deployment, deployment.api_key_env, "api_key_env")
+        return _Static(lambda: token)
+    from medhelm.inference.google_adc import VARIABLE, GoogleToken, key_file
+
+    adc = key_file(deployment.options)
+    if not adc:
+        raise ConfigError(f"deployment '{deployment.name}': Vertex AI needs a Google credential: set "
+                          f"{VARIABLE} (a service-account key file), options.service_account_file, "
+                          "options.access_token_file or api_key_env (an access token)")
+    return GoogleToken(deployment.name, adc)
 
 
 def option(deployment: Deployment, key: str, default: str | None = None, env: str | tuple[str, ...] = ()) -> str:
