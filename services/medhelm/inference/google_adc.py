@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from medhelm.errors import ConfigError, InferenceError
+from medhelm.scrub import register
 
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 TOKEN_URI = "https://oauth2.googleapis.com/token"  # also the JWT's audience, as google-auth sets it
@@ -95,6 +96,13 @@ class GoogleToken:
                 continue
             if not isinstance(info.get(field), str) or not info[field]:
                 raise self._fail(f"field '{field}' is missing from the Google credentials file")
+        # held as secrets of this process: scrubbed from every text it emits (medhelm.scrub)
+        for field in ("client_secret", "refresh_token"):
+            register(info.get(field) if isinstance(info.get(field), str) else None)
+        if isinstance(info.get("private_key"), str):
+            for line in info["private_key"].splitlines():
+                if line.strip() and not line.startswith("-----"):
+                    register(line.strip())
         return info
 
     def _private_key(self) -> Any:
@@ -145,6 +153,7 @@ class GoogleToken:
         self.fetches += 1
         if self.kind == "service_account":
             form = {"grant_type": JWT_GRANT, "assertion": self.assertion()}
+            register(form["assertion"], slot=f"google:assertion:{self._name}")
         else:
             form = {"grant_type": "refresh_token", **{k: self._info[k] for k in _FIELDS["authorized_user"]}}
         request = urllib.request.Request(self.token_uri, data=urllib.parse.urlencode(form).encode("ascii"),
@@ -167,6 +176,7 @@ class GoogleToken:
         token = data.get("access_token") if isinstance(data, dict) else None
         if not isinstance(token, str) or not token:
             raise InferenceError(f"{what}: the reply has no access_token", retryable=True)
+        register(token, slot=f"google:token:{self._name}")
         try:
             lifetime = max(float(data.get("expires_in", LIFETIME_S)), 0.0)
         except (TypeError, ValueError):
