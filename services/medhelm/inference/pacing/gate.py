@@ -99,8 +99,9 @@ class Pacer:
     def __init__(self, settings: PaceSettings, *, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], object] = asyncio.sleep, observer: PacerObserver | None = None,
                  on_settled: Callable[[int], None] | None = None) -> None:
-        """``on_settled(limit)``: called each time ``auto`` settles at a new limit (it cruises there: a trial
-        chose it, or an overload cut to it) — the pool keeps the last one for the deployment's next run."""
+        """``on_settled(limit)``: called each time what ``auto`` learnt changes (``settled``: where it cruises — a
+        trial chose it, or an overload cut to it — or, before it first cruises, the highest limit its climb
+        showed free); the pool keeps the last one for the deployment's next run."""
         self.settings = settings
         self._clock, self._sleep = clock, sleep
         self.observer = observer or PacerObserver()
@@ -125,7 +126,10 @@ class Pacer:
         self._timer: asyncio.TimerHandle | None = None
         self._reported = (None, None)
         self.start = self.adaptive.limit if self.adaptive is not None else None  # where auto started
-        self.settled: int | None = None  # the last limit auto cruised at (None before it settled)
+        # What auto has learnt so far, kept for the deployment's next run: the last limit it cruised at, or before it
+        # first cruises (a short run can end during the climb) the highest limit the climb showed free
+        self.settled: int | None = None
+        self._cruised = False
         self._on_settled = on_settled
 
     @property
@@ -286,10 +290,15 @@ class Pacer:
             if state != self._reported:
                 self._reported = state
                 self.observer.limit_changed(*state)
-            if adaptive.phase == "cruise" and adaptive.limit != self.settled:
-                self.settled = adaptive.limit
+            if adaptive.phase == "cruise":
+                self._cruised = True
+                learnt = adaptive.limit
+            else:  # before it first cruises, the highest limit its climb showed the server serves at once
+                learnt = None if self._cruised else adaptive.proven
+            if learnt is not None and learnt != self.settled:
+                self.settled = learnt
                 if self._on_settled is not None:
-                    self._on_settled(adaptive.limit)
+                    self._on_settled(learnt)
 
     def _arm(self, delay: float) -> None:
         loop = asyncio.get_running_loop()
