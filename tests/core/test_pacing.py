@@ -430,6 +430,15 @@ def test_the_pool_keeps_auto_s_limit_beside_the_cache_per_deployment_endpoint_an
     assert pacer(RequestCache(path), PacingPolicy(adaptive=True, ceiling=256, share=0.25)).start == 4  # a shard
     fixed = pacer(RequestCache(path), auto, max_concurrency=3)
     assert fixed.start is None and fixed.limit == 3 and fixed._on_settled is None  # a fixed cap learns nothing
+    secret = RequestCache(path)
+    pool = ClientPool(cache=secret, pacing=auto)
+    keyed = pool.pacer(pool.get(Deployment(name="gw/k", model_name="gw/k", kind="openai", served_model_name="m",
+                                           base_url="https://user:s3cret@gw.example/v1?key=s3cret#x"))._raw)
+    keyed._on_settled(8)
+    secret.flush()
+    rows = secret._reader.execute("SELECT * FROM pacing_limits").fetchall()
+    assert ("gw/k", "https://gw.example/v1", "auto", 8) in [r[:4] for r in rows]
+    assert "s3cret" not in repr(rows)  # a credential in the URL is never written to the cache file
     forget = RequestCache(path)
     forget._reader.execute("DELETE FROM pacing_limits")  # how docs/pacing.md says to forget them
     assert pacer(forget, auto).start == 4

@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import importlib
 import time
+import urllib.parse
 from dataclasses import dataclass
 
 from medhelm.backend_kinds import BY_KIND
@@ -67,6 +68,16 @@ def make_client(deployment: Deployment, *, connections: int | None = None) -> Mo
                           f"installation ({module_name} is missing)") from None
     return getattr(module, class_name)(deployment, connections=connections)
 
+
+
+def _endpoint(url: str | None) -> str:
+    """The base URL as the pacing limits' key keeps it: never a user, password, query string (a key in ``?key=``)
+    or fragment, which the cache file must not hold."""
+    if not url:
+        return ""
+    parts = urllib.parse.urlsplit(url.strip())
+    netloc = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 class _Counters:
@@ -236,7 +247,7 @@ class ClientPool:
             remember = None
             setting = settings.remembered_as
             if self.cache is not None and setting is not None:  # auto: start where its last run settled
-                key = (deployment.name, deployment.base_url or "", setting)
+                key = (deployment.name, _endpoint(deployment.base_url), setting)
                 if settings.start is None:
                     settings = dataclasses.replace(settings, start=self.cache.learnt_limit(key))
                 remember = functools.partial(self.cache.remember_limit, key)
