@@ -23,7 +23,6 @@ import dataclasses
 import functools
 import importlib
 import time
-import urllib.parse
 from dataclasses import dataclass
 
 from medhelm.backend_kinds import BY_KIND
@@ -73,6 +72,8 @@ def make_client(deployment: Deployment, *, connections: int | None = None) -> Mo
 def _endpoint(url: str | None) -> str:
     """The base URL as the pacing limits' key keeps it: never a user, password, query string (a key in ``?key=``)
     or fragment, which the cache file must not hold."""
+    import urllib.parse  # once per deployment
+
     if not url:
         return ""
     parts = urllib.parse.urlsplit(url.strip())
