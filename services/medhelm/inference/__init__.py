@@ -69,18 +69,6 @@ def make_client(deployment: Deployment, *, connections: int | None = None) -> Mo
 
 
 
-def _endpoint(url: str | None) -> str:
-    """The base URL as the pacing limits' key keeps it: never a user, password, query string (a key in ``?key=``)
-    or fragment, which the cache file must not hold."""
-    import urllib.parse  # once per deployment
-
-    if not url:
-        return ""
-    parts = urllib.parse.urlsplit(url.strip())
-    netloc = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
 class _Counters:
     __slots__ = ("requests", "cache_hits", "retries", "errors")
 
@@ -223,6 +211,18 @@ class PooledClient:
 
     async def aclose(self) -> None:
         await self._raw.aclose()
+
+
+def _endpoint(url: str | None) -> str:
+    """The base URL as the pacing limits' key keeps it: never a user, password, query string (a key in ``?key=``)
+    or fragment, which the cache file must not hold."""
+    import urllib.parse  # once per deployment
+
+    if not url:
+        return ""
+    parts = urllib.parse.urlsplit(url.strip())
+    netloc = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 class ClientPool:
