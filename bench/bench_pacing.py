@@ -20,8 +20,10 @@ docs/benchmarks.md):
 5. ``--steady``: real vLLM, fixed 64 against ``auto`` held at 64 in turn (the adaptive gate's own cost at the
    limit it settles on); ``--switching``: what a switch between two fixed limits costs;
 6. ``--short``: runs of 1,000 instances (issue 53 item 4) against the mock of capacity c = 4, 16, 64 at
-   ``--short-ms`` (50 ms): the time to answer all of them, fixed c, ``auto``, fixed 2c, ``auto`` again, fixed c
-   again (``--short-reps`` series); ``auto`` against the better fixed setting's mean.
+   ``--short-ms`` (50 ms): the time to answer all of them, fixed c, ``auto``, ``auto`` warm, fixed 2c, ``auto``,
+   ``auto`` warm, fixed c again (``--short-reps`` series); ``auto`` against the better fixed setting's mean. A warm
+   run uses the request cache of the ``auto`` run before it (new prompts: no hit), so it starts at the limit that
+   run settled at, as a deployment's second ``medhelm run`` does.
 
 Latency is the answered attempt's wall time (``Usage.latency_s``: request sent to answer read), what the server
 makes a request wait; time a request spends waiting for the pacer's slot is the client's own queue (a run's
@@ -429,46 +431,73 @@ def steady_case(args) -> list[str]:
             f"p50 {p50['auto'] * 1000:.0f} ms; per repetition {', '.join(f'{x:.3f}' for x in pairs)} x |", *rows]
 
 
-async def drive_instances(url: str, *, instances: int, fixed: int | None) -> float:
+async def drive_instances(url: str, *, instances: int, fixed: int | None, cache: Path | None = None,
+                          tag: str = "") -> tuple[float, int | None, int | None]:
     """Seconds to answer ``instances`` requests, as a run sends them: as many workers as the ceiling (256 under
-    ``auto``) take the next instance while any is left."""
+    ``auto``) take the next instance while any is left. ``cache``: the run's request cache file, where ``auto``
+    keeps the limit it settles at and starts from the one kept (``tag`` makes the prompts new: no cache hit).
+    Returns the time, where ``auto`` started and the limit it last settled at (None: fixed, or never settled)."""
+    from medhelm.inference import RequestCache
+
     dep = Deployment(name="bench/paced", model_name="bench/model", kind="openai", base_url=url,
                      served_model_name="mock-model", max_concurrency=fixed)
     workers = fixed or AUTO_CEILING
-    pool = ClientPool(connections=workers, retry=RetryPolicy(max_attempts=50, max_delay_s=10.0),
+    pool = ClientPool(cache=RequestCache(cache) if cache is not None else None, connections=workers,
+                      retry=RetryPolicy(max_attempts=50, max_delay_s=10.0),
                       pacing=PacingPolicy(adaptive=fixed is None, ceiling=AUTO_CEILING))
     client = pool.get(dep)
+    pacer = pool.pacer(client._raw)
     left = list(range(instances))
     start = time.perf_counter()
 
     async def worker() -> None:
         while left:
             i = left.pop()
-            await client.generate(GenerationRequest(messages=(Message("user", f"instance {i}"),), max_tokens=8))
+            await client.generate(GenerationRequest(messages=(Message("user", f"{tag}instance {i}"),), max_tokens=8))
 
     await asyncio.gather(*(worker() for _ in range(min(workers, instances))))
     took = time.perf_counter() - start
     await pool.aclose()
-    return took
+    return took, pacer.start if pacer else None, pacer.settled if pacer else None
 
 
 def short_case(args) -> list[str]:
+    """Per server size, ``--short-reps`` series of fixed c, ``auto`` cold (a new cache: the default start), ``auto``
+    warm (the same cache: it starts where the cold run settled), fixed 2c, cold, warm, fixed c."""
+    import tempfile
+
     rows = []
+    folder = Path(tempfile.mkdtemp(prefix="bench-pacing-"))
+    runs = 0
     for c in (4, 16, 64):
         srv = Server(latency_s=args.short_ms / 1000, capacity=c)
-        times: dict[str, list[float]] = {"fixed c": [], "fixed 2c": [], "auto": []}
+        times: dict[str, list[float]] = {"fixed c": [], "fixed 2c": [], "auto": [], "warm": []}
+        starts: list[int | None] = []
+        loads: list[float] = []
         try:
             for _ in range(args.short_reps):
-                for name, fixed in (("fixed c", c), ("auto", None), ("fixed 2c", 2 * c), ("auto", None),
-                                    ("fixed c", c)):
-                    times[name].append(asyncio.run(drive_instances(srv.url, instances=args.instances, fixed=fixed)))
+                for name, fixed in (("fixed c", c), ("auto", None), ("warm", None), ("fixed 2c", 2 * c),
+                                    ("auto", None), ("warm", None), ("fixed c", c)):
+                    runs += 1
+                    if name == "auto":  # a first run: a cache of its own
+                        cache = folder / f"run{runs}.sqlite"
+                    took, started, _ = asyncio.run(drive_instances(
+                        srv.url, instances=args.instances, fixed=fixed, tag=f"run {runs}: ",
+                        cache=cache if fixed is None else None))
+                    times[name].append(took)
+                    if name == "warm":
+                        starts.append(started)
+                    loads.append(os.getloadavg()[0])
         finally:
             srv.close()
         mean = {k: statistics.fmean(v) for k, v in times.items()}
         best = min(mean["fixed c"], mean["fixed 2c"])
-        rows.append(f"| c = {c}, {args.short_ms:g} ms, {args.instances} instances | fixed c {mean['fixed c']:.2f} s, "
-                    f"fixed 2c {mean['fixed 2c']:.2f} s | auto {mean['auto']:.2f} s (**{mean['auto'] / best:.3f}** x "
-                    f"the better; runs {', '.join(f'{t:.2f}' for t in times['auto'])} s) |")
+        rows.append(f"| c = {c}, {args.short_ms:g} ms, {args.instances} instances (load {min(loads):.0f}–"
+                    f"{max(loads):.0f}) | fixed c {mean['fixed c']:.2f} s, fixed 2c {mean['fixed 2c']:.2f} s "
+                    f"| auto {mean['auto']:.2f} s (**{mean['auto'] / best:.3f}** x the better; runs "
+                    f"{', '.join(f'{t:.2f}' for t in times['auto'])} s) | warm {mean['warm']:.2f} s "
+                    f"(**{mean['warm'] / best:.3f}** x; started at {', '.join(str(s) for s in starts)}; runs "
+                    f"{', '.join(f'{t:.2f}' for t in times['warm'])} s) |")
         print(rows[-1], file=sys.stderr, flush=True)
     return rows
 
@@ -517,7 +546,8 @@ def main() -> int:
     args.switch_s, args.switch_warmup = (120, 20) if args.quick else (420, 30)
     print(f"load before: {os.getloadavg()}", flush=True)
     if args.short:
-        lines = ["| case | fixed | auto |", "|---|---|---|", *short_case(args)]
+        lines = ["| case | fixed | auto (a first run) | auto warm (started where the first run settled) |",
+                 "|---|---|---|---|", *short_case(args)]
         print(f"load after: {os.getloadavg()}")
         print("\n".join(lines))
         return 0

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from medhelm.inference.pacing import DRAIN_EVERY_S, AdaptiveLimit, Limit
+from medhelm.inference.retry import RetryPolicy
 
 
 @dataclass
@@ -33,6 +34,8 @@ class ClientResult:
     completions: int = 0
     latencies: list[float] = field(default_factory=list)
     finished: float | None = None  # when its last instance was answered (a run of ``instances``)
+    refused: int = 0  # requests the server refused (``refuse_over``), each sent again
+    most_refused: int = 0  # the most times one instance was refused
 
 
 class FifoServer:
@@ -54,6 +57,10 @@ class FifoServer:
             self._start(t, client, t)
         else:
             self._queue.append((client, t))
+
+    def held(self) -> int:
+        """Requests at the server: served and queued."""
+        return len(self._events) + len(self._queue)
 
     def next_time(self) -> float:
         return self._events[0][0] if self._events else math.inf
@@ -180,7 +187,8 @@ def simulate(*, capacity: int = 0, service_s: float = 0.1, clients: int = 1, sec
              drain_every: float | None = None,
              turnaround_s: float = 0.0, switch_cost: float = 0.0, switch_rounds: float = 1.0,
              make_limit: Callable[..., Limit] = AdaptiveLimit, trace: list[tuple] | None = None,
-             instances: int | None = None) -> tuple[list[ClientResult], list[Limit]]:
+             instances: int | None = None, refuse_over: int | None = None, refuse_s: float = 0.005,
+             retry_policy: RetryPolicy | None = None) -> tuple[list[ClientResult], list[Limit]]:
     """Clients against a ``FifoServer`` of ``capacity`` workers, or the ``batching`` server when given.
     ``stagger_s``: client i joins at i x stagger_s (processes never start together). ``turnaround_s``: a client
     sends a request that long (on average, exponential) after its slot freed (a loaded client's own delay; a
@@ -190,7 +198,11 @@ def simulate(*, capacity: int = 0, service_s: float = 0.1, clients: int = 1, sec
     signature; bench/bench_pacing_equivalence.py passes an older module's). ``trace``: a list to which every
     decision is appended, ``(time, client, limit, phase, plateau)`` each time one of the three changes.
     ``instances``: each client has that many requests to send (a run of that size) instead of always more; the
-    simulation ends when all are answered or at ``seconds``."""
+    simulation ends when all are answered or at ``seconds``. ``refuse_over``: the ``FifoServer`` refuses a request
+    that finds that many at the server (served and queued), as a server with a bounded queue answers 429; the
+    refusal comes back after ``refuse_s``, the client's controller is told (``overloaded``) and the instance is
+    sent again after the pool's backoff (``retry_policy``'s delay, the real ``RetryPolicy`` by default; no
+    ``Retry-After`` pause: the pacer's would only delay it more), when a slot is free."""
     rng = random.Random(seed)
     clock = Clock()
     server = BatchingServer(batching, rng, random.Random(seed + 1)) if batching \
@@ -205,31 +217,72 @@ def simulate(*, capacity: int = 0, service_s: float = 0.1, clients: int = 1, sec
     sends: list[tuple[float, int]] = []  # requests on their way: (arrival at the server, client)
     client_rng = random.Random(seed + 2)
     left = [math.inf if instances is None else instances] * clients
+    again: list[list[int]] = [[] for _ in range(clients)]  # refusals so far of each refused instance to send again
+    refusals: list[tuple[float, int, int, int]] = []  # (when the refusal comes back, seq, client, refusals so far)
+    backoffs: list[tuple[float, int, int, int]] = []  # (when a refused instance may be sent again, seq, client, ...)
+    retry_policy = retry_policy or RetryPolicy()
+    retry_rng = random.Random(seed + 3)
+    seq = 0
+
+    def arrive(t: float, client: int, refused: int) -> None:
+        nonlocal seq
+        if refuse_over is not None and server.held() >= refuse_over:
+            seq += 1
+            heapq.heappush(refusals, (t + refuse_s, seq, client, refused + 1))
+        else:
+            server.arrive(t, client)
 
     def fill(client: int) -> None:
         limit = fixed if fixed is not None else limits[client].limit
-        while in_flight[client] < limit and left[client] > 0:
+        while in_flight[client] < limit and (left[client] > 0 or again[client]):
             in_flight[client] += 1
-            left[client] -= 1
+            if again[client]:
+                refused = again[client].pop(0)
+            else:
+                left[client] -= 1
+                refused = 0
             if turnaround_s:
                 heapq.heappush(sends, (clock.t + client_rng.expovariate(1 / turnaround_s), client))
             else:
-                server.arrive(clock.t, client)
-        if fixed is None and left[client] > 0:
+                arrive(clock.t, client, refused)
+        if fixed is None and (left[client] > 0 or again[client]):
             limits[client].note_waiting()  # more work than slots
 
     while True:
-        t = min(server.next_time(), joins[0][0] if joins else math.inf, sends[0][0] if sends else math.inf)
+        t = min(server.next_time(), joins[0][0] if joins else math.inf, sends[0][0] if sends else math.inf,
+                refusals[0][0] if refusals else math.inf, backoffs[0][0] if backoffs else math.inf)
         if t > seconds:
             break
         clock.t = t
+        if backoffs and backoffs[0][0] <= t:
+            _, _, client, refused = heapq.heappop(backoffs)
+            again[client].append(refused)
+            fill(client)
+            continue
+        if refusals and refusals[0][0] <= t:
+            _, _, client, refused = heapq.heappop(refusals)
+            in_flight[client] -= 1
+            seq += 1
+            heapq.heappush(backoffs, (t + retry_policy.delay(refused, retry_rng), seq, client, refused))
+            results[client].refused += 1
+            results[client].most_refused = max(results[client].most_refused, refused)
+            if fixed is None:
+                limits[client].overloaded()
+                now = (limits[client].limit, limits[client].phase, limits[client].plateau)
+                if trace is not None and now != state[client]:
+                    trace.append((t, client, *now))
+                state[client] = now
+            for c in range(clients):
+                if joined[c]:
+                    fill(c)
+            continue
         if joins and joins[0][0] <= t:
             c = joins.pop(0)[1]
             joined[c] = True
             fill(c)
             continue
         if sends and sends[0][0] <= t:
-            server.arrive(t, heapq.heappop(sends)[1])
+            arrive(t, heapq.heappop(sends)[1], 0)
             continue
         done = server.step(t)
         if done is None:
@@ -239,7 +292,8 @@ def simulate(*, capacity: int = 0, service_s: float = 0.1, clients: int = 1, sec
         if t >= measure_from:
             results[client].completions += 1
             results[client].latencies.append(t - sent)
-        if left[client] == 0 and in_flight[client] == 0:
+        if left[client] == 0 and in_flight[client] == 0 and not again[client] and \
+                not any(c == client for _, _, c, _ in backoffs):
             results[client].finished = t
         if fixed is None:
             before = limits[client].limit

@@ -16,7 +16,7 @@ import pytest
 
 from medhelm.devtools.mock_openai import MockOpenAIServer
 from medhelm.errors import ConfigError
-from medhelm.inference import ClientPool, PacingPolicy, pacing
+from medhelm.inference import ClientPool, PacingPolicy, RequestCache, RetryPolicy, pacing
 from medhelm.inference.pacing import (QUIET_DRAINS, RESYNC_DRAINS, AdaptiveLimit, Bucket, PaceSettings, Pacer,
                                       RateHeaders, parse_reset, retry_after_seconds)
 from medhelm.inference.pacing import Sample as _Sample, SoloLimit
@@ -371,6 +371,96 @@ def test_the_policy_starts_a_deployment_where_its_last_run_ended():
     assert (a.limit, b.limit, c.limit, fixed.limit) == (24, 64, 4, 3)  # b: never over the ceiling
 
 
+@pytest.mark.parametrize("capacity", [8, 24, 64])
+def test_a_short_first_run_teaches_its_second_to_pay_nothing(capacity):
+    """A 1,000-instance run at 24-64 workers ends before ``auto`` first cruises; what it learnt is then the highest
+    limit its climb showed free (``Limit.proven``: a doubling at a flat latency), as the pacer keeps it
+    (``Pacer.settled``). The second run, started there, is within 1.01 x of the best fixed setting."""
+    for seed in range(2):
+        kw = dict(capacity=capacity, service_s=0.05, instances=1000, seconds=120, seed=seed)
+        best = min(simulate(fixed=n, **kw)[0][0].finished for n in (capacity, 2 * capacity))
+        trace = []
+        _, limits = simulate(trace=trace, **kw)
+        cruised = [limit for _, _, limit, phase, _ in trace if phase == "cruise"]
+        learnt = cruised[-1] if cruised else limits[0].proven
+        assert capacity <= learnt <= 2 * capacity, (seed, learnt)
+        second, _ = simulate(make_limit=functools.partial(AdaptiveLimit, start=learnt), **kw)
+        assert second[0].finished <= 1.01 * best, (seed, second[0].finished / best)
+
+
+def test_a_remembered_limit_over_a_server_that_is_now_smaller_comes_down_and_no_instance_fails():
+    """Issue 53 item 4: the last run learnt 64, the server now has 8 workers and a queue of 8 and refuses (429) a
+    request past them. The controller's cut rule (halve on an overload) brings the limit down within the first
+    latencies; every instance is answered, none refused as often as the pool's retries allow (it would fail), and
+    the run takes no longer than at the best fixed setting."""
+    attempts = RetryPolicy().max_attempts
+    for seed in range(3):
+        kw = dict(capacity=8, service_s=0.05, instances=1000, seconds=120, seed=seed, refuse_over=16, measure_from=0)
+        best = min(simulate(fixed=n, **kw)[0][0].finished for n in (8, 16))
+        trace = []
+        res, limits = simulate(make_limit=functools.partial(AdaptiveLimit, start=64), trace=trace, **kw)
+        run = res[0]
+        assert run.finished is not None and run.completions == 1000, seed  # every instance answered
+        assert 0 < run.refused and run.most_refused < attempts, (seed, run.most_refused)
+        assert limits[0].limit <= 16, seed
+        first_low = next(t for t, _, limit, *_ in trace if limit <= 16)
+        assert first_low < 10 * 0.05, (seed, first_low)  # within ten service times
+        assert run.finished <= 1.05 * best, (seed, run.finished / best)
+
+
+def test_the_pool_keeps_auto_s_limit_beside_the_cache_per_deployment_endpoint_and_setting(tmp_path):
+    """The pool reads the remembered limit when it makes the deployment's pacer and writes each limit it settles
+    at; a fixed cap, a Job's shard and a pool without a cache (``--disable-cache``) neither read nor write it."""
+    path = tmp_path / "cache" / "requests.sqlite"
+    url = "http://127.0.0.1:9/v1"
+    cache = RequestCache(path)
+    cache.remember_limit(("gw/a", url, "auto"), 24)
+    cache.remember_limit(("gw/a", "http://elsewhere/v1", "auto"), 48)
+    cache.close()
+
+    def pacer(cache, policy, **kw):
+        pool = ClientPool(cache=cache, pacing=policy)
+        dep = Deployment(name="gw/a", model_name="gw/a", kind="openai", base_url=url, served_model_name="m", **kw)
+        return pool.pacer(pool.get(dep)._raw)
+
+    auto = PacingPolicy(adaptive=True, ceiling=256)
+    assert pacer(RequestCache(path), auto).start == 24  # this endpoint's, not the other's
+    assert pacer(RequestCache(path), PacingPolicy(adaptive=True, ceiling=16)).start == 16  # never over the ceiling
+    assert pacer(None, auto).start == 4  # no cache: the default start
+    assert pacer(RequestCache(path), PacingPolicy(adaptive=True, ceiling=256, share=0.25)).start == 4  # a shard
+    fixed = pacer(RequestCache(path), auto, max_concurrency=3)
+    assert fixed.start is None and fixed.limit == 3 and fixed._on_settled is None  # a fixed cap learns nothing
+    secret = RequestCache(path)
+    pool = ClientPool(cache=secret, pacing=auto)
+    keyed = pool.pacer(pool.get(Deployment(name="gw/k", model_name="gw/k", kind="openai", served_model_name="m",
+                                           base_url="https://user:s3cret@gw.example/v1?key=s3cret#x"))._raw)
+    keyed._on_settled(8)
+    secret.flush()
+    rows = secret._reader.execute("SELECT * FROM pacing_limits").fetchall()
+    assert ("gw/k", "https://gw.example/v1", "auto", 8) in [r[:4] for r in rows]
+    assert "s3cret" not in repr(rows)  # a credential in the URL is never written to the cache file
+    forget = RequestCache(path)
+    forget._reader.execute("DELETE FROM pacing_limits")  # how docs/pacing.md says to forget them
+    assert pacer(forget, auto).start == 4
+
+
+def test_an_older_cache_file_gets_the_limits_table_and_keeps_its_completions(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "requests.sqlite"
+    with sqlite3.connect(path) as conn:  # a cache file written before the table existed
+        conn.execute("CREATE TABLE completions (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)")
+        conn.execute("INSERT INTO completions VALUES ('k', '{}', 0)")
+    cache = RequestCache(path)
+    assert cache.learnt_limit(("d", "u", "auto")) is None
+    cache.remember_limit(("d", "u", "auto"), 12)
+    assert cache.learnt_limit(("d", "u", "auto")) == 12  # queued: already visible
+    cache.close()
+    again = RequestCache(path)
+    assert again.learnt_limit(("d", "u", "auto")) == 12 and again.learnt_limit(("d", "u", "fixed")) is None
+    assert again._reader.execute("SELECT key FROM completions").fetchall() == [("k",)]
+
+
 def _rounds(limit, rate, spread, n=16, seed=0):
     """A sample of ``n`` rounds at ``limit`` whose throughput is ``rate`` a second, each round's length drawn with
     a relative spread."""
@@ -643,3 +733,50 @@ def test_cli_auto_is_the_default_and_prints_the_pacing_line(tmp_path):
         assert srv.max_in_flight <= 256
         bad = subprocess.run(cmd[:-1] + ["--max-concurrency", "0"], capture_output=True, text=True, timeout=600)
         assert bad.returncode == 2 and "max-concurrency" in bad.stderr
+
+
+def test_a_second_run_starts_where_the_first_one_settled(tmp_path):
+    """Two runs in a row against the real mock, each its own pool over the same cache file (as two `medhelm run`s
+    of one local path): the second run's pacer starts at the limit the first one's settled at, read from the
+    cache's table. The first run's ceiling of 6 makes it settle within a few rounds (4 -> 6, or a trial between
+    them), whatever the machine's load; the second's ceiling is 64."""
+    path = tmp_path / "cache" / "requests.sqlite"
+    with MockOpenAIServer(latency_s=0.02) as srv:
+        async def run(ceiling, tag):
+            pool = ClientPool(cache=RequestCache(path), connections=ceiling,
+                              pacing=PacingPolicy(adaptive=True, ceiling=ceiling))
+            client = pool.get(_deployment(srv.base_url))
+            left = [GenerationRequest(messages=(Message("user", f"{tag} {i}"),), max_tokens=4) for i in range(600)]
+
+            async def worker():  # until the pacer settles (at least 100 requests, at most 600)
+                while left and (pool.pacer(client._raw).settled is None or len(left) > 500):
+                    await client.generate(left.pop())
+
+            # more workers than the ceiling: a window in which no request waited for a slot decides nothing
+            await asyncio.gather(*(worker() for _ in range(ceiling + 4)))
+            pacer = pool.pacer(client._raw)
+            await pool.aclose()
+            return pacer
+
+        first = asyncio.run(run(6, "first"))
+        kept = RequestCache(path).learnt_limit(("mock/paced", srv.base_url, "auto"))
+        second = asyncio.run(run(64, "second"))
+    assert first.start == 4 and first.settled in (4, 6)
+    assert kept == first.settled  # committed when the first run's pool closed
+    assert second.start == first.settled  # where the first run settled, not the default start
+    assert f"started at {first.settled} (learnt by the last run)" in second.summary()
+
+
+def test_a_limit_is_committed_while_the_run_goes_on(tmp_path):
+    """A run that is killed still teaches: the flusher commits a remembered limit with its next batch, without the
+    pool closing (read here from a second connection, as the next run would)."""
+    path = tmp_path / "requests.sqlite"
+
+    async def main():
+        cache = RequestCache(path, commit_interval_s=0.01)
+        cache.remember_limit(("d", "u", "auto"), 32)
+        await asyncio.wait_for(cache._flusher, 60)  # the flusher ends once nothing is queued
+        return cache
+
+    asyncio.run(main())  # never closed, never flushed by hand
+    assert RequestCache(path).learnt_limit(("d", "u", "auto")) == 32

@@ -10,6 +10,8 @@
 Order per request: cache lookup (a hit never waits for a slot) -> retries -> the deployment's pacer
 (``pacing.py``: a concurrency slot, fixed or adaptive, and its rate budget; held for one attempt, released
 during backoff; a 429/503 pauses it for ``Retry-After``) -> the kind's client.
+With a cache, ``auto``'s pacer starts at the limit the deployment's last run settled at and keeps the one it
+settles at (``RequestCache.learnt_limit``/``remember_limit``, keyed by deployment, endpoint and setting).
 Candidate models and judges share one pool, so they share connections, cache and counters. The
 observer (``medhelm.telemetry.Telemetry``) is bound once per (deployment, role): per request it costs a
 few counter increments (attempt code and latency, retries, in-flight, tokens, cache hits apart).
@@ -17,6 +19,8 @@ few counter increments (attempt code and latency, retries, in-flight, tokens, ca
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 import re
 import time
@@ -343,6 +347,18 @@ class PooledClient:
         await self._raw.aclose()
 
 
+def _endpoint(url: str | None) -> str:
+    """The base URL as the pacing limits' key keeps it: never a user, password, query string (a key in ``?key=``)
+    or fragment, which the cache file must not hold."""
+    import urllib.parse  # once per deployment
+
+    if not url:
+        return ""
+    parts = urllib.parse.urlsplit(url.strip())
+    netloc = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
 class ClientPool:
     def __init__(self, cache: RequestCache | None = None, retry: RetryPolicy | None = None,
                  observer: InferenceObserver | None = None, connections: int | None = None,
@@ -362,11 +378,18 @@ class ClientPool:
         if deployment not in self._pacers:
             local = not BY_KIND[deployment.kind.value].paced  # in-process engines and baselines: no server to pace
             settings = self.pacing.settings(fixed=deployment.max_concurrency, rate_limits=deployment.rate_limits,
-                                            local=local)
+                                            local=local, deployment=deployment.name)
+            remember = None
+            setting = settings.remembered_as
+            if self.cache is not None and setting is not None:  # auto: start where its last run settled
+                key = (deployment.name, _endpoint(deployment.base_url), setting)
+                if settings.start is None:
+                    settings = dataclasses.replace(settings, start=self.cache.learnt_limit(key))
+                remember = functools.partial(self.cache.remember_limit, key)
             paced = settings.fixed or settings.adaptive or settings.requests_per_minute or settings.tokens_per_minute
             bind = getattr(self.observer, "bind_pacing", None)
-            pacer = Pacer(settings, observer=bind(deployment) if bind is not None else None) if paced or (
-                not local and hasattr(raw, "rate_listener")) else None
+            pacer = Pacer(settings, observer=bind(deployment) if bind is not None else None,
+                          on_settled=remember) if paced or (not local and hasattr(raw, "rate_listener")) else None
             if pacer is not None and hasattr(raw, "rate_listener"):
                 raw.rate_listener = pacer.observe_headers  # the server's x-ratelimit-* headers reach the budget
             self._pacers[deployment] = pacer

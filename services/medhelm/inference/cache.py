@@ -26,6 +26,13 @@ A cache that was empty when this process opened it (a first run) answers a miss 
 the keys this process wrote are remembered in a fixed 1 MiB Bloom filter (a "maybe" asks SQLite), so a
 run of a million requests does not pay a million SELECTs that find nothing. Entries another process adds
 meanwhile are then not seen by this one (asked again: a cache is never needed for correctness).
+
+Beside the completions, table ``pacing_limits`` keeps the limit each deployment's ``--max-concurrency auto`` pacer
+last settled at, keyed by (deployment name, endpoint, setting) — ``PaceSettings.remembered_as`` names the setting;
+a fixed ``--max-concurrency N`` has none and never reads or writes it. ``learnt_limit`` reads it when the pool
+makes the deployment's pacer; ``remember_limit`` queues a new value, committed with the next batch (within
+``commit_interval_s``), so a run that is killed still leaves the last limit it settled at. Forgetting them:
+``DELETE FROM pacing_limits`` (or deleting the cache file). A limit is a number, never patient text.
 """
 
 from __future__ import annotations
@@ -74,6 +81,13 @@ def _sizes(n: int) -> list[int]:
 
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
+# Added to older cache files as they are opened (CREATE ... IF NOT EXISTS, as completions): nothing else changes.
+_LIMITS_SCHEMA = ("CREATE TABLE IF NOT EXISTS pacing_limits (deployment TEXT NOT NULL, endpoint TEXT NOT NULL, "
+                  "setting TEXT NOT NULL, learnt INTEGER NOT NULL, updated REAL NOT NULL, "
+                  "PRIMARY KEY (deployment, endpoint, setting))")
+_UPSERT_LIMIT = ("INSERT OR REPLACE INTO pacing_limits (deployment, endpoint, setting, learnt, updated) "
+                 "VALUES (?, ?, ?, ?, ?)")
+LimitKey = tuple[str, str, str]  # (deployment name, endpoint, setting): see the module's docstring
 
 
 def cache_file(local_path: str | Path) -> Path:
@@ -110,6 +124,7 @@ class RequestCache:
         self._writer: sqlite3.Connection | None = None
         self._write_lock = threading.Lock()  # one batch commit at a time per process
         self._pending: dict[str, str] = {}  # written by us, not yet committed: visible to get() already
+        self._limits: dict[LimitKey, int] = {}  # pacing limits remembered, not yet committed
         self._flusher: asyncio.Task[None] | None = None
         self._gathering = False  # the flusher is waiting for more entries (safe to cancel)
         self._committed: asyncio.Event | None = None  # set after each commit: wakes put()s that wait
@@ -126,6 +141,7 @@ class RequestCache:
         conn.execute("PRAGMA synchronous = NORMAL" if self.journal == "wal" else "PRAGMA synchronous = FULL")
         conn.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
         conn.execute(_SCHEMA)
+        conn.execute(_LIMITS_SCHEMA)
         return conn
 
     # -- reading -------------------------------------------------------------------------------
@@ -149,6 +165,14 @@ class RequestCache:
         return bool(ours[a >> 3] & (1 << (a & 7)) and ours[b >> 3] & (1 << (b & 7))  # type: ignore[index]
                     and ours[c >> 3] & (1 << (c & 7)))
 
+    def learnt_limit(self, key: LimitKey) -> int | None:
+        """The limit last remembered for ``key`` (deployment name, endpoint, setting), None if never."""
+        if key in self._limits:
+            return self._limits[key]
+        row = self._reader.execute("SELECT learnt FROM pacing_limits WHERE deployment = ? AND endpoint = ? AND "
+                                   "setting = ?", key).fetchone()
+        return int(row[0]) if row is not None and int(row[0]) >= 1 else None
+
     def __len__(self) -> int:
         self.flush()
         return int(self._reader.execute("SELECT COUNT(*) FROM completions").fetchone()[0])
@@ -164,6 +188,17 @@ class RequestCache:
             ours[a >> 3] |= 1 << (a & 7)
             ours[b >> 3] |= 1 << (b & 7)
             ours[c >> 3] |= 1 << (c & 7)
+        self._kick()
+
+    def remember_limit(self, key: LimitKey, limit: int) -> None:
+        """Queue the limit ``key``'s pacer settled at; committed with the next batch (``flush``/``aflush``)."""
+        if self._limits.get(key) == limit:
+            return
+        self._limits[key] = limit
+        self._kick()
+
+    def _kick(self) -> None:
+        """Make sure something commits what is queued: the running flusher, or now when there is no event loop."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no event loop: commit now
@@ -195,7 +230,7 @@ class RequestCache:
 
     async def _flush_loop(self) -> None:
         try:
-            while self._pending and not self._closing:
+            while (self._pending or self._limits) and not self._closing:
                 if len(self._pending) < BATCH:  # let a batch gather, until it is full or the interval is over
                     loop = asyncio.get_running_loop()
                     full = self._full = loop.create_future()
@@ -227,14 +262,14 @@ class RequestCache:
                 if self._gathering:
                     flusher.cancel()
                 await asyncio.gather(flusher, return_exceptions=True)
-            while self._pending:
+            while self._pending or self._limits:
                 await asyncio.to_thread(self._commit, dict(itertools.islice(self._pending.items(), BATCH)))
         finally:
             self._closing = False
 
     def flush(self) -> None:
         """Blocking commit of everything queued (for code without an event loop)."""
-        while self._pending:
+        while self._pending or self._limits:
             self._commit(dict(itertools.islice(self._pending.items(), BATCH)))
 
     def _commit(self, batch: dict[str, str]) -> None:
@@ -250,6 +285,9 @@ class RequestCache:
                     chunk = items[start:start + size]
                     start += size
                     self._writer.execute(_insert(size), [x for k, v in chunk for x in (k, v, now)])
+                limits = dict(self._limits)  # a handful of rows (one a paced deployment)
+                for key, limit in limits.items():
+                    self._writer.execute(_UPSERT_LIMIT, (*key, limit, now))
                 self._writer.execute("COMMIT")
                 self.commits += 1
             except BaseException:
@@ -258,6 +296,9 @@ class RequestCache:
         for key, value in batch.items():
             if self._pending.get(key) is value:  # a newer put of the same key stays queued
                 self._pending.pop(key, None)
+        for key, limit in limits.items():
+            if self._limits.get(key) == limit:  # a newer limit stays queued
+                self._limits.pop(key, None)
 
     async def aclose(self) -> None:
         await self.aflush()

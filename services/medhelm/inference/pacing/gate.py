@@ -51,6 +51,13 @@ class PaceSettings:
     share: float = 1.0  # this process's part of the configured budgets (a Job's shards split them evenly)
     start: int | None = None  # where ``auto`` starts: the limit the deployment's last run learnt (None: START_LIMIT)
 
+    @property
+    def remembered_as(self) -> str | None:
+        """The setting under which the limit ``auto`` settles at is kept between runs (beside the request cache),
+        None when nothing is kept: a fixed cap learns nothing, and a Job's shards restart their climb together
+        every minute from ``RESTART_LIMIT`` (a start of their own would set them apart until then)."""
+        return AUTO if self.adaptive and not self.fixed and self.share >= 1.0 else None
+
 
 @dataclass(frozen=True)
 class PacingPolicy:
@@ -90,7 +97,11 @@ class Pacer:
     """The per-deployment gate: ``async with pacer.slot(tokens):`` around one attempt; report its outcome."""
 
     def __init__(self, settings: PaceSettings, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], object] = asyncio.sleep, observer: PacerObserver | None = None) -> None:
+                 sleep: Callable[[float], object] = asyncio.sleep, observer: PacerObserver | None = None,
+                 on_settled: Callable[[int], None] | None = None) -> None:
+        """``on_settled(limit)``: called each time what ``auto`` learnt changes (``settled``: where it cruises — a
+        trial chose it, or an overload cut to it — or, before it first cruises, the highest limit its climb
+        showed free); the pool keeps the last one for the deployment's next run."""
         self.settings = settings
         self._clock, self._sleep = clock, sleep
         self.observer = observer or PacerObserver()
@@ -114,6 +125,12 @@ class Pacer:
         self._waiters: collections.deque[tuple[asyncio.Future[float], float]] = collections.deque()
         self._timer: asyncio.TimerHandle | None = None
         self._reported = (None, None)
+        self.start = self.adaptive.limit if self.adaptive is not None else None  # where auto started
+        # What auto has learnt so far, kept for the deployment's next run: the last limit it cruised at, or before it
+        # first cruises (a short run can end during the climb) the highest limit the climb showed free
+        self.settled: int | None = None
+        self._cruised = False
+        self._on_settled = on_settled
 
     @property
     def limit(self) -> int | None:
@@ -224,7 +241,8 @@ class Pacer:
             plateau = f", plateau {self.adaptive.plateau}" if self.adaptive.plateau is not None else ""
             drains = f", {self.adaptive.drains} drains ({self.adaptive.restarts} restarts)" \
                 if self.adaptive.drains else ""
-            parts.append(f"auto: {self.adaptive.limit} in flight{plateau}{drains}")
+            learnt = f", started at {self.start} (learnt by the last run)" if self.settings.start else ""
+            parts.append(f"auto: {self.adaptive.limit} in flight{plateau}{drains}{learnt}")
         elif self.settings.fixed:
             parts.append(f"fixed: {self.settings.fixed} in flight")
         budgets = [f"{b.per_minute:g} {what}/min" for b, what in ((self._requests, "requests"),
@@ -266,11 +284,21 @@ class Pacer:
             bucket.cap(remaining, now)
 
     def _report(self) -> None:
-        if self.adaptive is not None:
-            state = (self.adaptive.limit, self.adaptive.plateau)
+        adaptive = self.adaptive
+        if adaptive is not None:
+            state = (adaptive.limit, adaptive.plateau)
             if state != self._reported:
                 self._reported = state
                 self.observer.limit_changed(*state)
+            if adaptive.phase == "cruise":
+                self._cruised = True
+                learnt = adaptive.limit
+            else:  # before it first cruises, the highest limit its climb showed the server serves at once
+                learnt = None if self._cruised else adaptive.proven
+            if learnt is not None and learnt != self.settled:
+                self.settled = learnt
+                if self._on_settled is not None:
+                    self._on_settled(learnt)
 
     def _arm(self, delay: float) -> None:
         loop = asyncio.get_running_loop()

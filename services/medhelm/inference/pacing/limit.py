@@ -32,6 +32,7 @@ class Limit:
         self.ceiling = ceiling
         self.limit = max(1, min(start, ceiling))
         self.plateau: int | None = None  # the limit the climb found (None while starting)
+        self.proven: int | None = None  # the highest limit a doubling at a flat latency showed free (solo climb)
         self.phase = "startup"  # startup | cruise | probe_up | probe_down (| drain: shards)
         self._cruise = cruise  # windows at a limit before a probe of its neighbour
         self._tolerance = latency_tolerance

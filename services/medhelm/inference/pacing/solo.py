@@ -131,6 +131,7 @@ class SoloLimit(Limit):
             self._go((hi if lo.windows else lo).limit, self.phase)
             return
         if lo.median() > 0 and hi.median() <= FLAT_LATENCY * lo.median():
+            self.proven = max(hi.limit, self.proven or 0)
             self._start_trial("startup", hi)
             return
         self._climbing = False
