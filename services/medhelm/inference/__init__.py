@@ -348,15 +348,9 @@ class PooledClient:
 
 
 def _endpoint(url: str | None) -> str:
-    """The base URL as the pacing limits' key keeps it: never a user, password, query string (a key in ``?key=``)
-    or fragment, which the cache file must not hold."""
-    import urllib.parse  # once per deployment
-
-    if not url:
-        return ""
-    parts = urllib.parse.urlsplit(url.strip())
-    netloc = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    """The base URL as the pacing limits' key keeps it (``public_url``: no user, password, query or fragment,
+    which the cache file must not hold)."""
+    return public_url(url) or ""
 
 
 class ClientPool:
