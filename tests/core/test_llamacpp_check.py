@@ -20,6 +20,7 @@ import pytest
 
 from medhelm.deployments import resolve_gguf
 from medhelm.inference import llamacpp_build, llamacpp_check
+from medhelm.errors import ConfigError
 from medhelm.inference.llamacpp_check import RuntimeUnusable, check_runtime
 
 pytestmark = [pytest.mark.embedded]
@@ -165,3 +166,12 @@ def test_a_cpu_below_the_baseline_is_one_line_not_a_signal(gguf, fresh_checks):
 def platform_machine() -> str:
     import platform
     return platform.machine()
+
+
+def test_a_model_file_llama_cpp_cannot_read_is_a_config_error_naming_it(tmp_path, fresh_checks):
+    pytest.importorskip("llama_cpp")
+    bad = tmp_path / "m.gguf"
+    bad.write_bytes(b"GGUF")
+    with pytest.raises(ConfigError) as err:
+        check_runtime(bad)
+    assert str(err.value).startswith(f"{bad}: cannot load GGUF model") and err.value.exit_code == 2

@@ -129,7 +129,9 @@ def test_one_scheduled_cycle_end_to_end(tmp_path, mock_openai, start_service, he
     deployments = "model_deployments:\n" + "".join(
         f"  - name: mock/{n}\n    model_name: test/{n}\n    kind: openai\n    base_url: {mock_openai}\n"
         f"    served_model_name: {n}\n    max_sequence_length: 2048\n" for n in ("svc-model", "judge"))
-    values = {"modelDeployments": deployments, "schedules": [{
+    # the services started here speak plaintext; the chart's default (mutual TLS) is proven by
+    # test_kube_play's default-tls mode
+    values = {"modelDeployments": deployments, "tls": {"enabled": False}, "schedules": [{
         "name": "nightly", "schedule": "30 0 * * *", "timeZone": "Europe/Berlin", "shards": SHARDS,
         "maxConcurrency": 2,
         "runEntries": ["medhelm_configurable_benchmark:model=test/svc-model,config_path=/data/bench/bench.yaml"]}]}

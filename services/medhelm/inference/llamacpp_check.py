@@ -11,8 +11,9 @@ Failure semantics:
 * the child dies by a signal: ``RuntimeUnusable`` (exit 69), one line naming the signal, the library's
   version, this CPU and the exact command that rebuilds the library portably (``llamacpp_build``); raised at
   planning, so nothing of the run is written.
-* the child exits non-zero with an error it could state (e.g. the model file is unreadable): the same error
-  class, with that line.
+* the child exits non-zero because llama.cpp cannot read the model file: a ``ConfigError`` naming the file
+  (exit 2), as loading it in-process would say; with any other error it could state: ``RuntimeUnusable`` with
+  that line.
 * llama-cpp-python is not installed: no check (loading the model then says how to install it).
 * a check that passed is remembered by a marker file keyed by the library's files (name, size, mtime), its
   version and this CPU's identity (``/proc/cpuinfo``'s vendor, model and flags): the next process on the
@@ -37,7 +38,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from medhelm.errors import MedhelmError
+from medhelm.errors import ConfigError, MedhelmError
 from medhelm.inference import llamacpp_build
 
 PROMPT = "Answer with one word: is aspirin a medicine?"
@@ -178,7 +179,10 @@ def check_runtime(gguf: Path, *, n_threads: int = 1, fresh: bool = False,
                 _results.append(result)
             _remember(marker, answer, cpu)
         return result
-    raise RuntimeUnusable(_failure(child.returncode, _error(child.stdout), cpu, flags))
+    error = _error(child.stdout)
+    if child.returncode > 0 and error.startswith("ValueError"):  # llama.cpp could not read the model file
+        raise ConfigError(f"cannot load GGUF model ({error.partition(': ')[2][:200] or 'unreadable'})", path=gguf)
+    raise RuntimeUnusable(_failure(child.returncode, error, cpu, flags))
 
 
 def _remember(marker: Path, answer: str, cpu: str) -> None:

@@ -264,9 +264,12 @@ class SqliteStore(Store):
         self._new_file = not path.exists() or path.stat().st_size == 0
         self.url = f"sqlite:///{path}"
         self.path = path
-        if not self._new_file:
-            if _head(path) != b"SQLite format 3\x00":
+        if not self._new_file and _head(path) != b"SQLite format 3\x00":
+            if not os.path.exists(f"{path}-journal"):
                 raise ConfigError("not a SQLite file (a results store is made by `medhelm summarize`)", path=path)
+            # another summarize is making this store in its first transaction (its pages spilled before the
+            # header): a new store for us too, and SQLite's lock makes us wait for that transaction to end
+            self._new_file = True
         with self._damaged():
             conn = sqlite3.connect(str(path), check_same_thread=False, timeout=BUSY_TIMEOUT_S)
             tables = set() if self._new_file else \
