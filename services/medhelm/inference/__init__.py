@@ -8,7 +8,7 @@
     await pool.aclose()
 
 Order per request: cache lookup (a hit never waits for a slot) -> retries -> the deployment's pacer
-(``pacing.py``: a concurrency slot, fixed or adaptive, and its rate budget; held for one attempt, released
+(``pacing/``: a concurrency slot, fixed or adaptive, and its rate budget; held for one attempt, released
 during backoff; a 429/503 pauses it for ``Retry-After``) -> the kind's client.
 With a cache, ``auto``'s pacer starts at the limit the deployment's last run settled at and keeps the one it
 settles at (``RequestCache.learnt_limit``/``remember_limit``, keyed by deployment, endpoint and setting).

@@ -61,7 +61,7 @@ def provider_error(where: str, reply: HttpReply, request: GenerationRequest) -> 
     label = f"{kind}: {text}" if kind and text else kind or text
     err = InferenceError(f"{where}: HTTP {status}" + (f": {safe_server_message(label, request)}" if label else ""),
                          retryable=retryable, status=status, retry_after=retry_after(reply.headers))
-    err.throttled = kind in THROTTLED  # the pacer halves for it whatever status carried it (inference/pacing.py)
+    err.throttled = kind in THROTTLED  # the pacer halves for it whatever status carried it (inference/pacing/)
     return err
 
 
