@@ -22,6 +22,7 @@ stderr) and the others still run; the doc section is written only when every var
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -34,11 +35,15 @@ import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from doc_sections import write_section  # noqa: E402  (a sibling module when run as a script)
+from doc_sections import cpu_described, write_section  # noqa: E402  (a sibling module when run as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "services" / "medhelm" / "inference"))
-import llamacpp_build  # noqa: E402  (the owner of the portable flags; stdlib only, loaded without medhelm)
+# The owner of the portable flags, loaded from its file (stdlib only, without medhelm; never its folder on sys.path,
+# where inference/http.py would shadow the standard library's http)
+_spec = importlib.util.spec_from_file_location(
+    "llamacpp_build", ROOT / "services" / "medhelm" / "inference" / "llamacpp_build.py")
+llamacpp_build = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(llamacpp_build)
 
 MINIMAL = f"-DCMAKE_PROJECT_llama.cpp_INCLUDE={ROOT / 'scripts' / 'llama_cpp_minimal.cmake'}"
 PORTABLE = list(llamacpp_build.portable_args())
@@ -177,21 +182,9 @@ def greedy(src: Path | None, build: Path | None, python: str = sys.executable) -
 
 
 def _cpu() -> tuple[str, str]:
-    """This CPU's model name and which of the instruction sets that matter here it advertises."""
-    name, flags = "unknown", set()
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and name == "unknown":
-                name = value.strip()
-            if key.strip() == "flags" and not flags:
-                flags = set(value.split())
-    except OSError:
-        pass
-    shown = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8")
-             if f in flags]
-    return name, "advertises " + (" ".join(shown) or "none of avx2/avx512/amx") + \
-        ("" if "amx_tile" in flags else " (no AMX)")
+    name, found, amx = cpu_described(("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile",
+                                      "amx_int8"))
+    return name, f"advertises {found}" + ("" if amx else " (no AMX)")
 
 
 def main() -> int:

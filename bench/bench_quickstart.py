@@ -31,7 +31,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from doc_sections import write_section  # noqa: E402  (a sibling module when run as a script)
+from doc_sections import cpu_described, write_section  # noqa: E402  (a sibling module when run as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 300.0
@@ -132,20 +132,8 @@ def one_run(work: Path, cache: str) -> dict:
 
 
 def cpu_model() -> tuple[str, str]:
-    """This CPU's model name and the instruction sets that decide the llama.cpp build's fate (AMX or not)."""
-    name, flags = "unknown", set()
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and name == "unknown":
-                name = value.strip()
-            if key.strip() == "flags" and not flags:
-                flags = set(value.split())
-    except OSError:
-        pass
-    shown = [f for f in ("avx2", "avx512f", "amx_tile") if f in flags]
-    return name, "flags " + (" ".join(shown) or "(none of avx2/avx512f/amx_tile)") + \
-        ("" if "amx_tile" in flags else ", no AMX")
+    name, found, amx = cpu_described(("avx2", "avx512f", "amx_tile"))
+    return name, f"flags {found}" + ("" if amx else ", no AMX")
 
 
 def main() -> int:

@@ -24,3 +24,21 @@ def write_section(name: str, title: str, body: str, doc: Path = DOC) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     doc.write_text(text)
+
+
+def cpu_described(shown: tuple[str, ...]) -> tuple[str, str, bool]:
+    """This CPU's model name, and which of the instruction sets ``shown`` it advertises (with "no AMX" when it
+    does not advertise amx_tile): what decides whether a llama.cpp build runs on it."""
+    name, flags = "unknown", set()
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and name == "unknown":
+                name = value.strip()
+            if key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    found = [f for f in shown if f in flags]
+    return name, " ".join(found) or "none of " + "/".join(shown), "amx_tile" in flags
+
