@@ -87,7 +87,7 @@ def sdk_weight(dists: list[str]) -> tuple[int, int]:
 
 
 def start_fake(kind: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "medhelm.devtools.fake_providers", kind], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "medhelm.devtools.fakes", kind], stdout=subprocess.PIPE,
                             text=True, env={**os.environ, **KEYS})
     line = proc.stdout.readline()
     return proc, line.rsplit(" ", 1)[-1].strip()

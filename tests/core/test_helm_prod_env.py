@@ -383,7 +383,8 @@ class Gateway:
 
 
 def test_the_nine_paper_models_answer_through_the_gateway_with_the_key_from_credentials_conf(tmp_path):
-    from medhelm.devtools.fake_providers import FakeAzureOpenAI, FakeSHCGateway
+    from medhelm.devtools.fakes.azure_openai import FakeAzureOpenAI
+    from medhelm.devtools.fakes.shc import FakeSHCGateway
 
     shc_routes = {"/Claude37Sonnet/claude-3-7-sonnet": "claude", "/Claude35Sonnetv2/claude-3-5-sonnet": "claude",
                   "/gcp-gem20flash-fa/apim-gcp-gem20flash-fa": "google",
@@ -446,7 +447,7 @@ def test_the_nine_paper_models_answer_through_the_gateway_with_the_key_from_cred
 
 
 def test_helms_azure_openai_client_with_its_key_in_credentials_conf(tmp_path):
-    from medhelm.devtools.fake_providers import FakeAzureOpenAI
+    from medhelm.devtools.fakes.azure_openai import FakeAzureOpenAI
 
     with FakeAzureOpenAI(api_key=SECRET) as azure:
         env = write_yaml(tmp_path / "env", [entry("helm.clients.azure_openai_client.AzureOpenAIClient",
@@ -466,7 +467,7 @@ def test_helms_azure_openai_client_with_its_key_in_credentials_conf(tmp_path):
 def test_shcs_own_azure_client_sends_the_key_as_azure_does_and_helms_body(tmp_path):
     """StanfordHealthCareSHCOpenAIClient hands the key to Azure's client itself (the `api-key` header, not a
     gateway key) at its fixed api-version; the body is HELM's."""
-    from medhelm.devtools.fake_providers import FakeAzureOpenAI
+    from medhelm.devtools.fakes.azure_openai import FakeAzureOpenAI
 
     with FakeAzureOpenAI(api_key=SECRET) as azure:
         env = write_yaml(tmp_path / "env", [entry(

@@ -1,18 +1,29 @@
-"""Provider fixtures: the local fakes of the cloud APIs (``medhelm.devtools.fake_providers``), the
-credentials they expect in the environment, deployments of each native kind pointing at them, and a TLS
-certificate for the fakes that official SDKs only reach over https (azure-identity's authority)."""
+"""What the provider tests share: the local fakes of the cloud APIs (``medhelm.devtools.fakes``), the
+credentials they expect in the environment, deployments of each native kind pointing at them, our clients
+through one ClientPool (``native_deployment``, ``short_request``, ``generate``), ``medhelm run`` in a child
+process over pubmed_qa with a planted marker (``marked_mirror``, ``assert_no_marker``), and a TLS certificate
+for the fakes that official SDKs only reach over https (azure-identity's authority)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
-from medhelm.devtools.fake_providers import FakeAnthropic, FakeAzureOpenAI, FakeBedrock, FakeGemini
+from medhelm.devtools.fakes.anthropic import FakeAnthropic
+from medhelm.devtools.fakes.azure_openai import FakeAzureOpenAI
+from medhelm.devtools.fakes.bedrock import FakeBedrock
+from medhelm.devtools.fakes.gemini import FakeGemini
 from medhelm.devtools.mock_openai import default_responder
+from medhelm.inference import ClientPool, RetryPolicy
+from medhelm.specs import Deployment, GenerationRequest, Message
 
 AWS_KEY, AWS_SECRET = "AKIDMEDHELMTEST", "medhelm/secret/for+tests"
 KEYS = {"ANTHROPIC_TEST_KEY": "sk-ant-test-key", "GEMINI_TEST_KEY": "AIza-test-key", "AZURE_TEST_KEY": "azure-test-key",
@@ -86,3 +97,94 @@ def tls(tmp_path_factory) -> dict[str, str]:
     run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
         "-extfile", "san.cnf", "-out", "server.pem")
     return {"ca": str(d / "ca.pem"), "cert": str(d / "server.pem"), "key": str(d / "server.key")}
+
+
+# -- our clients against the fakes --------------------------------------------------------------------------
+
+FAST = RetryPolicy(max_attempts=4, base_delay_s=0.0, max_delay_s=0.0, jitter="none")
+
+
+def native_deployment(kind: str, base_url: str, **options) -> Deployment:
+    entry = deployment_entry(kind, base_url, **options)
+    entry.pop("max_sequence_length")
+    return Deployment(**entry)
+
+
+def short_request(text: str = "Is aspirin an NSAID? yes or no", **kw) -> GenerationRequest:
+    return GenerationRequest(messages=(Message("system", "Answer briefly."), Message("user", text)), max_tokens=16, **kw)
+
+
+async def generate(dep: Deployment, request: GenerationRequest, policy: RetryPolicy = FAST):
+    pool = ClientPool(retry=policy)
+    try:
+        completion = await pool.get(dep).generate(request)
+        return completion, pool.stats[dep.name]
+    finally:
+        await pool.aclose()
+
+
+def entra_env(srv, **extra) -> dict[str, str]:
+    return {"AZURE_TENANT_ID": srv.tenant, "AZURE_CLIENT_ID": srv.client_id, "AZURE_AUTHORITY_HOST": srv.base_url,
+            **extra}
+
+
+def post_json(url: str, body: dict, headers: dict[str, str]) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json",
+                                                                                   **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+# -- medhelm run through the fakes ---------------------------------------------------------------------------
+
+MARKER = "QZX-PLANTED-MARKER-7c1e"
+
+
+@pytest.fixture(scope="module")
+def marked_mirror(shared_data, tmp_path_factory) -> Path:
+    """pubmed_qa's slice with MARKER planted in every question (a copy in a temp folder, never in the repo)."""
+    data = json.loads((shared_data / "pubmedqa" / "ori_pqal_sample.json").read_text())
+    for item in data.values():
+        item["QUESTION"] = f"{item['QUESTION']} ({MARKER})"
+    root = tmp_path_factory.mktemp("marked")
+    (root / "pubmed_qa").mkdir()
+    (root / "pubmed_qa" / "ori_pqal.json").write_text(json.dumps(data))
+    return root
+
+
+def medhelm(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, **KEYS}
+    return subprocess.run([sys.executable, "-m", "medhelm", *args], capture_output=True, text=True, timeout=600,
+                          env=env)
+
+
+def only_run(out: Path) -> Path:
+    runs = list((out / "runs" / "default").iterdir())
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "instances.jsonl").read_text().splitlines() if line]
+
+
+def assert_no_marker(*procs: subprocess.CompletedProcess, folders: tuple[Path, ...] = ()) -> None:
+    """The marker is in no output stream, no log, no status file and no error field of a record."""
+    for proc in procs:
+        assert MARKER not in proc.stdout and MARKER not in proc.stderr
+    for folder in folders:
+        for path in folder.rglob("*"):
+            if not path.is_file() or path.suffix in (".sqlite", ".db", ".sqlite-wal") or "cache" in path.parts:
+                continue
+            text = path.read_text(errors="replace")
+            if path.name == "instances.jsonl":  # records hold the prompt by design; never in an error
+                for rec in map(json.loads, text.splitlines()):
+                    assert MARKER not in json.dumps(rec.get("error")), path
+                continue
+            if path.name in ("scenario_state.json", "display_predictions.json", "display_requests.json",
+                             "instances.json"):
+                continue  # HELM-shaped copies of the records: the prompt by design
+            assert MARKER not in text, path

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from medhelm.devtools.fake_providers import FakeGemini
+from medhelm.devtools.fakes.gemini import FakeGemini
 from medhelm.devtools.fakes.google_oauth import AUDIENCE, FakeGoogleOAuth
 from medhelm.errors import ConfigError, InferenceError
 from medhelm.inference import make_client

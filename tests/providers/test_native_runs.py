@@ -1,8 +1,9 @@
 """`medhelm run` through each native kind, against the fakes (real pubmed_qa data from ../shared/data):
 records complete with token usage (reasoning apart), a cache hit on re-run, throttling/overload retried
 inside a run, resume after the server is killed mid-run (0 lost, 0 duplicated), a jury whose judges are
-native kinds, and a planted marker (a unique string in every instance's text) absent from every log,
-message and error — even when a server's error quotes the prompt."""
+native kinds, a missing credential said at planning, and a planted marker (a unique string in every
+instance's text) absent from every log, message and error — even when a server's error quotes the prompt.
+Runs of one provider's own behaviour are in its tests/providers/test_<kind>.py."""
 
 from __future__ import annotations
 
@@ -10,61 +11,25 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.providers.conftest import KEYS, KINDS, deployment_entry, judging_responder, make_fake, write_deployments
+from tests.providers.conftest import (
+    KEYS,
+    KINDS,
+    MARKER,
+    assert_no_marker,
+    deployment_entry,
+    judging_responder,
+    make_fake,
+    medhelm,
+    only_run,
+    records,
+    write_deployments,
+)
 
-MARKER = "QZX-PLANTED-MARKER-7c1e"
+
 FAULT = {"anthropic": "overloaded", "gemini": "throttle", "bedrock": "throttle", "azure_openai": "throttle"}
-
-
-@pytest.fixture(scope="module")
-def marked_mirror(shared_data, tmp_path_factory) -> Path:
-    """pubmed_qa's slice with MARKER planted in every question (a copy in a temp folder, never in the repo)."""
-    data = json.loads((shared_data / "pubmedqa" / "ori_pqal_sample.json").read_text())
-    for item in data.values():
-        item["QUESTION"] = f"{item['QUESTION']} ({MARKER})"
-    root = tmp_path_factory.mktemp("marked")
-    (root / "pubmed_qa").mkdir()
-    (root / "pubmed_qa" / "ori_pqal.json").write_text(json.dumps(data))
-    return root
-
-
-def medhelm(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, **KEYS}
-    return subprocess.run([sys.executable, "-m", "medhelm", *args], capture_output=True, text=True, timeout=600,
-                          env=env)
-
-
-def only_run(out: Path) -> Path:
-    runs = list((out / "runs" / "default").iterdir())
-    assert len(runs) == 1, runs
-    return runs[0]
-
-
-def records(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "instances.jsonl").read_text().splitlines() if line]
-
-
-def assert_no_marker(*procs: subprocess.CompletedProcess, folders: tuple[Path, ...] = ()) -> None:
-    """The marker is in no output stream, no log, no status file and no error field of a record."""
-    for proc in procs:
-        assert MARKER not in proc.stdout and MARKER not in proc.stderr
-    for folder in folders:
-        for path in folder.rglob("*"):
-            if not path.is_file() or path.suffix in (".sqlite", ".db", ".sqlite-wal") or "cache" in path.parts:
-                continue
-            text = path.read_text(errors="replace")
-            if path.name == "instances.jsonl":  # records hold the prompt by design; never in an error
-                for rec in map(json.loads, text.splitlines()):
-                    assert MARKER not in json.dumps(rec.get("error")), path
-                continue
-            if path.name in ("scenario_state.json", "display_predictions.json", "display_requests.json",
-                             "instances.json"):
-                continue  # HELM-shaped copies of the records: the prompt by design
-            assert MARKER not in text, path
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -204,31 +169,6 @@ def test_jury_with_native_judges(tmp_path):
     assert_no_marker(proc, again, folders=(tmp_path / "out", tmp_path / "out2"))
 
 
-def test_a_gemini_safety_block_is_one_instance_s_outcome(marked_mirror, tmp_path):
-    """One prompt blocked by Gemini's safety filter: that record says content_filter with no text, the others
-    answer, the run completes without an error (a block is the model's answer, not a failure to get one)."""
-    with make_fake("gemini") as srv:
-        run = ["run", "-r", "pubmed_qa:model=gemini/fake-model", "--data-dir", str(marked_mirror), "--offline",
-               "-m", "4", "--max-concurrency", "1", "-q"]
-        first = medhelm(*run, "--local-path", str(write_deployments(tmp_path / "env1", [
-            deployment_entry("gemini", srv.base_url)])), "-o", str(tmp_path / "a"))
-        assert first.returncode == 0, first.stderr
-        blocked_id, blocked = next((r["instance"]["id"], r) for r in records(only_run(tmp_path / "a"))[1:2])
-        srv.block_marker = " ".join(blocked["instance"]["input"].split()[:8])  # only that instance's text
-        second = medhelm(*run, "--local-path", str(write_deployments(tmp_path / "env2", [  # a fresh cache
-            deployment_entry("gemini", srv.base_url)])), "-o", str(tmp_path / "b"))
-        assert second.returncode == 0, second.stderr
-    run_dir = only_run(tmp_path / "b")
-    status = json.loads((run_dir / "run.json").read_text())
-    assert status["status"] == "complete" and status["errors"] == 0 and status["instances_done"] == 4
-    by_id = {r["instance"]["id"]: r for r in records(run_dir)}
-    assert by_id[blocked_id]["error"] is None
-    assert by_id[blocked_id]["completion"]["finish_reason"] == "content_filter"
-    assert by_id[blocked_id]["completion"]["text"] == ""
-    assert all(r["completion"]["finish_reason"] == "stop" and r["completion"]["text"] for i, r in by_id.items()
-               if i != blocked_id)
-
-
 @pytest.mark.parametrize("kind,missing", [("bedrock", "AWS_SECRET_ACCESS_KEY"), ("anthropic", "GATEWAY_TEST_KEY")])
 def test_a_missing_credential_variable_is_said_at_planning(kind, missing, marked_mirror, tmp_path):
     options = {"subscription_key_env": "GATEWAY_TEST_KEY"} if kind == "anthropic" else {}
@@ -242,55 +182,6 @@ def test_a_missing_credential_variable_is_said_at_planning(kind, missing, marked
     assert not (tmp_path / "out" / "runs").exists()  # checked before anything is written
 
 
-@pytest.mark.parametrize("helm_class,route,reply", [
-    ("helm.clients.stanfordhealthcare_claude_client.StanfordHealthCareClaudeClient", "Claude37Sonnet/claude-3-7-sonnet",
-     "message"),
-    ("helm.clients.stanfordhealthcare_claude_client.StanfordHealthCareClaudeClient", "Claude37Sonnet/claude-3-7-sonnet",
-     "list"),
-    ("helm.clients.stanfordhealthcare_google_client.StanfordHealthCareGoogleClient",
-     "gcp-gem20flash-fa/apim-gcp-gem20flash-fa", "chunks")])
-def test_pubmed_qa_through_stanford_health_cares_text_routes(helm_class, route, reply, marked_mirror, tmp_path):
-    """A HELM prod_env entry of a StanfordHealthCare HTTP class runs through our gateway mapping, sending the
-    body HELM's class sends (the fake refuses any other shape) to {endpoint}/{deployment}."""
-    from medhelm.devtools.fake_providers import FakeSHCGateway
-
-    kind = "claude" if "Claude" in helm_class else "google"
-    key = "shc-subscription-9e1f"
-    with FakeSHCGateway(routes={"/" + route: kind}, subscription_key=key,
-                        claude_reply="list" if reply == "list" else "message") as srv:
-        env = tmp_path / "prod_env"
-        env.mkdir()
-        (env / "model_deployments.yaml").write_text(json.dumps({"model_deployments": [{
-            "name": "stanfordhealthcare/model-x", "model_name": "vendor/model-x", "tokenizer_name": "vendor/model-x",
-            "max_sequence_length": 4096,
-            "client_spec": {"class_name": helm_class, "args": {"model": "model-x-001", "deployment": route}}}]}))
-        (env / "credentials.conf").write_text(f'stanfordhealthcareEndpoint: "{srv.base_url}"\n'
-                                              f'stanfordhealthcareApiKey: "{key}"\n')
-        srv.fail_next(1, "throttle")  # APIM's 429 with Retry-After: retried inside the run
-        run = ["run", "-r", "pubmed_qa:model=vendor/model-x", "--data-dir", str(marked_mirror), "--offline", "-m", "4",
-               "--max-concurrency", "2", "--local-path", str(env), "-o", str(tmp_path / "out"), "-q"]
-        done = medhelm(*run)
-        assert done.returncode == 0, done.stderr
-        status = json.loads((only_run(tmp_path / "out") / "run.json").read_text())
-        assert (status["status"], status["instances_done"], status["errors"], status["retries"]) == ("complete", 4, 0, 1)
-        recs = records(only_run(tmp_path / "out"))
-        assert all(r["completion"]["text"] in ("A", "B", "C") for r in recs)
-        assert len(srv.requests) == 4 and all(r["path"] == "/" + route for r in srv.requests)
-        body = srv.requests[0]["body"]
-        if kind == "claude":
-            assert set(body) == {"model_id", "prompt_text", "max_tokens", "temperature"}
-            assert body["model_id"] == "model-x-001" and MARKER in body["prompt_text"]
-        else:
-            assert body["contents"]["role"] == "user" and MARKER in body["contents"]["parts"]["text"]
-            assert body["generation_config"]["candidateCount"] == 1
-        usage = recs[0]["completion"]["usage"]
-        if reply == "list":  # a bare content list states no usage
-            assert usage["completion_tokens"] is None
-        else:
-            assert usage["prompt_tokens"] > 50 and usage["completion_tokens"] == 1
-    assert_no_marker(done, folders=(tmp_path / "out",))
-
-
 @pytest.mark.parametrize("kind,options", [
     ("anthropic", {"thinking_budget": 1024}),
     ("bedrock", {"additional_model_request_fields": {"thinking": {"type": "enabled", "budget_tokens": 1024}}})])
@@ -298,7 +189,7 @@ def test_thinking_models_answer_scored_thinking_counted_apart(kind, options, mar
     """Claude thinking (Messages ``thinking`` blocks, Converse ``reasoningContent``): the letter is the answer
     scored, the thinking text is in no record, and its tokens — billed inside the one output count — are
     recorded apart as an estimate, flagged."""
-    from medhelm.devtools.fake_providers import THOUGHT
+    from medhelm.devtools.fakes.server import THOUGHT
 
     with make_fake(kind) as srv:
         local = write_deployments(tmp_path / "env", [deployment_entry(kind, srv.base_url, **options)])

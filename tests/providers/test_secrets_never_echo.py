@@ -28,7 +28,11 @@ import grpc
 import pytest
 import yaml
 
-from medhelm.devtools.fake_providers import FakeAnthropic, FakeAzureOpenAI, FakeBedrock, FakeGemini, FakeSHCGateway
+from medhelm.devtools.fakes.anthropic import FakeAnthropic
+from medhelm.devtools.fakes.azure_openai import FakeAzureOpenAI
+from medhelm.devtools.fakes.bedrock import FakeBedrock
+from medhelm.devtools.fakes.gemini import FakeGemini
+from medhelm.devtools.fakes.shc import FakeSHCGateway
 from medhelm.devtools.fixtures import write_configurable_benchmark
 from medhelm.devtools.mock_openai import MockOpenAIServer
 

@@ -15,7 +15,7 @@ import yaml
 
 from medhelm import helm_env
 from medhelm.deployments import DeploymentRegistry
-from medhelm.devtools.fake_providers import FakeGemini
+from medhelm.devtools.fakes.gemini import FakeGemini
 from medhelm.devtools.fakes.google_oauth import FakeGoogleOAuth
 from medhelm.devtools.fakes.vertex_text import FakeVertexText
 from medhelm.errors import ConfigError

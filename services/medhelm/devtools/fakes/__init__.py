@@ -1,3 +1,12 @@
-"""One fake per provider (``<provider>.py``), each built from the provider's published API reference and proven
-by driving it with the provider's official client (tests/providers/test_<provider>.py). The shared server and
-the older fakes are in ``devtools/fake_providers.py``."""
+"""Local fakes of the cloud model APIs, strict as the real services, for tests and benchmarks: one module per
+provider kind of ``backend_kinds.KINDS`` (``<kind>.py``, mirroring ``inference/<kind>.py``; its test
+``tests/providers/test_<kind>.py`` drives it with the provider's official client), ``server.py`` (the server
+and bookkeeping they share), ``sigv4.py`` (AWS's signature check), ``google_oauth.py`` (Google's token
+endpoint), ``shc.py`` (Stanford Health Care's gateway routes).
+
+    with FakeAnthropic(api_key="k") as srv:
+        srv.base_url; srv.requests; srv.fail_next(2, "overloaded"); srv.kill(); srv.restart()
+
+In ``medhelm.devtools``, not ``tests/``: bench/bench_native_clients.py measures our clients against them, and
+a developer can point a deployment at one: ``python -m medhelm.devtools.fakes anthropic --port 8000``.
+"""

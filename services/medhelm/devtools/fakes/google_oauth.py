@@ -12,8 +12,7 @@
   (``authorized_user_file``).
 
 The reply is ``{"access_token", "expires_in", "token_type": "Bearer"}``; ``access_token`` is fixed when given
-(so a model fake can require exactly that token), else random. ``issued`` lists the tokens given out.
-"""
+(so a model fake can require exactly that token), else random. ``issued`` lists the tokens given out."""
 
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from medhelm.devtools.fake_providers import FakeServer, Reply, _json
+from medhelm.devtools.fakes.server import FakeServer, Reply, json_reply
 
 JWT_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 AUDIENCE = "https://oauth2.googleapis.com/token"
@@ -82,11 +81,11 @@ class FakeGoogleOAuth(FakeServer):
 
     @staticmethod
     def _error(code: str, description: str, status: int = 400) -> Reply:
-        return _json(status, {"error": code, "error_description": description})
+        return json_reply(status, {"error": code, "error_description": description})
 
     def route(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
         if method != "POST" or path != "/token":
-            return _json(404, {"error": "not_found"})
+            return json_reply(404, {"error": "not_found"})
         if not headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
             return self._error("invalid_request", "Invalid Content-Type; expected application/x-www-form-urlencoded")
         form = dict(urllib.parse.parse_qsl(body.decode("ascii", "replace")))
@@ -104,7 +103,7 @@ class FakeGoogleOAuth(FakeServer):
         self._accepted(path, headers, {"grant_type": grant})
         token = self.access_token or "ya29." + secrets.token_urlsafe(32)
         self.issued.append(token)
-        return _json(200, {"access_token": token, "expires_in": self.lifetime_s, "token_type": "Bearer"})
+        return json_reply(200, {"access_token": token, "expires_in": self.lifetime_s, "token_type": "Bearer"})
 
     def _check_jwt(self, assertion: str) -> tuple[str, str] | None:
         from cryptography.exceptions import InvalidSignature

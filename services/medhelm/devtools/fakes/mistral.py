@@ -12,7 +12,7 @@ import secrets
 import time
 from typing import Any
 
-from medhelm.devtools.fake_providers import FakeServer, Reply, _json, _parse_body, count_tokens
+from medhelm.devtools.fakes.server import FakeServer, Reply, count_tokens, json_reply, parse_body
 
 FIELDS = frozenset({"model", "temperature", "top_p", "max_tokens", "stream", "stop", "random_seed", "metadata",
                     "messages", "response_format", "tools", "tool_choice", "presence_penalty", "frequency_penalty",
@@ -29,16 +29,16 @@ class FakeMistral(FakeServer):
 
     @staticmethod
     def _invalid(loc: list[Any], msg: str, kind: str) -> Reply:
-        return _json(422, {"object": "error", "message": {"detail": [{"type": kind, "loc": ["body", *loc],
+        return json_reply(422, {"object": "error", "message": {"detail": [{"type": kind, "loc": ["body", *loc],
                                                                        "msg": msg, "input": None}]},
                            "type": "invalid_request_message_error", "param": None, "code": None})
 
     def route(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
         if method != "POST" or path != "/v1/chat/completions":
-            return _json(404, {"detail": "Not Found"})
+            return json_reply(404, {"detail": "Not Found"})
         if headers.get("authorization") != f"Bearer {self.api_key}":
-            return _json(401, {"message": "Unauthorized", "request_id": secrets.token_hex(16)})
-        data = _parse_body(body)
+            return json_reply(401, {"message": "Unauthorized", "request_id": secrets.token_hex(16)})
+        data = parse_body(body)
         if not isinstance(data, dict):
             return self._invalid([], "Input should be a valid dictionary or object", "model_attributes_type")
         for key in data:
@@ -62,12 +62,12 @@ class FakeMistral(FakeServer):
             return self._invalid(["stream"], "this fake answers whole replies only", "value_error")
         fault = self._take_fault()
         if fault == "throttle":
-            return _json(429, {"message": "Requests rate limit exceeded"}, {"Retry-After": "1"})
+            return json_reply(429, {"message": "Requests rate limit exceeded"}, {"Retry-After": "1"})
         if fault in ("server_error", "overloaded"):
-            return _json(503, {"object": "error", "message": "Service unavailable.", "type": "service_unavailable",
+            return json_reply(503, {"object": "error", "message": "Service unavailable.", "type": "service_unavailable",
                                "param": None, "code": "1000"})
         if fault == "echo":
-            return _json(400, {"object": "error", "message": "Prompt too long: " + str(messages[-1]["content"])[:200],
+            return json_reply(400, {"object": "error", "message": "Prompt too long: " + str(messages[-1]["content"])[:200],
                                "type": "invalid_request_error", "param": None, "code": None})
         self._accepted(path, headers, data)
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system" and isinstance(m["content"], str))
@@ -78,7 +78,7 @@ class FakeMistral(FakeServer):
         for stop in data.get("stop") or []:
             text = text.split(stop, 1)[0]
         prompt = sum(count_tokens(t) for _, t in turns) + count_tokens(system)
-        return _json(200, {"id": secrets.token_hex(16), "object": "chat.completion", "model": data["model"],
+        return json_reply(200, {"id": secrets.token_hex(16), "object": "chat.completion", "model": data["model"],
                            "created": int(time.time()),
                            "choices": [{"index": 0, "message": {"role": "assistant", "content": text,
                                                                 "tool_calls": None, "prefix": False},

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from medhelm.devtools.fake_providers import FakeServer, Reply, _json, _parse_body, count_tokens
+from medhelm.devtools.fakes.server import FakeServer, Reply, count_tokens, json_reply, parse_body
 
 PARAMETERS = frozenset({"temperature", "maxDecodeSteps", "maxOutputTokens", "topP", "topK", "stopSequences",
                         "candidateCount", "logprobs", "presencePenalty", "frequencyPenalty", "logitBias", "seed",
@@ -35,7 +35,7 @@ class FakeVertexText(FakeServer):
 
     @staticmethod
     def _error(code: int, status: str, message: str) -> Reply:
-        return _json(code, {"error": {"code": code, "message": message, "status": status}})
+        return json_reply(code, {"error": {"code": code, "message": message, "status": status}})
 
     def route(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
         if headers.get("authorization") != f"Bearer {self.bearer}":
@@ -44,13 +44,13 @@ class FakeVertexText(FakeServer):
         model = _MODEL.fullmatch(path)
         if model and method == "GET":
             name = f"publishers/google/models/{model.group(1)}"
-            return _json(200, {"name": name, "versionId": "001", "openSourceCategory": "PROPRIETARY",
+            return json_reply(200, {"name": name, "versionId": "001", "openSourceCategory": "PROPRIETARY",
                                "launchStage": "GA", "publisherModelTemplate": "projects/{user-project}/locations/"
                                "{location}/" + name, "predictSchemata": {"instanceSchemaUri": TEXT_SCHEMA}})
         m = _PATH.fullmatch(path)
         if not m or method != "POST":
             return self._error(404, "NOT_FOUND", "Not found")
-        data = _parse_body(body)
+        data = parse_body(body)
         if not isinstance(data, dict):
             return self._error(400, "INVALID_ARGUMENT", "Invalid JSON payload received.")
         for key in data:
@@ -98,6 +98,6 @@ class FakeVertexText(FakeServer):
             out_tokens += count_tokens(text)
             predictions.append({"content": text, "citationMetadata": {"citations": []},
                                 "safetyAttributes": {"blocked": False, "categories": [], "scores": []}})
-        return _json(200, {"predictions": predictions, "metadata": {"tokenMetadata": {
+        return json_reply(200, {"predictions": predictions, "metadata": {"tokenMetadata": {
             "inputTokenCount": {"totalTokens": prompt_tokens, "totalBillableCharacters": 4 * prompt_tokens},
             "outputTokenCount": {"totalTokens": out_tokens, "totalBillableCharacters": 4 * out_tokens}}}})
