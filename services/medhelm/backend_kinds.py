@@ -20,8 +20,15 @@ A row (``BackendKind``):
               are cut to fit here, never by a scenario service (``medhelm job`` refuses the combination)
     local     (optional) answers come from this process, not a server: nothing to pace (``inference/pacing/``
               adapts concurrency and rate budgets only for servers); true for every in_process kind
+    native    (optional) a cloud provider's own API: mirrored by name as ``inference/<kind>.py``,
+              ``devtools/fakes/<kind>.py`` and ``tests/providers/test_<kind>.py`` (checked by
+              tests/providers/test_providers_mirrored.py)
+    answer_options  (optional) the kind's ``options.<name>`` that change what the model answers: set on a
+              deployment, they join its cache key (``specs.ANSWER_OPTIONS`` is their union over the rows,
+              read for every kind, so a key never depends on which row declared a name)
 
-Adding a backend: write its client module under ``medhelm/inference/`` and add one row here. Failure
+Adding a backend: write its client module under ``medhelm/inference/`` and add one row here (a provider:
+docs/architecture.md, "Where to add"). Failure
 semantics: the table is data and imports nothing of ours (``specs.py`` builds its enum from it); a bad
 option value or a module that cannot be imported is a one-line ConfigError from the factory.
 """
@@ -43,6 +50,8 @@ class BackendKind:
     variants: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     in_process: bool = False
     local: bool = False
+    native: bool = False
+    answer_options: tuple[str, ...] = ()
 
     @property
     def paced(self) -> bool:
@@ -60,7 +69,9 @@ class BackendKind:
 
 KINDS: tuple[BackendKind, ...] = (
     BackendKind("openai", "medhelm.inference.openai:OpenAIClient", ("base_url",),
-                "any OpenAI-compatible server: vLLM, KServe HF runtime, llama.cpp server, Azure"),
+                "any OpenAI-compatible server: vLLM, KServe HF runtime, llama.cpp server, Azure",
+                answer_options=("api", "reasoning_effort", "thinking_budget", "max_tokens_param", "sampling",
+                                "extra_body", "request_shape")),
     BackendKind("llamacpp", "medhelm.inference.llamacpp:LlamaCppClient", ("gguf_path",),
                 "an in-process GGUF model (llama-cpp-python, the embedded extra)", in_process=True),
     BackendKind("kserve_v2", "medhelm.inference.kserve_v2:KServeV2Client", ("base_url",),
@@ -70,17 +81,23 @@ KINDS: tuple[BackendKind, ...] = (
                                            "grpc": "medhelm.inference.kserve_v2_grpc:KServeV2GrpcClient"})),
     # The provider-native kinds (docs/providers-native.md): our own HTTP transport, no SDK in the base install.
     BackendKind("anthropic", "medhelm.inference.anthropic:AnthropicClient", (),
-                "Anthropic Messages API: direct, on Bedrock (invoke, SigV4) or on Vertex AI (rawPredict)"),
+                "Anthropic Messages API: direct, on Bedrock (invoke, SigV4) or on Vertex AI (rawPredict)",
+                native=True, answer_options=("platform", "region", "project", "anthropic_version", "thinking_budget",
+                                             "request_shape")),
     BackendKind("gemini", "medhelm.inference.gemini:GeminiClient", (),
-                "Gemini generateContent: the public Gemini API or Vertex AI"),
+                "Gemini generateContent: the public Gemini API or Vertex AI",
+                native=True, answer_options=("platform", "region", "project", "thinking_budget", "request_shape")),
     BackendKind("vertex_text", "medhelm.inference.vertex_text:VertexTextClient", (),
-                "Vertex AI text models (MedLM, PaLM 2) through :predict, OAuth from Google credentials"),
+                "Vertex AI text models (MedLM, PaLM 2) through :predict, OAuth from Google credentials",
+                native=True, answer_options=("region", "project")),
     BackendKind("bedrock", "medhelm.inference.bedrock:BedrockClient", (),
-                "Amazon Bedrock Converse, SigV4-signed"),
+                "Amazon Bedrock Converse, SigV4-signed",
+                native=True, answer_options=("region", "additional_model_request_fields", "request_shape")),
     BackendKind("mistral", "medhelm.inference.mistral:MistralClient", (),
-                "Mistral AI chat completions (api.mistral.ai, or a gateway in front of it)"),
+                "Mistral AI chat completions (api.mistral.ai, or a gateway in front of it)",
+                native=True, answer_options=("request_shape",)),
     BackendKind("azure_openai", "medhelm.inference.azure_openai:AzureOpenAIClient", ("base_url",),
-                "Azure OpenAI chat completions with an api-key or a Microsoft Entra ID token"),
+                "Azure OpenAI chat completions with an api-key or a Microsoft Entra ID token", native=True),
     BackendKind("baseline", "medhelm.inference.baseline:BaselineClient", (),
                 "a zero-cost reference answer, no model: random, majority, empty, copy of the input "
                 "(medhelm/baselines.py)", local=True),

@@ -197,11 +197,9 @@ DeploymentKind = enum.Enum("DeploymentKind", [(name.upper(), name) for name in _
 # models and requests
 
 
-# Deployment options that change what a model answers (part of the cache key when set).
-ANSWER_OPTIONS = ("api", "reasoning_effort", "thinking_budget", "max_tokens_param", "sampling", "extra_body",
-                  "request_shape")
-# and the native kinds' (another platform, region, project or API version answers on its own)
-ANSWER_OPTIONS += ("platform", "region", "project", "additional_model_request_fields", "anthropic_version")
+# Deployment options that change what a model answers (part of the cache key when set): each kind declares
+# its own on its ``backend_kinds.KINDS`` row (``answer_options``); the union applies to every deployment.
+ANSWER_OPTIONS = tuple(dict.fromkeys(name for row in _backend_kinds.KINDS for name in row.answer_options))
 
 
 @dataclass(frozen=True)
