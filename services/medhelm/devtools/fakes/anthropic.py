@@ -79,7 +79,7 @@ class FakeAnthropic(FakeServer):
                 return json_reply(404, {"error": {"code": 404, "message": "Not found", "status": "NOT_FOUND"}})
             if headers.get("authorization") != f"Bearer {self.bearer}":
                 return json_reply(401, {"error": {"code": 401, "message": "Request had invalid authentication credentials.",
-                                             "status": "UNAUTHENTICATED"}})
+                                                  "status": "UNAUTHENTICATED"}})
             version = "vertex-2023-10-16"
         data = parse_body(body)
         if not isinstance(data, dict):

@@ -1,6 +1,6 @@
 """A fake of Azure OpenAI chat completions (``POST /openai/deployments/<d>/chat/completions?api-version=``,
 Microsoft's Azure OpenAI REST reference) and of the Microsoft Entra ID endpoints that issue its tokens, driven
-by the ``openai`` SDK's ``AzureOpenAI`` and ``azure-identity`` in tests/providers/test_azure_openai.py.
+by the ``openai`` SDK's ``AzureOpenAI`` (tests/providers/test_azure_openai.py) and ``azure-identity`` (test_entra.py).
 
 No api-version is a 404; auth is ``api-key`` or an Entra bearer token this fake issued that has not expired
 (``expire_tokens()`` expires them all); unknown arguments are refused ("Unrecognized request argument
@@ -124,14 +124,14 @@ class FakeAzureOpenAI(FakeServer):
     def _openid(self) -> Reply:
         base = f"{self.base_url}/{self.tenant}"
         return json_reply(200, {"token_endpoint": f"{base}/oauth2/v2.0/token", "issuer": f"{base}/v2.0",
-                           "authorization_endpoint": f"{base}/oauth2/v2.0/authorize",
-                           "jwks_uri": f"{base}/discovery/v2.0/keys", "response_types_supported": ["code", "token"],
-                           "subject_types_supported": ["pairwise"], "id_token_signing_alg_values_supported": ["RS256"],
-                           "tenant_region_scope": "EU"})
+                                "authorization_endpoint": f"{base}/oauth2/v2.0/authorize",
+                                "jwks_uri": f"{base}/discovery/v2.0/keys", "response_types_supported": ["code", "token"],
+                                "subject_types_supported": ["pairwise"], "id_token_signing_alg_values_supported": ["RS256"],
+                                "tenant_region_scope": "EU"})
 
     def _entra_error(self, status: int, code: str, aadsts: int, text: str) -> Reply:
         return json_reply(status, {"error": code, "error_description": f"AADSTS{aadsts}: {text}", "error_codes": [aadsts],
-                              "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(), "trace_id": secrets.token_hex(8)})
+                                   "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(), "trace_id": secrets.token_hex(8)})
 
     def _token(self, method: str, headers: dict[str, str], body: bytes) -> Reply:
         if method != "POST" or not headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
@@ -156,7 +156,7 @@ class FakeAzureOpenAI(FakeServer):
             return self._entra_error(401, "invalid_client", 7000215, "Invalid client secret provided.")
         token, lifetime = self._issue()
         return json_reply(200, {"token_type": "Bearer", "expires_in": lifetime, "ext_expires_in": lifetime,
-                           "access_token": token})
+                                "access_token": token})
 
     def _managed_identity(self, method: str, query: str, headers: dict[str, str]) -> Reply:
         params = dict(urllib.parse.parse_qsl(query))
@@ -168,7 +168,7 @@ class FakeAzureOpenAI(FakeServer):
             return json_reply(400, {"statusCode": 400, "message": "Invalid api-version or resource"})
         token, lifetime = self._issue()
         return json_reply(200, {"access_token": token, "expires_on": str(int(time.time()) + lifetime),
-                           "resource": params["resource"], "token_type": "Bearer", "client_id": self.client_id})
+                                "resource": params["resource"], "token_type": "Bearer", "client_id": self.client_id})
 
 
     def _imds(self, method: str, query: str, headers: dict[str, str]) -> Reply:
@@ -183,5 +183,5 @@ class FakeAzureOpenAI(FakeServer):
         token, lifetime = self._issue()
         now = int(time.time())
         return json_reply(200, {"access_token": token, "client_id": self.client_id, "expires_in": str(lifetime),
-                           "expires_on": str(now + lifetime), "ext_expires_in": str(lifetime), "not_before": str(now),
-                           "resource": params["resource"], "token_type": "Bearer"})
+                                "expires_on": str(now + lifetime), "ext_expires_in": str(lifetime), "not_before": str(now),
+                                "resource": params["resource"], "token_type": "Bearer"})

@@ -89,9 +89,9 @@ class FakeBedrock(FakeServer):
         out = count_tokens(text) + thinking_tokens
         blocks.append({"text": text})
         return json_reply(200, {"output": {"message": {"role": "assistant", "content": blocks}},
-                           "stopReason": stop, "usage": {"inputTokens": prompt, "outputTokens": out,
-                                                         "totalTokens": prompt + out},
-                           "metrics": {"latencyMs": 1}}, {"x-amzn-RequestId": secrets.token_hex(8)})
+                                "stopReason": stop, "usage": {"inputTokens": prompt, "outputTokens": out,
+                                                              "totalTokens": prompt + out},
+                                "metrics": {"latencyMs": 1}}, {"x-amzn-RequestId": secrets.token_hex(8)})
 
     @staticmethod
     def _check(data: dict[str, Any]) -> str | None:

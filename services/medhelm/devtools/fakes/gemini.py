@@ -84,7 +84,7 @@ class FakeGemini(FakeServer):
                                + text_of(data["contents"][-1].get("parts"))[:200])
         if fault == "throttle":
             return json_reply(429, {"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).",
-                                         "status": "RESOURCE_EXHAUSTED"}})
+                                              "status": "RESOURCE_EXHAUSTED"}})
         if fault in ("overloaded", "server_error"):
             return self._error(503, "UNAVAILABLE", "The model is overloaded. Please try again later.")
         self._accepted(path, headers, data)
@@ -114,9 +114,9 @@ class FakeGemini(FakeServer):
         if thoughts:
             usage["thoughtsTokenCount"] = thoughts
         return json_reply(200, {"candidates": [{"content": {"parts": [{"text": text}], "role": "model"},
-                                           "finishReason": finish, "index": 0}],
-                           "usageMetadata": usage, "modelVersion": m.group(1),
-                           "responseId": secrets.token_urlsafe(12)})
+                                                "finishReason": finish, "index": 0}],
+                                "usageMetadata": usage, "modelVersion": m.group(1),
+                                "responseId": secrets.token_urlsafe(12)})
 
     def _check(self, data: dict[str, Any]) -> str | None:
         for key in data:

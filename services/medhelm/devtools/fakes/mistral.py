@@ -31,7 +31,7 @@ class FakeMistral(FakeServer):
     def _invalid(loc: list[Any], msg: str, kind: str) -> Reply:
         return json_reply(422, {"object": "error", "message": {"detail": [{"type": kind, "loc": ["body", *loc],
                                                                        "msg": msg, "input": None}]},
-                           "type": "invalid_request_message_error", "param": None, "code": None})
+                                "type": "invalid_request_message_error", "param": None, "code": None})
 
     def route(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
         if method != "POST" or path != "/v1/chat/completions":
@@ -65,10 +65,10 @@ class FakeMistral(FakeServer):
             return json_reply(429, {"message": "Requests rate limit exceeded"}, {"Retry-After": "1"})
         if fault in ("server_error", "overloaded"):
             return json_reply(503, {"object": "error", "message": "Service unavailable.", "type": "service_unavailable",
-                               "param": None, "code": "1000"})
+                                    "param": None, "code": "1000"})
         if fault == "echo":
             return json_reply(400, {"object": "error", "message": "Prompt too long: " + str(messages[-1]["content"])[:200],
-                               "type": "invalid_request_error", "param": None, "code": None})
+                                    "type": "invalid_request_error", "param": None, "code": None})
         self._accepted(path, headers, data)
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system" and isinstance(m["content"], str))
         turns = [(m["role"], m["content"]) for m in messages if m["role"] != "system" and isinstance(m["content"], str)]
@@ -79,9 +79,9 @@ class FakeMistral(FakeServer):
             text = text.split(stop, 1)[0]
         prompt = sum(count_tokens(t) for _, t in turns) + count_tokens(system)
         return json_reply(200, {"id": secrets.token_hex(16), "object": "chat.completion", "model": data["model"],
-                           "created": int(time.time()),
-                           "choices": [{"index": 0, "message": {"role": "assistant", "content": text,
-                                                                "tool_calls": None, "prefix": False},
-                                        "finish_reason": finish}],
-                           "usage": {"prompt_tokens": prompt, "completion_tokens": count_tokens(text),
-                                     "total_tokens": prompt + count_tokens(text)}})
+                                "created": int(time.time()),
+                                "choices": [{"index": 0, "message": {"role": "assistant", "content": text,
+                                                                     "tool_calls": None, "prefix": False},
+                                             "finish_reason": finish}],
+                                "usage": {"prompt_tokens": prompt, "completion_tokens": count_tokens(text),
+                                          "total_tokens": prompt + count_tokens(text)}})

@@ -1,7 +1,8 @@
 """A fake of Stanford Health Care's API gateway (Azure API Management) in front of its private Claude (Bedrock)
 and Gemini (Vertex) text routes: kinds ``anthropic``/``gemini`` with ``platform: shc``. There is no published
 spec: the bodies are the ones HELM's ``StanfordHealthCareClaudeClient`` / ``StanfordHealthCareGoogleClient``
-post (crfm-helm's source), proven in tests/providers/test_helm_differential.py against HELM's own clients.
+post (crfm-helm's source; tests/providers/test_helm_differential.py shows ours send the same as HELM's own
+clients), and tests/providers/test_shc.py runs pubmed_qa through this fake.
 
 The key is the ``Ocp-Apim-Subscription-Key`` header (APIM's 401 otherwise); a body of another shape is a 400.
 Faults: ``throttle`` (429, ``Retry-After: 1``), ``overloaded``/``server_error`` (503).
@@ -68,9 +69,9 @@ class FakeSHCGateway(FakeServer):
             if self.claude_reply == "list":
                 return json_reply(200, content)
             return json_reply(200, {"id": "msg_bdrk_" + secrets.token_hex(8), "type": "message", "role": "assistant",
-                               "model": data["model_id"], "content": content, "stop_reason": stop,
-                               "stop_sequence": None, "usage": {"input_tokens": count_tokens(prompt),
-                                                                "output_tokens": count_tokens(text)}})
+                                    "model": data["model_id"], "content": content, "stop_reason": stop,
+                                    "stop_sequence": None, "usage": {"input_tokens": count_tokens(prompt),
+                                                                     "output_tokens": count_tokens(text)}})
         prompt = data["contents"]["parts"]["text"]
         config = data["generation_config"]
         text = self.answer("", [("user", prompt)])

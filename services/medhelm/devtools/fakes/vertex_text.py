@@ -45,8 +45,8 @@ class FakeVertexText(FakeServer):
         if model and method == "GET":
             name = f"publishers/google/models/{model.group(1)}"
             return json_reply(200, {"name": name, "versionId": "001", "openSourceCategory": "PROPRIETARY",
-                               "launchStage": "GA", "publisherModelTemplate": "projects/{user-project}/locations/"
-                               "{location}/" + name, "predictSchemata": {"instanceSchemaUri": TEXT_SCHEMA}})
+                                    "launchStage": "GA", "publisherModelTemplate": "projects/{user-project}/locations/"
+                                    "{location}/" + name, "predictSchemata": {"instanceSchemaUri": TEXT_SCHEMA}})
         m = _PATH.fullmatch(path)
         if not m or method != "POST":
             return self._error(404, "NOT_FOUND", "Not found")
