@@ -70,4 +70,16 @@ def test_answer_options_are_the_rows_and_unchanged():
     # the cache keys of existing deployments depend on this set: a change is a new key for every request
     assert declared == {"api", "reasoning_effort", "thinking_budget", "max_tokens_param", "sampling", "extra_body",
                         "request_shape", "platform", "region", "project", "additional_model_request_fields",
-                        "anthropic_version"}
+                        "anthropic_version", "thinking_config", "safety_settings", "bedrock_invoke"}
+
+
+@pytest.mark.parametrize("kind,option,value,other", [
+    ("gemini", "thinking_config", {"thinking_budget": 1024}, {"thinking_budget": 0}),
+    ("gemini", "safety_settings", [{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}], []),
+    ("bedrock", "bedrock_invoke", "llama", "mistral"),
+])
+def test_an_option_that_changes_the_answer_changes_the_cache_identity(kind, option, value, other):
+    from medhelm.specs import Deployment
+    def identity(options):
+        return Deployment(name="d", model_name="org/m", kind=kind, options=options).identity()
+    assert identity({option: value}) != identity({option: other}) != identity({})
