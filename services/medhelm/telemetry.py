@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from medhelm.errors import InferenceError, ServerUnreachable
-from medhelm.specs import Completion, Deployment, JudgeScore
+from medhelm.records import JudgeScore
+from medhelm.specs import Completion, Deployment
 
 if TYPE_CHECKING:  # pragma: no cover
     from prometheus_client import Counter

@@ -12,8 +12,9 @@ import pytest
 from medhelm.devtools.mock_openai import MockOpenAIServer
 from medhelm.inference.openai import OpenAIClient
 from medhelm.pipeline.aggregate import instance_stats, scored_row_json
-from medhelm.specs import (Completion, Deployment, GenerationRequest, Instance, InstanceResult, Message, Prompt,
-                           Usage, plain_json)
+from medhelm.json_text import plain_json
+from medhelm.records import InstanceResult
+from medhelm.specs import Completion, Deployment, GenerationRequest, Instance, Message, Prompt, Usage
 from medhelm.store.costs import Price, PriceTable
 from medhelm.store.costs import Usage as Totals
 from tests.core.conftest import generate_once
@@ -181,7 +182,7 @@ def test_extra_body_reaches_the_server_and_keys_the_cache():
 
 def test_jury_summary_counts_judges_thinking_only_when_stated():
     from medhelm.scoring.jury.summary import summarize
-    from medhelm.specs import JudgeScore
+    from medhelm.records import JudgeScore
 
     def judged(reasoning):
         j = JudgeScore(judge="j", criterion="accuracy", score=4.0, min_score=1.0, max_score=5.0)

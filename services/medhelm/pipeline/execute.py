@@ -51,7 +51,8 @@ from medhelm.pipeline.sampling import stream_run
 from medhelm.rundir import RunDir, compat_digest
 from medhelm.scoring import registry as metric_registry
 from medhelm.scoring.base import Metric, MetricResult, ScoringContext, ScoringItem
-from medhelm.specs import GenerationRequest, Instance, InstanceResult, JudgeScore, MetricSpec, Usage
+from medhelm.records import InstanceResult, JudgeScore
+from medhelm.specs import GenerationRequest, Instance, MetricSpec, Usage
 from medhelm.telemetry import NULL_RUN_METRICS, Telemetry
 from medhelm.tokens import approx_tokens
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from medhelm.specs import InstanceResult, plain_json
+from medhelm.json_text import plain_json
+from medhelm.records import InstanceResult
 from medhelm.spill import Sorter
 
 

@@ -49,7 +49,9 @@ import msgspec
 from medhelm import files
 from medhelm.cards import BY_HELM_NAME, BenchmarkCard
 from medhelm.errors import ConfigError, escape
-from medhelm.specs import Access, BenchmarkSpec, MetricSpec, Stat, compact_json
+from medhelm.json_text import compact_json
+from medhelm.records import Stat
+from medhelm.specs import Access, BenchmarkSpec, MetricSpec
 from medhelm.store.sources import JURY_STAT_NORMALIZED, InstanceRow, RunSource, list_suite
 
 RUN_SPEC, STATS, PER_INSTANCE, SCENARIO_STATE = ("run_spec.json", "stats.json", "per_instance_stats.json",
