@@ -328,7 +328,7 @@ def test_jury_stats_counts_a_reasoning_judges_thinking(tmp_path, capsys, mode):
 def test_medhelm_plan_reprices_thinking_from_a_release_and_from_a_suite(tmp_path):
     """`medhelm plan`'s cost per instance: thinking at reasoning_per_million, from the store and the records."""
     from medhelm.store import open_store
-    from medhelm.store.plan import costs_from_release, costs_from_suite
+    from medhelm.store.sample_size import costs_from_release, costs_from_suite
 
     def yes(body):
         return "Yes"
