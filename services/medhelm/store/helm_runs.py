@@ -487,8 +487,8 @@ def _per_instance_checked(path: Path) -> dict[str, dict[str, float | None]]:
     return merged
 
 
-# The fast reading of a well-formed per_instance_stats.json (200,000 entries, 113 MB: 4.9 CPU-s through ijson and
-# the checks above, ~1.5 s here; bench/bench_input_sizes.py): the file in pieces of whole entries
+# The fast reading of a well-formed per_instance_stats.json (a fraction of ijson's time and the checks above;
+# bench/bench_input_sizes.py, docs/design-notes.md): the file in pieces of whole entries
 # (files.json_array_pieces, which bounds nesting in the same pass), each decoded by msgspec into the few fields
 # used, typed so that a value the checks above would treat otherwise is refused by the decoder. Any refusal, or a
 # value the checks would refuse, means "not the common case": the file is read again by _per_instance_checked,
