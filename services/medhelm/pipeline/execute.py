@@ -176,7 +176,7 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
 
     sample = stream_run(plan.benchmark, spec)
     run_dir.prepare(spec, sample.ids())
-    finished = finished_positions(run_dir)  # a bit a position: resuming a million instances costs 125 KB
+    finished = finished_positions(run_dir)  # a bit a position (a million instances: 125 KB)
     owns = shard.owns if shard is not None else None
     mine = sample.count if shard is None else len(range(shard.index, sample.count, shard.count))
     already = sum(1 for pos in finished if owns is None or owns(pos))
