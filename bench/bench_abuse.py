@@ -44,7 +44,7 @@ from medhelm.rpc import codec  # noqa: E402
 from medhelm.rpc.remote import names_for  # noqa: E402
 from medhelm.scoring.base import ScoringItem  # noqa: E402
 from medhelm.specs import Completion, Instance, Prompt, Reference  # noqa: E402
-from medhelm.specs import InstanceResult  # noqa: E402
+from medhelm.records import InstanceResult  # noqa: E402
 from medhelm.v1 import common_pb2, metrics_pb2, metrics_pb2_grpc, scenarios_pb2, scenarios_pb2_grpc  # noqa: E402
 from tests.services.conftest import Service, write_deployment, write_qa_benchmark  # noqa: E402
 from tests.services.test_abuse import _big_benchmark, _plan, _rss_mb  # noqa: E402

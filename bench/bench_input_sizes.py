@@ -6,7 +6,7 @@ CPU seconds are what compare across runs on a shared machine (wall time grows wi
 
 HELM's per_instance_stats.json in two shapes: 200,000 entries of 4 stats (the issue's case) and entries copied
 from crfm-helm 0.5.16's own file (tests/data/helm/real: ~21 stats each, as HELM writes them); each read alone
-(``helm_runs._per_instance``) and through the whole ``medhelm import-helm`` (read, store, leaderboard), whose
+(``helm_stats.per_instance``) and through the whole ``medhelm import-helm`` (read, store, leaderboard), whose
 baseline is the same command on the 20-instance fixture run.
 
     python bench/bench_input_sizes.py [--no-write] [--bootstrap 100] [--services DIR] [--before DIR]
@@ -89,7 +89,7 @@ def cases(folder: Path, bootstrap: int) -> list[tuple[str, Path, str, str]]:
     deep.write_text('[{"instance_id": "a", "stats": ' + "[" * 100_000 + "]" * 100_000 + "}]")
     empty = folder / "empty.txt"
     empty.write_text("")
-    read = "from medhelm.store.helm_runs import _per_instance"
+    read = "from medhelm.store.helm_stats import per_instance"
     cli = "from medhelm.cli import main"
     suites = {name: _helm_suite(folder / name, path) for name, path in
               (("fixture", None), ("compact", compact), ("real", real))}
@@ -104,10 +104,10 @@ def cases(folder: Path, bootstrap: int) -> list[tuple[str, Path, str, str]]:
          f"read_conf({str(conf)!r})"),
         ("a YAML file with one 10 MB line", yml, "from medhelm.files import load_yaml", f"load_yaml({str(yml)!r})"),
         ("a HELM per_instance_stats.json of 200,000 entries (4 stats each), read", compact, read,
-         f"_per_instance(Path({str(compact)!r}))"),
+         f"per_instance(Path({str(compact)!r}))"),
         ("a HELM per_instance_stats.json of 30,000 entries as crfm-helm writes them, read", real, read,
-         f"_per_instance(Path({str(real)!r}))"),
-        ("a HELM per_instance_stats.json nested 100,000 deep", deep, read, f"_per_instance(Path({str(deep)!r}))"),
+         f"per_instance(Path({str(real)!r}))"),
+        ("a HELM per_instance_stats.json nested 100,000 deep", deep, read, f"per_instance(Path({str(deep)!r}))"),
         ("`import-helm` of the 20-instance fixture run (the baseline of the next two)",
          FIXTURE / "per_instance_stats.json", cli, import_helm("fixture")),
         ("`import-helm` of the 200,000-entry run", compact, cli, import_helm("compact")),
@@ -166,7 +166,7 @@ def main() -> None:
         "imports and store)." + (" \"before\": the same cases with the services folder given to --before, "
                                   "measured in the same run." if before else ""), "",
         head, "|" + "---|" * head.count(" |"), *rows, "",
-        "The per_instance_stats.json reading (`helm_runs._per_instance`): a well-formed file is cut into pieces of "
+        "The per_instance_stats.json reading (`helm_stats.per_instance`): a well-formed file is cut into pieces of "
         "whole entries by one vectorised pass (which also bounds nesting) and each piece decoded by msgspec into "
         "the fields used; a file with anything unusual is read again by ijson entry by entry, which names what is "
         "wrong. What the `import-helm` rows add beyond the reading is the store (one row per instance) and the "

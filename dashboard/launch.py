@@ -206,7 +206,7 @@ def check_exposure(args: argparse.Namespace, oidc: Oidc | None) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from medhelm.store import open_store
-    from medhelm.store.backends import INTACT_ENV, intact_token
+    from medhelm.store.opening import INTACT_ENV, intact_token
 
     from medhelm.access import AccessPolicy
 

@@ -163,7 +163,7 @@ def board_notes(board: pd.DataFrame, rank_baselines: bool = False) -> list[str]:
 
 
 def _heatmap(table: CellTable) -> alt.Chart:
-    import altair as alt  # imported after the table is on its way: it costs ~1 s on a cold start
+    import altair as alt  # imported after the table is on its way: a slow import on a cold start
 
     scores = pd.DataFrame([{"Model": g.model, "Category": g.group, "Score": g.value, "CI": _ci(g.ci_low, g.ci_high,
                                                                                               "{:.2f}")}

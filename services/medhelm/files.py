@@ -244,7 +244,7 @@ def check_depth(value: Any, path: str | Path, *, line: int | None = None, limit:
 
 def check_json_stream_depth(path: str | Path, *, limit: int = MAX_DEPTH, chunk: int = 4 * MIB) -> None:
     """Refuse a JSON file nested deeper than ``limit`` before a streaming parser builds it: ijson keeps one
-    prefix string per level (quadratic: 100,000 levels took 6 GiB)."""
+    prefix string per level (memory quadratic in the depth; docs/design-notes.md)."""
     for _ in _json_blocks(path, limit, chunk):
         pass
 
@@ -255,7 +255,7 @@ def json_array_pieces(path: str | Path, *, limit: int = MAX_DEPTH, chunk: int = 
     parser to read one piece at a time (``b"[" + piece + b"]"``). The whole file is scanned first, as
     ``check_json_stream_depth`` does (nesting past ``limit`` is refused before any piece is given), noting where
     to cut; then read again piece by piece. (In one pass, numpy's small cached allocations of the scan landed
-    between the caller's objects and kept ~100 MB of freed memory from going back to the system.) The pieces are
+    between the caller's objects and kept freed memory from going back to the system.) The pieces are
     not parsed here: a file that is not an array of values shows as a ``ValueError`` (no bracket around) or as a
     piece the caller's parser refuses, or that holds no item where a comma promised one."""
     cuts, offset = [], 0
@@ -340,7 +340,8 @@ def _json_blocks(path: str | Path, limit: int, chunk: int, *, commas: bool = Fal
 # YAML
 
 
-# libyaml's parser when PyYAML has it (the wheels do): the pure-Python scanner took 7.8 s on one 10 MB line
+# libyaml's parser when PyYAML has it (the wheels do): the pure-Python scanner is slow on long lines
+# (docs/design-notes.md)
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

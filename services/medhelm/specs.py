@@ -1,10 +1,11 @@
 """Frozen, typed, JSON-serialisable values shared by every layer.
 
-Nothing here imports anything else of ours. Every value round-trips through
-``to_json()`` / ``from_json()`` so that run specs, records and gRPC messages
-carry the same content. Hashable specs (``RunSpec``, ``Deployment``,
-``GenerationRequest``) have a stable ``digest()`` computed from canonical JSON;
-that digest names runs and keys the request cache.
+Of ours it imports only two base modules below it: ``json_text`` (the JSON spellings: canonical JSON and its
+digest) and ``backend_kinds`` (the table of deployment kinds, pure data). Every value round-trips through
+``to_json()`` / ``from_json()`` so that run specs, records and gRPC messages carry the same content. Hashable
+specs (``RunSpec``, ``Deployment``, ``GenerationRequest``) have a stable ``digest()`` computed from canonical
+JSON; that digest names runs and keys the request cache. The per-instance record and the stats a run writes
+are ``records.py``'s.
 """
 
 from __future__ import annotations
@@ -12,102 +13,24 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
-import json
-import json.encoder as _json_encoder
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from medhelm import backend_kinds as _backend_kinds
+from medhelm.json_text import JSON, canonical_json, digest, scalar_json, strings_canonical_json
+# re-exported until inference/'s modules import them from json_text (the one owner)
+from medhelm.json_text import compact_json, loads_json  # noqa: F401
 
-JSON = Any  # a value json.dumps accepts
+# ---------------------------------------------------------------------------------------------
+# frozen JSON values
 
-# --------------------------------------------------------------------------------------------
-# helpers
-
-
-def canonical_json(value: JSON) -> str:
-    """The one JSON spelling used for hashing: sorted keys, no whitespace, UTF-8 kept."""
-    return _CANONICAL(value)
-
-
-def plain_json(value: JSON) -> str:
-    """``json.dumps(value, ensure_ascii=False)`` (the records' spelling) for values built by our own code
-    (no cycles to look for). The encoders are built once: ``json.dumps`` with any option builds one per
-    call, ~2 us that a run pays several times an instance, and ``JSONEncoder.encode`` builds its C encoder
-    per call (~1 us a record): the C encoder is built once here, with the arguments ``encode`` gives it."""
-    return "".join(_PLAIN_C(value, 0)) if _PLAIN_C is not None else _PLAIN(value)
-
-
-def strings_canonical_json(value: JSON) -> str:
-    """``canonical_json`` of a value whose leaves are strings (and ints, bools, None), e.g. chat messages, by
-    orjson: the same bytes (every code point's escape agrees with the json module's, tests/core/test_streaming.py)
-    in a sixth of the time. Floats are spelled differently by orjson: never give it one. A lone surrogate,
-    which orjson refuses, takes the json module's path."""
-    try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode("utf-8")
-    except orjson.JSONEncodeError:
-        return canonical_json(value)
-
-
-def compact_json(value: JSON) -> str:
-    """JSON of a plain value (no NaN or infinities) whose spelling only our own reader sees (the request cache's
-    stored values): orjson's compact text. Anything orjson refuses (a lone surrogate, an int beyond 64 bits)
-    takes the json module's path."""
-    try:
-        return orjson.dumps(value).decode("utf-8")
-    except orjson.JSONEncodeError:
-        return _PLAIN(value)
-
-
-def loads_json(data: bytes | str) -> JSON:
-    """``json.loads`` of a server's reply, by orjson when it can (~3x faster): what orjson refuses (NaN or
-    Infinity literals, a BOM, lone surrogate escapes, numbers beyond a double) is parsed by the json
-    module, so the result is the json module's except that integers beyond 64 bits come back as floats."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
-
-
-def scalar_json(value: JSON) -> str:
-    """``canonical_json`` of a scalar without building an encoder (the same text)."""
-    if value is None:
-        return "null"
-    t = type(value)
-    if t is int:
-        return int.__repr__(value)
-    if t is float and value == value and value not in (float("inf"), float("-inf")):
-        return float.__repr__(value)
-    return canonical_json(value)
-
-
-def digest(value: JSON, length: int = 16) -> str:
-    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()[:length]
-
-
-def _default(obj: Any) -> JSON:
-    if isinstance(obj, FrozenMap):
-        return obj.to_json()
-    if isinstance(obj, enum.Enum):
-        return obj.value
-    if dataclasses.is_dataclass(obj) and hasattr(obj, "to_json"):
-        return obj.to_json()
-    raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
-
-
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default).encode
-_PLAIN = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
-_PLAIN_C = (None if _json_encoder.c_make_encoder is None else _json_encoder.c_make_encoder(
-    None, json.JSONEncoder().default, _json_encoder.encode_basestring, None, ": ", ", ", False, False, True))
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def _freeze(value: Any) -> Any:
-    if type(value) in _SCALARS:  # the common case first: an ABC isinstance check costs ~1 µs per value
+    if type(value) in _SCALARS:  # the common case first: cheaper than an ABC isinstance check
         return value
     if isinstance(value, FrozenMap):
         return value
@@ -396,7 +319,7 @@ class Usage:
     reasoning_estimated: bool = False
 
     def to_json(self) -> dict[str, JSON]:
-        # by hand: dataclasses.asdict deep-copies and shows up at ~0.1 ms per record in profiles
+        # by hand: dataclasses.asdict deep-copies, once per record
         d: dict[str, JSON] = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                               "latency_s": self.latency_s, "cached": self.cached, "attempts": self.attempts}
         if self.reasoning_tokens is not None:  # absent otherwise: records of other kinds keep their bytes
@@ -633,142 +556,3 @@ def _stem(path: str) -> str:
 
 def _pathsafe(value: Any) -> str:
     return str(value).replace("/", "_")
-
-
-# --------------------------------------------------------------------------------------------
-# results
-
-
-class JudgeStatus(str, enum.Enum):
-    OK = "ok"
-    UNSCORED = "unscored"  # the judge's output could not be parsed/validated (after one retry)
-    ERROR = "error"  # the judge could not be reached
-
-
-@dataclass(frozen=True)
-class JudgeScore:
-    judge: str  # deployment name of the judge
-    criterion: str
-    score: float | None  # raw score on the rubric's scale (None when unscored)
-    min_score: float
-    max_score: float
-    explanation: str = ""
-    status: JudgeStatus = JudgeStatus.OK
-    weight: float = 1.0
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "status", JudgeStatus(self.status))
-
-    @property
-    def normalized(self) -> float | None:
-        """Score mapped to 0-1 on the rubric's scale."""
-        if self.score is None or self.max_score == self.min_score:
-            return None
-        return (self.score - self.min_score) / (self.max_score - self.min_score)
-
-    def to_json(self) -> dict[str, JSON]:
-        d = dataclasses.asdict(self)
-        d["status"] = self.status.value
-        d["normalized"] = self.normalized
-        return d
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, JSON]) -> JudgeScore:
-        return cls(**{k: v for k, v in d.items() if k != "normalized"})
-
-
-@dataclass(frozen=True)
-class InstanceResult:
-    """The durable per-instance record: the source of truth every aggregate is derived from."""
-
-    run: str  # RunSpec.name
-    instance: Instance
-    prompt: Prompt
-    completion: Completion | None  # None when inference failed permanently for this instance
-    stats: FrozenMap  # stat name -> float | None (None = unscored, never a silent 0)
-    judgements: tuple[JudgeScore, ...] = ()
-    judge_usage: Usage = field(default_factory=Usage)  # summed over judge calls
-    error: str | None = None  # why this instance has no completion/score (never patient text)
-    position: int = 0  # the instance's index in the run's sampled order (for canonical ordering)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.stats, FrozenMap):
-            object.__setattr__(self, "stats", FrozenMap(self.stats))
-
-    def to_json(self) -> dict[str, JSON]:
-        return {
-            "run": self.run,
-            "position": self.position,
-            "instance": self.instance.to_json(),
-            "prompt": self.prompt.to_json(),
-            "completion": self.completion.to_json() if self.completion else None,
-            "stats": self.stats.to_json(),
-            "judgements": [j.to_json() for j in self.judgements],
-            "judge_usage": self.judge_usage.to_json(),
-            "error": self.error,
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, JSON]) -> InstanceResult:
-        return cls(
-            run=d["run"],
-            position=int(d.get("position", 0)),
-            instance=Instance.from_json(d["instance"]),
-            prompt=Prompt.from_json(d["prompt"]),
-            completion=Completion.from_json(d["completion"]) if d.get("completion") else None,
-            stats=FrozenMap(d.get("stats") or {}),
-            judgements=tuple(JudgeScore.from_json(j) for j in d.get("judgements") or ()),
-            judge_usage=Usage.from_json(d.get("judge_usage") or {}),
-            error=d.get("error"),
-        )
-
-
-@dataclass(frozen=True)
-class Stat:
-    """Aggregate of one stat over a run's instances (HELM's stats.json shape plus `unscored`)."""
-
-    name: str
-    split: str
-    count: int
-    sum: float
-    sum_squared: float
-    min: float | None
-    max: float | None
-    unscored: int = 0  # instances whose value was None
-
-    @property
-    def mean(self) -> float | None:
-        return self.sum / self.count if self.count else None
-
-    @property
-    def stddev(self) -> float | None:
-        if not self.count:
-            return None
-        var = max(self.sum_squared / self.count - (self.sum / self.count) ** 2, 0.0)
-        return var**0.5
-
-    def to_json(self) -> dict[str, JSON]:
-        return {
-            "name": {"name": self.name, "split": self.split},
-            "count": self.count,
-            "sum": self.sum,
-            "sum_squared": self.sum_squared,
-            "min": self.min,
-            "max": self.max,
-            "mean": self.mean,
-            "stddev": self.stddev,
-            "unscored": self.unscored,
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, JSON]) -> Stat:
-        return cls(
-            name=d["name"]["name"],
-            split=d["name"].get("split", "test"),
-            count=int(d["count"]),
-            sum=float(d["sum"]),
-            sum_squared=float(d["sum_squared"]),
-            min=d.get("min"),
-            max=d.get("max"),
-            unscored=int(d.get("unscored", 0)),
-        )

@@ -33,12 +33,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from medhelm.errors import InferenceError, ServerUnreachable
-from medhelm.specs import Completion, Deployment, JudgeScore
+from medhelm.records import JudgeScore
+from medhelm.specs import Completion, Deployment
 
 if TYPE_CHECKING:  # pragma: no cover
     from prometheus_client import Counter
 
-# Model calls take from ~10 ms (cache-warm small models) to minutes (long notes on a busy GPU).
+# Model calls take from milliseconds (cache-warm small models) to minutes (long notes on a busy GPU).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 CANDIDATE, JUDGE = "candidate", "judge"
@@ -87,7 +88,7 @@ class Telemetry:
 
     def __init__(self, service: str, *, prices: object | None = None) -> None:
         # prometheus_client is imported here, not at module level: a run without --metrics-port only needs
-        # the null handles below, and the import is ~20-60 ms of CPU before its first model request.
+        # the null handles below, and the import costs CPU before its first model request.
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
         from prometheus_client.gc_collector import GCCollector
         from prometheus_client.platform_collector import PlatformCollector

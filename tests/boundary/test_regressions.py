@@ -837,7 +837,7 @@ def test_yaml_with_one_10_mb_line_parses_within_a_few_times_its_size(tmp_path: P
 def test_helm_per_instance_file_read_within_a_few_times_its_size(tmp_path: Path) -> None:
     import tracemalloc
 
-    from medhelm.store.helm_runs import _per_instance
+    from medhelm.store.helm_stats import per_instance
 
     stats = [{"name": {"name": f"m{j}", "split": "test"}, "count": 1, "sum": 0.5, "sum_squared": 0.25, "min": 0.5,
               "max": 0.5, "mean": 0.5} for j in range(4)]
@@ -847,7 +847,7 @@ def test_helm_per_instance_file_read_within_a_few_times_its_size(tmp_path: Path)
     size = path.stat().st_size  # 22 MB
     tracemalloc.start()
     try:
-        merged = _per_instance(path)
+        merged = per_instance(path)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -3,9 +3,11 @@ metrics the registry knows."""
 
 from __future__ import annotations
 
-from collections import Counter
+import os
+from pathlib import Path
 
 import pytest
+import yaml
 
 from medhelm.benchmarks import LoadContext, resolve
 from medhelm.benchmarks.catalogue import all_entries
@@ -14,25 +16,31 @@ from medhelm.errors import ConfigError
 from medhelm.scoring import registry
 from medhelm.specs import Access, FrozenMap, TaskType
 from medhelm.taxonomy import SUBCATEGORIES, TAXONOMY, check
+from tests import upstream_medhelm as upstream
 
 ENTRIES = all_entries()
 
-UPSTREAM_NAMES = {
-    "medcalc_bench", "clear", "mtsamples_replicate", "medec", "ehrshot", "head_qa", "medbullets", "medhelm_med_qa",
-    "medhelm_med_mcqa", "medalign", "shc_ptbm_med", "shc_sei_med", "dischargeme", "aci_bench",
-    "mtsamples_procedures", "mimic_rrs", "mimic_bhc", "chw_care_plan", "medication_qa",
-    "starr_patient_instructions", "med_dialog", "shc_conf_med", "medi_qa", "mental_health", "shc_proxy_med",
-    "shc_privacy_med", "pubmed_qa", "ehr_sql", "shc_bmt_med", "race_based_med", "n2c2_ct_matching", "medhallu",
-    "shc_gip_med", "mimiciv_billing_code", "shc_sequoia_med", "shc_cdi_med", "shc_ent_med",
-}
-JURY_RUBRICS = {"aci_bench", "chw_care_plan", "dischargeme", "med_dialog", "medalign", "medi_qa", "medication_qa",
-                "mental_health", "mimic_bhc", "mimic_rrs", "mtsamples_procedures", "mtsamples_replicate",
-                "starr_patient_instructions"}
-
 
 def test_the_upstream_benchmarks_under_their_run_entry_names():
-    assert len(ENTRIES) == len(UPSTREAM_NAMES) == len({e.name for e in ENTRIES})
-    assert {e.name for e in ENTRIES} == UPSTREAM_NAMES
+    assert len(ENTRIES) == len(upstream.NAMES) == len({e.name for e in ENTRIES}) == 37
+    assert {e.name for e in ENTRIES} == upstream.NAMES
+
+
+# crfm-helm's own schema, where its venv is (tests/providers/test_helm_differential.py builds it)
+HELM_SCHEMA = (Path(os.environ.get("MEDHELM_ENGINES_DIR", Path.home() / ".cache" / "medhelm-engines")) / "helm-0.5.16"
+               / "lib" / "python3.11" / "site-packages" / "helm" / "benchmark" / "static" / "schema_medhelm.yaml")
+
+
+def test_the_reference_list_is_helms_own_leaf_run_groups():
+    """The one reference list (tests/data/upstream_medhelm.json) against upstream's file itself."""
+    if not HELM_SCHEMA.is_file():
+        pytest.skip(f"crfm-helm 0.5.16's venv is not built here ({HELM_SCHEMA.parent})")
+    groups = yaml.safe_load(HELM_SCHEMA.read_text(encoding="utf-8"))["run_groups"]
+    leaves = {g["name"] for g in groups if not g.get("subgroups")}
+    assert set(upstream.SCHEMA_NAMES.values()) == leaves
+    metrics = {m["name"] for m in yaml.safe_load(HELM_SCHEMA.read_text(encoding="utf-8"))["metrics"]}
+    # every jury-scored benchmark has HELM's jury column
+    assert {f"{upstream.SCHEMA_NAMES[n]}_accuracy" for n in upstream.JURY_SCORED} <= metrics
 
 
 def test_the_catalogue_has_one_row_per_card_and_takes_the_card_s_fields():
@@ -59,7 +67,8 @@ def test_every_subcategory_is_covered_and_every_pair_is_in_the_taxonomy():
 
 
 def test_access_counts_match_upstream():
-    assert Counter(e.access for e in ENTRIES) == {Access.PUBLIC: 16, Access.GATED: 7, Access.PRIVATE: 14}
+    assert {access: {e.name for e in ENTRIES if e.access.value == access} for access in upstream.BY_ACCESS} == \
+        upstream.BY_ACCESS
 
 
 def test_every_metric_is_known_and_emits_the_main_stat():
@@ -73,7 +82,7 @@ def test_every_metric_is_known_and_emits_the_main_stat():
 
 def test_the_13_open_ended_benchmarks_use_their_built_in_jury_rubric():
     jury = {e.name: e.metrics[0].args["rubric"] for e in ENTRIES if e.metrics[0].name == "jury_score"}
-    assert jury == {n: n for n in JURY_RUBRICS}
+    assert jury == {n: n for n in upstream.JURY_SCORED}
     assert all(e.task_type is TaskType.GENERATION for e in ENTRIES if e.name in jury)
 
 

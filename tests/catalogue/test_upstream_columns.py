@@ -14,7 +14,7 @@ import pytest
 
 from medhelm.devtools.mock_openai import MockOpenAIServer
 from medhelm.scoring.jury.metric import helm_jury_mean
-from medhelm.specs import JudgeScore, JudgeStatus
+from medhelm.records import JudgeScore, JudgeStatus
 from medhelm.store import open_store, read
 from tests.leaderboard.helpers import run_cli
 

@@ -155,3 +155,15 @@ def test_no_module_imports_a_private_name_of_another_package():
                 leaks += [f"{name} imports {node.module}.{alias.name}" for alias in node.names
                           if alias.name.startswith("_") and not alias.name.startswith("__")]
     assert leaks == []
+
+
+def test_the_value_types_import_what_their_docstrings_say():
+    """specs.py: json_text and backend_kinds only; records.py: those and specs; json_text.py: nothing of ours
+    (``medhelm`` itself, the package a ``from medhelm import x`` runs, imports only its version string)."""
+    modules = _modules()
+    known = set(modules) - {"medhelm"}
+    assert _imports("medhelm", modules["medhelm"], set(modules)) == {"medhelm.version"}
+    assert _imports("medhelm.specs", modules["medhelm.specs"], known) == {"medhelm.json_text", "medhelm.backend_kinds"}
+    assert _imports("medhelm.records", modules["medhelm.records"], known) <= {"medhelm.json_text", "medhelm.specs"}
+    assert _imports("medhelm.json_text", modules["medhelm.json_text"], known) == set()
+    assert _imports("medhelm.backend_kinds", modules["medhelm.backend_kinds"], known) == set()

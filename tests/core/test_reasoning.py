@@ -12,8 +12,9 @@ import pytest
 from medhelm.devtools.mock_openai import MockOpenAIServer
 from medhelm.inference.openai import OpenAIClient
 from medhelm.pipeline.aggregate import instance_stats, scored_row_json
-from medhelm.specs import (Completion, Deployment, GenerationRequest, Instance, InstanceResult, Message, Prompt,
-                           Usage, plain_json)
+from medhelm.json_text import plain_json
+from medhelm.records import InstanceResult
+from medhelm.specs import Completion, Deployment, GenerationRequest, Instance, Message, Prompt, Usage
 from medhelm.store.costs import Price, PriceTable
 from medhelm.store.costs import Usage as Totals
 from tests.core.conftest import generate_once
@@ -181,7 +182,7 @@ def test_extra_body_reaches_the_server_and_keys_the_cache():
 
 def test_jury_summary_counts_judges_thinking_only_when_stated():
     from medhelm.scoring.jury.summary import summarize
-    from medhelm.specs import JudgeScore
+    from medhelm.records import JudgeScore
 
     def judged(reasoning):
         j = JudgeScore(judge="j", criterion="accuracy", score=4.0, min_score=1.0, max_score=5.0)
@@ -327,7 +328,7 @@ def test_jury_stats_counts_a_reasoning_judges_thinking(tmp_path, capsys, mode):
 def test_medhelm_plan_reprices_thinking_from_a_release_and_from_a_suite(tmp_path):
     """`medhelm plan`'s cost per instance: thinking at reasoning_per_million, from the store and the records."""
     from medhelm.store import open_store
-    from medhelm.store.plan import costs_from_release, costs_from_suite
+    from medhelm.store.sample_size import costs_from_release, costs_from_suite
 
     def yes(body):
         return "Yes"

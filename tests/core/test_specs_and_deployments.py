@@ -8,8 +8,9 @@ import pytest
 
 from medhelm.deployments import DEFAULT_DEPLOYMENT, DeploymentRegistry, resolve_gguf
 from medhelm.errors import ConfigError
-from medhelm.specs import (BenchmarkSpec, Completion, FrozenMap, GenerationRequest, Instance, InstanceResult,
-                           JudgeScore, Message, MetricSpec, Prompt, Reference, RunSpec, Usage)
+from medhelm.records import InstanceResult, JudgeScore
+from medhelm.specs import (BenchmarkSpec, Completion, FrozenMap, GenerationRequest, Instance, Message, MetricSpec,
+                           Prompt, Reference, RunSpec, Usage)
 
 
 def _spec(**kw) -> RunSpec:

@@ -17,8 +17,8 @@ from medhelm.errors import ConfigError
 from medhelm.pipeline import aggregate, bounded, finish
 from medhelm.rundir import RunDir, dump_json as _dump, selection_text as _selection_text
 from medhelm.pipeline.sampling import select_instances, stream_run
-from medhelm.specs import (Completion, FrozenMap, Instance, InstanceResult, JudgeScore, Prompt, Reference, RunSpec,
-                           Usage)
+from medhelm.records import InstanceResult, JudgeScore
+from medhelm.specs import Completion, FrozenMap, Instance, Prompt, Reference, RunSpec, Usage
 
 from .conftest import write_benchmark
 
@@ -280,7 +280,8 @@ def test_cache_key_unchanged():
     """Keys computed with the deployment's identity and the messages encoded once equal the keys of existing
     caches, and the request body built from those pieces is the payload."""
     from medhelm.inference.openai import OpenAIClient
-    from medhelm.specs import Deployment, DeploymentKind, GenerationRequest, Message, canonical_json, digest
+    from medhelm.json_text import canonical_json, digest
+    from medhelm.specs import Deployment, DeploymentKind, GenerationRequest, Message
 
     dep = Deployment(name="vllm/q\u00e9", model_name="q/q", kind=DeploymentKind.OPENAI, base_url="http://h:1/v1")
     for req in (GenerationRequest(messages=(Message("user", "Note \u00e9 \"x\"\n"),), max_tokens=4),
@@ -298,7 +299,8 @@ def test_the_fast_json_paths_write_and_read_what_the_json_module_does():
     only our own reader sees them (the cache's values); what it refuses falls back to the json module."""
     import math
 
-    from medhelm.specs import Completion, Usage, canonical_json, compact_json, loads_json, strings_canonical_json
+    from medhelm.json_text import canonical_json, compact_json, loads_json, strings_canonical_json
+    from medhelm.specs import Completion, Usage
 
     step = 7  # every 7th code point, and every code point below 0x800 (all escapes and two-byte forms)
     points = [*range(0x800), *range(0x800, 0x110000, step)]
@@ -440,7 +442,8 @@ def test_request_cache_queue_is_bounded(tmp_path, monkeypatch):
 def test_cache_key_text_kept_per_run_settings_tells_equal_numbers_of_other_types_apart():
     """The text around the messages is kept per settings: 1, 1.0 and True are equal keys of a dict, but spell
     differently, so each request's key must still be the digest of its own canonical JSON."""
-    from medhelm.specs import Deployment, DeploymentKind, GenerationRequest, Message, digest
+    from medhelm.json_text import digest
+    from medhelm.specs import Deployment, DeploymentKind, GenerationRequest, Message
 
     dep = Deployment(name="d", model_name="m", kind=DeploymentKind.OPENAI, base_url="http://h:1/v1")
     msgs = (Message("user", "u"),)
@@ -458,7 +461,7 @@ def test_cache_key_text_kept_per_run_settings_tells_equal_numbers_of_other_types
 def test_the_records_json_is_the_json_modules_byte_for_byte():
     """plain_json (the records' spelling, by a C encoder built once) equals json.dumps(value, ensure_ascii=False)
     on every kind of value a record can hold, and refuses what json.dumps refuses."""
-    from medhelm.specs import plain_json
+    from medhelm.json_text import plain_json
 
     rng = random.Random(11)
     text = "".join(chr(c) for c in (*range(0, 0x250), 0x2028, 0x2029, 0xFEFF, 0x1F600, 0xD800, 0xDFFF))

@@ -231,7 +231,8 @@ def test_alpha_level_fits_the_rubric_scale():
 
 
 def _records(n: int, scores_by_judge: dict[str, list[float | None]], *, lo: float = 1, hi: float = 5) -> list:
-    from medhelm.specs import Completion, Instance, InstanceResult, JudgeScore, Prompt
+    from medhelm.records import InstanceResult, JudgeScore
+    from medhelm.specs import Completion, Instance, Prompt
 
     out = []
     for i in range(n):

@@ -10,7 +10,7 @@ import pytest
 
 from medhelm.cli import main
 from medhelm.rundir import RunDir
-from medhelm.specs import JudgeStatus
+from medhelm.records import JudgeStatus
 
 pytestmark = [pytest.mark.slow, pytest.mark.embedded]
 

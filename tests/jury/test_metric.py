@@ -14,8 +14,9 @@ from medhelm.scoring.base import ScoringContext, ScoringItem
 from medhelm.scoring.jury import FACTORIES
 from medhelm.scoring.jury.metric import EMPTY_RESPONSE_JUDGE
 from medhelm.scoring.registry import ResolveContext
-from medhelm.specs import (Access, BenchmarkSpec, Completion, FrozenMap, Instance, JudgeStatus, MetricSpec, Prompt,
-                           Reference, RunSpec, TaskType)
+from medhelm.records import JudgeStatus
+from medhelm.specs import (Access, BenchmarkSpec, Completion, FrozenMap, Instance, MetricSpec, Prompt, Reference,
+                           RunSpec, TaskType)
 
 from .conftest import is_reask, prompt_of, verdict
 

@@ -10,11 +10,9 @@ import pytest
 from medhelm.errors import ConfigError
 from medhelm.scoring.jury import rubrics
 
-from .conftest import SEEDS_PROMPT
+from tests.upstream_medhelm import JURY_SCORED as MEDHELM_OPEN_ENDED
 
-MEDHELM_OPEN_ENDED = {"aci_bench", "chw_care_plan", "dischargeme", "med_dialog", "medalign", "medi_qa",
-                      "medication_qa", "mental_health", "mimic_bhc", "mimic_rrs", "mtsamples_procedures",
-                      "mtsamples_replicate", "starr_patient_instructions"}
+from .conftest import SEEDS_PROMPT
 
 
 

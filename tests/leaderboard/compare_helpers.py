@@ -9,7 +9,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from medhelm.specs import RunSpec, Stat
+from medhelm.records import Stat
+from medhelm.specs import RunSpec
 from medhelm.store.synthetic import catalogue
 
 EXACT = catalogue(names=("medcalc_bench",))[0]  # main metric exact_match (0/1)

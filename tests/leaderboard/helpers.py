@@ -1,4 +1,5 @@
-"""Shared by the leaderboard tests."""
+"""The leaderboard tests' helpers: `run_cli` (the real `medhelm` CLI in-process: exit code, stdout, stderr) and a
+small configurable note-summary benchmark written to a folder (`note_summary_benchmark`)."""
 
 from __future__ import annotations
 

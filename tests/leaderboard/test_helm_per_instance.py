@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from medhelm.errors import ConfigError
 from medhelm.files import json_array_pieces
-from medhelm.store.helm_runs import _per_instance, _per_instance_checked, _per_instance_fast
+from medhelm.store.helm_stats import per_instance, per_instance_checked, per_instance_fast
 
 DATA = Path(__file__).parents[1] / "data" / "helm"
 REAL_FILES = sorted(DATA.rglob("per_instance_stats.json"))
@@ -29,8 +29,8 @@ def _outcome(read, path: Path):
 @pytest.mark.parametrize("path", REAL_FILES, ids=lambda p: p.parent.name[:40])
 @pytest.mark.parametrize("chunk", [1, 37, 4096, 4 << 20])
 def test_real_helm_files_are_read_fast_with_the_checked_readings_values(path: Path, chunk: int) -> None:
-    fast = _per_instance_fast(path, chunk=chunk)
-    checked = _per_instance_checked(path)
+    fast = per_instance_fast(path, chunk=chunk)
+    checked = per_instance_checked(path)
     assert fast is not None  # crfm-helm's own files take the fast reading
     assert list(fast.items()) == list(checked.items())  # instance order
     assert all(list(fast[i].items()) == list(checked[i].items()) for i in fast)  # stat order, every float equal
@@ -111,7 +111,7 @@ def test_any_file_reads_as_the_checked_reading_reads_it(tmp_path_factory, helm, 
     path.write_text(space + "[" + space + body + space + "]" + tail)
     if tail == ",":  # a comma after the last entry
         path.write_text("[" + body + ("," if entries else "") + "]")
-    expected = _outcome(_per_instance_checked, path)
-    assert _outcome(_per_instance, path) == expected
-    fast = _per_instance_fast(path, chunk=chunk)
+    expected = _outcome(per_instance_checked, path)
+    assert _outcome(per_instance, path) == expected
+    fast = per_instance_fast(path, chunk=chunk)
     assert fast is None or ("read", fast) == expected  # whenever it answers, it answers the same

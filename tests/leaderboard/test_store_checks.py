@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from medhelm.store import backends
+from medhelm.store import backends, opening
 from medhelm.store.schema import SCHEMA_VERSION
 from tests.leaderboard.helpers import run_cli
 
@@ -69,7 +69,7 @@ SAYS = {"truncated": "damaged", "garbage-pages": "damaged", "not-sqlite": "not a
 def damaged(small_output: Path, tmp_path: Path, request: pytest.FixtureRequest) -> Path:
     store = tmp_path / "results.sqlite"
     shutil.copyfile(small_output / "results.sqlite", store)
-    backends._INTACT.clear()  # the in-process runs below must check this file afresh
+    opening._INTACT.clear()  # the in-process runs below must check this file afresh
     _damage(store, request.param)
     return store
 
@@ -118,16 +118,16 @@ def test_the_dashboard_says_what_is_wrong_with_the_store(damaged: Path, monkeypa
 def test_a_store_checked_once_is_not_checked_again_until_it_changes(small_output: Path, tmp_path: Path) -> None:
     store = tmp_path / "results.sqlite"
     shutil.copyfile(small_output / "results.sqlite", store)
-    backends._INTACT.clear()
-    with backends.open_store(store):
+    opening._INTACT.clear()
+    with opening.open_store(store):
         pass
-    assert len(backends._INTACT) == 1
-    with backends.open_store(store):
+    assert len(opening._INTACT) == 1
+    with opening.open_store(store):
         pass
-    assert len(backends._INTACT) == 1  # the same version of the file: no second quick_check
+    assert len(opening._INTACT) == 1  # the same version of the file: no second quick_check
     _damage(store, "garbage-pages")  # a new version: checked again, and refused
     with pytest.raises(backends.ConfigError, match="damaged|cannot be used"):
-        backends.open_store(store)
+        opening.open_store(store)
 
 
 # --------------------------------------------------------------------------------------------- PostgreSQL
@@ -180,13 +180,13 @@ def test_the_dashboard_launcher_hands_over_the_version_it_checked(small_output: 
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     store = tmp_path / "results.sqlite"
     shutil.copyfile(small_output / "results.sqlite", store)
-    backends._INTACT.clear()
-    assert backends.intact_token(store) == ""
-    backends.open_store(store).close()  # what `medhelm serve dashboard` does before starting Streamlit
-    token = backends.intact_token(store)
+    opening._INTACT.clear()
+    assert opening.intact_token(store) == ""
+    opening.open_store(store).close()  # what `medhelm serve dashboard` does before starting Streamlit
+    token = opening.intact_token(store)
     assert token
-    backends._INTACT.clear()  # the Streamlit process: a fresh cache, the token in its environment
-    monkeypatch.setenv(backends.INTACT_ENV, token)
+    opening._INTACT.clear()  # the Streamlit process: a fresh cache, the token in its environment
+    monkeypatch.setenv(opening.INTACT_ENV, token)
     checked = []
     real_query = backends.Store.query
 
@@ -195,12 +195,12 @@ def test_the_dashboard_launcher_hands_over_the_version_it_checked(small_output: 
         return real_query(self, sql, params)
 
     monkeypatch.setattr(backends.Store, "query", spy)
-    backends.open_store(store).close()
+    opening.open_store(store).close()
     assert not any("quick_check" in q for q in checked)  # the same version: not read again
     with open(store, "r+b") as f:  # another version of the file: checked again
         f.seek(0, 2)
         f.write(b"\0" * 4096)
-    backends.open_store(store).close()
+    opening.open_store(store).close()
     assert any("quick_check" in q for q in checked)
 
 
@@ -222,5 +222,5 @@ def test_a_failed_summarize_leaves_an_older_store_as_it_was(small_output: Path, 
     code, _, err = run_cli("summarize", "--suites", "local", "-o", str(small_output), "--store", str(store),
                            "--release", "again", "--bootstrap", "10")
     assert code == 0, err
-    with backends.open_store(store) as s:
+    with opening.open_store(store) as s:
         assert "jury_cost_usd" in s.columns("models")

@@ -251,8 +251,8 @@ def _sqlite_shape(store: Path) -> tuple[set[str], str]:
 
 # this code made older: its schema version lowered before the store code is imported (the next release's store
 # looks like this to it)
-OLDER = ("import medhelm.store.backends as backends, medhelm.store.schema as schema\n"
-         "schema.SCHEMA_VERSION -= 1\nbackends.SCHEMA_VERSION = schema.SCHEMA_VERSION")
+OLDER = ("import medhelm.store.migrate as migrate, medhelm.store.opening as opening, medhelm.store.schema as schema\n"
+         "schema.SCHEMA_VERSION -= 1\nmigrate.SCHEMA_VERSION = opening.SCHEMA_VERSION = schema.SCHEMA_VERSION")
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])

@@ -36,7 +36,8 @@ from medhelm.rpc import codec
 from medhelm.rpc.remote import names_for
 from medhelm.runentries import parse_run_entry
 from medhelm.scoring.base import ScoringItem
-from medhelm.specs import Completion, Instance, InstanceResult, MetricSpec, Prompt, Reference
+from medhelm.records import InstanceResult
+from medhelm.specs import Completion, Instance, MetricSpec, Prompt, Reference
 from medhelm.v1 import common_pb2, jury_pb2_grpc, metrics_pb2, metrics_pb2_grpc, scenarios_pb2, scenarios_pb2_grpc
 
 from .conftest import write_deployment, write_qa_benchmark

@@ -25,7 +25,8 @@ from medhelm.rpc.remote import Endpoint, RemoteBenchmark, RemoteMetric, names_fo
 from medhelm.runentries import parse_run_entry
 from medhelm.scoring import registry
 from medhelm.scoring.base import ScoringContext, ScoringItem
-from medhelm.specs import Completion, InstanceResult
+from medhelm.records import InstanceResult
+from medhelm.specs import Completion
 from medhelm.v1 import common_pb2, jury_pb2_grpc, metrics_pb2, metrics_pb2_grpc, scenarios_pb2, scenarios_pb2_grpc
 
 from .conftest import write_deployment, write_qa_benchmark

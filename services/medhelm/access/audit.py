@@ -33,7 +33,7 @@ DDL = (f"CREATE TABLE IF NOT EXISTS {TABLE} (at TEXT NOT NULL, actor TEXT NOT NU
 # by triggers of the schema's own, made with the table at creation or migration. On PostgreSQL only the
 # schema's owner (the migration role) may drop or disable them: the pods' role, whatever row rights it is
 # granted, can add rows and read them, never change or remove one. A store holding triggers, rules, views or
-# indexes the schema does not define is refused (store/backends.py ``_check_objects``).
+# indexes the schema does not define is refused (store/opening.py ``_check_objects``).
 GUARD = "audit_append_only"
 GUARD_MESSAGE = "the audit trail is append-only"
 SQLITE_GUARD = tuple(f"CREATE TRIGGER IF NOT EXISTS {GUARD}_{op.lower()} BEFORE {op} ON {TABLE} "

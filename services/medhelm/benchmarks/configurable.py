@@ -290,7 +290,7 @@ def _read_text(path: Path) -> str:
 
 def record_instance(instance: Instance) -> Instance:
     """A configurable benchmark's instance as its record keeps it: the prompt's fields (``extra``, the CSV cells
-    the template names) are left out, for ``input`` holds them already, rendered whole (a 50 MB cell was stored
-    twice, then cut to fit the context in ``prompt`` a third time). The one rule, in one process or through the
+    the template names) are left out, for ``input`` holds them already, rendered whole: kept, a large cell would be stored
+    twice (and cut to fit the context in ``prompt`` a third time). The one rule, in one process or through the
     scenario service (``rpc/remote.py``)."""
     return replace(instance, extra=FrozenMap()) if instance.extra else instance

@@ -36,7 +36,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "store": ("medhelm.cli.store", "the results store's schema version: status, migrate (before an upgrade's pods)"),
     "audit": ("medhelm.cli.audit", "list the audit trail: who saw instance text, every export"),
     "compare": ("medhelm.cli.compare", "compare two releases/suites per model and benchmark (paired tests; a gate)"),
-    "plan": ("medhelm.cli.plan", "instances per benchmark needed to detect a difference, and their cost"),
+    "sample-size": ("medhelm.cli.sample_size", "instances per benchmark needed to detect a difference, and their cost"),
+    "plan": ("medhelm.cli.sample_size", "the same as sample-size (its first name, kept for existing scripts)"),
 }
 
 

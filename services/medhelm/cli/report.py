@@ -78,6 +78,7 @@ def _write(args: argparse.Namespace) -> int:
     from medhelm.access import Principal, audit
     from medhelm.files import plain_name
     from medhelm.report import content as report_content
+    from medhelm.report import page as report_page
     from medhelm.report import render as report_render
     from medhelm.report import keys
     from medhelm.report.seal import seal
@@ -91,7 +92,7 @@ def _write(args: argparse.Namespace) -> int:
     from medhelm.report import about as report_about
 
     about = report_about.load(args.about) if args.about else None
-    report_render.pyplot()
+    report_page.pyplot()
     if args.format == "pdf":
         from medhelm.report import pdf
 

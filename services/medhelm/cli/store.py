@@ -2,8 +2,8 @@
 
 ``status`` prints the store's schema version and this medhelm's (exit 0 when they are equal, 3 when the store
 needs ``migrate``; a newer store is the one-line refusal, exit 2). ``migrate`` brings the store forward in one
-exclusive transaction (store/backends.py ``migrate_store``): a no-op on a current store, refused on a newer
-one, all or nothing otherwise; a current store whose audit guard triggers are missing gets them. Both refuse a
+exclusive transaction (store/opening.py ``migrate_store``; the steps are store/migrate.py's): a no-op on a
+current store, refused on a newer one, all or nothing otherwise; a current store whose audit guard triggers are missing gets them. Both refuse a
 store holding triggers, rules, views or indexes the schema does not define (``_check_objects``). The chart runs it as a pre-install/pre-upgrade hook Job for a PostgreSQL store
 (docs/kubernetes.md "Upgrades"). Errors are one line naming the store (its URL without the password), exit 2.
 """
@@ -26,13 +26,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from medhelm.errors import without_password
-    from medhelm.store import backends
+    from medhelm.store import opening
     from medhelm.store.schema import SCHEMA_VERSION, VERSIONS
 
     location = summarize.store_location(args)
     shown = without_password(location)
     if args.store_action == "migrate":
-        before, after = backends.migrate_store(location)
+        before, after = opening.migrate_store(location)
         if before is None:
             print(f"{shown}: new store created at schema v{after}")
         elif before == -1:
@@ -42,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
         else:
             print(f"{shown}: migrated from schema v{before} to v{after} ({VERSIONS[after]})")
         return 0
-    version = backends.store_version(location)  # a newer, foreign or damaged store: the one-line refusal
+    version = opening.store_version(location)  # a newer, foreign or damaged store: the one-line refusal
     if version is None:
         print(f"{shown}: no store yet (`medhelm store migrate` or `medhelm summarize` makes one at schema "
               f"v{SCHEMA_VERSION})")

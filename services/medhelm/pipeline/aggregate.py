@@ -11,7 +11,8 @@ import math
 from collections.abc import Iterable, Mapping
 
 from medhelm.rundir import compat_digest
-from medhelm.specs import InstanceResult, RunSpec, Stat
+from medhelm.records import InstanceResult, Stat
+from medhelm.specs import RunSpec
 
 
 class RecordTally:

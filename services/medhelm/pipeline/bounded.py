@@ -1,7 +1,7 @@
 """Bounded-memory bookkeeping for runs of any size: positions as bits, ids joined on disk.
 
 * ``PositionSet``: a set of non-negative integers (selection positions, record sequence numbers) as a
-  bitmap, one bit each up to the largest member: 125 KB for a million, where a Python ``set`` costs ~60 MB.
+  bitmap, one bit each up to the largest member: 125 KB for a million, a small fraction of a Python ``set``'s size.
 * ``positions_in``: the positions of a selection whose id is among some ids, both given as 64-bit digests
   (``spill.id_hash``) in ``spill.Sorter`` s (sorted on disk a chunk at a time, merged back): a merge
   join, so neither side is held in memory. Two different ids share a digest with a probability of about

@@ -51,7 +51,8 @@ from medhelm.pipeline.sampling import stream_run
 from medhelm.rundir import RunDir, compat_digest
 from medhelm.scoring import registry as metric_registry
 from medhelm.scoring.base import Metric, MetricResult, ScoringContext, ScoringItem
-from medhelm.specs import GenerationRequest, Instance, InstanceResult, JudgeScore, MetricSpec, Usage
+from medhelm.records import InstanceResult, JudgeScore
+from medhelm.specs import GenerationRequest, Instance, MetricSpec, Usage
 from medhelm.telemetry import NULL_RUN_METRICS, Telemetry
 from medhelm.tokens import approx_tokens
 
@@ -175,7 +176,7 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
 
     sample = stream_run(plan.benchmark, spec)
     run_dir.prepare(spec, sample.ids())
-    finished = finished_positions(run_dir)  # a bit a position: resuming a million instances costs 125 KB
+    finished = finished_positions(run_dir)  # a bit a position (a million instances: 125 KB)
     owns = shard.owns if shard is not None else None
     mine = sample.count if shard is None else len(range(shard.index, sample.count, shard.count))
     already = sum(1 for pos in finished if owns is None or owns(pos))

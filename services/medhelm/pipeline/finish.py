@@ -27,7 +27,8 @@ from medhelm.pipeline.aggregate import Aggregator, StatusCounts, scored_row_json
 from medhelm.pipeline.bounded import PositionSet, id_hash, positions_in
 from medhelm.rundir import RECORDS, SHARDS, SUPERSEDED, Ledger, RunDir, dump_json, write_atomic, write_atomic_lines
 from medhelm.spill import Sorter
-from medhelm.specs import RunSpec, loads_json
+from medhelm.json_text import loads_json
+from medhelm.specs import RunSpec
 
 
 def finished_positions(run: RunDir) -> PositionSet:

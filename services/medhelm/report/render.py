@@ -1,6 +1,7 @@
 """The report as one self-contained HTML page: inline CSS, plots as inline SVG (matplotlib, text kept as
 text so it can be selected and searched), no script, no external request (no CDN, no font, no image URL),
-tables with ``<th scope>`` headers. Every value from the store is HTML-escaped.
+tables with ``<th scope>`` headers. Every value from the store is HTML-escaped. The page's parts, in order, are
+here; their building blocks (CSS, escaping, spellings, tables, plots) are ``page.py``'s.
 
 Failure semantics: matplotlib missing is a ``ConfigError`` naming the extra to install
 (``medhelm-k8s[report]``), raised before anything is written; a part without rows is shown as a sentence
@@ -9,168 +10,16 @@ saying so, never as an empty table.
 
 from __future__ import annotations
 
-import html
-import io
-import math
-import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from datetime import date, datetime
 from typing import Any
 
-from medhelm.errors import ConfigError
 from medhelm.report.access import RecordedAccess, disagreements, recorded_access
 from medhelm.report.content import ReportContent
+from medhelm.report.page import (CSS, PRINT_CSS, Raw, ci, esc, int_or_none, interval_plot, json_list, metric_words,
+                                 no_paths, num, paragraphs, table, when)
 from medhelm.store.compare import MULTIPLICITY_RULE
-from medhelm.store.intervals import METHOD, PAIRED_METHOD
+from medhelm.store.intervals import PAIRED_METHOD
 from medhelm.store.subgroups import SUPPRESSION
-
-_CSS = """
-body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Arial,sans-serif;margin:2rem auto;max-width:72rem;
-color:#1b1b1b;line-height:1.45;padding:0 1rem}
-h1{font-size:1.6rem}h2{font-size:1.25rem;margin-top:2.2rem;border-bottom:1px solid #ccc}h3{font-size:1.05rem}
-table{border-collapse:collapse;margin:.6rem 0 1.2rem;font-size:.88rem;display:block;max-width:100%;overflow-x:auto}
-th,td{border:1px solid #bbb;padding:.25rem .5rem;text-align:left;vertical-align:top}
-th{background:#f0f0f0}td.n{text-align:right;font-variant-numeric:tabular-nums}
-.note{color:#444;font-size:.9rem}.drop{color:#a00;font-weight:bold}.gain{color:#060}
-figure{margin:1rem 0}figure svg{max-width:100%;height:auto}code{font-size:.85rem;word-break:break-all}
-"""
-# paged media (a browser's print, and the PDF: report/pdf.py lays out this same page): A4 landscape, numbered
-# pages, smaller type, headings kept with what follows, wide tables across the page, long tables split between
-# rows with their header repeated, figures whole
-_PRINT_CSS = """
-@media print{
-@page{size:A4 landscape;margin:14mm 12mm 16mm;
-@bottom-left{content:string(release);font:7pt sans-serif;color:#555}
-@bottom-right{content:"page " counter(page) " of " counter(pages);font:7pt sans-serif;color:#555}}
-h1{string-set:release content(text);font-size:15pt;margin-top:0}
-body{margin:0;max-width:none;padding:0;font-size:9pt}
-h2{font-size:12pt;margin-top:1.1rem}h3{font-size:10pt}
-h2,h3,p.note{break-after:avoid}
-table{display:table;font-size:7.5pt;overflow:visible;break-inside:auto}table.wide{width:100%}
-caption{text-align:left;font-weight:bold;padding:.2rem 0;break-after:avoid}
-thead{display:table-header-group}tr{break-inside:avoid}
-th,td{padding:.12rem .3rem}tbody th,tbody td{overflow-wrap:anywhere}.note{font-size:8.5pt}
-figure{break-inside:avoid}figure svg{max-height:160mm}
-code{font-size:7pt}
-}
-"""
-
-
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def _num(x: Any, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "–"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, int):
-        return str(x)
-    return f"{float(x):.{digits}f}"
-
-
-def _ci(low: Any, high: Any, digits: int = 3) -> str:
-    return "–" if low is None or high is None else f"[{_num(low, digits)}, {_num(high, digits)}]"
-
-
-def _table(caption: str, headers: Sequence[str], rows: Iterable[Sequence[Any]], numeric: Sequence[bool] = ()) -> str:
-    """A table; cells are escaped here unless given as ``_Raw``. The first column heads each row."""
-    body = []
-    for row in rows:
-        cells = []
-        for i, v in enumerate(row):
-            text = v.html if isinstance(v, _Raw) else _e(v)
-            if i == 0:
-                cells.append(f'<th scope="row">{text}</th>')
-            else:
-                cls = ' class="n"' if i < len(numeric) and numeric[i] else ""
-                cells.append(f"<td{cls}>{text}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    if not body:
-        return f'<p class="note">{_e(caption)}: none.</p>'
-    head = "".join(f'<th scope="col">{_e(h)}</th>' for h in headers)
-    wide = ' class="wide"' if len(headers) >= 7 else ""  # across the printed page (render's _PRINT_CSS)
-    return (f"<table{wide}><caption>{_e(caption)}</caption><thead><tr>{head}</tr></thead><tbody>"
-            + "".join(body) + "</tbody></table>")
-
-
-class _Raw:
-    def __init__(self, markup: str) -> None:
-        self.html = markup
-
-
-def pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        raise ConfigError("the report's plots need matplotlib: pip install 'medhelm-k8s[report]'") from None
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _svg(fig: Any, label: str) -> str:
-    """The figure as inline SVG: text as text (selectable), no date, ids fixed (the same input, the same bytes)."""
-    plt = pyplot()
-    buf = io.StringIO()
-    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "medhelm-report"}):
-        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
-    plt.close(fig)
-    text = buf.getvalue()
-    text = text[text.index("<svg"):]
-    return text.replace("<svg ", f'<svg role="img" aria-label="{_e(label)}" ', 1)
-
-
-ROWS_PER_FIGURE = 18  # a figure of at most this many rows fits a printed A4 landscape page at full size
-
-
-def interval_plot(title: str, labels: Sequence[str], values: Sequence[float | None],
-                  lows: Sequence[float | None], highs: Sequence[float | None], xlabel: str) -> str:
-    """Points with 95 % intervals, one row per label (top to bottom in the given order); more rows than
-    ``ROWS_PER_FIGURE`` are drawn as several figures of about equal size on one shared score axis."""
-    n = len(labels)
-    parts = max(1, math.ceil(n / ROWS_PER_FIGURE))
-    size = math.ceil(n / parts) if n else 0
-    ends = [float(v) for v in (*values, *lows, *highs) if v is not None and math.isfinite(float(v))]
-    pad = (max(ends) - min(ends)) * 0.04 or 0.05 if ends else 0.05
-    xlim = (min(ends) - pad, max(ends) + pad) if ends else None
-    out = []
-    for i in range(parts):
-        part = slice(i * size, (i + 1) * size)
-        name = title if parts == 1 else f"{title} ({i + 1} of {parts})"
-        out.append(_interval_figure(name, labels[part], values[part], lows[part], highs[part], xlabel, xlim))
-    return "".join(out)
-
-
-def _interval_figure(title: str, labels: Sequence[str], values: Sequence[float | None],
-                     lows: Sequence[float | None], highs: Sequence[float | None], xlabel: str,
-                     xlim: tuple[float, float] | None) -> str:
-    plt = pyplot()
-    # names are data: a "$" would start matplotlib's math mode (and an unbalanced one raise), so it is escaped
-    labels = [str(label).replace("$", r"\$") for label in labels]
-    caption, title = title, title.replace("$", r"\$")
-    n = len(labels)
-    fig, ax = plt.subplots(figsize=(7.5, 0.8 + 0.28 * n))
-    ys = list(range(n))[::-1]
-    for y, v, lo, hi in zip(ys, values, lows, highs):
-        if v is None:
-            continue
-        if lo is not None and hi is not None:
-            ax.plot([lo, hi], [y, y], color="#1f4e79", linewidth=2)
-        ax.plot([v], [y], marker="o", color="#1f4e79", markersize=4)
-    ax.set_yticks(ys)
-    ax.set_yticklabels(labels, fontsize=8)
-    ax.set_xlabel(xlabel, fontsize=9)
-    ax.set_title(title, fontsize=10)
-    ax.grid(axis="x", color="#ddd")
-    ax.set_ylim(-0.7, n - 0.3)
-    if xlim is not None:
-        ax.set_xlim(*xlim)
-    return f"<figure>{_svg(fig, caption)}<figcaption>{_e(caption)}: points with their {_e(METHOD)}." \
-           "</figcaption></figure>"
 
 
 def render(content: ReportContent, created_at: str) -> bytes:
@@ -182,10 +31,10 @@ def render(content: ReportContent, created_at: str) -> bytes:
            # no script, no outside request of any kind (the page must open offline, in a locked-down viewer)
            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
            "img-src data:\">",
-           f"<title>MedHELM evaluation report: {_e(content.release)}</title><style>{_CSS}{_PRINT_CSS}</style></head>"
+           f"<title>MedHELM evaluation report: {esc(content.release)}</title><style>{CSS}{PRINT_CSS}</style></head>"
            "<body>",
-           f"<h1>MedHELM evaluation report: release <code>{_e(content.release)}</code></h1>",
-           f'<p class="note">Made {_e(_when(created_at))} by medhelm {_e(content.code_version)} from the results store\'s '
+           f"<h1>MedHELM evaluation report: release <code>{esc(content.release)}</code></h1>",
+           f'<p class="note">Made {esc(when(created_at))} by medhelm {esc(content.code_version)} from the results store\'s '
            "aggregates only (no prompt, output or patient text is read). Its manifest (the digests of every input "
            "and of this page) is at the end of the file; check it with <code>medhelm report verify FILE --key "
            "SIGNER.pub</code> (the signer's public key: without a trusted key the signature is not checked)."
@@ -213,21 +62,21 @@ def render(content: ReportContent, created_at: str) -> bytes:
 
 def _summary(meta: dict[str, str], p: dict[str, list[dict]]) -> list[str]:
     rows = [("Runs", meta.get("runs")), ("Instances", meta.get("instances")), ("Benchmarks", len(p["benchmarks"])),
-            ("Models", len(p["models"])), ("Suites", ", ".join(_json_list(meta.get("suites")))),
-            ("Summarised", _when(meta.get("created_at"))), ("Bootstrap replicates", meta.get("replicates")),
+            ("Models", len(p["models"])), ("Suites", ", ".join(json_list(meta.get("suites")))),
+            ("Summarised", when(meta.get("created_at"))), ("Bootstrap replicates", meta.get("replicates")),
             ("Bootstrap seed", meta.get("seed"))]
-    return ["<h2>Summary</h2>", _table("What this release holds", ("Item", "Value"), rows)]
+    return ["<h2>Summary</h2>", table("What this release holds", ("Item", "Value"), rows)]
 
 
 def _leaderboard(p: dict[str, list[dict]]) -> list[str]:
-    rows = [(_num(r["rank"]), r["model"], r["deployment"], _ci(r["rank_low"], r["rank_high"], 1),
-             _num(r["win_rate"]), _ci(r["win_rate_low"], r["win_rate_high"]), r["n_benchmarks"])
+    rows = [(num(r["rank"]), r["model"], r["deployment"], ci(r["rank_low"], r["rank_high"], 1),
+             num(r["win_rate"]), ci(r["win_rate_low"], r["win_rate_high"]), r["n_benchmarks"])
             for r in p["leaderboard"]]
     return ["<h2>Leaderboard</h2>",
             '<p class="note">Mean win rate over benchmarks (the share of other models each model beats, per '
             "benchmark) with its 95 % bootstrap interval, and the rank's interval over the same replicates. Scores "
             "of different benchmarks are never averaged: each is on its own metric's scale.</p>",
-            _table("Leaderboard", ("Rank", "Model", "Deployment", "Rank 95 % CI", "Win rate", "Win rate 95 % CI",
+            table("Leaderboard", ("Rank", "Model", "Deployment", "Rank 95 % CI", "Win rate", "Win rate 95 % CI",
                                    "Benchmarks"), rows, (True, False, False, True, True, True, True))]
 
 
@@ -242,33 +91,33 @@ def _benchmarks(p: dict[str, list[dict]], bench: dict[str, dict]) -> list[str]:
     rows = [(bench.get(c["benchmark"], {}).get("display_name") or c["benchmark"],
              bench.get(c["benchmark"], {}).get("category"), bench.get(c["benchmark"], {}).get("main_metric"),
              "lower" if bench.get(c["benchmark"], {}).get("lower_is_better") else "higher", c["model"],
-             c["deployment"], _num(c["value"]), _ci(c["ci_low"], c["ci_high"]), c["n_instances"], c["n_unscored"])
+             c["deployment"], num(c["value"]), ci(c["ci_low"], c["ci_high"]), c["n_instances"], c["n_unscored"])
             for c in cells]
-    out.append(_table("Main metric per benchmark", ("Benchmark", "Category", "Metric", "Better", "Model",
+    out.append(table("Main metric per benchmark", ("Benchmark", "Category", "Metric", "Better", "Model",
                                                     "Deployment", "Value", "95 % CI", "Instances", "Unscored"),
                       rows, (False,) * 6 + (True,) * 4))
     beside = [(bench.get(r["benchmark"], {}).get("display_name") or r["benchmark"], r["stat"], r["model"],
-               r["deployment"], _num(r["value"])) for r in p.get("beside", ())]
+               r["deployment"], num(r["value"])) for r in p.get("beside", ())]
     if beside:
         out.append('<p class="note">Beside the main metric, never ranked: lenient_match is our reading of answers '
                    'such as "A." or "The answer is A" (the main exact_match is HELM\'s rule: the answer must be the '
                    'letter); &lt;benchmark&gt;_accuracy is MedHELM\'s 1–5 jury mean, the number its leaderboard '
                    'shows.</p>')
-        out.append(_table("Beside the main metric", ("Benchmark", "Metric", "Model", "Deployment", "Value"), beside,
+        out.append(table("Beside the main metric", ("Benchmark", "Metric", "Model", "Deployment", "Value"), beside,
                           (False,) * 4 + (True,)))
     metrics_of: dict[str, set] = defaultdict(set)
     for b in p["benchmarks"]:
         metrics_of[b["category"]].add(b["main_metric"])
-    groups = [(g["grp"], next(iter(metrics_of[g["grp"]])), g["model"], g["deployment"], _num(g["value"]),
-               _ci(g["ci_low"], g["ci_high"]), g["n_benchmarks"]) for g in p["group_scores"]
+    groups = [(g["grp"], next(iter(metrics_of[g["grp"]])), g["model"], g["deployment"], num(g["value"]),
+               ci(g["ci_low"], g["ci_high"]), g["n_benchmarks"]) for g in p["group_scores"]
               if g["level"] == "category" and len(metrics_of.get(g["grp"], ())) == 1]
     mixed = sorted(c for c, m in metrics_of.items() if len(m) > 1 and c)
     if groups or mixed:
-        out.append(_table("Mean per category (benchmarks of one metric only)",
+        out.append(table("Mean per category (benchmarks of one metric only)",
                           ("Category", "Metric", "Model", "Deployment", "Mean", "95 % CI", "Benchmarks"), groups,
                           (False, False, False, False, True, True, True)))
     if mixed:
-        out.append(f'<p class="note">No mean is shown for {_e(", ".join(mixed))}: its benchmarks use different '
+        out.append(f'<p class="note">No mean is shown for {esc(", ".join(mixed))}: its benchmarks use different '
                    "metrics, whose average would mean nothing.</p>")
     return out
 
@@ -280,28 +129,28 @@ def _subgroups(p: dict[str, list[dict]], bench: dict[str, dict]) -> list[str]:
         return out + ['<p class="note">No benchmark of this release names patient subgroups (a configurable '
                       "benchmark's <code>subgroups:</code>; docs/report.md).</p>"]
     min_cell = sorted({g["min_cell"] for g in gaps})
-    out.append(f'<p class="note">{_e(SUPPRESSION.format(min_cell="/".join(map(str, min_cell))))} The gap is the '
+    out.append(f'<p class="note">{esc(SUPPRESSION.format(min_cell="/".join(map(str, min_cell))))} The gap is the '
                "highest minus the lowest shown group; its p-value is a two-sided permutation test Holm-adjusted over "
                "every pair of the attribute's shown groups.</p>")
     scores: dict[tuple, list[dict]] = defaultdict(list)
     for s in p["subgroup_scores"]:
         scores[(s["benchmark"], s["attribute"])].append(s)
     gap_rows = [(bench.get(g["benchmark"], {}).get("display_name") or g["benchmark"], g["attribute"], g["model"],
-                 g["deployment"], g["n_groups"], g["n_suppressed"], g["high_group"], g["low_group"], _num(g["gap"]),
-                 _ci(g["gap_low"], g["gap_high"]), _num(g["ratio"]), _num(g["p_holm"], 4)) for g in gaps]
-    out.append(_table("Largest gap between subgroups", ("Benchmark", "Attribute", "Model", "Deployment",
+                 g["deployment"], g["n_groups"], g["n_suppressed"], g["high_group"], g["low_group"], num(g["gap"]),
+                 ci(g["gap_low"], g["gap_high"]), num(g["ratio"]), num(g["p_holm"], 4)) for g in gaps]
+    out.append(table("Largest gap between subgroups", ("Benchmark", "Attribute", "Model", "Deployment",
                                                         "Groups shown", "Groups suppressed", "Highest", "Lowest",
                                                         "Gap", "Gap 95 % CI", "Ratio low/high", "p (Holm)"),
                       gap_rows, (False,) * 4 + (True, True, False, False, True, True, True, True)))
     for (b, attr), rows in sorted(scores.items()):
         name = bench.get(b, {}).get("display_name") or b
-        out.append(f"<h3>{_e(name)}: by {_e(attr)}</h3>")
+        out.append(f"<h3>{esc(name)}: by {esc(attr)}</h3>")
         out.append(interval_plot(f"{name} by {attr}", [f"{r['grp']} · {r['model']}" for r in rows],
                                  [r["value"] for r in rows], [r["ci_low"] for r in rows],
                                  [r["ci_high"] for r in rows], "score"))
-        out.append(_table(f"{name} by {attr}", ("Group", "Model", "Deployment", "Instances", "Value", "95 % CI"),
-                          [(r["grp"], r["model"], r["deployment"], r["n"], _num(r["value"]),
-                            _ci(r["ci_low"], r["ci_high"])) for r in rows],
+        out.append(table(f"{name} by {attr}", ("Group", "Model", "Deployment", "Instances", "Value", "95 % CI"),
+                          [(r["grp"], r["model"], r["deployment"], r["n"], num(r["value"]),
+                            ci(r["ci_low"], r["ci_high"])) for r in rows],
                           (False, False, False, True, True, True)))
     return out
 
@@ -310,16 +159,16 @@ def _change(content: ReportContent) -> list[str]:
     c = content.comparison
     if c is None:
         return []
-    out = [f"<h2>Change against the accepted release <code>{_e(content.against)}</code></h2>",
+    out = [f"<h2>Change against the accepted release <code>{esc(content.against)}</code></h2>",
            f'<p class="note">Paired on the instances both releases scored; difference = this release minus the '
-           f"accepted one, its 95 % {_e(PAIRED_METHOD)}, McNemar's exact test for 0/1 metrics (else the bootstrap), "
-           f"{_e(MULTIPLICITY_RULE.format(family='model and benchmark'))}. "
+           f"accepted one, its 95 % {esc(PAIRED_METHOD)}, McNemar's exact test for 0/1 metrics (else the bootstrap), "
+           f"{esc(MULTIPLICITY_RULE.format(family='model and benchmark'))}. "
            f"Drops: {sum(r.change == 'drop' for r in c.results)}"
            f"; gains: {sum(r.change == 'gain' for r in c.results)}.</p>"]
-    rows = [(r.display_name or r.benchmark, r.model_b, r.deployment_b, r.n_pairs, _num(r.score_a), _num(r.score_b),
-             _num(r.diff), _ci(r.ci_low, r.ci_high), _num(r.p_adjusted, 4),
-             _Raw(f'<span class="{_e(r.change.replace(" ", "-"))}">{_e(r.change)}</span>')) for r in c.results]
-    out.append(_table("Change per benchmark and model", ("Benchmark", "Model", "Deployment", "Paired instances",
+    rows = [(r.display_name or r.benchmark, r.model_b, r.deployment_b, r.n_pairs, num(r.score_a), num(r.score_b),
+             num(r.diff), ci(r.ci_low, r.ci_high), num(r.p_adjusted, 4),
+             Raw(f'<span class="{esc(r.change.replace(" ", "-"))}">{esc(r.change)}</span>')) for r in c.results]
+    out.append(table("Change per benchmark and model", ("Benchmark", "Model", "Deployment", "Paired instances",
                                                          "Accepted", "This release", "Difference", "95 % CI",
                                                          "p (Holm)", "Change"),
                       rows, (False, False, False, True, True, True, True, True, True, False)))
@@ -328,89 +177,47 @@ def _change(content: ReportContent) -> list[str]:
         out.append(f'<p class="note">By patient subgroup: {len(content.subgroup_changes)} model × benchmark × group '
                    f"comparisons, every one listed, {len(flagged)} significant; "
                    f"{content.subgroup_changes_suppressed} small group(s) suppressed (pooled); "
-                   f"{_e(MULTIPLICITY_RULE.format(family='model × benchmark × group'))}.</p>")
-        out.append(_table("Changes within each patient subgroup",
+                   f"{esc(MULTIPLICITY_RULE.format(family='model × benchmark × group'))}.</p>")
+        out.append(table("Changes within each patient subgroup",
                           ("Benchmark", "Attribute", "Group", "Model", "Paired instances", "Accepted", "This release",
                            "Difference", "95 % CI", "p (Holm)", "Change"),
                           [(s.result.display_name or s.result.benchmark, s.attribute, s.group, s.result.model_b,
-                            s.result.n_pairs, _num(s.result.score_a), _num(s.result.score_b), _num(s.result.diff),
-                            _ci(s.result.ci_low, s.result.ci_high), _num(s.result.p_adjusted, 4),
-                            _Raw(f'<span class="{_e(s.result.change.replace(" ", "-"))}">{_e(s.result.change)}</span>'))
+                            s.result.n_pairs, num(s.result.score_a), num(s.result.score_b), num(s.result.diff),
+                            ci(s.result.ci_low, s.result.ci_high), num(s.result.p_adjusted, 4),
+                            Raw(f'<span class="{esc(s.result.change.replace(" ", "-"))}">{esc(s.result.change)}</span>'))
                            for s in content.subgroup_changes], (False,) * 4 + (True,) * 6 + (False,)))
     missing = [*(f"only in the accepted release: {x}" for x in c.only_in_a),
                *(f"only in this release: {x}" for x in c.only_in_b), *(f"no counterpart: {x}" for x in c.unmatched)]
     if missing:
-        out.append("<ul>" + "".join(f"<li>{_e(m)}</li>" for m in missing) + "</ul>")
+        out.append("<ul>" + "".join(f"<li>{esc(m)}</li>" for m in missing) + "</ul>")
     return out
 
 
 def _provenance(content: ReportContent, meta: dict[str, str]) -> list[str]:
     p = content.parts
     out = ["<h2>Provenance</h2>",
-           _table("Models and deployments", ("Model", "Deployment", "Redacted", "Suites", "Instances"),
-                  [(m["model"], m["deployment"], _num(bool(m["redacted"])), m["suites"], m["n_instances"])
+           table("Models and deployments", ("Model", "Deployment", "Redacted", "Suites", "Instances"),
+                  [(m["model"], m["deployment"], num(bool(m["redacted"])), m["suites"], m["n_instances"])
                    for m in p["models"]], (False, False, False, False, True)),
-           _table("Runs (run entries, configuration digests)",
+           table("Runs (run entries, configuration digests)",
                   ("Run", "Suite", "Model", "Deployment", "Source", "Done / total", "Errors", "Run entry",
                    "Benchmark source", "Settings", "Run spec sha256"),
-                  [(_no_paths(r["run_name"]), r["suite"], r["model"], r["deployment"], _no_paths(r["source"]),
-                    f"{_num(r['instances_done'])} / {_num(r['instances_total'])}", _num(r["errors"]),
-                    _no_paths(r["entry"]), _no_paths(r["benchmark_source"]), ", ".join(f"{k}={v}" for k, v in r["settings"].items() if v is not None)
-                    + ("; custom prompt" if r["custom_prompt"] else ""), _Raw(f"<code>{_e(r['spec_sha256'])}</code>"))
+                  [(no_paths(r["run_name"]), r["suite"], r["model"], r["deployment"], no_paths(r["source"]),
+                    f"{num(r['instances_done'])} / {num(r['instances_total'])}", num(r["errors"]),
+                    no_paths(r["entry"]), no_paths(r["benchmark_source"]), ", ".join(f"{k}={v}" for k, v in r["settings"].items() if v is not None)
+                    + ("; custom prompt" if r["custom_prompt"] else ""), Raw(f"<code>{esc(r['spec_sha256'])}</code>"))
                    for r in p["runs"]], (False,) * 5 + (True, True)),
-           _table("Inputs of this report (SHA-256 of the aggregates read)", ("Input", "SHA-256"),
-                  [(k, _Raw(f"<code>{_e(v)}</code>")) for k, v in sorted(content.inputs.items())]),
-           _table("Code", ("Item", "Value"),
+           table("Inputs of this report (SHA-256 of the aggregates read)", ("Input", "SHA-256"),
+                  [(k, Raw(f"<code>{esc(v)}</code>")) for k, v in sorted(content.inputs.items())]),
+           table("Code", ("Item", "Value"),
                   [("medhelm version", content.code_version),
-                   ("Code commit", _Raw(f"<code>{_e(content.build.get('commit', 'not recorded'))}</code>")),
-                   ("Image digest", _Raw(f"<code>{_e(content.build.get('image', 'not recorded'))}</code>")),
-                   ("Release summarised", _when(meta.get("created_at"))),
-                   ("Skipped runs", len(_json_list(meta.get("skipped"))))]),
+                   ("Code commit", Raw(f"<code>{esc(content.build.get('commit', 'not recorded'))}</code>")),
+                   ("Image digest", Raw(f"<code>{esc(content.build.get('image', 'not recorded'))}</code>")),
+                   ("Release summarised", when(meta.get("created_at"))),
+                   ("Skipped runs", len(json_list(meta.get("skipped"))))]),
            '<p class="note">File paths are shown by file name only (a folder can name a person or a ward); the '
            "run spec's digest covers the full entry.</p>"]
     return out
-
-
-_PATH = re.compile(r"(?<![\w.~:/-])(?:[A-Za-z]:)?[/\\](?:[^\s,;:=/\\'\"<>]+[/\\])*([^\s,;:=/\\'\"<>]*)")
-
-
-def _no_paths(value: Any) -> str:
-    """``value`` with every absolute file path reduced to its file name."""
-    return _PATH.sub(lambda m: m.group(1) or "…", "" if value is None else str(value))
-
-
-def _when(value: Any, *, seconds: bool = False) -> str:
-    """A time as the committee reads it: with its zone; a time stored without one says so."""
-    if value is None or value == "":
-        return "not recorded"
-    if isinstance(value, datetime):
-        moment = value
-    elif isinstance(value, date):
-        return value.isoformat()
-    else:
-        try:
-            moment = datetime.fromisoformat(str(value))
-        except ValueError:
-            return str(value)
-    if moment.tzinfo is None:
-        return moment.isoformat(sep=" ", timespec="seconds") + " (time zone not recorded)"
-    offset = moment.utcoffset()
-    zone = moment.strftime("%z")
-    zone = "UTC" if offset is not None and not offset else f"UTC{zone[:3]}:{zone[3:5]}"
-    return moment.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M") + f" {zone}"
-
-
-def _metric_words(metric: str | None) -> str:
-    """What a metric computes, in the scorer's own words (scoring/registry.py), else its name."""
-    from medhelm.scoring import registry
-
-    factory = registry.factories().get(str(metric)) if metric in registry.names() else None
-    return factory.description if factory is not None and factory.description else str(metric or "–")
-
-
-def _paragraphs(text: str | None) -> str:
-    parts = [t.strip() for t in (text or "").split("\n\n") if t.strip()]
-    return "".join(f"<p>{_e(t)}</p>" for t in parts)
 
 
 def _cells_by_benchmark(p: dict[str, list[dict]]) -> dict[str, list[dict]]:
@@ -425,10 +232,10 @@ def _executive(content: ReportContent, meta: dict[str, str], bench: dict[str, di
     p = content.parts
     models = sorted({(m["model"], m["deployment"]) for m in p["models"]})
     names = ", ".join(f"{m} [{d}]" for m, d in models[:8]) + (" …" if len(models) > 8 else "")
-    lines = [f"<p>This report evaluates {len(models)} model{'s' if len(models) != 1 else ''} ({_e(names)}) on "
-             f"{len(bench)} benchmark{'s' if len(bench) != 1 else ''} with {_e(meta.get('instances', '–'))} scored "
-             f"instances in all (release <code>{_e(content.release)}</code>"
-             + (f", compared with the accepted release <code>{_e(content.against)}</code>" if content.against
+    lines = [f"<p>This report evaluates {len(models)} model{'s' if len(models) != 1 else ''} ({esc(names)}) on "
+             f"{len(bench)} benchmark{'s' if len(bench) != 1 else ''} with {esc(meta.get('instances', '–'))} scored "
+             f"instances in all (release <code>{esc(content.release)}</code>"
+             + (f", compared with the accepted release <code>{esc(content.against)}</code>" if content.against
                 else "") + "). Each benchmark is scored on its own metric; scores of different benchmarks are not "
              "averaged. Intervals are 95 %.</p>"]
     findings = []
@@ -441,30 +248,30 @@ def _executive(content: ReportContent, meta: dict[str, str], bench: dict[str, di
         label = b.get("display_name") or name
         metric = f"{b.get('main_metric') or 'score'}, {'lower' if lower else 'higher'} is better"
         best = ranked[0]
-        said = (f"{_e(best['model'])} scored {_num(best['value'])} {_e(_ci(best['ci_low'], best['ci_high']))} on "
-                f"{_e(best['n_instances'])} instances")
+        said = (f"{esc(best['model'])} scored {num(best['value'])} {esc(ci(best['ci_low'], best['ci_high']))} on "
+                f"{esc(best['n_instances'])} instances")
         if len(ranked) > 1:
             last = ranked[-1]
-            said = (f"best {said}; lowest {_e(last['model'])} {_num(last['value'])} "
-                    f"{_e(_ci(last['ci_low'], last['ci_high']))}")
+            said = (f"best {said}; lowest {esc(last['model'])} {num(last['value'])} "
+                    f"{esc(ci(last['ci_low'], last['ci_high']))}")
         unscored = sum(int(c["n_unscored"] or 0) for c in cells)
         if unscored:
             said += f"; {unscored} answer(s) could not be scored"
-        findings.append(f"<li><strong>{_e(label)}</strong> ({_e(metric)}): {said}.</li>")
+        findings.append(f"<li><strong>{esc(label)}</strong> ({esc(metric)}): {said}.</li>")
     if len(findings) > 12:
         findings = findings[:12] + [f"<li>… and {len(findings) - 12} more benchmarks (below).</li>"]
     board = [r for r in p["leaderboard"] if r["rank"] is not None]
     if len(board) > 1:
         top = board[0]
-        findings.append(f"<li>Across benchmarks, <strong>{_e(top['model'])}</strong> beats the other models most "
-                        f"often (mean win rate {_num(top['win_rate'])} {_e(_ci(top['win_rate_low'], top['win_rate_high']))}"
-                        f"; its rank lies in {_e(_ci(top['rank_low'], top['rank_high'], 1))}).</li>")
+        findings.append(f"<li>Across benchmarks, <strong>{esc(top['model'])}</strong> beats the other models most "
+                        f"often (mean win rate {num(top['win_rate'])} {esc(ci(top['win_rate_low'], top['win_rate_high']))}"
+                        f"; its rank lies in {esc(ci(top['rank_low'], top['rank_high'], 1))}).</li>")
     c = content.comparison
     if c is not None:
         drops = [r for r in c.results if r.change == "drop"]
         gains = [r for r in c.results if r.change == "gain"]
-        detail = "; ".join(f"{_e(r.display_name or r.benchmark)} · {_e(r.model_b)} {_num(r.diff)}" for r in drops[:5])
-        findings.append(f"<li>Against <code>{_e(content.against)}</code>: <span class=\"{'drop' if drops else ''}\">"
+        detail = "; ".join(f"{esc(r.display_name or r.benchmark)} · {esc(r.model_b)} {num(r.diff)}" for r in drops[:5])
+        findings.append(f"<li>Against <code>{esc(content.against)}</code>: <span class=\"{'drop' if drops else ''}\">"
                         f"{len(drops)} significant drop(s)</span>{': ' + detail if detail else ''}; {len(gains)} "
                         "significant gain(s) (Holm-adjusted over every model and benchmark).</li>")
         sub = [s for s in content.subgroup_changes if s.result.change == "drop"]
@@ -474,20 +281,20 @@ def _executive(content: ReportContent, meta: dict[str, str], bench: dict[str, di
     gaps = sorted((g for g in p["subgroup_gaps"] if g["gap"] is not None), key=lambda g: -abs(g["gap"]))
     if gaps:
         g = gaps[0]
-        findings.append(f"<li>Largest gap between patient subgroups: {_e(bench.get(g['benchmark'], {}).get('display_name') or g['benchmark'])}"
-                        f", {_e(g['model'])}, by {_e(g['attribute'])}: {_e(g['high_group'])} vs {_e(g['low_group'])}, "
-                        f"{_num(g['gap'])} {_e(_ci(g['gap_low'], g['gap_high']))}, p (Holm) {_num(g['p_holm'], 4)}."
+        findings.append(f"<li>Largest gap between patient subgroups: {esc(bench.get(g['benchmark'], {}).get('display_name') or g['benchmark'])}"
+                        f", {esc(g['model'])}, by {esc(g['attribute'])}: {esc(g['high_group'])} vs {esc(g['low_group'])}, "
+                        f"{num(g['gap'])} {esc(ci(g['gap_low'], g['gap_high']))}, p (Holm) {num(g['p_holm'], 4)}."
                         "</li>")
     access = _access(content)
     disagree = [f"{m['model']} [{m['deployment']}]" for m, _, _, d in access if d]
     if disagree:
         findings.append(f'<li class="drop">What the runs recorded of their endpoint, version or access window '
-                        f"disagrees with report.yaml for {_e(', '.join(disagree[:8]))}{' …' if len(disagree) > 8 else ''}"
+                        f"disagrees with report.yaml for {esc(', '.join(disagree[:8]))}{' …' if len(disagree) > 8 else ''}"
                         " (listed under Models).</li>")
     unrecorded = [f"{m['model']} [{m['deployment']}]" for m, r, _, _ in access if r.total_runs > r.runs]
     if unrecorded:
         findings.append("<li>Runs without a record of their endpoint and access window (run before runs kept one, "
-                        f"or imported): {_e(', '.join(unrecorded[:8]))}{' …' if len(unrecorded) > 8 else ''}.</li>")
+                        f"or imported): {esc(', '.join(unrecorded[:8]))}{' …' if len(unrecorded) > 8 else ''}.</li>")
     about = content.about.about if content.about else None
     if about is None:
         findings.append('<li class="drop">No report.yaml was given: the intended use, limitations, risks, the '
@@ -498,18 +305,18 @@ def _executive(content: ReportContent, meta: dict[str, str], bench: dict[str, di
     silent = [f"{m['model']} [{m['deployment']}]" for m, r, a, _ in access if a is None and not r.runs]
     if silent:
         findings.append('<li class="drop">No endpoint, version or access window stated or recorded for '
-                        f"{_e(', '.join(silent[:8]))}{' …' if len(silent) > 8 else ''} (report.yaml: models).</li>")
+                        f"{esc(', '.join(silent[:8]))}{' …' if len(silent) > 8 else ''} (report.yaml: models).</li>")
     alone = [f"{m['model']} [{m['deployment']}]" for m, r, a, _ in access if a is None and r.runs]
     if alone:
         findings.append("<li>No endpoint, version or access window stated in report.yaml for "
-                        f"{_e(', '.join(alone[:8]))}{' …' if len(alone) > 8 else ''}: what the runs recorded is "
+                        f"{esc(', '.join(alone[:8]))}{' …' if len(alone) > 8 else ''}: what the runs recorded is "
                         "shown alone (under Models).</li>")
     approver = about.sign_off.approved_by
     if approver is None:
         findings.append('<li class="drop">Not approved: the sign-off names no approver.</li>')
     else:
-        findings.append(f"<li>Approved by {_e(approver.name)}{f' ({_e(approver.role)})' if approver.role else ''} "
-                        f"on {_e(_when(approver.date))}.</li>")
+        findings.append(f"<li>Approved by {esc(approver.name)}{f' ({esc(approver.role)})' if approver.role else ''} "
+                        f"on {esc(when(approver.date))}.</li>")
     return ["<h2>Executive summary</h2>", *lines, "<ul>" + "".join(findings) + "</ul>"]
 
 
@@ -520,10 +327,10 @@ def _sign_off(content: ReportContent) -> list[str]:
                       "examples/report.yaml) with who ran, reviewed and approved this evaluation.</p>"]
     s = content.about.about.sign_off
     rows = [(what, person.name if person else "not given", (person.role or "") if person else "",
-             _when(person.date) if person else "")
+             when(person.date) if person else "")
             for what, person in (("Ran by", s.ran_by), ("Reviewed by", s.reviewed_by), ("Approved by", s.approved_by))]
-    return out + [_table("Sign-off", ("", "Name", "Role", "Date"), rows),
-                  f'<p class="note">From {_e(content.about.name)} (sha256 <code>{_e(content.about.sha256)}</code>, '
+    return out + [table("Sign-off", ("", "Name", "Role", "Date"), rows),
+                  f'<p class="note">From {esc(content.about.name)} (sha256 <code>{esc(content.about.sha256)}</code>, '
                   "also in the manifest): part of the signed bytes of this report, so it cannot be changed or moved "
                   "to another report without breaking the signature.</p>"]
 
@@ -534,13 +341,13 @@ def _use(content: ReportContent) -> list[str]:
     a = content.about.about
     out = ["<h2>Intended use, limitations and risks</h2>"]
     if a.organisation or a.title:
-        out.append(f"<p><strong>{_e(a.title or '')}</strong>{' — ' if a.title and a.organisation else ''}"
-                   f"{_e(a.organisation or '')}</p>")
-    out += ["<h3>Intended use</h3>", _paragraphs(a.intended_use)]
+        out.append(f"<p><strong>{esc(a.title or '')}</strong>{' — ' if a.title and a.organisation else ''}"
+                   f"{esc(a.organisation or '')}</p>")
+    out += ["<h3>Intended use</h3>", paragraphs(a.intended_use)]
     if a.out_of_scope:
-        out += ["<h3>Out of scope</h3>", _paragraphs(a.out_of_scope)]
-    out += ["<h3>Known limitations</h3>", "<ul>" + "".join(f"<li>{_e(x)}</li>" for x in a.limitations) + "</ul>",
-            "<h3>Risks</h3>", "<ul>" + "".join(f"<li>{_e(x)}</li>" for x in a.risks) + "</ul>"]
+        out += ["<h3>Out of scope</h3>", paragraphs(a.out_of_scope)]
+    out += ["<h3>Known limitations</h3>", "<ul>" + "".join(f"<li>{esc(x)}</li>" for x in a.limitations) + "</ul>",
+            "<h3>Risks</h3>", "<ul>" + "".join(f"<li>{esc(x)}</li>" for x in a.risks) + "</ul>"]
     return out
 
 
@@ -557,7 +364,7 @@ def _measures(content: ReportContent, bench: dict[str, dict]) -> list[str]:
     custom = {(r["suite"], r["run_name"]): r["prompt_sha256"] for r in p.get("prompts", ())}
     for r in p["runs"]:
         digest = custom.get((r["suite"], r["run_name"]))
-        source = _no_paths(r["benchmark_source"]) or f"built into medhelm {content.code_version}"
+        source = no_paths(r["benchmark_source"]) or f"built into medhelm {content.code_version}"
         prompts[r["benchmark"]].add("; ".join(x for x in (source, digest and f"custom prompt sha256:{digest[:12]}")
                                              if x))
     rows = []
@@ -568,7 +375,7 @@ def _measures(content: ReportContent, bench: dict[str, dict]) -> list[str]:
                      (told.reference_standard if told and told.reference_standard else None) or
                      "not stated (report.yaml: benchmarks)",
                      f"{b.get('main_metric')} ({'lower' if b.get('lower_is_better') else 'higher'} is better): "
-                     f"{_metric_words(b.get('main_metric'))}",
+                     f"{metric_words(b.get('main_metric'))}",
                      "; ".join(sorted(prompts.get(name, ()))) or "–",
                      _span([c["n_instances"] for c in cells.get(name, ())]),
                      _span([c["n_unscored"] for c in cells.get(name, ())])))
@@ -576,7 +383,7 @@ def _measures(content: ReportContent, bench: dict[str, dict]) -> list[str]:
             '<p class="note">Prompt and data: the digest of the benchmark\'s own files (prompt template and data '
             "set) or the medhelm version whose built-in prompt it uses, and the digest of a custom prompt; instances: "
             "scored per model (n); unscored: answers without a score.</p>",
-            _table("Benchmarks", ("Benchmark", "What it measures", "Reference standard", "Metric",
+            table("Benchmarks", ("Benchmark", "What it measures", "Reference standard", "Metric",
                                   "Prompt and data", "Instances", "Unscored"), rows,
                    (False,) * 5 + (True, True))]
 
@@ -586,8 +393,8 @@ def _data(content: ReportContent, bench: dict[str, dict]) -> list[str]:
     out = ["<h2>Data</h2>"]
     if content.about is not None:
         d = content.about.about.data
-        window = f"{_when(d.time_window.start)} to {_when(d.time_window.end)}" if d.time_window else "not stated"
-        out.append(_table("The data, as the hospital describes it", ("Item", "Value"),
+        window = f"{when(d.time_window.start)} to {when(d.time_window.end)}" if d.time_window else "not stated"
+        out.append(table("The data, as the hospital describes it", ("Item", "Value"),
                           [("Source", d.source), ("Time window", window), ("Population", d.population or "not stated"),
                            ("Missing labels", d.missing_labels or "not stated"), ("Notes", d.notes or "–")]))
     else:
@@ -610,7 +417,7 @@ def _data(content: ReportContent, bench: dict[str, dict]) -> list[str]:
         rows.append((bench[name].get("display_name") or name,
                      _span([c["n_instances"] for c in cells.get(name, ())]),
                      _span([c["n_unscored"] for c in cells.get(name, ())]), sizes))
-    out.append(_table("Instances and patient subgroups per benchmark", ("Benchmark", "Instances scored",
+    out.append(table("Instances and patient subgroups per benchmark", ("Benchmark", "Instances scored",
                                                                         "Unscored", "Subgroup sizes (scored)"),
                       rows, (False, True, True, False)))
     out.append('<p class="note">Unscored: an answer that could not be scored (a failed request, an answer the metric '
@@ -641,9 +448,9 @@ def _access(content: ReportContent) -> list[tuple[dict, RecordedAccess, Any, lis
     return out
 
 
-def _lines(*parts: tuple[str, str | None]) -> _Raw:
+def _lines(*parts: tuple[str, str | None]) -> Raw:
     """A cell of labelled lines ("recorded: …", "report.yaml: …"), escaped, paths reduced to file names."""
-    return _Raw("<br>".join(f"{_e(label)}: {_e(_no_paths(value))}" if value else f"{_e(label)}: not stated"
+    return Raw("<br>".join(f"{esc(label)}: {esc(no_paths(value))}" if value else f"{esc(label)}: not stated"
                             for label, value in parts))
 
 
@@ -659,7 +466,7 @@ def _models(content: ReportContent) -> list[str]:
                 f"asked for {', '.join(r.served)}" if r.served else "",
                 f"answered as {answered}" if answered else "",
                 ", ".join(r.model_files), ", ".join(r.engines)) if x)
-            window = (f"{_when(r.first, seconds=True)} to {_when(r.last, seconds=True)}" if r.first
+            window = (f"{when(r.first, seconds=True)} to {when(r.last, seconds=True)}" if r.first
                       else "no request made (the answers came from the request cache or an earlier run)")
             if r.interrupted:
                 window += f" (or later: {r.interrupted} invocation(s) stopped before recording their last request)"
@@ -667,14 +474,14 @@ def _models(content: ReportContent) -> list[str]:
                 window += f" ({r.runs} of {r.total_runs} runs recorded it)"
         else:
             endpoint = version = window = "not recorded"
-        stated_window = f"{_when(a.access_window.start)} to {_when(a.access_window.end)}" if a else None
+        stated_window = f"{when(a.access_window.start)} to {when(a.access_window.end)}" if a else None
         aspects = list(dict.fromkeys(aspect for aspect, _ in disagree))
-        mark = (f'<br><span class="drop">disagrees with report.yaml: {_e(", ".join(aspects))} (listed below)</span>'
+        mark = (f'<br><span class="drop">disagrees with report.yaml: {esc(", ".join(aspects))} (listed below)</span>'
                 if disagree else "")
         rows.append((m["model"], m["deployment"],
                      _lines(("recorded", endpoint), ("report.yaml", str(a.endpoint) if a and a.endpoint else None)),
                      _lines(("recorded", version), ("report.yaml", a.version if a else None)),
-                     _Raw(_lines(("recorded", window), ("report.yaml", stated_window)).html + mark),
+                     Raw(_lines(("recorded", window), ("report.yaml", stated_window)).html + mark),
                      m["suites"], m["n_instances"]))
         flagged += [f"{m['model']} [{m['deployment']}]: {d}" for _, d in disagree]
     out = ["<h2>Models</h2>",
@@ -683,11 +490,11 @@ def _models(content: ReportContent) -> list[str]:
            "the model name asked for and the one the server said answered, an in-process model's file and engine, "
            "the first and last request in UTC; answers taken from the request cache were asked for before the "
            "window). report.yaml: what the hospital states (models). Where they disagree it is marked.</p>",
-           _table("Models evaluated", ("Model", "Deployment", "Endpoint", "Version", "Access window", "Suites",
+           table("Models evaluated", ("Model", "Deployment", "Endpoint", "Version", "Access window", "Suites",
                                        "Instances"), rows, (False,) * 6 + (True,))]
     if flagged:
         out.append('<p class="note drop">The runs\' record and report.yaml disagree:</p><ul>'
-                   + "".join(f'<li class="drop">{_e(_no_paths(f))}</li>' for f in flagged) + "</ul>")
+                   + "".join(f'<li class="drop">{esc(no_paths(f))}</li>' for f in flagged) + "</ul>")
     return out
 
 
@@ -696,7 +503,7 @@ def _usage(p: dict[str, list[dict]], bench: dict[str, dict]) -> list[str]:
                   "–" if u["cost_usd"] is None else f"{u['cost_usd']:.4f} ({u['cost_basis']})",
                   "–" if u["jury_cost_usd"] is None else f"{u['jury_cost_usd']:.4f}", u["prompt_tokens"],
                   u["completion_tokens"], (u["judge_prompt_tokens"] or 0) + (u["judge_completion_tokens"] or 0),
-                  _num(u["inference_s"], 1), _num(u["gpu_s"], 1)) for u in p["model_usage"]]
+                  num(u["inference_s"], 1), num(u["gpu_s"], 1)) for u in p["model_usage"]]
     stats: dict[tuple, dict[str, tuple]] = defaultdict(dict)
     for u in p["usage"]:
         # PostgreSQL sums a BIGINT to a NUMERIC (Decimal): numbers here are int and float whatever the backend
@@ -707,30 +514,18 @@ def _usage(p: dict[str, list[dict]], bench: dict[str, dict]) -> list[str]:
         requests, runtime = st.get("inference_runtime", (None, None))
         per_cell.append((bench.get(b, {}).get("display_name") or b, model, dep,
                          requests if requests is not None else st.get("num_prompt_tokens", (None,))[0],
-                         _num(_int_or_none(st.get("num_prompt_tokens", (None, None))[1])),
-                         _num(_int_or_none(st.get("num_completion_tokens", (None, None))[1])),
-                         _num(runtime / requests if runtime is not None and requests else None),
-                         _num(runtime, 1)))
+                         num(int_or_none(st.get("num_prompt_tokens", (None, None))[1])),
+                         num(int_or_none(st.get("num_completion_tokens", (None, None))[1])),
+                         num(runtime / requests if runtime is not None and requests else None),
+                         num(runtime, 1)))
     return ["<h2>Cost, tokens and latency</h2>",
             '<p class="note">Cost in USD from the hospital\'s price table (its basis: API tokens, GPU or CPU time; '
             "– where no price is set, never 0); the jury's cost apart. Latency: the mean time of one request.</p>",
-            _table("Per model", ("Model", "Deployment", "Cost USD (basis)", "Jury cost USD", "Prompt tokens",
+            table("Per model", ("Model", "Deployment", "Cost USD (basis)", "Jury cost USD", "Prompt tokens",
                                  "Completion tokens", "Judge tokens", "Inference s", "GPU s"), per_model,
                    (False, False) + (True,) * 7),
-            _table("Per benchmark and model", ("Benchmark", "Model", "Deployment", "Requests", "Prompt tokens",
+            table("Per benchmark and model", ("Benchmark", "Model", "Deployment", "Requests", "Prompt tokens",
                                                "Completion tokens", "Mean latency s", "Total s"), per_cell,
                    (False,) * 3 + (True,) * 5)]
 
 
-def _int_or_none(x: Any) -> int | None:
-    return None if x is None else int(round(float(x)))
-
-
-def _json_list(text: str | None) -> list[str]:
-    import json
-
-    try:
-        value = json.loads(text or "[]")
-    except ValueError:
-        return []
-    return [str(v) for v in value] if isinstance(value, list) else []

@@ -1,4 +1,5 @@
-"""Spec values <-> protobuf messages. Specs travel as their own JSON (``specs.py`` is the one schema)."""
+"""Spec values <-> protobuf messages. Specs travel as their own JSON (``specs.py`` and ``records.py`` are the
+one schema)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any, TypeVar
 
 from medhelm.errors import ConfigError
 from medhelm.scoring.base import MetricResult, ScoringItem
-from medhelm.specs import Completion, Instance, JudgeScore, MetricSpec, Prompt, RunSpec, Usage
+from medhelm.records import JudgeScore
+from medhelm.specs import Completion, Instance, MetricSpec, Prompt, RunSpec, Usage
 from medhelm.v1 import common_pb2
 
 T = TypeVar("T")

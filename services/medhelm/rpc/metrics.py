@@ -40,7 +40,8 @@ from medhelm.rpc import codec
 from medhelm.rpc.scoring import MetricHost
 from medhelm.rpc.status import LimitExceeded
 from medhelm.rpc.telemetry import Telemetry, rpc_method
-from medhelm.specs import InstanceResult, RunSpec
+from medhelm.records import InstanceResult
+from medhelm.specs import RunSpec
 from medhelm.v1 import common_pb2, metrics_pb2, metrics_pb2_grpc
 
 MB = 1024 * 1024

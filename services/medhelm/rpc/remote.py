@@ -43,7 +43,7 @@ from medhelm.scoring.base import Metric, MetricResult, ScoringContext, ScoringIt
 from medhelm.specs import BenchmarkSpec, FrozenMap, Instance, MetricSpec, Prompt, RunSpec
 from medhelm.v1 import common_pb2, jury_pb2_grpc, metrics_pb2_grpc, scenarios_pb2, scenarios_pb2_grpc
 
-# Transparent retries of UNAVAILABLE inside gRPC (a few, ~7.5 s); the bounded wait for a service that is
+# Transparent retries of UNAVAILABLE inside gRPC (a few, over seconds); the bounded wait for a service that is
 # down for longer (a restart) is the loop around each call (_Patience, Endpoint.retry_s).
 # round_robin over every address the name resolves to: behind the chart's headless Services that is every
 # replica, so one shard's channel spreads its calls instead of pinning to one pod.

@@ -24,7 +24,8 @@ from medhelm.rundir.layout import (PLAIN_ID, RECORDS, SHARDS, STATS, SUPERSEDED,
                                    write_atomic_lines)
 from medhelm.rundir.lines import RecordHead, read_records, record_heads, record_lines
 from medhelm.rundir.writer import RecordWriter, Tally
-from medhelm.specs import InstanceResult, RunSpec, Stat
+from medhelm.records import InstanceResult, Stat
+from medhelm.specs import RunSpec
 
 
 # what an invocation's access record holds (``RunDir.add_access``); nothing in it comes from an instance

@@ -32,7 +32,8 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from medhelm.specs import RunSpec, digest
+from medhelm.json_text import digest
+from medhelm.specs import RunSpec
 
 RECORDS = "instances.jsonl"
 SUPERSEDED = "superseded.jsonl"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from medhelm.errors import ConfigError
 from medhelm.files import check_regular
-from medhelm.specs import InstanceResult
+from medhelm.records import InstanceResult
 
 
 def _bad_record(e: Exception, path: Path, lineno: int) -> ConfigError:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from medhelm.specs import InstanceResult, plain_json
+from medhelm.json_text import plain_json
+from medhelm.records import InstanceResult
 from medhelm.spill import Sorter
 
 
@@ -71,7 +72,7 @@ class RecordWriter:
     fsync'd). Without a running loop (tools, tests) each line is written at once. A write that fails (disk
     full, read-only folder) drops the unwritten lines, cuts any partly written last line (every whole one is
     kept) and is raised by the next ``write`` or by ``close``. One write a turn instead of one a record:
-    each syscall releases the GIL, and the request cache's commit thread then held it (~10 us a record).
+    each syscall releases the GIL, and the request cache's commit thread then held it.
 
     A writer given a ``tally`` (a factory) that finds its file empty keeps a ``Ledger`` of what it writes
     (finishing, ``pipeline/finish.py``, then orders the lines without parsing them); one that appends to

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from medhelm.specs import Completion, Instance, JudgeScore, Prompt, RunSpec, Usage
+from medhelm.records import JudgeScore
+from medhelm.specs import Completion, Instance, Prompt, RunSpec, Usage
 
 if TYPE_CHECKING:  # pragma: no cover
     from medhelm.scoring.cpu import CpuPool

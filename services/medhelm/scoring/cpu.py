@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from medhelm.errors import InferenceError
 
 if TYPE_CHECKING:  # the process pool (and multiprocessing) is imported when a pool is first made: a run
-    from concurrent.futures import ProcessPoolExecutor  # without scoring processes never pays the ~3 ms
+    from concurrent.futures import ProcessPoolExecutor  # without scoring processes never pays for it
 
 T = TypeVar("T")
 WORKER_NICE = 10  # scoring yields the CPU to the serving process (health, I/O) within the pod

@@ -22,7 +22,7 @@ STATS = tuple(ROUGE_TYPES)
 
 
 def new_scorer() -> Any:
-    # imported on first use: rouge-score pulls in nltk (~2 s), which plain runs should not pay for
+    # imported on first use: rouge-score pulls in nltk, which plain runs should not pay for
     from rouge_score.rouge_scorer import RougeScorer
 
     return RougeScorer(list(ROUGE_TYPES.values()), use_stemmer=True)

@@ -6,7 +6,7 @@ metric at run time. Several names may share a *family* (e.g. rouge_1/rouge_2/rou
 together): ``build_all`` builds each family once per distinct argument set.
 
 Which module defines which name is a static table (``MODULE_OF``), so a run imports only the scorers it
-uses: an exact-match suite never loads the jury, ROUGE or the special scorers (~60 ms of start-up).
+uses: an exact-match suite never loads the jury, ROUGE or the catalogue-specific scorers.
 tests/core/test_metric_registry.py keeps the table equal to the modules' own ``FACTORIES``.
 """
 

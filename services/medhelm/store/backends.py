@@ -10,14 +10,8 @@ a transaction-scoped advisory lock — so a second ``summarize`` into the same s
 then replaces the release itself; it never fails on a lock or a duplicate key, and readers see either
 release whole (one transaction each). Past the timeout it is the one-line "locked" error.
 
-Schema versions (``schema.SCHEMA_VERSION``): a store is created at the current version with every relation;
-an older one is brought forward by ``Store.migrate`` inside an exclusive transaction (all steps or none, the
-version re-read under the lock, so two pods migrating at once do it once). A store newer than this code is
-refused by every reader and writer before anything is written, in one line naming both versions. An older
-store: SQLite (one file, the embedded store) is read as it is and migrated by its next summarize, inside that
-summarize's transaction (a refused summarize leaves it byte for byte as it was); PostgreSQL (shared by many
-pods, whose role should not own the schema) is refused until ``medhelm store migrate`` (``migrate_store``,
-the chart's hook Job) has run. Relations an older SQLite store lacks are made on first use
+Schema versions and the steps between them are ``migrate.py``'s; the checks a store passes before it is read
+or written, ``opening.py``'s (``open_store``). Relations an older SQLite store lacks are made on first use
 (``ensure_relations``), only when missing: a reader that finds them writes nothing and never waits.
 
 A full disk or a read-only file/folder is ``OutputUnwritable`` (exit 74, "cannot write"), never
@@ -41,9 +35,7 @@ from medhelm.access import audit
 from medhelm.access.audit import DDL as AUDIT_DDL
 from medhelm.errors import ConfigError, OutputUnwritable, escape, without_password
 from medhelm.scrub import register_value
-from medhelm.store.schema import (ADDED_COLUMNS, INDEXES, REVIEW_DDL, REVIEW_INDEX, REVIEW_TABLE, SCHEMA_VERSION,
-                                  SUBGROUP_DDL, TABLES, ddl)
-from medhelm.version import __version__
+from medhelm.store.schema import INDEXES, REVIEW_DDL, REVIEW_INDEX, REVIEW_TABLE, SUBGROUP_DDL, TABLES, ddl
 
 DEFAULT_FILENAME = "results.sqlite"
 BUSY_TIMEOUT_S = 1800.0  # a second summarize waits this long for the first (a nightly 50-benchmark load)
@@ -132,23 +124,12 @@ class Store:
         if not self._in_transaction:
             self._conn.commit()
 
-    def create_schema(self) -> None:
-        """A new store at the current version, every relation made (a no-op on an existing store: nothing is
-        written to it here). One exclusive writer at a time: two processes creating the same table at once
-        would fail on PostgreSQL (``CREATE TABLE IF NOT EXISTS`` is not safe against a concurrent creation)."""
-        if "meta" in self.schema_columns():
-            return  # an existing store: what it lacks is made by ``migrate`` inside the writer's transaction,
-            # so a summarize refused later leaves an older store exactly as it was (no table added)
-        with self.transaction(exclusive=True):
-            self.migrate()
-        self._review_ready = True
-
     def ensure_review_table(self) -> None:
         """The clinicians' ratings table (schema.REVIEW_DDL), once per connection."""
-        if getattr(self, "_review_ready", False):
+        if getattr(self, "review_ready", False):
             return
         self.ensure_relations(REVIEW_DDL, last=REVIEW_INDEX)
-        self._review_ready = True
+        self.review_ready = True
 
     def ensure_relations(self, statements: Sequence[str], *, last: str) -> None:
         """Tables and indexes made on first use (the ratings, the audit trail): nothing is written when
@@ -175,39 +156,6 @@ class Store:
         """True when the audit table exists without the schema's append-only triggers (a store made before
         them, or one whose triggers were dropped): ``migrate`` makes them."""
         raise NotImplementedError
-
-    def migrate(self) -> tuple[int | None, int]:
-        """Inside the caller's exclusive transaction: the store to the current schema version, from the
-        version it records, read here under the writer's lock (another process may have migrated it since
-        it was opened). Nothing is written when it is current. -> (version before, None for a new store;
-        version after). A newer store is refused."""
-        before = stored_version(self)
-        if before is not None and before > SCHEMA_VERSION:
-            raise ConfigError(_newer(self, before))
-        if before == SCHEMA_VERSION:
-            if self.guard_missing():  # made before the trail's guard existed, or stripped of it: made again
-                for stmt in self.audit_guard:
-                    self.execute(stmt)
-                self.guard_made = True
-            return before, before
-        # v1 -> v2: every relation made where missing; v2 -> v3 (and v1 -> v3): the columns added since
-        # (ADDED_COLUMNS: the models' jury cost, the runs' access record), each where missing
-        for stmt in self.relations():
-            self.execute(stmt)
-        for table, column, kind in ADDED_COLUMNS:
-            if column not in self.columns(table):
-                self.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
-        self.execute("DELETE FROM meta WHERE release = '' AND key = 'schema_version'")
-        self.execute("INSERT INTO meta (release, key, value) VALUES ('', 'schema_version', ?)", (str(SCHEMA_VERSION),))
-        if before is not None:
-            from datetime import datetime, timezone
-
-            at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            self.execute("DELETE FROM meta WHERE release = '' AND key = ?", (f"migrated_to_v{SCHEMA_VERSION}",))
-            self.execute("INSERT INTO meta (release, key, value) VALUES ('', ?, ?)",
-                         (f"migrated_to_v{SCHEMA_VERSION}", f"{at} from v{before} by medhelm {__version__}"))
-        self._review_ready = True
-        return before, SCHEMA_VERSION
 
     def columns(self, table: str) -> list[str]:
         with self._damaged():
@@ -259,7 +207,7 @@ class SqliteStore(Store):
             raise ConfigError(f"cannot create the results store's folder ({reason or type(err).__name__})",
                               path=path.parent) from None
         # A brand-new file has no reader yet: its first load goes through a rollback journal, which does not
-        # write the new pages twice as WAL does (~25% of a large summarize); then WAL, so the dashboard can
+        # write the new pages twice as WAL does; then WAL, so the dashboard can
         # read while a later summarize writes.
         self._new_file = not path.exists() or path.stat().st_size == 0
         self.url = f"sqlite:///{path}"
@@ -524,30 +472,8 @@ def sqlite_path(location: str | Path) -> Path | None:
     return path
 
 
-def open_store(location: str | Path, *, create: bool = False, make_schema: bool = True) -> Store:
-    """``sqlite:///path``, ``postgresql://...`` or a plain path (a SQLite file, or a folder holding one).
-    ``make_schema=False``: a new store's relations are left to the caller's own transaction (summarize's
-    ``migrate``), so a refused summarize leaves an empty database empty."""
-    store = _connect(location, create=create)
-    try:
-        if create:
-            _check_ours(store)
-            _check_migrated(store)
-            if make_schema:
-                store.create_schema()
-        else:
-            _check_integrity(store)  # first: a damaged file is named as damaged, not as "not a store"
-            _check_schema(store)
-            _check_tables(store)
-            _check_objects(store)
-            _check_migrated(store, has_meta=True)
-    except BaseException:
-        store.close()
-        raise
-    return store
-
-
-def _connect(location: str | Path, *, create: bool) -> Store:
+def connect(location: str | Path, *, create: bool) -> Store:
+    """The store a location names, connected, not yet checked (``opening.open_store`` checks it)."""
     text = str(location)
     path = sqlite_path(location)
     if path is None:
@@ -559,205 +485,6 @@ def _connect(location: str | Path, *, create: bool) -> Store:
     return SqliteStore(path)
 
 
-def migrate_store(location: str | Path) -> tuple[int | None, int]:
-    """``medhelm store migrate``: the store at ``location`` to the current schema version, in one exclusive
-    transaction (PostgreSQL: DDL included; a failure leaves it as it was), or nothing when it is current.
-    An empty PostgreSQL database gets a new store (the chart's pre-install hook); a SQLite file must exist
-    (summarize makes a new one). Checked first as every writer checks a store (``_check_ours``); a newer
-    store is refused. -> (version before, None for a new store; version after)."""
-    path = sqlite_path(location)
-    if path is not None and not path.exists():
-        raise ConfigError("no results store here; nothing to migrate (`medhelm summarize` makes a new one at "
-                          f"schema v{SCHEMA_VERSION})", path=path)
-    with _connect(location, create=True) as store:
-        _check_ours(store)
-        with store.transaction(exclusive=True):
-            done = store.migrate()
-        if getattr(store, "guard_made", False):
-            return None if done[0] is None else -1, done[1]  # -1: current, its audit guard made again
-        return done
-
-
-def store_version(location: str | Path) -> int | None:
-    """The schema version of the store at ``location`` (None: an empty database), checked as a writer checks
-    it (``_check_ours``: a newer, foreign or damaged store, or one holding objects the schema does not define,
-    is refused); nothing is written. A current store without the audit trail's guard reports -1 (migrate)."""
-    with _connect(location, create=False) as store:
-        _check_ours(store)
-        version = stored_version(store)
-        return -1 if version == SCHEMA_VERSION and store.guard_missing() else version
-
-
-def stored_version(store: Store, *, has_meta: bool | None = None) -> int | None:
-    """The schema version a store records (None: no store in this database yet). A store made before
-    versions were recorded at creation (v1 recorded it at its first summarize) is v1. ``has_meta``: already
-    known (spares a catalogue query on every open of a PostgreSQL store)."""
-    if not (has_meta if has_meta is not None else "meta" in store.schema_columns()):
-        return None
-    rows = store.query("SELECT value FROM meta WHERE release = '' AND key = 'schema_version'")
-    if not rows:
-        return 1
-    text = str(rows[0][0])
-    if not text.isdigit() or int(text) < 1:
-        raise ConfigError(f"{_named(store)} records schema version '{escape(text, 20)}', which is no version; is it "
-                          "damaged? Restore it from a backup, or summarize into a new --store")
-    return int(text)
-
-
-def _newer(store: Store, version: int) -> str:
-    return (f"{_named(store)} is at store schema v{version}, written by a newer medhelm; this medhelm {__version__} "
-            f"reads schema v{SCHEMA_VERSION} at most: upgrade medhelm (nothing was written)")
-
-
-def _check_migrated(store: Store, *, has_meta: bool | None = None) -> None:
-    """An older PostgreSQL store is refused until ``medhelm store migrate`` ran (a SQLite one is read as it is and
-    migrated by its next summarize): its pods may not own the schema, and an implicit migration by whichever
-    pod came first would cut off the older pods of a rolling upgrade without a decision or a backup."""
-    if isinstance(store, SqliteStore):
-        return
-    version = stored_version(store, has_meta=has_meta)
-    if version is not None and version < SCHEMA_VERSION:
-        raise ConfigError(f"{_named(store)} is at store schema v{version}; this medhelm {__version__} needs "
-                          f"v{SCHEMA_VERSION}: run `medhelm store migrate` first (the chart's migration hook Job "
-                          "does at helm upgrade); nothing was written")
-    if version is not None and store.guard_missing():
-        raise ConfigError(f"{_named(store)} lacks the audit trail's append-only guard: run `medhelm store migrate` "
-                          "first (the chart's migration hook Job does at helm upgrade); nothing was written")
-
-
-def _check_ours(store: Store) -> None:
-    """Before creating tables: an existing database must be empty or a MedHELM store of a known version and
-    shape (SQLite: also intact; a PostgreSQL database may hold other applications' tables beside ours)."""
-    if not isinstance(store, SqliteStore):
-        if "meta" in store.schema_columns():
-            _check_version(store, has_meta=True)
-            _check_tables(store)
-            _check_objects(store)
-        return
-    if store._new_file:
-        return
-    if store.foreign_tables:
-        raise ConfigError(f"this SQLite file holds other tables ({store.foreign_tables}) and is not a MedHELM results "
-                          "store; give a new file with --store", path=store.path)
-    if store.query("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'")[0][0]:
-        _check_version(store, has_meta=True)
-        _check_tables(store)  # a store of another shape is not written into (nor "repaired")
-        _check_objects(store)
-    # integrity before writing: a damaged file must not be made worse (quick_check reads each page once)
-    problems = [r[0] for r in store.query("PRAGMA quick_check(5)")]
-    if problems != ["ok"]:
-        raise ConfigError(f"the results store is damaged (SQLite quick_check found {len(problems)}+ problem(s)); "
-                          "restore it from a backup or give a new file with --store", path=store.path)
-
-
-def _check_objects(store: Store) -> None:
-    """Before reading or writing: nothing on our tables the schema does not define (a trigger or a rule can
-    rewrite or erase rows as they are written — the audit trail's among them — a view or an index on the trail
-    is not ours either). Refused in one line naming them; nothing is written."""
-    found = store.foreign_objects()
-    if found:
-        more = f" and {len(found) - 5} more" if len(found) > 5 else ""
-        raise ConfigError(f"{_named(store)} holds {', '.join(found[:5])}{more}, which the MedHELM schema does not "
-                          "define (a trigger or rule can rewrite or erase rows, the audit trail's among them): "
-                          "remove them or restore the store from a backup; nothing was written")
-
-
-def _check_version(store: Store, *, has_meta: bool | None = None) -> None:
-    version = stored_version(store, has_meta=has_meta)
-    if version is not None and version > SCHEMA_VERSION:
-        raise ConfigError(_newer(store, version))
-
-
-def _expected_columns(blob_type: str) -> dict[str, dict[str, str]]:
-    """Each table's columns and types as ``schema.py`` declares them (the ones added later may be missing)."""
-    added = {(t, c) for t, c, _ in ADDED_COLUMNS}
-    out: dict[str, dict[str, str]] = {}
-    for table, body in TABLES.items():
-        columns: dict[str, str] = {}
-        for part in body.format(blob=blob_type).replace("\n", " ").split("PRIMARY KEY")[0].split(","):
-            words = part.split()
-            if not words or words[0] == "PRIMARY" or not words[0].isidentifier() or (table, words[0]) in added:
-                continue
-            kind = []
-            for w in words[1:]:
-                if w in ("NOT", "UNIQUE", "DEFAULT", "PRIMARY"):
-                    break
-                kind.append(w)
-            columns[words[0]] = " ".join(kind).upper()
-        out[table] = columns
-    return out
-
-
-def _check_tables(store: Store) -> None:
-    """Before reading: every table and column this version reads is there with its type (a store of another
-    shape is named, not read into a traceback)."""
-    have = store.schema_columns()
-    for table, columns in _expected_columns(store.blob_type).items():
-        if table not in have:
-            raise ConfigError(f"{_named(store)} is not a complete MedHELM results store (table "
-                              f"'{table}' is missing); summarize into a new --store, or restore it from a backup")
-        missing = sorted(set(columns) - set(have[table]))
-        if missing:
-            raise ConfigError(f"{_named(store)} is not a MedHELM results store of this version "
-                              f"(table '{table}' lacks column(s) {', '.join(missing)}); summarize into a new --store")
-        for column, kind in columns.items():
-            if have[table][column] != kind:
-                raise ConfigError(f"{_named(store)} is not a MedHELM results store of this version "
-                                  f"(column '{table}.{escape(column)}' is {escape(have[table][column], 40)}, "
-                                  f"not {kind}); summarize into a new --store")
-
-
-# SQLite files found intact by this process: (device, inode, size, mtime) of the file and its WAL size. A
-# long-lived reader (the dashboard opens the store per query) checks each version of the file once, not on every
-# page; `medhelm serve dashboard` checks it before starting Streamlit and hands the version it checked over in
-# INTACT_ENV, so the first page does not read the whole file again (about 2.5 ms per MB).
-_INTACT: set[tuple[int, ...]] = set()
-INTACT_ENV = "MEDHELM_STORE_INTACT"
-
-
-def intact_token(location: str | Path) -> str:
-    """The version of a SQLite store this process found intact, for INTACT_ENV ("" for PostgreSQL / unchecked)."""
-    path = sqlite_path(location)
-    key = _version_key(path) if path is not None else None
-    return ":".join(map(str, key)) if key in _INTACT else ""
-
-
-def _check_integrity(store: Store) -> None:
-    """Before reading a SQLite store: ``PRAGMA quick_check`` (every page's structure, once per file version).
-    PostgreSQL keeps its own pages consistent (checksums, WAL); its shape is checked by ``_check_tables``."""
-    if not isinstance(store, SqliteStore):
-        return
-    key = _version_key(store.path)
-    if key in _INTACT or (key != (0,) and os.environ.get(INTACT_ENV) == ":".join(map(str, key))):
-        return
-    problems = [r[0] for r in store.query("PRAGMA quick_check(5)")]
-    if problems != ["ok"]:
-        raise ConfigError(f"the results store is damaged (SQLite quick_check found {len(problems)}+ problem(s)); "
-                          "restore it from a backup, or summarize into a new --store", path=store.path)
-    _INTACT.add(key)
-
-
-def _version_key(path: Path) -> tuple[int, ...]:
-    """The file's identity and version: (device, inode, size, mtime) of the file, the size of its WAL (a reader
-    creates an empty WAL and touches it; a writer grows it, and a checkpoint changes the file itself)."""
-    try:
-        st = path.stat()
-    except OSError:
-        return (0,)
-    try:
-        wal = path.with_name(path.name + "-wal").stat().st_size
-    except OSError:
-        wal = 0
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, wal)
-
-
-def _check_schema(store: Store) -> None:
-    if "meta" not in store.schema_columns():
-        raise ConfigError(f"{_named(store)} is not a MedHELM results store (schema v{SCHEMA_VERSION}); run "
-                          "`medhelm summarize` first")
-    _check_version(store, has_meta=True)
-
-
-def _named(store: Store) -> str:
+def named(store: Store) -> str:
     """How an error names a store: its file (SQLite; the dashboard hides URLs), else its URL without password."""
     return escape(store.path, 1000) if isinstance(store, SqliteStore) else without_password(store.url)

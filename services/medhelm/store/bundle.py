@@ -23,7 +23,8 @@ from pathlib import Path
 from medhelm import safecsv
 from medhelm.access import Principal, audit
 from medhelm.errors import ConfigError
-from medhelm.store.backends import Store, open_store
+from medhelm.store.backends import Store
+from medhelm.store.opening import open_store
 from medhelm.store.subgroups import GAPS as SUBGROUP_GAPS
 from medhelm.store.subgroups import SCORES as SUBGROUP_SCORES
 from medhelm.store.subgroups import copy_release as copy_subgroups

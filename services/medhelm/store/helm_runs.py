@@ -37,19 +37,18 @@ when run folders sit in it (``helm-summarize --suite`` writes ``runs_to_run_suit
 from __future__ import annotations
 
 import json
-import math
-import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from medhelm import files
 from medhelm.cards import BY_HELM_NAME, BenchmarkCard
 from medhelm.errors import ConfigError, escape
-from medhelm.specs import Access, BenchmarkSpec, MetricSpec, Stat, compact_json
+from medhelm.json_text import compact_json
+from medhelm.records import Stat
+from medhelm.specs import Access, BenchmarkSpec, MetricSpec
+from medhelm.store.helm_stats import per_instance, plain_stat, present, stat_name, stream_items, strict_number
 from medhelm.store.sources import JURY_STAT_NORMALIZED, InstanceRow, RunSource, list_suite
 
 RUN_SPEC, STATS, PER_INSTANCE, SCENARIO_STATE = ("run_spec.json", "stats.json", "per_instance_stats.json",
@@ -182,7 +181,7 @@ def read_helm_run(path: Path, suite: str, schema: HelmSchema | None = None, *,
     spec = _load(path / RUN_SPEC)
     if not isinstance(spec, Mapping) or not isinstance(spec.get("adapter_spec"), Mapping):
         raise ConfigError("not a HELM run spec (no adapter_spec)", path=path / RUN_SPEC)
-    has_stats, has_instances = _present(path / STATS), _present(path / PER_INSTANCE)
+    has_stats, has_instances = present(path / STATS), present(path / PER_INSTANCE)
     if not has_stats and not has_instances:
         raise ConfigError(f"not a finished HELM run: neither {STATS} nor {PER_INSTANCE} is here", path=path)
     name = str(spec.get("name") or path.name)
@@ -209,15 +208,6 @@ def read_helm_run(path: Path, suite: str, schema: HelmSchema | None = None, *,
                      main_stat=leaderboard_stat, status={"status": "complete", "source": "helm"}, stats=stats,
                      spec_json=json.dumps(spec, ensure_ascii=False), source="helm",
                      rows=lambda with_text: reader.rows(), summary=reader.summary)
-
-
-def _present(path: Path) -> bool:
-    """Whether a run file is there; one that is there must be a regular file (a FIFO, ``/dev/zero`` or a folder
-    in its place is an error naming it, never "no instances")."""
-    if not os.path.lexists(path):
-        return False
-    files.check_regular(path, what="HELM run file (JSON)")
-    return True
 
 
 def _max_tokens(adapter: Mapping[str, Any], where: Path) -> int:
@@ -325,58 +315,27 @@ def _identity(value: float | None) -> float | None:
 # stats.json
 
 
-def _plain(s: Mapping[str, Any]) -> bool:
-    """Stats without perturbation or sub-split (HELM also writes robustness/fairness variants)."""
-    name = s.get("name") or {}
-    return not name.get("perturbation") and not name.get("sub_split")
-
-
-def _stat_name(s: Any, where: Path, position: int) -> Mapping[str, Any]:
-    name = s.get("name") if isinstance(s, Mapping) else None
-    if not isinstance(name, Mapping) or not isinstance(name.get("name"), str):
-        raise ConfigError(f"stat #{position} has no name.name", path=where)
-    return name
-
-
 def _stats(raw: Any, where: Path, main: _Main, scale: Any) -> tuple[Stat, ...]:
     if not isinstance(raw, list):
         raise ConfigError(f"expected a list of stats, found a JSON {type(raw).__name__}", path=where)
     out = []
     for i, s in enumerate(raw):
-        name = _stat_name(s, where, i)
-        if not _plain(s):
+        name = stat_name(s, where, i)
+        if not plain_stat(s):
             continue
         field = f"stat #{i} ({escape(name['name'], 80)})"
-        count = _strict(s, "count", where, field, whole=True)
+        count = strict_number(s, "count", where, field, whole=True)
         count = 0 if count is None else int(count)
         split = str(name.get("split") or "test")
-        total, squares = (_strict(s, key, where, field, required=count > 0) for key in ("sum", "sum_squared"))
-        low, high, mean = (_strict(s, key, where, field) for key in ("min", "max", "mean"))
+        total, squares = (strict_number(s, key, where, field, required=count > 0)
+                          for key in ("sum", "sum_squared"))
+        low, high, mean = (strict_number(s, key, where, field) for key in ("min", "max", "mean"))
         if main.normalize and name["name"] == main.stat:  # the 1-5 column, stored on 0-1 under our name
             v = scale(mean if mean is not None else (total / count if count and total is not None else None))
             out.append(Stat(JURY_STAT_NORMALIZED, split, count, (v or 0.0) * count, (v or 0.0) ** 2 * count,
                             scale(low), scale(high)))
         out.append(Stat(name["name"], split, count, total or 0.0, squares or 0.0, low, high))
     return tuple(out)
-
-
-def _strict(s: Mapping[str, Any], key: str, where: Path, field: str, *, required: bool = False,
-            whole: bool = False) -> float | None:
-    """A stat's number as HELM wrote it: a finite JSON number (whole for ``count``), or absent/null where HELM
-    leaves it out. Text, a list or ``null`` where a number is needed is an error naming the stat, never a 0."""
-    value = s.get(key)
-    if value is None:
-        if required:
-            raise ConfigError(f"{field}: '{key}' is missing or null (count > 0 needs it)", path=where)
-        return None
-    try:  # an integer past a double's range (stats.json is read by the json module) is not a finite number
-        number = float(value) if type(value) in (int, float) else math.nan
-    except OverflowError:
-        number = math.nan
-    if not math.isfinite(number) or (whole and (number < 0 or number != int(number))):
-        raise ConfigError(f"{field}: '{key}' must be a {'whole number >= 0' if whole else 'finite number'}",
-                          path=where)
-    return number
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -418,8 +377,8 @@ class _RunReader:
         self.summary = RunSummary()
 
     def rows(self) -> Iterator[InstanceRow]:
-        merged = _per_instance(self.path / PER_INSTANCE)
-        state = _scenario_state(self.path / SCENARIO_STATE, self.main) if _present(self.path / SCENARIO_STATE) \
+        merged = per_instance(self.path / PER_INSTANCE)
+        state = _scenario_state(self.path / SCENARIO_STATE, self.main) if present(self.path / SCENARIO_STATE) \
             else {}
         s = self.summary  # the object the RunSource holds: filled in place
         s.__dict__.update(vars(RunSummary()))
@@ -451,119 +410,11 @@ class _RunReader:
             yield InstanceRow(instance_id, position, main_value, error, compact_json(stats), None,
                               int(stats.get("num_prompt_tokens") or 0), int(stats.get("num_output_tokens") or 0),
                               float(stats.get("inference_runtime") or 0.0), 0, 0)
-        if not s.instances and _present(self.path / PER_INSTANCE):
+        if not s.instances and present(self.path / PER_INSTANCE):
             raise ConfigError("lists no instance (an empty list): a finished run has one entry per instance; "
                               f"remove the file to import the run's {STATS} means only", path=self.path / PER_INSTANCE)
         s.helm_mean = helm_total / helm_n if helm_n else None
         s.mean = total / n if n else None
-
-
-def _per_instance(path: Path) -> dict[str, dict[str, float | None]]:
-    """instance id -> every plain stat of its train-trial-0, unperturbed entries (one entry per metric group)."""
-    if not _present(path):
-        return {}
-    merged = _per_instance_fast(path)
-    return merged if merged is not None else _per_instance_checked(path)
-
-
-def _per_instance_checked(path: Path) -> dict[str, dict[str, float | None]]:
-    """The reading that names every problem (streamed by ijson, one entry a Python object at a time)."""
-    merged: dict[str, dict[str, float | None]] = {}
-    for position, entry in enumerate(_stream(path, "item", "a list of per-instance stats")):
-        if not isinstance(entry, Mapping) or "instance_id" not in entry:
-            raise ConfigError(f"per-instance entry #{position} has no instance_id", path=path)
-        if entry.get("perturbation") or entry.get("train_trial_index", 0):
-            continue  # robustness variants and extra trials are not leaderboard values
-        stats = merged.setdefault(str(entry["instance_id"]), {})
-        entry_stats = entry.get("stats") or ()
-        if not isinstance(entry_stats, list):
-            raise ConfigError(f"per-instance entry #{position}: stats is not a list", path=path)
-        for j, s in enumerate(entry_stats):
-            name = _stat_name(s, path, j)
-            if _plain(s):
-                stats.setdefault(name["name"], _mean(s, path, position))
-    return merged
-
-
-# The fast reading of a well-formed per_instance_stats.json (200,000 entries, 113 MB: 4.9 CPU-s through ijson and
-# the checks above, ~1.5 s here; bench/bench_input_sizes.py): the file in pieces of whole entries
-# (files.json_array_pieces, which bounds nesting in the same pass), each decoded by msgspec into the few fields
-# used, typed so that a value the checks above would treat otherwise is refused by the decoder. Any refusal, or a
-# value the checks would refuse, means "not the common case": the file is read again by _per_instance_checked,
-# which names the problem (or reads what these types were too narrow for). The two agree on every file
-# (tests/leaderboard/test_helm_per_instance.py), down to what ijson's parser refuses: an integer past 64 bits.
-class _FastName(msgspec.Struct, gc=False):
-    name: str
-    perturbation: Any = None
-    sub_split: Any = None
-
-
-class _FastStat(msgspec.Struct, gc=False):
-    name: _FastName
-    mean: int | float | None = None  # an int stays an int: "-0" is 0 to ijson, not -0.0
-    count: int | float | None = None
-    sum: int | float | None = None
-
-
-class _FastEntry(msgspec.Struct, gc=False):
-    instance_id: str
-    perturbation: Any = None
-    train_trial_index: Any = 0
-    stats: list[_FastStat] | None = None
-
-
-_FAST_ENTRIES = msgspec.json.Decoder(list[_FastEntry])
-# digits -> "d", "." kept, anything else -> " ": an integer of 19 digits or more (ijson's parser refuses one past
-# 64 bits) is then " ddd..." (a longer fraction is ".ddd...": not one)
-_DIGITS = bytes(ord("d") if chr(c).isdigit() and c < 128 else c if c == ord(".") else ord(" ") for c in range(256))
-_LONG_INTEGER = b" " + b"d" * 19
-
-
-class _NotCommon(Exception):
-    """The fast reading gives up: the checked one decides."""
-
-
-def _per_instance_fast(path: Path, chunk: int = 256 * 1024) -> dict[str, dict[str, float | None]] | None:
-    merged: dict[str, dict[str, float | None]] = {}
-    pieces = empty = 0
-    try:
-        for piece in files.json_array_pieces(path, chunk=chunk):
-            framed = b"[" + piece + b"]"
-            if _LONG_INTEGER in framed.translate(_DIGITS):
-                raise _NotCommon
-            entries = _FAST_ENTRIES.decode(framed)
-            pieces += 1
-            empty += not entries
-            for entry in entries:
-                if entry.perturbation or entry.train_trial_index:
-                    continue
-                if not entry.stats:  # no stats, or an empty list: the checked reading refuses it
-                    raise _NotCommon
-                stats = merged.setdefault(entry.instance_id, {})
-                for s in entry.stats:
-                    name = s.name
-                    if name.perturbation or name.sub_split:
-                        continue
-                    stats.setdefault(name.name, _fast_mean(s))
-    except (ValueError, RecursionError, msgspec.MsgspecError, _NotCommon):  # UnicodeDecodeError is a ValueError
-        return None
-    if empty and pieces > 1:  # a comma with no entry after it ("[{...},]"): not JSON
-        return None
-    return merged
-
-
-def _fast_mean(s: _FastStat) -> float | None:
-    """``_mean`` on decoded numbers (finite: msgspec refuses a number past a double's range), giving up where
-    _mean would raise."""
-    mean = s.mean
-    if mean is not None:
-        return float(mean)
-    count = s.count
-    if not count:
-        return None
-    if count < 0 or count != int(count) or s.sum is None:
-        raise _NotCommon
-    return float(s.sum) / float(count)
 
 
 @dataclass(frozen=True)
@@ -578,7 +429,7 @@ def _scenario_state(path: Path, main: _Main) -> dict[str, _StateInfo]:
     """instance id -> request outcome and judge verdicts, streamed one request state at a time."""
     out: dict[str, _StateInfo] = {}
     judges = set(main.judges)
-    for position, rs in enumerate(_stream(path, "request_states.item", "a scenario state")):
+    for position, rs in enumerate(stream_items(path, "request_states.item", "a scenario state")):
         if not isinstance(rs, Mapping) or not isinstance(rs.get("instance"), Mapping):
             raise ConfigError(f"request state #{position} has no instance", path=path)
         instance = rs["instance"]
@@ -601,35 +452,6 @@ def _safe_error(error: Any) -> str:
     """The first line of HELM's error, cut short: an API error can quote the request (patient text)."""
     first = str(error or "no error message").strip().splitlines()[0] if str(error or "").strip() else "unknown"
     return first if len(first) <= 80 else first[:77] + "..."
-
-
-def _stream(path: Path, prefix: str, what: str) -> Iterator[Any]:
-    """JSON array items one at a time (ijson: HELM's files reach gigabytes; json.load would hold them whole)."""
-    import ijson
-
-    opener = b"{" if prefix.startswith("request_states") else b"["
-    files.check_json_stream_depth(path)  # before ijson builds a value: its prefixes grow with the square of depth
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096).lstrip()
-            if head[:1] != opener:
-                raise ConfigError(f"not {what} (expected a JSON {'object' if opener == b'{' else 'list'})", path=path)
-            f.seek(0)
-            yield from ijson.items(f, prefix, use_float=True)
-    except ijson.JSONError as e:
-        raise ConfigError(f"corrupt JSON, or not {what} ({str(e).splitlines()[0][:80]})", path=path) from None
-    except OSError as e:
-        raise ConfigError(f"cannot read ({e.strerror})", path=path) from None
-
-
-def _mean(s: Mapping[str, Any], where: Path, position: int) -> float | None:
-    field = f"per-instance entry #{position}"
-    mean = _strict(s, "mean", where, field)
-    if mean is not None:
-        return mean
-    count = _strict(s, "count", where, field, whole=True) or 0
-    total = _strict(s, "sum", where, field, required=count > 0)
-    return total / count if count else None
 
 
 def _load(path: Path) -> Any:

@@ -27,6 +27,7 @@ from medhelm.store.backends import Store
 from medhelm.store.cells import write_cells
 from medhelm.store.costs import PriceTable, Usage, cost_per_point, jury_cost, total_cost
 from medhelm.store.helm_runs import HelmSchema, is_helm_run, read_helm_run
+from medhelm.store.migrate import migrate
 from medhelm.store.read import load_cells
 from medhelm.store.schema import SCHEMA_VERSION
 from medhelm.store.sources import JURY_STAT, JURY_STAT_NORMALIZED, RunSource, list_suite, read_medhelm_run
@@ -83,7 +84,7 @@ def summarize(store: Store, sources: Iterable[RunSource], options: SummarizeOpti
               note: Note = lambda msg: None) -> SummaryReport:
     started = time.perf_counter()
     with store.transaction(exclusive=True):  # a concurrent summarize into this store waits here
-        store.migrate()
+        migrate(store)
         before = int(store.query("SELECT COUNT(*) FROM runs WHERE release = ?", (options.release,))[0][0])
         delete_subgroups(store, options.release)  # first: it finds the labels by the release's run ids
         store.delete_release(options.release)

@@ -4,8 +4,7 @@ and ranks — comes from here.
 
 * A mean of 0/1 values (accuracy, exact match): **Clopper–Pearson**, the exact binomial interval. Chosen over
   Wilson because its coverage is at least the nominal level at every n and every true accuracy, where Wilson's
-  falls below 0.93 near the edges at small n (accuracy 0.95-0.99 at n = 11-50; ``bench/bench_intervals.py``,
-  docs/benchmarks.md). The price is width (conservative), which a committee
+  falls below it near the edges at small n (``bench/bench_intervals.py``, docs/benchmarks.md). The price is width (conservative), which a committee
   signing a model into use should prefer to an interval that is too short. Over several strata (a cell's
   subsets, each weighted equally, as its value is) the same interval at the effective sample size
   n* = p(1 - p) / var(p) (Korn & Graubard 1998, Survey Methodology 24:193-201; n* capped at the number of

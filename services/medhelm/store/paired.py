@@ -73,8 +73,7 @@ def paired_bootstrap(diffs: Sequence[np.ndarray], replicates: int, rngs: Sequenc
 def _resampled_means(d: np.ndarray, replicates: int, rng: np.random.Generator) -> np.ndarray:
     """Means of ``replicates`` resamples (with replacement) of one vector. Kept apart from the leaderboard's
     ``bootstrap.stratum_replicates`` on purpose: that one resamples many models at once through a count
-    matrix; for the single vector of paired differences, indexing is ~10x faster (37 benchmarks x 8 models
-    x 500 instances: 1.5 s instead of 14 s per comparison), and the draws are the same kind (uniform
+    matrix; for the single vector of paired differences, indexing is faster (docs/design-notes.md), and the draws are the same kind (uniform
     indices from the stratum's own seeded generator)."""
     n = len(d)
     out = np.full(replicates, np.nan)

@@ -262,7 +262,7 @@ def clinician_ratings(store: Store, release: str, benchmark: str | None = None):
 def rated_records(store: Store, release: str, benchmark: str | None = None) -> list:  # -> list[InstanceResult]
     """The records (with the jury's judgements) of every run of ``release`` that has stored ratings; read
     server side for aggregates only (agreement figures), never shown."""
-    from medhelm.specs import InstanceResult
+    from medhelm.records import InstanceResult
 
     runs = {(r.suite, r.run_name) for r in stored_ratings(store, release=release, benchmark=benchmark)}
     out = []
@@ -276,7 +276,7 @@ def rated_records(store: Store, release: str, benchmark: str | None = None) -> l
 
 def benchmark_records(store: Store, release: str, benchmark: str) -> list:  # -> list[InstanceResult]
     """Every record of the benchmark's runs in ``release`` (judge-vs-judge agreement); never shown."""
-    from medhelm.specs import InstanceResult
+    from medhelm.records import InstanceResult
 
     return [InstanceResult.from_json(json.loads(raw)) for (raw,) in store.query(
         "SELECT i.record_json FROM instances i JOIN runs r ON r.run_id = i.run_id WHERE r.release = ? AND "

@@ -9,7 +9,7 @@ unscored) so cells and their bootstrap are computed from 1 row per run, not 1 pe
 other table is a pre-aggregate the dashboard reads directly.
 
 Versions (``SCHEMA_VERSION``, recorded in ``meta`` under release '' and key 'schema_version'; the steps
-between them are ``backends.Store.migrate``; ``medhelm store migrate`` runs them, docs/kubernetes.md
+between them are ``migrate.migrate``; ``medhelm store migrate`` runs them, docs/kubernetes.md
 "Upgrades"):
 
 * v1 (chart 0.1.0): the tables below; the ratings, audit and subgroup tables and ``models.jury_cost_usd``
@@ -102,7 +102,7 @@ def ddl(blob_type: str) -> list[str]:
 
 
 # The clinicians' ratings (store/review.py): outside the release tables, kept across re-summarise like the
-# audit trail; here so that backends.create_schema makes it without importing review.py (imports point down).
+# audit trail; here so that migrate.create_schema makes it without importing review.py (imports point down).
 REVIEW_TABLE = "review_ratings"
 REVIEW_INDEX = "review_by_benchmark"  # made after the table: when it exists, both do
 REVIEW_SCHEMA_VERSION = 1

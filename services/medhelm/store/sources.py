@@ -24,7 +24,9 @@ from typing import Any, NamedTuple
 
 from medhelm.errors import ConfigError, escape
 from medhelm.rundir import RECORDS, RunDir, raw_lines
-from medhelm.specs import BenchmarkSpec, Stat, loads_json
+from medhelm.json_text import loads_json
+from medhelm.records import Stat
+from medhelm.specs import BenchmarkSpec
 
 JURY_STAT, JURY_STAT_NORMALIZED = "jury_score", "jury_score_normalized"
 # Multiple-choice stats of runs made before the rename (scoring/choice.py): old name -> today's name.

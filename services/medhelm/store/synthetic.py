@@ -13,7 +13,9 @@ from pathlib import Path
 
 from medhelm.cards import CARDS
 from medhelm.rundir import RECORDS, RUN_SPEC, STATS, STATUS, dump_json, write_atomic, write_atomic_lines
-from medhelm.specs import BenchmarkSpec, MetricSpec, RunSpec, Stat, plain_json
+from medhelm.json_text import plain_json
+from medhelm.records import Stat
+from medhelm.specs import BenchmarkSpec, MetricSpec, RunSpec
 
 JUDGES = ("local/judge-a", "local/judge-b", "local/judge-c")
 

@@ -73,7 +73,7 @@ def _mirror_hint(ctx: LoadContext, folder: str) -> str:
 
 def download(ctx: LoadContext, folder: str, remote: RemoteFile, client=None) -> Path:
     """Download once into ``<cache_dir>/<folder>/<name>`` (atomic rename: no half-written files). Pass one
-    ``httpx.Client`` for many files: a new client per file costs a TLS context (~0.1 s) each."""
+    ``httpx.Client`` for many files: a new client per file builds a TLS context each."""
     import httpx
 
     target = Path(ctx.cache_dir) / folder / remote.name

@@ -6,10 +6,10 @@
   pingouin's ``intraclass_corr`` and R psych's ``ICC``: exact F for ICC(1,·) and ICC(3,·), the
   Satterthwaite approximation for ICC(2,1) and its Spearman-Brown step-up for ICC(2,k). For ICC(2,·)
   we give more than the reference: the hull of that F interval and a generalized confidence interval
-  (generalized pivots, seeded), since the F one alone under-covers with many targets and few judges (0.74 at
-  100 x 2; coverage table in docs/jury.md, bench/bench_icc_coverage.py). A percentile
+  (generalized pivots, seeded), since the F one alone under-covers with many targets and few judges (coverage
+  table in docs/jury.md, bench/bench_icc_coverage.py). A percentile
   bootstrap over targets keeps the judges fixed, so it leaves out the between-judge variance ICC(2) is
-  about (it covered the truth 53-82 % of the time where these cover 84-95 %).
+  about (it under-covers the truth: docs/jury.md).
 * Krippendorff's alpha — coincidence-matrix form (Krippendorff 2011), any number of raters, missing
   values allowed; nominal, ordinal, interval or ratio distance (``alpha_level`` picks the one that fits a
   rubric's scale).
@@ -233,8 +233,8 @@ def icc_interval(r: ICC, form: str, level: float = 0.95) -> tuple[float | None, 
     """(low, high, None) or (None, None, reason). ICC(1,·), ICC(3,·): the exact F intervals (McGraw & Wong 1996
     Table 7, cases 1 and 3C; as pingouin and R psych). ICC(2,·): the hull of the generalized confidence
     interval (``icc2_gci``) and the F interval with the Satterthwaite df (case 2A, pingouin's); the F interval alone
-    covered the true ICC(2,1) only 74-88 % of the time with 100-1,000 targets and 2-5 judges
-    (bench/bench_icc_coverage.py)."""
+    under-covers the true ICC(2,1) with many targets and few judges (docs/jury.md,
+    bench/bench_icc_coverage.py)."""
     low, high, reason = _f_interval(r, form, level)
     if form[0] != "2" or reason == "the ICC is undefined" or r.n < 3:
         return low, high, reason

@@ -24,7 +24,7 @@ from medhelm import files
 from medhelm.errors import ConfigError
 from medhelm.scoring.jury import agreement as ag
 from medhelm.scoring.jury.ratings import Rating, Target, judge_ratings, pivot
-from medhelm.specs import InstanceResult
+from medhelm.records import InstanceResult
 
 COLUMNS = ("instance_id", "rater", "criterion", "score")
 

@@ -29,7 +29,8 @@ from pydantic import ConfigDict, Field
 from medhelm.errors import ConfigError, escape
 from medhelm.files import YamlDoc, load_yaml_doc
 from medhelm.schemas import Finite, LongText, Strict, Text, check
-from medhelm.specs import JSON, MetricSpec
+from medhelm.json_text import JSON
+from medhelm.specs import MetricSpec
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 DEFAULT_JURY = "default"

@@ -30,7 +30,8 @@ from medhelm.scoring.base import MetricResult, ScoringItem
 from medhelm.scoring.jury.config import Judge
 from medhelm.scoring.jury.parse import NO_VERDICT, Judgement, Quoted, parse_judgement
 from medhelm.scoring.jury.rubrics import Rubric
-from medhelm.specs import Completion, GenerationRequest, JudgeScore, JudgeStatus, Message, Usage
+from medhelm.records import JudgeScore, JudgeStatus
+from medhelm.specs import Completion, GenerationRequest, Message, Usage
 from medhelm.tokens import approx_tokens
 
 STATS = ("jury_score", "jury_score_normalized", "jury_coverage")

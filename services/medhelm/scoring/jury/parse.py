@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from medhelm.scoring.jury.rubrics import Rubric
-from medhelm.specs import canonical_json
+from medhelm.json_text import canonical_json
 
 MAX_EXPLANATION_CHARS = 2000  # what we keep of a judge's explanation in the record
 

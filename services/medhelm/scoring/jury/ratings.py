@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from medhelm.scoring.jury.metric import EMPTY_RESPONSE_JUDGE
-from medhelm.specs import InstanceResult, JudgeStatus
+from medhelm.records import InstanceResult, JudgeStatus
 
 Target = tuple[str, str, str]  # (run, instance id, criterion)
 

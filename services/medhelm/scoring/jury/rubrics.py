@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from medhelm.errors import ConfigError
-from medhelm.specs import canonical_json, digest
+from medhelm.json_text import canonical_json, digest
 
 RUBRICS_PATH = Path(__file__).resolve().parents[2] / "config" / "jury_rubrics.yaml"
 INSTANCE_FIELDS = ("QUESTION", "RESPONSE", "GOLD_RESPONSE")

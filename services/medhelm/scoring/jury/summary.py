@@ -14,7 +14,7 @@ import numpy as np
 from medhelm.scoring.jury import agreement as ag
 from medhelm.scoring.jury.metric import EMPTY_RESPONSE_JUDGE
 from medhelm.scoring.jury.ratings import judge_ratings, judged, pivot
-from medhelm.specs import InstanceResult, JudgeStatus
+from medhelm.records import InstanceResult, JudgeStatus
 
 
 @dataclass(frozen=True)

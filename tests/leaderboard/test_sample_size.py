@@ -1,4 +1,4 @@
-"""`medhelm plan`: sample sizes against published examples and hand calculations (the normal quantiles from
+"""`medhelm sample-size` (alias `plan`; store/sample_size.py): sample sizes against published examples and hand calculations (the normal quantiles from
 the standard library, not scipy), the pilot's variability and cost read from a release and a suite."""
 
 from __future__ import annotations
@@ -127,6 +127,8 @@ def test_plan_from_one_model_and_stated_values(pilot: Path):
     assert rows["medcalc_bench"]["cost_usd"] is None  # org/c has no price: no cost, never 0
     code, out, _ = run_cli("plan", "--difference", "0.4", "--discordant", "0.5", "--json")
     assert code == 0 and json.loads(out)["rows"][0]["n_required"] == 23
+    code, same, _ = run_cli("sample-size", "--difference", "0.4", "--discordant", "0.5", "--json")
+    assert code == 0 and same == out  # the subcommand's clearer name, `plan` kept as its alias
     code, out, _ = run_cli("plan", "--difference", "0.5", "--sd", "1")
     assert code == 0 and " 34 " in out
 

@@ -1,9 +1,11 @@
-"""`medhelm plan` — instances per benchmark needed to detect a difference between two models (paired
-design) and what evaluating them costs; the statistics are ``medhelm.store.plan``/``paired``.
+"""`medhelm sample-size` (also `medhelm plan`, its first name) — instances per benchmark needed to detect a
+difference between two models (paired design) and what evaluating them costs; the statistics are
+``medhelm.store.sample_size``/``paired``. (Planning a run — validate everything, write nothing — is
+``pipeline/plan.py``, another thing.)
 
-    medhelm plan --release pilot --model org/a --model org/b --difference 0.05 --prices prod_env/prices.yaml
-    medhelm plan --difference 0.1 --discordant 0.2          # no pilot: a stated discordant proportion
-    medhelm plan --difference 0.05 --sd 0.25 --power 0.9    # no pilot: a stated SD of paired differences
+    medhelm sample-size --release pilot --model org/a --model org/b --difference 0.05 --prices prod_env/prices.yaml
+    medhelm sample-size --difference 0.1 --discordant 0.2          # no pilot: a stated discordant proportion
+    medhelm sample-size --difference 0.05 --sd 0.25 --power 0.9    # no pilot: a stated SD of paired differences
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from medhelm.store import open_store
     from medhelm.store.costs import PriceTable
-    from medhelm.store.plan import PlanOptions, costs_from_release, costs_from_suite, pick_models, plan, stated
+    from medhelm.store.sample_size import PlanOptions, costs_from_release, costs_from_suite, pick_models, plan, stated
 
     options = PlanOptions(difference=args.difference, alpha=args.alpha, power=args.power, sd=args.sd,
                           discordant=args.discordant)
