@@ -19,7 +19,7 @@ INTERNAL, UNKNOWN, ABORTED, CANCELLED -> retryable ``InferenceError``; UNAVAILAB
 INVALID_ARGUMENT (KServe: ``InvalidInput``, e.g. a prompt over the window), NOT_FOUND (no such model),
 FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED, UNAUTHENTICATED, PERMISSION_DENIED -> a per-instance
 error, not retried. Error messages name the deployment, URL and gRPC code, and carry the server's text
-only through ``openai.safe_server_message`` (never the prompt).
+only through ``wire.safe_server_message`` (never the prompt).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from grpc import aio
 
 from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
 from medhelm.inference.kserve_v2 import extra_parameters, parameters, prompt_text
-from medhelm.inference.openai import _headers, answered_model, safe_server_message, strip_reasoning
+from medhelm.inference.wire import answered_model, key_headers, safe_server_message, strip_reasoning
 from medhelm.oip.v2 import grpc_predict_v2_pb2 as pb
 from medhelm.oip.v2 import grpc_predict_v2_pb2_grpc as pb_grpc
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
@@ -78,7 +78,7 @@ class KServeV2GrpcClient:
         self._input = str(options.get("input_name", "text_input"))
         self._output = str(options.get("output_name", "text_output"))
         self._extra = {k: _param(v, deployment, k) for k, v in extra_parameters(deployment).items()}
-        headers = {k.lower(): v for k, v in _headers(deployment).items()}
+        headers = {k.lower(): v for k, v in key_headers(deployment).items()}
         self._authority = headers.pop("host", None)
         self._metadata = tuple(headers.items())
         self._root_certs = _ca_bundle(deployment) if self._tls else None
