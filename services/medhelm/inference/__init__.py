@@ -208,10 +208,15 @@ class ClientPool:
                  observer: InferenceObserver | None = None, connections: int | None = None,
                  pacing: PacingPolicy | None = None) -> None:
         self.cache = cache
-        self.connections = connections  # requests in flight the owner allows (a run's --max-concurrency)
+        # The one cap on requests in flight: what the owner allows (a run's --max-concurrency, which sizes its
+        # workers). auto's ceiling never exceeds it, and each deployment's connection pool follows it
+        # (http.connection_cap); a deployment's max_concurrency lowers it for that deployment (the pacer's
+        # fixed cap and its connections).
+        self.connections = connections
         self.retry = retry or RetryPolicy()
         self.observer = observer or NullObserver()
-        self.pacing = pacing or PacingPolicy(ceiling=connections or PacingPolicy.ceiling)
+        pacing = pacing or PacingPolicy()
+        self.pacing = dataclasses.replace(pacing, ceiling=min(pacing.ceiling, connections)) if connections else pacing
         self._clients: dict[tuple[Deployment, str], PooledClient] = {}
         self._counters: dict[str, Counters] = {}
         self._pacers: dict[Deployment, Pacer | None] = {}
