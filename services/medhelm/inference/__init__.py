@@ -18,6 +18,10 @@ settles at (``RequestCache.learnt_limit``/``remember_limit``, keyed by deploymen
 Candidate models and judges share one pool, so they share connections, cache and counters. The
 observer (``medhelm.telemetry.Telemetry``) is bound once per (deployment, role): per request it costs a
 few counter increments (attempt code and latency, retries, in-flight, tokens, cache hits apart).
+
+Failure semantics: an unknown kind, or one whose module this installation lacks, is a ``ConfigError`` naming the
+deployment when its client is made; a request that fails for good raises its last attempt's ``InferenceError``
+unchanged (counted in ``ClientStats.errors``); a cache hit never fails and never waits.
 """
 
 from __future__ import annotations

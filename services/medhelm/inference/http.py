@@ -74,7 +74,7 @@ class JsonTransport:
         self._pool: H1Pool | None = None
         self._targets: dict[str, tuple[Target, bytes]] = {}
 
-    # -- the direct path (h1) --------------------------------------------------------------------------
+    # -- the direct engine (h1): one pool per event loop, each URL's request head encoded once ---------------
     def _pool_for_loop(self) -> H1Pool:
         # A pool belongs to the event loop it was made on; a client reused by a later asyncio.run (tests,
         # sequential doors) gets a fresh one.
