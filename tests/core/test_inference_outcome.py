@@ -14,7 +14,7 @@ from medhelm.inference import ClientPool, PacingPolicy, RetryPolicy
 from medhelm.inference.http import HttpReply
 from medhelm.inference.openai import OpenAIClient
 from medhelm.inference.outcome import Outcome, Refusal, Verdict, outcome_of, verdict_for
-from medhelm.inference.wire import refusal
+from medhelm.inference.wire import THROTTLED, refusal
 from medhelm.specs import Deployment, GenerationRequest, Message
 
 
@@ -56,6 +56,14 @@ def test_refusal_names_the_status_takes_the_servers_wait_and_keeps_the_headers()
                   code="ThrottlingException")
     assert str(err) == "deployment 'd' (http://h/v1): HTTP 400: ThrottlingException: slow"
     assert err.outcome == Outcome(Verdict.RATE_LIMITED, 0.25, headers) and err.status == 400 and err.retryable
+
+
+def test_a_provider_adds_its_own_slow_down_codes_to_the_shared_ones():
+    reply = HttpReply(400, {}, b"{}")
+    assert refusal("d", reply, "", code="CapacityExceeded").outcome.verdict is Verdict.FATAL
+    own = THROTTLED | {"CapacityExceeded"}
+    assert refusal("d", reply, "", code="CapacityExceeded", throttled=own).outcome.verdict is Verdict.RATE_LIMITED
+    assert refusal("d", reply, "", code="ThrottlingException", throttled=own).outcome.verdict is Verdict.RATE_LIMITED
 
 
 def test_a_429_reaches_the_pacer_as_rate_limited_with_its_wait_and_the_retry_succeeds():

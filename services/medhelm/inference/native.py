@@ -1,14 +1,15 @@
 """The request/reply shape the native provider kinds share (anthropic, gemini, bedrock, mistral, vertex_text):
 ``NativeClient`` — one URL per deployment, a JSON body built from the request, per-request auth headers (a SigV4
-signature, an OAuth or Entra token) and the gateway options (``gateway.py``).
+signature, a Google OAuth token) and the gateway options (``gateway.py``).
 
 Failure semantics: a provider's error reply is ``wire.refusal``'s, its type or code read from the body
 (``wire.error_parts``) or Bedrock's ``x-amzn-ErrorType``: rate-limited for 429/503/529 and for the "slow down"
-codes in ``wire.THROTTLED`` whatever their status, transient for 408 and every other 5xx (the wait at least the
-server's ``retry-after-ms`` or ``Retry-After``), fatal otherwise; the message names the deployment, the URL, the
-HTTP status and the provider's error type/message passed through ``safe_server_message`` (withheld if it quotes
-the prompt). A 401/403 lets the subclass drop its token (``on_refused``). A body that is not the answer's shape
-is transient (``wire.malformed``). A missing option or variable is a ``ConfigError`` naming it (never its value).
+codes in ``NativeClient.throttled`` (``wire.THROTTLED``; a subclass may add its provider's) whatever their
+status, transient for 408 and every other 5xx (the wait at least the server's ``retry-after-ms`` or
+``Retry-After``), fatal otherwise; the message names the deployment, the URL, the HTTP status and the provider's
+error type/message passed through ``safe_server_message`` (withheld if it quotes the prompt). A 401/403 lets the
+subclass drop its token (``on_refused``). A body that is not the answer's shape is transient
+(``wire.malformed``). A missing option or variable is a ``ConfigError`` naming it (never its value).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from typing import Any
 from medhelm.inference.gateway import gateway_headers
 from medhelm.inference.http import HttpReply, JsonTransport
 from medhelm.inference.outcome import Refusal, Reply, WireClient
-from medhelm.inference.wire import error_parts, malformed, refusal, safe_server_message
+from medhelm.inference.wire import THROTTLED, error_parts, malformed, refusal, safe_server_message
 from medhelm.specs import Completion, Deployment, GenerationRequest
 
 
-def provider_error(where: str, reply: HttpReply, request: GenerationRequest) -> Refusal:
+def provider_error(where: str, reply: HttpReply, request: GenerationRequest,
+                   throttled: frozenset[str] = THROTTLED) -> Refusal:
     """A native provider's error reply, its type or code named in the message and read for throttling."""
     try:
         kind, message = error_parts(reply.json())
@@ -36,13 +38,16 @@ def provider_error(where: str, reply: HttpReply, request: GenerationRequest) -> 
     kind = kind.rsplit("#", 1)[-1]  # "com.amazon...#ThrottlingException" -> "ThrottlingException"
     text = safe_server_message(message, request) if message else ""
     label = f"{kind}: {text}" if kind and text else kind or text
-    return refusal(where, reply, safe_server_message(label, request) if label else "", code=kind)
+    return refusal(where, reply, safe_server_message(label, request) if label else "", code=kind, throttled=throttled)
 
 
 class NativeClient(WireClient):
     """The shape every native kind shares: one URL per deployment, a JSON body built from the request,
     per-request auth headers (a SigV4 signature, an Entra token), the provider's errors mapped once.
-    A subclass sets ``_url`` and implements ``payload`` and ``parse``; it may override ``auth_headers``."""
+    A subclass sets ``_url`` and implements ``payload`` and ``parse``; it may override ``auth_headers`` and
+    ``on_refused``, and extend ``throttled`` with its provider's own "slow down" error codes."""
+
+    throttled: frozenset[str] = THROTTLED
 
     def __init__(self, deployment: Deployment, url: str, headers: Mapping[str, str],
                  connections: int | None = None) -> None:
@@ -78,7 +83,7 @@ class NativeClient(WireClient):
         if reply.status_code >= 400:
             if reply.status_code in (401, 403):
                 self.on_refused(reply.status_code)
-            raise provider_error(self._where(), reply, request)
+            raise provider_error(self._where(), reply, request, self.throttled)
         try:
             data = reply.json()
         except ValueError:

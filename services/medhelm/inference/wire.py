@@ -30,19 +30,21 @@ from medhelm.inference.pacing import retry_after_seconds
 from medhelm.scrub import scrub
 from medhelm.specs import Deployment, GenerationRequest
 
-# Error codes that mean "slow down" whatever HTTP status carries them (a gateway may turn them into 400/403).
+# Error codes that mean "slow down" whatever HTTP status carries them (a gateway may turn them into 400/403): the
+# native kinds' default (``NativeClient.throttled``); a provider with codes of its own adds them in its module.
 THROTTLED = frozenset({"overloaded_error", "rate_limit_error", "RESOURCE_EXHAUSTED", "UNAVAILABLE",
                        "ThrottlingException", "ServiceUnavailableException", "ModelNotReadyException",
                        "TooManyRequests", "429"})
 _SERVER_MESSAGE_CHARS = 300
 
 
-def refusal(where: str, reply: HttpReply, text: str, *, code: str = "", retry: bool = False,
-            content_filter: bool = False) -> Refusal:
+def refusal(where: str, reply: HttpReply, text: str, *, code: str = "", throttled: frozenset[str] = THROTTLED,
+            retry: bool = False, content_filter: bool = False) -> Refusal:
     """An error reply (status >= 400) as the provider's ``Refusal``: ``text`` the server's message, already safe;
-    ``code`` its error type (rate-limited when in ``THROTTLED``); ``retry``: one more try can succeed."""
+    ``code`` its error type, rate-limited when in ``throttled`` (the provider's "slow down" codes); ``retry``: one
+    more try can succeed."""
     status = reply.status_code
-    outcome = Outcome(verdict_for(status, throttled=code in THROTTLED, retry=retry), retry_after(reply.headers),
+    outcome = Outcome(verdict_for(status, throttled=code in throttled, retry=retry), retry_after(reply.headers),
                       reply.headers)
     return Refusal(f"{where}: HTTP {status}" + (f": {text}" if text else ""), outcome, status=status,
                    content_filter=content_filter)
