@@ -50,6 +50,17 @@ def test_an_untyped_error_reads_as_before_and_a_refusal_keeps_its_own():
     assert not Refusal("x", Outcome(Verdict.FATAL), status=400).retryable
 
 
+def test_a_refusal_copied_or_pickled_keeps_its_outcome():
+    import copy
+    import pickle
+
+    err = Refusal("deployment 'd': HTTP 429", Outcome(Verdict.RATE_LIMITED, 2.0, {"retry-after": "2"}), status=429)
+    for again in (copy.copy(err), pickle.loads(pickle.dumps(err)), err.with_context("judge 'j': ")):
+        assert type(again) is Refusal and again.outcome == err.outcome and again.status == 429
+        assert again.retryable and again.retry_after == 2.0
+    assert str(err.with_context("judge 'j': ")) == "judge 'j': deployment 'd': HTTP 429"
+
+
 def test_refusal_names_the_status_takes_the_servers_wait_and_keeps_the_headers():
     headers = {"retry-after-ms": "250", "retry-after": "9", "x-ratelimit-remaining-requests": "0"}
     err = refusal("deployment 'd' (http://h/v1)", HttpReply(400, headers, b"{}"), "ThrottlingException: slow",

@@ -70,6 +70,9 @@ class Refusal(InferenceError):
                          retry_after=outcome.retry_after, content_filter=content_filter)
         self.outcome = outcome
 
+    def __reduce__(self):  # copies (``MedhelmError.with_context``) and pickles keep the outcome and every field
+        return type(self), (self.args[0], self.outcome), dict(self.__dict__)
+
 
 def verdict_for(status: int, *, throttled: bool = False, retry: bool = False) -> Verdict:
     """An HTTP error reply's verdict: ``throttled`` (a provider's "slow down" code, whatever status carries it)
