@@ -1,4 +1,4 @@
-"""Model clients for every deployment kind, composed with cache, retries and accounting by ``ClientPool``.
+"""Model clients for every deployment kind, composed with cache, retries, pacing and accounting by ``ClientPool``.
 
     pool = ClientPool(cache=RequestCache(path), retry=RetryPolicy(), observer=telemetry)  # or NullObserver()
     client = pool.get(deployment)          # one client per (deployment, role), reused
@@ -7,14 +7,21 @@
     pool.stats["vllm/qwen2.5-7b-instruct"].retries
     await pool.aclose()
 
-Order per request: cache lookup (a hit never waits for a slot) -> retries -> the deployment's pacer
-(``pacing/``: a concurrency slot, fixed or adaptive, and its rate budget; held for one attempt, released
-during backoff; a 429/503 pauses it for ``Retry-After``) -> the kind's client.
+One straight path per request, each module entered once: the pool (``PooledClient`` here: the cache lookup — a
+hit never waits for a slot — and the request's accounting) -> ``retry.py`` (backoff, deciding from the attempt's
+``outcome.Outcome``) -> ``paced.py`` (the gate: the deployment's pacer slot from ``pacing/``, held for one
+attempt and released during backoff; the attempt counted; the reply's rate headers and the outcome handed to the
+pacer) -> the kind's client (``attempt`` returns an ``outcome.Reply``, raises an ``outcome.Refusal``; helpers
+in ``wire.py``) -> ``http.py`` (the transport; ``h1.py`` its connections).
 With a cache, ``auto``'s pacer starts at the limit the deployment's last run settled at and keeps the one it
 settles at (``RequestCache.learnt_limit``/``remember_limit``, keyed by deployment, endpoint and setting).
 Candidate models and judges share one pool, so they share connections, cache and counters. The
 observer (``medhelm.telemetry.Telemetry``) is bound once per (deployment, role): per request it costs a
 few counter increments (attempt code and latency, retries, in-flight, tokens, cache hits apart).
+
+Failure semantics: an unknown kind, or one whose module this installation lacks, is a ``ConfigError`` naming the
+deployment when its client is made; a request that fails for good raises its last attempt's ``InferenceError``
+unchanged (counted in ``ClientStats.errors``); a cache hit never fails and never waits.
 """
 
 from __future__ import annotations
@@ -22,32 +29,24 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
-import re
 import time
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import PurePosixPath
 
 from medhelm.backend_kinds import BY_KIND
 from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
 from medhelm.inference.base import InferenceObserver, ModelClient, NullObserver
 from medhelm.inference.cache import RequestCache
-from medhelm.inference.pacing import OVERLOAD_STATUS, Pacer, PacingPolicy
+from medhelm.inference.outcome import WireClient
+from medhelm.inference.paced import ClientStats, Counters, PacedClient, RequestWindow, names_a_model, utc_iso
+from medhelm.inference.pacing import Pacer, PacingPolicy
 from medhelm.inference.retry import RetryingClient, RetryPolicy
 from medhelm.specs import Completion, Deployment, GenerationRequest, canonical_json
 
 __all__ = ["ClientPool", "ClientStats", "InferenceError", "NullObserver", "PacingPolicy", "PooledClient",
-           "RequestCache", "RequestWindow", "RetryPolicy", "ServerUnreachable", "make_client", "public_url"]
-
-
-@dataclass(frozen=True)
-class ClientStats:
-    requests: int = 0  # HTTP/model calls actually made, retries included (cache hits excluded)
-    cache_hits: int = 0
-    retries: int = 0
-    errors: int = 0  # generate() calls that failed for good (after retries)
+           "RequestCache", "RequestWindow", "RetryPolicy", "ServerUnreachable", "make_client", "names_a_model",
+           "public_url", "utc_iso"]
 
 
 def make_client(deployment: Deployment, *, connections: int | None = None) -> ModelClient:
@@ -74,46 +73,7 @@ def make_client(deployment: Deployment, *, connections: int | None = None) -> Mo
 
 
 
-class RequestWindow:
-    """What a run asked of one deployment (``ClientPool.watch``): when its first request was sent and when its
-    last answer (or failure) came back, as wall-clock times in UTC, how many requests (attempts) were sent,
-    and the models the server said answered (``Completion.model``, at most ``MAX_ANSWERED`` different ones).
-    Cache hits are no requests: an answer taken from the cache was asked for before the window."""
-
-    __slots__ = ("first", "last", "requests", "answered", "on_first")
-    MAX_ANSWERED = 8
-
-    def __init__(self, on_first: Callable[[float], None] | None = None) -> None:
-        self.first: float | None = None
-        self.last: float | None = None
-        self.requests = 0
-        self.answered: dict[str, int] = {}
-        self.on_first = on_first  # called once, with the time, when the first request is sent
-
-    def sent(self, at: float) -> None:
-        if self.first is None:
-            self.first = at
-            if self.on_first is not None:
-                self.on_first(at)
-        self.requests += 1
-
-    def done(self, at: float, model: str | None) -> None:
-        if self.last is None or at > self.last:
-            self.last = at
-        if model is not None and (model in self.answered or len(self.answered) < self.MAX_ANSWERED):
-            self.answered[model] = self.answered.get(model, 0) + 1
-
-    def to_json(self) -> dict:
-        return {"first_request": utc_iso(self.first), "last_request": utc_iso(self.last), "requests": self.requests,
-                "answered_models": sorted(self.answered, key=lambda m: -self.answered[m])}
-
-
 IN_PROCESS, NO_MODEL = "in-process", "none (no model)"  # a run's access endpoint when no server is asked
-
-
-def utc_iso(at: float | None) -> str | None:
-    """A wall-clock time as ISO 8601 in UTC with its zone (``2026-12-01T22:40:01.123+00:00``)."""
-    return None if at is None else datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="milliseconds")
 
 
 def public_url(url: str | None) -> str | None:
@@ -143,116 +103,10 @@ def engine_version(distribution: str) -> str | None:
         return None
 
 
-class _Counters:
-    __slots__ = ("requests", "cache_hits", "retries", "errors", "windows")
-
-    def __init__(self) -> None:
-        self.requests = self.cache_hits = self.retries = self.errors = 0
-        self.windows: list[RequestWindow] = []  # the runs watching this deployment's requests (ClientPool.watch)
-
-    def snapshot(self) -> ClientStats:
-        return ClientStats(self.requests, self.cache_hits, self.retries, self.errors)
-
-
-class _Slots:
-    """Counts and times every attempt, and holds the deployment's pacer slot (if it is paced) while it runs."""
-
-    def __init__(self, inner: ModelClient, counters: _Counters, pacer: Pacer | None, metrics) -> None:
-        self._inner, self._counters, self._metrics = inner, counters, metrics
-        self._pacer = pacer
-
-    @property
-    def deployment(self) -> Deployment:
-        return self._inner.deployment
-
-    async def generate(self, request: GenerationRequest) -> Completion:
-        pacer = self._pacer
-        if pacer is None:
-            return await self._attempt(request)
-        tokens = _expected_tokens(request) if pacer.counts_tokens else 0.0
-        started = await pacer.acquire(tokens)
-        try:
-            completion = await self._attempt(request)
-        except InferenceError as err:
-            overloaded = err.status in OVERLOAD_STATUS or getattr(err, "throttled", False)
-            pacer.release(started, ok=False, overloaded=overloaded, retry_after=err.retry_after, tokens_taken=tokens)
-            raise
-        except BaseException:
-            pacer.release(started, ok=False, tokens_taken=tokens)
-            raise
-        usage = completion.usage
-        used = (usage.prompt_tokens or 0) + (usage.completion_tokens or 0) if usage.prompt_tokens is not None \
-            else None
-        pacer.release(started, ok=True, tokens_used=used, tokens_taken=tokens)
-        return completion
-
-    async def _attempt(self, request: GenerationRequest) -> Completion:
-        counters = self._counters
-        counters.requests += 1
-        windows = counters.windows
-        if windows:
-            now = time.time()
-            for window in windows:
-                window.sent(now)
-        metrics = self._metrics
-        metrics.attempt_started()
-        started = time.perf_counter()
-        try:
-            completion = await self._inner.generate(request)
-        except InferenceError as err:
-            metrics.attempt_finished(time.perf_counter() - started, err)
-            _answered(windows, None)
-            raise
-        except BaseException:
-            metrics.attempt_cancelled()
-            _answered(windows, None)
-            raise
-        metrics.attempt_finished(time.perf_counter() - started, None)
-        _answered(windows, completion.model, request)
-        return completion
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-def _answered(windows: list[RequestWindow], model: str | None, request: GenerationRequest | None = None) -> None:
-    if windows:
-        now = time.time()
-        if model is not None and request is not None and not all(model in w.answered for w in windows) \
-                and not names_a_model(model, request):
-            model = None  # a new name is checked once per window: never a server's echo of the prompt
-        for window in windows:
-            window.done(now, model)
-
-
-_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+ -]{0,239}")
-
-
-def names_a_model(name: str, request: GenerationRequest, window: int = 12) -> bool:
-    """Whether a server's answered-model field looks like a model name (letters, digits and ``._:/@+ -``)
-    and quotes none of the prompt (no run of ``window`` characters of a message): a hostile or broken server
-    cannot put patient text into a run's access record."""
-    if not _MODEL_NAME.fullmatch(name):
-        return False
-    for message in request.messages:
-        text = " ".join(message.content.split())
-        for i in range(0, max(len(text) - window, 0) + 1, window // 2):
-            chunk = text[i:i + window]
-            if len(chunk) >= window and chunk in name:
-                return False
-    return True
-
-
-def _expected_tokens(request: GenerationRequest) -> float:
-    """What a tokens-per-minute budget is charged up front (gateways count the prompt and ``max_tokens``);
-    the real usage replaces it when the answer comes. ~4 characters a token is the usual estimate."""
-    return len(request.messages_json()) / 4.0 + (request.max_tokens or 0)
-
-
 class PooledClient:
     """A deployment's client with the pool's cache, retries, concurrency cap and accounting."""
 
-    def __init__(self, inner: ModelClient, pool: ClientPool, counters: _Counters, role: str = "candidate") -> None:
+    def __init__(self, inner: ModelClient, pool: ClientPool, counters: Counters, role: str = "candidate") -> None:
         self._raw, self._pool, self._counters = inner, pool, counters
         self._deployment = inner.deployment
         self.role = role
@@ -260,7 +114,7 @@ class PooledClient:
         self._window: int | None = None
         self._window_known = False
         self._identity = canonical_json(self._deployment.identity())  # the cache keys' constant part
-        self._client = RetryingClient(_Slots(inner, counters, pool.pacer(inner), self._metrics),
+        self._client = RetryingClient(PacedClient(inner, counters, pool.pacer(inner), self._metrics),
                                       pool.retry, on_retry=self._count_retry)
 
     @property
@@ -358,12 +212,17 @@ class ClientPool:
                  observer: InferenceObserver | None = None, connections: int | None = None,
                  pacing: PacingPolicy | None = None) -> None:
         self.cache = cache
-        self.connections = connections  # requests in flight the owner allows (a run's --max-concurrency)
+        # The one cap on requests in flight: what the owner allows (a run's --max-concurrency, which sizes its
+        # workers). auto's ceiling never exceeds it, and each deployment's connection pool follows it
+        # (http.connection_cap); a deployment's max_concurrency lowers it for that deployment (the pacer's
+        # fixed cap and its connections).
+        self.connections = connections
         self.retry = retry or RetryPolicy()
         self.observer = observer or NullObserver()
-        self.pacing = pacing or PacingPolicy(ceiling=connections or PacingPolicy.ceiling)
+        pacing = pacing or PacingPolicy()
+        self.pacing = dataclasses.replace(pacing, ceiling=min(pacing.ceiling, connections)) if connections else pacing
         self._clients: dict[tuple[Deployment, str], PooledClient] = {}
-        self._counters: dict[str, _Counters] = {}
+        self._counters: dict[str, Counters] = {}
         self._pacers: dict[Deployment, Pacer | None] = {}
 
     def pacer(self, raw: ModelClient) -> Pacer | None:
@@ -381,11 +240,11 @@ class ClientPool:
                     settings = dataclasses.replace(settings, start=self.cache.learnt_limit(key))
                 remember = functools.partial(self.cache.remember_limit, key)
             paced = settings.fixed or settings.adaptive or settings.requests_per_minute or settings.tokens_per_minute
+            # an HTTP provider's replies state the server's rate limits, which a pacer learns its budgets from
+            states_limits = not local and isinstance(raw, WireClient)
             bind = getattr(self.observer, "bind_pacing", None)
             pacer = Pacer(settings, observer=bind(deployment) if bind is not None else None,
-                          on_settled=remember) if paced or (not local and hasattr(raw, "rate_listener")) else None
-            if pacer is not None and hasattr(raw, "rate_listener"):
-                raw.rate_listener = pacer.observe_headers  # the server's x-ratelimit-* headers reach the budget
+                          on_settled=remember) if paced or states_limits else None
             self._pacers[deployment] = pacer
         return self._pacers[deployment]
 
@@ -397,7 +256,7 @@ class ClientPool:
         """The pooled client of ``deployment``; ``role`` (candidate | judge) labels its metrics only."""
         client = self._clients.get((deployment, role))
         if client is None:
-            counters = self._counters.setdefault(deployment.name, _Counters())
+            counters = self._counters.setdefault(deployment.name, Counters())
             same = next((c for (d, _), c in self._clients.items() if d == deployment), None)
             raw = same._raw if same is not None else make_client(deployment, connections=self.connections)  # one connection pool per deployment
             client = PooledClient(raw, self, counters, role)
@@ -408,7 +267,7 @@ class ClientPool:
         """A window that records every request sent to ``deployment`` (any role) until ``unwatch``;
         ``on_first(time)`` is called when the first one is sent."""
         window = RequestWindow(on_first)
-        self._counters.setdefault(deployment, _Counters()).windows.append(window)
+        self._counters.setdefault(deployment, Counters()).windows.append(window)
         return window
 
     def unwatch(self, window: RequestWindow) -> None:

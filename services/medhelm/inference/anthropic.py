@@ -45,9 +45,11 @@ from typing import Any
 
 from medhelm.errors import ConfigError
 from medhelm.inference import sigv4
-from medhelm.inference.gateway import api_key, api_url, env_secret
-from medhelm.inference.native import AWS_REGION_VARIABLES, NativeClient, bearer_source, int_or_none, option, split_system
-from medhelm.inference.openai import answered_model, joined_prompt
+from medhelm.inference.gateway import api_key, api_url
+from medhelm.inference.google_adc import bearer_source
+from medhelm.inference.native import NativeClient
+from medhelm.inference.sigv4 import AWS_REGION_VARIABLES, aws_credentials, sign_for
+from medhelm.inference.wire import answered_model, int_or_none, joined_prompt, option, split_system
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 from medhelm.tokens import split_reasoning
 
@@ -169,25 +171,3 @@ class AnthropicClient(NativeClient):
                           usage=Usage(prompt_tokens=prompt, completion_tokens=output, latency_s=latency,
                                       reasoning_tokens=thinking, reasoning_estimated=estimated),
                           model=answered_model(data.get("model")))
-
-
-def aws_credentials(deployment: Deployment) -> sigv4.Credentials:
-    """SigV4 credentials from the environment (names changeable by ``options.aws_access_key_env`` etc.)."""
-    opts = deployment.options
-    access = env_secret(deployment, str(opts.get("aws_access_key_env") or "AWS_ACCESS_KEY_ID"), "AWS access key")
-    secret = env_secret(deployment, str(opts.get("aws_secret_key_env") or "AWS_SECRET_ACCESS_KEY"),
-                        "AWS secret key")
-    import os
-
-    token = os.environ.get(str(opts.get("aws_session_token_env") or "AWS_SESSION_TOKEN")) or None
-    return sigv4.Credentials(access, secret, token)
-
-
-def sign_for(transport, url: str, signer: tuple[sigv4.Credentials, str, str], body: bytes,
-             accept: str | None = None) -> dict[str, str]:
-    scheme, host, port, path = transport.request_target(url)
-    default = 443 if scheme == "https" else 80
-    host_header = (f"[{host}]" if ":" in host else host) + ("" if port == default else f":{port}")
-    credentials, region, service = signer
-    return sigv4.sign(credentials, region=region, service=service, host=host_header, path_and_query=path,
-                      body=body, accept=accept)

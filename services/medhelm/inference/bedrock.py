@@ -31,10 +31,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from medhelm.errors import ConfigError
-from medhelm.inference.anthropic import aws_credentials, sign_for
 from medhelm.inference.gateway import api_url
-from medhelm.inference.native import AWS_REGION_VARIABLES, NativeClient, int_or_none, option, split_system
-from medhelm.inference.openai import joined_prompt
+from medhelm.inference.native import NativeClient
+from medhelm.inference.sigv4 import AWS_REGION_VARIABLES, aws_credentials, sign_for
+from medhelm.inference.wire import int_or_none, joined_prompt, option, split_system
 from medhelm.specs import Completion, Deployment, FrozenMap, GenerationRequest, Usage
 from medhelm.tokens import split_reasoning
 

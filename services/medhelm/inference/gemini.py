@@ -45,8 +45,9 @@ from typing import Any
 
 from medhelm.errors import ConfigError
 from medhelm.inference.gateway import api_key, api_url
-from medhelm.inference.native import NativeClient, bearer_source, int_or_none, option, split_system
-from medhelm.inference.openai import answered_model, joined_prompt
+from medhelm.inference.google_adc import bearer_source
+from medhelm.inference.native import NativeClient
+from medhelm.inference.wire import answered_model, int_or_none, joined_prompt, option, split_system
 from medhelm.specs import Completion, Deployment, FrozenMap, GenerationRequest, Usage
 
 BLOCKED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"})

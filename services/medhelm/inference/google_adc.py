@@ -1,4 +1,5 @@
-"""Google Application Default Credentials for Vertex AI: a service-account key file -> an OAuth access token.
+"""Google Application Default Credentials for Vertex AI: a service-account key file -> an OAuth access token;
+``bearer_source``: the token a Vertex deployment sends (a token file, ``api_key_env``, else these credentials).
 
 The file is ``options.service_account_file``, else ``GOOGLE_APPLICATION_CREDENTIALS`` (what HELM's Vertex
 clients read through google-auth's ``default()``). Two file types, as google-auth reads them:
@@ -37,7 +38,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from medhelm.errors import ConfigError, InferenceError
+from medhelm.inference.gateway import env_secret
 from medhelm.scrub import register
+from medhelm.specs import Deployment
 
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 TOKEN_URI = "https://oauth2.googleapis.com/token"  # also the JWT's audience, as google-auth sets it
@@ -182,3 +185,50 @@ class GoogleToken:
         except (TypeError, ValueError):
             lifetime = 300.0
         return token, lifetime
+
+
+class _Static:
+    """A bearer token that does not change (``api_key_env``) or is re-read from a file when it changes."""
+
+    def __init__(self, read: Callable[[], str]) -> None:
+        self._read = read
+
+    async def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._read()}"}
+
+    def invalidate(self) -> None:
+        pass
+
+
+def bearer_source(deployment: Deployment) -> Any:
+    """An OAuth access token for Google/Vertex (``.headers()``, ``.invalidate()``): ``options.access_token_file``
+    (read again when it changes: a sidecar or ``gcloud auth print-access-token`` in a CronJob refreshes it),
+    ``api_key_env``, else Application Default Credentials: the key file in ``options.service_account_file`` or
+    ``GOOGLE_APPLICATION_CREDENTIALS``, exchanged for tokens by ``GoogleToken``."""
+    path = deployment.options.get("access_token_file")
+    if path:
+        state: dict[str, Any] = {"mtime": None, "token": ""}
+
+        def from_file() -> str:
+            try:
+                mtime = os.stat(path).st_mtime_ns
+                if mtime != state["mtime"]:
+                    with open(path, encoding="utf-8") as f:
+                        state["token"], state["mtime"] = f.read().strip(), mtime
+                    register(state["token"], slot=f"token-file:{path}")  # scrubbed from every text
+            except OSError as err:
+                raise ConfigError(f"deployment '{deployment.name}': cannot read options.access_token_file "
+                                  f"({err.strerror})", path=str(path)) from None
+            return state["token"]
+
+        from_file()  # a missing file fails at planning
+        return _Static(from_file)
+    if deployment.api_key_env:
+        token = env_secret(deployment, deployment.api_key_env, "api_key_env")
+        return _Static(lambda: token)
+    adc = key_file(deployment.options)
+    if not adc:
+        raise ConfigError(f"deployment '{deployment.name}': Vertex AI needs a Google credential: set "
+                          f"{VARIABLE} (a service-account key file), options.service_account_file, "
+                          "options.access_token_file or api_key_env (an access token)")
+    return GoogleToken(deployment.name, adc)

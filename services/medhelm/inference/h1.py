@@ -1,13 +1,14 @@
 """A lean HTTP/1.1 client for the inference hot path: kept-alive connections on asyncio, responses parsed
 by llhttp (Node.js's parser, via ``httptools``).
 
-Why not aiohttp here: aiohttp's client spends 0.11-0.14 ms of CPU per request on this 2-core machine (its
-request/response objects, multidict headers, tracing hooks, stream readers); a suite of 100,000 instances
-against a fast server is then bound by the client's CPU, not by the model. This client does one
-``transport.write`` per request and lets llhttp parse the reply: ~0.04 ms (bench/bench_scale.py). What makes
+Why not aiohttp here: aiohttp's client spends several times this client's CPU per request (its
+request/response objects, multidict headers, tracing hooks, stream readers; measured in bench/bench_scale.py,
+docs/benchmarks.md); a suite of 100,000 instances against a fast server is then bound by the client's CPU, not
+by the model. This client does one ``transport.write`` per request and lets llhttp parse the reply. What makes
 HTTP hard to get right is kept in well-kept code: parsing (status line, headers, chunked and
 close-delimited bodies, keep-alive rules) is llhttp's, TLS is the ``ssl`` module's through asyncio. Anything
-this client does not do (a forward proxy from ``HTTP(S)_PROXY``) stays on aiohttp (``http.py``).
+this client does not do (a forward proxy from ``HTTP(S)_PROXY``) stays on aiohttp (``http._Proxied``, behind
+the same failures).
 
 Failure semantics, per case (the caller, ``JsonTransport``, maps them to the pipeline's errors):
 

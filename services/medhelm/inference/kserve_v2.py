@@ -25,10 +25,12 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from medhelm.errors import ConfigError, InferenceError
+from medhelm.errors import ConfigError
 from medhelm.inference.http import HttpReply
-from medhelm.inference.openai import OpenAIClient, answered_model, strip_reasoning
-from medhelm.inference.openai import joined_prompt as prompt_text  # the chat as one text (the predictor applies its template)
+from medhelm.inference.openai import OpenAIClient
+from medhelm.inference.outcome import Reply
+from medhelm.inference.wire import answered_model, malformed, strip_reasoning
+from medhelm.inference.wire import joined_prompt as prompt_text  # the chat as one text (the predictor applies its template)
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 
 
@@ -52,11 +54,11 @@ class KServeV2Client(OpenAIClient):
         return {"inputs": [{"name": self._input, "shape": [1], "datatype": "BYTES", "data": [prompt_text(request)]}],
                 "parameters": parameters(request, self._extra)}
 
-    async def generate(self, request: GenerationRequest) -> Completion:
+    async def attempt(self, request: GenerationRequest) -> Reply:
         response, latency = await self.post(self._url, self.payload(request))  # the OpenAI client's transport
         if response.status_code >= 400:
             raise self._http_error(response, request)
-        return self._parse_v2(response, latency)
+        return Reply(self._parse_v2(response, latency), response.headers)
 
     def _parse_v2(self, response: HttpReply, latency: float) -> Completion:
         try:
@@ -66,8 +68,7 @@ class KServeV2Client(OpenAIClient):
             if not isinstance(text, str):
                 raise TypeError("output is not text")
         except (ValueError, KeyError, IndexError, TypeError):
-            raise InferenceError(f"{self._where()}: malformed v2 response body (HTTP {response.status_code})",
-                                 retryable=True, status=response.status_code) from None
+            raise malformed(self._where(), response, "v2 response body") from None
         params = data.get("parameters") or {}
         return Completion(
             text=strip_reasoning(text),

@@ -14,12 +14,13 @@ per deployment and event loop carries every request; the pool caps how many are 
 
 Failure semantics, as the REST client's (the status is the HTTP equivalent, for metrics and records):
 UNAVAILABLE (KServe: model not ready, server not ready), DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED,
-INTERNAL, UNKNOWN, ABORTED, CANCELLED -> retryable ``InferenceError``; UNAVAILABLE because nothing answered
+INTERNAL, UNKNOWN, ABORTED, CANCELLED -> a transient ``outcome.Refusal`` (RESOURCE_EXHAUSTED and UNAVAILABLE
+rate-limited, as their HTTP 429 and 503); UNAVAILABLE because nothing answered
 (connection refused, DNS, TLS handshake) -> ``ServerUnreachable`` (the run stops after the retries);
 INVALID_ARGUMENT (KServe: ``InvalidInput``, e.g. a prompt over the window), NOT_FOUND (no such model),
 FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED, UNAUTHENTICATED, PERMISSION_DENIED -> a per-instance
 error, not retried. Error messages name the deployment, URL and gRPC code, and carry the server's text
-only through ``openai.safe_server_message`` (never the prompt).
+only through ``wire.safe_server_message`` (never the prompt).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from grpc import aio
 
 from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
 from medhelm.inference.kserve_v2 import extra_parameters, parameters, prompt_text
-from medhelm.inference.openai import _headers, answered_model, safe_server_message, strip_reasoning
+from medhelm.inference.outcome import Outcome, Refusal, Verdict, verdict_for
+from medhelm.inference.wire import answered_model, key_headers, safe_server_message, strip_reasoning
 from medhelm.oip.v2 import grpc_predict_v2_pb2 as pb
 from medhelm.oip.v2 import grpc_predict_v2_pb2_grpc as pb_grpc
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
@@ -78,7 +80,7 @@ class KServeV2GrpcClient:
         self._input = str(options.get("input_name", "text_input"))
         self._output = str(options.get("output_name", "text_output"))
         self._extra = {k: _param(v, deployment, k) for k, v in extra_parameters(deployment).items()}
-        headers = {k.lower(): v for k, v in _headers(deployment).items()}
+        headers = {k.lower(): v for k, v in key_headers(deployment).items()}
         self._authority = headers.pop("host", None)
         self._metadata = tuple(headers.items())
         self._root_certs = _ca_bundle(deployment) if self._tls else None
@@ -158,8 +160,11 @@ class KServeV2GrpcClient:
             return InferenceError(f"{self._where()}: timed out (gRPC DEADLINE_EXCEEDED, "
                                   f"timeout_s={self._deployment.timeout_s})", retryable=True)
         message = safe_server_message(details, request)
-        return InferenceError(f"{self._where()}: gRPC {code.name}" + (f": {message}" if message else ""),
-                              retryable=code in RETRYABLE, status=HTTP_EQUIVALENT.get(code, 500))
+        status = HTTP_EQUIVALENT.get(code, 500)
+        # a retryable code reads as its HTTP equivalent (RESOURCE_EXHAUSTED and UNAVAILABLE: rate-limited)
+        verdict = verdict_for(status, retry=True) if code in RETRYABLE else Verdict.FATAL
+        return Refusal(f"{self._where()}: gRPC {code.name}" + (f": {message}" if message else ""), Outcome(verdict),
+                       status=status)
 
     def _parse(self, response: pb.ModelInferResponse, latency: float) -> Completion:
         outputs = {o.name: i for i, o in enumerate(response.outputs)}

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from medhelm.inference.gateway import api_key, api_url
-from medhelm.inference.native import NativeClient, int_or_none
-from medhelm.inference.openai import joined_prompt
+from medhelm.inference.native import NativeClient
+from medhelm.inference.wire import int_or_none, joined_prompt
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 
 BASE_URL = "https://api.mistral.ai/v1"

@@ -34,7 +34,10 @@ thought (``reasoning_content``/``reasoning``, or a ``<think>`` block cut here) w
 (``tokens.split_reasoning``), flagged ``reasoning_estimated``; with no answer at all (the budget ran out while
 thinking) every completion token was thinking (exact). A reply with no sign of thinking leaves it None.
 
-A server's wait is honoured from ``retry-after-ms`` (Azure) or ``Retry-After``. Kind ``azure_openai``
+Failure semantics: an error reply is ``wire.refusal``'s (429/503/529 rate-limited, 408 and 5xx transient, a 401
+with an Entra token transient once the token is dropped, the rest fatal; the wait from ``retry-after-ms`` (Azure)
+or ``Retry-After``); a body that does not parse is transient (``wire.malformed``). An answer comes back with the
+reply's headers (``outcome.Reply``), which the deployment's pacer reads for the server's rate limits. Kind ``azure_openai``
 (``azure_openai.py``) is this client with Azure's URL layout and an Entra ID token per request.
 
 ``context_window()`` reads the served model's ``max_model_len`` from ``GET <base_url>/models`` (vLLM) for
@@ -46,23 +49,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from medhelm import credentials
-from medhelm.errors import ConfigError, InferenceError
-from medhelm.scrub import scrub
-from medhelm.inference.gateway import gateway_headers
+from medhelm.errors import ConfigError
 from medhelm.inference.http import HttpReply, JsonTransport
-from medhelm.inference.pacing import retry_after_seconds
+from medhelm.inference.outcome import Refusal, Reply, WireClient
+from medhelm.inference.wire import (answered_model, joined_prompt, key_headers, malformed, refusal,
+                                    server_message, strip_reasoning)
 from medhelm.specs import Completion, Deployment, FrozenMap, GenerationRequest, Usage, scalar_json
 from medhelm.tokens import split_reasoning
 
-_SERVER_MESSAGE_CHARS = 300
-_RETRYABLE_STATUS = frozenset({408, 429})  # plus every 5xx
 
-
-class OpenAIClient:
+class OpenAIClient(WireClient):
     def __init__(self, deployment: Deployment, connections: int | None = None) -> None:
         if not deployment.base_url:
             raise ConfigError(f"deployment '{deployment.name}' has no base_url")
@@ -92,10 +91,8 @@ class OpenAIClient:
             raise ConfigError(f"deployment '{deployment.name}': options.extra_body must be a mapping of body fields")
         self._extra = FrozenMap(extra).to_json() if extra else {}  # plain JSON, nested too
         params = {"api-version": str(options["api_version"])} if options.get("api_version") else None
-        self._transport = JsonTransport(deployment, _headers(deployment), params, connections=connections)
+        self._transport = JsonTransport(deployment, key_headers(deployment), params, connections=connections)
         self._auth = None  # an object with ``async headers()`` and ``invalidate()`` (Entra ID), or None
-        # set by ClientPool: every reply's headers go to the deployment's pacer (x-ratelimit-* budgets)
-        self.rate_listener: Callable[[Mapping[str, str]], None] | None = None
 
     @property
     def deployment(self) -> Deployment:
@@ -191,18 +188,16 @@ class OpenAIClient:
                 + (',"seed":' + scalar_json(request.seed) if request.seed is not None else "") + "}")
         return text.encode("utf-8")
 
-    async def generate(self, request: GenerationRequest) -> Completion:
+    async def attempt(self, request: GenerationRequest) -> Reply:
         auth = await self._auth.headers() if self._auth is not None else None
         response, latency = await self._transport.post_bytes(self._url, self.body(request), self._where(), auth)
-        if self.rate_listener is not None:
-            self.rate_listener(response.headers)
         if response.status_code >= 400:
             if response.status_code == 401 and self._auth is not None:
                 self._auth.invalidate()  # expired or revoked: the retry fetches a fresh token
             raise self._http_error(response, request)
         if self._responses:
-            return _parse_responses(response, latency, self._where())
-        return _parse(response, latency, self._where(), chat=self._chat)
+            return Reply(_parse_responses(response, latency, self._where()), response.headers)
+        return Reply(_parse(response, latency, self._where(), chat=self._chat), response.headers)
 
     async def context_window(self) -> int | None:
         """The served model's context length as the server states it: vLLM lists ``max_model_len`` for
@@ -227,38 +222,10 @@ class OpenAIClient:
     def _where(self) -> str:
         return f"deployment '{self._deployment.name}' ({self._url})"
 
-    def _http_error(self, response: HttpReply, request: GenerationRequest) -> InferenceError:
-        status = response.status_code
-        retryable = status in _RETRYABLE_STATUS or status >= 500
-        message = _server_message(response, request)
-        if status == 401 and self._auth is not None:
-            retryable = True  # once more with a fresh token
-        return InferenceError(f"{self._where()}: HTTP {status}" + (f": {message}" if message else ""),
-                              retryable=retryable, status=status, retry_after=retry_after(response.headers),
-                              content_filter=_filtered(response))
-
-
-def _headers(deployment: Deployment) -> dict[str, str]:
-    headers = gateway_headers(deployment)
-    # a HELM prod_env entry: the key from credentials.conf, read now (credentials.py), never kept in a spec
-    key = credentials.deployment_secret(deployment.options, "api_key", deployment=deployment.name)
-    if deployment.api_key_env:
-        from medhelm.files import env_secret
-
-        key = env_secret(deployment.api_key_env)  # or the file $<name>_FILE names (the chart mounts keys so)
-        if not key:
-            raise ConfigError(f"environment variable {deployment.api_key_env} (or {deployment.api_key_env}_FILE) is not set "
-                              f"(api_key_env of deployment '{deployment.name}')")
-    if key:
-        auth_header = deployment.options.get("auth_header")
-        if deployment.options.get("key_headers"):  # the key in each header named (HELM's Azure SDK clients)
-            for name in deployment.options["key_headers"]:
-                headers[str(name)] = f"Bearer {key}" if str(name).lower() == "authorization" else key
-        elif auth_header:
-            headers[str(auth_header)] = key
-        else:
-            headers["Authorization"] = f"Bearer {key}"
-    return headers
+    def _http_error(self, response: HttpReply, request: GenerationRequest) -> Refusal:
+        # a 401 with a token: once more with a fresh one
+        return refusal(self._where(), response, server_message(response, request),
+                       retry=response.status_code == 401 and self._auth is not None, content_filter=_filtered(response))
 
 
 def _parse(response: HttpReply, latency: float, where: str, *, chat: bool = True) -> Completion:
@@ -275,9 +242,7 @@ def _parse(response: HttpReply, latency: float, where: str, *, chat: bool = True
         if not isinstance(content, str):
             raise TypeError
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        # A proxy cut the body short or the server answered with something else: worth another try.
-        raise InferenceError(f"{where}: malformed response body (HTTP {response.status_code})",
-                             retryable=True, status=response.status_code) from None
+        raise malformed(where, response) from None
     usage = data.get("usage") or {}
     if not isinstance(usage, Mapping):
         usage = {}
@@ -310,8 +275,7 @@ def _parse_responses(response: HttpReply, latency: float, where: str) -> Complet
         status = data.get("status")
         reason = (data.get("incomplete_details") or {}).get("reason")
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        raise InferenceError(f"{where}: malformed response body (HTTP {response.status_code})",
-                             retryable=True, status=response.status_code) from None
+        raise malformed(where, response) from None
     usage = data.get("usage") or {}
     if not isinstance(usage, Mapping):
         usage = {}
@@ -351,72 +315,12 @@ def helm_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return {"name": "response", "description": "", "schema": schema, "strict": True}
 
 
-def answered_model(*names: object) -> str | None:
-    """The model (and version) a server says answered, as one short line of text (None when it says nothing)."""
-    parts = [" ".join(n.split())[:120] for n in names if isinstance(n, str) and n.strip()]
-    return " version ".join(parts) or None
-
-
-def joined_prompt(request: GenerationRequest) -> str:
-    """The chat as one prompt text (HELM's ``request.prompt``): the legacy completions route, KServe v2's
-    text input and Stanford Health Care's text routes take text, not turns."""
-    return "\n\n".join(m.content for m in request.messages)
-
-
 def reasoning_tokens(usage: Mapping[str, Any]) -> int | None:
     """``completion_tokens_details.reasoning_tokens`` when a positive integer, else None. OpenAI states 0 for
     every model that does not think (gpt-4o): kept as None so those records keep their bytes."""
     details = usage.get("completion_tokens_details")
     value = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-_THINK = re.compile(r"\A\s*<think>.*?</think>\s*", re.DOTALL)
-
-
-def strip_reasoning(text: str) -> str:
-    """Drop a reasoning model's leading ``<think>...</think>`` block and keep the answer.
-
-    An unclosed block means the model ran out of tokens while thinking: there is no answer (""), and the
-    caller keeps the finish_reason. Templates that open the block in the prompt leave only ``</think>``."""
-    stripped = text.lstrip()
-    if stripped.startswith("<think>"):
-        match = _THINK.match(stripped)
-        return stripped[match.end():] if match else ""
-    if "</think>" in text and "<think>" not in text:
-        return text.split("</think>", 1)[1].lstrip()
-    return text
-
-
-def _server_message(response: HttpReply, request: GenerationRequest) -> str:
-    """The server's own error text, shortened, and withheld if it quotes the prompt (PHI)."""
-    try:
-        data = response.json()
-    except ValueError:
-        message = response.text
-    else:
-        message = _find_message(data)
-    return safe_server_message(message, request)
-
-
-def safe_server_message(message: object, request: GenerationRequest) -> str:
-    """A server's error text made fit for an error record: one line, shortened, without links or encoded
-    runs, and withheld if it quotes the prompt (PHI). Every client kind passes its server's text here."""
-    # secrets out before the cut (a key cut in half would no longer be found), links and blobs after
-    message = " ".join(scrub(str(message)).split())[:_SERVER_MESSAGE_CHARS]
-    if _quotes_prompt(message, request):
-        return "[server message withheld: it quotes the prompt]"
-    return _defanged(message)
-
-
-_LINK = re.compile(r"(?i)(?:[a-z][a-z0-9+.\-]*://|www\.)\S+|!?\[[^\]]*\]\([^)]*\)?|<[^>]*>")
-_BLOB = re.compile(r"[A-Za-z0-9+/=_%\-]{32,}")
-
-
-def _defanged(message: str) -> str:
-    """A server's error text without links, markup or long encoded runs: a hostile endpoint can put the
-    prompt in base64 or a URL, which the literal-quote check above cannot see; none of it is kept."""
-    return _BLOB.sub("[…]", _LINK.sub("[…]", message))
 
 
 def _filtered(response: HttpReply) -> bool:
@@ -430,29 +334,3 @@ def _filtered(response: HttpReply) -> bool:
         return False
     inner = err.get("innererror") if isinstance(err.get("innererror"), Mapping) else {}
     return "content_filter" in (err.get("code"), inner.get("code"))
-
-
-def _find_message(data: Any) -> str:
-    if isinstance(data, Mapping):
-        err = data.get("error")
-        if isinstance(err, Mapping):
-            return str(err.get("message") or err)
-        for key in ("error", "message", "detail"):
-            if data.get(key):
-                return str(data[key])
-    return json.dumps(data)[:_SERVER_MESSAGE_CHARS]
-
-
-def _quotes_prompt(message: str, request: GenerationRequest, window: int = 24) -> bool:
-    for m in request.messages:
-        text = " ".join(m.content.split())
-        for i in range(0, max(len(text) - window, 0) + 1, window // 2):
-            chunk = text[i:i + window]
-            if len(chunk) >= min(window, 12) and chunk in message:
-                return True
-    return False
-
-
-# The server's requested wait (``retry-after-ms`` first, then ``Retry-After`` seconds or an HTTP date): one
-# reader for every kind, owned by the pacer that honours it.
-retry_after = retry_after_seconds

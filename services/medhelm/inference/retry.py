@@ -1,9 +1,10 @@
-"""Jittered exponential backoff around any ``ModelClient``.
+"""Jittered exponential backoff around any ``ModelClient``, deciding from the attempt's typed ``outcome.Outcome``.
 
-Only ``InferenceError(retryable=True)`` is retried (429, 5xx, timeouts, malformed bodies, unreachable
-servers); a non-retryable error (a 400, a prompt longer than the context window) fails at once.
-"Full jitter" (a uniform draw in ``[0, backoff]``) keeps many workers that were throttled together
-from coming back together. A server's ``Retry-After`` is a floor for the next wait.
+Failure semantics: a ``FATAL`` outcome (a 400, a prompt longer than the context window, a refused key) fails at
+once; ``RATE_LIMITED`` and ``TRANSIENT`` ones (429/503/529, other 5xx, timeouts, malformed bodies, unreachable
+servers) are retried until ``max_attempts``, then the last error is raised unchanged. "Full jitter" (a uniform draw
+in ``[0, backoff]``) keeps many workers that were throttled together from coming back together; a server's
+``Retry-After`` is a floor for the next wait (within ``max_delay_s``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 from medhelm.errors import InferenceError
 from medhelm.inference.base import ModelClient
+from medhelm.inference.outcome import Verdict, outcome_of
 from medhelm.specs import Completion, Deployment, GenerationRequest
 
 
@@ -66,9 +68,10 @@ class RetryingClient:
             try:
                 completion = await self._inner.generate(request)
             except InferenceError as err:
-                if not err.retryable or attempt >= self._policy.max_attempts:
+                outcome = outcome_of(err)
+                if outcome.verdict is Verdict.FATAL or attempt >= self._policy.max_attempts:
                     raise
-                wait = self._policy.delay(attempt, self._rng, err.retry_after)
+                wait = self._policy.delay(attempt, self._rng, outcome.retry_after)
                 if self._on_retry is not None:
                     self._on_retry(err, attempt, wait)
                 await asyncio.sleep(wait)

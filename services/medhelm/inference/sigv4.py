@@ -8,8 +8,8 @@ of every AWS protocol is not needed. The test suite checks this signer against b
 
 Credentials come from the standard environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_SESSION_TOKEN`` for temporary credentials, e.g. IRSA/EKS Pod Identity exported by a sidecar); the
-names can be changed per deployment. A missing variable is a ``ConfigError`` naming it; a secret never
-appears in an error or a log (the credentials are registered with ``scrub`` when made). Failure semantics: pure computation, nothing here can fail on I/O.
+names can be changed per deployment (``aws_credentials``). A missing variable is a ``ConfigError`` naming it; a secret never
+appears in an error or a log (the credentials are registered with ``scrub`` when made). Failure semantics: signing is pure computation, nothing here fails on I/O.
 """
 
 from __future__ import annotations
@@ -17,10 +17,17 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import hmac
+import os
 import urllib.parse
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from medhelm.inference.gateway import env_secret
 from medhelm.scrub import register
+from medhelm.specs import Deployment
+
+if TYPE_CHECKING:
+    from medhelm.inference.http import JsonTransport
 
 
 @dataclass(frozen=True)
@@ -84,3 +91,28 @@ def sign(credentials: Credentials, *, region: str, service: str, host: str, path
     if credentials.session_token:
         out["X-Amz-Security-Token"] = credentials.session_token
     return out
+
+
+# the region when a deployment names none, as boto3 (and HELM's bedrock_utils) read it
+AWS_REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
+
+
+def aws_credentials(deployment: Deployment) -> Credentials:
+    """SigV4 credentials from the environment (names changeable by ``options.aws_access_key_env`` etc.)."""
+    opts = deployment.options
+    access = env_secret(deployment, str(opts.get("aws_access_key_env") or "AWS_ACCESS_KEY_ID"), "AWS access key")
+    secret = env_secret(deployment, str(opts.get("aws_secret_key_env") or "AWS_SECRET_ACCESS_KEY"),
+                        "AWS secret key")
+    token = os.environ.get(str(opts.get("aws_session_token_env") or "AWS_SESSION_TOKEN")) or None
+    return Credentials(access, secret, token)
+
+
+def sign_for(transport: JsonTransport, url: str, signer: tuple[Credentials, str, str], body: bytes,
+             accept: str | None = None) -> dict[str, str]:
+    """The signature headers of a POST of ``body`` to ``url`` as ``transport`` sends it (its host and path)."""
+    scheme, host, port, path = transport.request_target(url)
+    default = 443 if scheme == "https" else 80
+    host_header = (f"[{host}]" if ":" in host else host) + ("" if port == default else f":{port}")
+    credentials, region, service = signer
+    return sign(credentials, region=region, service=service, host=host_header, path_and_query=path,
+                      body=body, accept=accept)

@@ -4,7 +4,7 @@ through the ``:predict`` REST method, as the ``vertexai`` SDK's ``TextGeneration
 
 ``POST <base_url>/v1/projects/<project>/locations/<region>/publishers/google/models/<model>:predict``
 (``base_url`` default ``https://<region>-aiplatform.googleapis.com``), ``Authorization: Bearer`` from
-``native.bearer_source`` (Application Default Credentials, an access-token file or ``api_key_env``), body
+``google_adc.bearer_source`` (Application Default Credentials, an access-token file or ``api_key_env``), body
 ``{"instances": [{"content": <the prompt as one text>}], "parameters": {...}}`` with the SDK's parameter
 names: ``maxDecodeSteps`` (the max tokens), ``temperature`` (a float), ``topP`` 1.0 and ``topK`` 1 (HELM's
 ``top_p`` and ``top_k_per_token``), ``candidateCount`` 1, ``stopSequences`` when any.
@@ -23,8 +23,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from medhelm.inference.gateway import api_url
-from medhelm.inference.native import NativeClient, bearer_source, int_or_none, option
-from medhelm.inference.openai import joined_prompt
+from medhelm.inference.google_adc import bearer_source
+from medhelm.inference.native import NativeClient
+from medhelm.inference.wire import int_or_none, joined_prompt, option
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 
 

@@ -108,8 +108,7 @@ async def run_suite(plans: Sequence[RunPlan], options: RunOptions, *, pool=None,
         pool = ClientPool(cache=cache, retry=RetryPolicy(max_attempts=options.max_attempts,
                                                          base_delay_s=options.retry_base_delay_s),
                           observer=telemetry, connections=options.max_concurrency,
-                          pacing=PacingPolicy(adaptive=options.adaptive, ceiling=options.max_concurrency,
-                                              share=options.rate_share))
+                          pacing=PacingPolicy(adaptive=options.adaptive, share=options.rate_share))
     if not isinstance(progress, Progress):
         progress = Progress(enabled=options.progress if progress is None else bool(progress))
     outcomes = []
