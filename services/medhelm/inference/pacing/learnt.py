@@ -31,6 +31,7 @@ HORIZON_S = 60.0  # sends and refusals older than this are forgotten
 CLIMB = 0.002  # the climb per second, as a part of the highest rate learnt, right after a cut ...
 CLIMB_DOUBLING_S = 12.0  # ... doubling for every this many seconds without a refusal ...
 CLIMB_MAX = 64.0  # ... up to this many times
+FIRST_CLIMB = 8.0  # ... and this many times faster before the first estimate
 PEAK_HALF_LIFE_S = 600.0  # the highest rate learnt (the climb's unit) forgets half of itself in this time ...
 PEAK_OVER = 2.0  # ... and is never over this many times the last estimate
 BURST_S = 1.0  # the learnt buckets hold this many seconds of refill (at least one request's cost)
@@ -96,6 +97,8 @@ class LearntRate:
         bisect.insort(self._refused, (started, tokens))
         if started < self._cut_at:
             return False
+        if self._estimated and self._accepted(self._cut_at, started)[0] < 1.0:
+            return False  # nothing accepted since the last cut: an outage (or others' turn), not a smaller budget
         estimate = self._estimate(started)
         if estimate is not None:
             requests, used, span = estimate
@@ -107,9 +110,14 @@ class LearntRate:
             self._cut(requests, used, now, estimated=True)
         elif not self._estimated:
             # nothing to estimate from yet: halve the rate (at first, what was sent over the last second)
-            requests, used = self._sent_between(now - 1.0, now) if self.requests_per_s is None \
-                else (self.requests_per_s, self.tokens_per_s or 0.0)
-            if requests < 1.0:  # nothing was sent to halve
+            if self.requests_per_s is None:
+                if not self._sent:
+                    return False
+                seconds = min(1.0, max(0.05, now - self._sent[0][0]))
+                requests, used = (x / seconds for x in self._sent_between(now - seconds, now))
+            else:
+                requests, used = self.requests_per_s, self.tokens_per_s or 0.0
+            if requests <= 0.0:  # nothing was sent to halve
                 return False
             self._cut(requests, used, now, estimated=False)
             self._set(self.requests_per_s / 2 / BACKOFF, self.tokens_per_s / 2 / BACKOFF if self.tokens_per_s
@@ -136,8 +144,11 @@ class LearntRate:
         return math.ceil(2.0 * self.requests_per_s * self._latency) + 1
 
     def summary(self) -> str:
-        if self.requests_per_s is None or self.first is None:
+        if self.requests_per_s is None:
             return ""
+        if self.first is None:
+            return f"paced to {self.requests_per_s:.3g} requests/s after {self.refusals} refusals (halved: " \
+                   "nothing to estimate the gateway's budget from yet)"
         tokens = f" and {self.tokens_per_s:.3g} tokens/s" if self.tokens_per_s else ""
         seconds, refusals = self.first
         return f"paced to {self.requests_per_s:.3g} requests/s{tokens} after {refusals} refusals in the first " \
@@ -224,5 +235,7 @@ class LearntRate:
         pr, pt, _ = self._peak  # the climb's unit: the highest rate estimated (or the rate itself, before one)
         pr, pt = max(pr, self.requests_per_s), max(pt, self.tokens_per_s or 0.0)
         boost = min(CLIMB_MAX, 2.0 ** ((now - self._quiet_since) / CLIMB_DOUBLING_S)) * CLIMB * dt
+        if not self._estimated:  # a halving guessed: find the budget's edge again soon, to estimate it there
+            boost *= FIRST_CLIMB
         self._set(self.requests_per_s + boost * pr,
                   self.tokens_per_s + boost * pt if self.tokens_per_s else None, now)
