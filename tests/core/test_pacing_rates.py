@@ -145,3 +145,21 @@ def test_an_outage_does_not_collapse_a_learnt_rate():
             pacer.release(started, ok=False, overloaded=True, retry_after=0.0)
         clock.t += 0.005
     assert pacer.learnt.requests_per_s >= 0.9 * rate
+
+
+def test_the_learnt_rates_refusals_and_waiting_are_prometheus_series_per_deployment():
+    from medhelm.telemetry import PacingMetrics, Telemetry
+
+    t = Telemetry("test")
+    clock = Clock()
+    pacer = Pacer(PaceSettings(adaptive=True), clock=clock, observer=PacingMetrics(t, "gw/a"))
+    _refuse_at_ten_a_second(pacer, clock)
+    pacer.observer.waited(1.5)
+
+    def value(name):
+        return t.registry.get_sample_value(name, {"deployment": "gw/a"})
+
+    assert value("medhelm_pacing_learnt_requests_per_second") == pytest.approx(pacer.learnt.requests_per_s, rel=0.01)
+    assert value("medhelm_pacing_learnt_tokens_per_second") is None  # no request counted tokens
+    assert value("medhelm_rate_limited_total") == pacer.rate_limited > 0
+    assert value("medhelm_pacing_wait_seconds_total") == 1.5
