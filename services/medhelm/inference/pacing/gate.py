@@ -1,7 +1,8 @@
 """The gate a request passes before it is sent: ``Pacer``, one per deployment (``ClientPool`` gives candidate and
 judge roles the same one), composing three optional limits — concurrency (a fixed hard cap, or ``auto``'s adaptive
 limit under the run's ceiling), rate budgets (``budget.Bucket``: configured ``rate_limits``, or learnt from the
-server's headers) and a pause (after a 429/503/529, no request starts before ``Retry-After``). ``PacingPolicy`` and
+server's headers; under ``auto``, until a server states one, ``learnt.LearntRate`` from its 429s) and a pause (after
+a 429/503/529, no request starts before ``Retry-After``). ``PacingPolicy`` and
 ``PaceSettings`` say how each deployment is paced; ``AdaptiveLimit`` picks its controller.
 
 Failure semantics: pacing never fails a request, it only delays its start. A waiter that is cancelled leaves the
@@ -122,7 +123,8 @@ class Pacer:
         self._learnt_tokens = self._tokens is None
         # auto also paces by a rate learnt from refusals, until the server states its budget in headers
         self.learnt = LearntRate(clock, cap_requests=self._requests.per_minute / 60.0 if self._requests else None,
-                                 cap_tokens=self._tokens.per_minute / 60.0 if self._tokens else None) \
+                                 cap_tokens=self._tokens.per_minute / 60.0 if self._tokens else None,
+                                 alone=settings.share >= 1.0) \
             if self.adaptive is not None else None
         self._reported_rate: tuple[float, float | None] | None = None
         self.in_flight = 0

@@ -42,10 +42,12 @@ class LearntRate:
     """Requests and tokens a second one deployment may send, learnt from the gateway's refusals."""
 
     def __init__(self, clock: Callable[[], float], *, cap_requests: float | None = None,
-                 cap_tokens: float | None = None) -> None:
+                 cap_tokens: float | None = None, alone: bool = True) -> None:
         """``cap_*``: per second, a configured budget the learnt rate never exceeds (the configured buckets pace
-        by it already)."""
+        by it already). ``alone``: not one of a Job's shards (whose part of the gateway an estimate over a short
+        span reads with more noise than a process alone: they refine only over full spans)."""
         self._clock = clock
+        self._alone = alone
         self._caps = (cap_requests, cap_tokens)
         self.born = clock()
         self.requests_per_s: float | None = None  # None until learnt
@@ -59,6 +61,7 @@ class LearntRate:
         self._refused: list[tuple[float, float]] = []  # (send time, tokens) of each refusal, by send time
         self._cut_at = -math.inf  # a refusal of a request sent before this is already answered
         self._estimated = False  # a rate was estimated (before: each refusal halves a provisional one)
+        self._fresh = -math.inf  # the send time of the refusal that made the last cut after a quiet span
         self._quiet_since = 0.0
         self._peak = (0.0, 0.0, 0.0)  # (requests/s, tokens/s, when): the climb's unit
         self._advanced = self.born
@@ -107,6 +110,8 @@ class LearntRate:
                 # part of the span, so what it accepted is a floor; the rate that was just refused, a ceiling
                 requests = max(requests, self.requests_per_s)
                 used = max(used, self.tokens_per_s or 0.0)
+                if self._alone:  # the next refusal may be estimated from this one: the gateway empty at both
+                    self._fresh = started
             self._cut(requests, used, now, estimated=True)
         elif not self._estimated:
             # nothing to estimate from yet: halve the rate (at first, what was sent over the last second)
@@ -176,7 +181,8 @@ class LearntRate:
     def _estimate(self, b: float) -> tuple[float, float, float] | None:
         """The gateway's refill as seen by this process: accepted between the latest earlier refusal far enough
         back and the refusal sent at ``b``, per second, and the seconds that spans."""
-        span, accepted = (MIN_SPAN_S, MIN_ACCEPTED) if self._estimated else (FIRST_SPAN_S, FIRST_ACCEPTED)
+        loose = not self._estimated or b - self._fresh <= QUIET_S  # a first estimate, or right after a quiet cut
+        span, accepted = (FIRST_SPAN_S, FIRST_ACCEPTED) if loose else (MIN_SPAN_S, MIN_ACCEPTED)
         i = bisect.bisect_right(self._refused, (b - span, math.inf))
         while i > 0:
             i -= 1
