@@ -154,6 +154,10 @@ class Telemetry:
                                     "529 overloaded): each halves an adaptive limit", dl, registry=r)
         self.pacing_wait = Counter("medhelm_pacing_wait_seconds", "time requests waited to start: for a slot, "
                                    "the rate budget or a server's Retry-After", dl, registry=r)
+        self.pacing_learnt_requests = Gauge("medhelm_pacing_learnt_requests_per_second", "the request rate "
+                                            "auto learnt from a gateway's 429s (no rate headers)", dl, registry=r)
+        self.pacing_learnt_tokens = Gauge("medhelm_pacing_learnt_tokens_per_second", "the token rate auto learnt "
+                                          "from a gateway's 429s (the client's estimate of tokens)", dl, registry=r)
 
     # -- binding (once per client / run) -----------------------------------------------------
     def bind_client(self, deployment: Deployment, role: str = CANDIDATE) -> ClientMetrics:
@@ -175,11 +179,12 @@ class Telemetry:
 class PacingMetrics:
     """One deployment's pacer gauges (``inference/pacing.Pacer`` calls these; candidate and judge share them)."""
 
-    __slots__ = ("_limit", "_plateau", "_limited", "_wait")
+    __slots__ = ("_limit", "_plateau", "_limited", "_wait", "_t", "_deployment")
 
     def __init__(self, t: Telemetry, deployment: str) -> None:
         self._limit, self._plateau = t.pacing_limit.labels(deployment), t.pacing_plateau.labels(deployment)
         self._limited, self._wait = t.rate_limited.labels(deployment), t.pacing_wait.labels(deployment)
+        self._t, self._deployment = t, deployment  # the learnt rates' series appear once a rate is learnt
 
     def limit_changed(self, limit: int, plateau: int | None) -> None:
         self._limit.set(limit)
@@ -191,6 +196,11 @@ class PacingMetrics:
 
     def waited(self, seconds: float) -> None:
         self._wait.inc(seconds)
+
+    def rate_learnt(self, requests_per_s: float, tokens_per_s: float | None) -> None:
+        self._t.pacing_learnt_requests.labels(self._deployment).set(requests_per_s)
+        if tokens_per_s is not None:
+            self._t.pacing_learnt_tokens.labels(self._deployment).set(tokens_per_s)
 
 
 class ClientMetrics:

@@ -20,9 +20,10 @@ thinking inline as ``<think>...</think>`` before the answer, no count). The thin
 Two server shapes for pacing (``bench/bench_pacing.py``): ``capacity=c`` serves at most c requests at once,
 the rest wait in a FIFO queue (latency = queueing + ``latency_s``), as a GPU server with c slots does;
 ``requests_per_minute`` / ``tokens_per_minute`` make it a rate-limited gateway (a token bucket refilled
-continuously; past the budget a 429 with ``Retry-After`` the time the bucket needs; tokens counted as prompt words
-+ ``max_tokens`` on arrival, as OpenAI counts), sending ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``
-on every answer when ``rate_headers`` is set.
+continuously, holding ``burst_s`` seconds of refill: 60 as OpenAI's, 1 as many API gateways'; past the budget a 429
+with ``Retry-After`` the time the bucket needs; tokens counted as prompt words + ``max_tokens`` on arrival, as OpenAI
+counts), sending ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` on every answer when ``rate_headers`` is
+set; ``set_budget`` changes the budget mid-run.
 
 A ``responder(body) -> str`` gives the answer text (an ``async def`` responder may wait, e.g. for a test's
 signal, without holding the other requests); raising ``MockHTTPError(status, message)`` from it answers with
@@ -123,7 +124,8 @@ class MockOpenAIServer:
                  retry_after_s: float = 0.05, host: str = "127.0.0.1", port: int = 0,
                  reasoning: str | None = None, thinking_tokens: int = 8, capacity: int | None = None,
                  requests_per_minute: float | None = None, tokens_per_minute: float | None = None,
-                 rate_headers: bool = False, hold_until_in_flight: int = 0, answered_model: str | None = None) -> None:
+                 rate_headers: bool = False, burst_s: float = 60.0, hold_until_in_flight: int = 0,
+                 answered_model: str | None = None) -> None:
         if reasoning not in (None, "split", "inline"):
             raise ValueError("reasoning must be None, 'split' or 'inline'")
         self.reasoning, self.thinking_tokens = reasoning, thinking_tokens
@@ -133,6 +135,7 @@ class MockOpenAIServer:
         self.capacity = capacity
         self._slots: asyncio.Semaphore | None = None  # made on the server's loop
         self.rpm, self.tpm, self.rate_headers = requests_per_minute, tokens_per_minute, rate_headers
+        self.burst_s = burst_s  # seconds of refill a budget's bucket holds (60: a whole minute, as OpenAI's)
         self._buckets: dict[str, list[float]] = {}  # "requests"/"tokens" -> [level, last refill time]
         self.rate_limited_count = 0  # 429s sent by the gateway budget (not the injected ones)
         self.latency_s, self.seed, self.retry_after_s = latency_s, seed, retry_after_s
@@ -345,6 +348,11 @@ class MockOpenAIServer:
             return 200, budget_headers, payload[: len(payload) // 2]  # a body cut short, as by a failing proxy
         return 200, budget_headers, payload
 
+    def set_budget(self, requests_per_minute: float | None = None, tokens_per_minute: float | None = None) -> None:
+        """A new budget from now on (a gateway's operator changed it mid-run); the buckets keep their levels,
+        capped at the new burst. Safe from another thread (one assignment each; the server reads them per request)."""
+        self.rpm, self.tpm = requests_per_minute, tokens_per_minute
+
     def _budget(self, cost: dict[str, float]) -> tuple[float, dict[str, str]]:
         """Take ``cost`` from the gateway's buckets -> (seconds to wait when it does not fit, else 0; headers)."""
         now = asyncio.get_running_loop().time()
@@ -353,8 +361,9 @@ class MockOpenAIServer:
         for what, per_minute in (("requests", self.rpm), ("tokens", self.tpm)):
             if not per_minute:
                 continue
-            level, last = self._buckets.setdefault(what, [per_minute, now])
-            level = min(per_minute, level + (now - last) * per_minute / 60.0)
+            cap = per_minute * self.burst_s / 60.0
+            level, last = self._buckets.setdefault(what, [cap, now])
+            level = min(cap, level + (now - last) * per_minute / 60.0)
             self._buckets[what] = [level, now]
             levels[what] = (level, per_minute)
             if level < cost[what]:
@@ -367,7 +376,8 @@ class MockOpenAIServer:
                 left = self._buckets[what][0]
                 headers[f"x-ratelimit-limit-{what}"] = f"{per_minute:g}"
                 headers[f"x-ratelimit-remaining-{what}"] = f"{max(0, int(left))}"
-                headers[f"x-ratelimit-reset-{what}"] = f"{max(0.0, (per_minute - left) * 60.0 / per_minute):.3f}s"
+                cap = per_minute * self.burst_s / 60.0
+                headers[f"x-ratelimit-reset-{what}"] = f"{max(0.0, (cap - left) * 60.0 / per_minute):.3f}s"
         return wait, headers
 
     def _answer(self, text: str, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int], str]:

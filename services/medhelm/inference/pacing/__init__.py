@@ -2,14 +2,15 @@
 
 One module per part, lowest first: ``window`` (what a controller measures), ``limit`` (the controllers' template),
 ``solo`` and ``shards`` (the two controllers of ``--max-concurrency auto``), ``budget`` (rate budgets and the
-servers' rate headers), ``gate`` (the per-deployment ``Pacer`` requests pass). This module only names what the
-rest of ``medhelm`` imports.
+servers' rate headers), ``learnt`` (a rate learnt from 429s alone), ``gate`` (the per-deployment ``Pacer``).
+This module only names what the rest of ``medhelm`` imports.
 
 Failure semantics: those of its parts — pacing never fails a request, it only delays its start."""
 
 from medhelm.inference.pacing.budget import Bucket, RateHeaders, parse_reset, retry_after_seconds
 from medhelm.inference.pacing.gate import (AUTO, AUTO_CEILING, OVERLOAD_STATUS, AdaptiveLimit, PaceSettings, Pacer,
                                            PacerObserver, PacingPolicy)
+from medhelm.inference.pacing.learnt import LearntRate
 from medhelm.inference.pacing.limit import START_LIMIT, Limit
 from medhelm.inference.pacing.shards import (DRAIN_EVERY_S, PROBE_BACKOFF, QUIET_DRAINS, RESTART_LIMIT,
                                              RESYNC_DRAINS, ShardLimit)
@@ -19,5 +20,5 @@ from medhelm.inference.pacing.window import Sample, Window
 
 __all__ = ["AUTO", "AUTO_CEILING", "DRAIN_EVERY_S", "KNEE_GAIN", "LATENCY_BOUND", "MIN_GAIN", "OVERLOAD_STATUS",
            "PROBE_BACKOFF", "QUIET_DRAINS", "RESTART_LIMIT", "RESYNC_DRAINS", "START_LIMIT", "AdaptiveLimit", "Bucket",
-           "Limit", "PaceSettings", "Pacer", "PacerObserver", "PacingPolicy", "RateHeaders", "Sample", "ShardLimit",
-           "SoloLimit", "Window", "parse_reset", "retry_after_seconds"]
+           "LearntRate", "Limit", "PaceSettings", "Pacer", "PacerObserver", "PacingPolicy", "RateHeaders", "Sample",
+           "ShardLimit", "SoloLimit", "Window", "parse_reset", "retry_after_seconds"]

@@ -36,7 +36,7 @@ class Bucket:
         """Seconds until ``amount`` is available (0: it is); an amount over the burst waits for a full bucket."""
         self.refill(now)
         need = min(amount, self.burst) - self.level
-        return 0.0 if need <= 0 else need * 60.0 / self.per_minute
+        return 0.0 if need <= 1e-9 * max(1.0, amount) else need * 60.0 / self.per_minute  # rounding is no wait
 
     def take(self, amount: float, now: float) -> None:
         self.refill(now)

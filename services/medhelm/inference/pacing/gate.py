@@ -1,7 +1,8 @@
 """The gate a request passes before it is sent: ``Pacer``, one per deployment (``ClientPool`` gives candidate and
 judge roles the same one), composing three optional limits — concurrency (a fixed hard cap, or ``auto``'s adaptive
 limit under the run's ceiling), rate budgets (``budget.Bucket``: configured ``rate_limits``, or learnt from the
-server's headers) and a pause (after a 429/503/529, no request starts before ``Retry-After``). ``PacingPolicy`` and
+server's headers; under ``auto``, until a server states one, ``learnt.LearntRate`` from its 429s) and a pause (after
+a 429/503/529, no request starts before ``Retry-After``). ``PacingPolicy`` and
 ``PaceSettings`` say how each deployment is paced; ``AdaptiveLimit`` picks its controller.
 
 Failure semantics: pacing never fails a request, it only delays its start. A waiter that is cancelled leaves the
@@ -18,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from medhelm.inference.pacing.budget import Bucket, RateHeaders
+from medhelm.inference.pacing.learnt import LearntRate
 from medhelm.inference.pacing.limit import START_LIMIT, Limit
 from medhelm.inference.pacing.shards import DRAIN_EVERY_S, ShardLimit
 from medhelm.inference.pacing.solo import SoloLimit
@@ -92,6 +94,8 @@ class PacerObserver:
 
     def waited(self, seconds: float) -> None: ...
 
+    def rate_learnt(self, requests_per_s: float, tokens_per_s: float | None) -> None: ...
+
 
 class Pacer:
     """The per-deployment gate: ``async with pacer.slot(tokens):`` around one attempt; report its outcome."""
@@ -117,6 +121,12 @@ class Pacer:
             if settings.tokens_per_minute else None
         self._learnt_requests = self._requests is None  # buckets made from headers follow the headers' limit
         self._learnt_tokens = self._tokens is None
+        # auto also paces by a rate learnt from refusals, until the server states its budget in headers
+        self.learnt = LearntRate(clock, cap_requests=self._requests.per_minute / 60.0 if self._requests else None,
+                                 cap_tokens=self._tokens.per_minute / 60.0 if self._tokens else None,
+                                 alone=settings.share >= 1.0) \
+            if self.adaptive is not None else None
+        self._reported_rate: tuple[float, float | None] | None = None
         self.in_flight = 0
         self._tokens_out = 0.0  # tokens charged for requests in flight
         self.paused_until = 0.0
@@ -137,6 +147,9 @@ class Pacer:
         if self.settings.fixed:
             return self.settings.fixed
         if self.adaptive is not None:
+            learnt = self.learnt
+            if learnt is not None and learnt.paces:  # the rate paces: never fewer in flight than it needs
+                return max(self.adaptive.limit, min(self.settings.ceiling, learnt.in_flight_needed()))
             return self.adaptive.limit
         return None
 
@@ -153,7 +166,20 @@ class Pacer:
             wait = max(wait, self._requests.wait_for(1, now))
         if self._tokens is not None and tokens:
             wait = max(wait, self._tokens.wait_for(tokens, now))
+        if self.learnt is not None:
+            wait = max(wait, self.learnt.wait_for(tokens, now))
         return wait
+
+    def blocked_for(self, tokens: float = 0.0) -> float:
+        """0 when a request costing ``tokens`` may start now, else seconds to wait (inf: until a slot frees)."""
+        return self._blocked_for(tokens)
+
+    def try_acquire(self, tokens: float = 0.0) -> float | None:
+        """``acquire`` without waiting: the time the request started (pass it to ``release``), or None when it
+        may not start now (a simulation on its own clock waits ``blocked_for`` and asks again)."""
+        if self._waiters or self._blocked_for(tokens) > 0.0:
+            return None
+        return self._take(tokens)
 
     async def acquire(self, tokens: float = 0.0) -> float:
         """Wait until a request may start (first come, first served); returns the time it started (pass it to
@@ -189,6 +215,8 @@ class Pacer:
             self._requests.take(1, now)
         if self._tokens is not None and tokens:
             self._tokens.take(tokens, now)
+        if self.learnt is not None:
+            self.learnt.sent(now, tokens)
         return now
 
     def _grant(self) -> None:
@@ -208,7 +236,7 @@ class Pacer:
 
     @property
     def counts_tokens(self) -> bool:
-        return self._tokens is not None or self._learnt_tokens
+        return self._tokens is not None or self._learnt_tokens or self.learnt is not None
 
     def observe_headers(self, headers: Mapping[str, str]) -> None:
         """A reply's headers (any status): the server's own account of its rate limits, when it sends one."""
@@ -227,10 +255,14 @@ class Pacer:
             self.observer.rate_limited()
             if retry_after:
                 self.paused_until = max(self.paused_until, now + retry_after)
-            if self.adaptive is not None:
+            if self.learnt is not None:  # auto: a refusal is answered by the learnt rate, not by fewer in flight
+                self.learnt.refused(started, tokens_taken)
+            elif self.adaptive is not None:
                 self.adaptive.overloaded()
         elif ok and self.adaptive is not None:  # only answers measure the server (a quick 500 says nothing)
             self.adaptive.completed(now - started)
+            if self.learnt is not None:
+                self.learnt.answered(now - started)
         self._report()
         self._grant()
 
@@ -242,13 +274,15 @@ class Pacer:
             drains = f", {self.adaptive.drains} drains ({self.adaptive.restarts} restarts)" \
                 if self.adaptive.drains else ""
             learnt = f", started at {self.start} (learnt by the last run)" if self.settings.start else ""
-            parts.append(f"auto: {self.adaptive.limit} in flight{plateau}{drains}{learnt}")
+            parts.append(f"auto: {self.limit} in flight{plateau}{drains}{learnt}")
         elif self.settings.fixed:
             parts.append(f"fixed: {self.settings.fixed} in flight")
         budgets = [f"{b.per_minute:g} {what}/min" for b, what in ((self._requests, "requests"),
                                                                    (self._tokens, "tokens")) if b is not None]
         if budgets:
             parts.append("budget " + ", ".join(budgets))
+        if self.learnt is not None and self.learnt.paces:
+            parts.append(self.learnt.summary())
         parts.append(f"{self.rate_limited} throttled (429/503/529)")
         parts.append(f"{self.waited_s:.1f} s waiting to start")
         return "; ".join(parts)
@@ -260,6 +294,8 @@ class Pacer:
         rate = RateHeaders.parse(headers)
         if rate is None:
             return
+        if self.learnt is not None:  # the server states its budget: that wins over one learnt from refusals
+            self.learnt = None
         share = self.settings.share
         if rate.limit_requests and self._learnt_requests:
             per_minute = rate.limit_requests * share
@@ -284,6 +320,13 @@ class Pacer:
             bucket.cap(remaining, now)
 
     def _report(self) -> None:
+        learnt = self.learnt
+        if learnt is not None and learnt.requests_per_s is not None:
+            rate = (float(f"{learnt.requests_per_s:.3g}"),
+                    float(f"{learnt.tokens_per_s:.3g}") if learnt.tokens_per_s else None)
+            if rate != self._reported_rate:
+                self._reported_rate = rate
+                self.observer.rate_learnt(*rate)
         adaptive = self.adaptive
         if adaptive is not None:
             state = (adaptive.limit, adaptive.plateau)

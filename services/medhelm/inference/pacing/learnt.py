@@ -1,0 +1,247 @@
+"""``LearntRate``: a deployment's request and token rate learnt from refusals alone, for a gateway that answers 429
+without stating its budget (no ``x-ratelimit-*`` / ``anthropic-ratelimit-*`` headers). The gate (``gate.Pacer``)
+feeds it every send and refusal and paces by its two buckets; docs/pacing.md gives the design and its reasons.
+
+A gateway's token bucket is (nearly) empty whenever it refuses, so what it accepted between two refusals is its
+refill over that time: the estimate is what was sent and not refused between an earlier refusal and this one, per
+second. A refusal of a request sent after the last cut sets the rate to ``BACKOFF`` x that estimate (before any
+estimate, it halves what was sent); while the rate holds requests back it climbs additively, faster the longer no
+refusal comes, so a raised budget is found again and shards sharing a gateway drift toward equal parts (AIMD).
+
+Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing
+to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate); a learnt rate
+lies in [``MIN_RATE``, the configured cap]. Time comes from an injected clock (a simulation runs it)."""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import math
+from collections.abc import Callable
+
+from medhelm.inference.pacing.budget import Bucket
+
+BACKOFF = 0.95  # the rate after a refusal, as a part of what the gateway was seen to accept
+MIN_SPAN_S = 2.0  # an estimate spans at least this many seconds between two refusals' sends ...
+MIN_ACCEPTED = 16  # ... and at least this many accepted requests (a refusal leaves up to one request's cost)
+FIRST_SPAN_S = 0.5  # the first estimate may be coarser (the next refusal refines it) ...
+FIRST_ACCEPTED = 4  # ... so that a client at a gateway's door stops being refused within seconds
+QUIET_S = 10.0  # an estimate over a longer span than this (no refusal between) may hide our own under-use
+HORIZON_S = 60.0  # sends and refusals older than this are forgotten
+CLIMB = 0.002  # the climb per second, as a part of the highest rate learnt, right after a cut ...
+CLIMB_DOUBLING_S = 12.0  # ... doubling for every this many seconds without a refusal ...
+CLIMB_MAX = 64.0  # ... up to this many times
+FIRST_CLIMB = 8.0  # ... and this many times faster before the first estimate
+PEAK_HALF_LIFE_S = 600.0  # the highest rate learnt (the climb's unit) forgets half of itself in this time ...
+PEAK_OVER = 2.0  # ... and is never over this many times the last estimate
+BURST_S = 1.0  # the learnt buckets hold this many seconds of refill (at least one request's cost)
+MIN_RATE = 0.01  # requests (or tokens) a second: the slowest pace a refusal can set
+
+
+class LearntRate:
+    """Requests and tokens a second one deployment may send, learnt from the gateway's refusals."""
+
+    def __init__(self, clock: Callable[[], float], *, cap_requests: float | None = None,
+                 cap_tokens: float | None = None, alone: bool = True) -> None:
+        """``cap_*``: per second, a configured budget the learnt rate never exceeds (the configured buckets pace
+        by it already). ``alone``: not one of a Job's shards (whose part of the gateway an estimate over a short
+        span reads with more noise than a process alone: they refine only over full spans)."""
+        self._clock = clock
+        self._alone = alone
+        self._caps = (cap_requests, cap_tokens)
+        self.born = clock()
+        self.requests_per_s: float | None = None  # None until learnt
+        self.tokens_per_s: float | None = None  # None until learnt, or when no request counted tokens
+        self.buckets: tuple[Bucket | None, Bucket | None] = (None, None)
+        self.refusals = 0  # every refusal reported
+        self.first: tuple[float, int] | None = None  # (seconds since born, refusals then) when first learnt
+        self.cuts = 0
+        self._sent: collections.deque[tuple[float, float, float]] = collections.deque()  # (t, requests, tokens)
+        self._cum = (0.0, 0.0)  # requests and tokens sent so far
+        self._refused: list[tuple[float, float]] = []  # (send time, tokens) of each refusal, by send time
+        self._cut_at = -math.inf  # a refusal of a request sent before this is already answered
+        self._estimated = False  # a rate was estimated (before: each refusal halves a provisional one)
+        self._fresh = -math.inf  # the send time of the refusal that made the last cut after a quiet span
+        self._quiet_since = 0.0
+        self._peak = (0.0, 0.0, 0.0)  # (requests/s, tokens/s, when): the climb's unit
+        self._advanced = self.born
+        self._bound_at = -math.inf  # the last time the learnt rate held a request back
+        self._latency: float | None = None  # a moving average of answers' latency
+
+    @property
+    def paces(self) -> bool:
+        return self.requests_per_s is not None
+
+    # -- what the gate reports
+
+    def sent(self, now: float, tokens: float) -> None:
+        """A request started, expected to cost ``tokens`` of a tokens budget (0: tokens not counted)."""
+        self._advance(now)
+        requests, used = self._cum[0] + 1.0, self._cum[1] + tokens
+        self._cum = (requests, used)
+        self._sent.append((now, requests, used))
+        for bucket, amount in zip(self.buckets, (1.0, tokens)):
+            if bucket is not None and amount:
+                bucket.take(amount, now)
+        horizon = now - HORIZON_S
+        while self._sent and self._sent[0][0] < horizon:
+            self._sent.popleft()
+        if self._refused and self._refused[0][0] < horizon:
+            del self._refused[:bisect.bisect_left(self._refused, (horizon, -math.inf))]
+
+    def answered(self, latency_s: float) -> None:
+        self._latency = latency_s if self._latency is None else 0.9 * self._latency + 0.1 * latency_s
+
+    def refused(self, started: float, tokens: float) -> bool:
+        """A request sent at ``started`` (costing ``tokens``) was refused as too many. True when the rate was cut."""
+        now = self._clock()
+        self._advance(now)
+        self.refusals += 1
+        bisect.insort(self._refused, (started, tokens))
+        if started < self._cut_at:
+            return False
+        if self._estimated and self._accepted(self._cut_at, started)[0] < 1.0:
+            return False  # nothing accepted since the last cut: an outage (or others' turn), not a smaller budget
+        estimate = self._estimate(started)
+        if estimate is not None:
+            requests, used, span = estimate
+            if span > QUIET_S and self.requests_per_s is not None:
+                # no refusal for a while: the gateway's bucket may have sat full (our rate under its budget) for
+                # part of the span, so what it accepted is a floor; the rate that was just refused, a ceiling
+                requests = max(requests, self.requests_per_s)
+                used = max(used, self.tokens_per_s or 0.0)
+                if self._alone:  # the next refusal may be estimated from this one: the gateway empty at both
+                    self._fresh = started
+            self._cut(requests, used, now, estimated=True)
+        elif not self._estimated:
+            # nothing to estimate from yet: halve the rate (at first, what was sent over the last second)
+            if self.requests_per_s is None:
+                if not self._sent:
+                    return False
+                seconds = min(1.0, max(0.05, now - self._sent[0][0]))
+                requests, used = (x / seconds for x in self._sent_between(now - seconds, now))
+            else:
+                requests, used = self.requests_per_s, self.tokens_per_s or 0.0
+            if requests <= 0.0:  # nothing was sent to halve
+                return False
+            self._cut(requests, used, now, estimated=False)
+            self._set(self.requests_per_s / 2 / BACKOFF, self.tokens_per_s / 2 / BACKOFF if self.tokens_per_s
+                      else None, now)
+        else:
+            return False
+        return True
+
+    def wait_for(self, tokens: float, now: float) -> float:
+        """Seconds until a request costing ``tokens`` fits the learnt rate (0: it does, or nothing is learnt)."""
+        self._advance(now)
+        wait = 0.0
+        for bucket, amount in zip(self.buckets, (1.0, tokens)):
+            if bucket is not None and amount:
+                wait = max(wait, bucket.wait_for(amount, now))
+        if wait > 0.0:
+            self._bound_at = now
+        return wait
+
+    def in_flight_needed(self) -> int:
+        """Requests in flight the learnt request rate needs at the answers' latency (Little's law, twice over)."""
+        if self.requests_per_s is None or self._latency is None:
+            return 1
+        return math.ceil(2.0 * self.requests_per_s * self._latency) + 1
+
+    def summary(self) -> str:
+        if self.requests_per_s is None:
+            return ""
+        if self.first is None:
+            return f"paced to {self.requests_per_s:.3g} requests/s after {self.refusals} refusals (halved: " \
+                   "nothing to estimate the gateway's budget from yet)"
+        tokens = f" and {self.tokens_per_s:.3g} tokens/s" if self.tokens_per_s else ""
+        seconds, refusals = self.first
+        return f"paced to {self.requests_per_s:.3g} requests/s{tokens} after {refusals} refusals in the first " \
+               f"{seconds:.0f} s"
+
+    # -- what it decides
+
+    def _sent_between(self, a: float, b: float) -> tuple[float, float]:
+        """Requests and tokens sent after ``a`` up to ``b``."""
+        def cum(t: float) -> tuple[float, float]:
+            i = bisect.bisect_right(self._sent, t, key=lambda s: s[0])
+            return (self._sent[i - 1][1], self._sent[i - 1][2]) if i else (0.0, 0.0)
+
+        (ra, ta), (rb, tb) = cum(a), cum(b)
+        return rb - ra, tb - ta
+
+    def _accepted(self, a: float, b: float) -> tuple[float, float]:
+        """Requests and tokens sent after ``a`` up to ``b`` and not refused."""
+        requests, tokens = self._sent_between(a, b)
+        lo = bisect.bisect_right(self._refused, (a, math.inf))
+        hi = bisect.bisect_right(self._refused, (b, math.inf))
+        refused = self._refused[lo:hi]
+        return requests - len(refused), tokens - sum(t for _, t in refused)
+
+    def _estimate(self, b: float) -> tuple[float, float, float] | None:
+        """The gateway's refill as seen by this process: accepted between the latest earlier refusal far enough
+        back and the refusal sent at ``b``, per second, and the seconds that spans."""
+        loose = not self._estimated or b - self._fresh <= QUIET_S  # a first estimate, or right after a quiet cut
+        span, accepted = (FIRST_SPAN_S, FIRST_ACCEPTED) if loose else (MIN_SPAN_S, MIN_ACCEPTED)
+        i = bisect.bisect_right(self._refused, (b - span, math.inf))
+        while i > 0:
+            i -= 1
+            a = self._refused[i][0]
+            requests, tokens = self._accepted(a, b)
+            if requests >= accepted:
+                return requests / (b - a), tokens / (b - a), b - a
+        return None
+
+    def _cut(self, requests: float, tokens: float, now: float, *, estimated: bool) -> None:
+        self.cuts += 1
+        pr, pt, when = self._peak
+        fade = 0.5 ** ((now - when) / PEAK_HALF_LIFE_S)
+        if estimated and not self._estimated:  # the first estimate replaces what the provisional rates guessed
+            pr = pt = 0.0
+        # a budget that fell far is a new unit: the old peak would climb into it too fast
+        self._peak = (max(requests, min(pr * fade, PEAK_OVER * requests)),
+                      max(tokens, min(pt * fade, PEAK_OVER * tokens)), now)
+        if estimated:
+            self._estimated = True
+            if self.first is None:
+                self.first = (now - self.born, self.refusals)
+        self._set(BACKOFF * requests, BACKOFF * tokens if tokens > 0 else None, now)
+        for bucket in self.buckets:
+            if bucket is not None:  # the gateway's bucket is empty: no burst of ours into it
+                bucket.level = min(bucket.level, 0.0)
+        self._cut_at = self._quiet_since = now
+
+    def _set(self, requests: float, tokens: float | None, now: float) -> None:
+        cap_r, cap_t = self._caps
+        requests = max(MIN_RATE, min(requests, cap_r or math.inf))
+        tokens = max(MIN_RATE, min(tokens, cap_t or math.inf)) if tokens else None
+        self.requests_per_s, self.tokens_per_s = requests, tokens
+        old_r, old_t = self.buckets
+        self.buckets = (self._bucket(old_r, requests, 1.0, now),
+                        self._bucket(old_t, tokens, 1.0, now) if tokens else None)
+
+    @staticmethod
+    def _bucket(bucket: Bucket | None, per_s: float, least: float, now: float) -> Bucket:
+        burst = max(least, per_s * BURST_S)
+        if bucket is None:
+            return Bucket(per_s * 60.0, now, burst=burst)
+        bucket.refill(now)
+        bucket.per_minute, bucket.burst = per_s * 60.0, burst
+        bucket.level = min(bucket.level, burst)
+        return bucket
+
+    def _advance(self, now: float) -> None:
+        """The climb: while the learnt rate held requests back (within the last second), it grows additively."""
+        dt = now - self._advanced
+        if dt <= 0.0:
+            return
+        self._advanced = now
+        if self.requests_per_s is None or now - self._bound_at > 1.0:
+            return
+        pr, pt, _ = self._peak  # the climb's unit: the highest rate estimated (or the rate itself, before one)
+        pr, pt = max(pr, self.requests_per_s), max(pt, self.tokens_per_s or 0.0)
+        boost = min(CLIMB_MAX, 2.0 ** ((now - self._quiet_since) / CLIMB_DOUBLING_S)) * CLIMB * dt
+        if not self._estimated:  # a halving guessed: find the budget's edge again soon, to estimate it there
+            boost *= FIRST_CLIMB
+        self._set(self.requests_per_s + boost * pr,
+                  self.tokens_per_s + boost * pt if self.tokens_per_s else None, now)

@@ -1,0 +1,182 @@
+"""A discrete-event simulation of processes paced by the real ``Pacer`` (inference/pacing/, ``auto``) against a
+simulated API gateway that refuses past a token bucket with 429 + ``Retry-After`` and states no budget in headers.
+
+``Gateway``: a requests-per-minute and/or tokens-per-minute bucket holding ``burst_s`` seconds of refill (the mock's
+``burst_s``), whose budget may change at given times; a request is charged on arrival (its prompt's words plus
+``max_tokens``, as OpenAI counts), answered after a latency drawn around ``latency_s``, or refused at once with the
+seconds its cost needs to be back. Each process has ``workers`` instances in flight at most (the run's tasks), waits
+in the pacer's order (``try_acquire`` / ``blocked_for`` on the simulated clock), and sends a refused instance again
+after the pool's ``RetryPolicy`` delay (at least ``Retry-After``); an instance refused ``max_attempts`` times fails.
+Time is simulated and every draw seeded: the result depends on the seed only, never on the machine.
+Used by tests/core/test_pacing_rates.py and bench/bench_pacing_rates.py (which also measures the real thing).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from dataclasses import dataclass, field
+
+from medhelm.inference.pacing import PaceSettings, Pacer
+from medhelm.inference.retry import RetryPolicy
+from tests.core.pacing_sim import Clock
+
+TOKEN_ESTIMATE = 1.3  # the client's tokens per gateway token for a prompt (chars / 4 against words)
+
+
+@dataclass
+class Gateway:
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+    burst_s: float = 1.0
+    changes: tuple[tuple[float, float | None, float | None], ...] = ()  # (at, rpm, tpm): a new budget from then
+    _levels: dict[str, list[float]] = field(default_factory=dict)
+
+    def budget(self, t: float) -> tuple[float | None, float | None]:
+        rpm, tpm = self.requests_per_minute, self.tokens_per_minute
+        for at, r, k in self.changes:
+            if t >= at:
+                rpm, tpm = r, k
+        return rpm, tpm
+
+    def arrive(self, t: float, tokens: float) -> float:
+        """Charge a request: 0 when accepted, else the seconds until its cost is back (Retry-After)."""
+        rpm, tpm = self.budget(t)
+        wait, levels = 0.0, {}
+        for what, per_minute, cost in (("requests", rpm, 1.0), ("tokens", tpm, tokens)):
+            if not per_minute:
+                continue
+            cap = per_minute * self.burst_s / 60.0
+            level, last = self._levels.setdefault(what, [cap, t])
+            level = min(cap, level + (t - last) * per_minute / 60.0)
+            self._levels[what] = [level, t]
+            levels[what] = level - cost
+            if level < cost:
+                wait = max(wait, (cost - level) * 60.0 / per_minute)
+        if wait == 0.0:
+            for what, left in levels.items():
+                self._levels[what][0] = left
+        return wait
+
+    def used(self, t0: float, t1: float, what: str) -> float:
+        """The budget between ``t0`` and ``t1`` (requests or tokens)."""
+        total, t = 0.0, t0
+        edges = sorted({t0, t1, *(at for at, _, _ in self.changes if t0 < at < t1)})
+        for a, b in zip(edges, edges[1:]):
+            rpm, tpm = self.budget(a)
+            per_minute = rpm if what == "requests" else tpm
+            total += (per_minute or 0.0) * (b - a) / 60.0
+            t = b
+        return total
+
+
+@dataclass
+class Process:
+    pacer: Pacer
+    sent: list[float] = field(default_factory=list)  # send times of every attempt
+    accepted: list[tuple[float, float]] = field(default_factory=list)  # (send time, gateway tokens)
+    refused: list[float] = field(default_factory=list)  # send times of refused attempts
+    failed: int = 0  # instances refused max_attempts times
+    most_refused: int = 0
+    answered: int = 0
+
+
+def simulate(gateway: Gateway, *, processes: int = 1, seconds: float = 180.0, latency_s: float = 0.02,
+             jitter: float = 0.3, workers: int = 64, prompt_words: tuple[int, int] = (20, 60), max_tokens: int = 16,
+             refuse_s: float = 0.002, seed: int = 0, stagger_s: float = 0.0,
+             retry_policy: RetryPolicy | None = None) -> tuple[list[Process], Clock]:
+    """``processes`` (a Job's shards when more than one: each takes ``share`` 1/n) each keep ``workers`` instances
+    going; an instance's prompt has a uniform number of words in ``prompt_words``. ``stagger_s``: process i
+    starts at i x stagger_s."""
+    rng = random.Random(seed)
+    retry_policy = retry_policy or RetryPolicy()
+    clock = Clock()
+    share = 1.0 / processes
+    procs = [Process(Pacer(PaceSettings(adaptive=True, share=share), clock=clock)) for _ in range(processes)]
+    events: list[tuple[float, int, str, tuple]] = []
+    queues: list[list[tuple[float, int, int]]] = [[] for _ in procs]  # waiting: (client tokens, words, attempt)
+    wakes = [math.inf] * processes
+    seq = 0
+
+    def push(t: float, kind: str, *data) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(events, (t, seq, kind, data))
+
+    def new_instance(p: int) -> None:
+        words = rng.randint(*prompt_words)
+        queues[p].append((TOKEN_ESTIMATE * words + max_tokens, words, 1))
+
+    def pump(p: int) -> None:
+        pacer, queue = procs[p].pacer, queues[p]
+        while queue:
+            tokens, words, attempt = queue[0]
+            started = pacer.try_acquire(tokens)
+            if started is None:
+                wait = pacer.blocked_for(tokens)
+                if math.isfinite(wait) and clock.t + wait < wakes[p]:
+                    wakes[p] = clock.t + wait
+                    push(clock.t + wait, "wake", p)
+                return
+            queue.pop(0)
+            procs[p].sent.append(clock.t)
+            cost = words + max_tokens
+            retry_after = gateway.arrive(clock.t, cost)
+            if retry_after > 0.0:
+                push(clock.t + refuse_s, "refused", p, started, tokens, words, attempt, retry_after)
+            else:
+                latency = latency_s * rng.lognormvariate(0.0, jitter)
+                push(clock.t + latency, "answered", p, started, tokens, cost)
+
+    for p in range(processes):
+        push(p * stagger_s, "start", p)
+    while events and events[0][0] <= seconds:
+        t, _, kind, data = heapq.heappop(events)
+        clock.t = t
+        p = data[0]
+        proc = procs[p]
+        if kind == "start":
+            for _ in range(workers):
+                new_instance(p)
+        elif kind == "wake":
+            if wakes[p] <= t:
+                wakes[p] = math.inf
+        elif kind == "answered":
+            _, started, tokens, cost = data
+            proc.pacer.release(started, ok=True, tokens_used=cost, tokens_taken=tokens)
+            proc.accepted.append((started, cost))
+            proc.answered += 1
+            new_instance(p)
+        elif kind == "refused":
+            _, started, tokens, words, attempt, retry_after = data
+            proc.pacer.release(started, ok=False, overloaded=True, retry_after=retry_after, tokens_taken=tokens)
+            proc.refused.append(started)
+            proc.most_refused = max(proc.most_refused, attempt)
+            if attempt >= retry_policy.max_attempts:
+                proc.failed += 1
+                new_instance(p)
+            else:
+                push(t + retry_policy.delay(attempt, rng, retry_after), "retry", p, tokens, words, attempt + 1)
+        elif kind == "retry":
+            _, tokens, words, attempt = data
+            queues[p].append((tokens, words, attempt))
+        pump(p)
+    return procs, clock
+
+
+@dataclass(frozen=True)
+class Measured:
+    refused_share: float  # refused attempts over attempts, after the first minute
+    used: float  # accepted over the budget, after the first minute (the binding unit)
+    shares: tuple[float, ...]  # each process's accepted over a fair share of the gateway's accepted
+    failed: int
+
+
+def measure(procs: list[Process], gateway: Gateway, *, t0: float, t1: float, what: str = "requests") -> Measured:
+    sent = sum(sum(1 for t in p.sent if t0 <= t < t1) for p in procs)
+    refused = sum(sum(1 for t in p.refused if t0 <= t < t1) for p in procs)
+    each = [sum(1.0 if what == "requests" else cost for t, cost in p.accepted if t0 <= t < t1) for p in procs]
+    fair = sum(each) / len(each) if each else 0.0
+    return Measured(refused / sent if sent else 0.0, sum(each) / gateway.used(t0, t1, what),
+                    tuple(e / fair if fair else 0.0 for e in each), sum(p.failed for p in procs))

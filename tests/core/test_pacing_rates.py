@@ -1,0 +1,165 @@
+"""A request and token rate learnt from 429s alone (inference/pacing/learnt.py), in the seeded simulation of a gateway
+that states no budget (tests/core/rate_sim.py: simulated clock, never timed), and the gate's rules around it.
+
+Every case asserts what issue 53 asks after the first minute (after a change of budget: the minute after it):
+refusals <= 2 % of the requests sent, >= 95 % of the budget used, no instance failed for a 429, and shards that share
+one gateway without a coordinator each >= 60 % of a fair share."""
+
+from __future__ import annotations
+
+import pytest
+
+from medhelm.inference.pacing import PaceSettings, Pacer, PacerObserver
+from tests.core.pacing_sim import Clock
+from tests.core.rate_sim import Gateway, measure, simulate
+
+
+def _check(procs, gateway, *, t0, t1, what="requests"):
+    m = measure(procs, gateway, t0=t0, t1=t1, what=what)
+    assert m.failed == 0
+    assert max(p.most_refused for p in procs) < 6  # the pool's RetryPolicy gives up at the 6th refusal
+    assert m.refused_share <= 0.02, m
+    assert m.used >= 0.95, m
+    assert min(m.shares) >= 0.6, m
+    return m
+
+
+@pytest.mark.parametrize("burst_s", [1.0, 60.0])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_requests_per_minute_bucket_is_learnt_from_refusals(burst_s, seed):
+    gateway = Gateway(requests_per_minute=600, burst_s=burst_s)
+    procs, _ = simulate(gateway, seconds=180, seed=seed)
+    _check(procs, gateway, t0=60, t1=180)
+    learnt = procs[0].pacer.learnt
+    assert learnt.first is not None and learnt.first[0] < 60  # converged within the first minute
+    assert 8.0 < learnt.requests_per_s < 12.0
+
+
+@pytest.mark.parametrize("latency_s", [0.005, 0.5])
+def test_latencies_from_5_to_500_ms(latency_s):
+    gateway = Gateway(requests_per_minute=600, burst_s=1.0)
+    procs, _ = simulate(gateway, seconds=180, latency_s=latency_s)
+    _check(procs, gateway, t0=60, t1=180)
+
+
+@pytest.mark.parametrize("burst_s", [1.0, 60.0])
+def test_a_tokens_per_minute_bucket_binding_first(burst_s):
+    """Large prompts (100-300 words): the tokens run out at about 3 requests a second, the requests budget is
+    ten times that. The client counts tokens its own way (characters / 4), the gateway counts words."""
+    gateway = Gateway(requests_per_minute=6000, tokens_per_minute=60000, burst_s=burst_s)
+    procs, _ = simulate(gateway, seconds=180, prompt_words=(100, 300))
+    _check(procs, gateway, t0=60, t1=180, what="tokens")
+    assert measure(procs, gateway, t0=60, t1=180).used < 0.1  # the requests budget was never what bound
+
+
+def test_a_budget_raised_and_then_cut_mid_run_is_followed_within_a_minute():
+    gateway = Gateway(requests_per_minute=600, burst_s=1.0, changes=((120.0, 1200.0, None), (240.0, 300.0, None)))
+    procs, _ = simulate(gateway, seconds=360)
+    for t0, t1 in ((60, 120), (180, 240), (300, 360)):
+        _check(procs, gateway, t0=t0, t1=t1)
+
+
+@pytest.mark.parametrize("processes,burst_s", [(2, 1.0), (3, 1.0), (2, 60.0), (3, 60.0)])
+def test_shards_share_one_budget_without_a_coordinator(processes, burst_s):
+    gateway = Gateway(requests_per_minute=300 * processes, burst_s=burst_s)
+    procs, _ = simulate(gateway, processes=processes, seconds=240)
+    _check(procs, gateway, t0=60, t1=240)
+
+
+def test_a_shard_that_starts_later_gets_its_part():
+    gateway = Gateway(requests_per_minute=600, burst_s=1.0)
+    procs, _ = simulate(gateway, processes=2, seconds=300, stagger_s=20.0)
+    _check(procs, gateway, t0=120, t1=300)
+
+
+# -- the gate's rules around the learnt rate ----------------------------------------------------------------------
+
+
+class _Seen(PacerObserver):
+    def __init__(self) -> None:
+        self.rates: list[tuple[float, float | None]] = []
+
+    def rate_learnt(self, requests_per_s, tokens_per_s):
+        self.rates.append((requests_per_s, tokens_per_s))
+
+
+def _refuse_at_ten_a_second(pacer, clock, *, seconds=20.0):
+    """A client that sends whenever its pacer lets it (every 5 ms at most), each answer at once, into a gateway
+    that accepts 10 requests a second (a burst of one second's worth) and refuses the rest."""
+    gateway = Gateway(requests_per_minute=600, burst_s=1.0)
+    end = clock.t + seconds
+    while clock.t < end:
+        started = pacer.try_acquire()
+        if started is not None:
+            retry_after = gateway.arrive(clock.t, 1.0)
+            pacer.release(started, ok=not retry_after, overloaded=bool(retry_after), retry_after=retry_after)
+        clock.t += 0.005
+
+
+def test_the_rate_learnt_is_a_metric_and_the_summary_line_says_it():
+    clock, seen = Clock(), _Seen()
+    pacer = Pacer(PaceSettings(adaptive=True), clock=clock, observer=seen)
+    _refuse_at_ten_a_second(pacer, clock)
+    assert pacer.learnt.paces and seen.rates
+    assert seen.rates[-1][0] == pytest.approx(pacer.learnt.requests_per_s, rel=0.01)
+    assert 9.0 < pacer.learnt.requests_per_s < 11.0
+    line = pacer.summary()
+    assert "paced to " in line and " requests/s after " in line and " refusals in the first " in line, line
+
+
+def test_stated_rate_headers_win_over_a_learnt_rate():
+    clock = Clock()
+    pacer = Pacer(PaceSettings(adaptive=True), clock=clock)
+    _refuse_at_ten_a_second(pacer, clock)
+    assert pacer.learnt is not None and pacer.learnt.paces
+    pacer.observe_headers({"x-ratelimit-limit-requests": "6000", "x-ratelimit-remaining-requests": "6000"})
+    assert pacer.learnt is None  # the server's own account paces from now on
+    assert "6000 requests/min" in pacer.summary() and "paced to" not in pacer.summary()
+
+
+def test_a_configured_budget_caps_the_learnt_rate():
+    clock = Clock()
+    pacer = Pacer(PaceSettings(adaptive=True, requests_per_minute=120), clock=clock)  # 2 a second
+    pacer.learnt._set(50.0, None, clock.t)
+    assert pacer.learnt.requests_per_s == pytest.approx(2.0)
+
+
+def test_fixed_concurrency_learns_nothing():
+    pacer = Pacer(PaceSettings(fixed=8))
+    assert pacer.learnt is None
+    pacer.release(pacer.try_acquire(), ok=False, overloaded=True, retry_after=0.0)
+    assert pacer.rate_limited == 1 and pacer.limit == 8
+
+
+def test_an_outage_does_not_collapse_a_learnt_rate():
+    """Every request refused for a while (a gateway restarting): nothing was accepted between the refusals, so
+    there is nothing to estimate, and the rate stays what it was."""
+    clock = Clock()
+    pacer = Pacer(PaceSettings(adaptive=True), clock=clock)
+    _refuse_at_ten_a_second(pacer, clock)
+    rate = pacer.learnt.requests_per_s
+    end = clock.t + 20.0
+    while clock.t < end:
+        started = pacer.try_acquire()
+        if started is not None:
+            pacer.release(started, ok=False, overloaded=True, retry_after=0.0)
+        clock.t += 0.005
+    assert pacer.learnt.requests_per_s >= 0.9 * rate
+
+
+def test_the_learnt_rates_refusals_and_waiting_are_prometheus_series_per_deployment():
+    from medhelm.telemetry import PacingMetrics, Telemetry
+
+    t = Telemetry("test")
+    clock = Clock()
+    pacer = Pacer(PaceSettings(adaptive=True), clock=clock, observer=PacingMetrics(t, "gw/a"))
+    _refuse_at_ten_a_second(pacer, clock)
+    pacer.observer.waited(1.5)
+
+    def value(name):
+        return t.registry.get_sample_value(name, {"deployment": "gw/a"})
+
+    assert value("medhelm_pacing_learnt_requests_per_second") == pytest.approx(pacer.learnt.requests_per_s, rel=0.01)
+    assert value("medhelm_pacing_learnt_tokens_per_second") is None  # no request counted tokens
+    assert value("medhelm_rate_limited_total") == pacer.rate_limited > 0
+    assert value("medhelm_pacing_wait_seconds_total") == 1.5
