@@ -2,7 +2,8 @@
 its extras pin: openai, anthropic, google-genai, boto3), every supported entry of its packaged
 model_deployments.yaml sent once through HELM's client and once through medhelm's, both at one loopback
 capture server (endpoints set as a hospital sets them: <host>BaseUrl / <host>Endpoint in credentials.conf,
-ANTHROPIC_BASE_URL, GOOGLE_GEMINI_BASE_URL, AWS_ENDPOINT_URL_BEDROCK_RUNTIME). Compared per entry: the path
+ANTHROPIC_BASE_URL, GOOGLE_GEMINI_BASE_URL, AWS_ENDPOINT_URL_BEDROCK_RUNTIME, TOGETHER_BASE_URL; the clients
+with an address built in, TogetherClient's and OpenRouterClient's, pointed there by the harness, their paths kept). Compared per entry: the path
 and query, the JSON body, and the auth headers (a SigV4 signature by its scope and signed headers: the
 timestamps differ). Where medhelm is known to send another request than HELM, ``KNOWN`` says why, and the
 test checks the difference is still there (fixing one fails the test until its line is removed).
@@ -48,11 +49,12 @@ HARNESS = Path(__file__).resolve().parents[2] / "scripts" / "helm_fixtures" / "h
 PROMPT = "Is the patient febrile? Answer yes or no."
 TEXT_SCHEMA = "gs://google-cloud-aiplatform/schema/predict/instance/text_generation_1.0.0.yaml"
 VERTEX_CLASSES = ("VertexAIChatClient", "VertexAITextClient")
-# HELM's clients for these need SDKs outside the extras above (together, huggingface_hub,
-# google-cloud-aiplatform, whose vertexai speaks gRPC to Google's host): not compared here (the Vertex bodies are
-# checked against the vertexai SDK itself in test_vertex_text.py)
-NOT_COMPARED = {"TogetherClient", "TogetherChatClient", "HuggingFaceInferenceProvidersClient", "VertexAIChatClient",
-                "VertexAITextClient", "OpenRouterClient"}  # OpenRouterClient: HELM's has its URL built in (https://openrouter.ai/api/v1/)
+# the together SDK within HELM's `together` pin (~=1.1), for HELM's TogetherChatClient: its own folder (pip --target,
+# appended like the extras), so adding it leaves the extras' folder as it is
+TOGETHER_PACKAGES = ("together==1.5.35",)
+# HELM's clients for these speak another transport or need an SDK outside the extras above (huggingface_hub): not
+# compared here (the Vertex bodies are compared through the vertexai SDK below)
+NOT_COMPARED = {"HuggingFaceInferenceProvidersClient", "VertexAIChatClient", "VertexAITextClient"}
 AUTH_HEADERS = ("authorization", "api-key", "x-api-key", "x-goog-api-key", "ocp-apim-subscription-key",
                 "anthropic-version", "openai-organization")
 KNOWN = {  # class -> why medhelm's request differs from HELM's (kept honest: the difference must still be there)
@@ -99,6 +101,30 @@ def helm_extra_path(helm_python) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def helm_together_path(helm_python) -> Path:
+    folder = ENGINES / f"helm-{VERSION}-together"
+    ok = folder / ".ok"
+    want = "\n".join(TOGETHER_PACKAGES)
+    if not ok.is_file() or ok.read_text() != want:
+        shutil.rmtree(folder, ignore_errors=True)
+        done = subprocess.run([str(helm_python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                               "--target", str(folder), *TOGETHER_PACKAGES], capture_output=True, text=True,
+                              timeout=1800)
+        if done.returncode != 0:
+            pytest.skip(f"cannot install {TOGETHER_PACKAGES} for crfm-helm {VERSION} in {folder} (offline?): "
+                        f"{(done.stderr.strip().splitlines() or [''])[-1][:200]}")
+        ok.write_text(want)
+    return folder
+
+
+def together_models(ids) -> list[dict]:
+    """Together's GET /v1/models: every model with its config's default stop tokens (HELM's TogetherChatClient
+    adds them to every request's stop), a different pair per model."""
+    return [{"id": m, "object": "model", "type": "chat", "pricing": {"input": 0, "output": 0},
+             "config": {"stop": [f"<|stop-{i}|>", "</s>"], "chat_template": None}} for i, m in enumerate(ids)]
+
+
 def reply_for(path: str, body) -> object:
     """A minimal valid answer in each API's shape (so no SDK retries)."""
     chat = {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
@@ -126,6 +152,10 @@ def reply_for(path: str, body) -> object:
                           "output_tokens_details": {"reasoning_tokens": 0}}}
     if path.endswith("/v1/messages"):
         return anthropic
+    if path.endswith("/api/inference"):  # HELM's TogetherClient: Together's inference API
+        return {"status": "finished", "output": {"choices": [{"text": "Yes", "finish_reason": "stop"}],
+                                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1,
+                                                           "total_tokens": 2}}}
     if ":generateContent" in path:
         return gemini
     if path.endswith(":predict"):
@@ -149,6 +179,7 @@ class Capture:
     def __init__(self) -> None:
         self.seen: dict[str, list[dict]] = {}
         self.current = ""
+        self.models: list[dict] = []  # GET .../models: Together's model list
         capture = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -159,7 +190,7 @@ class Capture:
 
             def do_GET(self):  # vertexai's from_pretrained reads the publisher model (a text model's schema)
                 name = self.path.split("?")[0].split("/v1/", 1)[-1].split("/v1beta1/", 1)[-1]
-                data = json.dumps({"name": name, "versionId": "001", "launchStage": "GA",
+                data = json.dumps(capture.models).encode() if self.path.endswith("/v1/models") else json.dumps({"name": name, "versionId": "001", "launchStage": "GA",
                                    "publisherModelTemplate": "projects/{user-project}/locations/{location}/" + name,
                                    "predictSchemata": {"instanceSchemaUri": TEXT_SCHEMA}}).encode()
                 self.send_response(200)
@@ -212,8 +243,8 @@ def view(seen: list[dict]) -> list[dict]:
     return [{"path": s["path"], "body": s["body"], "auth": auth_view(s["headers"])} for s in seen]
 
 
-def test_every_supported_upstream_entry_sends_what_helms_own_client_sends(helm_python, helm_extra_path, tmp_path,
-                                                                        monkeypatch):
+def test_every_supported_upstream_entry_sends_what_helms_own_client_sends(helm_python, helm_extra_path,
+                                                                        helm_together_path, tmp_path, monkeypatch):
     from tests.helm_releases import release
 
     config = release(VERSION) / "helm/config/model_deployments.yaml"
@@ -221,14 +252,18 @@ def test_every_supported_upstream_entry_sends_what_helms_own_client_sends(helm_p
     classes = {n: e["client_spec"]["class_name"].rsplit(".", 1)[-1] for n, e in entries.items()}
     names = sorted(n for n, c in classes.items() if c in helm_env.CLIENT_CLASSES and c not in NOT_COMPARED)
     capture = Capture()
+    capture.models = together_models(sorted({helm_env.served_model(classes[n], entries[n]["client_spec"].get("args")
+                                                                   or {}, entries[n]["model_name"]) or ""
+                                             for n in names if classes[n] == "TogetherChatClient"}))
     try:
         hosts = sorted({n.split("/")[0] for n in names})
         credentials = {f"{h}ApiKey": f"key-{h}" for h in hosts}
         for h in hosts:
             credentials[f"{h}BaseUrl"] = capture.url + "/v1"
             credentials[f"{h}Endpoint"] = capture.url
+        credentials["openrouterBaseUrl"] = capture.url + "/api/v1"  # HELM's built-in address, its path kept
         env = {"ANTHROPIC_BASE_URL": capture.url, "GOOGLE_GEMINI_BASE_URL": capture.url,
-               "MISTRAL_BASE_URL": capture.url + "/v1",
+               "MISTRAL_BASE_URL": capture.url + "/v1", "TOGETHER_BASE_URL": capture.url + "/v1",
                "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": capture.url, "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
                "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "AWS_DEFAULT_REGION": "us-east-1",
                "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
@@ -240,7 +275,7 @@ def test_every_supported_upstream_entry_sends_what_helms_own_client_sends(helm_p
         spec = tmp_path / "spec.json"
         spec.write_text(json.dumps({"credentials": credentials, "deployments": names, "prompt": PROMPT,
                                     "max_tokens": 5, "capture": capture.url,
-                                    "extra_path": [str(helm_extra_path)]}))
+                                    "extra_path": [str(helm_extra_path), str(helm_together_path)]}))
         done = subprocess.run([str(helm_python), str(HARNESS), str(spec)], capture_output=True, text=True,
                               timeout=1800, cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         assert done.returncode == 0, done.stderr[-3000:]
@@ -296,8 +331,8 @@ def test_every_supported_upstream_entry_sends_what_helms_own_client_sends(helm_p
         in_file = [n for n in names if classes[n] == cls]
         if in_file:
             assert any(n in differ for n in in_file), f"{cls} now matches HELM: remove it from KNOWN"
-    assert len(same) >= 145, (len(same), report)  # 0.5.16: 151 of 158 identical (21 MistralAIClient; 3 without
-    # HELM's stream), 5 known, 2 neither sends
+    assert len(same) >= 250, (len(same), report)  # 0.5.16: 254 of 261 identical (21 MistralAIClient, 54
+    # TogetherClient, 48 TogetherChatClient, 1 OpenRouterClient; 3 without HELM's stream), 5 known, 2 neither sends
 
 
 def vertex_view(seen: list[dict]) -> list[dict]:
