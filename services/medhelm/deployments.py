@@ -279,6 +279,7 @@ _REASONING_OPTIONS: dict[str, tuple[str, Any]] = {
     "thinking_config": ("a mapping (HELM's google-genai ThinkingConfig)", lambda v: isinstance(v, Mapping)),
     "bedrock_invoke": ("llama, mistral or titan", lambda v: v in ("llama", "mistral", "titan")),
     "vision_language": ("true or false", lambda v: isinstance(v, bool)),
+    "stream": ("true or false", lambda v: isinstance(v, bool)),
 }
 
 

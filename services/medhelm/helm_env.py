@@ -57,7 +57,8 @@ from medhelm.schemas import Finite, LongText, Strict, Text, check
 
 GATEWAY_HEADER = "Ocp-Apim-Subscription-Key"  # Azure API Management's subscription key (SHC's gateway)
 
-# args HELM's client constructors take that change nothing on the wire here (caching, streaming, tokenizers,
+# args HELM's client constructors take that change nothing on the wire here (caching, streaming but for
+# AnthropicMessagesClient's, read in translate(); tokenizers,
 # logprobs we never ask for, a thinking parser whose effect every kind applies: a leading <think> block is cut)
 _IGNORED_ARGS = frozenset({"do_cache", "stream", "tokenizer", "tokenizer_name", "cache_config", "http_client",
                            "disable_logprobs", "parse_thinking"})
@@ -478,6 +479,8 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
             options.setdefault("thinking_config", dict(thinking))
     if helm.platform:
         options.setdefault("platform", helm.platform)
+    if args.get("stream") is True and helm.kind == "anthropic" and helm.platform == "direct":
+        options.setdefault("stream", True)  # HELM's client calls messages.stream: Anthropic's event stream
     if args.get("reasoning_effort") is not None:
         options.setdefault("reasoning_effort", str(args["reasoning_effort"]))
     for arg in ("thinking_budget_tokens", "thinking_budget"):
