@@ -17,7 +17,7 @@ used; the ``google`` extra). The tests drive our fake token endpoint with google
 JWT with google-auth's verifier, so both speak the same protocol.
 
 A token is reused until ``refresh_margin_s`` before its ``expires_in`` ends, then fetched once for all waiting
-requests; a 401 from the model drops it (``invalidate``). Failure semantics: an unreadable or malformed file
+requests; a 401 from the model drops it (``invalidate``): ``oauth_token.TokenCache``. Failure semantics: an unreadable or malformed file
 is a ``ConfigError`` naming the file and the field (never a value); a refused or unreachable token endpoint is
 an ``InferenceError`` naming the endpoint, the HTTP status and OAuth's ``error`` code, never the key, the
 assertion or a token (retryable for 429/5xx/unreachable).
@@ -25,18 +25,17 @@ assertion or a token (retryable for 429/5xx/unreachable).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from medhelm.errors import ConfigError, InferenceError
+from medhelm.errors import ConfigError
+from medhelm.inference.oauth_token import TokenCache, request_token
 from medhelm.scrub import register
 
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
@@ -58,21 +57,18 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
-class GoogleToken:
+class GoogleToken(TokenCache):
     """Access tokens for one key file; ``headers()`` gives ``Authorization: Bearer <token>``."""
 
     def __init__(self, name: str, path: str, *, scope: str = SCOPE, refresh_margin_s: float = 300.0,
                  clock: Callable[[], float] = time.time, timeout_s: float = 30.0) -> None:
-        self._name, self._path, self._scope = name, path, scope
-        self._margin, self._clock, self._timeout = refresh_margin_s, clock, timeout_s
+        self._name, self._path, self._scope, self._timeout = name, path, scope, timeout_s
         info = self._read()
         self.kind: str = info["type"]
         self._info = info
         self.token_uri = str(info.get("token_uri") or TOKEN_URI)
         self._key = self._private_key() if self.kind == "service_account" else None
-        self._token: str | None = None
-        self._expires_at = 0.0
-        self._lock: asyncio.Lock | None = None
+        super().__init__(self.fetch, refresh_margin_s=refresh_margin_s, clock=clock)
         self.fetches = 0
 
     def __repr__(self) -> str:  # never the key or a token
@@ -135,19 +131,6 @@ class GoogleToken:
         signature = self._key.sign(signing_input.encode("ascii"), padding.PKCS1v15(), hashes.SHA256())
         return f"{signing_input}.{_b64(signature)}"
 
-    def invalidate(self) -> None:
-        self._token, self._expires_at = None, 0.0
-
-    async def headers(self) -> dict[str, str]:
-        if self._token is None or self._clock() >= self._expires_at - self._margin:
-            if self._lock is None:
-                self._lock = asyncio.Lock()
-            async with self._lock:
-                if self._token is None or self._clock() >= self._expires_at - self._margin:
-                    token, lifetime = await asyncio.to_thread(self.fetch)
-                    self._token, self._expires_at = token, self._clock() + lifetime
-        return {"Authorization": f"Bearer {self._token}"}
-
     def fetch(self) -> tuple[str, float]:
         """One token request: (access token, seconds it stays valid)."""
         self.fetches += 1
@@ -158,25 +141,8 @@ class GoogleToken:
             form = {"grant_type": "refresh_token", **{k: self._info[k] for k in _FIELDS["authorized_user"]}}
         request = urllib.request.Request(self.token_uri, data=urllib.parse.urlencode(form).encode("ascii"),
                                          headers={"Content-Type": "application/x-www-form-urlencoded"})
-        what = f"deployment '{self._name}': Google token request to {self.token_uri}"
-        try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as reply:
-                data = json.loads(reply.read())
-        except urllib.error.HTTPError as err:
-            try:
-                body = json.loads(err.read() or b"{}")
-            except ValueError:
-                body = {}
-            code = body.get("error") if isinstance(body, dict) else None
-            raise InferenceError(f"{what}: HTTP {err.code}" + (f": {str(code)[:80]}" if isinstance(code, str) else ""),
-                                 retryable=err.code == 429 or err.code >= 500, status=err.code) from None
-        except (urllib.error.URLError, OSError, ValueError) as err:
-            reason = getattr(err, "reason", None) or type(err).__name__
-            raise InferenceError(f"{what}: failed ({reason})", retryable=True) from None
-        token = data.get("access_token") if isinstance(data, dict) else None
-        if not isinstance(token, str) or not token:
-            raise InferenceError(f"{what}: the reply has no access_token", retryable=True)
-        register(token, slot=f"google:token:{self._name}")
+        token, data = request_token(request, f"deployment '{self._name}': Google token request to {self.token_uri}",
+                                    slot=f"google:token:{self._name}", timeout_s=self._timeout)
         try:
             lifetime = max(float(data.get("expires_in", LIFETIME_S)), 0.0)
         except (TypeError, ValueError):
