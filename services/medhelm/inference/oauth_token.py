@@ -54,8 +54,10 @@ class TokenCache:
 
 def request_token(request: urllib.request.Request, what: str, *, slot: str, timeout_s: float,
                   opener: urllib.request.OpenerDirector | None = None,
-                  describe: Callable[[dict[str, Any]], str] | None = None) -> tuple[str, dict[str, Any]]:
-    """Send one token request -> (the access token, the reply's JSON object)."""
+                  describe: Callable[[dict[str, Any]], str] | None = None,
+                  token_field: str = "access_token") -> tuple[str, dict[str, Any]]:
+    """Send one token request -> (the access token, the reply's JSON object). ``token_field``: where the reply
+    holds the token (Google's IAM Credentials API: ``accessToken``)."""
     try:
         with (opener.open(request, timeout=timeout_s) if opener is not None
               else urllib.request.urlopen(request, timeout=timeout_s)) as reply:
@@ -67,14 +69,16 @@ def request_token(request: urllib.request.Request, what: str, *, slot: str, time
             body = {}
         body = body if isinstance(body, dict) else {}
         code = body.get("error")
+        if isinstance(code, dict):  # Google's API error: {"error": {"code", "message", "status"}}
+            code = code.get("status")
         detail = (describe(body) if describe is not None else str(code)[:80]) if isinstance(code, str) else ""
         raise InferenceError(f"{what}: HTTP {err.code}" + (f": {detail}" if detail else ""),
                              retryable=err.code == 429 or err.code >= 500, status=err.code) from None
     except (urllib.error.URLError, OSError, ValueError) as err:
         reason = getattr(err, "reason", None) or type(err).__name__
         raise InferenceError(f"{what}: failed ({reason})", retryable=True) from None
-    token = data.get("access_token") if isinstance(data, dict) else None
+    token = data.get(token_field) if isinstance(data, dict) else None
     if not isinstance(token, str) or not token:
-        raise InferenceError(f"{what}: the reply has no access_token", retryable=True)
+        raise InferenceError(f"{what}: the reply has no {token_field}", retryable=True)
     register(token, slot=slot)
     return token, data
