@@ -45,10 +45,11 @@ class FakeGoogleSTS(FakeServer):
     def __init__(self, *args: Any, subject_token: str = "eyJhbGciOiJSUzI1NiJ9.subject.signature",
                  audience: str = AUDIENCE, client: tuple[str, str] | None = None,
                  service_account: str = "medhelm-eval@hospital-proj.iam.gserviceaccount.com",
-                 lifetime_s: int = 3600, **kwargs: Any) -> None:
+                 lifetime_s: int = 3600, access_token: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.subject_token, self.audience, self.client = subject_token, audience, client
         self.service_account, self.lifetime_s = service_account, lifetime_s
+        self.access_token = access_token  # the service account's token when given (a model fake requires it)
         self.sts_tokens: list[str] = []
         self.impersonated: list[str] = []
         self.exchanges: list[dict[str, Any]] = []  # {"form", "headers"}
@@ -129,7 +130,7 @@ class FakeGoogleSTS(FakeServer):
             return _json(400, {"error": {"code": 400, "message": "Invalid scope or lifetime",
                                          "status": "INVALID_ARGUMENT"}})
         seconds = int(float(lifetime[:-1]))
-        token = "ya29.impersonated-" + secrets.token_urlsafe(12)
+        token = self.access_token or "ya29.impersonated-" + secrets.token_urlsafe(12)
         self.impersonated.append(token)
         expire = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + seconds))
         return _json(200, {"accessToken": token, "expireTime": expire})
