@@ -12,14 +12,16 @@ import asyncio
 import json
 
 import pytest
+import yaml
 
+from medhelm.deployments import DeploymentRegistry
 from medhelm.devtools.fake_providers import FakeGemini
 from medhelm.devtools.fakes.google_sts import AUDIENCE, FakeGoogleSTS
 from medhelm.errors import ConfigError, InferenceError
-from medhelm.inference import make_client
+from medhelm.inference import ClientPool, RetryPolicy
 from medhelm.inference.google_adc import SCOPE, GoogleToken
 from medhelm.scrub import scrub
-from medhelm.specs import Deployment, GenerationRequest, Message
+from medhelm.specs import GenerationRequest, Message
 
 JWT_TYPE = "urn:ietf:params:oauth:token-type:jwt"
 CLIENT = ("hospital-client-id", "hospital-client-secret")
@@ -131,26 +133,32 @@ def test_a_source_medhelm_does_not_read_is_one_line_naming_the_file_and_field(tm
     assert f"'{field}'" in text and "wif.json" in text and "\n" not in text
 
 
-def test_a_vertex_deployment_runs_on_a_federated_identity(tmp_path, monkeypatch):
-    """GOOGLE_APPLICATION_CREDENTIALS naming an external_account file (a Kubernetes service account's projected
-    token, impersonating the evaluation's service account): the Gemini fake on Vertex gets that account's token,
-    fetched once for both requests."""
+def test_a_helm_vertex_entry_runs_on_a_federated_identity(tmp_path, monkeypatch):
+    """HELM's VertexAIChatClient entry with GOOGLE_APPLICATION_CREDENTIALS naming an external_account file (a
+    Kubernetes service account's projected token, impersonating the evaluation's service account): the Gemini
+    fake on Vertex gets that account's token, one exchange for every request of the run."""
+    entry = {"name": "google/gemini-2.0-flash-001", "model_name": "google/gemini-2.0-flash-001",
+             "client_spec": {"class_name": "helm.clients.vertexai_client.VertexAIChatClient"}}
+    (tmp_path / "model_deployments.yaml").write_text(yaml.safe_dump({"model_deployments": [entry]}))
+    (tmp_path / "credentials.conf").write_text('googleProjectId: "hospital-proj"\ngoogleLocation: "us-central1"\n')
+    monkeypatch.delenv("HELM_CREDENTIALS", raising=False)
     with FakeGoogleSTS(access_token="ya29.federated-eval") as sts, \
             FakeGemini(platform="vertex", bearer="ya29.federated-eval") as gemini:
         (tmp_path / "subject").write_text(sts.subject_token)
         monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(
             _file(tmp_path, sts, source={"file": str(tmp_path / "subject")}, impersonate=True)))
-        dep = Deployment(name="google/gemini-vertex", model_name="google/gemini-2.0-flash-001", kind="gemini",
-                         base_url=gemini.base_url, served_model_name="gemini-2.0-flash-001",
-                         options={"platform": "vertex", "project": "hospital-proj", "region": "us-central1"})
+        monkeypatch.setenv("GOOGLE_VERTEX_BASE_URL", gemini.base_url)
+        pool = ClientPool(retry=RetryPolicy(max_attempts=1))
+        client = pool.get(DeploymentRegistry.load(tmp_path).get(entry["name"]))
+        questions = ("Is aspirin an NSAID? yes or no", "Is ibuprofen an NSAID? yes or no")
 
-        async def go():
-            client = make_client(dep)
+        async def run():
             try:
-                return [await client.generate(GenerationRequest((Message("user", q),), max_tokens=8))
-                        for q in ("Is aspirin an NSAID?", "Again?")]
+                return await asyncio.gather(*(client.generate(GenerationRequest((Message("user", q),), max_tokens=8))
+                                              for q in questions))
             finally:
-                await client.aclose()
+                await pool.aclose()
 
-        assert all(c.text for c in asyncio.run(go()))
-        assert len(gemini.requests) == 2 and len(sts.exchanges) == 1 and len(sts.impersonations) == 1
+        answers = asyncio.run(run())
+    assert all(a.text in ("Yes", "No") for a in answers)
+    assert len(gemini.requests) == 2 and len(sts.exchanges) == 1 and len(sts.impersonations) == 1

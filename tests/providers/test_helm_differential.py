@@ -84,37 +84,30 @@ def helm_python() -> Path:
     return python
 
 
-@pytest.fixture(scope="session")
-def helm_extra_path(helm_python) -> Path:
-    folder = ENGINES / f"helm-{VERSION}-extras"
+def _installed_beside(helm_python: Path, name: str, packages: tuple[str, ...]) -> Path:
+    """``packages`` in a folder of their own beside the venv (pip --target), installed once per list."""
+    folder = ENGINES / f"helm-{VERSION}-{name}"
     ok = folder / ".ok"
-    want = "\n".join(EXTRA_PACKAGES)
+    want = "\n".join(packages)
     if not ok.is_file() or ok.read_text() != want:
         shutil.rmtree(folder, ignore_errors=True)
         done = subprocess.run([str(helm_python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                               "--target", str(folder), *EXTRA_PACKAGES], capture_output=True, text=True, timeout=1800)
+                               "--target", str(folder), *packages], capture_output=True, text=True, timeout=1800)
         if done.returncode != 0:
-            pytest.skip(f"cannot install {EXTRA_PACKAGES} for crfm-helm {VERSION} in {folder} (offline?): "
+            pytest.skip(f"cannot install {packages} for crfm-helm {VERSION} in {folder} (offline?): "
                         f"{(done.stderr.strip().splitlines() or [''])[-1][:200]}")
         ok.write_text(want)
     return folder
+
+
+@pytest.fixture(scope="session")
+def helm_extra_path(helm_python) -> Path:
+    return _installed_beside(helm_python, "extras", EXTRA_PACKAGES)
 
 
 @pytest.fixture(scope="session")
 def helm_together_path(helm_python) -> Path:
-    folder = ENGINES / f"helm-{VERSION}-together"
-    ok = folder / ".ok"
-    want = "\n".join(TOGETHER_PACKAGES)
-    if not ok.is_file() or ok.read_text() != want:
-        shutil.rmtree(folder, ignore_errors=True)
-        done = subprocess.run([str(helm_python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                               "--target", str(folder), *TOGETHER_PACKAGES], capture_output=True, text=True,
-                              timeout=1800)
-        if done.returncode != 0:
-            pytest.skip(f"cannot install {TOGETHER_PACKAGES} for crfm-helm {VERSION} in {folder} (offline?): "
-                        f"{(done.stderr.strip().splitlines() or [''])[-1][:200]}")
-        ok.write_text(want)
-    return folder
+    return _installed_beside(helm_python, "together", TOGETHER_PACKAGES)
 
 
 def together_models(ids) -> list[dict]:

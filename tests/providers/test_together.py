@@ -64,7 +64,10 @@ class Together:
         self.url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
-    def close(self):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -88,12 +91,9 @@ async def _ask(dep, times=1):
 
 
 def test_the_model_list_is_read_once_and_its_stops_are_sent(tmp_path, monkeypatch):
-    server = Together([{"id": "META-LLAMA/llama-3-8b-chat-hf", "object": "model",
-                        "config": {"stop": ["<|eot_id|>"]}}], {})
-    try:
+    with Together([{"id": "META-LLAMA/llama-3-8b-chat-hf", "object": "model",
+                    "config": {"stop": ["<|eot_id|>"]}}], {}) as server:
         answers = asyncio.run(_ask(_deployment(tmp_path, monkeypatch, server.url, CHAT), times=2))
-    finally:
-        server.close()
     assert [a.text for a in answers] == ["Yes", "Yes"]
     assert server.gets == ["/v1/models"]
     assert [p for p, _ in server.posts] == ["/v1/chat/completions"] * 2
@@ -104,30 +104,21 @@ def test_the_model_list_is_read_once_and_its_stops_are_sent(tmp_path, monkeypatc
 @pytest.mark.parametrize("models", [[{"id": "other/model", "object": "model", "config": {"stop": ["</s>"]}}],
                                     [{"id": "meta-llama/Llama-3-8b-chat-hf", "object": "model"}]])
 def test_a_model_the_list_gives_no_stops_for_is_refused_before_sending(tmp_path, monkeypatch, models):
-    server = Together(models, {})
-    try:
-        with pytest.raises(InferenceError) as err:
-            asyncio.run(_ask(_deployment(tmp_path, monkeypatch, server.url, CHAT)))
-    finally:
-        server.close()
+    with Together(models, {}) as server, pytest.raises(InferenceError) as err:
+        asyncio.run(_ask(_deployment(tmp_path, monkeypatch, server.url, CHAT)))
     assert not err.value.retryable and "meta-llama/Llama-3-8b-chat-hf" in str(err.value)
     assert "together/llama-3-8b-chat" in str(err.value) and not server.posts
 
 
 def test_the_inference_api_and_its_refusal(tmp_path, monkeypatch):
-    ok = Together([], {"status": "finished", "output": {"choices": [{"text": " Yes", "finish_reason": "length"}],
-                                                        "usage": {"prompt_tokens": 20, "completion_tokens": 1}}})
-    try:
+    answered = {"status": "finished", "output": {"choices": [{"text": " Yes", "finish_reason": "length"}],
+                                                 "usage": {"prompt_tokens": 20, "completion_tokens": 1}}}
+    with Together([], answered) as ok:
         [answer] = asyncio.run(_ask(_deployment(tmp_path, monkeypatch, ok.url, LEGACY)))
-    finally:
-        ok.close()
     assert (answer.text, answer.finish_reason, answer.usage.prompt_tokens) == (" Yes", "length", 20)
     assert ok.posts[0][0] == "/api/inference" and ok.posts[0][1]["stop"] == ["</s>"]  # HELM's EOS stop for alpaca
-    refused = Together([], {"output": {"error": f"input too long: {PROMPT}"}})
-    try:
-        with pytest.raises(InferenceError) as err:
-            asyncio.run(_ask(_deployment(tmp_path, monkeypatch, refused.url, LEGACY)))
-    finally:
-        refused.close()
+    with Together([], {"output": {"error": f"input too long: {PROMPT}"}}) as refused, \
+            pytest.raises(InferenceError) as err:
+        asyncio.run(_ask(_deployment(tmp_path, monkeypatch, refused.url, LEGACY)))
     assert not err.value.retryable and "Together refused the request" in str(err.value)
     assert "Jane Roe" not in str(err.value)
