@@ -5,7 +5,7 @@ import here): the differential test (tests/providers/test_helm_differential.py) 
 what medhelm sends for the same entries.
 
 Usage: python helm_requests.py <spec.json>   spec: {"credentials": {...}, "deployments": [names], "prompt": str,
-"max_tokens": int, "capture": url, "extra_path": [dirs]}; prints one JSON line per deployment: {"name", "ok",
+"max_tokens": int, "capture": url, "extra_path": [dirs], "prod_env": dir (optional)}; prints one JSON line per deployment: {"name", "ok",
 "error"}. ``extra_path``: folders appended to sys.path (SDKs HELM's extras pin that the venv lacks; appended, so
 the venv's own packages win). The mistralai SDK has no setting for its server (HELM's MistralAIClient passes
 none): its one server's address is pointed at the capture server, as DNS would. With ``vertex_token``, HELM's
@@ -54,6 +54,10 @@ def main(spec_path: str) -> int:
     except Exception:  # noqa: BLE001 - without the together SDK HELM's Together clients fail as they would
         pass
     register_builtin_configs_from_helm_package()
+    if spec.get("prod_env"):  # a prod_env folder's own model_deployments.yaml, as helm-run --local-path reads it
+        from helm.benchmark.config_registry import register_configs_from_directory
+
+        register_configs_from_directory(spec["prod_env"])
     auto = AutoClient(spec["credentials"], tempfile.mkdtemp(), BlackHoleCacheBackendConfig())
     auto._auto_tokenizer._get_tokenizer = lambda *a, **k: None  # no tokenizer downloads: requests only
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -124,7 +124,8 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
                                   base_url="https://openrouter.ai/api/v1", model="full", shape="helm"),
     "HuggingFaceInferenceProvidersClient": HelmClass("openai", frozenset({"api_key", "base_url",
                                                                           "huggingface_model_name"}),
-                                                     base_url="https://router.huggingface.co/v1", model="full"),
+                                                     base_url="https://router.huggingface.co/v1", model="full",
+                                                     shape="helm_hf"),
     # Azure OpenAI
     "AzureOpenAIClient": HelmClass("azure_openai", frozenset({"api_key", "endpoint", "deployment", "api_version",
                                                               "base_url", "azure_openai_deployment_name",

@@ -413,3 +413,73 @@ def test_vertex_entries_send_what_helms_vertexai_clients_send(helm_python, helm_
                for n in blocked_none)  # HELM's BLOCK_NONE for every category, matched above
     assert all("safetySettings" not in helm_seen[n][0]["body"] for n, p in presets.items() if p == "default")
     assert len(names) >= 30  # 0.5.16: 26 VertexAIChatClient, 9 VertexAITextClient
+
+
+# huggingface_hub within what HELM's core pins through transformers (<1.0): the InferenceClient of HELM's
+# HuggingFaceInferenceProvidersClient
+HF_PACKAGES = ("huggingface_hub==0.36.2",)
+
+
+@pytest.fixture(scope="session")
+def helm_hf_path(helm_python) -> Path:
+    return _installed_beside(helm_python, "huggingface", HF_PACKAGES)
+
+
+def test_hugging_face_router_entries_send_what_helms_client_sends(helm_python, helm_hf_path, tmp_path, monkeypatch):
+    """HELM's HuggingFaceInferenceProvidersClient (no release's packaged file has an entry: a hospital writes its
+    own) through the huggingface_hub InferenceClient, pointed at the capture server as HELM lets it be: the
+    class's base_url from <host>BaseUrl (a .../v1 address) or args (a server's root: the SDK adds /v1)."""
+    capture = Capture()
+    try:
+        entries = [
+            {"name": "hfrouter/llama-3.1-8b-instruct", "model_name": "meta-llama/llama-3.1-8b-instruct",
+             "tokenizer_name": "meta-llama/Llama-3.1-8B-Instruct", "max_sequence_length": 128000,
+             "client_spec": {"class_name": "helm.clients.huggingface_inference_providers_client."
+                                           "HuggingFaceInferenceProvidersClient",
+                             "args": {"huggingface_model_name": "meta-llama/Llama-3.1-8B-Instruct:cerebras"}}},
+            {"name": "hospital-tgi/qwen2.5-7b-instruct", "model_name": "qwen/qwen2.5-7b-instruct",
+             "tokenizer_name": "qwen/qwen2.5-7b-instruct", "max_sequence_length": 32768,
+             "client_spec": {"class_name": "helm.clients.huggingface_inference_providers_client."
+                                           "HuggingFaceInferenceProvidersClient",
+                             "args": {"base_url": capture.url}}},
+        ]
+        names = [e["name"] for e in entries]
+        prod = tmp_path / "prod_env"
+        prod.mkdir()
+        (prod / "model_deployments.yaml").write_text(yaml.safe_dump({"model_deployments": entries}))
+        credentials = {"hfrouterApiKey": "hf_router_key", "hfrouterBaseUrl": capture.url + "/v1",
+                       "hospital-tgiApiKey": "hf_tgi_key"}
+        (prod / "credentials.conf").write_text("".join(f'{k}: "{v}"\n' for k, v in credentials.items()))
+        monkeypatch.delenv("HELM_CREDENTIALS", raising=False)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        spec = tmp_path / "spec.json"
+        spec.write_text(json.dumps({"credentials": credentials, "deployments": names, "prompt": PROMPT,
+                                    "max_tokens": 5, "capture": capture.url, "prod_env": str(prod),
+                                    "extra_path": [str(helm_hf_path)]}))
+        # huggingface_hub's offline mode refuses every URL, the capture server's too: left unset here (the
+        # base_url set, the client asks the Hub for nothing; no tokenizer is loaded)
+        env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+        done = subprocess.run([str(helm_python), str(HARNESS), str(spec)], capture_output=True, text=True,
+                              timeout=1800, cwd=tmp_path, env={**env, "HF_HUB_DISABLE_TELEMETRY": "1"})
+        assert done.returncode == 0, done.stderr[-3000:]
+        helm_seen = {n: view(capture.seen.pop(n, [])) for n in names}
+
+        registry = DeploymentRegistry.load(prod)
+        request = GenerationRequest((Message("user", PROMPT),), max_tokens=5, temperature=0.0)
+
+        async def ours(name):
+            client = make_client(registry.get(name))
+            try:
+                await client.generate(request)
+            finally:
+                await client.aclose()
+
+        for name in names:
+            capture.current = name
+            asyncio.run(ours(name))
+        our_seen = {n: view(capture.seen.pop(n, [])) for n in names}
+    finally:
+        capture.close()
+    assert all(helm_seen[n] for n in names), done.stdout[-2000:]
+    differ = {n: (helm_seen[n][:1], our_seen[n][:1]) for n in names if helm_seen[n][:1] != our_seen[n][:1]}
+    assert not differ, json.dumps(differ, indent=1, default=str)[:6000]

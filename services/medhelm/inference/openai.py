@@ -25,6 +25,10 @@ Deployment ``options`` understood here:
   o-series rules (``max_completion_tokens``, no sampling fields, no ``stop: null``);
 * ``request_shape: helm_together`` — HELM's ``TogetherChatClient``'s body with the model's default stop tokens
   from Together's model list (``together.py``; ``together_logprobs`` 0 for HELM's ``disable_logprobs``);
+* ``request_shape: helm_hf`` — HELM's ``HuggingFaceInferenceProvidersClient``'s body as huggingface_hub's
+  ``InferenceClient.chat_completion`` sends it (``frequency_penalty``/``presence_penalty`` 0, ``logprobs``
+  false, ``n`` 1, ``stop`` a list, ``top_p`` 1, ``stream`` false), at the URL that client builds from the base
+  URL (``.../v1`` + ``/chat/completions``; a root or another path + ``/v1/chat/completions``);
 * ``extra_body`` — a mapping of server-specific fields added to every request body (fields we set win), part
   of the cache key: vLLM's ``structured_outputs`` or ``chat_template_kwargs`` (Qwen3's ``enable_thinking``).
 
@@ -49,6 +53,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -82,6 +87,9 @@ class OpenAIClient:
                               "or together")
         self._url = (together.inference_url(deployment.base_url) if self._together
                      else deployment.base_url.rstrip("/") + route[api])
+        self._hf = options.get("request_shape") == "helm_hf" and self._chat
+        if self._hf:
+            self._url = hf_chat_url(deployment.base_url)
         self._model = deployment.served_model_name or deployment.model_name
         self._body_head = '{"model":' + json.dumps(self._model, ensure_ascii=False) + ',"messages":'
         self._thinking = int(options.get("thinking_budget") or 0)
@@ -89,10 +97,10 @@ class OpenAIClient:
         self._sampling = options.get("sampling", True) is not False
         self._effort = options.get("reasoning_effort")
         shape = options.get("request_shape", "medhelm")
-        if shape not in ("medhelm", "helm", "helm_together") or (shape == "helm" and self._responses) or (
-                shape == "helm_together" and not self._chat):
+        if shape not in ("medhelm", "helm", "helm_together", "helm_hf") or (shape == "helm" and self._responses) or (
+                shape in ("helm_together", "helm_hf") and not self._chat):
             raise ConfigError(f"deployment '{deployment.name}': options.request_shape must be medhelm, helm (the "
-                              "chat and completions routes) or helm_together (the chat route)")
+                              "chat and completions routes), helm_together or helm_hf (the chat route)")
         self._helm = shape == "helm"
         # HELM's TogetherChatClient: the model's default stop tokens, read once from Together's model list
         self._together_chat = shape == "helm_together"
@@ -117,6 +125,10 @@ class OpenAIClient:
         """The JSON body sent for ``request`` (public so tests and dry runs can inspect it)."""
         if self._together or self._together_chat:
             return self._together_payload(request)
+        if self._hf:  # HELM's _make_raw_request, as huggingface_hub sends it (None fields dropped)
+            return {"model": self._model, "frequency_penalty": 0, "logprobs": False, "max_tokens": request.max_tokens,
+                    "n": 1, "presence_penalty": 0, "stop": list(request.stop), "temperature": request.temperature,
+                    "top_p": 1, "stream": False, "messages": [{"role": "user", "content": joined_prompt(request)}]}
         if self._responses:
             body = self._responses_payload(request)
         else:
@@ -208,7 +220,7 @@ class OpenAIClient:
 
     def body(self, request: GenerationRequest) -> bytes:
         """``payload(request)`` as the bytes sent, the messages' JSON reused from the cache key."""
-        if (self._helm or self._responses or self._together or self._together_chat or request.json_schema is not None or request.top_logprobs or not self._chat or self._thinking
+        if (self._helm or self._hf or self._responses or self._together or self._together_chat or request.json_schema is not None or request.top_logprobs or not self._chat or self._thinking
                 or self._extra
                 or self._effort is not None or not self._sampling or self._max_key != "max_tokens"):
             return json.dumps(self.payload(request), ensure_ascii=False).encode("utf-8")
@@ -359,6 +371,16 @@ def _parse_responses(response: HttpReply, latency: float, where: str) -> Complet
 
 
 _REASONING_MODEL = re.compile(r"^(?:o\d+|gpt-5)")
+
+
+def hf_chat_url(base_url: str) -> str:
+    """huggingface_hub's chat URL for a base URL (``_build_chat_completion_url``): kept when it ends in
+    ``/chat/completions``, ``/chat/completions`` after ``/v1``, else ``/v1/chat/completions`` after the path."""
+    parts = urllib.parse.urlsplit(base_url)
+    path = parts.path.rstrip("/")
+    if not path.endswith("/chat/completions"):
+        path += "/chat/completions" if path.endswith("/v1") else "/v1/chat/completions"
+    return urllib.parse.urlunsplit(parts._replace(path=path))
 
 
 def engine_of(model_name: str) -> str:
