@@ -239,6 +239,24 @@ def view(seen: list[dict]) -> list[dict]:
     return [{"path": s["path"], "body": s["body"], "auth": auth_view(s["headers"])} for s in seen]
 
 
+def send_ours(capture: Capture, registry: DeploymentRegistry, names, skip=frozenset()) -> dict[str, list[dict]]:
+    """medhelm's request for each named deployment (but ``skip``), as the capture server filed it."""
+    request = GenerationRequest((Message("user", PROMPT),), max_tokens=5, temperature=0.0)
+
+    async def ours(name):
+        client = make_client(registry.get(name))
+        try:
+            await client.generate(request)
+        finally:
+            await client.aclose()
+
+    for name in names:
+        if name not in skip:
+            capture.current = name
+            asyncio.run(ours(name))
+    return {n: view(capture.seen.pop(n, [])) for n in names}
+
+
 def test_every_supported_upstream_entry_sends_what_helms_own_client_sends(helm_python, helm_extra_path,
                                                                         helm_together_path, tmp_path, monkeypatch):
     from tests.helm_releases import release
@@ -283,21 +301,8 @@ def test_every_supported_upstream_entry_sends_what_helms_own_client_sends(helm_p
         shutil.copy(config.with_name("model_metadata.yaml"), prod / "model_metadata.yaml")  # HELM's is_vlm tags
         (prod / "credentials.conf").write_text("".join(f'{k}: "{v}"\n' for k, v in credentials.items()))
         registry = DeploymentRegistry.load(prod)
-        request = GenerationRequest((Message("user", PROMPT),), max_tokens=5, temperature=0.0)
-
-        async def ours(name):
-            client = make_client(registry.get(name))
-            try:
-                await client.generate(request)
-            finally:
-                await client.aclose()
-
         unresolved = {n for n in names if registry.get(n).options.get("unresolved")}  # refused at planning
-        for name in names:
-            if name not in unresolved:
-                capture.current = name
-                asyncio.run(ours(name))
-        our_seen = {n: view(capture.seen.pop(n, [])) for n in names}
+        our_seen = send_ours(capture, registry, names, skip=unresolved)
         if os.environ.get("MEDHELM_DIFF_DUMP"):  # for a maintainer reading the differences
             Path(os.environ["MEDHELM_DIFF_DUMP"]).write_text(json.dumps(
                 {"helm": helm_seen, "ours": our_seen, "classes": classes, "helm_log": done.stdout}, default=str))
@@ -382,20 +387,7 @@ def test_vertex_entries_send_what_helms_vertexai_clients_send(helm_python, helm_
             prod.mkdir()
             shutil.copy(config, prod / "model_deployments.yaml")
             (prod / "credentials.conf").write_text("".join(f'{k}: "{v}"\n' for k, v in credentials.items()))
-            registry = DeploymentRegistry.load(prod)
-            request = GenerationRequest((Message("user", PROMPT),), max_tokens=5, temperature=0.0)
-
-            async def ours(name):
-                client = make_client(registry.get(name))
-                try:
-                    await client.generate(request)
-                finally:
-                    await client.aclose()
-
-            for name in names:
-                capture.current = name
-                asyncio.run(ours(name))
-            our_seen = {n: view(capture.seen.pop(n, [])) for n in names}
+            our_seen = send_ours(capture, DeploymentRegistry.load(prod), names)
     finally:
         capture.close()
     silent = [n for n in names if not helm_seen[n]]
@@ -464,20 +456,7 @@ def test_hugging_face_router_entries_send_what_helms_client_sends(helm_python, h
         assert done.returncode == 0, done.stderr[-3000:]
         helm_seen = {n: view(capture.seen.pop(n, [])) for n in names}
 
-        registry = DeploymentRegistry.load(prod)
-        request = GenerationRequest((Message("user", PROMPT),), max_tokens=5, temperature=0.0)
-
-        async def ours(name):
-            client = make_client(registry.get(name))
-            try:
-                await client.generate(request)
-            finally:
-                await client.aclose()
-
-        for name in names:
-            capture.current = name
-            asyncio.run(ours(name))
-        our_seen = {n: view(capture.seen.pop(n, [])) for n in names}
+        our_seen = send_ours(capture, DeploymentRegistry.load(prod), names)
     finally:
         capture.close()
     assert all(helm_seen[n] for n in names), done.stdout[-2000:]
