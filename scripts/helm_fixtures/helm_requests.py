@@ -5,12 +5,13 @@ import here): the differential test (tests/providers/test_helm_differential.py) 
 what medhelm sends for the same entries.
 
 Usage: python helm_requests.py <spec.json>   spec: {"credentials": {...}, "deployments": [names], "prompt": str,
-"max_tokens": int, "capture": url, "extra_path": [dirs]}; prints one JSON line per deployment: {"name", "ok",
+"max_tokens": int, "capture": url, "extra_path": [dirs], "prod_env": dir (optional)}; prints one JSON line per deployment: {"name", "ok",
 "error"}. ``extra_path``: folders appended to sys.path (SDKs HELM's extras pin that the venv lacks; appended, so
 the venv's own packages win). The mistralai SDK has no setting for its server (HELM's MistralAIClient passes
 none): its one server's address is pointed at the capture server, as DNS would. With ``vertex_token``, HELM's
 ``vertexai.init`` gets the capture server as its endpoint (REST, the same request as gRPC's in JSON) and that
-token as its credentials.
+token as its credentials. HELM's clients with an address built in (TogetherClient's INFERENCE_ENDPOINT,
+OpenRouterClient's https://openrouter.ai/api/v1/) are pointed at the capture server the same way, their paths kept.
 Between deployments it POSTs <capture>/__next__ {"name"} so the server files what follows under that name.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+import urllib.parse
 import urllib.request
 
 
@@ -44,7 +46,18 @@ def main(spec_path: str) -> int:
     from helm.common.request import Request
     from helm.benchmark.model_deployment_registry import get_model_deployment
 
+    try:
+        from helm.clients import together_client
+
+        built_in = urllib.parse.urlsplit(together_client.TogetherClient.INFERENCE_ENDPOINT)
+        together_client.TogetherClient.INFERENCE_ENDPOINT = spec["capture"] + built_in.path
+    except Exception:  # noqa: BLE001 - without the together SDK HELM's Together clients fail as they would
+        pass
     register_builtin_configs_from_helm_package()
+    if spec.get("prod_env"):  # a prod_env folder's own model_deployments.yaml, as helm-run --local-path reads it
+        from helm.benchmark.config_registry import register_configs_from_directory
+
+        register_configs_from_directory(spec["prod_env"])
     auto = AutoClient(spec["credentials"], tempfile.mkdtemp(), BlackHoleCacheBackendConfig())
     auto._auto_tokenizer._get_tokenizer = lambda *a, **k: None  # no tokenizer downloads: requests only
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -55,6 +68,9 @@ def main(spec_path: str) -> int:
         try:
             deployment = get_model_deployment(name)
             client = auto._get_client(name)
+            if type(client).__name__ == "OpenRouterClient":
+                built_in = urllib.parse.urlsplit(str(client.client.base_url))
+                client.client = client.client.with_options(base_url=spec["capture"] + built_in.path)
             result = client.make_request(Request(model=deployment.model_name, model_deployment=name,
                                                  prompt=spec["prompt"], max_tokens=spec["max_tokens"],
                                                  temperature=0.0, stop_sequences=[]))

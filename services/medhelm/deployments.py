@@ -262,20 +262,24 @@ def _check_headers(options: Mapping[str, Any], path: Path, index: int, doc: Yaml
 
 _REASONING_OPTIONS: dict[str, tuple[str, Any]] = {
     # option -> (what it must be, the test)
-    "api": ("'chat', 'completions' or 'responses'", lambda v: v in ("chat", "completions", "responses")),
+    "api": ("'chat', 'completions', 'responses' or 'together'",
+            lambda v: v in ("chat", "completions", "responses", "together")),
     "reasoning_effort": ("one of minimal, low, medium, high", lambda v: v in ("minimal", "low", "medium", "high")),
     "thinking_budget": ("a whole number of tokens from 0 to 1,000,000",
                         lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1_000_000),
     "max_tokens_param": ("'max_tokens' or 'max_completion_tokens'",
                          lambda v: v in ("max_tokens", "max_completion_tokens")),
     "sampling": ("true or false", lambda v: isinstance(v, bool)),
-    "request_shape": ("'medhelm', 'helm' or 'helm_vertex'", lambda v: v in ("medhelm", "helm", "helm_vertex")),
+    "request_shape": ("'medhelm', 'helm', 'helm_vertex', 'helm_together' or 'helm_hf'",
+                      lambda v: v in ("medhelm", "helm", "helm_vertex", "helm_together", "helm_hf")),
+    "together_logprobs": ("0 or 1", lambda v: v in (0, 1) and not isinstance(v, bool)),
     "safety_settings": ("a list of {category, threshold}",
                         lambda v: isinstance(v, (list, tuple)) and all(isinstance(s, Mapping) for s in v)),
     "extra_body": ("a mapping of request body fields", lambda v: isinstance(v, Mapping)),
     "thinking_config": ("a mapping (HELM's google-genai ThinkingConfig)", lambda v: isinstance(v, Mapping)),
     "bedrock_invoke": ("llama, mistral or titan", lambda v: v in ("llama", "mistral", "titan")),
     "vision_language": ("true or false", lambda v: isinstance(v, bool)),
+    "stream": ("true or false", lambda v: isinstance(v, bool)),
 }
 
 

@@ -57,7 +57,8 @@ from medhelm.schemas import Finite, LongText, Strict, Text, check
 
 GATEWAY_HEADER = "Ocp-Apim-Subscription-Key"  # Azure API Management's subscription key (SHC's gateway)
 
-# args HELM's client constructors take that change nothing on the wire here (caching, streaming, tokenizers,
+# args HELM's client constructors take that change nothing on the wire here (caching, streaming but for
+# AnthropicMessagesClient's, read in translate(); tokenizers,
 # logprobs we never ask for, a thinking parser whose effect every kind applies: a leading <think> block is cut)
 _IGNORED_ARGS = frozenset({"do_cache", "stream", "tokenizer", "tokenizer_name", "cache_config", "http_client",
                            "disable_logprobs", "parse_thinking"})
@@ -111,17 +112,20 @@ CLIENT_CLASSES: Mapping[str, HelmClass] = {
                             key_required=False, shape="helm"),
     "VLLMChatClient": HelmClass("openai", frozenset({"base_url", "api_key", "vllm_model_name", "output_processor",
                                                      "reasoning_effort"}), key_required=False, shape="helm"),
-    "TogetherClient": HelmClass("openai", frozenset({"api_key", "together_model", "base_url"}), api="completions",
-                                base_url="https://api.together.xyz/v1", model="full"),
+    # Together (inference/together.py): the legacy inference API, and the chat route with the model's default stops
+    "TogetherClient": HelmClass("openai", frozenset({"api_key", "together_model", "base_url"}), api="together",
+                                base_url="https://api.together.xyz/v1", model="full", base_url_env="TOGETHER_BASE_URL"),
     "TogetherChatClient": HelmClass("openai", frozenset({"api_key", "together_model", "base_url",
                                                          "output_processor"}),
-                                    base_url="https://api.together.xyz/v1", model="full"),
+                                    base_url="https://api.together.xyz/v1", model="full", shape="helm_together",
+                                    base_url_env="TOGETHER_BASE_URL"),
     "OpenRouterClient": HelmClass("openai", frozenset({"api_key", "base_url", "openrouter_model_name", "model_name",
                                                        "output_processor"}),
                                   base_url="https://openrouter.ai/api/v1", model="full", shape="helm"),
     "HuggingFaceInferenceProvidersClient": HelmClass("openai", frozenset({"api_key", "base_url",
                                                                           "huggingface_model_name"}),
-                                                     base_url="https://router.huggingface.co/v1", model="full"),
+                                                     base_url="https://router.huggingface.co/v1", model="full",
+                                                     shape="helm_hf"),
     # Azure OpenAI
     "AzureOpenAIClient": HelmClass("azure_openai", frozenset({"api_key", "endpoint", "deployment", "api_version",
                                                               "base_url", "azure_openai_deployment_name",
@@ -202,6 +206,9 @@ VERTEX_HARM_CATEGORIES = ("HARM_CATEGORY_UNSPECIFIED", "HARM_CATEGORY_HATE_SPEEC
 _TAKES_BASE_URL = frozenset({"OpenAIClient", "OpenAIResponseClient", "OpenAILegacyCompletionsClient", "VLLMClient",
                              "VLLMChatClient", "AzureOpenAIClient", "StanfordHealthCareOpenAIClient",
                              "StanfordHealthCareAzureOpenAIClient", "HuggingFaceInferenceProvidersClient"})
+# classes whose HELM client has its provider's address built in (HELM ignores <host>BaseUrl for them): medhelm
+# reads <host>BaseUrl too, for a gateway in front of the provider
+_BUILT_IN_URL = frozenset({"OpenRouterClient"})
 # classes whose HELM client is the AzureOpenAI SDK given the key
 _AZURE_SDK_CLASSES = frozenset({"AzureOpenAIClient", "StanfordHealthCareAzureOpenAIClient",
                                 "StanfordHealthCareSHCOpenAIClient"})
@@ -382,7 +389,7 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
     # base_url as HELM's AutoClient fills it (args, else <host>BaseUrl for a class that takes one), else the
     # provider SDK's own variable (OPENAI_BASE_URL, ANTHROPIC_BASE_URL, ...), else the provider's address
     base_url = args.get("base_url")
-    if base_url is None and class_name in _TAKES_BASE_URL:
+    if base_url is None and (class_name in _TAKES_BASE_URL or class_name in _BUILT_IN_URL):
         base_url = credentials.get(host + "BaseUrl")
     if base_url is None and helm.base_url_env:
         base_url = _endpoint_variable(helm.base_url_env, environ)
@@ -396,6 +403,8 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
 
     if helm.kind == "openai" and helm.api != "chat":
         options["api"] = helm.api
+    if helm.shape == "helm_together" and args.get("disable_logprobs"):
+        options.setdefault("together_logprobs", 0)  # HELM's TogetherChatClient then asks for no logprobs
     if helm.shape != "medhelm":
         options.setdefault("request_shape", helm.shape)  # HELM's client's body, field for field (openai.py ...)
         if item.model_name in vision_language:
@@ -471,6 +480,8 @@ def translate(raw: Mapping[str, Any], *, path: Path, doc: YamlDoc, index: int,
             options.setdefault("thinking_config", dict(thinking))
     if helm.platform:
         options.setdefault("platform", helm.platform)
+    if args.get("stream") is True and helm.kind == "anthropic" and helm.platform == "direct":
+        options.setdefault("stream", True)  # HELM's client calls messages.stream: Anthropic's event stream
     if args.get("reasoning_effort") is not None:
         options.setdefault("reasoning_effort", str(args["reasoning_effort"]))
     for arg in ("thinking_budget_tokens", "thinking_budget"):

@@ -273,7 +273,7 @@ def test_an_organization_from_credentials_is_sent_as_the_sdk_sends_it(tmp_path):
 def test_anthropic_messages_entries_send_helms_body(helm_release, tmp_path, monkeypatch):
     """AnthropicMessagesClient's raw request: one user message, stop_sequences (a list), the request's
     max_tokens (no budget added), temperature, top_p 1, top_k 1; thinking entries add `thinking` and drop
-    top_k; Claude 4.5/4.6 drop top_p."""
+    top_k; Claude 4.5/4.6 drop top_p; an entry whose HELM client streams (args.stream) asks for the stream."""
     registry = load(helm_release, tmp_path / "env", monkeypatch)
     entries = yaml.safe_load((helm_release / "helm/config/model_deployments.yaml").read_text())["model_deployments"]
     prompt = REQUEST.messages[0].content
@@ -291,6 +291,8 @@ def test_anthropic_messages_entries_send_helms_body(helm_release, tmp_path, monk
             del want["top_k"]
         if re.match(r"^claude-[^-]+-4-[56]", model):
             del want["top_p"]
+        if args.get("stream"):
+            want["stream"] = True
         assert body == want, entry["name"]
         checked += 1
     assert checked >= 12

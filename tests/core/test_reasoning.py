@@ -157,7 +157,7 @@ def test_prices_charge_thinking_at_its_own_price(tmp_path):
 
 
 @pytest.mark.parametrize("option,value,message", [("thinking_budget", "lots", "must be a whole number"),
-                                                   ("request_shape", "openai", "must be 'medhelm', 'helm' or 'helm_vertex'"),
+                                                   ("request_shape", "openai", "must be 'medhelm', 'helm', 'helm_vertex', 'helm_together' or 'helm_hf'"),
                                                    ("extra_body", "[1]", "must be a mapping")])
 def test_a_reasoning_option_of_the_wrong_type_is_one_line_naming_the_field(tmp_path, option, value, message):
     from medhelm.deployments import DeploymentRegistry

@@ -121,7 +121,8 @@ def test_a_refused_key_names_the_endpoint_and_status_never_a_secret(tmp_path):
         assert "PRIVATE" not in repr(token)
 
 
-@pytest.mark.parametrize("content,field", [("{", "not JSON"), ('{"type": "external_account"}', "'type'"),
+@pytest.mark.parametrize("content,field", [("{", "not JSON"), ('{"type": "impersonated_service_account"}', "'type'"),
+                                           ('{"type": "external_account"}', "'audience'"),
                                            ('{"type": "service_account", "client_email": "a@b"}', "'private_key'"),
                                            ('{"type": "service_account", "client_email": "a@b", "private_key": "x"}',
                                             "not a PEM")])

@@ -2,7 +2,8 @@
 its extras pin: openai, anthropic, google-genai, boto3), every supported entry of its packaged
 model_deployments.yaml sent once through HELM's client and once through medhelm's, both at one loopback
 capture server (endpoints set as a hospital sets them: <host>BaseUrl / <host>Endpoint in credentials.conf,
-ANTHROPIC_BASE_URL, GOOGLE_GEMINI_BASE_URL, AWS_ENDPOINT_URL_BEDROCK_RUNTIME). Compared per entry: the path
+ANTHROPIC_BASE_URL, GOOGLE_GEMINI_BASE_URL, AWS_ENDPOINT_URL_BEDROCK_RUNTIME, TOGETHER_BASE_URL; the clients
+with an address built in, TogetherClient's and OpenRouterClient's, pointed there by the harness, their paths kept). Compared per entry: the path
 and query, the JSON body, and the auth headers (a SigV4 signature by its scope and signed headers: the
 timestamps differ). Where medhelm is known to send another request than HELM, ``KNOWN`` says why, and the
 test checks the difference is still there (fixing one fails the test until its line is removed).
@@ -28,6 +29,7 @@ import yaml
 
 from medhelm import helm_env
 from medhelm.deployments import DeploymentRegistry
+from medhelm.devtools.fakes.anthropic import stream_of
 from medhelm.inference import make_client
 from medhelm.specs import GenerationRequest, Message
 
@@ -48,18 +50,17 @@ HARNESS = Path(__file__).resolve().parents[2] / "scripts" / "helm_fixtures" / "h
 PROMPT = "Is the patient febrile? Answer yes or no."
 TEXT_SCHEMA = "gs://google-cloud-aiplatform/schema/predict/instance/text_generation_1.0.0.yaml"
 VERTEX_CLASSES = ("VertexAIChatClient", "VertexAITextClient")
-# HELM's clients for these need SDKs outside the extras above (together, huggingface_hub,
-# google-cloud-aiplatform, whose vertexai speaks gRPC to Google's host): not compared here (the Vertex bodies are
-# checked against the vertexai SDK itself in test_vertex_text.py)
-NOT_COMPARED = {"TogetherClient", "TogetherChatClient", "HuggingFaceInferenceProvidersClient", "VertexAIChatClient",
-                "VertexAITextClient", "OpenRouterClient"}  # OpenRouterClient: HELM's has its URL built in (https://openrouter.ai/api/v1/)
+# the together SDK within HELM's `together` pin (~=1.1), for HELM's TogetherChatClient: its own folder (pip --target,
+# appended like the extras), so adding it leaves the extras' folder as it is
+TOGETHER_PACKAGES = ("together==1.5.35",)
+# HELM's clients for these speak another transport or need an SDK outside the extras above (huggingface_hub): not
+# compared here (the Vertex bodies are compared through the vertexai SDK below)
+NOT_COMPARED = {"HuggingFaceInferenceProvidersClient", "VertexAIChatClient", "VertexAITextClient"}
 AUTH_HEADERS = ("authorization", "api-key", "x-api-key", "x-goog-api-key", "ocp-apim-subscription-key",
                 "anthropic-version", "openai-organization")
 KNOWN = {  # class -> why medhelm's request differs from HELM's (kept honest: the difference must still be there)
     "AnthropicClient": "HELM's legacy AnthropicClient uses the retired Text Completions API; medhelm sends Messages",
 }
-# an entry whose HELM client streams the reply (args.stream: SSE) asks for the same thing with "stream": true;
-# medhelm asks for the reply whole: compared without that field
 
 
 @pytest.fixture(scope="session")
@@ -83,20 +84,37 @@ def helm_python() -> Path:
     return python
 
 
-@pytest.fixture(scope="session")
-def helm_extra_path(helm_python) -> Path:
-    folder = ENGINES / f"helm-{VERSION}-extras"
+def _installed_beside(helm_python: Path, name: str, packages: tuple[str, ...]) -> Path:
+    """``packages`` in a folder of their own beside the venv (pip --target), installed once per list."""
+    folder = ENGINES / f"helm-{VERSION}-{name}"
     ok = folder / ".ok"
-    want = "\n".join(EXTRA_PACKAGES)
+    want = "\n".join(packages)
     if not ok.is_file() or ok.read_text() != want:
         shutil.rmtree(folder, ignore_errors=True)
         done = subprocess.run([str(helm_python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                               "--target", str(folder), *EXTRA_PACKAGES], capture_output=True, text=True, timeout=1800)
+                               "--target", str(folder), *packages], capture_output=True, text=True, timeout=1800)
         if done.returncode != 0:
-            pytest.skip(f"cannot install {EXTRA_PACKAGES} for crfm-helm {VERSION} in {folder} (offline?): "
+            pytest.skip(f"cannot install {packages} for crfm-helm {VERSION} in {folder} (offline?): "
                         f"{(done.stderr.strip().splitlines() or [''])[-1][:200]}")
         ok.write_text(want)
     return folder
+
+
+@pytest.fixture(scope="session")
+def helm_extra_path(helm_python) -> Path:
+    return _installed_beside(helm_python, "extras", EXTRA_PACKAGES)
+
+
+@pytest.fixture(scope="session")
+def helm_together_path(helm_python) -> Path:
+    return _installed_beside(helm_python, "together", TOGETHER_PACKAGES)
+
+
+def together_models(ids) -> list[dict]:
+    """Together's GET /v1/models: every model with its config's default stop tokens (HELM's TogetherChatClient
+    adds them to every request's stop), a different pair per model."""
+    return [{"id": m, "object": "model", "type": "chat", "pricing": {"input": 0, "output": 0},
+             "config": {"stop": [f"<|stop-{i}|>", "</s>"], "chat_template": None}} for i, m in enumerate(ids)]
 
 
 def reply_for(path: str, body) -> object:
@@ -126,6 +144,10 @@ def reply_for(path: str, body) -> object:
                           "output_tokens_details": {"reasoning_tokens": 0}}}
     if path.endswith("/v1/messages"):
         return anthropic
+    if path.endswith("/api/inference"):  # HELM's TogetherClient: Together's inference API
+        return {"status": "finished", "output": {"choices": [{"text": "Yes", "finish_reason": "stop"}],
+                                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1,
+                                                           "total_tokens": 2}}}
     if ":generateContent" in path:
         return gemini
     if path.endswith(":predict"):
@@ -149,6 +171,7 @@ class Capture:
     def __init__(self) -> None:
         self.seen: dict[str, list[dict]] = {}
         self.current = ""
+        self.models: list[dict] = []  # GET .../models: Together's model list
         capture = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -159,7 +182,7 @@ class Capture:
 
             def do_GET(self):  # vertexai's from_pretrained reads the publisher model (a text model's schema)
                 name = self.path.split("?")[0].split("/v1/", 1)[-1].split("/v1beta1/", 1)[-1]
-                data = json.dumps({"name": name, "versionId": "001", "launchStage": "GA",
+                data = json.dumps(capture.models).encode() if self.path.endswith("/v1/models") else json.dumps({"name": name, "versionId": "001", "launchStage": "GA",
                                    "publisherModelTemplate": "projects/{user-project}/locations/{location}/" + name,
                                    "predictSchemata": {"instanceSchemaUri": TEXT_SCHEMA}}).encode()
                 self.send_response(200)
@@ -182,9 +205,13 @@ class Capture:
                         {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
                          "body": body})
                     reply = reply_for(self.path, body)
-                data = json.dumps(reply).encode()
+                kind = "application/json"
+                if isinstance(body, dict) and body.get("stream") is True and self.path.endswith("/v1/messages"):
+                    data, kind = stream_of(reply), "text/event-stream"  # Anthropic's event stream
+                else:
+                    data = json.dumps(reply).encode()
                 self.send_response(200)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -212,8 +239,26 @@ def view(seen: list[dict]) -> list[dict]:
     return [{"path": s["path"], "body": s["body"], "auth": auth_view(s["headers"])} for s in seen]
 
 
-def test_every_supported_upstream_entry_sends_what_helms_own_client_sends(helm_python, helm_extra_path, tmp_path,
-                                                                        monkeypatch):
+def send_ours(capture: Capture, registry: DeploymentRegistry, names, skip=frozenset()) -> dict[str, list[dict]]:
+    """medhelm's request for each named deployment (but ``skip``), as the capture server filed it."""
+    request = GenerationRequest((Message("user", PROMPT),), max_tokens=5, temperature=0.0)
+
+    async def ours(name):
+        client = make_client(registry.get(name))
+        try:
+            await client.generate(request)
+        finally:
+            await client.aclose()
+
+    for name in names:
+        if name not in skip:
+            capture.current = name
+            asyncio.run(ours(name))
+    return {n: view(capture.seen.pop(n, [])) for n in names}
+
+
+def test_every_supported_upstream_entry_sends_what_helms_own_client_sends(helm_python, helm_extra_path,
+                                                                        helm_together_path, tmp_path, monkeypatch):
     from tests.helm_releases import release
 
     config = release(VERSION) / "helm/config/model_deployments.yaml"
@@ -221,14 +266,18 @@ def test_every_supported_upstream_entry_sends_what_helms_own_client_sends(helm_p
     classes = {n: e["client_spec"]["class_name"].rsplit(".", 1)[-1] for n, e in entries.items()}
     names = sorted(n for n, c in classes.items() if c in helm_env.CLIENT_CLASSES and c not in NOT_COMPARED)
     capture = Capture()
+    capture.models = together_models(sorted({helm_env.served_model(classes[n], entries[n]["client_spec"].get("args")
+                                                                   or {}, entries[n]["model_name"]) or ""
+                                             for n in names if classes[n] == "TogetherChatClient"}))
     try:
         hosts = sorted({n.split("/")[0] for n in names})
         credentials = {f"{h}ApiKey": f"key-{h}" for h in hosts}
         for h in hosts:
             credentials[f"{h}BaseUrl"] = capture.url + "/v1"
             credentials[f"{h}Endpoint"] = capture.url
+        credentials["openrouterBaseUrl"] = capture.url + "/api/v1"  # HELM's built-in address, its path kept
         env = {"ANTHROPIC_BASE_URL": capture.url, "GOOGLE_GEMINI_BASE_URL": capture.url,
-               "MISTRAL_BASE_URL": capture.url + "/v1",
+               "MISTRAL_BASE_URL": capture.url + "/v1", "TOGETHER_BASE_URL": capture.url + "/v1",
                "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": capture.url, "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
                "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "AWS_DEFAULT_REGION": "us-east-1",
                "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
@@ -240,7 +289,7 @@ def test_every_supported_upstream_entry_sends_what_helms_own_client_sends(helm_p
         spec = tmp_path / "spec.json"
         spec.write_text(json.dumps({"credentials": credentials, "deployments": names, "prompt": PROMPT,
                                     "max_tokens": 5, "capture": capture.url,
-                                    "extra_path": [str(helm_extra_path)]}))
+                                    "extra_path": [str(helm_extra_path), str(helm_together_path)]}))
         done = subprocess.run([str(helm_python), str(HARNESS), str(spec)], capture_output=True, text=True,
                               timeout=1800, cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         assert done.returncode == 0, done.stderr[-3000:]
@@ -252,32 +301,14 @@ def test_every_supported_upstream_entry_sends_what_helms_own_client_sends(helm_p
         shutil.copy(config.with_name("model_metadata.yaml"), prod / "model_metadata.yaml")  # HELM's is_vlm tags
         (prod / "credentials.conf").write_text("".join(f'{k}: "{v}"\n' for k, v in credentials.items()))
         registry = DeploymentRegistry.load(prod)
-        request = GenerationRequest((Message("user", PROMPT),), max_tokens=5, temperature=0.0)
-
-        async def ours(name):
-            client = make_client(registry.get(name))
-            try:
-                await client.generate(request)
-            finally:
-                await client.aclose()
-
         unresolved = {n for n in names if registry.get(n).options.get("unresolved")}  # refused at planning
-        for name in names:
-            if name not in unresolved:
-                capture.current = name
-                asyncio.run(ours(name))
-        our_seen = {n: view(capture.seen.pop(n, [])) for n in names}
+        our_seen = send_ours(capture, registry, names, skip=unresolved)
         if os.environ.get("MEDHELM_DIFF_DUMP"):  # for a maintainer reading the differences
             Path(os.environ["MEDHELM_DIFF_DUMP"]).write_text(json.dumps(
                 {"helm": helm_seen, "ours": our_seen, "classes": classes, "helm_log": done.stdout}, default=str))
     finally:
         capture.close()
 
-    for name in names:
-        if (entries[name]["client_spec"].get("args") or {}).get("stream"):
-            for seen in helm_seen[name]:
-                if isinstance(seen["body"], dict):
-                    seen["body"].pop("stream", None)
     same, differ, helm_silent = [], {}, []
     for name in names:
         if name in unresolved and not helm_seen[name]:
@@ -296,8 +327,14 @@ def test_every_supported_upstream_entry_sends_what_helms_own_client_sends(helm_p
         in_file = [n for n in names if classes[n] == cls]
         if in_file:
             assert any(n in differ for n in in_file), f"{cls} now matches HELM: remove it from KNOWN"
-    assert len(same) >= 145, (len(same), report)  # 0.5.16: 151 of 158 identical (21 MistralAIClient; 3 without
-    # HELM's stream), 5 known, 2 neither sends
+    assert len(same) >= 250, (len(same), report)  # 0.5.16: 254 of 261 identical (21 MistralAIClient, 54
+    # TogetherClient, 48 TogetherChatClient, 1 OpenRouterClient, 3 streamed AnthropicMessagesClient), 5 known, 2
+    # neither sends
+    streamed = [n for n in names if (entries[n]["client_spec"].get("args") or {}).get("stream")]
+    assert streamed and all(n in same and helm_seen[n][0]["body"]["stream"] is True for n in streamed)
+    helm_ok = {r["name"]: r["ok"] for r in map(json.loads, (line for line in done.stdout.splitlines()
+                                                          if line.startswith("{"))) if "name" in r}
+    assert all(helm_ok[n] for n in streamed), {n: helm_ok[n] for n in streamed}  # HELM's SDK read the stream too
 
 
 def vertex_view(seen: list[dict]) -> list[dict]:
@@ -350,20 +387,7 @@ def test_vertex_entries_send_what_helms_vertexai_clients_send(helm_python, helm_
             prod.mkdir()
             shutil.copy(config, prod / "model_deployments.yaml")
             (prod / "credentials.conf").write_text("".join(f'{k}: "{v}"\n' for k, v in credentials.items()))
-            registry = DeploymentRegistry.load(prod)
-            request = GenerationRequest((Message("user", PROMPT),), max_tokens=5, temperature=0.0)
-
-            async def ours(name):
-                client = make_client(registry.get(name))
-                try:
-                    await client.generate(request)
-                finally:
-                    await client.aclose()
-
-            for name in names:
-                capture.current = name
-                asyncio.run(ours(name))
-            our_seen = {n: view(capture.seen.pop(n, [])) for n in names}
+            our_seen = send_ours(capture, DeploymentRegistry.load(prod), names)
     finally:
         capture.close()
     silent = [n for n in names if not helm_seen[n]]
@@ -381,3 +405,60 @@ def test_vertex_entries_send_what_helms_vertexai_clients_send(helm_python, helm_
                for n in blocked_none)  # HELM's BLOCK_NONE for every category, matched above
     assert all("safetySettings" not in helm_seen[n][0]["body"] for n, p in presets.items() if p == "default")
     assert len(names) >= 30  # 0.5.16: 26 VertexAIChatClient, 9 VertexAITextClient
+
+
+# huggingface_hub within what HELM's core pins through transformers (<1.0): the InferenceClient of HELM's
+# HuggingFaceInferenceProvidersClient
+HF_PACKAGES = ("huggingface_hub==0.36.2",)
+
+
+@pytest.fixture(scope="session")
+def helm_hf_path(helm_python) -> Path:
+    return _installed_beside(helm_python, "huggingface", HF_PACKAGES)
+
+
+def test_hugging_face_router_entries_send_what_helms_client_sends(helm_python, helm_hf_path, tmp_path, monkeypatch):
+    """HELM's HuggingFaceInferenceProvidersClient (no release's packaged file has an entry: a hospital writes its
+    own) through the huggingface_hub InferenceClient, pointed at the capture server as HELM lets it be: the
+    class's base_url from <host>BaseUrl (a .../v1 address) or args (a server's root: the SDK adds /v1)."""
+    capture = Capture()
+    try:
+        entries = [
+            {"name": "hfrouter/llama-3.1-8b-instruct", "model_name": "meta-llama/llama-3.1-8b-instruct",
+             "tokenizer_name": "meta-llama/Llama-3.1-8B-Instruct", "max_sequence_length": 128000,
+             "client_spec": {"class_name": "helm.clients.huggingface_inference_providers_client."
+                                           "HuggingFaceInferenceProvidersClient",
+                             "args": {"huggingface_model_name": "meta-llama/Llama-3.1-8B-Instruct:cerebras"}}},
+            {"name": "hospital-tgi/qwen2.5-7b-instruct", "model_name": "qwen/qwen2.5-7b-instruct",
+             "tokenizer_name": "qwen/qwen2.5-7b-instruct", "max_sequence_length": 32768,
+             "client_spec": {"class_name": "helm.clients.huggingface_inference_providers_client."
+                                           "HuggingFaceInferenceProvidersClient",
+                             "args": {"base_url": capture.url}}},
+        ]
+        names = [e["name"] for e in entries]
+        prod = tmp_path / "prod_env"
+        prod.mkdir()
+        (prod / "model_deployments.yaml").write_text(yaml.safe_dump({"model_deployments": entries}))
+        credentials = {"hfrouterApiKey": "hf_router_key", "hfrouterBaseUrl": capture.url + "/v1",
+                       "hospital-tgiApiKey": "hf_tgi_key"}
+        (prod / "credentials.conf").write_text("".join(f'{k}: "{v}"\n' for k, v in credentials.items()))
+        monkeypatch.delenv("HELM_CREDENTIALS", raising=False)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        spec = tmp_path / "spec.json"
+        spec.write_text(json.dumps({"credentials": credentials, "deployments": names, "prompt": PROMPT,
+                                    "max_tokens": 5, "capture": capture.url, "prod_env": str(prod),
+                                    "extra_path": [str(helm_hf_path)]}))
+        # huggingface_hub's offline mode refuses every URL, the capture server's too: left unset here (the
+        # base_url set, the client asks the Hub for nothing; no tokenizer is loaded)
+        env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+        done = subprocess.run([str(helm_python), str(HARNESS), str(spec)], capture_output=True, text=True,
+                              timeout=1800, cwd=tmp_path, env={**env, "HF_HUB_DISABLE_TELEMETRY": "1"})
+        assert done.returncode == 0, done.stderr[-3000:]
+        helm_seen = {n: view(capture.seen.pop(n, [])) for n in names}
+
+        our_seen = send_ours(capture, DeploymentRegistry.load(prod), names)
+    finally:
+        capture.close()
+    assert all(helm_seen[n] for n in names), done.stdout[-2000:]
+    differ = {n: (helm_seen[n][:1], our_seen[n][:1]) for n in names if helm_seen[n][:1] != our_seen[n][:1]}
+    assert not differ, json.dumps(differ, indent=1, default=str)[:6000]

@@ -24,7 +24,7 @@ PACKAGE = ROOT / "services" / "medhelm"
 NATIVE = tuple(row for row in KINDS if row.native)
 # fakes/ modules that are no kind's: the shared server, AWS's signature check, Google's token endpoint, and
 # Stanford Health Care's gateway (a platform of kinds anthropic and gemini)
-HELPER_FAKES = {"server", "sigv4", "google_oauth", "shc"}
+HELPER_FAKES = {"server", "sigv4", "google_oauth", "google_sts", "shc"}
 
 
 def test_the_native_kinds_are_marked():

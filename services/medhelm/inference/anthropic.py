@@ -21,11 +21,20 @@ docs/benchmarks.md. ``options``:
   list (HELM takes either). No thinking, no stop sequences, no system field: SHC's body has none;
 * ``thinking_budget``: extended thinking with that many tokens (``max_tokens`` grows by it, temperature
   is left to the API: thinking requires its default);
+* ``stream: true`` (platform direct; set for HELM's entries whose ``args.stream`` is true, the ``-thinking``
+  ones): the request asks for Anthropic's server-sent event stream (``"stream": true``), as HELM's SDK call
+  ``messages.stream`` does, and the reply is read whole and accumulated into the Message it describes
+  (``read_stream``: ``message_start``, ``content_block_start``/``_delta``/``_stop``, ``message_delta``,
+  ``message_stop``; ``ping`` and event types added later are skipped). A long thinking request keeps bytes
+  flowing, so no proxy drops it as idle (the SDKs refuse a non-streamed request whose ``max_tokens`` may take
+  more than 10 minutes). A reply that is not an event stream (a gateway that answers whole) is read as JSON;
 * the gateway options of ``native.py``.
 
 Failure semantics: ``native.NativeClient`` (529 ``overloaded_error`` and 429 are retried, honouring
 ``retry-after``); ``stop_reason: refusal`` is a completion with ``finish_reason: content_filter`` and the
-text the model gave. Usage: ``prompt_tokens`` = input + cache reads + cache writes; ``completion_tokens`` =
+text the model gave. An ``error`` event inside a streamed reply (HTTP 200; ``overloaded_error``, ``api_error``)
+is that error: retried when it is one of the client's ``throttled`` codes or ``api_error``, else not; a stream that ends
+before ``message_stop`` is a malformed body (retried). Usage: ``prompt_tokens`` = input + cache reads + cache writes; ``completion_tokens`` =
 ``output_tokens``, thinking included. ``reasoning_tokens`` is ``usage.output_tokens_details.thinking_tokens``
 when Anthropic states it; when it does not (one ``output_tokens``, billed for the whole thinking even when the
 reply carries a summary or a ``redacted_thinking`` block) and the reply holds thinking blocks, it is our
@@ -38,6 +47,7 @@ The completion's text is the ``text`` blocks only: thinking never reaches a metr
 
 from __future__ import annotations
 
+import json
 import re
 import urllib.parse
 from collections.abc import Mapping
@@ -47,9 +57,12 @@ from medhelm.errors import ConfigError
 from medhelm.inference import sigv4
 from medhelm.inference.gateway import api_key, api_url
 from medhelm.inference.google_adc import bearer_source
+from medhelm.inference.http import HttpReply
 from medhelm.inference.native import NativeClient
+from medhelm.inference.outcome import Outcome, Refusal, Verdict
 from medhelm.inference.sigv4 import AWS_REGION_VARIABLES, aws_credentials, sign_for
-from medhelm.inference.wire import answered_model, int_or_none, joined_prompt, option, split_system
+from medhelm.inference.wire import (answered_model, int_or_none, joined_prompt, option, safe_server_message,
+                                    split_system)
 from medhelm.specs import Completion, Deployment, GenerationRequest, Usage
 from medhelm.tokens import split_reasoning
 
@@ -98,11 +111,21 @@ class AnthropicClient(NativeClient):
         budget = deployment.options.get("thinking_budget")
         self._thinking = int(budget) if budget else 0
         self._helm = deployment.options.get("request_shape") == "helm" and self.platform == "direct"
+        self._stream = deployment.options.get("stream") is True
+        if self._stream and self.platform != "direct":
+            raise ConfigError(f"deployment '{deployment.name}': options.stream is read on platform direct only "
+                              "(Bedrock and Vertex stream by other routes)")
         if self._thinking and self.platform == "shc":
             raise ConfigError(f"deployment '{deployment.name}': options.thinking_budget cannot be sent on platform "
                               "shc (SHC's Claude body has no thinking field)")
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
+        body = self._payload(request)
+        if self._stream:
+            body["stream"] = True
+        return body
+
+    def _payload(self, request: GenerationRequest) -> dict[str, Any]:
         if self.platform == "shc":  # HELM's StanfordHealthCareClaudeClient.get_request, field for field
             return {"model_id": self._model, "prompt_text": joined_prompt(request),
                     "max_tokens": request.max_tokens, "temperature": request.temperature}
@@ -149,6 +172,21 @@ class AnthropicClient(NativeClient):
             return await self._bearer.headers()
         return None
 
+    def decode(self, reply: HttpReply, request: GenerationRequest) -> Any:
+        if not self._stream or "text/event-stream" not in reply.headers.get("content-type", ""):
+            return reply.json()
+        try:
+            return read_stream(reply.content)
+        except (KeyError, IndexError, TypeError, AttributeError, UnicodeDecodeError):
+            raise ValueError("not Anthropic's event stream") from None
+        except StreamError as err:
+            kind = err.kind
+            message = safe_server_message(f"{kind}: {err.message}" if err.message else kind, request)
+            verdict = (Verdict.RATE_LIMITED if kind in self.throttled
+                       else Verdict.TRANSIENT if kind == "api_error" else Verdict.FATAL)
+            raise Refusal(f"{self._where()}: HTTP {reply.status_code}, then an error event: {message}",
+                          Outcome(verdict, None, reply.headers), status=reply.status_code) from None
+
     def parse(self, data: Any, latency: float) -> Completion:
         if isinstance(data, list):  # SHC's route may answer with the bare content list (HELM wraps it too)
             data = {"content": data}
@@ -171,3 +209,74 @@ class AnthropicClient(NativeClient):
                           usage=Usage(prompt_tokens=prompt, completion_tokens=output, latency_s=latency,
                                       reasoning_tokens=thinking, reasoning_estimated=estimated),
                           model=answered_model(data.get("model")))
+
+
+class StreamError(Exception):
+    """An ``error`` event in Anthropic's event stream: ``{"type": "error", "error": {"type", "message"}}``."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(kind)
+        self.kind, self.message = kind, message
+
+
+def sse_events(raw: bytes) -> list[tuple[str, str]]:
+    """(event name, data) of each event of a ``text/event-stream`` body (the WHATWG rules: lines end in CRLF,
+    LF or CR; ``event:`` names, ``data:`` lines join with LF, one space after the colon dropped, ``:`` starts a
+    comment, a blank line ends an event; an event left open at the end is dropped, as the spec says)."""
+    out: list[tuple[str, str]] = []
+    name, data = "", []
+    for line in raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        if not line:
+            if data:
+                out.append((name or "message", "\n".join(data)))
+            name, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field == "event":
+            name = value
+        elif field == "data":
+            data.append(value)
+    return out
+
+
+def read_stream(raw: bytes) -> dict[str, Any]:
+    """Anthropic's streamed Messages reply -> the Message it describes, accumulated as the SDK accumulates it:
+    ``message_start`` gives the message (empty content), each content block starts, grows by its deltas
+    (``text_delta``, ``thinking_delta``, ``signature_delta``; others are kept out of the text) and stops,
+    ``message_delta`` sets ``stop_reason``/``stop_sequence`` and the usage so far (its counts replace the
+    start's), ``message_stop`` ends it. ValueError when the stream ends before ``message_stop`` or is not one;
+    StreamError for an ``error`` event."""
+    message: dict[str, Any] | None = None
+    for name, data in sse_events(raw):
+        event = json.loads(data)
+        kind = event.get("type") or name
+        if kind == "error":
+            err = event.get("error") if isinstance(event.get("error"), Mapping) else {}
+            raise StreamError(str(err.get("type") or "error"), str(err.get("message") or ""))
+        if kind == "message_start":
+            message = dict(event["message"])
+            message["content"], message["usage"] = list(message.get("content") or ()), dict(message.get("usage") or {})
+        elif message is None:
+            if kind != "ping":
+                raise ValueError("an event before message_start")
+        elif kind == "content_block_start":
+            blocks = message["content"]
+            index = int(event["index"])
+            blocks.extend({} for _ in range(index + 1 - len(blocks)))
+            blocks[index] = dict(event["content_block"])
+        elif kind == "content_block_delta":
+            block, delta = message["content"][int(event["index"])], event["delta"]
+            for delta_type, key in (("text_delta", "text"), ("thinking_delta", "thinking")):
+                if delta.get("type") == delta_type:
+                    block[key] = block.get(key, "") + delta[key]
+            if delta.get("type") == "signature_delta":
+                block["signature"] = delta["signature"]
+        elif kind == "message_delta":
+            message.update({k: v for k, v in (event.get("delta") or {}).items() if k in ("stop_reason", "stop_sequence")})
+            message["usage"].update({k: v for k, v in (event.get("usage") or {}).items() if v is not None})
+        elif kind == "message_stop":
+            return message
+    raise ValueError("the event stream ended before message_stop")

@@ -20,7 +20,7 @@ azure-identity itself (``tests/providers``), so both speak the same protocol.
 Refresh: a token is reused until ``refresh_margin_s`` (5 min) before it expires, then fetched again under a
 lock (one fetch for all requests waiting). A 401 from Azure OpenAI drops the token (``invalidate``) so the
 retry fetches a fresh one. Token requests are rare (about hourly): they run in a worker thread with urllib,
-off the event loop. Failure semantics: a missing variable is a ``ConfigError`` naming it; a refused or
+off the event loop (``oauth_token.TokenCache`` and ``request_token``, shared with Google ADC). Failure semantics: a missing variable is a ``ConfigError`` naming it; a refused or
 unreachable token endpoint is an ``InferenceError`` (retryable for 429/5xx/unreachable) naming the
 endpoint and Entra's error code (``invalid_client``, ``AADSTS...``), never a secret or a token. The client
 secret, the identity header, the federated assertion and every token fetched are registered with
@@ -29,16 +29,14 @@ secret, the identity header, the federated assertion and every token fetched are
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 
 from medhelm.errors import ConfigError, InferenceError
+from medhelm.inference.oauth_token import TokenCache, request_token
 from medhelm.scrub import register
 
 DEFAULT_SCOPE = "https://cognitiveservices.azure.com/.default"
@@ -48,20 +46,18 @@ IMDS_PATH = "/metadata/identity/oauth2/token"
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 
 
-class EntraToken:
+class EntraToken(TokenCache):
     def __init__(self, name: str, scope: str = DEFAULT_SCOPE, *, env: Mapping[str, str] | None = None,
                  refresh_margin_s: float = 300.0, clock: Callable[[], float] = time.time,
                  timeout_s: float = 30.0, ca_bundle: str | None = None) -> None:
-        self._name, self._scope, self._margin, self._clock = name, scope, refresh_margin_s, clock
+        self._name, self._scope, self._clock = name, scope, clock
         self._env = dict(os.environ if env is None else env)
         for secret in ("AZURE_CLIENT_SECRET", "IDENTITY_HEADER"):  # scrubbed from every text from now on
             register(self._env.get(secret), slot=f"entra:{secret}")
         self._timeout = timeout_s
         self._ca = ca_bundle
         self.method = self._method()  # checked now: a missing variable fails at planning, not mid-run
-        self._token: str | None = None
-        self._expires_at = 0.0
-        self._lock: asyncio.Lock | None = None
+        super().__init__(self._fetch, refresh_margin_s=refresh_margin_s, clock=clock)
         self.fetches = 0  # token requests made (tests, telemetry)
 
     def _method(self) -> str:
@@ -79,19 +75,6 @@ class EntraToken:
             if not self._env.get(n):
                 raise ConfigError(f"environment variable {n} is not set (Entra ID sign-in of deployment "
                                   f"'{self._name}')")
-
-    def invalidate(self) -> None:
-        self._token, self._expires_at = None, 0.0
-
-    async def headers(self) -> dict[str, str]:
-        if self._token is None or self._clock() >= self._expires_at - self._margin:
-            if self._lock is None:
-                self._lock = asyncio.Lock()
-            async with self._lock:
-                if self._token is None or self._clock() >= self._expires_at - self._margin:
-                    token, lifetime = await asyncio.to_thread(self._fetch)
-                    self._token, self._expires_at = token, self._clock() + lifetime
-        return {"Authorization": f"Bearer {self._token}"}
 
     # -- one token request -------------------------------------------------------------------------------
     def _fetch(self) -> tuple[str, float]:
@@ -141,28 +124,16 @@ class EntraToken:
         if self._ca:
             handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=self._ca)))
         opener = urllib.request.build_opener(*handlers)
-        what = f"deployment '{self._name}': Entra ID token request to {where}"
-        try:
-            with opener.open(request, timeout=self._timeout) as reply:
-                data = json.loads(reply.read())
-        except urllib.error.HTTPError as err:
-            try:
-                body = json.loads(err.read() or b"{}")
-            except ValueError:
-                body = {}
-            code = body.get("error") if isinstance(body, dict) else None
-            codes = body.get("error_codes") if isinstance(body, dict) else None
-            detail = f"{code}" + (f" (AADSTS{codes[0]})" if isinstance(codes, list) and codes else "")
-            raise InferenceError(f"{what}: HTTP {err.code}" + (f": {detail}" if code else ""),
-                                 retryable=err.code == 429 or err.code >= 500, status=err.code) from None
-        except (urllib.error.URLError, OSError, ValueError) as err:
-            reason = getattr(err, "reason", None) or type(err).__name__
-            raise InferenceError(f"{what}: failed ({reason})", retryable=True) from None
-        token = data.get("access_token") if isinstance(data, dict) else None
-        if not isinstance(token, str) or not token:
-            raise InferenceError(f"{what}: the reply has no access_token", retryable=True)
-        register(token, slot=f"entra:token:{self._name}")
+        token, data = request_token(request, f"deployment '{self._name}': Entra ID token request to {where}",
+                                    slot=f"entra:token:{self._name}", timeout_s=self._timeout, opener=opener,
+                                    describe=_entra_error)
         return token, _lifetime(data, self._clock())
+
+
+def _entra_error(body: dict) -> str:
+    """Entra's ``error`` and its first ``AADSTS`` code."""
+    codes = body.get("error_codes")
+    return f"{body['error']}" + (f" (AADSTS{codes[0]})" if isinstance(codes, list) and codes else "")
 
 
 def _lifetime(data: dict, now: float) -> float:

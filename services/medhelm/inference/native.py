@@ -70,6 +70,11 @@ class NativeClient(WireClient):
     def parse(self, data: Any, latency: float) -> Completion:
         raise NotImplementedError
 
+    def decode(self, reply: HttpReply, request: GenerationRequest) -> Any:
+        """A successful reply's body as the data ``parse`` reads (JSON; a streamed reply is read whole by its
+        kind); ValueError for a body cut short or of another shape (retried as malformed)."""
+        return reply.json()
+
     async def auth_headers(self, body: bytes) -> Mapping[str, str] | None:
         return None
 
@@ -85,7 +90,7 @@ class NativeClient(WireClient):
                 self.on_refused(reply.status_code)
             raise provider_error(self._where(), reply, request, self.throttled)
         try:
-            data = reply.json()
+            data = self.decode(reply, request)
         except ValueError:
             raise malformed(self._where(), reply) from None
         try:

@@ -11,7 +11,8 @@ Deployment ``options`` understood here:
 * ``ca_bundle`` — a PEM file of the CA that signed an internal HTTPS endpoint;
 * ``subscription_key_env`` / ``subscription_key_header`` — an API gateway's key (``gateway.py``);
 * ``api`` — ``chat`` (default, ``/chat/completions``) or ``completions`` (the legacy ``/completions`` route
-  HELM's ``VLLMClient`` calls: the prompt's messages joined as one text);
+  HELM's ``VLLMClient`` calls: the prompt's messages joined as one text), ``responses`` (OpenAI's Responses
+  API) or ``together`` (Together's inference API, HELM's ``TogetherClient``: ``together.py``);
 * reasoning models: ``reasoning_effort`` (sent as is: ``low`` | ``medium`` | ``high``), ``thinking_budget``
   (tokens added to every request's ``max_tokens``, so a 1-token multiple-choice answer still has room after
   the thinking), ``max_tokens_param: max_completion_tokens`` (OpenAI's o-series and GPT-5 refuse
@@ -22,6 +23,12 @@ Deployment ``options`` understood here:
   ``temperature``, ``top_p`` 1, ``n`` 1, ``stop`` (``null`` when none), ``max_tokens``, ``presence_penalty``
   and ``frequency_penalty`` 0, no ``seed``; for a model whose name starts ``o1``/``o3``/``o4`` HELM's
   o-series rules (``max_completion_tokens``, no sampling fields, no ``stop: null``);
+* ``request_shape: helm_together`` — HELM's ``TogetherChatClient``'s body with the model's default stop tokens
+  from Together's model list (``together.py``; ``together_logprobs`` 0 for HELM's ``disable_logprobs``);
+* ``request_shape: helm_hf`` — HELM's ``HuggingFaceInferenceProvidersClient``'s body as huggingface_hub's
+  ``InferenceClient.chat_completion`` sends it (``frequency_penalty``/``presence_penalty`` 0, ``logprobs``
+  false, ``n`` 1, ``stop`` a list, ``top_p`` 1, ``stream`` false), at the URL that client builds from the base
+  URL (``.../v1`` + ``/chat/completions``; a root or another path + ``/v1/chat/completions``);
 * ``extra_body`` — a mapping of server-specific fields added to every request body (fields we set win), part
   of the cache key: vLLM's ``structured_outputs`` or ``chat_template_kwargs`` (Qwen3's ``enable_thinking``).
 
@@ -49,14 +56,16 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
 from medhelm.errors import ConfigError
+from medhelm.inference import together
 from medhelm.inference.http import HttpReply, JsonTransport
 from medhelm.inference.outcome import Refusal, Reply, WireClient
 from medhelm.inference.wire import (answered_model, joined_prompt, key_headers, malformed, refusal,
-                                    server_message, strip_reasoning)
+                                    safe_server_message, server_message, strip_reasoning)
 from medhelm.specs import Completion, Deployment, FrozenMap, GenerationRequest, Usage, scalar_json
 from medhelm.tokens import split_reasoning
 
@@ -70,10 +79,16 @@ class OpenAIClient(WireClient):
         api = str(options.get("api") or "chat")
         self._responses = api == "responses"
         self._chat = api == "chat"
+        self._together = api == "together"  # Together's inference API (HELM's TogetherClient)
         route = {"chat": "/chat/completions", "completions": "/completions", "responses": "/responses"}
-        if api not in route:
-            raise ConfigError(f"deployment '{deployment.name}': options.api must be chat, completions or responses")
-        self._url = deployment.base_url.rstrip("/") + route[api]
+        if api not in route and not self._together:
+            raise ConfigError(f"deployment '{deployment.name}': options.api must be chat, completions, responses "
+                              "or together")
+        self._url = (together.inference_url(deployment.base_url) if self._together
+                     else deployment.base_url.rstrip("/") + route[api])
+        self._hf = options.get("request_shape") == "helm_hf" and self._chat
+        if self._hf:
+            self._url = hf_chat_url(deployment.base_url)
         self._model = deployment.served_model_name or deployment.model_name
         self._body_head = '{"model":' + json.dumps(self._model, ensure_ascii=False) + ',"messages":'
         self._thinking = int(options.get("thinking_budget") or 0)
@@ -81,10 +96,15 @@ class OpenAIClient(WireClient):
         self._sampling = options.get("sampling", True) is not False
         self._effort = options.get("reasoning_effort")
         shape = options.get("request_shape", "medhelm")
-        if shape not in ("medhelm", "helm") or (shape == "helm" and self._responses):
-            raise ConfigError(f"deployment '{deployment.name}': options.request_shape must be medhelm or helm "
-                              "(helm: the chat and completions routes)")
+        if shape not in ("medhelm", "helm", "helm_together", "helm_hf") or (shape == "helm" and self._responses) or (
+                shape in ("helm_together", "helm_hf") and not self._chat):
+            raise ConfigError(f"deployment '{deployment.name}': options.request_shape must be medhelm, helm (the "
+                              "chat and completions routes), helm_together or helm_hf (the chat route)")
         self._helm = shape == "helm"
+        # HELM's TogetherChatClient: the model's default stop tokens, read once from Together's model list
+        self._together_chat = shape == "helm_together"
+        self._together_stops: list[str] | None = None
+        self._together_logprobs = 0 if options.get("together_logprobs") == 0 else 1
         self._reasoning_model = is_reasoning_model(deployment.model_name)
         extra = options.get("extra_body")
         if extra is not None and not isinstance(extra, Mapping):
@@ -100,6 +120,12 @@ class OpenAIClient(WireClient):
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
         """The JSON body sent for ``request`` (public so tests and dry runs can inspect it)."""
+        if self._together or self._together_chat:
+            return self._together_payload(request)
+        if self._hf:  # HELM's _make_raw_request, as huggingface_hub sends it (None fields dropped)
+            return {"model": self._model, "frequency_penalty": 0, "logprobs": False, "max_tokens": request.max_tokens,
+                    "n": 1, "presence_penalty": 0, "stop": list(request.stop), "temperature": request.temperature,
+                    "top_p": 1, "stream": False, "messages": [{"role": "user", "content": joined_prompt(request)}]}
         if self._responses:
             body = self._responses_payload(request)
         else:
@@ -163,6 +189,19 @@ class OpenAIClient(WireClient):
                 body.pop("stop")
         return body
 
+    def _together_payload(self, request: GenerationRequest) -> dict[str, Any]:
+        """HELM's Together bodies (``together.py``); before the model list is read, no default stops."""
+        if self._together:
+            return together.inference_body(self._model, self._deployment.model_name, joined_prompt(request),
+                                           request)
+        return together.chat_body(self._model, joined_prompt(request), request, self._together_stops or (),
+                                  self._together_logprobs)
+
+    async def _read_together_stops(self) -> None:
+        if self._together_stops is None:
+            listing = await self._transport.get_json(self._deployment.base_url.rstrip("/") + "/models")
+            self._together_stops = together.default_stops(listing, self._model, self._where())
+
     def _responses_payload(self, request: GenerationRequest) -> dict[str, Any]:
         """HELM's ``OpenAIResponseClient._make_raw_request`` for a text prompt: OpenAI's Responses API."""
         body: dict[str, Any] = {"model": self._model, "input": joined_prompt(request), "top_p": 1,
@@ -178,7 +217,7 @@ class OpenAIClient(WireClient):
 
     def body(self, request: GenerationRequest) -> bytes:
         """``payload(request)`` as the bytes sent, the messages' JSON reused from the cache key."""
-        if (self._helm or self._responses or request.json_schema is not None or request.top_logprobs or not self._chat or self._thinking
+        if (self._helm or self._hf or self._responses or self._together or self._together_chat or request.json_schema is not None or request.top_logprobs or not self._chat or self._thinking
                 or self._extra
                 or self._effort is not None or not self._sampling or self._max_key != "max_tokens"):
             return json.dumps(self.payload(request), ensure_ascii=False).encode("utf-8")
@@ -190,6 +229,8 @@ class OpenAIClient(WireClient):
 
     async def attempt(self, request: GenerationRequest) -> Reply:
         auth = await self._auth.headers() if self._auth is not None else None
+        if self._together_chat:
+            await self._read_together_stops()
         response, latency = await self._transport.post_bytes(self._url, self.body(request), self._where(), auth)
         if response.status_code >= 400:
             if response.status_code == 401 and self._auth is not None:
@@ -197,6 +238,10 @@ class OpenAIClient(WireClient):
             raise self._http_error(response, request)
         if self._responses:
             return Reply(_parse_responses(response, latency, self._where()), response.headers)
+        if self._together:
+            return Reply(together.parse_inference(response, latency, self._where(),
+                                                  lambda message: safe_server_message(message, request)),
+                         response.headers)
         return Reply(_parse(response, latency, self._where(), chat=self._chat), response.headers)
 
     async def context_window(self) -> int | None:
@@ -291,6 +336,16 @@ def _parse_responses(response: HttpReply, latency: float, where: str) -> Complet
 
 
 _REASONING_MODEL = re.compile(r"^(?:o\d+|gpt-5)")
+
+
+def hf_chat_url(base_url: str) -> str:
+    """huggingface_hub's chat URL for a base URL (``_build_chat_completion_url``): kept when it ends in
+    ``/chat/completions``, ``/chat/completions`` after ``/v1``, else ``/v1/chat/completions`` after the path."""
+    parts = urllib.parse.urlsplit(base_url)
+    path = parts.path.rstrip("/")
+    if not path.endswith("/chat/completions"):
+        path += "/chat/completions" if path.endswith("/v1") else "/v1/chat/completions"
+    return urllib.parse.urlunsplit(parts._replace(path=path))
 
 
 def engine_of(model_name: str) -> str:

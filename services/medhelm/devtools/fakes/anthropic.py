@@ -6,15 +6,18 @@ body fields are refused ("Extra inputs are not permitted"), the first turn must 
 ``thinking`` block (or with ``redact_thinking = True`` an encrypted ``redacted_thinking`` block) comes before
 the text, its tokens billed in ``output_tokens`` with no count of their own, as the API does.
 
-``platform``: ``direct``; ``bedrock`` (``/model/<id>/invoke``, SigV4, ``anthropic_version:
-bedrock-2023-05-31``); ``vertex`` (``...:rawPredict``, bearer, ``vertex-2023-10-16``); both also take
-``2026-10-21`` (current SDKs send it; the real Bedrock refuses it for older models, not modelled).
+``platform``: ``direct``; ``bedrock`` (``/model/<id>/invoke``, SigV4, ``bedrock-2023-05-31``); ``vertex``
+(``...:rawPredict``, bearer, ``vertex-2023-10-16``); both also take ``2026-10-21`` (current SDKs send it).
 Errors as ``{"type":"error","error":{...}}``; faults: ``overloaded`` (529 ``overloaded_error``), ``throttle``
 (429 ``rate_limit_error``, ``retry-after: 2``), ``server_error`` (500 ``api_error``), ``echo``.
+A request with ``"stream": true`` is answered as the Messages API's event stream (``stream_of``: the documented
+events in order, text in several deltas; proven with the SDK's ``messages.stream`` in test_anthropic_stream.py);
+``stream_fault`` for the next stream: ``overloaded`` (an ``error`` event after ``message_start``), ``cut``.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from typing import Any
@@ -40,6 +43,8 @@ class FakeAnthropic(FakeServer):
         self.api_key, self.platform, self.bearer = api_key, platform, bearer
         self.sigv4 = SigV4Verifier(aws_keys or {}, region)
         self.redact_thinking = False  # True: the thinking comes back as a redacted_thinking block (encrypted)
+        self.stream_fault: str | None = None  # for the next streamed reply: "overloaded" or "cut"
+        self.streamed = 0  # replies sent as an event stream
 
     def _error(self, status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> Reply:
         return json_reply(status, {"type": "error", "error": {"type": kind, "message": message}},
@@ -51,6 +56,18 @@ class FakeAnthropic(FakeServer):
         return self._error(status, "authentication_error" if status in (401, 403) else "invalid_request_error", message)
 
     def route(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
+        status, out, content = self._answer_whole(method, path, query, headers, body)
+        data = parse_body(body)
+        if status != 200 or not (isinstance(data, dict) and data.get("stream") is True):
+            return status, out, content
+        with self._lock:
+            fault, self.stream_fault = self.stream_fault, None
+            self.streamed += 1
+        headers_out = {k: v for k, v in out.items() if k.lower() != "content-type"}
+        return 200, {**headers_out, "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}, \
+            stream_of(json.loads(content), fault)
+
+    def _answer_whole(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
         if method != "POST":
             return self._error(405, "invalid_request_error", "Method Not Allowed")
         if self.platform == "direct":
@@ -172,3 +189,49 @@ class FakeAnthropic(FakeServer):
         if system is not None and not isinstance(system, (str, list)):
             return "system: Input should be a valid string or a list of text blocks"
         return None
+
+
+PIECE = 7  # characters per delta: every reply of more than a few words comes in several deltas
+
+
+def event(kind: str, data: dict[str, Any]) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode("utf-8")
+
+
+def stream_of(message: dict[str, Any], fault: str | None = None) -> bytes:
+    """The event stream describing ``message`` (a Messages API reply); ``fault`` as in the module's doc."""
+    usage = dict(message.get("usage") or {})
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None,
+             "usage": {**usage, "output_tokens": 1}}
+    out = [event("message_start", {"type": "message_start", "message": start}),
+           event("ping", {"type": "ping"})]
+    if fault == "overloaded":
+        return b"".join(out) + event("error", {"type": "error", "error": {"type": "overloaded_error",
+                                                                          "message": "Overloaded"}})
+    for index, block in enumerate(message.get("content") or ()):
+        kind = block.get("type")
+        if kind == "redacted_thinking":
+            out.append(event("content_block_start", {"type": "content_block_start", "index": index,
+                                                      "content_block": block}))
+        else:
+            key, delta = ("thinking", "thinking_delta") if kind == "thinking" else ("text", "text_delta")
+            empty = {"type": kind, key: ""}
+            out.append(event("content_block_start", {"type": "content_block_start", "index": index,
+                                                      "content_block": empty}))
+            text = block.get(key) or ""
+            for i in range(0, len(text), PIECE):
+                out.append(event("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                          "delta": {"type": delta, key: text[i:i + PIECE]}}))
+            if kind == "thinking":
+                out.append(event("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                          "delta": {"type": "signature_delta",
+                                                                    "signature": block.get("signature", "")}}))
+        out.append(event("content_block_stop", {"type": "content_block_stop", "index": index}))
+    out.append(event("message_delta", {"type": "message_delta",
+                                       "delta": {"stop_reason": message.get("stop_reason"),
+                                                 "stop_sequence": message.get("stop_sequence")},
+                                       "usage": {"output_tokens": usage.get("output_tokens")}}))
+    if fault == "cut":
+        return b"".join(out)
+    out.append(event("message_stop", {"type": "message_stop"}))
+    return b"".join(out)
