@@ -1,0 +1,494 @@
+"""A differential run against crfm-helm: the same benchmark, the same instances and the same deterministic model
+answered through HELM's own ``helm-run`` and through ``medhelm run``, compared instance by instance.
+
+    cases = select(["pubmed_qa", "medec"])
+    report = run_differential(cases, helm=HelmRun(python, deps), shared_data=..., work=..., limit=5)
+    report.rows  # one Row per benchmark; report.unexplained() -> the differences no KNOWN line explains
+
+What is run. For each case a slice of the real public data (the first ``limit`` items of the file under the
+shared data folder, or all of them) is written twice in the layouts each side reads offline: HELM's download
+target under ``<helm output>/scenarios/<benchmark>/`` (so ``ensure_file_downloaded`` finds it and never reaches
+out) and our air-gapped mirror (``<mirror>/<benchmark>/<upstream file name>``). Neither side samples: the slice
+is smaller than both sides' instance caps, so the same items are evaluated, and items pair by position (HELM's
+``id<i>`` in file order, our records in position order; a mismatch shows as a reference difference). One
+``MockOpenAIServer`` answers both, with ``KeyedAnswers``: each request is answered by a hash of the item its
+prompt names (a passage of the item both layouts carry), so a different prompt layout still gets the same
+completion and the metrics compare on the same answers. Both sides read one prod_env (an OpenAI-compatible
+deployment whose base_url is the mock, the key in credentials.conf); helm-run runs in crfm-helm's own venv as
+its own process, ``medhelm run`` as its own process of this interpreter.
+
+What is compared, per instance: the request as it reached the server (the prompt text byte for byte, the
+messages, max tokens, stop sequences, temperature, every other body field), the references (text and
+correctness), the completion, and every metric both compute (to 1e-9); per run, the aggregate (the mean over
+the instances) of every shared stat and the leaderboard's main metric. Token counts and timings are accounting (HELM counts
+with its tokenizer, we with the server's usage) and are not compared. A difference is *explained* when the
+benchmark's ``KNOWN`` entry names its kind and says why (docs/metrics.md lists them with both numbers); a kind
+KNOWN names that no longer differs is reported too (``vanished``), so a fixed difference drops its line.
+
+Failure semantics: a side that fails to run raises ``DiffError`` with the tail of its log (no instance text
+beyond the public benchmark data); a benchmark whose data file is missing is skipped (``Row.skipped`` says
+why), never compared on partial data. Building HELM's run dependencies (``ensure_run_deps``) needs PyPI once;
+offline it raises ``DiffError`` naming the folder, which a test turns into a skip.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from medhelm.devtools.mock_openai import KeyedAnswers, MockOpenAIServer, collapse
+
+HELM_VERSION = "0.5.16"
+# what helm-run imports beyond the client path's packages of the crfm-helm venv (its core requirements, at
+# versions within its pins; torch/transformers/spacy left out: no compared run needs them)
+RUN_PACKAGES = ("Mako==1.4.3", "pandas==2.3.3", "bottle==0.12.25", "nltk==3.10.4", "rouge-score==0.1.2",
+                "scipy==1.17.1", "scikit-learn==1.9.1", "datasets==3.6.0", "pyarrow-hotfix==0.7",
+                "uncertainty-calibration==0.1.4", "parameterized==0.9.0")
+DEPLOYMENT, MODEL = "mock/diff-model", "mockorg/diff-model"
+TOLERANCE = 1e-9
+# per-instance stats that are accounting, not metrics: HELM counts tokens with its tokenizer and times its own
+# client; ours come from the server's usage and our client
+ACCOUNTING = frozenset({"num_prompt_tokens", "num_completion_tokens", "num_output_tokens", "num_train_instances",
+                        "num_references", "num_train_trials", "inference_runtime", "batch_size", "prompt_truncated",
+                        "max_prob", "logprob", "num_perplexity_tokens", "num_bytes", "finish_reason_length",
+                        "finish_reason_stop", "finish_reason_endoftext", "finish_reason_unknown",
+                        "training_co2_cost", "training_energy_cost", "inference_denoised_runtime",
+                        "inference_idealized_runtime", "num_instances", "unscored", "judge_prompt_tokens",
+                        "judge_completion_tokens"})
+KINDS = ("prompt", "request", "references", "completion", "metrics", "aggregate", "main")
+
+
+class DiffError(Exception):
+    """A side of the differential could not run (its log's tail in the message)."""
+
+
+# -- the benchmarks ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    """One public benchmark: where its slice comes from and goes, what names an item, what the mock answers."""
+
+    name: str  # the run entry's name, the same on both sides
+    shared: str  # the slice under the shared data folder
+    mirror: str  # our mirror's path for it: <benchmark>/<upstream file name>
+    helm_file: str  # HELM's download target under <helm output>/scenarios/<benchmark>/
+    read: Callable[[Path], list[Any]]  # the file's items, in file order
+    write: Callable[[list[Any], Path], None]  # a slice, in the file's own format
+    key: Callable[[Any], str]  # a passage of the item that every layout of its prompt carries
+    answers: Callable[[Any], list[str]]  # the mock's candidate completions for the item
+    main: str  # the leaderboard's main metric (our card's)
+    helm_main: str  # the stat HELM's schema ranks the benchmark by
+    known: dict[str, str] = field(default_factory=dict)  # kind -> why ours differs on purpose
+
+
+def _read_json_items(path: Path) -> list[Any]:
+    return list(json.loads(path.read_text(encoding="utf-8")).items())
+
+
+def _write_json_items(items: list[Any], path: Path) -> None:
+    path.write_text(json.dumps(dict(items), ensure_ascii=False), encoding="utf-8")
+
+
+def _read_csv_rows(path: Path) -> list[Any]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = next(reader)
+        return [dict(zip(header, row)) for row in reader if any(c.strip() for c in row)]
+
+
+def _write_csv_rows(rows: list[Any], path: Path) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _medec_key(row: dict) -> str:
+    lines = [ln.split(" ", 1)[-1] for ln in row["Sentences"].splitlines() if ln.strip()]
+    return max(lines, key=len)
+
+
+def _medec_answers(row: dict) -> list[str]:
+    sid = str(row.get("Error Sentence ID") or "").strip()
+    out = ["CORRECT", "correct", "0 The note has no error."]
+    if sid and sid != "-1":
+        out += [f"{sid} {row.get('Corrected Sentence', '').strip()}", f"{sid}"]
+    return out
+
+
+CASES: tuple[Case, ...] = (
+    Case("pubmed_qa", "pubmedqa/ori_pqal_sample.json", "pubmed_qa/ori_pqal.json", "data/test_set.json",
+         _read_json_items, _write_json_items, key=lambda item: item[1]["QUESTION"],
+         answers=lambda item: ["A", "B", "C", "B.", "maybe"], main="exact_match", helm_main="exact_match",
+         known={"prompt": "layout: HELM writes `Question: Context: <abstract>\\n\\nQuestion: <question>\\n` (its "
+                          "passage and question nouns doubled), ours `Context:\\n<abstract>\\n\\nQuestion: "
+                          "<question>`; the instructions, abstract, question, options and `Answer:` cue are the "
+                          "same (docs/catalogue.md, Prompts)"}),
+    Case("medec", "medec/MEDEC-MS-TestSet-sample.csv",
+         "medec/MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv", "medec_test.csv",
+         _read_csv_rows, _write_csv_rows, key=_medec_key, answers=_medec_answers,
+         main="medec_error_flag_accuracy", helm_main="medec_error_flag_accuracy",
+         known={"prompt": "layout: HELM starts the note on its label's line (`Clinical Note: 0 A 29-year-old ...`) "
+                          "and puts `Answer:` on the line after the last sentence; ours `Clinical Note:\\n0 A "
+                          "29-year-old ...` and a blank line before `Answer:`; instructions and sentences the same"}),
+)
+
+
+def select(names: Iterable[str] | None = None) -> list[Case]:
+    by_name = {c.name: c for c in CASES}
+    if names is None:
+        return list(CASES)
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise ValueError(f"no differential case for {', '.join(unknown)} (known: {', '.join(by_name)})")
+    return [by_name[n] for n in names]
+
+
+# -- the two sides ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HelmRun:
+    """crfm-helm's venv interpreter and the folder of its run dependencies (``ensure_run_deps``)."""
+
+    python: Path
+    deps: Path
+
+    @property
+    def helm_run(self) -> Path:
+        return self.python.parent / "helm-run"
+
+
+def ensure_run_deps(python: Path, folder: Path) -> Path:
+    """``RUN_PACKAGES`` installed for crfm-helm's venv under ``folder`` (pip --target, reused when present)."""
+    ok = folder / ".ok"
+    want = "\n".join(RUN_PACKAGES)
+    if ok.is_file() and ok.read_text() == want:
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target",
+                           str(folder), *RUN_PACKAGES], capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise DiffError(f"cannot install helm-run's dependencies in {folder} (offline?): "
+                        f"{(done.stderr.strip().splitlines() or [''])[-1][:200]}")
+    ok.write_text(want)
+    return folder
+
+
+def write_prod_env(folder: Path, base_url: str) -> Path:
+    """One prod_env both sides read: the mock as an OpenAI-compatible deployment, its key in credentials.conf."""
+    folder.mkdir(parents=True, exist_ok=True)
+    host = DEPLOYMENT.split("/")[0]
+    (folder / "model_deployments.yaml").write_text(
+        "model_deployments:\n"
+        f"  - name: {DEPLOYMENT}\n    model_name: {MODEL}\n    tokenizer_name: mock/simple\n"
+        "    max_sequence_length: 1000000\n    client_spec:\n"
+        '      class_name: "helm.clients.openai_client.OpenAIClient"\n'
+        f'      args:\n        base_url: "{base_url}"\n')
+    (folder / "model_metadata.yaml").write_text(
+        f"models:\n  - name: {MODEL}\n    display_name: Differential mock\n    description: KeyedAnswers mock\n"
+        "    creator_organization_name: MockOrg\n    access: open\n    release_date: 2025-01-01\n"
+        "    tags: [TEXT_MODEL_TAG, PARTIAL_FUNCTIONALITY_TEXT_MODEL_TAG]\n")
+    (folder / "tokenizer_configs.yaml").write_text(
+        "tokenizer_configs:\n  - name: mock/simple\n    tokenizer_spec:\n"
+        '      class_name: "helm.tokenizers.simple_tokenizer.SimpleTokenizer"\n'
+        '    end_of_text_token: "</s>"\n    prefix_token: "<s>"\n')
+    (folder / "credentials.conf").write_text(f'{host}ApiKey: "diff-key"\n')
+    return folder
+
+
+def _entry(case: Case) -> str:
+    return f"{case.name}:model={MODEL},model_deployment={DEPLOYMENT}"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HELM_CREDENTIALS", "OPENAI_BASE_URL")}
+    env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1", **extra})
+    return env
+
+
+def run_helm(helm: HelmRun, case: Case, work: Path, count: int) -> Path:
+    """helm-run on the slice; returns its run folder."""
+    log = work / f"helm-{case.name}.log"
+    with open(log, "w") as fh:
+        done = subprocess.run([str(helm.helm_run), "--run-entries", _entry(case), "--suite", "diff",
+                               "--max-eval-instances", str(count), "--local-path", "prod_env",
+                               "--output-path", "helm", "-n", "1"], cwd=work, stdout=fh, stderr=subprocess.STDOUT,
+                              env=_env(PYTHONPATH=str(helm.deps)), timeout=3600)
+    runs = [p for p in (work / "helm/runs/diff").glob(f"{case.name}:*") if (p / "scenario_state.json").is_file()]
+    if done.returncode != 0 or len(runs) != 1:
+        raise DiffError(f"helm-run {case.name} failed (exit {done.returncode}): {_tail(log)}")
+    return runs[0]
+
+
+def run_ours(case: Case, work: Path) -> Path:
+    """``medhelm run`` on the slice (offline, from the mirror, no cache); returns its run folder."""
+    log = work / f"ours-{case.name}.log"
+    with open(log, "w") as fh:
+        done = subprocess.run([sys.executable, "-m", "medhelm", "run", "-r", _entry(case), "--suite", "diff",
+                               "--local-path", "prod_env", "--output-path", "ours", "--data-dir", "mirror",
+                               "--offline", "--disable-cache", "-n", "4"], cwd=work, stdout=fh,
+                              stderr=subprocess.STDOUT, env=_env(), timeout=3600)
+    runs = [p for p in (work / "ours/runs/diff").glob(f"{case.name}:*") if (p / "stats.json").is_file()]
+    if done.returncode != 0 or len(runs) != 1:
+        raise DiffError(f"medhelm run {case.name} failed (exit {done.returncode}): {_tail(log)}")
+    return runs[0]
+
+
+def _tail(log: Path) -> str:
+    return " | ".join(log.read_text(errors="replace").strip().splitlines()[-8:])[-1500:]
+
+
+# -- reading both sides -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Side:
+    """One side's run: per position the request body as the server got it, references, completion, metrics."""
+
+    ids: list[str]
+    references: list[list[tuple[str, bool]]]
+    completions: list[str | None]
+    metrics: list[dict[str, float | None]]
+    aggregate: dict[str, tuple[int, float | None]]  # stat -> (count, mean), split test (HELM: count of trials)
+    wire: list[dict | None] = field(default_factory=list)
+
+
+def read_helm(run: Path) -> Side:
+    states = json.loads((run / "scenario_state.json").read_text())["request_states"]
+    states.sort(key=lambda s: int(s["instance"]["id"].lstrip("id") or 0))
+    per = {}
+    for entry in json.loads((run / "per_instance_stats.json").read_text()):
+        per.setdefault(entry["instance_id"], {}).update(  # one entry per metric class: merged
+            {s["name"]["name"]: (s["sum"] / s["count"] if s["count"] else None)
+             for s in entry["stats"] if not s["name"].get("perturbation")})
+    side = Side([], [], [], [], _helm_aggregate(run))
+    for s in states:
+        inst = s["instance"]
+        side.ids.append(inst["id"])
+        side.references.append([(r["output"]["text"], "correct" in r["tags"]) for r in inst["references"]])
+        comps = (s.get("result") or {}).get("completions") or []
+        side.completions.append(comps[0]["text"] if comps else None)
+        side.metrics.append(per.get(inst["id"], {}))
+    return side
+
+
+def _helm_aggregate(run: Path) -> dict[str, tuple[int, float | None]]:
+    out = {}
+    for s in json.loads((run / "stats.json").read_text()):
+        name = s["name"]
+        if name.get("split") == "test" and not name.get("perturbation"):
+            out[name["name"]] = (s["count"], s.get("mean"))
+    return out
+
+
+def read_ours(run: Path) -> Side:
+    latest: dict[int, dict] = {}
+    with open(run / "instances.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                rec = json.loads(line)
+                latest[rec["position"]] = rec
+    side = Side([], [], [], [], {})
+    for pos in sorted(latest):
+        rec = latest[pos]
+        side.ids.append(rec["instance"]["id"])
+        side.references.append([(r["text"], bool(r["correct"])) for r in rec["instance"]["references"]])
+        side.completions.append((rec.get("completion") or {}).get("text"))
+        side.metrics.append(dict(rec.get("stats") or {}))
+    for s in json.loads((run / "stats.json").read_text()):
+        if s["name"].get("split") == "test":
+            side.aggregate[s["name"]["name"]] = (s["count"], s.get("mean"))
+    return side
+
+
+def attach_wire(side: Side, bodies: list[dict], responder: KeyedAnswers, keys: list[str]) -> None:
+    """Each position's request body as the server received it (the item's key named in its messages)."""
+    by_key: dict[str, dict] = {}
+    for body in bodies:
+        named = responder.keys_of(body)
+        if named and named[0] not in by_key:
+            by_key[named[0]] = body
+    side.wire = [by_key.get(collapse(k)) for k in keys]
+
+
+# -- comparing ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One benchmark's comparison: counts of equal instances per kind and the differences found."""
+
+    benchmark: str
+    instances: int = 0
+    equal: dict[str, int] = field(default_factory=dict)  # kind -> instances (or stats) equal
+    total: dict[str, int] = field(default_factory=dict)
+    differences: dict[str, list[str]] = field(default_factory=dict)  # kind -> examples
+    explained: dict[str, str] = field(default_factory=dict)  # kind -> why (from KNOWN)
+    vanished: list[str] = field(default_factory=list)  # KNOWN kinds that no longer differ
+    main: tuple[float | None, float | None] = (None, None)  # (HELM, ours)
+    metrics_compared: list[str] = field(default_factory=list)
+    skipped: str = ""
+
+    def add(self, kind: str, same: bool, example: str) -> None:
+        self.total[kind] = self.total.get(kind, 0) + 1
+        if same:
+            self.equal[kind] = self.equal.get(kind, 0) + 1
+        else:
+            self.equal.setdefault(kind, 0)
+            examples = self.differences.setdefault(kind, [])
+            if len(examples) < 3:
+                examples.append(example)
+
+    def unexplained(self) -> dict[str, list[str]]:
+        return {k: v for k, v in self.differences.items() if k not in self.explained}
+
+    def cell(self, kind: str) -> str:
+        if kind not in self.total:
+            return "—"
+        n, of = self.equal.get(kind, 0), self.total[kind]
+        return f"yes ({n}/{of})" if n == of else f"**no** ({n}/{of})"
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(float(a), float(b), rel_tol=0.0, abs_tol=TOLERANCE)
+
+
+def compare(case: Case, helm: Side, ours: Side) -> Row:
+    row = Row(case.name, instances=len(helm.ids))
+    if len(helm.ids) != len(ours.ids):
+        row.add("references", False, f"HELM evaluated {len(helm.ids)} instances, medhelm {len(ours.ids)}")
+    shared: set[str] = set()
+    for i in range(min(len(helm.ids), len(ours.ids))):
+        where = f"{helm.ids[i]}/{ours.ids[i]}"
+        hw, ow = (helm.wire[i] if i < len(helm.wire) else None), (ours.wire[i] if i < len(ours.wire) else None)
+        if hw is None or ow is None:
+            row.add("request", False, f"{where}: {'HELM' if hw is None else 'medhelm'}'s request not seen")
+        else:
+            hp, op = _prompt(hw), _prompt(ow)
+            row.add("prompt", hp == op, f"{where}: {_first_difference(hp, op)}")
+            rest_h = {k: v for k, v in hw.items() if k != "messages"}
+            rest_o = {k: v for k, v in ow.items() if k != "messages"}
+            roles = ([m.get("role") for m in hw.get("messages") or []], [m.get("role") for m in ow.get("messages") or []])
+            fields = sorted(k for k in set(rest_h) | set(rest_o) if rest_h.get(k) != rest_o.get(k))
+            row.add("request", not fields and roles[0] == roles[1],
+                    f"{where}: " + "; ".join(f"{k}: HELM {rest_h.get(k)!r}, medhelm {rest_o.get(k)!r}"
+                                             for k in fields) + ("" if roles[0] == roles[1] else f" roles {roles}"))
+        row.add("references", helm.references[i] == ours.references[i],
+                f"{where}: HELM {helm.references[i]!r}, medhelm {ours.references[i]!r}")
+        row.add("completion", helm.completions[i] == ours.completions[i],
+                f"{where}: HELM {helm.completions[i]!r}, medhelm {ours.completions[i]!r}")
+        names = (set(helm.metrics[i]) & set(ours.metrics[i])) - ACCOUNTING
+        shared |= names
+        bad = sorted(n for n in names if not _same_number(helm.metrics[i][n], ours.metrics[i][n]))
+        row.add("metrics", not bad, f"{where}: " + ", ".join(
+            f"{n} HELM {helm.metrics[i][n]} medhelm {ours.metrics[i][n]}" for n in bad))
+    row.metrics_compared = sorted(shared)
+    for name in sorted(shared):
+        h, o = helm.aggregate.get(name), ours.aggregate.get(name)
+        # the means: HELM's count is of train trials (1 here), ours of instances
+        same = h is not None and o is not None and _same_number(h[1], o[1])
+        row.add("aggregate", same, f"{name}: HELM mean {h and h[1]}, medhelm mean {o and o[1]}")
+    hm, om = helm.aggregate.get(case.helm_main), ours.aggregate.get(case.main)
+    row.main = (hm[1] if hm else None, om[1] if om else None)
+    row.add("main", hm is not None and om is not None and _same_number(hm[1], om[1]),
+            f"HELM {case.helm_main} {row.main[0]}, medhelm {case.main} {row.main[1]}")
+    row.explained = {k: why for k, why in case.known.items() if k in row.differences}
+    row.vanished = sorted(k for k in case.known if k not in row.differences)
+    return row
+
+
+def _prompt(body: dict) -> str:
+    return "\n".join(str(m.get("content", "")) for m in body.get("messages") or [])
+
+
+def _first_difference(a: str, b: str) -> str:
+    if a == b:
+        return ""
+    i = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return f"at character {i}: HELM {a[max(0, i - 20):i + 40]!r}, medhelm {b[max(0, i - 20):i + 40]!r}"
+
+
+# -- one benchmark, all of them -----------------------------------------------------------------------------------
+
+
+def prepare(case: Case, shared_data: Path, work: Path, limit: int | None) -> list[Any] | None:
+    """The slice written for both sides; None when the benchmark's data is not on this machine."""
+    source = shared_data / case.shared
+    if not source.is_file():
+        return None
+    items = case.read(source)
+    items = items[:limit] if limit else items
+    helm_target = work / "helm/scenarios" / case.name / case.helm_file
+    ours_target = work / "mirror" / case.mirror
+    for target in (helm_target, ours_target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        case.write(items, target)
+    return items
+
+
+def run_case(case: Case, helm: HelmRun, shared_data: Path, work: Path, limit: int | None, seed: int = 0) -> Row:
+    work.mkdir(parents=True, exist_ok=True)
+    items = prepare(case, shared_data, work, limit)
+    if items is None:
+        return Row(case.name, skipped=f"no data at {shared_data / case.shared}")
+    keys = [case.key(item) for item in items]
+    responder = KeyedAnswers({k: case.answers(item) for k, item in zip(keys, items)}, seed=seed)
+    with MockOpenAIServer(responder) as server:
+        write_prod_env(work / "prod_env", server.base_url)
+        helm_dir = run_helm(helm, case, work, len(items))
+        helm_bodies = list(server.requests)
+        server.reset()
+        ours_dir = run_ours(case, work)
+        our_bodies = list(server.requests)
+    helm_side, our_side = read_helm(helm_dir), read_ours(ours_dir)
+    attach_wire(helm_side, helm_bodies, responder, keys)
+    attach_wire(our_side, our_bodies, responder, keys)
+    return compare(case, helm_side, our_side)
+
+
+@dataclass
+class Report:
+    rows: list[Row]
+
+    def unexplained(self) -> dict[str, dict[str, list[str]]]:
+        return {r.benchmark: r.unexplained() for r in self.rows if r.unexplained()}
+
+    def vanished(self) -> dict[str, list[str]]:
+        return {r.benchmark: r.vanished for r in self.rows if r.vanished}
+
+    def table(self) -> str:
+        head = ("| benchmark | instances | prompts byte-equal | other request fields equal | references equal | "
+                "completions equal | metrics equal (1e-9) | aggregates equal | main metric HELM / ours | "
+                "differences explained |")
+        lines = [head, "|" + "---|" * 10]
+        for r in self.rows:
+            if r.skipped:
+                lines.append(f"| `{r.benchmark}` | skipped: {r.skipped} |" + " |" * 8)
+                continue
+            main = " / ".join("—" if v is None else f"{v:.4f}" for v in r.main)
+            why = "all" if not r.unexplained() else "**no**: " + ", ".join(sorted(r.unexplained()))
+            if r.explained:
+                why += " (" + "; ".join(f"{k}: see docs/metrics.md" for k in sorted(r.explained)) + ")"
+            lines.append(f"| `{r.benchmark}` | {r.instances} | {r.cell('prompt')} | {r.cell('request')} | "
+                         f"{r.cell('references')} | {r.cell('completion')} | {r.cell('metrics')} | "
+                         f"{r.cell('aggregate')} | {main} | {why} |")
+        return "\n".join(lines)
+
+
+def run_differential(cases: Iterable[Case], helm: HelmRun, shared_data: Path, work: Path,
+                     limit: int | None = None) -> Report:
+    return Report([run_case(c, helm, shared_data, work / c.name, limit) for c in cases])
