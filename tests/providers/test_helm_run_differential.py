@@ -42,10 +42,15 @@ def test_helm_run_and_medhelm_run_agree_instance_by_instance(name, helm_run, sha
     case = diff.select([name])[0]
     stale = set(row.vanished) - case.on_some_items  # those show only on some items, maybe none of these
     assert not stale, f"{stale} now equal to HELM: drop them from the case's known"
-    for kind in ("request", "references", "completion", "metrics", "main"):
+    kinds = ("request", "references", "completion", "metrics", "main")
+    case_jury = diff.select([name])[0].jury
+    for kind in kinds + (("judges", "judge request", "verdicts") if case_jury else ()):
         assert row.total.get(kind) and row.equal[kind] == row.total[kind] or kind in row.explained, (kind, row)
     assert row.total["request"] == LIMIT  # every request of both sides was seen by the server and paired
     assert row.metrics_compared  # at least one metric both compute, compared on every instance
+    if case_jury:  # the jury: both sides asked the same judges and parsed the same verdicts; MedHELM's column equal
+        assert row.equal["judges"] == row.total["judges"] == LIMIT and row.equal["verdicts"] == LIMIT
+        assert f"{name}_accuracy" in row.metrics_compared
 
 
 def test_keyed_answers_answer_one_item_the_same_in_any_layout():

@@ -34,6 +34,7 @@ offline it raises ``DiffError`` naming the folder, which a test turns into a ski
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import os
@@ -54,6 +55,7 @@ RUN_PACKAGES = ("Mako==1.4.3", "pandas==2.3.3", "bottle==0.12.25", "nltk==3.10.4
                 "scipy==1.17.1", "scikit-learn==1.9.1", "datasets==3.6.0", "pyarrow-hotfix==0.7",
                 "uncertainty-calibration==0.1.4", "parameterized==0.9.0")
 DEPLOYMENT, MODEL = "mock/diff-model", "mockorg/diff-model"
+JUDGES = ("mock/diff-judge-a", "mock/diff-judge-b")  # the jury of both sides: deployments on the same mock
 TOLERANCE = 1e-9
 # per-instance stats that are accounting, not metrics: HELM counts tokens with its tokenizer and times its own
 # client; ours come from the server's usage and our client
@@ -81,7 +83,9 @@ class Case:
     name: str  # the run entry's name, the same on both sides
     shared: str  # the slice under the shared data folder
     mirror: str  # our mirror's path for it: <benchmark>/<upstream file name>
-    helm_file: str  # HELM's download target under <helm output>/scenarios/<benchmark>/ ("": hf_dataset)
+    # HELM's download targets under <helm output>/scenarios/<benchmark>/: name -> None (the slice) or a text
+    # (e.g. an empty file of a split the slice does not hold); none when HELM reads ``hf_dataset``
+    helm_files: tuple[tuple[str, str | None], ...]
     read: Callable[[Path], list[Any]]  # the file's items, in file order
     write: Callable[[list[Any], Path], None]  # a slice, in the file's own format
     key: Callable[[Any], str]  # a passage of the item that every layout of its prompt carries
@@ -96,6 +100,8 @@ class Case:
     excuse: Callable[[Any, str, float | None, float | None], bool] | None = None
     # known kinds that show only on some items (a slice without such an item has none to show)
     on_some_items: frozenset[str] = frozenset()
+    our_args: str = ""  # run-entry arguments medhelm's entry adds (e.g. the one test file of the slice)
+    jury: tuple[str, ...] = ()  # the rubric's criteria: a jury benchmark, judged by JUDGES on both sides
 
 
 def _read_json_items(path: Path) -> list[Any]:
@@ -157,15 +163,40 @@ def _medcalc_excuse(row: dict, metric: str, helm: float | None, ours: float | No
             and helm == 0 and ours == 1)
 
 
+def _aci_answers(record: dict) -> list[str]:
+    note = record["tgt"]
+    return [note, note[: len(note) // 3], "", "CHIEF COMPLAINT\n\nFollow-up.\n\nASSESSMENT AND PLAN\n\nNo changes."]
+
+
+def _hash(*parts: str) -> int:
+    return int(hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:8], 16)
+
+
+def jury_verdict(criteria: tuple[str, ...]) -> Callable[[dict, str], str | None]:
+    """The judges' answer (None for a candidate's request): a score 1-5 per criterion by a hash of (judge, item,
+    criterion) as a JSON verdict; the second judge answers prose on about a quarter of the items (unparseable:
+    both sides drop that judge for the item)."""
+
+    def verdict(body: dict, key: str) -> str | None:
+        model = str(body.get("model", ""))
+        if not any(model == j.split("/", 1)[1] for j in JUDGES):
+            return None
+        if model == JUDGES[1].split("/", 1)[1] and _hash(model, key) % 4 == 0:
+            return "I would rather not grade this note."
+        return json.dumps({c: {"score": 1 + _hash(model, key, c) % 5, "explanation": "keyed"} for c in criteria})
+
+    return verdict
+
+
 CASES: tuple[Case, ...] = (
-    Case("pubmed_qa", "pubmedqa/ori_pqal_sample.json", "pubmed_qa/ori_pqal.json", "data/test_set.json",
+    Case("pubmed_qa", "pubmedqa/ori_pqal_sample.json", "pubmed_qa/ori_pqal.json", (("data/test_set.json", None),),
          _read_json_items, _write_json_items, key=lambda item: item[1]["QUESTION"],
          answers=lambda item: ["A", "B", "C", "B.", "maybe"], main="exact_match", helm_main="exact_match",
          known={"prompt": "layout: HELM writes `Question: Context: <abstract>\\n\\nQuestion: <question>\\n` (its "
                           "passage and question nouns doubled), ours `Context:\\n<abstract>\\n\\nQuestion: "
                           "<question>`; the instructions, abstract, question, options and `Answer:` cue are the "
                           "same (docs/catalogue.md, Prompts)"}),
-    Case("medcalc_bench", "medcalc_bench/one_shot_data.csv", "medcalc_bench/test_data.csv", "",
+    Case("medcalc_bench", "medcalc_bench/one_shot_data.csv", "medcalc_bench/test_data.csv", (),
          _read_csv_rows, _write_csv_rows, key=_medcalc_key, answers=_medcalc_answers,
          main="medcalc_bench_accuracy", helm_main="medcalc_bench_accuracy", hf_dataset="ncbi/MedCalc-Bench",
          hf_int_columns=("Row Number", "Calculator ID"),
@@ -178,8 +209,30 @@ CASES: tuple[Case, ...] = (
                 "aggregate": "follows from the metrics' difference (HELM's category bug)",
                 "main": "follows from the metrics' difference (HELM's category bug)"},
          excuse=_medcalc_excuse, on_some_items=frozenset({"metrics", "aggregate", "main"})),
+    Case("aci_bench", "aci_bench/clinicalnlp_taskB_test1_full.json", "aci_bench/clinicalnlp_taskB_test1_full.json",
+         (("aci_bench_test_1.json", None), ("aci_bench_train.json", '{"data": []}'),
+          ("aci_bench_test_2.json", '{"data": []}'), ("aci_bench_test_3.json", '{"data": []}')),
+         lambda path: json.loads(path.read_text(encoding="utf-8"))["data"],
+         lambda items, path: path.write_text(json.dumps({"data": items}, ensure_ascii=False), encoding="utf-8"),
+         key=lambda record: collapse(record["src"])[:240], answers=_aci_answers,
+         main="jury_score_normalized", helm_main="aci_bench_accuracy",
+         our_args="subset=clinicalnlp_taskB_test1", jury=("accuracy", "completeness", "clarity"),
+         known={"prompt": "layout and one phrase: HELM's instructions end `The conversation is:` followed by "
+                          "`Conversation: Doctor-patient dialogue:\\n\\n<dialogue>`, and `Clinical Note:` after a "
+                          "single newline; ours `Conversation:\\n<dialogue>` and a blank line before `Clinical Note:`; "
+                          "the four-section instructions and the dialogue the same",
+                "judge prompt": "ours is the shared rubric template (config/jury_rubrics.yaml: the same three "
+                                "criteria, 1-5 scale, conversation, note and reference note) rather than HELM's "
+                                "ACIBenchAnnotator text; the verdicts parse the same (compared per judge and "
+                                "criterion) and aci_bench_accuracy is equal on every instance",
+                "judge request": "ours asks for the rubric's JSON schema (response_format json_schema: integer "
+                                 "scores within the scale, docs/jury.md `structured_output`) with a 1,024-token "
+                                 "budget; HELM asks for free text with 4,096 tokens",
+                "main": "the ranked column: ours is jury_score_normalized (0-1, unscored when no judge is valid), "
+                        "HELM ranks aci_bench_accuracy (1-5, 1.0 when no judge is valid), which ours computes "
+                        "beside it and which is equal (docs/metrics.md, Two rules, two names)"}),
     Case("medec", "medec/MEDEC-MS-TestSet-sample.csv",
-         "medec/MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv", "medec_test.csv",
+         "medec/MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv", (("medec_test.csv", None),),
          _read_csv_rows, _write_csv_rows, key=_medec_key, answers=_medec_answers,
          main="medec_error_flag_accuracy", helm_main="medec_error_flag_accuracy",
          known={"prompt": "layout: HELM starts the note on its label's line (`Clinical Note: 0 A 29-year-old ...`) "
@@ -233,16 +286,19 @@ def write_prod_env(folder: Path, base_url: str) -> Path:
     """One prod_env both sides read: the mock as an OpenAI-compatible deployment, its key in credentials.conf."""
     folder.mkdir(parents=True, exist_ok=True)
     host = DEPLOYMENT.split("/")[0]
-    (folder / "model_deployments.yaml").write_text(
-        "model_deployments:\n"
-        f"  - name: {DEPLOYMENT}\n    model_name: {MODEL}\n    tokenizer_name: mock/simple\n"
+    pairs = [(DEPLOYMENT, MODEL)] + [(j, _model_of(j)) for j in JUDGES]
+    (folder / "model_deployments.yaml").write_text("model_deployments:\n" + "".join(
+        f"  - name: {name}\n    model_name: {model}\n    tokenizer_name: mock/simple\n"
         "    max_sequence_length: 1000000\n    client_spec:\n"
         '      class_name: "helm.clients.openai_client.OpenAIClient"\n'
-        f'      args:\n        base_url: "{base_url}"\n')
-    (folder / "model_metadata.yaml").write_text(
-        f"models:\n  - name: {MODEL}\n    display_name: Differential mock\n    description: KeyedAnswers mock\n"
+        f'      args:\n        base_url: "{base_url}"\n' for name, model in pairs))
+    (folder / "model_metadata.yaml").write_text("models:\n" + "".join(
+        f"  - name: {model}\n    display_name: Differential {model}\n    description: KeyedAnswers mock\n"
         "    creator_organization_name: MockOrg\n    access: open\n    release_date: 2025-01-01\n"
-        "    tags: [TEXT_MODEL_TAG, PARTIAL_FUNCTIONALITY_TEXT_MODEL_TAG]\n")
+        "    tags: [TEXT_MODEL_TAG, PARTIAL_FUNCTIONALITY_TEXT_MODEL_TAG]\n" for _, model in pairs))
+    # the jury in upstream's judges.yaml shape, which both sides read (the label is the deployment's name)
+    (folder / "judges.yaml").write_text("judges:\n" + "".join(
+        f"  - name: {j}\n    model: {_model_of(j)}\n    model_deployment: {j}\n" for j in JUDGES))
     (folder / "tokenizer_configs.yaml").write_text(
         "tokenizer_configs:\n  - name: mock/simple\n    tokenizer_spec:\n"
         '      class_name: "helm.tokenizers.simple_tokenizer.SimpleTokenizer"\n'
@@ -251,8 +307,15 @@ def write_prod_env(folder: Path, base_url: str) -> Path:
     return folder
 
 
-def _entry(case: Case) -> str:
-    return f"{case.name}:model={MODEL},model_deployment={DEPLOYMENT}"
+def _model_of(deployment: str) -> str:
+    return "mockorg/" + deployment.split("/", 1)[1]
+
+
+def _entry(case: Case, work: Path, ours: bool) -> str:
+    args = [case.our_args] if ours and case.our_args else []
+    if case.jury:
+        args.append(f"jury_config_path={(work / 'prod_env' / 'judges.yaml').resolve()}")
+    return f"{case.name}:{','.join(args + [f'model={MODEL}', f'model_deployment={DEPLOYMENT}'])}"
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -288,6 +351,53 @@ if _SLICES:
         return _load(path, *args, **kwargs)
 
     datasets.load_dataset = load_dataset
+
+if os.environ.get("MEDHELM_DIFF_ROUGE_ONLY"):
+    # SummarizationMetric needs torch, spacy's en_core_web_sm, summ_eval and downloads (QAFactEval): its ROUGE
+    # part only (medhelm_diff_rouge, HELM's own ROUGE functions); the device asked for is the CPU
+    import sys
+    import types
+
+    _gpu = types.ModuleType("helm.common.gpu_utils")
+    _gpu.is_cuda_available = lambda: False
+    _gpu.get_torch_device_name = lambda: "cpu"
+    sys.modules["helm.common.gpu_utils"] = _gpu
+    from helm.benchmark.metrics import common_metric_specs as _specs
+    from helm.benchmark.metrics.metric import MetricSpec as _MetricSpec
+
+    def get_summarization_metric_specs(args):
+        return [_MetricSpec(class_name="medhelm_diff_rouge.SummarizationRouge", args={})] + \
+            _specs.get_basic_metric_specs([])
+
+    _specs.get_summarization_metric_specs = get_summarization_metric_specs
+"""
+# SummarizationMetric's ROUGE stats as it computes them (its _remove_braces, the prediction stripped, the max over
+# the references of HELM's get_rouge_function), without the rest of the class's imports
+ROUGE_METRIC = """\
+from helm.benchmark.metrics.evaluate_reference_metrics import get_rouge_function
+from helm.benchmark.metrics.metric import Metric
+from helm.benchmark.metrics.metric_name import MetricName
+from helm.benchmark.metrics.statistic import Stat
+
+
+def _remove_braces(text):
+    if text.startswith("{"):
+        text = text[1:]
+    if text.endswith("}"):
+        text = text[:-1]
+    return text
+
+
+class SummarizationRouge(Metric):
+    def __init__(self):
+        self.rouge_fns = {"rouge_1": get_rouge_function("rouge1"), "rouge_2": get_rouge_function("rouge2"),
+                          "rouge_l": get_rouge_function("rougeL")}
+
+    def evaluate_generation(self, adapter_spec, request_state, metric_service, eval_cache_path):
+        refs = [_remove_braces(ref.output.text) for ref in request_state.instance.references]
+        pred = _remove_braces(request_state.result.completions[0].text.strip())
+        return [Stat(MetricName(name)).add(float(max(fn(ref, pred) for ref in refs)))
+                for name, fn in self.rouge_fns.items()]
 """
 
 
@@ -297,13 +407,15 @@ def run_helm(helm: HelmRun, case: Case, work: Path, count: int) -> Path:
     site = work / "helm_site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    (site / "medhelm_diff_rouge.py").write_text(ROUGE_METRIC)
     slices = f"{case.hf_dataset}={work / 'mirror' / case.mirror}" if case.hf_dataset else ""
     with open(log, "w") as fh:
-        done = subprocess.run([str(helm.helm_run), "--run-entries", _entry(case), "--suite", "diff",
+        done = subprocess.run([str(helm.helm_run), "--run-entries", _entry(case, work, False), "--suite", "diff",
                                "--max-eval-instances", str(count), "--local-path", "prod_env",
                                "--output-path", "helm", "-n", "1"], cwd=work, stdout=fh, stderr=subprocess.STDOUT,
                               env=_env(PYTHONPATH=f"{site}{os.pathsep}{helm.deps}", MEDHELM_DIFF_HF_SLICES=slices,
-                                         MEDHELM_DIFF_HF_INTS=",".join(case.hf_int_columns)),
+                                         MEDHELM_DIFF_HF_INTS=",".join(case.hf_int_columns),
+                                         MEDHELM_DIFF_ROUGE_ONLY="1" if case.jury else ""),
                               timeout=3600)
     runs = [p for p in (work / "helm/runs/diff").glob(f"{case.name}:*") if (p / "scenario_state.json").is_file()]
     if done.returncode != 0 or len(runs) != 1:
@@ -315,11 +427,11 @@ def run_ours(case: Case, work: Path) -> Path:
     """``medhelm run`` on the slice (offline, from the mirror, no cache); returns its run folder."""
     log = work / f"ours-{case.name}.log"
     with open(log, "w") as fh:
-        done = subprocess.run([sys.executable, "-m", "medhelm", "run", "-r", _entry(case), "--suite", "diff",
+        done = subprocess.run([sys.executable, "-m", "medhelm", "run", "-r", _entry(case, work, True), "--suite", "diff",
                                "--local-path", "prod_env", "--output-path", "ours", "--data-dir", "mirror",
                                "--offline", "--disable-cache", "-n", "4"], cwd=work, stdout=fh,
                               stderr=subprocess.STDOUT, env=_env(), timeout=3600)
-    runs = [p for p in (work / "ours/runs/diff").glob(f"{case.name}:*") if (p / "stats.json").is_file()]
+    runs = [p for p in (work / "ours/runs/diff").glob(f"{case.name}[:,]*") if (p / "stats.json").is_file()]
     if done.returncode != 0 or len(runs) != 1:
         raise DiffError(f"medhelm run {case.name} failed (exit {done.returncode}): {_tail(log)}")
     return runs[0]
@@ -342,9 +454,12 @@ class Side:
     metrics: list[dict[str, float | None]]
     aggregate: dict[str, tuple[int, float | None]]  # stat -> (count, mean), split test (HELM: count of trials)
     wire: list[dict | None] = field(default_factory=list)
+    judge_wire: list[dict[str, dict]] = field(default_factory=list)  # per position: judge model -> first request
+    verdicts: list[set[tuple[str, str, int]]] = field(default_factory=list)  # (judge, criterion, score) parsed
 
 
-def read_helm(run: Path) -> Side:
+def read_helm(run: Path, annotator: str = "") -> Side:
+    """HELM's run folder; ``annotator`` names the jury's annotations (a jury benchmark's own name)."""
     states = json.loads((run / "scenario_state.json").read_text())["request_states"]
     states.sort(key=lambda s: int(str(s["instance"]["id"]).lstrip("id") or 0))
     per = {}
@@ -360,6 +475,10 @@ def read_helm(run: Path) -> Side:
         comps = (s.get("result") or {}).get("completions") or []
         side.completions.append(comps[0]["text"] if comps else None)
         side.metrics.append(per.get(inst["id"], {}))
+        notes = ((s.get("annotations") or {}).get(annotator) or {}) if annotator else {}
+        side.verdicts.append({(judge, criterion, int(v["score"])) for judge, verdict in notes.items()
+                              if isinstance(verdict, dict) for criterion, v in verdict.items()
+                              if isinstance(v, dict) and isinstance(v.get("score"), (int, float))})
     return side
 
 
@@ -386,6 +505,8 @@ def read_ours(run: Path) -> Side:
         side.references.append([(r["text"], bool(r["correct"])) for r in rec["instance"]["references"]])
         side.completions.append((rec.get("completion") or {}).get("text"))
         side.metrics.append(dict(rec.get("stats") or {}))
+        side.verdicts.append({(j["judge"], j["criterion"], int(j["score"])) for j in rec.get("judgements") or []
+                              if j.get("status") == "ok" and not str(j["judge"]).startswith("rule:")})
     for s in json.loads((run / "stats.json").read_text()):
         if s["name"].get("split") == "test":
             side.aggregate[s["name"]["name"]] = (s["count"], s.get("mean"))
@@ -393,13 +514,21 @@ def read_ours(run: Path) -> Side:
 
 
 def attach_wire(side: Side, bodies: list[dict], responder: KeyedAnswers, keys: list[str]) -> None:
-    """Each position's request body as the server received it (the item's key named in its messages)."""
+    """Each position's request bodies as the server received them (the item's key named in their messages): the
+    candidate's, and the first of each judge's."""
+    candidate = MODEL.split("/", 1)[1]
     by_key: dict[str, dict] = {}
+    judged: dict[str, dict[str, dict]] = {}
     for body in bodies:
         named = responder.keys_of(body)
-        if named and named[0] not in by_key:
-            by_key[named[0]] = body
+        if not named:
+            continue
+        if body.get("model") == candidate:
+            by_key.setdefault(named[0], body)
+        else:
+            judged.setdefault(named[0], {}).setdefault(str(body.get("model")), body)
     side.wire = [by_key.get(collapse(k)) for k in keys]
+    side.judge_wire = [judged.get(collapse(k), {}) for k in keys]
 
 
 # -- comparing ----------------------------------------------------------------------------------------------------
@@ -460,13 +589,12 @@ def compare(case: Case, helm: Side, ours: Side, items: list[Any] | None = None) 
         else:
             hp, op = _prompt(hw), _prompt(ow)
             row.add("prompt", hp == op, f"{where}: {_first_difference(hp, op)}")
-            rest_h = {k: v for k, v in hw.items() if k != "messages"}
-            rest_o = {k: v for k, v in ow.items() if k != "messages"}
             roles = ([m.get("role") for m in hw.get("messages") or []], [m.get("role") for m in ow.get("messages") or []])
-            fields = sorted(k for k in set(rest_h) | set(rest_o) if rest_h.get(k) != rest_o.get(k))
+            fields = _other_fields(hw, ow)
             row.add("request", not fields and roles[0] == roles[1],
-                    f"{where}: " + "; ".join(f"{k}: HELM {rest_h.get(k)!r}, medhelm {rest_o.get(k)!r}"
-                                             for k in fields) + ("" if roles[0] == roles[1] else f" roles {roles}"))
+                    f"{where}: {fields}" + ("" if roles[0] == roles[1] else f" roles {roles}"))
+        if case.jury:
+            _compare_jury(row, where, helm, ours, i)
         row.add("references", helm.references[i] == ours.references[i],
                 f"{where}: HELM {helm.references[i]!r}, medhelm {ours.references[i]!r}")
         row.add("completion", helm.completions[i] == ours.completions[i],
@@ -500,6 +628,28 @@ def compare(case: Case, helm: Side, ours: Side, items: list[Any] | None = None) 
     return row
 
 
+def _compare_jury(row: Row, where: str, helm: Side, ours: Side, i: int) -> None:
+    """The judges asked, each judge's request (prompt byte for byte, other fields), the verdicts as parsed."""
+    hj = helm.judge_wire[i] if i < len(helm.judge_wire) else {}
+    oj = ours.judge_wire[i] if i < len(ours.judge_wire) else {}
+    row.add("judges", sorted(hj) == sorted(oj), f"{where}: HELM asked {sorted(hj)}, medhelm {sorted(oj)}")
+    for judge in sorted(set(hj) & set(oj)):
+        hp, op = _prompt(hj[judge]), _prompt(oj[judge])
+        row.add("judge prompt", hp == op, f"{where} {judge}: {_first_difference(hp, op)}")
+        fields = _other_fields(hj[judge], oj[judge])
+        row.add("judge request", not fields, f"{where} {judge}: {fields}")
+    hv, ov = helm.verdicts[i], ours.verdicts[i]
+    row.add("verdicts", hv == ov, f"{where}: only HELM {sorted(hv - ov)}, only medhelm {sorted(ov - hv)}")
+
+
+def _other_fields(h: dict, o: dict) -> str:
+    """The body fields but the messages that differ, as 'field: HELM x, medhelm y'; '' when none."""
+    rest_h = {k: v for k, v in h.items() if k != "messages"}
+    rest_o = {k: v for k, v in o.items() if k != "messages"}
+    fields = sorted(k for k in set(rest_h) | set(rest_o) if rest_h.get(k) != rest_o.get(k))
+    return "; ".join(f"{k}: HELM {rest_h.get(k)!r}, medhelm {rest_o.get(k)!r}" for k in fields)
+
+
 def _prompt(body: dict) -> str:
     return "\n".join(str(m.get("content", "")) for m in body.get("messages") or [])
 
@@ -521,12 +671,14 @@ def prepare(case: Case, shared_data: Path, work: Path, limit: int | None) -> lis
         return None
     items = case.read(source)
     items = items[:limit] if limit else items
-    targets = [work / "mirror" / case.mirror]
-    if case.helm_file:  # else HELM reads the mirror's file through SITECUSTOMIZE
-        targets.append(work / "helm/scenarios" / case.name / case.helm_file)
-    for target in targets:
+    targets = [(work / "mirror" / case.mirror, None)]
+    targets += [(work / "helm/scenarios" / case.name / name, text) for name, text in case.helm_files]
+    for target, text in targets:
         target.parent.mkdir(parents=True, exist_ok=True)
-        case.write(items, target)
+        if text is None:
+            case.write(items, target)
+        else:
+            target.write_text(text, encoding="utf-8")
     return items
 
 
@@ -536,7 +688,8 @@ def run_case(case: Case, helm: HelmRun, shared_data: Path, work: Path, limit: in
     if items is None:
         return Row(case.name, skipped=f"no data at {shared_data / case.shared}")
     keys = [case.key(item) for item in items]
-    responder = KeyedAnswers({k: case.answers(item) for k, item in zip(keys, items)}, seed=seed)
+    responder = KeyedAnswers({k: case.answers(item) for k, item in zip(keys, items)}, seed=seed,
+                             judge=jury_verdict(case.jury) if case.jury else None)
     with MockOpenAIServer(responder) as server:
         write_prod_env(work / "prod_env", server.base_url)
         helm_dir = run_helm(helm, case, work, len(items))
@@ -544,7 +697,7 @@ def run_case(case: Case, helm: HelmRun, shared_data: Path, work: Path, limit: in
         server.reset()
         ours_dir = run_ours(case, work)
         our_bodies = list(server.requests)
-    helm_side, our_side = read_helm(helm_dir), read_ours(ours_dir)
+    helm_side, our_side = read_helm(helm_dir, case.name if case.jury else ""), read_ours(ours_dir)
     attach_wire(helm_side, helm_bodies, responder, keys)
     attach_wire(our_side, our_bodies, responder, keys)
     return compare(case, helm_side, our_side, items)
@@ -563,19 +716,21 @@ class Report:
     def table(self) -> str:
         head = ("| benchmark | instances | prompts byte-equal | other request fields equal | references equal | "
                 "completions equal | metrics equal (1e-9) | aggregates equal | main metric HELM / ours | "
-                "differences explained |")
-        lines = [head, "|" + "---|" * 10]
+                "jury: judges asked / judge prompts / judge requests / verdicts | differences explained |")
+        lines = [head, "|" + "---|" * 11]
         for r in self.rows:
             if r.skipped:
-                lines.append(f"| `{r.benchmark}` | skipped: {r.skipped} |" + " |" * 8)
+                lines.append(f"| `{r.benchmark}` | skipped: {r.skipped} |" + " |" * 9)
                 continue
             main = " / ".join("—" if v is None else f"{v:.4f}" for v in r.main)
+            jury = " / ".join(r.cell(k) for k in ("judges", "judge prompt", "judge request", "verdicts")) \
+                if "judges" in r.total else "—"
             why = "all" if not r.unexplained() else "**no**: " + ", ".join(sorted(r.unexplained()))
             if r.explained:
                 why += " (" + "; ".join(f"{k}: see docs/metrics.md" for k in sorted(r.explained)) + ")"
             lines.append(f"| `{r.benchmark}` | {r.instances} | {r.cell('prompt')} | {r.cell('request')} | "
                          f"{r.cell('references')} | {r.cell('completion')} | {r.cell('metrics')} | "
-                         f"{r.cell('aggregate')} | {main} | {why} |")
+                         f"{r.cell('aggregate')} | {main} | {jury} | {why} |")
         return "\n".join(lines)
 
 
