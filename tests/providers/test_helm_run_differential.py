@@ -129,3 +129,20 @@ def test_only_the_known_medcalc_categories_excuse_a_metric_difference():
     assert not excused.unexplained() and set(excused.explained) == {"metrics", "aggregate", "main"}
     not_excused = diff.compare(case, side([0.0, 0.0]), side([1.0, 1.0]), [lab, risk])
     assert set(not_excused.unexplained()) == {"metrics not excused", "aggregate", "main"}
+
+
+@pytest.mark.parametrize("answer, note, helm, ours, excused", [
+    ("correct", {"Error Flag": "1"}, 1.0, 0.0, True),  # HELM: not the exact CORRECT, so an error flag
+    ("CORRECT", {"Error Flag": "1"}, 0.0, 1.0, False),  # the exact word: both read it alike, a difference is real
+    ("3 The corrected sentence.", {"Error Flag": "0"}, 1.0, 0.0, False),
+])
+def test_the_medec_excuse_covers_helms_exact_correct_rule_only(answer, note, helm, ours, excused):
+    case = diff.select(["medec"])[0]
+    assert case.excuse(note, answer, "medec_error_flag_accuracy", helm, ours) is excused
+
+
+def test_the_medec_excuse_covers_helms_sentence_id_bug_only_on_error_notes():
+    case = diff.select(["medec"])[0]
+    assert case.excuse({"Error Flag": "1"}, "3 x", "medec_error_sentence_accuracy", 0.0, 1.0)
+    assert not case.excuse({"Error Flag": "0"}, "3 x", "medec_error_sentence_accuracy", 0.0, 1.0)
+    assert not case.excuse({"Error Flag": "1"}, "3 x", "medec_error_sentence_accuracy", 1.0, 0.0)

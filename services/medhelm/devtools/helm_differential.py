@@ -37,6 +37,7 @@ import csv
 import hashlib
 import json
 import math
+import re
 import os
 import shutil
 import subprocess
@@ -96,8 +97,8 @@ class Case:
     # HELM reads it with datasets.load_dataset(<hf_dataset>[-<version>]): the slice is served from a CSV instead
     hf_dataset: str = ""
     hf_int_columns: tuple[str, ...] = ()  # the dataset's integer columns (the others are strings)
-    # a per-instance metric difference KNOWN["metrics"] explains: excuse(item, metric, HELM's, ours) -> True
-    excuse: Callable[[Any, str, float | None, float | None], bool] | None = None
+    # a per-instance metric difference KNOWN["metrics"] explains: excuse(item, completion, metric, HELM's, ours)
+    excuse: Callable[[Any, str, str, float | None, float | None], bool] | None = None
     # known kinds that show only on some items (a slice without such an item has none to show)
     on_some_items: frozenset[str] = frozenset()
     our_args: str = ""  # run-entry arguments medhelm's entry adds (e.g. the one test file of the slice)
@@ -158,7 +159,7 @@ def _medcalc_answers(row: dict) -> list[str]:
 MEDCALC_HELM_UNKNOWN_CATEGORIES = ("lab test", "dosage")
 
 
-def _medcalc_excuse(row: dict, metric: str, helm: float | None, ours: float | None) -> bool:
+def _medcalc_excuse(row: dict, completion: str, metric: str, helm: float | None, ours: float | None) -> bool:
     return (metric == "medcalc_bench_accuracy" and row.get("Category") in MEDCALC_HELM_UNKNOWN_CATEGORIES
             and helm == 0 and ours == 1)
 
@@ -186,6 +187,18 @@ def jury_verdict(criteria: tuple[str, ...]) -> Callable[[dict, str], str | None]
         return json.dumps({c: {"score": 1 + _hash(model, key, c) % 5, "explanation": "keyed"} for c in criteria})
 
     return verdict
+
+
+def _medec_excuse(row: dict, completion: str, metric: str, helm: float | None, ours: float | None) -> bool:
+    """HELM's two MEDEC rules we do not copy: its gold sentence id is ``int()`` of the whole reference ("3 The
+    ...": always fails), so an error note's sentence is never credited; and only the exact answer ``CORRECT`` says
+    "no error" (``correct``, ``Correct.`` are read as flagging an error), where ours reads CORRECT in any case."""
+    error_note = str(row.get("Error Flag", "")).strip() == "1"
+    if metric == "medec_error_sentence_accuracy" and error_note and helm == 0:
+        return True
+    answer = completion.strip()
+    return answer != "CORRECT" and re.match(r"^correct\b", answer, re.I) is not None and metric in (
+        "medec_error_flag_accuracy", "medec_error_sentence_accuracy")
 
 
 CASES: tuple[Case, ...] = (
@@ -237,7 +250,14 @@ CASES: tuple[Case, ...] = (
          main="medec_error_flag_accuracy", helm_main="medec_error_flag_accuracy",
          known={"prompt": "layout: HELM starts the note on its label's line (`Clinical Note: 0 A 29-year-old ...`) "
                           "and puts `Answer:` on the line after the last sentence; ours `Clinical Note:\\n0 A "
-                          "29-year-old ...` and a blank line before `Answer:`; instructions and sentences the same"}),
+                          "29-year-old ...` and a blank line before `Answer:`; instructions and sentences the same",
+                "metrics": "MEDEC's rules: HELM reads the gold sentence id with int() of the whole reference "
+                           "(`3 The causative agent ...`), which always fails, so it never credits an error note's "
+                           "sentence (ours reads the id); and HELM takes only the exact answer `CORRECT` as "
+                           "'no error' (`correct` counts as flagging one), ours reads CORRECT in any case",
+                "aggregate": "follows from the metrics' difference (HELM's MEDEC rules)",
+                "main": "follows from the metrics' difference (HELM's MEDEC rules)"},
+         excuse=_medec_excuse, on_some_items=frozenset({"metrics", "aggregate", "main"})),
 )
 
 
@@ -604,7 +624,7 @@ def compare(case: Case, helm: Side, ours: Side, items: list[Any] | None = None) 
         bad = sorted(n for n in names if not _same_number(helm.metrics[i][n], ours.metrics[i][n]))
         item = items[i] if items is not None and i < len(items) else None
         excused = [n for n in bad if case.excuse is not None and item is not None
-                   and case.excuse(item, n, helm.metrics[i][n], ours.metrics[i][n])]
+                   and case.excuse(item, helm.completions[i] or "", n, helm.metrics[i][n], ours.metrics[i][n])]
         unexcused = [n for n in bad if n not in excused]
         row.add("metrics", not bad, f"{where}: " + ", ".join(
             f"{n} HELM {helm.metrics[i][n]} medhelm {ours.metrics[i][n]}" for n in bad))
