@@ -132,13 +132,14 @@ def test_only_the_known_medcalc_categories_excuse_a_metric_difference():
 
 
 @pytest.mark.parametrize("answer, note, helm, ours, excused", [
-    ("correct", {"Error Flag": "1"}, 1.0, 0.0, True),  # HELM: not the exact CORRECT, so an error flag
-    ("CORRECT", {"Error Flag": "1"}, 0.0, 1.0, False),  # the exact word: both read it alike, a difference is real
+    ("correct", {"Error Flag": "0"}, 0.0, 1.0, True),  # sentence accuracy on a clean note: HELM wants CORRECT
+    ("CORRECT", {"Error Flag": "0"}, 0.0, 1.0, False),  # the exact word: both read it alike, a difference is real
     ("3 The corrected sentence.", {"Error Flag": "0"}, 1.0, 0.0, False),
 ])
 def test_the_medec_excuse_covers_helms_exact_correct_rule_only(answer, note, helm, ours, excused):
     case = diff.select(["medec"])[0]
-    assert case.excuse(note, answer, "medec_error_flag_accuracy", helm, ours) is excused
+    assert case.excuse(note, answer, "medec_error_sentence_accuracy", helm, ours) is excused
+    assert not case.excuse(note, answer, "medec_error_flag_accuracy", helm, ours)  # the flag column is HELM's rule
 
 
 def test_the_medec_excuse_covers_helms_sentence_id_bug_only_on_error_notes():

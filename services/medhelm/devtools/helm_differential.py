@@ -134,7 +134,7 @@ def _medec_key(row: dict) -> str:
 
 def _medec_answers(row: dict) -> list[str]:
     sid = str(row.get("Error Sentence ID") or "").strip()
-    out = ["CORRECT", "correct", "0 The note has no error."]
+    out = ["CORRECT", "correct", "0 The note has no error.", "I am not sure."]
     if sid and sid != "-1":
         out += [f"{sid} {row.get('Corrected Sentence', '').strip()}", f"{sid}"]
     return out
@@ -190,15 +190,15 @@ def jury_verdict(criteria: tuple[str, ...]) -> Callable[[dict, str], str | None]
 
 
 def _medec_excuse(row: dict, completion: str, metric: str, helm: float | None, ours: float | None) -> bool:
-    """HELM's two MEDEC rules we do not copy: its gold sentence id is ``int()`` of the whole reference ("3 The
-    ...": always fails), so an error note's sentence is never credited; and only the exact answer ``CORRECT`` says
-    "no error" (``correct``, ``Correct.`` are read as flagging an error), where ours reads CORRECT in any case."""
-    error_note = str(row.get("Error Flag", "")).strip() == "1"
-    if metric == "medec_error_sentence_accuracy" and error_note and helm == 0:
-        return True
+    """HELM's MEDEC bug we do not copy: its gold sentence id is ``int()`` of the whole reference ("3 The ...":
+    always fails), so an error note's sentence is never credited (HELM 0 where ours may be 1); and HELM's sentence
+    accuracy credits a clean note only on the exact answer ``CORRECT`` (ours reads CORRECT in any case)."""
+    if metric != "medec_error_sentence_accuracy":
+        return False
+    if str(row.get("Error Flag", "")).strip() == "1":
+        return helm == 0
     answer = completion.strip()
-    return answer != "CORRECT" and re.match(r"^correct\b", answer, re.I) is not None and metric in (
-        "medec_error_flag_accuracy", "medec_error_sentence_accuracy")
+    return answer != "CORRECT" and re.match(r"^correct\b", answer, re.I) is not None and (helm, ours) == (0, 1)
 
 
 CASES: tuple[Case, ...] = (
@@ -251,13 +251,12 @@ CASES: tuple[Case, ...] = (
          known={"prompt": "layout: HELM starts the note on its label's line (`Clinical Note: 0 A 29-year-old ...`) "
                           "and puts `Answer:` on the line after the last sentence; ours `Clinical Note:\\n0 A "
                           "29-year-old ...` and a blank line before `Answer:`; instructions and sentences the same",
-                "metrics": "MEDEC's rules: HELM reads the gold sentence id with int() of the whole reference "
-                           "(`3 The causative agent ...`), which always fails, so it never credits an error note's "
-                           "sentence (ours reads the id); and HELM takes only the exact answer `CORRECT` as "
-                           "'no error' (`correct` counts as flagging one), ours reads CORRECT in any case",
-                "aggregate": "follows from the metrics' difference (HELM's MEDEC rules)",
-                "main": "follows from the metrics' difference (HELM's MEDEC rules)"},
-         excuse=_medec_excuse, on_some_items=frozenset({"metrics", "aggregate", "main"})),
+                "metrics": "medec_error_sentence_accuracy: HELM reads the gold sentence id with int() of the "
+                           "whole reference (`3 The causative agent ...`), which always fails, so it never credits "
+                           "an error note's sentence (ours reads the id); and it credits a clean note only on the "
+                           "exact answer `CORRECT` (ours reads CORRECT in any case)",
+                "aggregate": "follows from the metrics' difference (HELM's sentence id bug)"},
+         excuse=_medec_excuse, on_some_items=frozenset({"metrics", "aggregate"})),
 )
 
 
