@@ -112,6 +112,12 @@ def test_a_difference_nobody_explained_is_reported():
                                           "main", "request"}
     assert "stop" in changed.differences["request"][0]
     assert changed.metrics_compared == ["exact_match"]  # token counts are accounting, not compared
+    layout = side(True, "A", 1.0)
+    layout.wire[0] = dict(body, messages=[{"role": "user", "content": "Question: Q"}])  # the declared word only
+    reworded = side(True, "A", 1.0)
+    reworded.wire[0] = dict(body, messages=[{"role": "user", "content": "Question: Q, or not"}])
+    assert diff.compare(case, layout, side(True, "A", 1.0)).unexplained() == {}
+    assert set(diff.compare(case, reworded, side(True, "A", 1.0)).unexplained()) == {"prompt words"}
 
 
 def test_only_the_known_medcalc_categories_excuse_a_metric_difference():

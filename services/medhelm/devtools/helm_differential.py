@@ -18,7 +18,9 @@ deployment whose base_url is the mock, the key in credentials.conf); helm-run ru
 its own process, ``medhelm run`` as its own process of this interpreter.
 
 What is compared, per instance: the request as it reached the server (the prompt text byte for byte, the
-messages, max tokens, stop sequences, temperature, every other body field), the references (text and
+messages, max tokens, stop sequences, temperature, every other body field; where the prompts differ, the words
+only one of them has must be the case's ``prompt_words``, so a layout difference cannot hide a changed text), the
+references (text and
 correctness), the completion, and every metric both compute (to 1e-9); per run, the aggregate (the mean over
 the instances) of every shared stat and the leaderboard's main metric. Token counts and timings are accounting (HELM counts
 with its tokenizer, we with the server's usage) and are not compared. A difference is *explained* when the
@@ -42,6 +44,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +105,9 @@ class Case:
     # known kinds that show only on some items (a slice without such an item has none to show)
     on_some_items: frozenset[str] = frozenset()
     our_args: str = ""  # run-entry arguments medhelm's entry adds (e.g. the one test file of the slice)
+    # the words (whitespace-separated) only HELM's prompt has and only ours has, with their counts: a layout
+    # difference; a prompt whose words differ otherwise is a "prompt words" difference (never explained)
+    prompt_words: tuple[dict[str, int], dict[str, int]] = ({}, {})
     jury: tuple[str, ...] = ()  # the rubric's criteria: a jury benchmark, judged by JUDGES on both sides
 
 
@@ -205,6 +211,7 @@ CASES: tuple[Case, ...] = (
     Case("pubmed_qa", "pubmedqa/ori_pqal_sample.json", "pubmed_qa/ori_pqal.json", (("data/test_set.json", None),),
          _read_json_items, _write_json_items, key=lambda item: item[1]["QUESTION"],
          answers=lambda item: ["A", "B", "C", "B.", "maybe"], main="exact_match", helm_main="exact_match",
+         prompt_words=({"Question:": 1}, {}),
          known={"prompt": "layout: HELM writes `Question: Context: <abstract>\\n\\nQuestion: <question>\\n` (its "
                           "passage and question nouns doubled), ours `Context:\\n<abstract>\\n\\nQuestion: "
                           "<question>`; the instructions, abstract, question, options and `Answer:` cue are the "
@@ -212,7 +219,7 @@ CASES: tuple[Case, ...] = (
     Case("medcalc_bench", "medcalc_bench/one_shot_data.csv", "medcalc_bench/test_data.csv", (),
          _read_csv_rows, _write_csv_rows, key=_medcalc_key, answers=_medcalc_answers,
          main="medcalc_bench_accuracy", helm_main="medcalc_bench_accuracy", hf_dataset="ncbi/MedCalc-Bench",
-         hf_int_columns=("Row Number", "Calculator ID"),
+         hf_int_columns=("Row Number", "Calculator ID"), prompt_words=({"needed:": 1}, {"needed.": 1, "Answer:": 1}),
          known={"prompt": "layout: HELM ends the prompt with its output noun, `Answer only the requested quantity "
                           "without units. No explanation needed:`; ours puts that sentence after the instructions "
                           "and ends with `Answer:`; instructions, note and question the same",
@@ -230,6 +237,7 @@ CASES: tuple[Case, ...] = (
          key=lambda record: collapse(record["src"])[:240], answers=_aci_answers,
          main="jury_score_normalized", helm_main="aci_bench_accuracy",
          our_args="subset=clinicalnlp_taskB_test1", jury=("accuracy", "completeness", "clarity"),
+         prompt_words=({"The": 1, "conversation": 1, "is:": 1, "Doctor-patient": 1, "dialogue:": 1}, {}),
          known={"prompt": "layout and one phrase: HELM's instructions end `The conversation is:` followed by "
                           "`Conversation: Doctor-patient dialogue:\\n\\n<dialogue>`, and `Clinical Note:` after a "
                           "single newline; ours `Conversation:\\n<dialogue>` and a blank line before `Clinical Note:`; "
@@ -608,6 +616,10 @@ def compare(case: Case, helm: Side, ours: Side, items: list[Any] | None = None) 
         else:
             hp, op = _prompt(hw), _prompt(ow)
             row.add("prompt", hp == op, f"{where}: {_first_difference(hp, op)}")
+            h_words, o_words = Counter(hp.split()), Counter(op.split())
+            words = (dict(h_words - o_words), dict(o_words - h_words))
+            row.add("prompt words", hp == op or words == case.prompt_words,
+                    f"{where}: only in HELM's {words[0]}, only in ours {words[1]} (expected {case.prompt_words})")
             roles = ([m.get("role") for m in hw.get("messages") or []], [m.get("role") for m in ow.get("messages") or []])
             fields = _other_fields(hw, ow)
             row.add("request", not fields and roles[0] == roles[1],
@@ -747,7 +759,8 @@ class Report:
             why = "all" if not r.unexplained() else "**no**: " + ", ".join(sorted(r.unexplained()))
             if r.explained:
                 why += " (" + "; ".join(f"{k}: see docs/metrics.md" for k in sorted(r.explained)) + ")"
-            lines.append(f"| `{r.benchmark}` | {r.instances} | {r.cell('prompt')} | {r.cell('request')} | "
+            prompt = f"{r.cell('prompt')}; words as declared: {r.cell('prompt words')}"
+            lines.append(f"| `{r.benchmark}` | {r.instances} | {prompt} | {r.cell('request')} | "
                          f"{r.cell('references')} | {r.cell('completion')} | {r.cell('metrics')} | "
                          f"{r.cell('aggregate')} | {main} | {jury} | {why} |")
         return "\n".join(lines)
