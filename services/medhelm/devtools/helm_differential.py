@@ -22,8 +22,8 @@ messages, max tokens, stop sequences, temperature, every other body field; where
 only one of them has must be the case's ``prompt_words``, so a layout difference cannot hide a changed text), the
 references (text and
 correctness), the completion, and every metric both compute (to 1e-9); per run, the aggregate (the mean over
-the instances) of every shared stat and the leaderboard's main metric. Token counts and timings are accounting (HELM counts
-with its tokenizer, we with the server's usage) and are not compared. A difference is *explained* when the
+the instances) of every shared stat and the leaderboard's main metric. Token counts and timings are accounting
+(HELM counts with its tokenizer, we with the server's usage) and are not compared. A difference is *explained* when the
 benchmark's ``KNOWN`` entry names its kind and says why (docs/metrics.md lists them with both numbers); a kind
 KNOWN names that no longer differs is reported too (``vanished``), so a fixed difference drops its line.
 
@@ -454,7 +454,8 @@ def run_ours(case: Case, work: Path) -> Path:
     """``medhelm run`` on the slice (offline, from the mirror, no cache); returns its run folder."""
     log = work / f"ours-{case.name}.log"
     with open(log, "w") as fh:
-        done = subprocess.run([sys.executable, "-m", "medhelm", "run", "-r", _entry(case, work, True), "--suite", "diff",
+        done = subprocess.run([sys.executable, "-m", "medhelm", "run", "-r", _entry(case, work, True),
+                               "--suite", "diff",
                                "--local-path", "prod_env", "--output-path", "ours", "--data-dir", "mirror",
                                "--offline", "--disable-cache", "-n", "4"], cwd=work, stdout=fh,
                               stderr=subprocess.STDOUT, env=_env(), timeout=3600)
@@ -620,7 +621,7 @@ def compare(case: Case, helm: Side, ours: Side, items: list[Any] | None = None) 
             words = (dict(h_words - o_words), dict(o_words - h_words))
             row.add("prompt words", hp == op or words == case.prompt_words,
                     f"{where}: only in HELM's {words[0]}, only in ours {words[1]} (expected {case.prompt_words})")
-            roles = ([m.get("role") for m in hw.get("messages") or []], [m.get("role") for m in ow.get("messages") or []])
+            roles = tuple([m.get("role") for m in body.get("messages") or []] for body in (hw, ow))
             fields = _other_fields(hw, ow)
             row.add("request", not fields and roles[0] == roles[1],
                     f"{where}: {fields}" + ("" if roles[0] == roles[1] else f" roles {roles}"))
