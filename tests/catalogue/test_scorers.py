@@ -89,15 +89,30 @@ def test_medec_scores_flag_and_sentence_on_real_rows(load):
     flagged = next(i for i in instances if i.id == "ms-test-0")  # error in sentence 10
     clean = next(i for i in instances if i.id == "ms-test-1")
     assert _medec_stats(flagged, flagged.references[0].text) == {
-        "medec_error_flag_accuracy": 1.0, "medec_error_sentence_accuracy": 1.0, "medec_unparseable": 0.0}
+        "medec_error_flag_accuracy": 1.0, "medec_error_flag_accuracy_lenient": 1.0,
+        "medec_error_sentence_accuracy": 1.0, "medec_unparseable": 0.0}
     assert _medec_stats(flagged, "3 The patient has hepatitis B.")["medec_error_sentence_accuracy"] == 0.0
     assert _medec_stats(flagged, "3 The patient has hepatitis B.")["medec_error_flag_accuracy"] == 1.0
     assert _medec_stats(flagged, "Sentence 10: ... Schistosoma mansoni.")["medec_error_sentence_accuracy"] == 1.0
     assert _medec_stats(flagged, "CORRECT")["medec_error_flag_accuracy"] == 0.0
     assert _medec_stats(clean, "CORRECT") == {
-        "medec_error_flag_accuracy": 1.0, "medec_error_sentence_accuracy": 1.0, "medec_unparseable": 0.0}
+        "medec_error_flag_accuracy": 1.0, "medec_error_flag_accuracy_lenient": 1.0,
+        "medec_error_sentence_accuracy": 1.0, "medec_unparseable": 0.0}
     assert _medec_stats(clean, "I am not sure.") == {
-        "medec_error_flag_accuracy": 0.0, "medec_error_sentence_accuracy": 0.0, "medec_unparseable": 1.0}
+        "medec_error_flag_accuracy": 0.0, "medec_error_flag_accuracy_lenient": 0.0,
+        "medec_error_sentence_accuracy": 0.0, "medec_unparseable": 1.0}
+
+
+def test_medec_flag_column_is_upstreams_exact_correct_rule_and_the_lenient_one_beside_it(load):
+    """HELM's MedecMetric: only the stripped answer `CORRECT` says "no error", anything else flags one."""
+    _, instances = load("medec")
+    flagged = next(i for i in instances if i.id == "ms-test-0")
+    clean = next(i for i in instances if i.id == "ms-test-1")
+    for answer, note, upstream, lenient in (("correct", clean, 0.0, 1.0), ("Correct.", clean, 0.0, 1.0),
+                                            ("  CORRECT\n", clean, 1.0, 1.0), ("correct", flagged, 1.0, 0.0),
+                                            ("I am not sure.", flagged, 1.0, 0.0)):
+        stats = _medec_stats(note, answer)
+        assert (stats["medec_error_flag_accuracy"], stats["medec_error_flag_accuracy_lenient"]) == (upstream, lenient)
 
 
 def test_medec_reference_text_alone_is_parsed_correctly(load):

@@ -33,6 +33,12 @@ headers), ``request_count``, ``max_in_flight``, ``connection_count``; ``reset()`
 them all, and every later one at once; at most ``HOLD_LIMIT_S``): a test of a client's concurrency sees it
 reach N however slowly a loaded machine sends them, instead of relying on a latency being long enough.
 
+A prompt-keyed answer (``KeyedAnswers(table, seed)`` as the responder): the answer of a request is picked from
+the candidates of the item its messages name (a key text of the table found in them, whitespace collapsed) by a
+hash of (seed, key), so two clients that lay the same item's prompt out differently get the same answer, and the
+same prompt always gets the same answer. A prompt naming no key is a 400 saying so. The faults above are drawn
+before the responder runs, so they act the same in this mode. CLI: ``--answers table.json`` (``{key: [answers]}``).
+
 ``answered_model="gpt-4o-2024-08-06"`` answers every request with that ``model`` field (as OpenAI names the dated
 version it served), instead of the model asked for.
 
@@ -43,7 +49,7 @@ form body), and puts them in a ``WWW-Authenticate`` reply header too: the scrubb
 tested with it (``medhelm.scrub``).
 
 CLI: ``python -m medhelm.devtools.mock_openai --port 8000 [--latency-ms 50] [--error-rate 0.1]
-[--rate-limit-rate 0.1] [--malformed-rate 0.05] [--responder module:function]``.
+[--rate-limit-rate 0.1] [--malformed-rate 0.05] [--responder module:function] [--answers table.json]``.
 """
 
 from __future__ import annotations
@@ -116,6 +122,44 @@ def default_responder(body: dict[str, Any]) -> str:
     if {"yes", "no"} <= words:
         return ("Yes", "No")[pick % 2]
     return " ".join(text.split()[:12])
+
+
+def collapse(text: str) -> str:
+    """Whitespace collapsed to single spaces (how ``KeyedAnswers`` compares a key with a prompt)."""
+    return " ".join(text.split())
+
+
+class KeyedAnswers:
+    """A responder answering by a hash of the item a prompt names (see the module's docstring).
+
+    ``table`` maps a key text (a passage of the item that every layout of its prompt carries) to the candidate
+    answers; ``judge(body, key)``, when given, answers the requests it recognises (e.g. a jury's rubric prompt)
+    and returns None for the others. ``keys_of(body)`` says which keys a request names."""
+
+    def __init__(self, table: dict[str, list[str]], seed: int = 0,
+                 judge: Callable[[dict[str, Any], str], str | None] | None = None) -> None:
+        self.table = {collapse(k): list(v) for k, v in table.items() if collapse(k) and v}
+        self.seed, self.judge = seed, judge
+        # longest keys first: a key inside another item's key never takes that item's request
+        self._order = sorted(self.table, key=len, reverse=True)
+
+    def keys_of(self, body: dict[str, Any]) -> list[str]:
+        text = collapse("\n".join(str(m.get("content", "")) for m in body.get("messages") or []))
+        return [k for k in self._order if k in text]
+
+    def pick(self, key: str, salt: str = "") -> int:
+        return int(hashlib.sha256(f"{self.seed}\x1f{salt}\x1f{key}".encode()).hexdigest()[:8], 16)
+
+    def __call__(self, body: dict[str, Any]) -> str:
+        keys = self.keys_of(body)
+        if not keys:
+            raise MockHTTPError(400, "the prompt names no item of the answer table")
+        if self.judge is not None:
+            verdict = self.judge(body, keys[0])
+            if verdict is not None:
+                return verdict
+        answers = self.table[keys[0]]
+        return answers[self.pick(keys[0]) % len(answers)]
 
 
 class MockOpenAIServer:
@@ -438,11 +482,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retry-after", type=float, default=0.05, help="seconds sent in Retry-After with a 429")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--responder", help="module:function returning the answer text for a request body")
+    parser.add_argument("--answers", help="a JSON table {key text: [answers]}: answer by a hash of the item the "
+                                          "prompt names (KeyedAnswers)")
     parser.add_argument("--reasoning", choices=("split", "inline"), help="imitate a reasoning model")
     parser.add_argument("--thinking-tokens", type=int, default=8)
     parser.add_argument("--answered-model", help="the response's model field (default: the model asked for)")
     args = parser.parse_args(argv)
-    server = MockOpenAIServer(_load_responder(args.responder) if args.responder else None,
+    responder = _load_responder(args.responder) if args.responder else None
+    if args.answers:
+        with open(args.answers, encoding="utf-8") as fh:
+            responder = KeyedAnswers(json.load(fh), seed=args.seed)
+    server = MockOpenAIServer(responder,
                               latency_s=args.latency_ms / 1000, error_rate=args.error_rate,
                               rate_limit_rate=args.rate_limit_rate, malformed_rate=args.malformed_rate,
                               seed=args.seed, retry_after_s=args.retry_after, host=args.host, port=args.port,

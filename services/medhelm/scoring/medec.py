@@ -4,6 +4,11 @@ The gold answer is ``CORRECT`` or ``"<sentence id> <corrected sentence>"``. Upst
 latter with ``int()`` on the whole string (always failing), so sentence accuracy only ever credited
 CORRECT/CORRECT. Here the id is read from the instance's fields (or the leading integer of the reference),
 and the model's answer is parsed the same way: ``CORRECT``, or a sentence id (``3 ...``, ``Sentence 3: ...``).
+
+Two flag columns (docs/metrics.md, "Two rules, two names"): ``medec_error_flag_accuracy`` is upstream's rule
+(the stripped answer is exactly ``CORRECT`` -> no error; any other answer flags one), the leaderboard's column;
+``medec_error_flag_accuracy_lenient`` reads the answer as the sentence accuracy does (``correct`` in any case,
+markdown and a ``<think>`` block removed; an answer that is neither form scores 0 and counts as unparseable).
 """
 
 from __future__ import annotations
@@ -34,15 +39,22 @@ def gold(instance: Instance) -> tuple[int, int] | None:
     return parse_answer(refs[0].text) if refs else None
 
 
+NAMES = ("medec_error_flag_accuracy", "medec_error_flag_accuracy_lenient", "medec_error_sentence_accuracy",
+         "medec_unparseable")
+
+
 def _score(instance: Instance, answer: str) -> dict[str, float | None]:
     truth = gold(instance)
     if truth is None:
-        return {"medec_error_flag_accuracy": None, "medec_error_sentence_accuracy": None, "medec_unparseable": None}
+        return dict.fromkeys(NAMES)
+    upstream = float((0 if answer.strip() == "CORRECT" else 1) == truth[0])
     pred = parse_answer(answer)
     if pred is None:
-        return {"medec_error_flag_accuracy": 0.0, "medec_error_sentence_accuracy": 0.0, "medec_unparseable": 1.0}
+        return {"medec_error_flag_accuracy": upstream, "medec_error_flag_accuracy_lenient": 0.0,
+                "medec_error_sentence_accuracy": 0.0, "medec_unparseable": 1.0}
     return {
-        "medec_error_flag_accuracy": float(pred[0] == truth[0]),
+        "medec_error_flag_accuracy": upstream,
+        "medec_error_flag_accuracy_lenient": float(pred[0] == truth[0]),
         "medec_error_sentence_accuracy": float(pred == truth),
         "medec_unparseable": 0.0,
     }
@@ -50,6 +62,6 @@ def _score(instance: Instance, answer: str) -> dict[str, float | None]:
 
 FACTORIES = {
     "medec": instance_metric_factory(
-        ("medec_error_flag_accuracy", "medec_error_sentence_accuracy", "medec_unparseable"), _score,
+        NAMES, _score,
         description="MEDEC: error flag and erroneous-sentence id accuracy (CORRECT or '<id> <corrected sentence>')"),
 }
