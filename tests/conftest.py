@@ -128,6 +128,14 @@ def dashboard_env():
             os.environ[k] = v
 
 
+@pytest.fixture(scope="session")
+def helm_python() -> Path:
+    """crfm-helm's own venv's interpreter (tests/helm_venv.py: built once, under a lock; skips when it cannot be)."""
+    from tests import helm_venv
+
+    return helm_venv.helm_python()
+
+
 @pytest.fixture(scope="session", params=__import__("tests.helm_releases", fromlist=["VERSIONS"]).VERSIONS)
 def helm_release(request) -> Path:
     """One crfm-helm release's own files (helm/config/*.yaml, helm/clients/*.py) from its PyPI wheel, cached

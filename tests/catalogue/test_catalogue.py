@@ -3,8 +3,6 @@ metrics the registry knows."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import pytest
 import yaml
@@ -17,6 +15,7 @@ from medhelm.scoring import registry
 from medhelm.specs import Access, FrozenMap, TaskType
 from medhelm.taxonomy import SUBCATEGORIES, TAXONOMY, check
 from tests import upstream_medhelm as upstream
+from tests.helm_venv import site_packages
 
 ENTRIES = all_entries()
 
@@ -26,15 +25,10 @@ def test_the_upstream_benchmarks_under_their_run_entry_names():
     assert {e.name for e in ENTRIES} == upstream.NAMES
 
 
-# crfm-helm's own schema, where its venv is (tests/providers/test_helm_differential.py builds it)
-HELM_SCHEMA = (Path(os.environ.get("MEDHELM_ENGINES_DIR", Path.home() / ".cache" / "medhelm-engines")) / "helm-0.5.16"
-               / "lib" / "python3.11" / "site-packages" / "helm" / "benchmark" / "static" / "schema_medhelm.yaml")
-
-
-def test_the_reference_list_is_helms_own_leaf_run_groups():
-    """The one reference list (tests/data/upstream_medhelm.json) against upstream's file itself."""
-    if not HELM_SCHEMA.is_file():
-        pytest.skip(f"crfm-helm 0.5.16's venv is not built here ({HELM_SCHEMA.parent})")
+def test_the_reference_list_is_helms_own_leaf_run_groups(helm_python):
+    """The one reference list (tests/data/upstream_medhelm.json) against upstream's file itself (crfm-helm's
+    schema_medhelm.yaml, from its venv: tests/helm_venv.py)."""
+    HELM_SCHEMA = site_packages(helm_python) / "helm" / "benchmark" / "static" / "schema_medhelm.yaml"
     groups = yaml.safe_load(HELM_SCHEMA.read_text(encoding="utf-8"))["run_groups"]
     leaves = {g["name"] for g in groups if not g.get("subgroups")}
     assert set(upstream.SCHEMA_NAMES.values()) == leaves

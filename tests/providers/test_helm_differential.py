@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,15 +32,8 @@ from medhelm.devtools.fakes.anthropic import stream_of
 from medhelm.inference import make_client
 from medhelm.specs import GenerationRequest, Message
 
-VERSION = "0.5.16"
-ENGINES = Path(os.environ.get("MEDHELM_ENGINES_DIR", Path.home() / ".cache" / "medhelm-engines"))
-# HELM's core deps its client path imports, and the SDKs of its extras at versions within its pins (openai at
-# the floor of HELM's ~=2.8: its AzureOpenAI sends the key as `api-key` and as a bearer token; later 2.x send
-# only `api-key`)
-PACKAGES = ("cattrs==22.2.0", "dacite==1.9.2", "pyhocon==0.3.63", "retrying==1.4.2", "sqlitedict==2.1.0",
-            "colorlog==6.12.0", "tqdm==4.70.1", "ubelt==1.4.3", "PyYAML==6.0.4", "filelock==4.3.1", "numpy",
-            "zstandard", "openai==2.8.0", "tiktoken==0.14.0", "pydantic==2.14.4", "anthropic==0.125.0",
-            "websocket-client==1.9.2", "google-genai==1.75.0", "boto3==1.44.8", "botocore==1.44.8")
+from tests.helm_venv import VERSION, installed_beside as _installed_beside
+
 # SDKs of HELM's other extras, installed beside the venv (pip --target, appended to the harness's sys.path so the
 # venv's own packages win): mistralai within HELM's `mistral` pin (~=1.1), google-cloud-aiplatform within its
 # `google` pin (~=1.48: the vertexai SDK of HELM's VertexAIChatClient / VertexAITextClient)
@@ -61,43 +53,6 @@ AUTH_HEADERS = ("authorization", "api-key", "x-api-key", "x-goog-api-key", "ocp-
 KNOWN = {  # class -> why medhelm's request differs from HELM's (kept honest: the difference must still be there)
     "AnthropicClient": "HELM's legacy AnthropicClient uses the retired Text Completions API; medhelm sends Messages",
 }
-
-
-@pytest.fixture(scope="session")
-def helm_python() -> Path:
-    venv = ENGINES / f"helm-{VERSION}"
-    python = venv / "bin" / "python"
-    ok = venv / ".ok"
-    want = "\n".join((VERSION, *PACKAGES))
-    if not ok.is_file() or ok.read_text() != want:
-        shutil.rmtree(venv, ignore_errors=True)
-        steps = ([sys.executable, "-m", "venv", str(venv)],
-                 [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-                  f"crfm-helm=={VERSION}"],
-                 [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PACKAGES])
-        for step in steps:
-            done = subprocess.run(step, capture_output=True, text=True, timeout=1800)
-            if done.returncode != 0:
-                pytest.skip(f"cannot build crfm-helm {VERSION}'s venv in {venv} (offline?): "
-                            f"{(done.stderr.strip().splitlines() or [''])[-1][:200]}")
-        ok.write_text(want)
-    return python
-
-
-def _installed_beside(helm_python: Path, name: str, packages: tuple[str, ...]) -> Path:
-    """``packages`` in a folder of their own beside the venv (pip --target), installed once per list."""
-    folder = ENGINES / f"helm-{VERSION}-{name}"
-    ok = folder / ".ok"
-    want = "\n".join(packages)
-    if not ok.is_file() or ok.read_text() != want:
-        shutil.rmtree(folder, ignore_errors=True)
-        done = subprocess.run([str(helm_python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                               "--target", str(folder), *packages], capture_output=True, text=True, timeout=1800)
-        if done.returncode != 0:
-            pytest.skip(f"cannot install {packages} for crfm-helm {VERSION} in {folder} (offline?): "
-                        f"{(done.stderr.strip().splitlines() or [''])[-1][:200]}")
-        ok.write_text(want)
-    return folder
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ import pytest
 
 from medhelm.devtools import helm_differential as diff
 from medhelm.devtools.mock_openai import KeyedAnswers, MockHTTPError, MockOpenAIServer
-from tests.providers.test_helm_differential import ENGINES, helm_python  # noqa: F401  (the venv's one recipe)
+from tests.helm_venv import ENGINES  # the venv's one recipe (its fixture: tests/conftest.py helm_python)
 
 LIMIT = 4  # instances per benchmark in CI: helm-run's start-up dominates, a few instances show every field
 
