@@ -240,7 +240,7 @@ def _tls(deployment: Deployment) -> ssl.SSLContext | bool:
 
 def _env_proxy(url: str) -> str | None:
     """The proxy the environment (HTTP_PROXY, HTTPS_PROXY, NO_PROXY) sets for ``url``, if any."""
-    from urllib.request import getproxies, proxy_bypass  # here: ~3 ms of every run's start-up at the top
+    from urllib.request import getproxies, proxy_bypass  # here: at the top, its import slows every run's start
 
     parts = urllib.parse.urlsplit(url)
     proxy = getproxies().get(parts.scheme)
