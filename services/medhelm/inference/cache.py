@@ -49,7 +49,8 @@ import threading
 import time
 from pathlib import Path
 
-from medhelm.specs import Completion, compact_json
+from medhelm.json_text import compact_json
+from medhelm.specs import Completion
 
 ENV_FILE, ENV_JOURNAL = "MEDHELM_CACHE_FILE", "MEDHELM_CACHE_JOURNAL"
 JOURNAL_MODES = ("wal", "delete", "truncate")

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 from medhelm.deployments import header_problem
 from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
 from medhelm.inference.h1 import Broken, ConnectFailed, H1Pool, Target, Timeout, target
-from medhelm.specs import Deployment, loads_json
+from medhelm.json_text import loads_json
+from medhelm.specs import Deployment
 
 if TYPE_CHECKING:
     import aiohttp
