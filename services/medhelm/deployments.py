@@ -37,7 +37,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from medhelm import baselines, credentials, files, helm_env
-from medhelm.backend_kinds import BY_KIND, KIND_NAMES
+from medhelm.backend_kinds import BY_KIND, KIND_NAMES, KINDS, OptionRule
 from medhelm.credentials import Credentials
 from medhelm.errors import ConfigError, escape
 from medhelm.files import YamlDoc, load_yaml_doc
@@ -213,7 +213,7 @@ def _deployment(item: _DeploymentItem, path: Path, index: int, doc: YamlDoc) -> 
             raise ConfigError(f"is required for kind '{kind.value}'", path=path,
                               line=doc.line("model_deployments", index), field=f"model_deployments[{index}].{key}")
     _check_headers(item.options, path, index, doc)
-    _check_reasoning(item.options, path, index, doc)
+    _check_options(item.options, path, index, doc)
     gguf = item.gguf_path
     if gguf and not gguf.startswith("package:") and not Path(gguf).is_absolute():
         gguf = str((Path(path).parent / gguf).resolve())
@@ -260,50 +260,32 @@ def _check_headers(options: Mapping[str, Any], path: Path, index: int, doc: Yaml
                               field=f"model_deployments[{index}].options.{field}")
 
 
-_REASONING_OPTIONS: dict[str, tuple[str, Any]] = {
-    # option -> (what it must be, the test)
-    "api": ("'chat', 'completions', 'responses' or 'together'",
-            lambda v: v in ("chat", "completions", "responses", "together")),
-    "reasoning_effort": ("one of minimal, low, medium, high", lambda v: v in ("minimal", "low", "medium", "high")),
-    "thinking_budget": ("a whole number of tokens from 0 to 1,000,000",
-                        lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1_000_000),
-    "max_tokens_param": ("'max_tokens' or 'max_completion_tokens'",
-                         lambda v: v in ("max_tokens", "max_completion_tokens")),
-    "sampling": ("true or false", lambda v: isinstance(v, bool)),
-    "request_shape": ("'medhelm', 'helm', 'helm_vertex', 'helm_together' or 'helm_hf'",
-                      lambda v: v in ("medhelm", "helm", "helm_vertex", "helm_together", "helm_hf")),
-    "together_logprobs": ("0 or 1", lambda v: v in (0, 1) and not isinstance(v, bool)),
-    "safety_settings": ("a list of {category, threshold}",
-                        lambda v: isinstance(v, (list, tuple)) and all(isinstance(s, Mapping) for s in v)),
-    "extra_body": ("a mapping of request body fields", lambda v: isinstance(v, Mapping)),
-    "thinking_config": ("a mapping (HELM's google-genai ThinkingConfig)", lambda v: isinstance(v, Mapping)),
-    "bedrock_invoke": ("llama, mistral or titan", lambda v: v in ("llama", "mistral", "titan")),
-    "vision_language": ("true or false", lambda v: isinstance(v, bool)),
-    "stream": ("true or false", lambda v: isinstance(v, bool)),
-}
+# options.<name> -> its rule, over every row of backend_kinds.KINDS: a value is checked whatever the kind
+_OPTION_RULES: Mapping[str, OptionRule] = {name: rule for row in KINDS for name, rule in row.option_rules.items()}
 
 
-def _check_reasoning(options: Mapping[str, Any], path: Path, index: int, doc: YamlDoc) -> None:
-    """The route and reasoning options (``inference/openai.py``; the native kinds read the same names)."""
-    for key, (want, ok) in _REASONING_OPTIONS.items():
-        if key in options and not ok(options[key]):
-            raise ConfigError(f"must be {want}", path=path, line=doc.line("model_deployments", index, "options", key),
+def _check_options(options: Mapping[str, Any], path: Path, index: int, doc: YamlDoc) -> None:
+    """The options the kinds' rows give rules for (``backend_kinds.KINDS``, ``option_rules``)."""
+    for key, rule in _OPTION_RULES.items():
+        if key in options and not rule.test(options[key]):
+            raise ConfigError(f"must be {rule.want}", path=path,
+                              line=doc.line("model_deployments", index, "options", key),
                               field=f"model_deployments[{index}].options.{key}")
 
 
 def _secret_variables(dep: Deployment) -> list[tuple[str, str]]:
-    """(variable, what it is) that the native kinds and the gateway options read besides ``api_key_env``."""
+    """(variable, what it is) that the gateway options and the kind's row (``secrets``) read besides
+    ``api_key_env``."""
     opts = dep.options
     out = []
     if opts.get("subscription_key_env"):
         out.append((str(opts["subscription_key_env"]), "options.subscription_key_env"))
-    if dep.kind is DeploymentKind.BEDROCK or (dep.kind is DeploymentKind.ANTHROPIC and opts.get("platform") == "bedrock"):
-        out.append((str(opts.get("aws_access_key_env") or "AWS_ACCESS_KEY_ID"), "AWS access key"))
-        out.append((str(opts.get("aws_secret_key_env") or "AWS_SECRET_ACCESS_KEY"), "AWS secret key"))
-    vertex = dep.kind is DeploymentKind.VERTEX_TEXT or (opts.get("platform") == "vertex" and dep.kind in (
-        DeploymentKind.GEMINI, DeploymentKind.ANTHROPIC))
-    if vertex and not (opts.get("access_token_file") or dep.api_key_env or opts.get("service_account_file")):
-        out.append(("GOOGLE_APPLICATION_CREDENTIALS", "a Google key file for Vertex AI, read by inference/google_adc.py"))
+    for secret in BY_KIND[dep.kind.value].secrets:
+        if secret.platform is not None and opts.get("platform") != secret.platform:
+            continue
+        if any(opts.get(name) or getattr(dep, name, None) for name in secret.unless):
+            continue
+        out.append((str(secret.option and opts.get(secret.option) or secret.variable), secret.what))
     return out
 
 

@@ -1,10 +1,11 @@
 """Frozen, typed, JSON-serialisable values shared by every layer.
 
 Of ours it imports only two base modules below it: ``json_text`` (the JSON spellings: canonical JSON and its
-digest) and ``backend_kinds`` (the table of deployment kinds, pure data). Every value round-trips through
-``to_json()`` / ``from_json()`` so that run specs, records and gRPC messages carry the same content. Hashable
-specs (``RunSpec``, ``Deployment``, ``GenerationRequest``) have a stable ``digest()`` computed from canonical
-JSON; that digest names runs and keys the request cache. The per-instance record and the stats a run writes
+digest; their owner, which other modules import them from, never through here) and ``backend_kinds`` (the table
+of deployment kinds, pure data). Every value round-trips through ``to_json()`` / ``from_json()`` so that run
+specs, records and gRPC messages carry the same content. Hashable specs (``RunSpec``, ``Deployment``,
+``GenerationRequest``) have a stable ``digest()`` computed from canonical JSON; that digest names runs and keys
+the request cache. The per-instance record and the stats a run writes
 are ``records.py``'s.
 """
 
@@ -19,8 +20,6 @@ from typing import Any
 
 from medhelm import backend_kinds as _backend_kinds
 from medhelm.json_text import JSON, canonical_json, digest, scalar_json, strings_canonical_json
-# re-exported until inference/'s modules import them from json_text (the one owner)
-from medhelm.json_text import compact_json, loads_json  # noqa: F401
 
 # ---------------------------------------------------------------------------------------------
 # frozen JSON values

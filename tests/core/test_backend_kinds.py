@@ -10,7 +10,7 @@ from types import MappingProxyType
 
 import pytest
 
-from medhelm import backend_kinds
+from medhelm import backend_kinds, deployments
 from medhelm.backend_kinds import KINDS, BackendKind
 from medhelm.deployments import DeploymentRegistry
 from medhelm.errors import ConfigError
@@ -105,3 +105,42 @@ def test_job_refuses_a_scenario_service_for_an_in_process_kind(tmp_path, capsys)
     err = capsys.readouterr().err
     assert code == 2 and "in-process model (kind 'llamacpp')" in err and "--scenario-service" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_option_read_by_several_rows_has_one_rule_and_every_rule_is_checked_for_every_kind(tmp_path):
+    """``option_rules`` are unioned over the rows (deployments.py): a name two rows read must mean one rule, or the
+    union would keep whichever row came last; and a bad value is refused whatever the deployment's kind."""
+    rules: dict[str, object] = {}
+    for row in KINDS:
+        for name, rule in row.option_rules.items():
+            assert rules.setdefault(name, rule) is rule, f"{row.kind}: options.{name} has a rule of its own"
+    assert {"request_shape", "thinking_budget", "bedrock_invoke", "safety_settings"} <= set(rules)
+    path = tmp_path / "model_deployments.yaml"
+    path.write_text("model_deployments:\n  - name: m\n    model_name: m\n    kind: openai\n"
+                    "    base_url: http://127.0.0.1:1/v1\n    options: {bedrock_invoke: gpt}\n")
+    with pytest.raises(ConfigError, match=r"must be llama, mistral or titan") as err:
+        list(deployments._read(path))
+    assert "options.bedrock_invoke" in str(err.value)
+
+
+def test_a_platform_s_credentials_are_asked_for_only_on_that_platform(monkeypatch):
+    """``secrets``: Bedrock's AWS keys always, Anthropic's only on platform bedrock, Google's key file only on
+    vertex and not when the deployment names a token of its own."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "GOOGLE_APPLICATION_CREDENTIALS", "MY_AWS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(f"{name}_FILE", raising=False)
+
+    def missing(kind: str, **options) -> str | None:
+        try:
+            deployments.check_usable(Deployment(name="d", model_name="m", kind=kind, options=options))
+        except ConfigError as err:
+            return str(err)
+        return None
+
+    assert "AWS_ACCESS_KEY_ID (AWS access key)" in missing("bedrock")
+    assert "MY_AWS_KEY (AWS access key)" in missing("bedrock", aws_access_key_env="MY_AWS_KEY")
+    assert missing("anthropic") is None and "AWS access key" in missing("anthropic", platform="bedrock")
+    assert "GOOGLE_APPLICATION_CREDENTIALS" in missing("anthropic", platform="vertex")
+    assert "GOOGLE_APPLICATION_CREDENTIALS" in missing("vertex_text")
+    assert missing("vertex_text", access_token_file="/run/token") is None
+    assert missing("gemini") is None and "GOOGLE_APPLICATION_CREDENTIALS" in missing("gemini", platform="vertex")

@@ -167,3 +167,20 @@ def test_the_value_types_import_what_their_docstrings_say():
     assert _imports("medhelm.records", modules["medhelm.records"], known) <= {"medhelm.json_text", "medhelm.specs"}
     assert _imports("medhelm.json_text", modules["medhelm.json_text"], known) == set()
     assert _imports("medhelm.backend_kinds", modules["medhelm.backend_kinds"], known) == set()
+
+
+def test_the_json_helpers_are_imported_from_their_owner():
+    """One owner per format: ``json_text``'s spellings (``canonical_json``, ``compact_json``, ``loads_json``, ...)
+    are imported from ``json_text``, never through a module that imports them itself (``specs``, ``records``)."""
+    modules = _modules()
+    tree = ast.parse(modules["medhelm.json_text"].read_text(encoding="utf-8"))
+    owned = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    owned |= {target.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+              for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+              if isinstance(target, ast.Name)}
+    assert {"canonical_json", "compact_json", "loads_json", "scalar_json", "JSON"} <= owned
+    through = [f"{name} imports {alias.name} from {node.module}" for name, path in modules.items()
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               if isinstance(node, ast.ImportFrom) and node.module in modules and node.module != "medhelm.json_text"
+               for alias in node.names if alias.name in owned]
+    assert through == []

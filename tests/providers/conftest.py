@@ -1,8 +1,9 @@
 """What the provider tests share: the local fakes of the cloud APIs (``medhelm.devtools.fakes``), the
-credentials they expect in the environment, deployments of each native kind pointing at them, our clients
+credentials they expect in the environment and a deployment of each kind pointing at its fake (both declared
+by the fake: ``test_environment``, ``test_entry``; no kind is named here), our clients
 through one ClientPool (``native_deployment``, ``short_request``, ``generate``), ``medhelm run`` in a child
 process over pubmed_qa with a planted marker (``marked_mirror``, ``assert_no_marker``), and a TLS certificate
-for the fakes that official SDKs only reach over https (azure-identity's authority)."""
+for the fakes that an official SDK reaches over https only (a token authority)."""
 
 from __future__ import annotations
 
@@ -17,18 +18,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from medhelm.devtools.fakes.anthropic import FakeAnthropic
-from medhelm.devtools.fakes.azure_openai import FakeAzureOpenAI
-from medhelm.devtools.fakes.bedrock import FakeBedrock
-from medhelm.devtools.fakes.gemini import FakeGemini
+from medhelm.devtools.fakes import fake_class, fake_kinds
+from medhelm.devtools.fakes.server import FakeServer
 from medhelm.devtools.mock_openai import default_responder
 from medhelm.inference import ClientPool, RetryPolicy
 from medhelm.specs import Deployment, GenerationRequest, Message
 
-AWS_KEY, AWS_SECRET = "AKIDMEDHELMTEST", "medhelm/secret/for+tests"
-KEYS = {"ANTHROPIC_TEST_KEY": "sk-ant-test-key", "GEMINI_TEST_KEY": "AIza-test-key", "AZURE_TEST_KEY": "azure-test-key",
-        "AWS_ACCESS_KEY_ID": AWS_KEY, "AWS_SECRET_ACCESS_KEY": AWS_SECRET, "GATEWAY_TEST_KEY": "apim-key-123"}
-KINDS = ("anthropic", "gemini", "bedrock", "azure_openai")
+# the environment every fake's test deployment reads (None: unset), and the gateway options' key
+ENVIRONMENT: dict[str, str | None] = {name: value for kind in fake_kinds()
+                                      for name, value in fake_class(kind).test_environment.items()}
+ENVIRONMENT["GATEWAY_TEST_KEY"] = "apim-key-123"
+KEYS = {name: value for name, value in ENVIRONMENT.items() if value is not None}
 
 
 def judging_responder(body: dict) -> str:
@@ -41,36 +41,29 @@ def judging_responder(body: dict) -> str:
 
 @pytest.fixture
 def keys(monkeypatch):
-    for name, value in KEYS.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    for name, value in ENVIRONMENT.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
     return KEYS
 
 
-def make_fake(kind: str, **kwargs):
-    if kind == "anthropic":
-        return FakeAnthropic(**{"api_key": KEYS["ANTHROPIC_TEST_KEY"], **kwargs})
-    if kind == "gemini":
-        return FakeGemini(**{"api_key": KEYS["GEMINI_TEST_KEY"], **kwargs})
-    if kind == "bedrock":
-        return FakeBedrock(**{"aws_keys": {AWS_KEY: AWS_SECRET}, **kwargs})
-    return FakeAzureOpenAI(**{"api_key": KEYS["AZURE_TEST_KEY"], **kwargs})
+def make_fake(kind: str, **kwargs) -> FakeServer:
+    """The fake of ``kind`` (``devtools/fakes/<kind>.py``), accepting the credentials of ``KEYS`` unless
+    ``kwargs`` say otherwise."""
+    return fake_class(kind).accepting(**kwargs)
 
 
 def deployment_entry(kind: str, base_url: str, name: str | None = None, **options) -> dict:
-    """A model_deployments.yaml item of ``kind`` pointing at a fake."""
+    """A model_deployments.yaml item of ``kind`` pointing at a fake (its ``test_entry``)."""
     name = name or f"{kind}/fake-model"
+    declared = fake_class(kind).test_entry
+    assert declared, f"devtools/fakes/{kind}.py declares no test_entry"
     entry: dict = {"name": name, "model_name": f"test/{name.replace('/', '-')}", "kind": kind, "base_url": base_url,
-                   "max_sequence_length": 4096, "timeout_s": 30}
-    if kind == "anthropic":
-        entry.update(served_model_name="claude-test", api_key_env="ANTHROPIC_TEST_KEY")
-    elif kind == "gemini":
-        entry.update(served_model_name="gemini-test", api_key_env="GEMINI_TEST_KEY")
-    elif kind == "bedrock":
-        entry.update(served_model_name="anthropic.claude-test-v1:0")
-        options = {"region": "us-east-1", **options}
-    else:
-        entry.update(served_model_name="gpt-test", api_key_env="AZURE_TEST_KEY")
+                   "max_sequence_length": 4096, "timeout_s": 30, **declared}
+    options = {**declared.get("options", {}), **options}
+    entry.pop("options", None)
     if options:
         entry["options"] = options
     return entry
@@ -156,7 +149,7 @@ def marked_mirror(shared_data, tmp_path_factory) -> Path:
 
 
 def medhelm(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, **KEYS}
+    env = {name: value for name, value in {**os.environ, **ENVIRONMENT}.items() if value is not None}
     return subprocess.run([sys.executable, "-m", "medhelm", *args], capture_output=True, text=True, timeout=600,
                           env=env)
 

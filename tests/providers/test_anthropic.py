@@ -10,8 +10,6 @@ import asyncio
 import pytest
 
 from tests.providers.conftest import (
-    AWS_KEY,
-    AWS_SECRET,
     KEYS,
     generate,
     make_fake,
@@ -19,6 +17,8 @@ from tests.providers.conftest import (
     post_json,
     short_request,
 )
+
+AWS_KEY, AWS_SECRET = KEYS["AWS_ACCESS_KEY_ID"], KEYS["AWS_SECRET_ACCESS_KEY"]  # what the Bedrock fake accepts
 
 
 def test_anthropic_sdk_against_the_fake():

@@ -11,7 +11,9 @@ import urllib.request
 
 import pytest
 
-from tests.providers.conftest import AWS_KEY, AWS_SECRET, make_fake, post_json
+from tests.providers.conftest import KEYS, make_fake, post_json
+
+AWS_KEY, AWS_SECRET = KEYS["AWS_ACCESS_KEY_ID"], KEYS["AWS_SECRET_ACCESS_KEY"]  # what FakeBedrock.accepting accepts
 
 
 def _bedrock(srv, secret: str = AWS_SECRET):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from medhelm.backend_kinds import KINDS
-from medhelm.devtools.fakes.__main__ import fake_class, fake_kinds
+from medhelm.devtools.fakes import fake_class, fake_kinds
 from medhelm.devtools.fakes.server import FakeServer
 from medhelm.specs import ANSWER_OPTIONS
 

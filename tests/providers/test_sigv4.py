@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from tests.providers.conftest import AWS_KEY, AWS_SECRET
+from tests.providers.conftest import KEYS
+
+AWS_KEY, AWS_SECRET = KEYS["AWS_ACCESS_KEY_ID"], KEYS["AWS_SECRET_ACCESS_KEY"]
 
 
 def test_our_sigv4_signer_equals_botocore():

@@ -42,7 +42,8 @@ from medhelm.inference.outcome import WireClient
 from medhelm.inference.paced import ClientStats, Counters, PacedClient, RequestWindow, names_a_model, utc_iso
 from medhelm.inference.pacing import Pacer, PacingPolicy
 from medhelm.inference.retry import RetryingClient, RetryPolicy
-from medhelm.specs import Completion, Deployment, GenerationRequest, canonical_json
+from medhelm.json_text import canonical_json
+from medhelm.specs import Completion, Deployment, GenerationRequest
 
 __all__ = ["ClientPool", "ClientStats", "InferenceError", "NullObserver", "PacingPolicy", "PooledClient",
            "RequestCache", "RequestWindow", "RetryPolicy", "ServerUnreachable", "make_client", "names_a_model",

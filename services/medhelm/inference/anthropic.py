@@ -1,8 +1,8 @@
 """Anthropic Messages API (kind ``anthropic``): Claude directly, on Amazon Bedrock, or on Google Vertex AI.
 
-Our own HTTP transport (``http.py``), not the ``anthropic`` SDK: the SDK (httpx, pydantic models, ~1 s of
-start-up measured in bench/bench_native_clients.py) buys nothing for one non-streaming POST; see
-docs/benchmarks.md. ``options``:
+Our own HTTP transport (``http.py``), not the ``anthropic`` SDK: the SDK (httpx, pydantic models) adds start-up
+time and CPU per request and buys nothing for one POST (docs/benchmarks.md, "Native provider clients";
+bench/bench_native_clients.py). ``options``:
 
 * ``platform``: ``direct`` (default) | ``bedrock`` | ``vertex`` | ``shc``;
 * direct: ``base_url`` (default ``https://api.anthropic.com``) + ``/v1/messages``, the key from

@@ -2,8 +2,8 @@
 
 ``POST <base_url>/model/<modelId>/converse`` (``base_url`` default
 ``https://bedrock-runtime.<region>.amazonaws.com``; a VPC endpoint or a gateway path works the same).
-Our own transport and signer (``sigv4.py``), not boto3: boto3+botocore are ~100 MB installed and ~0.3 s to
-import, and their client serialises through a model of every AWS API (bench/bench_native_clients.py).
+Our own transport and signer (``sigv4.py``), not boto3: boto3+botocore are a large install and slow to import,
+and their client serialises through a model of every AWS API (docs/benchmarks.md, "Native provider clients").
 ``options``: ``region`` (or ``AWS_REGION``, else ``AWS_DEFAULT_REGION``); credential variable names ``aws_access_key_env``,
 ``aws_secret_key_env``, ``aws_session_token_env``; ``additional_model_request_fields`` (a mapping sent
 as is, e.g. Claude's ``{"thinking": {"type": "enabled", "budget_tokens": 2048}}``: then ``maxTokens`` is the

@@ -14,10 +14,10 @@ Reads are single primary-key lookups (tens of microseconds) done inline; writes 
 by a worker thread in batches gathered over ``commit_interval_s`` (a full batch, ``BATCH`` entries, is
 committed at once), so the event loop never waits for a file lock and a run makes a few commits per second,
 not one per request. A batch is inserted in key order: the keys are uniformly random digests, so in arrival
-order each row landed on a random page of the key's index and a 10,000-request run wrote ~16,600 pages to
-the WAL; in key order each index page is visited once a commit (~10,900). At most ``MAX_PENDING`` entries
-wait: beyond that ``put`` (the pool: ``backlogged``/``backlog``) waits for the next commit (a fast server
-slows to SQLite's pace). Memory does not grow with the run: the queue, the batch being
+order each row would land on a random page of the key's index and the same page be written again and again;
+in key order each index page is visited once a commit (fewer pages written to the WAL: docs/design-notes.md).
+At most ``MAX_PENDING`` entries wait: beyond that ``put`` (the pool: ``backlogged``/``backlog``) waits for the
+next commit (a fast server slows to SQLite's pace). Memory does not grow with the run: the queue, the batch being
 committed and SQLite's page cache (``PAGE_CACHE_KIB`` a connection) are all bounded. A queued entry is already
 visible to ``get``; entries still queued when a process is killed are simply asked again next time. Only successful
 completions are stored; a hit comes back with ``usage.cached=True``, ``latency_s=0`` and ``attempts=0``.
@@ -49,23 +49,24 @@ import threading
 import time
 from pathlib import Path
 
-from medhelm.specs import Completion, compact_json
+from medhelm.json_text import compact_json
+from medhelm.specs import Completion
 
 ENV_FILE, ENV_JOURNAL = "MEDHELM_CACHE_FILE", "MEDHELM_CACHE_JOURNAL"
 JOURNAL_MODES = ("wal", "delete", "truncate")
 BUSY_TIMEOUT_MS = 60_000
 COMMIT_INTERVAL_S = 0.25
 BATCH = 4096  # entries a transaction at most; a full batch is committed without waiting for the interval
-MAX_PENDING = 2 * BATCH  # queued entries (~3 MB) before put() waits for a commit (see put)
+MAX_PENDING = 2 * BATCH  # queued entries before put() waits for a commit (see put)
 PAGE_CACHE_KIB = 512  # SQLite page cache per connection (its default, 2 MiB, fills on a large cache file)
-_BLOOM_BITS = 1 << 23  # 1 MiB: ~2 % false "maybe"s at a million keys (3 probes)
+_BLOOM_BITS = 1 << 23  # 1 MiB, 3 probes: few false "maybe"s at a million keys (docs/design-notes.md)
 # A batch is inserted ROWS_A_STATEMENT rows a statement (3 parameters a row: under SQLite's oldest limit of 999),
 # the rest in statements of power-of-two sizes (``_sizes``): a handful of distinct statements, because the
-# sqlite3 module keeps up to 128 prepared ones a connection and one of 256 rows is ~100 KB of bytecode (a
-# statement per remainder size held ~10 MB after a million requests).
+# sqlite3 module keeps up to 128 prepared ones a connection and a statement of 256 rows is large bytecode (a
+# statement per remainder size would hold memory that grows with the run's distinct batch sizes).
 # Why not executemany: it binds each row with the GIL held and steps it with the GIL released, so the commit
-# thread takes the GIL back from the event loop once a row (that contention cost a 10,000-request run ~40 us
-# of CPU a request). Why not one JSON array walked by json_each: SQLite parses the whole text into a tree (a
+# thread takes the GIL back from the event loop once a row, CPU the event loop pays on every request
+# (docs/design-notes.md). Why not one JSON array walked by json_each: SQLite parses the whole text into a tree (a
 # batch's memory several times over) and both sides pay the encoding.
 ROWS_A_STATEMENT = 256
 

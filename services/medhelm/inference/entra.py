@@ -13,9 +13,9 @@ azure-identity's ``EnvironmentCredential`` -> ``WorkloadIdentityCredential`` -> 
   moves it, as in azure-identity); ``AZURE_CLIENT_ID`` picks a user-assigned identity.
 
 Why our own and not azure-identity: the three flows are one HTTP request each (an OAuth2 form POST or a
-GET); azure-identity brings msal, requests and cryptography (~25 MB, ~300 ms to import; docs/benchmarks.md)
-into every run that uses an Azure deployment. The test suite drives our fake token endpoint with
-azure-identity itself (``tests/providers``), so both speak the same protocol.
+GET); azure-identity would bring msal, requests and cryptography, and their import time, into every run that
+uses an Azure deployment (docs/benchmarks.md, "Native provider clients"). The test suite drives our fake token
+endpoint with azure-identity itself (``tests/providers``), so both speak the same protocol.
 
 Refresh: a token is reused until ``refresh_margin_s`` (5 min) before it expires, then fetched again under a
 lock (one fetch for all requests waiting). A 401 from Azure OpenAI drops the token (``invalidate``) so the

@@ -201,12 +201,11 @@ class H1Pool:
     def _send(self, conn: _Connection, message: bytes) -> None:
         """Write ``message`` on ``conn`` with the other requests made in this turn of the event loop: they go
         out together at the start of the next turn (before any reply is read), or at once when
-        ``_BURST`` are waiting. Requests sent one by one between the replies' processing woke a local
-        server once a request, and each wake-up (an inter-processor interrupt, costly in a VM) was paid by
-        our send(2): in bursts the server wakes once and finds them all (~5 % of a 10,000-request run's CPU).
-        ``_BURST`` bounds the wait a request can add: a burst sent together comes back together, and its
-        replies' processing then delays the next requests (32 made a 50 ms server's 10,000 requests ~2 %
-        slower; 8 costs nothing measurable there)."""
+        ``_BURST`` are waiting. Requests sent one by one between the replies' processing wake a local
+        server once a request, and each wake-up (an inter-processor interrupt, costly in a VM) is paid by
+        our send(2): in bursts the server wakes once and finds them all. ``_BURST`` bounds the wait a request
+        can add: a burst sent together comes back together, and its replies' processing then delays the next
+        requests, so a burst is kept small (the measurements behind both: docs/design-notes.md)."""
         outbox = self._outbox
         outbox.append((conn, message))
         if len(outbox) >= _BURST:
@@ -223,7 +222,7 @@ class H1Pool:
     def _watch(self, waiter: asyncio.Future, deadline: float) -> int:
         """Fail ``waiter`` with Timeout once ``deadline`` has passed, at most ``_TICK`` s late. Requests whose
         deadlines fall in the same tick share one timer, cancelled when the last of them is answered: a
-        timer a request (a TimerHandle, a heap push with Python comparisons, a cancel) cost ~2 us a request."""
+        timer a request (a TimerHandle, a heap push with Python comparisons, a cancel) is CPU on every request."""
         tick = math.ceil(deadline / _TICK)
         group = self._expiry.get(tick)
         if group is None:
@@ -364,7 +363,7 @@ _CONTEXT: ssl.SSLContext | None = None
 
 
 def _default_context() -> ssl.SSLContext:
-    """The system's CAs with verification on (made on first HTTPS use: loading the store costs ~20 ms)."""
+    """The system's CAs with verification on (made on first HTTPS use: loading the store is slow)."""
     global _CONTEXT
     if _CONTEXT is None:
         _CONTEXT = ssl.create_default_context()

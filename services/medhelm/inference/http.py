@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 from medhelm.deployments import header_problem
 from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
 from medhelm.inference.h1 import Broken, ConnectFailed, H1Pool, Target, Timeout, target
-from medhelm.specs import Deployment, loads_json
+from medhelm.json_text import loads_json
+from medhelm.specs import Deployment
 
 if TYPE_CHECKING:
     import aiohttp
@@ -240,7 +241,7 @@ def _tls(deployment: Deployment) -> ssl.SSLContext | bool:
 
 def _env_proxy(url: str) -> str | None:
     """The proxy the environment (HTTP_PROXY, HTTPS_PROXY, NO_PROXY) sets for ``url``, if any."""
-    from urllib.request import getproxies, proxy_bypass  # here: ~3 ms of every run's start-up at the top
+    from urllib.request import getproxies, proxy_bypass  # here: at the top, its import slows every run's start
 
     parts = urllib.parse.urlsplit(url)
     proxy = getproxies().get(parts.scheme)

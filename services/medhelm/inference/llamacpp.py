@@ -5,8 +5,8 @@ llama.cpp's context is not safe to share between threads, so generations run one
 ``asyncio.Lock``, each in ``asyncio.to_thread``. Deployment ``options``: ``n_ctx`` (default
 ``max_sequence_length``, else 4096), ``n_threads`` (default ``$MEDHELM_LLAMA_THREADS``, else
 ``os.cpu_count()``), ``n_batch``. llama.cpp's threads wait for each other at every step by spinning, so on cores
-shared with other work a thread that is descheduled stalls the others: 96 tokens took 133 s on 2 threads and 8 s
-on 1 at load 11 on 2 cores. On a shared machine set ``MEDHELM_LLAMA_THREADS`` (or ``n_threads``) below the
+shared with other work a thread that is descheduled stalls the others, and a generation slows many times over
+(docs/design-notes.md). On a shared machine set ``MEDHELM_LLAMA_THREADS`` (or ``n_threads``) below the
 number of cores the run can count on; the test suite runs with 1 (two pytest workers share 2 cores).
 A value that is not a whole number >= 1 is a ``ConfigError`` naming the variable.
 

@@ -66,7 +66,8 @@ from medhelm.inference.http import HttpReply, JsonTransport
 from medhelm.inference.outcome import Refusal, Reply, WireClient
 from medhelm.inference.wire import (answered_model, joined_prompt, key_headers, malformed, refusal,
                                     safe_server_message, server_message, strip_reasoning)
-from medhelm.specs import Completion, Deployment, FrozenMap, GenerationRequest, Usage, scalar_json
+from medhelm.json_text import scalar_json
+from medhelm.specs import Completion, Deployment, FrozenMap, GenerationRequest, Usage
 from medhelm.tokens import split_reasoning
 
 

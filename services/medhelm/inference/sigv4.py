@@ -1,9 +1,9 @@
 """AWS Signature Version 4 for the Bedrock clients (``bedrock.py``, ``anthropic.py`` on Bedrock).
 
-Kept here, ~60 lines of stdlib ``hmac``/``hashlib``, rather than importing botocore (a 100+ MB install with
-boto3's data files, ~250 ms to import; docs/benchmarks.md): we sign one kind of request only — a POST of a
-JSON body with no query string other than what the URL carries — so the general signer's canonicalisation
-of every AWS protocol is not needed. The test suite checks this signer against botocore's
+Kept here, a few dozen lines of stdlib ``hmac``/``hashlib``, rather than importing botocore (a large install
+with boto3's data files, slow to import; docs/benchmarks.md, "Native provider clients"): we sign one kind of
+request only — a POST of a JSON body with no query string other than what the URL carries — so the general
+signer's canonicalisation of every AWS protocol is not needed. The test suite checks this signer against botocore's
 (``tests/providers``): the same inputs give the same ``Authorization`` header byte for byte.
 
 Credentials come from the standard environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,

@@ -35,6 +35,12 @@ _ANTHROPIC_VERSIONS = ("2023-01-01", "2023-06-01", "2026-10-21")
 
 class FakeAnthropic(FakeServer):
     name = "anthropic"
+    test_environment = {"ANTHROPIC_TEST_KEY": "sk-ant-test-key"}
+    test_entry = {"served_model_name": "claude-test", "api_key_env": "ANTHROPIC_TEST_KEY"}
+
+    @classmethod
+    def accepting(cls, **kwargs: Any) -> FakeAnthropic:
+        return cls(**{"api_key": cls.test_environment["ANTHROPIC_TEST_KEY"], **kwargs})
 
     def __init__(self, *args: Any, api_key: str = "sk-ant-test", platform: str = "direct",
                  aws_keys: dict[str, str] | None = None, region: str = "us-east-1", bearer: str = "ya29.test",

@@ -33,6 +33,12 @@ _OPENID = ("/v2.0/.well-known/openid-configuration", "/.well-known/openid-config
 
 class FakeAzureOpenAI(FakeServer):
     name = "azure_openai"
+    test_environment = {"AZURE_TEST_KEY": "azure-test-key"}
+    test_entry = {"served_model_name": "gpt-test", "api_key_env": "AZURE_TEST_KEY"}
+
+    @classmethod
+    def accepting(cls, **kwargs: Any) -> FakeAzureOpenAI:
+        return cls(**{"api_key": cls.test_environment["AZURE_TEST_KEY"], **kwargs})
 
     def __init__(self, *args: Any, api_key: str | None = "azure-key", tenant: str = "hospital-tenant",
                  client_id: str = "medhelm-app", client_secret: str | None = "entra-secret",

@@ -37,6 +37,14 @@ def _converse_thinking(data: dict[str, Any]) -> Any:
 
 class FakeBedrock(FakeServer):
     name = "bedrock"
+    test_environment = {"AWS_ACCESS_KEY_ID": "AKIDMEDHELMTEST", "AWS_SECRET_ACCESS_KEY": "medhelm/secret/for+tests",
+                        "AWS_SESSION_TOKEN": None}
+    test_entry = {"served_model_name": "anthropic.claude-test-v1:0", "options": {"region": "us-east-1"}}
+
+    @classmethod
+    def accepting(cls, **kwargs: Any) -> FakeBedrock:
+        env = cls.test_environment
+        return cls(**{"aws_keys": {env["AWS_ACCESS_KEY_ID"]: env["AWS_SECRET_ACCESS_KEY"]}, **kwargs})
 
     def __init__(self, *args: Any, aws_keys: dict[str, str] | None = None, region: str = "us-east-1",
                  **kwargs: Any) -> None:

@@ -38,6 +38,12 @@ _GEMINI_THINKING = {"thinkingBudget", "includeThoughts", "thinkingLevel"}
 
 class FakeGemini(FakeServer):
     name = "gemini"
+    test_environment = {"GEMINI_TEST_KEY": "AIza-test-key"}
+    test_entry = {"served_model_name": "gemini-test", "api_key_env": "GEMINI_TEST_KEY"}
+
+    @classmethod
+    def accepting(cls, **kwargs: Any) -> FakeGemini:
+        return cls(**{"api_key": cls.test_environment["GEMINI_TEST_KEY"], **kwargs})
 
     def __init__(self, *args: Any, api_key: str = "AIza-test", platform: str = "public", bearer: str = "ya29.test",
                  block_marker: str | None = None, thinking_tokens: int = 0, **kwargs: Any) -> None:

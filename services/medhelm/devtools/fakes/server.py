@@ -21,7 +21,7 @@ import socketserver
 import ssl
 import threading
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from medhelm.devtools.mock_openai import credential_echo, default_responder
@@ -100,6 +100,16 @@ class FakeServer:
     """The threaded server and the bookkeeping every fake shares; subclasses implement ``route``."""
 
     name = "fake"
+    # A deployment that reaches this fake (tests, demos): the environment it reads (None: a variable that must be
+    # unset), whose credentials a fake made by ``accepting`` accepts, and its model_deployments.yaml fields beside
+    # name, kind and base_url. Empty on a fake that declares none.
+    test_environment: Mapping[str, str | None] = {}
+    test_entry: Mapping[str, Any] = {}
+
+    @classmethod
+    def accepting(cls, **kwargs: Any) -> FakeServer:
+        """This fake, accepting the credentials of ``test_environment`` unless ``kwargs`` say otherwise."""
+        return cls(**kwargs)
 
     def __init__(self, responder: Callable[[dict[str, Any]], str] | None = None, *, host: str = "127.0.0.1",
                  port: int = 0, certfile: str | None = None, keyfile: str | None = None) -> None:
