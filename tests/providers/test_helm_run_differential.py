@@ -42,6 +42,7 @@ def test_helm_run_and_medhelm_run_agree_instance_by_instance(name, helm_run, sha
     case = diff.select([name])[0]
     stale = set(row.vanished) - case.on_some_items  # those show only on some items, maybe none of these
     assert not stale, f"{stale} now equal to HELM: drop them from the case's known"
+    assert row.equal["prompt"] == row.total["prompt"] == LIMIT, row.differences.get("prompt")  # byte for byte
     kinds = ("request", "references", "completion", "metrics", "main")
     case_jury = diff.select([name])[0].jury
     for kind in kinds + (("judges", "judge request", "verdicts") if case_jury else ()):

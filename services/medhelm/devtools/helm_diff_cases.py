@@ -46,9 +46,6 @@ class Case:
     # known kinds that show only on some items (a slice without such an item has none to show)
     on_some_items: frozenset[str] = frozenset()
     our_args: str = ""  # run-entry arguments medhelm's entry adds (e.g. the one test file of the slice)
-    # the words (whitespace-separated) only HELM's prompt has and only ours has, with their counts: a layout
-    # difference; a prompt whose words differ otherwise is a "prompt words" difference (never explained)
-    prompt_words: tuple[dict[str, int], dict[str, int]] = ({}, {})
     jury: tuple[str, ...] = ()  # the rubric's criteria: a jury benchmark, judged by JUDGES on both sides
 
 
@@ -151,20 +148,12 @@ def _medec_excuse(row: dict, completion: str, metric: str, helm: float | None, o
 CASES: tuple[Case, ...] = (
     Case("pubmed_qa", "pubmedqa/ori_pqal_sample.json", "pubmed_qa/ori_pqal.json", (("data/test_set.json", None),),
          _read_json_items, _write_json_items, key=lambda item: item[1]["QUESTION"],
-         answers=lambda item: ["A", "B", "C", "B.", "maybe"], main="exact_match", helm_main="exact_match",
-         prompt_words=({"Question:": 1}, {}),
-         known={"prompt": "layout: HELM writes `Question: Context: <abstract>\\n\\nQuestion: <question>\\n` (its "
-                          "passage and question nouns doubled), ours `Context:\\n<abstract>\\n\\nQuestion: "
-                          "<question>`; the instructions, abstract, question, options and `Answer:` cue are the "
-                          "same (docs/catalogue.md, Prompts)"}),
+         answers=lambda item: ["A", "B", "C", "B.", "maybe"], main="exact_match", helm_main="exact_match"),
     Case("medcalc_bench", "medcalc_bench/one_shot_data.csv", "medcalc_bench/test_data.csv", (),
          _read_csv_rows, _write_csv_rows, key=_medcalc_key, answers=_medcalc_answers,
          main="medcalc_bench_accuracy", helm_main="medcalc_bench_accuracy", hf_dataset="ncbi/MedCalc-Bench",
-         hf_int_columns=("Row Number", "Calculator ID"), prompt_words=({"needed:": 1}, {"needed.": 1, "Answer:": 1}),
-         known={"prompt": "layout: HELM ends the prompt with its output noun, `Answer only the requested quantity "
-                          "without units. No explanation needed:`; ours puts that sentence after the instructions "
-                          "and ends with `Answer:`; instructions, note and question the same",
-                "metrics": "MedCalc ground truth: HELM's MedCalcBenchMetric knows the categories `lab` and `dosage "
+         hf_int_columns=("Row Number", "Calculator ID"),
+         known={"metrics": "MedCalc ground truth: HELM's MedCalcBenchMetric knows the categories `lab` and `dosage "
                            "conversion`, the data says `lab test` and `dosage`, so HELM scores every answer of "
                            "those 0; ours scores them within the dataset's limits (a right answer 1)",
                 "aggregate": "follows from the metrics' difference (HELM's category bug)",
@@ -178,12 +167,7 @@ CASES: tuple[Case, ...] = (
          key=lambda record: collapse(record["src"])[:240], answers=_aci_answers,
          main="jury_score_normalized", helm_main="aci_bench_accuracy",
          our_args="subset=clinicalnlp_taskB_test1", jury=("accuracy", "completeness", "clarity"),
-         prompt_words=({"The": 1, "conversation": 1, "is:": 1, "Doctor-patient": 1, "dialogue:": 1}, {}),
-         known={"prompt": "layout and one phrase: HELM's instructions end `The conversation is:` followed by "
-                          "`Conversation: Doctor-patient dialogue:\\n\\n<dialogue>`, and `Clinical Note:` after a "
-                          "single newline; ours `Conversation:\\n<dialogue>` and a blank line before `Clinical Note:`; "
-                          "the four-section instructions and the dialogue the same",
-                "judge prompt": "ours is the shared rubric template (config/jury_rubrics.yaml: the same three "
+         known={"judge prompt": "ours is the shared rubric template (config/jury_rubrics.yaml: the same three "
                                 "criteria, 1-5 scale, conversation, note and reference note) rather than HELM's "
                                 "ACIBenchAnnotator text; the verdicts parse the same (compared per judge and "
                                 "criterion) and aci_bench_accuracy is equal on every instance",
@@ -197,10 +181,7 @@ CASES: tuple[Case, ...] = (
          "medec/MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv", (("medec_test.csv", None),),
          _read_csv_rows, _write_csv_rows, key=_medec_key, answers=_medec_answers,
          main="medec_error_flag_accuracy", helm_main="medec_error_flag_accuracy",
-         known={"prompt": "layout: HELM starts the note on its label's line (`Clinical Note: 0 A 29-year-old ...`) "
-                          "and puts `Answer:` on the line after the last sentence; ours `Clinical Note:\\n0 A "
-                          "29-year-old ...` and a blank line before `Answer:`; instructions and sentences the same",
-                "metrics": "medec_error_sentence_accuracy: HELM reads the gold sentence id with int() of the "
+         known={"metrics": "medec_error_sentence_accuracy: HELM reads the gold sentence id with int() of the "
                            "whole reference (`3 The causative agent ...`), which always fails, so it never credits "
                            "an error note's sentence (ours reads the id); and it credits a clean note only on the "
                            "exact answer `CORRECT` (ours reads CORRECT in any case)",
