@@ -5,12 +5,16 @@ from __future__ import annotations
 from medhelm.benchmarks import PromptBudget
 
 
-def test_pubmed_prompt_lists_options_once_with_labels(load):
+def test_pubmed_prompt_is_helms_layout_options_once(load):
+    """HELM's PubMedQA input (`Context: <abstract>\\n\\nQuestion: <question>\\n`) under its joint adapter's
+    `Question:` noun, the options once, `Answer:` (the differential against helm-run checks it byte for byte)."""
     bench, instances = load("pubmed_qa")
-    text = bench.prompt(instances[0], PromptBudget()).text
+    inst = instances[0]
+    text = bench.prompt(inst, PromptBudget()).text
     assert text.count("A. yes") == 1 and text.count("B. no") == 1 and text.count("C. maybe") == 1
     assert "\n: " not in text and not text.startswith(": ")
-    assert text.index("Context:\n") < text.index("Question: ") < text.index("A. yes") < text.rindex("Answer:")
+    assert text == (bench.style.instructions + "\n\nQuestion: Context: " + inst.extra["context"] + "\n\nQuestion: "
+                    + inst.extra["question"] + "\n\nA. yes\nB. no\nC. maybe\nAnswer:")
     assert bench.prompt(instances[0], PromptBudget()).truncated is False
 
 
@@ -21,7 +25,7 @@ def test_truncation_cuts_the_context_and_keeps_question_and_options(load):
     small = bench.prompt(inst, PromptBudget(max_prompt_tokens=400))
     assert not full.truncated and small.truncated
     assert PromptBudget().count_tokens(small.text) <= 400
-    assert inst.extra["question"] in small.text and small.text.endswith("Answer:")
+    assert inst.extra["question"] in small.text and small.text.endswith("No explanation needed:")
     assert "truncated" in small.text and inst.extra["context"][:200] in small.text
 
 

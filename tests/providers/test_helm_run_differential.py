@@ -12,6 +12,7 @@ Offline and not built, the HELM tests skip saying so; the harness's own checks b
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -42,6 +43,7 @@ def test_helm_run_and_medhelm_run_agree_instance_by_instance(name, helm_run, sha
     case = diff.select([name])[0]
     stale = set(row.vanished) - case.on_some_items  # those show only on some items, maybe none of these
     assert not stale, f"{stale} now equal to HELM: drop them from the case's known"
+    assert row.equal["prompt"] == row.total["prompt"] == LIMIT, row.differences.get("prompt")  # byte for byte
     kinds = ("request", "references", "completion", "metrics", "main")
     case_jury = diff.select([name])[0].jury
     for kind in kinds + (("judges", "judge request", "verdicts") if case_jury else ()):
@@ -106,18 +108,18 @@ def test_a_difference_nobody_explained_is_reported():
                          [{"exact_match": em, "num_prompt_tokens": 3}], {"exact_match": (1, em)}, [wire])
 
     same = diff.compare(case, side(True, "A", 1.0), side(True, "A", 1.0))
-    assert not same.differences and same.vanished == ["prompt"]  # equal prompts: the known layout line is stale
+    assert not same.differences and same.vanished == []
     changed = diff.compare(case, side(True, "A", 1.0), side(False, "B", 0.0, stop=["\n"]))
     assert set(changed.unexplained()) == {"references", "completion", "metrics", "metrics not excused", "aggregate",
                                           "main", "request"}
     assert "stop" in changed.differences["request"][0]
     assert changed.metrics_compared == ["exact_match"]  # token counts are accounting, not compared
     layout = side(True, "A", 1.0)
-    layout.wire[0] = dict(body, messages=[{"role": "user", "content": "Question: Q"}])  # the declared word only
-    reworded = side(True, "A", 1.0)
-    reworded.wire[0] = dict(body, messages=[{"role": "user", "content": "Question: Q, or not"}])
-    assert diff.compare(case, layout, side(True, "A", 1.0)).unexplained() == {}
-    assert set(diff.compare(case, reworded, side(True, "A", 1.0)).unexplained()) == {"prompt words"}
+    layout.wire[0] = dict(body, messages=[{"role": "user", "content": "Q\n"}])  # one byte of layout
+    assert set(diff.compare(case, layout, side(True, "A", 1.0)).unexplained()) == {"prompt"}
+    # a prompt difference is never explained, even by a case that declares one
+    declared = dataclasses.replace(case, known={"prompt": "layout"})
+    assert set(diff.compare(declared, layout, side(True, "A", 1.0)).unexplained()) == {"prompt"}
 
 
 def test_only_the_known_medcalc_categories_excuse_a_metric_difference():

@@ -7,7 +7,7 @@ from medhelm.benchmarks.catalogue_common import CHOICE, EXACT, JURY_ARGS, card, 
 from medhelm.benchmarks.entry import Arg, CatalogueEntry, InstanceSet
 from medhelm.benchmarks.loaders import calculation, clinical_notes, exams, literature, patient_questions
 from medhelm.benchmarks.loaders.fetch import RemoteFile
-from medhelm.benchmarks.prompts import PromptStyle
+from medhelm.benchmarks.prompts import HelmLayout, PromptStyle
 from medhelm.specs import MetricSpec, TaskType
 
 GH = "https://raw.githubusercontent.com"
@@ -23,7 +23,8 @@ MEDIQA_REV = "9288641f4c785c95dc9079fa526dabb12efdb041"
 MEDDIALOG_BUNDLE = "https://worksheets.codalab.org/rest/bundles/0x82f0c47f6d3e4462ae9ef8ea39eebe64/contents/blob"
 ACI_TESTS = ("clinicalnlp_taskB_test1_full.json", "clinicalnlp_taskC_test2_full.json", "clef_taskC_test3_full.json")
 
-MCQ_LETTERS = "Answer with only the letter of the correct option."
+HELM_LETTER_ABCD = "Give a letter answer among A, B, C or D. Do not include any explanation or additional text."
+HELM_RESPOND_ABCD = "Respond only with 'A', 'B', 'C' or 'D'. Do not add any other text, punctuation, or symbols."
 
 # MedHallu: the task is the four hallucination types of the MedHallu paper, as upstream's run spec states them.
 MEDHALLU_INSTRUCTIONS = (
@@ -69,9 +70,10 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         max_tokens=10,
         source=f"{HF}/ncbi/MedCalc-Bench-v1.0 test split (revision main; upstream HELM is unpinned too)",
         loader=calculation.load_medcalc_bench,
-        prompt=PromptStyle("Given a patient note and a clinical question, compute the requested medical value. "
-                           "Answer only the requested quantity without units. No explanation needed.",
-                           context_label="Patient note", question_label="Question"),
+        prompt=PromptStyle("Given a patient note and a clinical question, compute the requested medical value.",
+                           helm=HelmLayout("Patient note: {context}\n\nQuestion: {question}\n",
+                                           output_noun="Answer only the requested quantity without units. No "
+                                                       "explanation needed")),
         remote=(RemoteFile(f"{HF}/ncbi/MedCalc-Bench-v1.0/resolve/main/test_data.csv", "test_data.csv",
                            alt_names=("test_data.parquet",)),),
         args=(Arg("version", "dataset version, as upstream's medcalc_bench:version= (ncbi/MedCalc-Bench-<version>; "
@@ -119,7 +121,7 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
             "check. Check every sentence of the text. If the text is correct return the following output: "
             "CORRECT. If the text has a medical error, return the sentence ID of the sentence containing the "
             "error, followed by a space, and a corrected version of the sentence.",
-            context_label="Clinical Note"),
+            helm=HelmLayout("{context}", input_noun="Clinical Note", output_noun="Answer")),
         remote=(RemoteFile(f"{GH}/abachaa/MEDEC/{MEDEC_REV}/MEDEC-MS/"
                            "MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv",
                            "MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv"),),
@@ -135,8 +137,12 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, max_tokens=1,
         source=f"{HF}/dvilares/head_qa config en, split test (parquet conversion; upstream unpinned)",
         loader=exams.load_head_qa,
-        prompt=PromptStyle("You are a highly knowledgeable AI assistant specializing in biomedical sciences. "
-                           "Answer the multiple-choice question. " + MCQ_LETTERS, question_label="Question"),
+        prompt=PromptStyle("You are a highly knowledgeable AI assistant specializing in biomedical sciences. Your task "
+                           "is to answer multiple-choice questions accurately based on the options provided. Each "
+                           "question will relate to biomedical concepts, and you will be asked to choose the most "
+                           "appropriate answer.\n\nSelect the correct answer by outputting only the letter "
+                           "corresponding to your choice (A, B, C, or D).",
+                           helm=HelmLayout(input_noun="Question", output_noun="Answer", joint=True)),
         remote=(RemoteFile(f"{HF}/dvilares/head_qa/resolve/refs%2Fconvert%2Fparquet/en/test/0000.parquet",
                            "en/test/0000.parquet"),),
         args=(Arg("language", "dataset language config, as upstream's head_qa:language= (default en)",
@@ -155,9 +161,12 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         source="github.com/HanjieChen/ChallengeClinicalQA@main/medbullets/medbullets_op5.csv "
                "(upstream unpinned; mirror the file to pin it)",
         loader=exams.load_medbullets,
-        prompt=PromptStyle("You are a highly knowledgeable AI assistant specializing in medicine. Answer the "
-                           "USMLE Step 2/3-style question about the clinical scenario. " + MCQ_LETTERS,
-                           question_label="Clinical Scenario"),
+        prompt=PromptStyle("You are a highly knowledgeable AI assistant specializing in medicine. Your task is to "
+                           "answer medical questions similar to those found on the USMLE Step 2/3 exams. You will be "
+                           "provided with a clinical scenario followed by several multiple-choice options.\n\n"
+                           "Select the correct answer by outputting only the letter corresponding to your choice "
+                           "(A, B, C, D, or E).",
+                           helm=HelmLayout(input_noun="Clinical Scenario", output_noun="Answer", joint=True)),
         remote=(RemoteFile(f"{GH}/HanjieChen/ChallengeClinicalQA/refs/heads/main/medbullets/medbullets_op5.csv",
                            "medbullets_op5.csv"),),
         counts={"": 308},
@@ -170,7 +179,8 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         source="Google Drive zip 1ImYUSLk9JbgHXOemfvyiDiirluZHPeQw: "
                "data_clean/questions/US/4_options/phrases_no_exclude_test.jsonl",
         loader=exams.load_med_qa,
-        prompt=PromptStyle("Answer the following medical exam question. " + MCQ_LETTERS, question_label="Question"),
+        prompt=PromptStyle(HELM_LETTER_ABCD, helm=HelmLayout(input_noun="Question", output_noun=HELM_RESPOND_ABCD,
+                                                             joint=True)),
         remote=tuple(RemoteFile("https://drive.usercontent.google.com/download?id=1ImYUSLk9JbgHXOemfvyiDiirluZHPeQw"
                                 "&export=download&confirm=t", f"phrases_no_exclude_{split}.jsonl",
                                 member=f"US/4_options/phrases_no_exclude_{split}.jsonl") for split in ("dev", "test")),
@@ -191,7 +201,8 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         task_type=TaskType.MULTIPLE_CHOICE, metrics=CHOICE, max_tokens=1,
         source="Google Drive zip 15VkJdq5eyWIkfb_aoD3oS8i4tScbHYky: dev.json",
         loader=exams.load_med_mcqa,
-        prompt=PromptStyle("Answer the following medical exam question. " + MCQ_LETTERS, question_label="Question"),
+        prompt=PromptStyle(HELM_LETTER_ABCD, helm=HelmLayout(input_noun="Question", output_noun=HELM_RESPOND_ABCD,
+                                                             joint=True)),
         remote=(RemoteFile("https://drive.usercontent.google.com/download?id=15VkJdq5eyWIkfb_aoD3oS8i4tScbHYky"
                            "&export=download&confirm=t", "dev.json", member="dev.json"),),
         counts={"": 4183},
@@ -210,8 +221,10 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
                               choices=("all", "clinicalnlp_taskB_test1", "clinicalnlp_taskC_test2",
                                        "clef_taskC_test3")),),
         prompt=PromptStyle("Summarize the conversation to generate a clinical note with four sections:\n"
-                           "1. HISTORY OF PRESENT ILLNESS\n2. PHYSICAL EXAM\n3. RESULTS\n4. ASSESSMENT AND PLAN",
-                           context_label="Conversation", answer_label="Clinical Note"),
+                           "1. HISTORY OF PRESENT ILLNESS\n2. PHYSICAL EXAM\n3. RESULTS\n4. ASSESSMENT AND PLAN\n\n"
+                           "The conversation is:",
+                           helm=HelmLayout("Doctor-patient dialogue:\n\n{context}", input_noun="Conversation",
+                                           output_noun="Clinical Note")),
         remote=tuple(RemoteFile(f"{GH}/wyim/aci-bench/{ACI_REV}/data/challenge_data_json/{n}", n) for n in ACI_TESTS),
         counts={"subset=all": 120, "subset=clinicalnlp_taskB_test1": 40, "subset=clinicalnlp_taskC_test2": 40,
                 "subset=clef_taskC_test3": 40},
@@ -246,7 +259,8 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         source="github.com/abachaa/Medication_QA_MedInfo2019@master/MedInfo2019-QA-Medications.xlsx "
                "(upstream unpinned; mirror the file to pin it)",
         loader=patient_questions.load_medication_qa, args=JURY_ARGS,
-        prompt=PromptStyle("Please answer the following consumer health question.", question_label="Question"),
+        prompt=PromptStyle("Please answer the following consumer health question.",
+                           helm=HelmLayout(input_noun="Question", output_noun="Answer")),
         counts={"": 689}, left_out="questions whose answer is empty or n/a (one), as upstream (pandas NA)",
         remote=(RemoteFile(f"{GH}/abachaa/Medication_QA_MedInfo2019/master/MedInfo2019-QA-Medications.xlsx",
                            "MedInfo2019-QA-Medications.xlsx"),),
@@ -262,7 +276,7 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         args=(Arg("subset", "which dialogue source", choices=("healthcaremagic", "icliniq"), required=True),)
         + JURY_ARGS,
         prompt=PromptStyle("Generate a one sentence summary of this patient-doctor conversation.",
-                           context_label="Patient-Doctor", answer_label="Summary"),
+                           helm=HelmLayout("{context}", input_noun="Patient-Doctor", output_noun="Summary")),
         remote=tuple(RemoteFile(f"{MEDDIALOG_BUNDLE}/{s}/test.json", "test.json") for s in ("healthcaremagic", "icliniq")),
         counts={"subset=healthcaremagic": 22642, "subset=icliniq": 3108},
         left_out="the train and validation splits (zero-shot)",
@@ -274,7 +288,8 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         task_type=TaskType.GENERATION, metrics=jury("medi_qa"),
         max_tokens=1024, source=f"{HF}/bigbio/mediqa_qa@{MEDIQA_REV} (config mediqa_qa_source, split test)",
         loader=patient_questions.load_medi_qa, args=JURY_ARGS,
-        prompt=PromptStyle("Answer the following consumer health question.", question_label="Question"),
+        prompt=PromptStyle("Answer the following consumer health question.",
+                           helm=HelmLayout(input_noun="Question", output_noun="Answer")),
         remote=(RemoteFile(f"{HF}/bigbio/mediqa_qa/resolve/refs%2Fconvert%2Fparquet/mediqa_qa_source/test/0000.parquet",
                            "mediqa_qa_source/test/0000.parquet"),),
         counts={"": 150},
@@ -288,7 +303,8 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         loader=literature.load_pubmed_qa,
         prompt=PromptStyle("Answer A for yes, B for no or C for maybe. Do not include any explanation or "
                            "additional text. Output only the letter on a single line.",
-                           context_label="Context", question_label="Question"),
+                           helm=HelmLayout("Context: {context}\n\nQuestion: {question}\n", input_noun="Question",
+                                           output_noun="Answer", joint=True)),
         remote=(RemoteFile(f"{GH}/pubmedqa/pubmedqa/{PUBMEDQA_REV}/data/ori_pqal.json", "ori_pqal.json"),),
         counts={"": 1000},
     ),

@@ -1,6 +1,14 @@
 """Prompt construction shared by every catalogue benchmark.
 
-One user message: instructions, then the context (note, abstract, EHR, dialogue), then the question,
+A benchmark MedHELM ships upstream declares its prompt as HELM's run spec and scenario do (``HelmLayout``): the
+scenario's input text (``input_format``, the instance's context and question in it), then HELM's adapter rule
+as crfm-helm applies it with no in-context examples, so the prompt is byte for byte the one HELM sends:
+``<instructions>\n\n`` (nothing when there are none), the input noun's prefix (``<noun>: ``, or ``<noun>:\n``
+when the run spec puts a newline after it), the input, ``\n``, the options as ``A. <option>\n`` (multiple
+choice joint; its input prefix and newline exist only when the run spec names an input noun, an empty noun still
+giving ``: ``), and the output noun's prefix without its trailing space (``Answer:``, nothing without a noun).
+
+Otherwise (benchmarks of our own), one user message: instructions, then the context (note, abstract, EHR, dialogue), then the question,
 then the lettered options (listed once), then the answer cue. Fixes over upstream HELM: options are not
 repeated, empty labels never produce a stray ": ", and when the prompt is too long the *context* is cut
 (from the end, or from the start for timelines where the latest events matter) — never the question or the
@@ -23,12 +31,26 @@ TRUNCATION_MARK = "[... truncated to fit the context window ...]"
 
 
 @dataclass(frozen=True)
+class HelmLayout:
+    """What shapes a prompt in HELM's run spec (its adapter spec's nouns, generation or multiple choice joint)
+    and its scenario (the input text, ``{context}`` and ``{question}`` placeholders filled verbatim)."""
+
+    input_format: str = "{question}"
+    input_noun: str | None = None
+    output_noun: str | None = None
+    newline_after_input_noun: bool = False  # generation only, as in HELM's get_generation_adapter_spec
+    newline_after_output_noun: bool = False
+    joint: bool = False  # multiple_choice_joint: the options follow the input
+
+
+@dataclass(frozen=True)
 class PromptStyle:
     instructions: str
     context_label: str = ""  # e.g. "Patient note"; "" = the context stands on its own
     question_label: str = ""  # e.g. "Question"
     answer_label: str = "Answer"  # the closing cue, e.g. "Clinical Note" -> "Clinical Note:"
     keep_end: bool = False  # truncate from the start of the context (EHR timelines: latest events matter)
+    helm: HelmLayout | None = None  # an upstream benchmark: HELM's layout (the labels above are then unused)
 
 
 def parts(instance: Instance) -> tuple[str, str]:
@@ -46,7 +68,27 @@ def _labelled(label: str, text: str) -> str:
     return f"{label}:\n{text}" if "\n" in text else f"{label}: {text}"
 
 
+def _noun_prefix(noun: str | None, newline: bool) -> str:
+    return "" if noun is None else f"{noun}:" + ("\n" if newline else " ")
+
+
+def render_helm(style: PromptStyle, layout: HelmLayout, instance: Instance, context: str) -> str:
+    _, question = parts(instance)
+    text = layout.input_format.format(context=context, question=question)
+    if layout.joint:
+        named = layout.input_noun is not None
+        block = (f"{layout.input_noun}: " if named else "") + text + ("\n" if named else "")
+        block += "".join(f"{LETTERS[i]}. {c}\n" for i, c in enumerate(instance.choices))
+        block += f"{layout.output_noun or ''}: ".rstrip()
+    else:
+        block = _noun_prefix(layout.input_noun, layout.newline_after_input_noun) + text + "\n"
+        block += _noun_prefix(layout.output_noun, layout.newline_after_output_noun).rstrip()
+    return f"{style.instructions}\n\n{block}" if style.instructions else block
+
+
 def render(style: PromptStyle, instance: Instance, context: str) -> str:
+    if style.helm is not None:
+        return render_helm(style, style.helm, instance, context)
     _, question = parts(instance)
     blocks = [style.instructions.strip()]
     if context:
@@ -62,11 +104,12 @@ def render(style: PromptStyle, instance: Instance, context: str) -> str:
 
 def build_prompt(style: PromptStyle, instance: Instance, budget: PromptBudget) -> Prompt:
     context, _ = parts(instance)
-    text = render(style, instance, context.strip())
+    context = context if style.helm is not None else context.strip()  # HELM's input is the scenario's, verbatim
+    text = render(style, instance, context)
     limit = budget.max_prompt_tokens
     if limit is None or budget.count_tokens(text) <= limit or not context:
         return Prompt.user(text)
-    return Prompt.user(_fit(style, instance, context.strip(), budget, limit), truncated=True)
+    return Prompt.user(_fit(style, instance, context, budget, limit), truncated=True)
 
 
 def _fit(style: PromptStyle, instance: Instance, context: str, budget: PromptBudget, limit: int) -> str:

@@ -65,7 +65,7 @@ def load_medcalc_bench(ctx: LoadContext, entry) -> Iterator[Instance]:
                 raise ConfigError("empty value", path=path, line=line, field=column)
         yield text_instance(
             str(row["Row Number"]).strip(), str(row["Ground Truth Answer"]).strip(),
-            context=clean_text(row["Patient Note"]).strip(), question=clean_text(row["Question"]).strip(),
+            context=clean_text(row["Patient Note"]), question=clean_text(row["Question"]),
             extra={"category": category, "category_as_published": published,
                    "lower_limit": str(row["Lower Limit"]).strip(), "upper_limit": str(row["Upper Limit"]).strip(),
                    "calculator": str(row.get("Calculator Name", "")), "output_type": str(row.get("Output Type", ""))},

@@ -1,0 +1,200 @@
+"""The differential's benchmarks (``medhelm.devtools.helm_differential``): per public MedHELM benchmark, one ``Case``
+saying where its slice comes from and where each side reads it, what passage names an item in any prompt layout, what
+the mock may answer, the leaderboard's main metric on each side, and the differences that are known and why
+(``known``, ``excuse``). Also the names both sides use for the candidate model and the jury, and the judges' keyed
+verdicts. Owns the table of cases; the running is ``helm_diff_sides``, the comparison ``helm_differential``.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from medhelm.devtools.mock_openai import collapse
+
+DEPLOYMENT, MODEL = "mock/diff-model", "mockorg/diff-model"
+JUDGES = ("mock/diff-judge-a", "mock/diff-judge-b")  # the jury of both sides: deployments on the same mock
+
+@dataclass(frozen=True)
+class Case:
+    """One public benchmark: where its slice comes from and goes, what names an item, what the mock answers."""
+
+    name: str  # the run entry's name, the same on both sides
+    shared: str  # the slice under the shared data folder
+    mirror: str  # our mirror's path for it: <benchmark>/<upstream file name>
+    # HELM's download targets under <helm output>/scenarios/<benchmark>/: name -> None (the slice) or a text
+    # (e.g. an empty file of a split the slice does not hold); none when HELM reads ``hf_dataset``
+    helm_files: tuple[tuple[str, str | None], ...]
+    read: Callable[[Path], list[Any]]  # the file's items, in file order
+    write: Callable[[list[Any], Path], None]  # a slice, in the file's own format
+    key: Callable[[Any], str]  # a passage of the item that every layout of its prompt carries
+    answers: Callable[[Any], list[str]]  # the mock's candidate completions for the item
+    main: str  # the leaderboard's main metric (our card's)
+    helm_main: str  # the stat HELM's schema ranks the benchmark by
+    known: dict[str, str] = field(default_factory=dict)  # kind -> why ours differs on purpose
+    # HELM reads it with datasets.load_dataset(<hf_dataset>[-<version>]): the slice is served from a CSV instead
+    hf_dataset: str = ""
+    hf_int_columns: tuple[str, ...] = ()  # the dataset's integer columns (the others are strings)
+    # a per-instance metric difference KNOWN["metrics"] explains: excuse(item, completion, metric, HELM's, ours)
+    excuse: Callable[[Any, str, str, float | None, float | None], bool] | None = None
+    # known kinds that show only on some items (a slice without such an item has none to show)
+    on_some_items: frozenset[str] = frozenset()
+    our_args: str = ""  # run-entry arguments medhelm's entry adds (e.g. the one test file of the slice)
+    jury: tuple[str, ...] = ()  # the rubric's criteria: a jury benchmark, judged by JUDGES on both sides
+
+
+def _read_json_items(path: Path) -> list[Any]:
+    return list(json.loads(path.read_text(encoding="utf-8")).items())
+
+
+def _write_json_items(items: list[Any], path: Path) -> None:
+    path.write_text(json.dumps(dict(items), ensure_ascii=False), encoding="utf-8")
+
+
+def _read_csv_rows(path: Path) -> list[Any]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = next(reader)
+        return [dict(zip(header, row)) for row in reader if any(c.strip() for c in row)]
+
+
+def _write_csv_rows(rows: list[Any], path: Path) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _medec_key(row: dict) -> str:
+    lines = [ln.split(" ", 1)[-1] for ln in row["Sentences"].splitlines() if ln.strip()]
+    return max(lines, key=len)
+
+
+def _medec_answers(row: dict) -> list[str]:
+    sid = str(row.get("Error Sentence ID") or "").strip()
+    out = ["CORRECT", "correct", "0 The note has no error.", "I am not sure."]
+    if sid and sid != "-1":
+        out += [f"{sid} {row.get('Corrected Sentence', '').strip()}", f"{sid}"]
+    return out
+
+
+def _medcalc_key(row: dict) -> str:
+    return collapse(row["Patient Note"])[:240]
+
+
+def _medcalc_answers(row: dict) -> list[str]:
+    truth, low, high = (str(row.get(k) or "").strip() for k in ("Ground Truth Answer", "Lower Limit", "Upper Limit"))
+    out = [truth, f"The answer is {truth}", "0"]
+    try:
+        out += [low, f"{float(high) * 1.2:g}"] if low and high else []
+    except ValueError:
+        pass
+    return out
+
+
+# the categories MedCalc-Bench's published data spells otherwise than HELM's MedCalcBenchMetric expects ("lab",
+# "dosage conversion"): HELM scores every answer of these 0
+MEDCALC_HELM_UNKNOWN_CATEGORIES = ("lab test", "dosage")
+
+
+def _medcalc_excuse(row: dict, completion: str, metric: str, helm: float | None, ours: float | None) -> bool:
+    return (metric == "medcalc_bench_accuracy" and row.get("Category") in MEDCALC_HELM_UNKNOWN_CATEGORIES
+            and helm == 0 and ours == 1)
+
+
+def _aci_answers(record: dict) -> list[str]:
+    note = record["tgt"]
+    return [note, note[: len(note) // 3], "", "CHIEF COMPLAINT\n\nFollow-up.\n\nASSESSMENT AND PLAN\n\nNo changes."]
+
+
+def _hash(*parts: str) -> int:
+    return int(hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:8], 16)
+
+
+def jury_verdict(criteria: tuple[str, ...]) -> Callable[[dict, str], str | None]:
+    """The judges' answer (None for a candidate's request): a score 1-5 per criterion by a hash of (judge, item,
+    criterion) as a JSON verdict; the second judge answers prose on about a quarter of the items (unparseable:
+    both sides drop that judge for the item)."""
+
+    def verdict(body: dict, key: str) -> str | None:
+        model = str(body.get("model", ""))
+        if not any(model == j.split("/", 1)[1] for j in JUDGES):
+            return None
+        if model == JUDGES[1].split("/", 1)[1] and _hash(model, key) % 4 == 0:
+            return "I would rather not grade this note."
+        return json.dumps({c: {"score": 1 + _hash(model, key, c) % 5, "explanation": "keyed"} for c in criteria})
+
+    return verdict
+
+
+def _medec_excuse(row: dict, completion: str, metric: str, helm: float | None, ours: float | None) -> bool:
+    """HELM's MEDEC bug we do not copy: its gold sentence id is ``int()`` of the whole reference ("3 The ...":
+    always fails), so an error note's sentence is never credited (HELM 0 where ours may be 1); and HELM's sentence
+    accuracy credits a clean note only on the exact answer ``CORRECT`` (ours reads CORRECT in any case)."""
+    if metric != "medec_error_sentence_accuracy":
+        return False
+    if str(row.get("Error Flag", "")).strip() == "1":
+        return helm == 0
+    answer = completion.strip()
+    return answer != "CORRECT" and re.match(r"^correct\b", answer, re.I) is not None and (helm, ours) == (0, 1)
+
+
+CASES: tuple[Case, ...] = (
+    Case("pubmed_qa", "pubmedqa/ori_pqal_sample.json", "pubmed_qa/ori_pqal.json", (("data/test_set.json", None),),
+         _read_json_items, _write_json_items, key=lambda item: item[1]["QUESTION"],
+         answers=lambda item: ["A", "B", "C", "B.", "maybe"], main="exact_match", helm_main="exact_match"),
+    Case("medcalc_bench", "medcalc_bench/one_shot_data.csv", "medcalc_bench/test_data.csv", (),
+         _read_csv_rows, _write_csv_rows, key=_medcalc_key, answers=_medcalc_answers,
+         main="medcalc_bench_accuracy", helm_main="medcalc_bench_accuracy", hf_dataset="ncbi/MedCalc-Bench",
+         hf_int_columns=("Row Number", "Calculator ID"),
+         known={"metrics": "MedCalc ground truth: HELM's MedCalcBenchMetric knows the categories `lab` and `dosage "
+                           "conversion`, the data says `lab test` and `dosage`, so HELM scores every answer of "
+                           "those 0; ours scores them within the dataset's limits (a right answer 1)",
+                "aggregate": "follows from the metrics' difference (HELM's category bug)",
+                "main": "follows from the metrics' difference (HELM's category bug)"},
+         excuse=_medcalc_excuse, on_some_items=frozenset({"metrics", "aggregate", "main"})),
+    Case("aci_bench", "aci_bench/clinicalnlp_taskB_test1_full.json", "aci_bench/clinicalnlp_taskB_test1_full.json",
+         (("aci_bench_test_1.json", None), ("aci_bench_train.json", '{"data": []}'),
+          ("aci_bench_test_2.json", '{"data": []}'), ("aci_bench_test_3.json", '{"data": []}')),
+         lambda path: json.loads(path.read_text(encoding="utf-8"))["data"],
+         lambda items, path: path.write_text(json.dumps({"data": items}, ensure_ascii=False), encoding="utf-8"),
+         key=lambda record: collapse(record["src"])[:240], answers=_aci_answers,
+         main="jury_score_normalized", helm_main="aci_bench_accuracy",
+         our_args="subset=clinicalnlp_taskB_test1", jury=("accuracy", "completeness", "clarity"),
+         known={"judge prompt": "ours is the shared rubric template (config/jury_rubrics.yaml: the same three "
+                                "criteria, 1-5 scale, conversation, note and reference note) rather than HELM's "
+                                "ACIBenchAnnotator text; the verdicts parse the same (compared per judge and "
+                                "criterion) and aci_bench_accuracy is equal on every instance",
+                "judge request": "ours asks for the rubric's JSON schema (response_format json_schema: integer "
+                                 "scores within the scale, docs/jury.md `structured_output`) with a 1,024-token "
+                                 "budget; HELM asks for free text with 4,096 tokens",
+                "main": "the ranked column: ours is jury_score_normalized (0-1, unscored when no judge is valid), "
+                        "HELM ranks aci_bench_accuracy (1-5, 1.0 when no judge is valid), which ours computes "
+                        "beside it and which is equal (docs/metrics.md, Two rules, two names)"}),
+    Case("medec", "medec/MEDEC-MS-TestSet-sample.csv",
+         "medec/MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv", (("medec_test.csv", None),),
+         _read_csv_rows, _write_csv_rows, key=_medec_key, answers=_medec_answers,
+         main="medec_error_flag_accuracy", helm_main="medec_error_flag_accuracy",
+         known={"metrics": "medec_error_sentence_accuracy: HELM reads the gold sentence id with int() of the "
+                           "whole reference (`3 The causative agent ...`), which always fails, so it never credits "
+                           "an error note's sentence (ours reads the id); and it credits a clean note only on the "
+                           "exact answer `CORRECT` (ours reads CORRECT in any case)",
+                "aggregate": "follows from the metrics' difference (HELM's sentence id bug)"},
+         excuse=_medec_excuse, on_some_items=frozenset({"metrics", "aggregate"})),
+)
+
+
+def select(names: Iterable[str] | None = None) -> list[Case]:
+    by_name = {c.name: c for c in CASES}
+    if names is None:
+        return list(CASES)
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise ValueError(f"no differential case for {', '.join(unknown)} (known: {', '.join(by_name)})")
+    return [by_name[n] for n in names]

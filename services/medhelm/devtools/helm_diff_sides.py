@@ -1,0 +1,313 @@
+"""The two sides of the differential (``medhelm.devtools.helm_differential``): running crfm-helm's own ``helm-run`` (in
+its venv, its run dependencies installed beside it by ``ensure_run_deps``) and ``medhelm run`` on a case's slice
+against one prod_env, and reading each side's run folder into a ``Side`` (per position: ids, references,
+completion, metrics, the request bodies the server received, the jury's verdicts). Owns how HELM is driven offline
+(the prod_env, the ``sitecustomize`` serving Hugging Face datasets from the slice, the ROUGE-only metric) and the
+two run folders' formats as read here.
+
+Failure semantics: a side that fails to run raises ``DiffError`` with the tail of its log (no instance text beyond
+the public benchmark data); ``ensure_run_deps`` offline raises ``DiffError`` naming the folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from medhelm.devtools.helm_diff_cases import DEPLOYMENT, JUDGES, MODEL, Case
+from medhelm.devtools.mock_openai import KeyedAnswers, collapse
+
+HELM_VERSION = "0.5.16"
+# what helm-run imports beyond the client path's packages of the crfm-helm venv (its core requirements, at
+# versions within its pins; torch/transformers/spacy left out: no compared run needs them)
+RUN_PACKAGES = ("Mako==1.4.3", "pandas==2.3.3", "bottle==0.12.25", "nltk==3.10.4", "rouge-score==0.1.2",
+                "scipy==1.17.1", "scikit-learn==1.9.1", "datasets==3.6.0", "pyarrow-hotfix==0.7",
+                "uncertainty-calibration==0.1.4", "parameterized==0.9.0")
+
+
+class DiffError(Exception):
+    """A side of the differential could not run (its log's tail in the message)."""
+
+
+
+@dataclass(frozen=True)
+class HelmRun:
+    """crfm-helm's venv interpreter and the folder of its run dependencies (``ensure_run_deps``)."""
+
+    python: Path
+    deps: Path
+
+    @property
+    def helm_run(self) -> Path:
+        return self.python.parent / "helm-run"
+
+
+def ensure_run_deps(python: Path, folder: Path) -> Path:
+    """``RUN_PACKAGES`` installed for crfm-helm's venv under ``folder`` (pip --target, reused when present)."""
+    ok = folder / ".ok"
+    want = "\n".join(RUN_PACKAGES)
+    if ok.is_file() and ok.read_text() == want:
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target",
+                           str(folder), *RUN_PACKAGES], capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise DiffError(f"cannot install helm-run's dependencies in {folder} (offline?): "
+                        f"{(done.stderr.strip().splitlines() or [''])[-1][:200]}")
+    ok.write_text(want)
+    return folder
+
+
+def write_prod_env(folder: Path, base_url: str) -> Path:
+    """One prod_env both sides read: the mock as an OpenAI-compatible deployment, its key in credentials.conf."""
+    folder.mkdir(parents=True, exist_ok=True)
+    host = DEPLOYMENT.split("/")[0]
+    pairs = [(DEPLOYMENT, MODEL)] + [(j, _model_of(j)) for j in JUDGES]
+    (folder / "model_deployments.yaml").write_text("model_deployments:\n" + "".join(
+        f"  - name: {name}\n    model_name: {model}\n    tokenizer_name: mock/simple\n"
+        "    max_sequence_length: 1000000\n    client_spec:\n"
+        '      class_name: "helm.clients.openai_client.OpenAIClient"\n'
+        f'      args:\n        base_url: "{base_url}"\n' for name, model in pairs))
+    (folder / "model_metadata.yaml").write_text("models:\n" + "".join(
+        f"  - name: {model}\n    display_name: Differential {model}\n    description: KeyedAnswers mock\n"
+        "    creator_organization_name: MockOrg\n    access: open\n    release_date: 2025-01-01\n"
+        "    tags: [TEXT_MODEL_TAG, PARTIAL_FUNCTIONALITY_TEXT_MODEL_TAG]\n" for _, model in pairs))
+    # the jury in upstream's judges.yaml shape, which both sides read (the label is the deployment's name)
+    (folder / "judges.yaml").write_text("judges:\n" + "".join(
+        f"  - name: {j}\n    model: {_model_of(j)}\n    model_deployment: {j}\n" for j in JUDGES))
+    (folder / "tokenizer_configs.yaml").write_text(
+        "tokenizer_configs:\n  - name: mock/simple\n    tokenizer_spec:\n"
+        '      class_name: "helm.tokenizers.simple_tokenizer.SimpleTokenizer"\n'
+        '    end_of_text_token: "</s>"\n    prefix_token: "<s>"\n')
+    (folder / "credentials.conf").write_text(f'{host}ApiKey: "diff-key"\n')
+    return folder
+
+
+def _model_of(deployment: str) -> str:
+    return "mockorg/" + deployment.split("/", 1)[1]
+
+
+def _entry(case: Case, work: Path, ours: bool) -> str:
+    args = [case.our_args] if ours and case.our_args else []
+    if case.jury:
+        args.append(f"jury_config_path={(work / 'prod_env' / 'judges.yaml').resolve()}")
+    return f"{case.name}:{','.join(args + [f'model={MODEL}', f'model_deployment={DEPLOYMENT}'])}"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HELM_CREDENTIALS", "OPENAI_BASE_URL")}
+    env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1", **extra})
+    return env
+
+
+# HELM's scenarios that read a Hugging Face dataset get the slice from a local CSV, through the csv builder of
+# `datasets`, typed as the Hub's dataset is (every column a string but the integer ones named): a sitecustomize
+# module in the helm-run process
+SITECUSTOMIZE = """\
+import csv
+import os
+
+_SLICES = os.environ.get("MEDHELM_DIFF_HF_SLICES", "")
+_INTS = set(filter(None, os.environ.get("MEDHELM_DIFF_HF_INTS", "").split(",")))
+if _SLICES:
+    import datasets
+
+    _load = datasets.load_dataset
+
+    def load_dataset(path, *args, **kwargs):
+        for pair in _SLICES.split(os.pathsep):
+            name, _, csv_file = pair.partition("=")
+            if path == name or path.startswith(name + "-"):
+                with open(csv_file, newline="", encoding="utf-8") as fh:
+                    header = next(csv.reader(fh))
+                features = datasets.Features({c: datasets.Value("int64" if c in _INTS else "string")
+                                              for c in header})
+                return _load("csv", data_files={"test": csv_file}, features=features)
+        return _load(path, *args, **kwargs)
+
+    datasets.load_dataset = load_dataset
+
+if os.environ.get("MEDHELM_DIFF_ROUGE_ONLY"):
+    # SummarizationMetric needs torch, spacy's en_core_web_sm, summ_eval and downloads (QAFactEval): its ROUGE
+    # part only (medhelm_diff_rouge, HELM's own ROUGE functions); the device asked for is the CPU
+    import sys
+    import types
+
+    _gpu = types.ModuleType("helm.common.gpu_utils")
+    _gpu.is_cuda_available = lambda: False
+    _gpu.get_torch_device_name = lambda: "cpu"
+    sys.modules["helm.common.gpu_utils"] = _gpu
+    from helm.benchmark.metrics import common_metric_specs as _specs
+    from helm.benchmark.metrics.metric import MetricSpec as _MetricSpec
+
+    def get_summarization_metric_specs(args):
+        return [_MetricSpec(class_name="medhelm_diff_rouge.SummarizationRouge", args={})] + \
+            _specs.get_basic_metric_specs([])
+
+    _specs.get_summarization_metric_specs = get_summarization_metric_specs
+"""
+# SummarizationMetric's ROUGE stats as it computes them (its _remove_braces, the prediction stripped, the max over
+# the references of HELM's get_rouge_function), without the rest of the class's imports
+ROUGE_METRIC = """\
+from helm.benchmark.metrics.evaluate_reference_metrics import get_rouge_function
+from helm.benchmark.metrics.metric import Metric
+from helm.benchmark.metrics.metric_name import MetricName
+from helm.benchmark.metrics.statistic import Stat
+
+
+def _remove_braces(text):
+    if text.startswith("{"):
+        text = text[1:]
+    if text.endswith("}"):
+        text = text[:-1]
+    return text
+
+
+class SummarizationRouge(Metric):
+    def __init__(self):
+        self.rouge_fns = {"rouge_1": get_rouge_function("rouge1"), "rouge_2": get_rouge_function("rouge2"),
+                          "rouge_l": get_rouge_function("rougeL")}
+
+    def evaluate_generation(self, adapter_spec, request_state, metric_service, eval_cache_path):
+        refs = [_remove_braces(ref.output.text) for ref in request_state.instance.references]
+        pred = _remove_braces(request_state.result.completions[0].text.strip())
+        return [Stat(MetricName(name)).add(float(max(fn(ref, pred) for ref in refs)))
+                for name, fn in self.rouge_fns.items()]
+"""
+
+
+def run_helm(helm: HelmRun, case: Case, work: Path, count: int) -> Path:
+    """helm-run on the slice; returns its run folder."""
+    log = work / f"helm-{case.name}.log"
+    site = work / "helm_site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    (site / "medhelm_diff_rouge.py").write_text(ROUGE_METRIC)
+    slices = f"{case.hf_dataset}={work / 'mirror' / case.mirror}" if case.hf_dataset else ""
+    with open(log, "w") as fh:
+        done = subprocess.run([str(helm.helm_run), "--run-entries", _entry(case, work, False), "--suite", "diff",
+                               "--max-eval-instances", str(count), "--local-path", "prod_env",
+                               "--output-path", "helm", "-n", "1"], cwd=work, stdout=fh, stderr=subprocess.STDOUT,
+                              env=_env(PYTHONPATH=f"{site}{os.pathsep}{helm.deps}", MEDHELM_DIFF_HF_SLICES=slices,
+                                         MEDHELM_DIFF_HF_INTS=",".join(case.hf_int_columns),
+                                         MEDHELM_DIFF_ROUGE_ONLY="1" if case.jury else ""),
+                              timeout=3600)
+    runs = [p for p in (work / "helm/runs/diff").glob(f"{case.name}:*") if (p / "scenario_state.json").is_file()]
+    if done.returncode != 0 or len(runs) != 1:
+        raise DiffError(f"helm-run {case.name} failed (exit {done.returncode}): {_tail(log)}")
+    return runs[0]
+
+
+def run_ours(case: Case, work: Path) -> Path:
+    """``medhelm run`` on the slice (offline, from the mirror, no cache); returns its run folder."""
+    log = work / f"ours-{case.name}.log"
+    with open(log, "w") as fh:
+        done = subprocess.run([sys.executable, "-m", "medhelm", "run", "-r", _entry(case, work, True),
+                               "--suite", "diff",
+                               "--local-path", "prod_env", "--output-path", "ours", "--data-dir", "mirror",
+                               "--offline", "--disable-cache", "-n", "4"], cwd=work, stdout=fh,
+                              stderr=subprocess.STDOUT, env=_env(), timeout=3600)
+    runs = [p for p in (work / "ours/runs/diff").glob(f"{case.name}[:,]*") if (p / "stats.json").is_file()]
+    if done.returncode != 0 or len(runs) != 1:
+        raise DiffError(f"medhelm run {case.name} failed (exit {done.returncode}): {_tail(log)}")
+    return runs[0]
+
+
+def _tail(log: Path) -> str:
+    return " | ".join(log.read_text(errors="replace").strip().splitlines()[-8:])[-1500:]
+
+
+# -- reading both sides -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Side:
+    """One side's run: per position the request body as the server got it, references, completion, metrics."""
+
+    ids: list[str]
+    references: list[list[tuple[str, bool]]]
+    completions: list[str | None]
+    metrics: list[dict[str, float | None]]
+    aggregate: dict[str, tuple[int, float | None]]  # stat -> (count, mean), split test (HELM: count of trials)
+    wire: list[dict | None] = field(default_factory=list)
+    judge_wire: list[dict[str, dict]] = field(default_factory=list)  # per position: judge model -> first request
+    verdicts: list[set[tuple[str, str, int]]] = field(default_factory=list)  # (judge, criterion, score) parsed
+
+
+def read_helm(run: Path, annotator: str = "") -> Side:
+    """HELM's run folder; ``annotator`` names the jury's annotations (a jury benchmark's own name)."""
+    states = json.loads((run / "scenario_state.json").read_text())["request_states"]
+    states.sort(key=lambda s: int(str(s["instance"]["id"]).lstrip("id") or 0))
+    per = {}
+    for entry in json.loads((run / "per_instance_stats.json").read_text()):
+        per.setdefault(entry["instance_id"], {}).update(  # one entry per metric class: merged
+            {s["name"]["name"]: (s["sum"] / s["count"] if s["count"] else None)
+             for s in entry["stats"] if not s["name"].get("perturbation")})
+    side = Side([], [], [], [], _helm_aggregate(run))
+    for s in states:
+        inst = s["instance"]
+        side.ids.append(str(inst["id"]))
+        side.references.append([(r["output"]["text"], "correct" in r["tags"]) for r in inst["references"]])
+        comps = (s.get("result") or {}).get("completions") or []
+        side.completions.append(comps[0]["text"] if comps else None)
+        side.metrics.append(per.get(inst["id"], {}))
+        notes = ((s.get("annotations") or {}).get(annotator) or {}) if annotator else {}
+        side.verdicts.append({(judge, criterion, int(v["score"])) for judge, verdict in notes.items()
+                              if isinstance(verdict, dict) for criterion, v in verdict.items()
+                              if isinstance(v, dict) and isinstance(v.get("score"), (int, float))})
+    return side
+
+
+def _helm_aggregate(run: Path) -> dict[str, tuple[int, float | None]]:
+    out = {}
+    for s in json.loads((run / "stats.json").read_text()):
+        name = s["name"]
+        if name.get("split") == "test" and not name.get("perturbation"):
+            out[name["name"]] = (s["count"], s.get("mean"))
+    return out
+
+
+def read_ours(run: Path) -> Side:
+    latest: dict[int, dict] = {}
+    with open(run / "instances.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                rec = json.loads(line)
+                latest[rec["position"]] = rec
+    side = Side([], [], [], [], {})
+    for pos in sorted(latest):
+        rec = latest[pos]
+        side.ids.append(rec["instance"]["id"])
+        side.references.append([(r["text"], bool(r["correct"])) for r in rec["instance"]["references"]])
+        side.completions.append((rec.get("completion") or {}).get("text"))
+        side.metrics.append(dict(rec.get("stats") or {}))
+        side.verdicts.append({(j["judge"], j["criterion"], int(j["score"])) for j in rec.get("judgements") or []
+                              if j.get("status") == "ok" and not str(j["judge"]).startswith("rule:")})
+    for s in json.loads((run / "stats.json").read_text()):
+        if s["name"].get("split") == "test":
+            side.aggregate[s["name"]["name"]] = (s["count"], s.get("mean"))
+    return side
+
+
+def attach_wire(side: Side, bodies: list[dict], responder: KeyedAnswers, keys: list[str]) -> None:
+    """Each position's request bodies as the server received them (the item's key named in their messages): the
+    candidate's, and the first of each judge's."""
+    candidate = MODEL.split("/", 1)[1]
+    by_key: dict[str, dict] = {}
+    judged: dict[str, dict[str, dict]] = {}
+    for body in bodies:
+        named = responder.keys_of(body)
+        if not named:
+            continue
+        if body.get("model") == candidate:
+            by_key.setdefault(named[0], body)
+        else:
+            judged.setdefault(named[0], {}).setdefault(str(body.get("model")), body)
+    side.wire = [by_key.get(collapse(k)) for k in keys]
+    side.judge_wire = [judged.get(collapse(k), {}) for k in keys]
