@@ -17,7 +17,6 @@ from medhelm.benchmarks import PromptBudget
 from medhelm.benchmarks.catalogue import all_entries, get_entry
 from medhelm.benchmarks.loaders.instances import choice_instance, text_instance
 from medhelm.benchmarks.prompts import build_prompt
-from tests.providers.test_helm_differential import helm_python  # noqa: F401  (the venv's one recipe)
 from tests.providers.test_helm_run_differential import helm_run  # noqa: F401
 
 # HELM's side: the run spec's adapter spec, its adapter's example block (no window service: the example methods
