@@ -108,11 +108,14 @@ class LearntRate:
             if span > QUIET_S and self.requests_per_s is not None:
                 # no refusal for a while: the gateway's bucket may have sat full (our rate under its budget) for
                 # part of the span, so what it accepted is a floor; the rate that was just refused, a ceiling, which
-                # a fast climb may have taken far past the edge while the gateway's burst ran out: start halfway
-                requests = max(requests, (requests + self.requests_per_s) / 2)
-                used = max(used, (used + (self.tokens_per_s or 0.0)) / 2)
-                if self._alone:  # the next refusal may be estimated from this one: the gateway empty at both
+                # a fast climb may have taken far past the edge while the gateway's burst ran out
+                if self._alone:  # start halfway: the next refusal is estimated from this one (gateway empty at both)
+                    requests = max(requests, (requests + self.requests_per_s) / 2)
+                    used = max(used, (used + (self.tokens_per_s or 0.0)) / 2)
                     self._fresh = started
+                else:  # a shard's next refusal refines only over a full span: cut from the ceiling
+                    requests = max(requests, self.requests_per_s)
+                    used = max(used, self.tokens_per_s or 0.0)
             self._cut(requests, used, now, estimated=True)
         elif not self._estimated:
             # nothing to estimate from yet: halve the rate (at first, what was sent over the last second)
