@@ -84,11 +84,12 @@ class Process:
 
 def simulate(gateway: Gateway, *, processes: int = 1, seconds: float = 180.0, latency_s: float = 0.02,
              jitter: float = 0.3, workers: int = 64, prompt_words: tuple[int, int] = (20, 60), max_tokens: int = 16,
-             refuse_s: float = 0.002, seed: int = 0, stagger_s: float = 0.0,
+             refuse_s: float = 0.002, seed: int = 0, stagger_s: float = 0.0, net_s: float = 0.0,
              retry_policy: RetryPolicy | None = None) -> tuple[list[Process], Clock]:
     """``processes`` (a Job's shards when more than one: each takes ``share`` 1/n) each keep ``workers`` instances
     going; an instance's prompt has a uniform number of words in ``prompt_words``. ``stagger_s``: process i
-    starts at i x stagger_s."""
+    starts at i x stagger_s. ``net_s``: the mean of a delay drawn (exponential) for each way between the pacer and
+    the gateway (HTTP and a busy event loop: requests arrive later than they start, and out of order)."""
     rng = random.Random(seed)
     retry_policy = retry_policy or RetryPolicy()
     clock = Clock()
@@ -121,13 +122,20 @@ def simulate(gateway: Gateway, *, processes: int = 1, seconds: float = 180.0, la
                 return
             queue.pop(0)
             procs[p].sent.append(clock.t)
-            cost = words + max_tokens
-            retry_after = gateway.arrive(clock.t, cost)
-            if retry_after > 0.0:
-                push(clock.t + refuse_s, "refused", p, started, tokens, words, attempt, retry_after)
+            if net_s > 0.0:
+                push(clock.t + rng.expovariate(1.0 / net_s), "arrive", p, started, tokens, words, attempt)
             else:
-                latency = latency_s * rng.lognormvariate(0.0, jitter)
-                push(clock.t + latency, "answered", p, started, tokens, cost)
+                arrive(p, started, tokens, words, attempt)
+
+    def arrive(p: int, started: float, tokens: float, words: int, attempt: int) -> None:
+        cost = words + max_tokens
+        retry_after = gateway.arrive(clock.t, cost)
+        back = rng.expovariate(1.0 / net_s) if net_s > 0.0 else 0.0
+        if retry_after > 0.0:
+            push(clock.t + refuse_s + back, "refused", p, started, tokens, words, attempt, retry_after)
+        else:
+            latency = latency_s * rng.lognormvariate(0.0, jitter)
+            push(clock.t + latency + back, "answered", p, started, tokens, cost)
 
     for p in range(processes):
         push(p * stagger_s, "start", p)
@@ -139,6 +147,8 @@ def simulate(gateway: Gateway, *, processes: int = 1, seconds: float = 180.0, la
         if kind == "start":
             for _ in range(workers):
                 new_instance(p)
+        elif kind == "arrive":
+            arrive(*data)
         elif kind == "wake":
             if wakes[p] <= t:
                 wakes[p] = math.inf

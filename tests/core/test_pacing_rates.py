@@ -59,6 +59,20 @@ def test_a_budget_raised_and_then_cut_mid_run_is_followed_within_a_minute():
         _check(procs, gateway, t0=t0, t1=t1)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_raised_budget_found_after_more_than_a_minute_without_refusals(seed):
+    """The bench's timeline (600 -> 1200 rpm at 80 s, -> 300 at 160 s) with requests arriving 50 ms (mean, each
+    way) after they start, as over HTTP from a busy event loop: the climb reaches the new budget's edge more than a
+    minute after the last refusal, so no earlier refusal is left to estimate from. Every 20 s from the first minute
+    to the cut refuses <= 2 % (the edge is crossed in there), and the raised budget is used within the minute."""
+    gateway = Gateway(requests_per_minute=600, burst_s=1.0, changes=((80.0, 1200.0, None), (160.0, 300.0, None)))
+    procs, _ = simulate(gateway, seconds=240, seed=seed, net_s=0.05)
+    for t0 in range(60, 141, 5):
+        assert measure(procs, gateway, t0=t0, t1=t0 + 20).refused_share <= 0.02, t0
+    _check(procs, gateway, t0=140, t1=160)
+    _check(procs, gateway, t0=180, t1=240)
+
+
 @pytest.mark.parametrize("processes,burst_s", [(2, 1.0), (3, 1.0), (2, 60.0), (3, 60.0)])
 def test_shards_share_one_budget_without_a_coordinator(processes, burst_s):
     gateway = Gateway(requests_per_minute=300 * processes, burst_s=burst_s)

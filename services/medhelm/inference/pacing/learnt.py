@@ -107,11 +107,15 @@ class LearntRate:
             requests, used, span = estimate
             if span > QUIET_S and self.requests_per_s is not None:
                 # no refusal for a while: the gateway's bucket may have sat full (our rate under its budget) for
-                # part of the span, so what it accepted is a floor; the rate that was just refused, a ceiling
-                requests = max(requests, self.requests_per_s)
-                used = max(used, self.tokens_per_s or 0.0)
-                if self._alone:  # the next refusal may be estimated from this one: the gateway empty at both
+                # part of the span, so what it accepted is a floor; the rate that was just refused, a ceiling, which
+                # a fast climb may have taken far past the edge while the gateway's burst ran out
+                if self._alone:  # start halfway: the next refusal is estimated from this one (gateway empty at both)
+                    requests = max(requests, (requests + self.requests_per_s) / 2)
+                    used = max(used, (used + (self.tokens_per_s or 0.0)) / 2)
                     self._fresh = started
+                else:  # a shard's next refusal refines only over a full span: cut from the ceiling
+                    requests = max(requests, self.requests_per_s)
+                    used = max(used, self.tokens_per_s or 0.0)
             self._cut(requests, used, now, estimated=True)
         elif not self._estimated:
             # nothing to estimate from yet: halve the rate (at first, what was sent over the last second)
@@ -184,10 +188,17 @@ class LearntRate:
         loose = not self._estimated or b - self._fresh <= QUIET_S  # a first estimate, or right after a quiet cut
         span, accepted = (FIRST_SPAN_S, FIRST_ACCEPTED) if loose else (MIN_SPAN_S, MIN_ACCEPTED)
         i = bisect.bisect_right(self._refused, (b - span, math.inf))
+        oldest = i == 0
         while i > 0:
             i -= 1
             a = self._refused[i][0]
             requests, tokens = self._accepted(a, b)
+            if requests >= accepted:
+                return requests / (b - a), tokens / (b - a), b - a
+        if oldest and self._estimated and self._sent and b - self._sent[0][0] > QUIET_S:
+            # no refusal within the horizon: what was sent since its start, all accepted, is a floor (a quiet span)
+            a = self._sent[0][0]
+            requests, tokens = self._accepted(a - 1e-9, b)
             if requests >= accepted:
                 return requests / (b - a), tokens / (b - a), b - a
         return None
