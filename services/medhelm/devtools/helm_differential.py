@@ -242,13 +242,6 @@ CASES: tuple[Case, ...] = (
                           "`Conversation: Doctor-patient dialogue:\\n\\n<dialogue>`, and `Clinical Note:` after a "
                           "single newline; ours `Conversation:\\n<dialogue>` and a blank line before `Clinical Note:`; "
                           "the four-section instructions and the dialogue the same",
-                "judge prompt": "ours is the shared rubric template (config/jury_rubrics.yaml: the same three "
-                                "criteria, 1-5 scale, conversation, note and reference note) rather than HELM's "
-                                "ACIBenchAnnotator text; the verdicts parse the same (compared per judge and "
-                                "criterion) and aci_bench_accuracy is equal on every instance",
-                "judge request": "ours asks for the rubric's JSON schema (response_format json_schema: integer "
-                                 "scores within the scale, docs/jury.md `structured_output`) with a 1,024-token "
-                                 "budget; HELM asks for free text with 4,096 tokens",
                 "main": "the ranked column: ours is jury_score_normalized (0-1, unscored when no judge is valid), "
                         "HELM ranks aci_bench_accuracy (1-5, 1.0 when no judge is valid), which ours computes "
                         "beside it and which is equal (docs/metrics.md, Two rules, two names)"}),
@@ -672,6 +665,17 @@ def _compare_jury(row: Row, where: str, helm: Side, ours: Side, i: int) -> None:
         row.add("judge request", not fields, f"{where} {judge}: {fields}")
     hv, ov = helm.verdicts[i], ours.verdicts[i]
     row.add("verdicts", hv == ov, f"{where}: only HELM {sorted(hv - ov)}, only medhelm {sorted(ov - hv)}")
+
+
+JUDGE_KINDS_EQUAL = ("judges", "judge prompt", "judge request", "verdicts")  # never a known difference
+
+
+def judge_requests_unequal(row: Row) -> dict[str, str]:
+    """The jury kinds that are not equal on every request compared (judge prompts byte for byte, every other
+    field of each judge's request): a jury benchmark's judges are asked what HELM's annotator asks them
+    (``builtin_prompts: helm``, docs/jury.md), so none of these may differ or be explained away."""
+    return {k: row.cell(k) for k in JUDGE_KINDS_EQUAL
+            if k not in row.total or row.equal.get(k, 0) != row.total[k]}
 
 
 def _other_fields(h: dict, o: dict) -> str:
