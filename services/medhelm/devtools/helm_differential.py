@@ -109,6 +109,9 @@ class Case:
     # difference; a prompt whose words differ otherwise is a "prompt words" difference (never explained)
     prompt_words: tuple[dict[str, int], dict[str, int]] = ({}, {})
     jury: tuple[str, ...] = ()  # the rubric's criteria: a jury benchmark, judged by JUDGES on both sides
+    # the same for the judges' prompts: HELM's annotator text is ours byte for byte, its {QUESTION} is the
+    # instance's input, so only the input's layout words (the model prompt's) may differ
+    judge_prompt_words: tuple[dict[str, int], dict[str, int]] = ({}, {})
 
 
 def _read_json_items(path: Path) -> list[Any]:
@@ -237,11 +240,16 @@ CASES: tuple[Case, ...] = (
          key=lambda record: collapse(record["src"])[:240], answers=_aci_answers,
          main="jury_score_normalized", helm_main="aci_bench_accuracy",
          our_args="subset=clinicalnlp_taskB_test1", jury=("accuracy", "completeness", "clarity"),
+         judge_prompt_words=({"Doctor-patient": 1, "dialogue:": 1}, {}),
          prompt_words=({"The": 1, "conversation": 1, "is:": 1, "Doctor-patient": 1, "dialogue:": 1}, {}),
          known={"prompt": "layout and one phrase: HELM's instructions end `The conversation is:` followed by "
                           "`Conversation: Doctor-patient dialogue:\\n\\n<dialogue>`, and `Clinical Note:` after a "
                           "single newline; ours `Conversation:\\n<dialogue>` and a blank line before `Clinical Note:`; "
                           "the four-section instructions and the dialogue the same",
+                "judge prompt": "HELM's ACIBenchAnnotator text byte for byte on both sides (builtin_prompts: helm); "
+                                "only its {QUESTION}, the instance's input, differs: HELM's scenario writes it "
+                                "`Doctor-patient dialogue:\\n\\n<dialogue>`, ours `<dialogue>` (the model "
+                                "prompt's layout row); the words only one side has are checked on every request",
                 "main": "the ranked column: ours is jury_score_normalized (0-1, unscored when no judge is valid), "
                         "HELM ranks aci_bench_accuracy (1-5, 1.0 when no judge is valid), which ours computes "
                         "beside it and which is equal (docs/metrics.md, Two rules, two names)"}),
@@ -619,7 +627,7 @@ def compare(case: Case, helm: Side, ours: Side, items: list[Any] | None = None) 
             row.add("request", not fields and roles[0] == roles[1],
                     f"{where}: {fields}" + ("" if roles[0] == roles[1] else f" roles {roles}"))
         if case.jury:
-            _compare_jury(row, where, helm, ours, i)
+            _compare_jury(row, where, helm, ours, i, case)
         row.add("references", helm.references[i] == ours.references[i],
                 f"{where}: HELM {helm.references[i]!r}, medhelm {ours.references[i]!r}")
         row.add("completion", helm.completions[i] == ours.completions[i],
@@ -653,26 +661,34 @@ def compare(case: Case, helm: Side, ours: Side, items: list[Any] | None = None) 
     return row
 
 
-def _compare_jury(row: Row, where: str, helm: Side, ours: Side, i: int) -> None:
+def _compare_judge_prompt(row: Row, where: str, hp: str, op: str, case: Case) -> None:
+    """One judge's prompt: byte for byte, and the words only one side has must be the case's declared ones."""
+    row.add("judge prompt", hp == op, f"{where}: {_first_difference(hp, op)}")
+    words = (dict(Counter(hp.split()) - Counter(op.split())), dict(Counter(op.split()) - Counter(hp.split())))
+    row.add("judge prompt words", hp == op or words == case.judge_prompt_words,
+            f"{where}: only in HELM's {words[0]}, only in ours {words[1]} (expected {case.judge_prompt_words})")
+
+
+def _compare_jury(row: Row, where: str, helm: Side, ours: Side, i: int, case: Case) -> None:
     """The judges asked, each judge's request (prompt byte for byte, other fields), the verdicts as parsed."""
     hj = helm.judge_wire[i] if i < len(helm.judge_wire) else {}
     oj = ours.judge_wire[i] if i < len(ours.judge_wire) else {}
     row.add("judges", sorted(hj) == sorted(oj), f"{where}: HELM asked {sorted(hj)}, medhelm {sorted(oj)}")
     for judge in sorted(set(hj) & set(oj)):
-        hp, op = _prompt(hj[judge]), _prompt(oj[judge])
-        row.add("judge prompt", hp == op, f"{where} {judge}: {_first_difference(hp, op)}")
+        _compare_judge_prompt(row, f"{where} {judge}", _prompt(hj[judge]), _prompt(oj[judge]), case)
         fields = _other_fields(hj[judge], oj[judge])
         row.add("judge request", not fields, f"{where} {judge}: {fields}")
     hv, ov = helm.verdicts[i], ours.verdicts[i]
     row.add("verdicts", hv == ov, f"{where}: only HELM {sorted(hv - ov)}, only medhelm {sorted(ov - hv)}")
 
 
-JUDGE_KINDS_EQUAL = ("judges", "judge prompt", "judge request", "verdicts")  # never a known difference
+# never a known difference; "judge prompt" itself may differ only in the words the case declares
+JUDGE_KINDS_EQUAL = ("judges", "judge prompt words", "judge request", "verdicts")
 
 
 def judge_requests_unequal(row: Row) -> dict[str, str]:
-    """The jury kinds that are not equal on every request compared (judge prompts byte for byte, every other
-    field of each judge's request): a jury benchmark's judges are asked what HELM's annotator asks them
+    """The jury kinds that are not equal on every request compared (the judge prompts' words, every other field
+    of each judge's request): a jury benchmark's judges are asked what HELM's annotator asks them
     (``builtin_prompts: helm``, docs/jury.md), so none of these may differ or be explained away."""
     return {k: row.cell(k) for k in JUDGE_KINDS_EQUAL
             if k not in row.total or row.equal.get(k, 0) != row.total[k]}
@@ -759,7 +775,9 @@ class Report:
                 lines.append(f"| `{r.benchmark}` | skipped: {r.skipped} |" + " |" * 9)
                 continue
             main = " / ".join("—" if v is None else f"{v:.4f}" for v in r.main)
-            jury = " / ".join(r.cell(k) for k in ("judges", "judge prompt", "judge request", "verdicts")) \
+            jury = " / ".join(r.cell(k) if k != "judge prompt" else f"{r.cell(k)}; words as declared: "
+                              f"{r.cell('judge prompt words')}"
+                              for k in ("judges", "judge prompt", "judge request", "verdicts")) \
                 if "judges" in r.total else "—"
             why = "all" if not r.unexplained() else "**no**: " + ", ".join(sorted(r.unexplained()))
             if r.explained:
