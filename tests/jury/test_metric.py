@@ -11,7 +11,7 @@ from medhelm.devtools.mock_openai import MockHTTPError
 from medhelm.errors import InferenceError
 from medhelm.inference import ClientPool, RequestCache, RetryPolicy
 from medhelm.scoring.base import ScoringContext, ScoringItem
-from medhelm.scoring.jury import FACTORIES
+from medhelm.scoring.jury import FACTORIES, rubrics
 from medhelm.scoring.jury.metric import EMPTY_RESPONSE_JUDGE
 from medhelm.scoring.registry import ResolveContext
 from medhelm.records import JudgeStatus
@@ -21,7 +21,9 @@ from medhelm.specs import (Access, BenchmarkSpec, Completion, FrozenMap, Instanc
 from .conftest import is_reask, prompt_of, verdict
 
 FACTORY = FACTORIES["jury_score"]
-JURY = {"judges": [{"name": "mock/judge-a"}, {"name": "mock/judge-b", "weight": 1.0}]}
+# The rubric style (our template, JSON schema, re-ask) is what most tests here exercise; HELM's style has its own.
+JURY = {"judges": [{"name": "mock/judge-a"}, {"name": "mock/judge-b", "weight": 1.0}], "builtin_prompts": "rubric"}
+HELM_JURY = {**JURY, "builtin_prompts": "helm"}
 
 
 def resolved(registry, args=None, **ctx) -> MetricSpec:
@@ -159,6 +161,26 @@ def test_weights_shift_the_mean(registry, script):
     spec = resolved(registry, {"judges": [{"name": "mock/judge-a", "weight": 3}, {"name": "mock/judge-b"}]})
     [r] = score(registry, [item("note")], spec=spec)
     assert r.stats["jury_score"] == pytest.approx((3 * (4 + 3 + 5) + 3) / 12)
+
+
+def test_helm_style_asks_each_judge_once_with_helms_prompt_and_request(registry, judge_server, script):
+    script.by_judge["judge-b"] = "Sure! accuracy is great"  # unreadable: HELM drops the judge, asks nothing more
+    [r] = score(registry, [item("Assessment: URI. Plan: rest.")], spec=resolved(registry, HELM_JURY))
+    assert judge_server.request_count == 2  # no re-ask
+    expected = rubrics.helm("aci_bench").render(question="[doctor] hello 0", response="Assessment: URI. Plan: rest.",
+                                                gold="GOLD NOTE 0")
+    for body in judge_server.requests:
+        assert prompt_of(body) == expected and body["max_tokens"] == 4096 and body["temperature"] == 0
+        assert "response_format" not in body  # free text, as HELM asks
+    assert r.stats["aci_bench_accuracy"] == pytest.approx(4.0)  # judge-a's (4+3+5)/3; judge-b dropped whole
+    assert all(j.status is JudgeStatus.UNSCORED for j in by(r, "mock/judge-b").values())
+
+
+def test_the_default_jury_asks_a_builtin_rubric_as_helm_does(registry, judge_server):
+    args = {"judges": JURY["judges"]}
+    assert resolved(registry, args).args["builtin_prompts"] == "helm"
+    score(registry, [item("note")], spec=resolved(registry, args))
+    assert all(b["max_tokens"] == 4096 and "response_format" not in b for b in judge_server.requests)
 
 
 def test_structured_output_can_be_switched_off(registry, judge_server):

@@ -53,6 +53,8 @@ def test_helm_run_and_medhelm_run_agree_instance_by_instance(name, helm_run, sha
     if case_jury:  # the jury: both sides asked the same judges and parsed the same verdicts; MedHELM's column equal
         assert row.equal["judges"] == row.total["judges"] == LIMIT and row.equal["verdicts"] == LIMIT
         assert f"{name}_accuracy" in row.metrics_compared
+        assert not diff.judge_requests_unequal(row), diff.judge_requests_unequal(row)  # HELM's prompt, request
+        assert not set(diff.JUDGE_KINDS_EQUAL) & set(case.known)  # and no reason may excuse a difference there
 
 
 def test_keyed_answers_answer_one_item_the_same_in_any_layout():

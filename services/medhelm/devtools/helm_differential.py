@@ -34,6 +34,7 @@ offline it raises ``DiffError`` naming the folder, which a test turns into a ski
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,7 +120,7 @@ def compare(case: Case, helm: Side, ours: Side, items: list[Any] | None = None) 
             row.add("request", not fields and roles[0] == roles[1],
                     f"{where}: {fields}" + ("" if roles[0] == roles[1] else f" roles {roles}"))
         if case.jury:
-            _compare_jury(row, where, helm, ours, i)
+            _compare_jury(row, where, helm, ours, i, case)
         row.add("references", helm.references[i] == ours.references[i],
                 f"{where}: HELM {helm.references[i]!r}, medhelm {ours.references[i]!r}")
         row.add("completion", helm.completions[i] == ours.completions[i],
@@ -153,18 +154,37 @@ def compare(case: Case, helm: Side, ours: Side, items: list[Any] | None = None) 
     return row
 
 
-def _compare_jury(row: Row, where: str, helm: Side, ours: Side, i: int) -> None:
+def _compare_judge_prompt(row: Row, where: str, hp: str, op: str, case: Case) -> None:
+    """One judge's prompt: byte for byte, and the words only one side has must be the case's declared ones."""
+    row.add("judge prompt", hp == op, f"{where}: {_first_difference(hp, op)}")
+    words = (dict(Counter(hp.split()) - Counter(op.split())), dict(Counter(op.split()) - Counter(hp.split())))
+    row.add("judge prompt words", hp == op or words == case.judge_prompt_words,
+            f"{where}: only in HELM's {words[0]}, only in ours {words[1]} (expected {case.judge_prompt_words})")
+
+
+def _compare_jury(row: Row, where: str, helm: Side, ours: Side, i: int, case: Case) -> None:
     """The judges asked, each judge's request (prompt byte for byte, other fields), the verdicts as parsed."""
     hj = helm.judge_wire[i] if i < len(helm.judge_wire) else {}
     oj = ours.judge_wire[i] if i < len(ours.judge_wire) else {}
     row.add("judges", sorted(hj) == sorted(oj), f"{where}: HELM asked {sorted(hj)}, medhelm {sorted(oj)}")
     for judge in sorted(set(hj) & set(oj)):
-        hp, op = _prompt(hj[judge]), _prompt(oj[judge])
-        row.add("judge prompt", hp == op, f"{where} {judge}: {_first_difference(hp, op)}")
+        _compare_judge_prompt(row, f"{where} {judge}", _prompt(hj[judge]), _prompt(oj[judge]), case)
         fields = _other_fields(hj[judge], oj[judge])
         row.add("judge request", not fields, f"{where} {judge}: {fields}")
     hv, ov = helm.verdicts[i], ours.verdicts[i]
     row.add("verdicts", hv == ov, f"{where}: only HELM {sorted(hv - ov)}, only medhelm {sorted(ov - hv)}")
+
+
+# never a known difference; "judge prompt" itself may differ only in the words the case declares
+JUDGE_KINDS_EQUAL = ("judges", "judge prompt words", "judge request", "verdicts")
+
+
+def judge_requests_unequal(row: Row) -> dict[str, str]:
+    """The jury kinds that are not equal on every request compared (the judge prompts' words, every other field
+    of each judge's request): a jury benchmark's judges are asked what HELM's annotator asks them
+    (``builtin_prompts: helm``, docs/jury.md), so none of these may differ or be explained away."""
+    return {k: row.cell(k) for k in JUDGE_KINDS_EQUAL
+            if k not in row.total or row.equal.get(k, 0) != row.total[k]}
 
 
 def _other_fields(h: dict, o: dict) -> str:
@@ -248,7 +268,9 @@ class Report:
                 lines.append(f"| `{r.benchmark}` | skipped: {r.skipped} |" + " |" * 9)
                 continue
             main = " / ".join("—" if v is None else f"{v:.4f}" for v in r.main)
-            jury = " / ".join(r.cell(k) for k in ("judges", "judge prompt", "judge request", "verdicts")) \
+            jury = " / ".join(r.cell(k) if k != "judge prompt" else f"{r.cell(k)}; words as declared: "
+                              f"{r.cell('judge prompt words')}"
+                              for k in ("judges", "judge prompt", "judge request", "verdicts")) \
                 if "judges" in r.total else "—"
             why = "all" if not r.unexplained() else "**no**: " + ", ".join(sorted(r.unexplained()))
             if r.explained:

@@ -6,8 +6,10 @@ A jury config is YAML::
       - name: vllm/qwen2.5-7b-instruct     # a deployment name (model_deployments.yaml)
         model_name: qwen/qwen2.5-7b-instruct  # optional; must match the deployment when given
         weight: 1.0                        # optional, > 0
-    max_tokens: 1024                       # optional judge output budget
-    structured_output: true                # optional: ask for JSON with the rubric's schema
+    builtin_prompts: helm                  # optional: a built-in rubric asked as HELM asks it (default), or
+                                           # `rubric`: our shared template, with max_tokens/structured_output
+    max_tokens: 1024                       # optional judge output budget (rubric style and custom prompts)
+    structured_output: true                # optional: ask for JSON with the rubric's schema (same)
 
 Upstream's ``judges.yaml`` shape (``{name: <label>, model, model_deployment}``) is read too. A bare
 name (``jury_config_path=embedded``) selects a built-in ``config/jury_<name>.yaml``.
@@ -22,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -35,6 +37,7 @@ from medhelm.specs import MetricSpec
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 DEFAULT_JURY = "default"
 DEFAULT_MAX_TOKENS = 1024
+DEFAULT_BUILTIN_PROMPTS = "helm"  # upstream benchmarks are judged as HELM judges them: comparable columns
 
 
 @dataclass(frozen=True)
@@ -52,11 +55,12 @@ class Jury:
     judges: tuple[Judge, ...]
     max_tokens: int = DEFAULT_MAX_TOKENS
     structured_output: bool = True
+    builtin_prompts: str = DEFAULT_BUILTIN_PROMPTS  # rubrics.STYLES
 
     def args(self) -> dict[str, JSON]:
         """The resolved part of a jury_score MetricSpec's arguments."""
         return {"judges": [j.to_json() for j in self.judges], "max_tokens": self.max_tokens,
-                "structured_output": self.structured_output}
+                "structured_output": self.structured_output, "builtin_prompts": self.builtin_prompts}
 
 
 def config_path(value: str, base_dir: Path) -> Path:
@@ -82,6 +86,7 @@ class _JuryFile(Strict):
     judges: Annotated[list[_JudgeItem], Field(min_length=1)]
     max_tokens: Annotated[int, Field(gt=0, le=1_000_000)] = DEFAULT_MAX_TOKENS
     structured_output: bool = True
+    builtin_prompts: Literal["helm", "rubric"] = DEFAULT_BUILTIN_PROMPTS
     description: LongText | None = None
 
 
@@ -129,7 +134,8 @@ def _jury(parsed: _JuryFile, deployments: Any, *, path: str | Path | None, doc: 
         if any(j.name == name for j in out):
             raise fail(f"judge '{escape(name)}' is listed twice")
         out.append(Judge(name=name, model_name=model or "", weight=float(item.weight)))
-    return Jury(judges=tuple(out), max_tokens=parsed.max_tokens, structured_output=parsed.structured_output)
+    return Jury(judges=tuple(out), max_tokens=parsed.max_tokens, structured_output=parsed.structured_output,
+                builtin_prompts=parsed.builtin_prompts)
 
 
 def resolve(spec: MetricSpec, ctx: Any) -> MetricSpec:

@@ -9,6 +9,11 @@ its deployment's ``max_sequence_length`` or what its server reports), so a long 
 judgement an HTTP 400. An unparseable or invalid verdict gets one re-ask (a changed request, so the cache cannot hand back
 the same bad answer); what is still invalid is recorded as ``unscored`` with its reason, never 0.
 
+A rubric in HELM's style (``Rubric.helm_request``: a built-in rubric under ``builtin_prompts: helm``) is asked
+as HELM's annotator asks it: its prompt, its max_tokens and temperature, free text (no JSON schema), no
+re-ask, and HELM's brace repair when parsing (``parse_as_helm``); the rest of the parse is ours
+(docs/metrics.md lists where the two parses can differ).
+
 Stats (docs/metrics.md, "Two rules, two names"): ``jury_score`` (weighted mean of the valid scores on the
 rubric's scale), ``jury_score_normalized`` (the same on 0-1: our leaderboard column), ``jury_coverage``, and,
 for a built-in rubric, upstream's own column ``<rubric>_accuracy`` (e.g. ``aci_bench_accuracy``) computed
@@ -28,7 +33,7 @@ from medhelm.errors import InferenceError
 from medhelm.inference.base import CHAT_TEMPLATE_TOKENS, ModelClient
 from medhelm.scoring.base import MetricResult, ScoringItem
 from medhelm.scoring.jury.config import Judge
-from medhelm.scoring.jury.parse import NO_VERDICT, Judgement, Quoted, parse_judgement
+from medhelm.scoring.jury.parse import NO_VERDICT, Judgement, Quoted, parse_as_helm, parse_judgement
 from medhelm.scoring.jury.rubrics import Rubric
 from medhelm.records import JudgeScore, JudgeStatus
 from medhelm.specs import Completion, GenerationRequest, Message, Usage
@@ -63,8 +68,10 @@ class JuryMetric:
         self.rubric = rubric
         self.helm_name = helm_name  # upstream's ``<benchmark>_accuracy`` (built-in rubrics only)
         self.calls = tuple(calls)
-        self.max_tokens = max_tokens
-        self.schema = rubric.json_schema() if structured_output else None
+        self.max_tokens, self.temperature = rubric.helm_request or (max_tokens, 0.0)
+        self.schema = rubric.json_schema() if structured_output and rubric.helm_request is None else None
+        self.reask = rubric.helm_request is None  # HELM asks each judge once
+        self.parse = parse_as_helm if rubric.helm_request is not None else parse_judgement
 
     @property
     def stat_names(self) -> tuple[str, ...]:
@@ -119,7 +126,7 @@ class JuryMetric:
                                 "a larger max_sequence_length or fewer max_tokens"), []
         quoted = Quoted(prompt)
         request = GenerationRequest(messages=(Message("user", prompt),), max_tokens=self.max_tokens,
-                                    temperature=0.0, seed=0, json_schema=self.schema)
+                                    temperature=self.temperature, seed=0, json_schema=self.schema)
         try:
             first = await call.client.generate(request)
         except InferenceError as err:
@@ -128,7 +135,7 @@ class JuryMetric:
             return self._failed(call.judge, JudgeStatus.ERROR, _error_text(err)), []
         usages = [first.usage]
         judgement = self._read(first, quoted)
-        if not judgement.complete:
+        if not judgement.complete and self.reask:
             retry = self._reask(request, prompt, judgement)
             try:
                 second = await call.client.generate(retry)
@@ -146,7 +153,7 @@ class JuryMetric:
     def _read(self, completion: Completion, quoted: Quoted) -> Judgement:
         """The verdict in a judge's output; when none was found because the output hit ``max_tokens``
         (finish_reason "length"), the problem says so instead of blaming the judge's format."""
-        judgement = parse_judgement(completion.text, self.rubric, quoted)
+        judgement = self.parse(completion.text, self.rubric, quoted)
         if completion.finish_reason != "length":
             return judgement
         cut = (f"the judge's output was cut at max_tokens ({self.max_tokens}) before its JSON was complete: "

@@ -96,6 +96,18 @@ def parse_judgement(output: str, rubric: Rubric, quoted: Quoted | None = None) -
     return Judgement(tuple(_verdict(c, by_key.get(c.lower()), rubric, quoted) for c in rubric.criteria))
 
 
+def parse_as_helm(output: str, rubric: Rubric, quoted: Quoted | None = None) -> Judgement:
+    """``parse_judgement`` plus the one repair HELM's ``LLMAsJuryAnnotator`` makes: when its JSON stops
+    before the last closing brace ("Expecting ',' delimiter"), HELM reads the text up to the last ``}`` with
+    one ``}`` added (helm/benchmark/annotation/model_as_judge.py, crfm-helm 0.5.16)."""
+    judgement = parse_judgement(output, rubric, quoted)
+    end = output.rfind("}")
+    if judgement.valid or end < 0 or any(v.problem != NO_VERDICT for v in judgement.verdicts):
+        return judgement
+    repaired = parse_judgement(output[:end + 1] + "}", rubric, quoted)
+    return repaired if repaired.valid else judgement
+
+
 def _pick(output: str, rubric: Rubric, quoted: Quoted | None) -> tuple[dict | None, bool]:
     """(the verdict object, whether objects were skipped as quotations of the prompt)."""
     in_blocks = [o for body in _BLOCK.findall(output) for o in _json_objects(body)]

@@ -1,8 +1,10 @@
 """Judge rubrics: a judge prompt template plus the criteria and score scale it asks for.
 
-Two sources, one shape. Built-in rubrics (the 13 open-ended MedHELM benchmarks) are rows of data in
-``config/jury_rubrics.yaml`` rendered through one shared template; a custom rubric is the seeds'
-judge-prompt text (``{QUESTION}``, ``{RESPONSE}``, optional ``{GOLD_RESPONSE}`` and a
+Three sources, one shape. A built-in rubric (one of the 13 open-ended MedHELM benchmarks) comes in two
+styles (docs/jury.md, "Two prompt styles"): ``helm``, HELM's own annotator prompt for that benchmark, kept
+byte for byte in ``config/jury_helm_prompts.yaml`` with HELM's request settings; or ``rubric``, a row of
+``config/jury_rubrics.yaml`` rendered through our one shared template (asked with a JSON schema). A custom
+rubric is the seeds' judge-prompt text (``{QUESTION}``, ``{RESPONSE}``, optional ``{GOLD_RESPONSE}`` and a
 ``<rubric_criteria>`` JSON block whose keys are the criteria; scales start at 0).
 """
 
@@ -21,6 +23,8 @@ from medhelm.errors import ConfigError
 from medhelm.json_text import canonical_json, digest
 
 RUBRICS_PATH = Path(__file__).resolve().parents[2] / "config" / "jury_rubrics.yaml"
+HELM_PROMPTS_PATH = RUBRICS_PATH.with_name("jury_helm_prompts.yaml")
+STYLES = ("helm", "rubric")  # a built-in rubric's prompt: HELM's annotator text, or our shared template
 INSTANCE_FIELDS = ("QUESTION", "RESPONSE", "GOLD_RESPONSE")
 DEFAULT_CUSTOM_MAX = 5
 EXPLANATION_MAX_CHARS = 300  # bounds a constrained judge's output: "one or two sentences" fit
@@ -55,6 +59,7 @@ class Rubric:
     criteria: tuple[str, ...]
     min_score: int
     max_score: int
+    helm_request: tuple[int, float] | None = None  # HELM's (max_tokens, temperature): its annotator's request
 
     @property
     def uses_gold(self) -> bool:
@@ -146,6 +151,23 @@ def builtin(name: str) -> Rubric:
     return Rubric(name=name, template=template, criteria=criteria, min_score=lo, max_score=hi)
 
 
+@cache
+def _helm_doc() -> dict:
+    return yaml.safe_load(HELM_PROMPTS_PATH.read_text(encoding="utf-8"))
+
+
+@cache
+def helm(name: str) -> Rubric:
+    """The built-in rubric ``name`` as HELM's annotator asks it: its prompt text, criteria and request."""
+    doc = _helm_doc()
+    row = doc["prompts"].get(name)
+    if row is None:
+        raise ConfigError(f"unknown jury rubric '{name}' (known: {', '.join(doc['prompts'])})", field="rubric")
+    request = (int(doc["request"]["max_tokens"]), float(doc["request"]["temperature"]))
+    return Rubric(name=name, template=row["template"], criteria=tuple(row["criteria"]),
+                  min_score=int(doc["scale"]["min"]), max_score=int(doc["scale"]["max"]), helm_request=request)
+
+
 # ------------------------------------------------------------------------------------------------
 # custom rubrics (the seeds' judge-prompt format)
 
@@ -199,13 +221,16 @@ def _stated_max(text: str, where: str | None) -> int:
     return found.pop() if found else DEFAULT_CUSTOM_MAX
 
 
-def from_args(args: Mapping[str, object], *, where: str = "") -> Rubric:
-    """The rubric a ``jury_score`` MetricSpec asks for (``rubric:`` or ``prompt_template:``)."""
+def from_args(args: Mapping[str, object], *, where: str = "", style: str = "rubric") -> Rubric:
+    """The rubric a ``jury_score`` MetricSpec asks for (``rubric:`` or ``prompt_template:``); ``style`` picks a
+    built-in rubric's prompt (``helm`` or ``rubric``, the jury's ``builtin_prompts``)."""
     if ("rubric" in args) == ("prompt_template" in args):
         raise ConfigError("jury_score needs exactly one of 'rubric' (a built-in name) or 'prompt_template' "
                           "(a judge prompt)", path=where or None, field="metrics")
     if "rubric" in args:
-        return builtin(str(args["rubric"]))
+        name = str(args["rubric"])
+        builtin(name)  # an unknown name is one error, whatever the style
+        return helm(name) if style == "helm" else builtin(name)
     return custom(str(args["prompt_template"]), min_score=_int_or_none(args, "min_score", where),
                   max_score=_int_or_none(args, "max_score", where), where=where)
 
