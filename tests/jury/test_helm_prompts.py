@@ -11,7 +11,6 @@ import pytest
 
 from medhelm.scoring.jury import rubrics
 from medhelm.scoring.jury.parse import Quoted, parse_as_helm
-from tests.providers.test_helm_differential import helm_python  # noqa: F401  (the venv's one recipe)
 from tests.upstream_medhelm import JURY_SCORED
 
 # Filled values HELM's string.Template and our one-pass fill must treat alike: a dollar, a placeholder in an answer.
