@@ -119,3 +119,18 @@ def test_validate_rejects_bad_specs_before_anything_runs():
         validate(MetricSpec("jury_score", {"rubric": "aci_bench", "judges": [{"name": "x", "weight": -1}]}))
     assert FACTORIES["jury_score"].stat_names(MetricSpec("jury_score")) == \
         ("jury_score", "jury_score_normalized", "jury_coverage")
+
+
+@pytest.mark.parametrize("extra,style", [
+    ("", "helm"),  # nothing tuned: HELM's request, comparable with MedHELM's column
+    ("max_tokens: 300\n", "rubric"),  # the file tuned the judge's request: honoured
+    ("structured_output: false\n", "rubric"),
+    ("builtin_prompts: helm\nmax_tokens: 300\n", "helm"),  # said outright: kept
+    ("builtin_prompts: rubric\n", "rubric"),
+])
+def test_builtin_prompts_follow_what_the_jury_file_tunes(tmp_path, extra, style):
+    from medhelm.scoring.jury import config
+
+    path = tmp_path / "jury.yaml"
+    path.write_text("judges:\n  - name: vllm/qwen2.5-7b-instruct\n" + extra)
+    assert config.load(path, None).builtin_prompts == style

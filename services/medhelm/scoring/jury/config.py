@@ -6,8 +6,10 @@ A jury config is YAML::
       - name: vllm/qwen2.5-7b-instruct     # a deployment name (model_deployments.yaml)
         model_name: qwen/qwen2.5-7b-instruct  # optional; must match the deployment when given
         weight: 1.0                        # optional, > 0
-    builtin_prompts: helm                  # optional: a built-in rubric asked as HELM asks it (default), or
-                                           # `rubric`: our shared template, with max_tokens/structured_output
+    builtin_prompts: helm                  # optional: a built-in rubric asked as HELM asks it (the default), or
+                                           # `rubric`: our shared template, with max_tokens/structured_output;
+                                           # unset in a file that sets max_tokens or structured_output: `rubric`
+                                           # (the file tuned the judge's request, so it is honoured)
     max_tokens: 1024                       # optional judge output budget (rubric style and custom prompts)
     structured_output: true                # optional: ask for JSON with the rubric's schema (same)
 
@@ -135,7 +137,16 @@ def _jury(parsed: _JuryFile, deployments: Any, *, path: str | Path | None, doc: 
             raise fail(f"judge '{escape(name)}' is listed twice")
         out.append(Judge(name=name, model_name=model or "", weight=float(item.weight)))
     return Jury(judges=tuple(out), max_tokens=parsed.max_tokens, structured_output=parsed.structured_output,
-                builtin_prompts=parsed.builtin_prompts)
+                builtin_prompts=_builtin_prompts(parsed))
+
+
+def _builtin_prompts(parsed: _JuryFile) -> str:
+    """The style stated, else HELM's unless the file tunes the judge's request (``max_tokens``,
+    ``structured_output``): HELM's style would not honour those, and a tuned request is what the file asks for."""
+    given = parsed.model_fields_set
+    if "builtin_prompts" in given or not {"max_tokens", "structured_output"} & given:
+        return parsed.builtin_prompts
+    return "rubric"
 
 
 def resolve(spec: MetricSpec, ctx: Any) -> MetricSpec:
