@@ -134,3 +134,11 @@ def test_builtin_prompts_follow_what_the_jury_file_tunes(tmp_path, extra, style)
     path = tmp_path / "jury.yaml"
     path.write_text("judges:\n  - name: vllm/qwen2.5-7b-instruct\n" + extra)
     assert config.load(path, None).builtin_prompts == style
+
+
+def test_judges_in_a_benchmarks_own_metric_default_to_the_rubric_style():
+    from medhelm.scoring.jury import config
+
+    inline = {"rubric": "aci_bench", "judges": [{"name": "vllm/qwen2.5-7b-instruct"}]}
+    assert config.from_mapping(inline, None).builtin_prompts == "rubric"
+    assert config.from_mapping({**inline, "builtin_prompts": "helm"}, None).builtin_prompts == "helm"

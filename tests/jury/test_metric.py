@@ -177,8 +177,13 @@ def test_helm_style_asks_each_judge_once_with_helms_prompt_and_request(registry,
 
 
 def test_the_default_jury_asks_a_builtin_rubric_as_helm_does(registry, judge_server):
-    args = {"judges": JURY["judges"]}
-    assert resolved(registry, args).args["builtin_prompts"] == "helm"
+    from medhelm.scoring.jury import config
+
+    # an upstream benchmark's jury is the default file (or jury_config_path=), which asks HELM's way
+    assert config.load(config.config_path(config.DEFAULT_JURY, None), None).builtin_prompts == "helm"
+    # judges written into a benchmark's own metric are a custom benchmark's: the rubric style unless said
+    assert resolved(registry, {"judges": JURY["judges"]}).args["builtin_prompts"] == "rubric"
+    args = {"judges": JURY["judges"], "builtin_prompts": "helm"}
     score(registry, [item("note")], spec=resolved(registry, args))
     assert all(b["max_tokens"] == 4096 and "response_format" not in b for b in judge_server.requests)
 

@@ -109,10 +109,11 @@ def load(path: Path, deployments: Any) -> Jury:
 def from_mapping(doc: Mapping[str, Any], deployments: Any, *, where: str = "") -> Jury:
     """A jury from a ``jury_score`` metric's arguments (``where``: the file they came from, for errors)."""
     plain = doc.to_json() if hasattr(doc, "to_json") else dict(doc)  # a spec's frozen args -> lists and dicts
-    return _jury(check(_JuryArgs, plain, path=where or None), deployments, path=where or None)
+    return _jury(check(_JuryArgs, plain, path=where or None), deployments, path=where or None, inline=True)
 
 
-def _jury(parsed: _JuryFile, deployments: Any, *, path: str | Path | None, doc: YamlDoc | None = None) -> Jury:
+def _jury(parsed: _JuryFile, deployments: Any, *, path: str | Path | None, doc: YamlDoc | None = None,
+          inline: bool = False) -> Jury:
     """Checked judge entries -> Judges, each checked against the deployment registry (when given)."""
     out: list[Judge] = []
     for i, item in enumerate(parsed.judges):
@@ -137,16 +138,17 @@ def _jury(parsed: _JuryFile, deployments: Any, *, path: str | Path | None, doc: 
             raise fail(f"judge '{escape(name)}' is listed twice")
         out.append(Judge(name=name, model_name=model or "", weight=float(item.weight)))
     return Jury(judges=tuple(out), max_tokens=parsed.max_tokens, structured_output=parsed.structured_output,
-                builtin_prompts=_builtin_prompts(parsed))
+                builtin_prompts=_builtin_prompts(parsed, inline))
 
 
-def _builtin_prompts(parsed: _JuryFile) -> str:
-    """The style stated, else HELM's unless the file tunes the judge's request (``max_tokens``,
-    ``structured_output``): HELM's style would not honour those, and a tuned request is what the file asks for."""
+def _builtin_prompts(parsed: _JuryFile, inline: bool) -> str:
+    """The style stated, else ``rubric`` for judges written into a benchmark's own metric (a custom benchmark:
+    HELM has no annotator to match there) or a file that tunes the judge's request (``max_tokens``,
+    ``structured_output``: HELM's style would not honour those), else HELM's."""
     given = parsed.model_fields_set
-    if "builtin_prompts" in given or not {"max_tokens", "structured_output"} & given:
+    if "builtin_prompts" in given:
         return parsed.builtin_prompts
-    return "rubric"
+    return "rubric" if inline or {"max_tokens", "structured_output"} & given else parsed.builtin_prompts
 
 
 def resolve(spec: MetricSpec, ctx: Any) -> MetricSpec:
