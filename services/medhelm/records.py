@@ -78,7 +78,7 @@ class InstanceResult:
             "run": self.run,
             "position": self.position,
             "instance": self.instance.to_json(),
-            "prompt": self.prompt.to_json(),
+            "prompt": self.prompt.to_json(question=False),  # the judge's question: not kept (Prompt)
             "completion": self.completion.to_json() if self.completion else None,
             "stats": self.stats.to_json(),
             "judgements": [j.to_json() for j in self.judgements],

@@ -198,26 +198,39 @@ class Message:
 
 @dataclass(frozen=True)
 class Prompt:
-    """What a benchmark asks the model: chat messages, plus whether the context was cut to fit."""
+    """What a benchmark asks the model: chat messages, plus whether the context was cut to fit.
+
+    ``question`` is the instance's input as the benchmark's upstream scenario words it (HELM's
+    ``instance.input.text``, never truncated): what a judge is asked about in its ``{QUESTION}``. Only a benchmark
+    with HELM's layout sets it (None otherwise: the judge sees the instance's input). It crosses the services'
+    wire (``to_json``) but is not kept in a run's record (``to_json(question=False)``): it would be one more copy
+    of the patient text, which the recorded instance and the benchmark's layout already determine."""
 
     messages: tuple[Message, ...]
     truncated: bool = False
+    question: str | None = None
 
     @classmethod
-    def user(cls, text: str, *, system: str | None = None, truncated: bool = False) -> Prompt:
+    def user(cls, text: str, *, system: str | None = None, truncated: bool = False,
+             question: str | None = None) -> Prompt:
         msgs = ((Message("system", system),) if system else ()) + (Message("user", text),)
-        return cls(messages=msgs, truncated=truncated)
+        return cls(messages=msgs, truncated=truncated, question=question)
 
     @property
     def text(self) -> str:
         return "\n\n".join(m.content for m in self.messages)
 
-    def to_json(self) -> dict[str, JSON]:
-        return {"messages": [m.to_json() for m in self.messages], "truncated": self.truncated}
+    def to_json(self, *, question: bool = True) -> dict[str, JSON]:
+        out: dict[str, JSON] = {"messages": [m.to_json() for m in self.messages], "truncated": self.truncated}
+        if question and self.question is not None:  # absent when unset: existing JSON byte-identical
+            out["question"] = self.question
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, JSON]) -> Prompt:
-        return cls(tuple(Message.from_json(m) for m in d["messages"]), bool(d.get("truncated", False)))
+        question = d.get("question")
+        return cls(tuple(Message.from_json(m) for m in d["messages"]), bool(d.get("truncated", False)),
+                   None if question is None else str(question))
 
 
 @dataclass(frozen=True)

@@ -44,3 +44,23 @@ def test_timelines_keep_the_latest_events(tmp_path):
                            context="\n".join(f"2020-01-{d:02d} CODE{d}" for d in range(1, 29)))
     p = build_prompt(get_entry("ehrshot").prompt, inst, PromptBudget(max_prompt_tokens=120))
     assert p.truncated and "CODE28" in p.text and "CODE1\n" not in p.text
+
+
+def test_an_upstream_benchmarks_judge_question_is_helms_input_text_whole(load):
+    """ACI-Bench's HELM scenario words its input `Doctor-patient dialogue:\\n\\n<dialogue>`: that, never cut, is what
+    the jury's {QUESTION} gets (Prompt.question), even when the candidate's prompt had its dialogue truncated."""
+    bench, instances = load("aci_bench", subset="clinicalnlp_taskB_test1")
+    inst = instances[0]
+    whole = "Doctor-patient dialogue:\n\n" + inst.extra["context"]
+    full = bench.prompt(inst, PromptBudget())
+    small = bench.prompt(inst, PromptBudget(max_prompt_tokens=300))
+    assert small.truncated and inst.extra["context"] not in small.text
+    assert full.question == small.question == whole and whole in full.text
+
+
+def test_a_benchmark_without_helms_layout_has_no_judge_question(tmp_path):
+    from medhelm.benchmarks.prompts import PromptStyle, build_prompt
+    from medhelm.specs import Instance
+
+    p = build_prompt(PromptStyle("Summarize."), Instance(id="1", input="the note"), PromptBudget())
+    assert p.question is None and "question" not in p.to_json()

@@ -47,6 +47,24 @@ def test_instance_result_roundtrip():
     assert rec.judgements[0].normalized == 0.75 and rec.judgements[1].normalized is None
 
 
+def test_the_judges_question_crosses_the_wire_but_stays_out_of_the_record():
+    """Prompt.question (the upstream input text the jury's {QUESTION} gets) round-trips through the services' codec;
+    a run's record never keeps it, and a prompt without one writes the JSON it always wrote."""
+    from medhelm.rpc import codec
+    from medhelm.scoring.base import ScoringItem
+
+    plain = Prompt.user("Summarize:\n\nhi")
+    assert plain.to_json() == {"messages": [{"role": "user", "content": "Summarize:\n\nhi"}], "truncated": False}
+    asked = Prompt.user("Summarize:\n\nhi", truncated=True, question="Doctor-patient dialogue:\n\nhi there")
+    assert Prompt.from_json(json.loads(json.dumps(asked.to_json()))) == asked
+    run = _spec()
+    item = ScoringItem(run=run, instance=Instance("1", "hi there"), prompt=asked, completion=Completion("ok"))
+    assert codec.scoring_item(run, codec.item_message(item, 0)).prompt == asked
+    rec = InstanceResult(run="r", instance=item.instance, prompt=asked, completion=item.completion, stats={})
+    assert rec.to_json()["prompt"] == {**plain.to_json(), "truncated": True}
+    assert InstanceResult.from_json(json.loads(json.dumps(rec.to_json()))).prompt.question is None
+
+
 def test_cache_key_depends_on_deployment_identity_and_request():
     reg = DeploymentRegistry.load(None)
     a, b = reg.get("vllm/qwen2.5-7b-instruct"), reg.get("vllm/llama-3.1-8b-instruct")

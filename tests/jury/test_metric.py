@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -174,6 +175,17 @@ def test_helm_style_asks_each_judge_once_with_helms_prompt_and_request(registry,
         assert "response_format" not in body  # free text, as HELM asks
     assert r.stats["aci_bench_accuracy"] == pytest.approx(4.0)  # judge-a's (4+3+5)/3; judge-b dropped whole
     assert all(j.status is JudgeStatus.UNSCORED for j in by(r, "mock/judge-b").values())
+
+
+def test_the_judges_question_is_the_benchmarks_upstream_input_text_when_it_has_one(registry, judge_server):
+    """{QUESTION} is Prompt.question (HELM's scenario's input text, set by a benchmark with HELM's layout), the
+    instance's bare input otherwise (the test above)."""
+    plain = item("Assessment: URI.")
+    worded = dataclasses.replace(plain, prompt=Prompt.user("x", question="Doctor-patient dialogue:\n\n[doctor] hello 0"))
+    score(registry, [worded], spec=resolved(registry, HELM_JURY))
+    expected = rubrics.helm("aci_bench").render(question="Doctor-patient dialogue:\n\n[doctor] hello 0",
+                                                response="Assessment: URI.", gold="GOLD NOTE 0")
+    assert [prompt_of(b) for b in judge_server.requests] == [expected, expected]
 
 
 def test_the_default_jury_asks_a_builtin_rubric_as_helm_does(registry, judge_server):

@@ -46,14 +46,14 @@ def test_helm_run_and_medhelm_run_agree_instance_by_instance(name, helm_run, sha
     assert row.equal["prompt"] == row.total["prompt"] == LIMIT, row.differences.get("prompt")  # byte for byte
     kinds = ("request", "references", "completion", "metrics", "main")
     case_jury = diff.select([name])[0].jury
-    for kind in kinds + (("judges", "judge request", "verdicts") if case_jury else ()):
+    for kind in kinds + (diff.JUDGE_KINDS_EQUAL if case_jury else ()):
         assert row.total.get(kind) and row.equal[kind] == row.total[kind] or kind in row.explained, (kind, row)
     assert row.total["request"] == LIMIT  # every request of both sides was seen by the server and paired
     assert row.metrics_compared  # at least one metric both compute, compared on every instance
     if case_jury:  # the jury: both sides asked the same judges and parsed the same verdicts; MedHELM's column equal
         assert row.equal["judges"] == row.total["judges"] == LIMIT and row.equal["verdicts"] == LIMIT
         assert f"{name}_accuracy" in row.metrics_compared
-        assert not diff.judge_requests_unequal(row), diff.judge_requests_unequal(row)  # HELM's prompt, request
+        assert not diff.judge_requests_unequal(row), diff.judge_requests_unequal(row)  # HELM's prompt byte for byte
         assert not set(diff.JUDGE_KINDS_EQUAL) & set(case.known)  # and no reason may excuse a difference there
 
 

@@ -72,9 +72,15 @@ def _noun_prefix(noun: str | None, newline: bool) -> str:
     return "" if noun is None else f"{noun}:" + ("\n" if newline else " ")
 
 
-def render_helm(style: PromptStyle, layout: HelmLayout, instance: Instance, context: str) -> str:
+def helm_input(layout: HelmLayout, instance: Instance, context: str) -> str:
+    """HELM's scenario's input text (its ``instance.input.text``) around ``context``: the prompt's input, and, with
+    the whole context, the ``{QUESTION}`` HELM's annotators put in their judge prompts (``Prompt.question``)."""
     _, question = parts(instance)
-    text = layout.input_format.format(context=context, question=question)
+    return layout.input_format.format(context=context, question=question)
+
+
+def render_helm(style: PromptStyle, layout: HelmLayout, instance: Instance, context: str) -> str:
+    text = helm_input(layout, instance, context)
     if layout.joint:
         named = layout.input_noun is not None
         block = (f"{layout.input_noun}: " if named else "") + text + ("\n" if named else "")
@@ -106,10 +112,11 @@ def build_prompt(style: PromptStyle, instance: Instance, budget: PromptBudget) -
     context, _ = parts(instance)
     context = context if style.helm is not None else context.strip()  # HELM's input is the scenario's, verbatim
     text = render(style, instance, context)
+    question = helm_input(style.helm, instance, context) if style.helm is not None else None  # never cut
     limit = budget.max_prompt_tokens
     if limit is None or budget.count_tokens(text) <= limit or not context:
-        return Prompt.user(text)
-    return Prompt.user(_fit(style, instance, context, budget, limit), truncated=True)
+        return Prompt.user(text, question=question)
+    return Prompt.user(_fit(style, instance, context, budget, limit), truncated=True, question=question)
 
 
 def _fit(style: PromptStyle, instance: Instance, context: str, budget: PromptBudget, limit: int) -> str:

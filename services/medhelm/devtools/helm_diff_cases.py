@@ -47,9 +47,6 @@ class Case:
     on_some_items: frozenset[str] = frozenset()
     our_args: str = ""  # run-entry arguments medhelm's entry adds (e.g. the one test file of the slice)
     jury: tuple[str, ...] = ()  # the rubric's criteria: a jury benchmark, judged by JUDGES on both sides
-    # the judges' prompts: HELM's annotator text is ours byte for byte, its {QUESTION} is the instance's input, so
-    # only the input's layout words may differ: (only in HELM's, only in ours) with their counts
-    judge_prompt_words: tuple[dict[str, int], dict[str, int]] = ({}, {})
 
 
 def _read_json_items(path: Path) -> list[Any]:
@@ -170,12 +167,7 @@ CASES: tuple[Case, ...] = (
          key=lambda record: collapse(record["src"])[:240], answers=_aci_answers,
          main="jury_score_normalized", helm_main="aci_bench_accuracy",
          our_args="subset=clinicalnlp_taskB_test1", jury=("accuracy", "completeness", "clarity"),
-         judge_prompt_words=({"Doctor-patient": 1, "dialogue:": 1}, {}),
-         known={"judge prompt": "HELM's ACIBenchAnnotator text byte for byte on both sides (builtin_prompts: helm); "
-                                "only its {QUESTION}, the instance's input, differs: HELM's scenario writes it "
-                                "`Doctor-patient dialogue:\\n\\n<dialogue>`, ours `<dialogue>`; the words only one "
-                                "side has are checked on every request",
-                "main": "the ranked column: ours is jury_score_normalized (0-1, unscored when no judge is valid), "
+         known={"main": "the ranked column: ours is jury_score_normalized (0-1, unscored when no judge is valid), "
                         "HELM ranks aci_bench_accuracy (1-5, 1.0 when no judge is valid), which ours computes "
                         "beside it and which is equal (docs/metrics.md, Two rules, two names)"}),
     Case("medec", "medec/MEDEC-MS-TestSet-sample.csv",

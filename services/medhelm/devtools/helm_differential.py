@@ -19,7 +19,9 @@ its own process, ``medhelm run`` as its own process of this interpreter.
 
 What is compared, per instance: the request as it reached the server (the prompt text byte for byte, the
 messages, max tokens, stop sequences, temperature, every other body field; a prompt that is not byte-equal is
-a difference no case may explain), the references (text and correctness), the completion, and every metric both compute (to 1e-9); per run, the aggregate (the mean over
+a difference no case may explain), for a jury benchmark each judge's request (its prompt byte for byte, every
+other field) and the verdicts as parsed (none of which a case may explain either), the references (text and
+correctness), the completion, and every metric both compute (to 1e-9); per run, the aggregate (the mean over
 the instances) of every shared stat and the leaderboard's main metric. Token counts and timings are accounting
 (HELM counts with its tokenizer, we with the server's usage) and are not compared. A difference is *explained* when the
 benchmark's ``KNOWN`` entry names its kind and says why (docs/metrics.md lists them with both numbers); a kind
@@ -34,7 +36,6 @@ offline it raises ``DiffError`` naming the folder, which a test turns into a ski
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,7 +121,7 @@ def compare(case: Case, helm: Side, ours: Side, items: list[Any] | None = None) 
             row.add("request", not fields and roles[0] == roles[1],
                     f"{where}: {fields}" + ("" if roles[0] == roles[1] else f" roles {roles}"))
         if case.jury:
-            _compare_jury(row, where, helm, ours, i, case)
+            _compare_jury(row, where, helm, ours, i)
         row.add("references", helm.references[i] == ours.references[i],
                 f"{where}: HELM {helm.references[i]!r}, medhelm {ours.references[i]!r}")
         row.add("completion", helm.completions[i] == ours.completions[i],
@@ -154,35 +155,29 @@ def compare(case: Case, helm: Side, ours: Side, items: list[Any] | None = None) 
     return row
 
 
-def _compare_judge_prompt(row: Row, where: str, hp: str, op: str, case: Case) -> None:
-    """One judge's prompt: byte for byte, and the words only one side has must be the case's declared ones."""
-    row.add("judge prompt", hp == op, f"{where}: {_first_difference(hp, op)}")
-    words = (dict(Counter(hp.split()) - Counter(op.split())), dict(Counter(op.split()) - Counter(hp.split())))
-    row.add("judge prompt words", hp == op or words == case.judge_prompt_words,
-            f"{where}: only in HELM's {words[0]}, only in ours {words[1]} (expected {case.judge_prompt_words})")
-
-
-def _compare_jury(row: Row, where: str, helm: Side, ours: Side, i: int, case: Case) -> None:
+def _compare_jury(row: Row, where: str, helm: Side, ours: Side, i: int) -> None:
     """The judges asked, each judge's request (prompt byte for byte, other fields), the verdicts as parsed."""
     hj = helm.judge_wire[i] if i < len(helm.judge_wire) else {}
     oj = ours.judge_wire[i] if i < len(ours.judge_wire) else {}
     row.add("judges", sorted(hj) == sorted(oj), f"{where}: HELM asked {sorted(hj)}, medhelm {sorted(oj)}")
     for judge in sorted(set(hj) & set(oj)):
-        _compare_judge_prompt(row, f"{where} {judge}", _prompt(hj[judge]), _prompt(oj[judge]), case)
+        hp, op = _prompt(hj[judge]), _prompt(oj[judge])
+        row.add("judge prompt", hp == op, f"{where} {judge}: {_first_difference(hp, op)}")
         fields = _other_fields(hj[judge], oj[judge])
         row.add("judge request", not fields, f"{where} {judge}: {fields}")
     hv, ov = helm.verdicts[i], ours.verdicts[i]
     row.add("verdicts", hv == ov, f"{where}: only HELM {sorted(hv - ov)}, only medhelm {sorted(ov - hv)}")
 
 
-# never a known difference; "judge prompt" itself may differ only in the words the case declares
-JUDGE_KINDS_EQUAL = ("judges", "judge prompt words", "judge request", "verdicts")
+# never a known difference
+JUDGE_KINDS_EQUAL = ("judges", "judge prompt", "judge request", "verdicts")
 
 
 def judge_requests_unequal(row: Row) -> dict[str, str]:
-    """The jury kinds that are not equal on every request compared (the judge prompts' words, every other field
-    of each judge's request): a jury benchmark's judges are asked what HELM's annotator asks them
-    (``builtin_prompts: helm``, docs/jury.md), so none of these may differ or be explained away."""
+    """The jury kinds that are not equal on every request compared (the judges asked, each judge's prompt byte for
+    byte and every other field of its request, the verdicts): a jury benchmark's judges are asked what HELM's
+    annotator asks them (``builtin_prompts: helm``, docs/jury.md), so none of these may differ or be explained
+    away."""
     return {k: row.cell(k) for k in JUDGE_KINDS_EQUAL
             if k not in row.total or row.equal.get(k, 0) != row.total[k]}
 
@@ -268,10 +263,7 @@ class Report:
                 lines.append(f"| `{r.benchmark}` | skipped: {r.skipped} |" + " |" * 9)
                 continue
             main = " / ".join("—" if v is None else f"{v:.4f}" for v in r.main)
-            jury = " / ".join(r.cell(k) if k != "judge prompt" else f"{r.cell(k)}; words as declared: "
-                              f"{r.cell('judge prompt words')}"
-                              for k in ("judges", "judge prompt", "judge request", "verdicts")) \
-                if "judges" in r.total else "—"
+            jury = " / ".join(r.cell(k) for k in JUDGE_KINDS_EQUAL) if "judges" in r.total else "—"
             why = "all" if not r.unexplained() else "**no**: " + ", ".join(sorted(r.unexplained()))
             if r.explained:
                 why += " (" + "; ".join(f"{k}: see docs/metrics.md" for k in sorted(r.explained)) + ")"

@@ -12,7 +12,9 @@ the same bad answer); what is still invalid is recorded as ``unscored`` with its
 A rubric in HELM's style (``Rubric.helm_request``: a built-in rubric under ``builtin_prompts: helm``) is asked
 as HELM's annotator asks it: its prompt, its max_tokens and temperature, free text (no JSON schema), no
 re-ask, and HELM's brace repair when parsing (``parse_as_helm``); the rest of the parse is ours
-(docs/metrics.md lists where the two parses can differ).
+(docs/metrics.md lists where the two parses can differ). Every rubric's ``{QUESTION}`` is the instance's input as
+the benchmark's upstream scenario words it when the benchmark has one (``Prompt.question``, never truncated by
+the candidate's budget), else the instance's input.
 
 Stats (docs/metrics.md, "Two rules, two names"): ``jury_score`` (weighted mean of the valid scores on the
 rubric's scale), ``jury_score_normalized`` (the same on 0-1: our leaderboard column), ``jury_coverage``, and,
@@ -92,7 +94,9 @@ class JuryMetric:
             empty = _empty_response(self.rubric)
             return dataclasses.replace(empty, stats=self._stats(empty.judgements))
         gold = next((r.text for r in item.instance.correct_references), "")
-        outcomes = await asyncio.gather(*(self._ask(call, item.instance.input, response, gold)
+        # {QUESTION}: the input as the benchmark's upstream scenario words it (HELM's annotators), else the input
+        question = item.prompt.question if item.prompt.question is not None else item.instance.input
+        outcomes = await asyncio.gather(*(self._ask(call, question, response, gold)
                                           for call in self.calls))
         scores = tuple(s for judge_scores, _ in outcomes for s in judge_scores)
         return MetricResult(stats=self._stats(scores), judgements=scores,
