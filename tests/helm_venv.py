@@ -2,7 +2,8 @@
 one recipe, built on first use under MEDHELM_ENGINES_DIR (~/.cache/medhelm-engines/helm-0.5.16, beside the
 engines' venvs) and reused while its recipe is unchanged. The build holds a file lock: two pytest-xdist workers
 asking at once build it once (the second waits, then finds it ready), never one removing what the other installs.
-A machine that cannot build it (no package index) skips the asking test with the reason.
+A machine that cannot build it (no package index) skips the asking test with the reason. ``venv_python`` is that
+recipe for any tool venv (an official SDK whose pins clash with the product's, driven from a child process).
 """
 
 from __future__ import annotations
@@ -42,21 +43,27 @@ def _run_or_skip(step: list[str], what: str) -> None:
         pytest.skip(f"cannot build {what} (offline?): {(done.stderr.strip().splitlines() or [''])[-1][:200]}")
 
 
-def helm_python() -> Path:
-    """The venv's interpreter, built first when missing or made from another recipe."""
-    venv = ENGINES / f"helm-{VERSION}"
+def venv_python(name: str, *installs: tuple[str, ...], recipe: str | None = None) -> Path:
+    """The interpreter of the venv ``ENGINES/name``, each of ``installs`` one ``pip install`` into it; built first
+    when missing or made from another recipe (``recipe``: the text that identifies it, by default the installs)."""
+    venv = ENGINES / name
     python, ok = venv / "bin" / "python", venv / ".ok"
-    want = "\n".join((VERSION, *PACKAGES))
-    with _locked(f"helm-{VERSION}"):
+    want = recipe if recipe is not None else "\n".join(" ".join(step) for step in installs)
+    with _locked(name):
         if not ok.is_file() or ok.read_text() != want:
             shutil.rmtree(venv, ignore_errors=True)
-            for step in ([sys.executable, "-m", "venv", str(venv)],
-                         [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-                          f"crfm-helm=={VERSION}"],
-                         [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PACKAGES]):
-                _run_or_skip(step, f"crfm-helm {VERSION}'s venv in {venv}")
+            _run_or_skip([sys.executable, "-m", "venv", str(venv)], f"the venv {venv}")
+            for step in installs:
+                _run_or_skip([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *step],
+                             f"{' '.join(step)} in {venv}")
             ok.write_text(want)
     return python
+
+
+def helm_python() -> Path:
+    """The venv's interpreter, built first when missing or made from another recipe."""
+    return venv_python(f"helm-{VERSION}", ("--no-deps", f"crfm-helm=={VERSION}"), PACKAGES,
+                       recipe="\n".join((VERSION, *PACKAGES)))
 
 
 def installed_beside(python: Path, name: str, packages: tuple[str, ...]) -> Path:

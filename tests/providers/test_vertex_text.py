@@ -1,6 +1,7 @@
 """Kind ``vertex_text`` (inference/vertex_text.py, HELM's ``VertexAITextClient``: MedLM, PaLM 2) and its fake
 (devtools/fakes/vertex_text.py), with a token from Google ADC (devtools/fakes/google_oauth.py). The fake is
-proven with the vertexai SDK's TextGenerationModel over REST when google-cloud-aiplatform is importable. A HELM
+proven with the vertexai SDK's TextGenerationModel over REST, run from a venv of its own (google-cloud-aiplatform's
+protobuf pin clashes with the product's; built on first use, tests/helm_venv.py). A HELM
 ``google/medlm-medium`` entry from upstream's file reaches the fake with the body the SDK builds for HELM's
 call. Also here: HELM's ``VertexAIChatClient`` entries get HELM's safety settings (BLOCK_NONE for every
 category) unless their preset is ``default``."""
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 
 import pytest
 import yaml
@@ -73,26 +76,54 @@ def test_medlm_entry_reaches_predict_with_an_adc_token(tmp_path, monkeypatch):
         assert len(oauth.issued) == 3  # one token per client (each _generate builds its own pool)
 
 
-def test_the_vertexai_sdk_accepts_the_fake(tmp_path, tls, monkeypatch):
-    language_models = pytest.importorskip("vertexai.language_models")
-    import vertexai
-    from google.oauth2 import credentials as user_credentials
+# google-cloud-aiplatform pins protobuf below the product's grpc stack's, so the SDK has a venv of its own
+# (tests/helm_venv.py's recipe) and drives the fake from a child process; the fake runs here
+SDK_PACKAGES = ("google-cloud-aiplatform==1.165.1",)
+SDK_CALL = """
+import json, sys
+import vertexai
+from google.oauth2 import credentials as user_credentials
+from vertexai import language_models
 
-    monkeypatch.setenv("REQUESTS_CA_BUNDLE", tls["ca"])
+user, endpoint, prompt = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+credentials = user_credentials.Credentials(None, refresh_token=user["refresh_token"], token_uri=user["token_uri"],
+                                           client_id=user["client_id"], client_secret=user["client_secret"])
+vertexai.init(project="hospital-proj", location="us-central1", credentials=credentials, api_endpoint=endpoint,
+              api_transport="rest")
+model = language_models.TextGenerationModel.from_pretrained("medlm-medium")
+reply = model.predict(prompt, temperature=0.0, max_output_tokens=5, top_k=1, top_p=1, stop_sequences=[],
+                      candidate_count=1)
+print(json.dumps([candidate.text for candidate in reply.candidates]))
+"""
+
+
+@pytest.fixture(scope="session")
+def vertexai_python():
+    """The interpreter of the vertexai SDK's venv (built once under MEDHELM_ENGINES_DIR; skips when it cannot be)."""
+    from tests.helm_venv import venv_python
+
+    return venv_python("vertexai-sdk", SDK_PACKAGES)
+
+
+def test_the_vertexai_sdk_accepts_the_fake(tmp_path, tls, vertexai_python):
     with FakeGoogleOAuth(access_token="ya29.sdk") as oauth, \
             FakeVertexText(bearer="ya29.sdk", certfile=tls["cert"], keyfile=tls["key"]) as fake:
         # gcloud's ADC file (a service account's would make google-api-core sign its own JWT for the API)
-        user = json.loads(oauth.authorized_user_file(tmp_path / "adc.json").read_text())
-        credentials = user_credentials.Credentials(None, refresh_token=user["refresh_token"], token_uri=user["token_uri"],
-                                                   client_id=user["client_id"], client_secret=user["client_secret"])
-        vertexai.init(project="hospital-proj", location="us-central1", credentials=credentials,
-                      api_endpoint=f"127.0.0.1:{fake.port}", api_transport="rest")
-        model = language_models.TextGenerationModel.from_pretrained("medlm-medium")
-        reply = model.predict(PROMPT, temperature=0.0, max_output_tokens=5, top_k=1, top_p=1, stop_sequences=[],
-                              candidate_count=1)
-        assert reply.candidates[0].text in ("Yes", "No")
-        assert fake.requests[-1]["body"]["parameters"] == {"maxDecodeSteps": 5, "temperature": 0.0, "topP": 1.0,
-                                                           "topK": 1, "candidateCount": 1}
+        adc = oauth.authorized_user_file(tmp_path / "adc.json")
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+        env["REQUESTS_CA_BUNDLE"] = tls["ca"]
+        done = subprocess.run([str(vertexai_python), "-c", SDK_CALL, str(adc), f"127.0.0.1:{fake.port}", PROMPT],
+                              capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        texts = json.loads(done.stdout.strip().splitlines()[-1])
+        assert len(texts) == 1 and texts[0] in ("Yes", "No")
+        assert oauth.issued == ["ya29.sdk"]
+        seen = fake.requests[-1]
+        assert seen["path"] == ("/v1/projects/hospital-proj/locations/us-central1/publishers/google/models/"
+                                "medlm-medium:predict")
+        assert seen["body"] == {"instances": [{"content": PROMPT}],
+                                "parameters": {"maxDecodeSteps": 5, "temperature": 0.0, "topP": 1.0, "topK": 1,
+                                               "candidateCount": 1}}
 
 
 @pytest.mark.parametrize("preset,expected", [(None, True), ("block_none", True), ("default", False)])
