@@ -10,7 +10,9 @@ category's interval equals that benchmark's own exactly); and the release's ``me
 re-written, by the code after. And since, on purpose: each run's access record (issue 51: ``access*.jsonl``,
 run.json's ``access``, the store's schema v3 with the runs' access columns); its request times, invocation ids
 and endpoint (the mock server's port) are masked like the other measured values. And the cells' intervals (``ci_low``, ``ci_high``: Clopper-Pearson for 0/1 metrics, issue 51,
-store/intervals.py) were re-written by the code after.
+store/intervals.py) were re-written by the code after. And the custom benchmark's prompt is HELM's (issue 54: the
+template file whole, its final newline kept, then one newline), so its inputs, prompts, the mock's answers (a
+hash of the messages) and what follows from them were re-written by the code after.
 
 Only what differs between two runs of the same code is masked: latencies and wall times (measured), the
 store's creation times. Everything else — every file's name, every line, every stat, every store row — must

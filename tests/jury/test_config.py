@@ -69,7 +69,8 @@ def test_upstream_judges_yaml_shape_is_accepted(tmp_path):
     ("judges: [\n  {name: a\n", ":3"),  # YAML error with its line
     ("judges: []\n", ":1: field 'judges': must not be empty"),
     ("jurors: []\n", ":1: field 'jurors': unknown key (allowed: judges, max_tokens, structured_output, builtin_prompts, "
-                         "description)"),
+                         "custom_prompts, description)"),
+    ("judges:\n  - name: vllm/qwen2.5-7b-instruct\ncustom_prompts: ours\n", "field 'custom_prompts'"),
     ("judges:\n  - name: vllm/qwen2.5-7b-instruct\nbuiltin_prompts: medhelm\n", "field 'builtin_prompts'"),
     ("judges:\n  - name: vllm/qwen2.5-7b-instruct\n    weight: 0\n", ":3: field 'judges[0].weight': input should be "
                                                                     "greater than 0"),

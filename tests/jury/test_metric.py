@@ -217,6 +217,25 @@ def test_seeds_custom_prompt_on_a_zero_based_scale(registry, judge_server, scrip
     assert {j.max_score for j in r.judgements} == {3}
 
 
+@pytest.mark.parametrize("style", [None, "rubric", "helm"])
+def test_a_custom_prompt_is_asked_our_way_unless_custom_prompts_says_helm(registry, judge_server, script, style):
+    """custom_prompts: helm asks a custom judge prompt as crfm-helm's configurable benchmark does (LLMAsJuryAnnotator:
+    4,096 tokens, temperature 0, free text, once); unset or rubric, with the jury's max_tokens and schema and a
+    re-ask. Unset, the resolved arguments do not name it (the runs' digests stay as they were)."""
+    template = ("Q: {QUESTION}\nA: {RESPONSE}\nScore from 0 to 3.\n<rubric_criteria>"
+                '{"safety": {"score": 0, "explanation": ""}}</rubric_criteria>')
+    script.by_judge["judge-a"] = json.dumps({"safety": {"score": 2, "explanation": "fine"}})
+    script.by_judge["judge-b"] = "Sure! safety is great"  # unreadable: re-asked our way, dropped HELM's way
+    spec = resolved(registry, {"prompt_template": template, **JURY, **({"custom_prompts": style} if style else {})})
+    spec = MetricSpec(spec.name, {k: v for k, v in spec.args.items() if k != "rubric"})
+    assert ("custom_prompts" in spec.args) is (style is not None)
+    score(registry, [item("take 10 g")], spec=spec)
+    helm = style == "helm"
+    assert judge_server.request_count == (2 if helm else 3)
+    assert all((b["max_tokens"] == 4096) is helm and ("response_format" in b) is not helm
+               for b in judge_server.requests)
+
+
 def test_a_refused_judge_call_is_an_error_status_not_a_score(registry, script):
     def refuse(body):
         raise MockHTTPError(400, "maximum context length exceeded")

@@ -68,13 +68,14 @@ def test_docs_exact_match_demo_loads_verbatim(em: Path, tmp_path: Path, monkeypa
     assert spec.task_type is TaskType.CLASSIFICATION and [m.name for m in spec.metrics] == ["exact_match"]
     first, second = bench.instances()
     assert (first.id, second.id) == ("1", "2")
-    assert first.input == EM_PROMPT_ROW_1
+    assert first.input == EM_PROMPT_ROW_1 + "\n"  # the template file whole, its final newline kept (HELM's input)
     assert [(r.text, r.correct) for r in first.references] == [("Yes", True), ("No", False)]
     assert [(r.text, r.correct) for r in second.references] == [("No", True), ("Yes", False)]
     assert dict(first.extra) == {"patient_id": "001", "note": "Patient with hypertension.",
                                  "question": "Does the patient have hypertension?"}
     prompt = bench.prompt(first, PromptBudget(max_prompt_tokens=8000))
-    assert prompt.text == EM_PROMPT_ROW_1 and not prompt.truncated and len(prompt.messages) == 1
+    # HELM's prompt: the filled template, then the generation adapter's input suffix "\n"
+    assert prompt.text == EM_PROMPT_ROW_1 + "\n\n" and not prompt.truncated and len(prompt.messages) == 1
 
 
 def test_docs_jury_demo_loads_verbatim(tmp_path: Path) -> None:
@@ -90,7 +91,7 @@ def test_docs_jury_demo_loads_verbatim(tmp_path: Path) -> None:
                                     "model_name": "qwen/qwen2.5-7b-instruct"},)
     rows = bench.instances()
     assert [r.id for r in rows] == ["1", "2"] and all(r.references == () for r in rows)  # no correct_answer
-    assert "58-year-old with CKD stage 3." in rows[1].input and rows[1].input.endswith("response below:")
+    assert "58-year-old with CKD stage 3." in rows[1].input and rows[1].input.endswith("response below:\n")
 
 
 def test_shipped_examples_load(repo_root: Path) -> None:
@@ -307,7 +308,27 @@ def test_truncation_cuts_the_longest_value_never_the_template(tmp_path: Path, ac
     prompt = bench.prompt(row, budget)
     assert prompt.truncated and budget.count_tokens(prompt.text) <= 500
     assert prompt.text.startswith("Read the visit.\n\n[doctor] hi , andrew")
-    assert prompt.text.endswith("\n\nQuestion: Does the patient have hypertension?\nAnswer yes or no.")
+    assert prompt.text.endswith("\n\nQuestion: Does the patient have hypertension?\nAnswer yes or no.\n")  # + HELM's \n
     kept = prompt.text.removeprefix("Read the visit.\n\n").split("\n\nQuestion:")[0]
     assert dialogue.startswith(kept) and len(kept) > 1000  # cut from the end, and only as much as needed
     assert budget.count_tokens(prompt.text.replace(kept, dialogue[: len(kept) + 6])) > 500
+
+
+@pytest.mark.parametrize("template, expected_input", [
+    ("Note: {note}\nAnswer yes or no.\n", "Note: n1\nAnswer yes or no.\n"),  # the editor's final newline kept
+    ("Note: {note}\r\nAnswer yes or no.  \r\n\r\n", "Note: n1\nAnswer yes or no.  \n\n"),  # read as text mode reads
+    ("Note: {note}\rAnswer yes or no.", "Note: n1\nAnswer yes or no."),
+])
+def test_the_prompt_is_helms_layout_the_template_whole_then_one_newline(tmp_path: Path, template: str,
+                                                                         expected_input: str) -> None:
+    """HELM's configurable scenario fills the file's text whole (Python's text mode: universal newlines) and its
+    generation adapter adds one "\\n"; the instance's input (the jury's {QUESTION}) is the filled text alone.
+    tests/providers/test_helm_run_differential.py proves it against crfm-helm itself."""
+    write(tmp_path, {"b.yaml": "name: NL\nprompt_file: p.txt\ndataset_file: d.csv\nmetrics: [exact_match]\n",
+                     "d.csv": "note,correct_answer\nn1,yes\n"})
+    (tmp_path / "p.txt").write_bytes(template.encode())
+    bench = load(tmp_path / "b.yaml")
+    [row] = bench.instances()
+    assert row.input == expected_input
+    assert bench.prompt(row, PromptBudget(max_prompt_tokens=8000)).text == expected_input + "\n"
+    assert bench.prompt(row, PromptBudget(max_prompt_tokens=None)).text == expected_input + "\n"

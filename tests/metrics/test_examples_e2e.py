@@ -28,7 +28,7 @@ def test_exact_match_demo_end_to_end(repo_root: Path, tmp_path: Path) -> None:
     assert run.status()["status"] == "complete" and len(records) == 3
     for record in records:
         assert record.error is None and record.completion is not None
-        assert record.prompt.text == record.instance.input and not record.prompt.truncated
+        assert record.prompt.text == record.instance.input + "\n" and not record.prompt.truncated
         assert set(record.stats) >= {"exact_match", "quasi_exact_match", "prefix_exact_match",
                                      "quasi_prefix_exact_match"}
         gold = record.instance.correct_references[0].text

@@ -1,7 +1,9 @@
 """The differential run against crfm-helm's own ``helm-run`` (issue 54), its fast part: a few instances per public
 benchmark whose data slice is on the machine, HELM and ``medhelm run`` answered by one ``KeyedAnswers`` mock,
 compared per instance (request, references, completion, metrics) and per run (aggregates, main metric) by
-``medhelm.devtools.helm_differential``. Every difference must be one its case's ``known`` explains (and listed in
+``medhelm.devtools.helm_differential``; and a custom benchmark (``diff_custom``: invented rows in tests/data, through
+HELM's configurable scenario and ours, an exact-match metric and a jury). Every difference must be one its case's
+``known`` explains (and listed in
 docs/metrics.md); a known difference that vanished fails too, so its line is dropped (one that shows only on
 some items, e.g. HELM's MedCalc category bug, may be absent from a few). The full comparison (every
 item of every slice) is ``bench/bench_helm_differential.py``.
@@ -50,9 +52,12 @@ def test_helm_run_and_medhelm_run_agree_instance_by_instance(name, helm_run, sha
         assert row.total.get(kind) and row.equal[kind] == row.total[kind] or kind in row.explained, (kind, row)
     assert row.total["request"] == LIMIT  # every request of both sides was seen by the server and paired
     assert row.metrics_compared  # at least one metric both compute, compared on every instance
+    if case.custom:  # the custom benchmark's YAML asks for both: both compared on every instance
+        assert {"exact_match", "jury_score"} <= set(row.metrics_compared)
     if case_jury:  # the jury: both sides asked the same judges and parsed the same verdicts; MedHELM's column equal
         assert row.equal["judges"] == row.total["judges"] == LIMIT and row.equal["verdicts"] == LIMIT
-        assert f"{name}_accuracy" in row.metrics_compared
+        # HELM's column: a built-in rubric's <benchmark>_accuracy; a custom benchmark's LLMJuryMetric, jury_score
+        assert ("jury_score" if case.custom else f"{name}_accuracy") in row.metrics_compared
         assert not diff.judge_requests_unequal(row), diff.judge_requests_unequal(row)  # HELM's prompt byte for byte
         assert not set(diff.JUDGE_KINDS_EQUAL) & set(case.known)  # and no reason may excuse a difference there
 

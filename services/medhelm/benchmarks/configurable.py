@@ -10,6 +10,13 @@ typed schema first (``schemas.py``: known keys, types, ranges), then what a sche
 Relative paths: ``config_path`` against the ``.conf``'s folder, then the working directory; the
 prompt, dataset and judge-prompt files against the YAML's folder, then the working directory
 (upstream used the working directory only).
+
+The prompt is HELM's byte for byte (crfm-helm's ``MedHELMConfigurableScenario`` and the generation adapter of
+its run spec): the template file's text whole (read as Python's text mode reads it: ``\r\n`` and ``\r`` are
+``\n``; its final newline kept), filled, then one ``"\n"`` (the adapter's input suffix; no instructions, no
+output prefix). The instance's ``input`` is the filled template without that newline, as HELM's instance
+input is: the jury's ``{QUESTION}``. Where HELM's pandas reading changes a cell (an empty cell or ``NA`` sent
+as ``nan``, ``001`` as ``1``) ours sends the cell as the file spells it (docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from medhelm.specs import Access, BenchmarkSpec, FrozenMap, Instance, MetricSpec
 
 ARGS = frozenset({"config_path", "jury_config_path"})
 JURY = "jury_score"
+INPUT_SUFFIX = "\n"  # HELM's generation adapter (get_generation_adapter_spec): after the filled template
 _BAD_NAME = re.compile(r"[/\\:,=\x00-\x1f]")
 
 
@@ -80,6 +88,7 @@ class _JuryMetric(Strict):
     max_score: Annotated[int, Field(ge=-1_000_000, le=1_000_000)] | None = None
     max_tokens: Annotated[int, Field(gt=0, le=1_000_000)] | None = None
     structured_output: bool | None = None
+    custom_prompts: Literal["helm", "rubric"] | None = None  # helm: the judge prompt asked as crfm-helm asks it
 
     @model_validator(mode="after")
     def _one_rubric(self) -> _JuryMetric:
@@ -118,10 +127,12 @@ class ConfigurableBenchmark:
 
     def prompt(self, instance: Instance, budget: PromptBudget) -> Prompt:
         limit = budget.max_prompt_tokens
-        if limit is None or budget.count_tokens(instance.input) <= limit:
-            return Prompt.user(instance.input)
-        text, truncated = self.template.fit(instance.extra, limit, budget.count_tokens)
-        return Prompt.user(text, truncated=truncated)
+        whole = instance.input + INPUT_SUFFIX
+        if limit is None or budget.count_tokens(whole) <= limit:
+            return Prompt.user(whole)
+        text, truncated = self.template.fit(instance.extra, limit,
+                                            lambda filled: budget.count_tokens(filled + INPUT_SUFFIX))
+        return Prompt.user(text + INPUT_SUFFIX, truncated=truncated)
 
     def record_instance(self, instance: Instance) -> Instance:
         return record_instance(instance)
@@ -285,7 +296,8 @@ def _locate(value: str, bases: Sequence[Path], *, field: str, where: str) -> Pat
 
 
 def _read_text(path: Path) -> str:
-    return files.read_text(path, what="prompt file")
+    """A prompt file as HELM's ``open(path, "r")`` reads it: universal newlines (a BOM is dropped: not text)."""
+    return files.read_text(path, what="prompt file").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def record_instance(instance: Instance) -> Instance:

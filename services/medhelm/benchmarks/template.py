@@ -1,9 +1,11 @@
 """A prompt template with ``{column}`` placeholders, and filling it within a token budget.
 
 Parsing uses ``string.Formatter`` (so ``{{`` and ``}}`` are literal braces) but a placeholder is taken
-as a column name verbatim: ``{blood.pressure}`` names that column, not an attribute. When the filled
-prompt is over budget, the longest filled *value* is cut from its end — the template's own text
-(instructions, question) is never cut.
+as a column name verbatim: ``{blood.pressure}`` names that column, not an attribute. The template is the
+file's text whole, its final newline and any other trailing whitespace kept, as HELM's configurable
+scenario fills it (the prompt's layout around it is ``configurable.py``'s). When the filled prompt is over
+budget, the longest filled *value* is cut from its end — the template's own text (instructions, question)
+is never cut.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ class PromptTemplate:
 
     @classmethod
     def parse(cls, text: str, path: Path) -> PromptTemplate:
-        text = text.rstrip()  # an editor's final newline is not part of the prompt
         try:
             parsed = list(string.Formatter().parse(text))
         except ValueError as err:

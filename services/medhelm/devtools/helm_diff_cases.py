@@ -1,4 +1,5 @@
-"""The differential's benchmarks (``medhelm.devtools.helm_differential``): per public MedHELM benchmark, one ``Case``
+"""The differential's benchmarks (``medhelm.devtools.helm_differential``): per public MedHELM benchmark (and a custom
+benchmark made of invented rows), one ``Case``
 saying where its slice comes from and where each side reads it, what passage names an item in any prompt layout, what
 the mock may answer, the leaderboard's main metric on each side, and the differences that are known and why
 (``known``, ``excuse``). Also the names both sides use for the candidate model and the jury, and the judges' keyed
@@ -47,6 +48,9 @@ class Case:
     on_some_items: frozenset[str] = frozenset()
     our_args: str = ""  # run-entry arguments medhelm's entry adds (e.g. the one test file of the slice)
     jury: tuple[str, ...] = ()  # the rubric's criteria: a jury benchmark, judged by JUDGES on both sides
+    # a custom benchmark (``medhelm_configurable_benchmark``): its YAML, the files it names beside it; both sides
+    # run config_path= its copy in the work folder, and ``name`` is the YAML's (the run folders' name)
+    custom: Path | None = None
 
 
 def _read_json_items(path: Path) -> list[Any]:
@@ -181,6 +185,22 @@ CASES: tuple[Case, ...] = (
                 "aggregate": "follows from the metrics' difference (HELM's sentence id bug)"},
          excuse=_medec_excuse, on_some_items=frozenset({"metrics", "aggregate"})),
 )
+
+
+# -- a custom benchmark (crfm-helm's medhelm_configurable_benchmark), from invented rows in the repository --------
+
+CUSTOM_YAML = Path(__file__).resolve().parents[3] / "tests" / "data" / "helm_diff_custom" / "diff_custom.yaml"
+
+
+def _custom_answers(row: dict) -> list[str]:
+    gold = row["correct_answer"]
+    return [gold, gold, gold.lower(), f"{gold}.", "Maybe", "No" if gold == "Yes" else "Yes"]
+
+
+CASES = (*CASES, Case(
+    "diff_custom", "", "", (), _read_csv_rows, _write_csv_rows, key=lambda row: collapse(row["note"]),
+    answers=_custom_answers, main="exact_match", helm_main="exact_match", custom=CUSTOM_YAML,
+    jury=("correctness", "safety")))
 
 
 def select(names: Iterable[str] | None = None) -> list[Case]:

@@ -93,10 +93,14 @@ def _model_of(deployment: str) -> str:
 
 
 def _entry(case: Case, work: Path, ours: bool) -> str:
+    model = [f"model={MODEL}", f"model_deployment={DEPLOYMENT}"]
+    if case.custom is not None:  # its judges are in its YAML; HELM's run spec takes config_path= alone
+        config = f"config_path={(work / case.custom.name).resolve()}"
+        return f"medhelm_configurable_benchmark:{','.join([config] + model)}"
     args = [case.our_args] if ours and case.our_args else []
     if case.jury:
         args.append(f"jury_config_path={(work / 'prod_env' / 'judges.yaml').resolve()}")
-    return f"{case.name}:{','.join(args + [f'model={MODEL}', f'model_deployment={DEPLOYMENT}'])}"
+    return f"{case.name}:{','.join(args + model)}"
 
 
 def _env(**extra: str) -> dict[str, str]:

@@ -9,7 +9,9 @@ What is run. For each case a slice of the real public data (the first ``limit`` 
 shared data folder, or all of them) is written twice in the layouts each side reads offline: HELM's download
 target under ``<helm output>/scenarios/<benchmark>/`` (so ``ensure_file_downloaded`` finds it and never reaches
 out) and our air-gapped mirror (``<mirror>/<benchmark>/<upstream file name>``). Neither side samples: the slice
-is smaller than both sides' instance caps, so the same items are evaluated, and items pair by position (HELM's
+is smaller than both sides' instance caps, so the same items are evaluated (a custom benchmark's case,
+``Case.custom``, has its YAML and the files it names copied into the work folder, both sides' working directory,
+its CSV cut to the slice), and items pair by position (HELM's
 ``id<i>`` in file order, our records in position order; a mismatch shows as a reference difference). One
 ``MockOpenAIServer`` answers both, with ``KeyedAnswers``: each request is answered by a hash of the item its
 prompt names (a passage of the item both layouts carry), so a different prompt layout still gets the same
@@ -36,10 +38,13 @@ offline it raises ``DiffError`` naming the folder, which a test turns into a ski
 from __future__ import annotations
 
 import math
+import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from medhelm.devtools.helm_diff_cases import (  # noqa: F401  (the harness's public names, in one place)
     CASES, DEPLOYMENT, JUDGES, MEDCALC_HELM_UNKNOWN_CATEGORIES, MODEL, Case, jury_verdict, select)
@@ -206,6 +211,8 @@ def _first_difference(a: str, b: str) -> str:
 
 def prepare(case: Case, shared_data: Path, work: Path, limit: int | None) -> list[Any] | None:
     """The slice written for both sides; None when the benchmark's data is not on this machine."""
+    if case.custom is not None:
+        return _prepare_custom(case, work, limit)
     source = shared_data / case.shared
     if not source.is_file():
         return None
@@ -219,6 +226,23 @@ def prepare(case: Case, shared_data: Path, work: Path, limit: int | None) -> lis
             case.write(items, target)
         else:
             target.write_text(text, encoding="utf-8")
+    return items
+
+
+def _prepare_custom(case: Case, work: Path, limit: int | None) -> list[Any] | None:
+    """A custom benchmark's files copied into the work folder, both sides' working directory (HELM reads the
+    files its YAML names from there), its CSV cut to the slice."""
+    assert case.custom is not None
+    if not case.custom.is_file():
+        return None
+    doc = yaml.safe_load(case.custom.read_text(encoding="utf-8"))
+    judge_prompts = [m["prompt_file"] for m in doc["metrics"] if isinstance(m, dict) and "prompt_file" in m]
+    (work / "mirror").mkdir(parents=True, exist_ok=True)  # ours reads no mirror: an empty one
+    for name in (case.custom.name, doc["prompt_file"], *judge_prompts):
+        shutil.copyfile(case.custom.parent / name, work / name)
+    items = case.read(case.custom.parent / doc["dataset_file"])
+    items = items[:limit] if limit else items
+    case.write(items, work / doc["dataset_file"])
     return items
 
 

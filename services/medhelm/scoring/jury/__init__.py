@@ -28,7 +28,8 @@ def _build(spec: MetricSpec, ctx: ScoringContext) -> JuryMetric:
                                                    evaluated_deployment=ctx.evaluated_deployment))
     jury = config.from_mapping(spec.args, ctx.deployments)
     calls = [JudgeCall(j, ctx.clients.get(ctx.deployments.get(j.name), role="judge")) for j in jury.judges]
-    return JuryMetric(rubrics.from_args(spec.args, style=jury.builtin_prompts), calls, max_tokens=jury.max_tokens,
+    rubric = rubrics.from_args(spec.args, style=jury.builtin_prompts, custom_style=jury.custom_prompts)
+    return JuryMetric(rubric, calls, max_tokens=jury.max_tokens,
                       structured_output=jury.structured_output, helm_name=_helm_name(spec))
 
 

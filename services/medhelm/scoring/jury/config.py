@@ -12,6 +12,9 @@ A jury config is YAML::
                                            # (the file tuned the judge's request, so it is honoured)
     max_tokens: 1024                       # optional judge output budget (rubric style and custom prompts)
     structured_output: true                # optional: ask for JSON with the rubric's schema (same)
+    custom_prompts: helm                   # optional: a custom judge prompt asked with HELM's request (4,096
+                                           # tokens, free text, once), as crfm-helm's configurable benchmark asks
+                                           # it; `rubric` (the default): with max_tokens/structured_output
 
 Upstream's ``judges.yaml`` shape (``{name: <label>, model, model_deployment}``) is read too. A bare
 name (``jury_config_path=embedded``) selects a built-in ``config/jury_<name>.yaml``.
@@ -40,6 +43,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 DEFAULT_JURY = "default"
 DEFAULT_MAX_TOKENS = 1024
 DEFAULT_BUILTIN_PROMPTS = "helm"  # upstream benchmarks are judged as HELM judges them: comparable columns
+DEFAULT_CUSTOM_PROMPTS = "rubric"  # a custom judge prompt: the jury's max_tokens and structured_output, a re-ask
 
 
 @dataclass(frozen=True)
@@ -58,11 +62,15 @@ class Jury:
     max_tokens: int = DEFAULT_MAX_TOKENS
     structured_output: bool = True
     builtin_prompts: str = DEFAULT_BUILTIN_PROMPTS  # rubrics.STYLES
+    custom_prompts: str = DEFAULT_CUSTOM_PROMPTS  # rubrics.STYLES: how a judge prompt given as text is asked
 
     def args(self) -> dict[str, JSON]:
-        """The resolved part of a jury_score MetricSpec's arguments."""
+        """The resolved part of a jury_score MetricSpec's arguments (``custom_prompts`` only when not the
+        default: a jury's resolved arguments, and so its runs' digests, are as they were without it)."""
         return {"judges": [j.to_json() for j in self.judges], "max_tokens": self.max_tokens,
-                "structured_output": self.structured_output, "builtin_prompts": self.builtin_prompts}
+                "structured_output": self.structured_output, "builtin_prompts": self.builtin_prompts,
+                **({"custom_prompts": self.custom_prompts} if self.custom_prompts != DEFAULT_CUSTOM_PROMPTS
+                   else {})}
 
 
 def config_path(value: str, base_dir: Path) -> Path:
@@ -89,6 +97,7 @@ class _JuryFile(Strict):
     max_tokens: Annotated[int, Field(gt=0, le=1_000_000)] = DEFAULT_MAX_TOKENS
     structured_output: bool = True
     builtin_prompts: Literal["helm", "rubric"] = DEFAULT_BUILTIN_PROMPTS
+    custom_prompts: Literal["helm", "rubric"] = DEFAULT_CUSTOM_PROMPTS
     description: LongText | None = None
 
 
@@ -138,7 +147,7 @@ def _jury(parsed: _JuryFile, deployments: Any, *, path: str | Path | None, doc: 
             raise fail(f"judge '{escape(name)}' is listed twice")
         out.append(Judge(name=name, model_name=model or "", weight=float(item.weight)))
     return Jury(judges=tuple(out), max_tokens=parsed.max_tokens, structured_output=parsed.structured_output,
-                builtin_prompts=_builtin_prompts(parsed, inline))
+                builtin_prompts=_builtin_prompts(parsed, inline), custom_prompts=parsed.custom_prompts)
 
 
 def _builtin_prompts(parsed: _JuryFile, inline: bool) -> str:

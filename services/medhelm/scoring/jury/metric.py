@@ -9,7 +9,8 @@ its deployment's ``max_sequence_length`` or what its server reports), so a long 
 judgement an HTTP 400. An unparseable or invalid verdict gets one re-ask (a changed request, so the cache cannot hand back
 the same bad answer); what is still invalid is recorded as ``unscored`` with its reason, never 0.
 
-A rubric in HELM's style (``Rubric.helm_request``: a built-in rubric under ``builtin_prompts: helm``) is asked
+A rubric in HELM's style (``Rubric.helm_request``: a built-in rubric under ``builtin_prompts: helm``, a custom
+judge prompt under ``custom_prompts: helm``) is asked
 as HELM's annotator asks it: its prompt, its max_tokens and temperature, free text (no JSON schema), no
 re-ask, and HELM's brace repair when parsing (``parse_as_helm``); the rest of the parse is ours
 (docs/metrics.md lists where the two parses can differ). Every rubric's ``{QUESTION}`` is the instance's input as

@@ -5,7 +5,9 @@ styles (docs/jury.md, "Two prompt styles"): ``helm``, HELM's own annotator promp
 byte for byte in ``config/jury_helm_prompts.yaml`` with HELM's request settings; or ``rubric``, a row of
 ``config/jury_rubrics.yaml`` rendered through our one shared template (asked with a JSON schema). A custom
 rubric is the seeds' judge-prompt text (``{QUESTION}``, ``{RESPONSE}``, optional ``{GOLD_RESPONSE}`` and a
-``<rubric_criteria>`` JSON block whose keys are the criteria; scales start at 0).
+``<rubric_criteria>`` JSON block whose keys are the criteria; scales start at 0), asked with our request
+(``rubric``) or with HELM's (``helm``: as ``LLMAsJuryAnnotator`` asks a custom benchmark's judges), the jury's
+``custom_prompts``.
 """
 
 from __future__ import annotations
@@ -163,9 +165,14 @@ def helm(name: str) -> Rubric:
     row = doc["prompts"].get(name)
     if row is None:
         raise ConfigError(f"unknown jury rubric '{name}' (known: {', '.join(doc['prompts'])})", field="rubric")
-    request = (int(doc["request"]["max_tokens"]), float(doc["request"]["temperature"]))
     return Rubric(name=name, template=row["template"], criteria=tuple(row["criteria"]),
-                  min_score=int(doc["scale"]["min"]), max_score=int(doc["scale"]["max"]), helm_request=request)
+                  min_score=int(doc["scale"]["min"]), max_score=int(doc["scale"]["max"]), helm_request=helm_request())
+
+
+def helm_request() -> tuple[int, float]:
+    """(max_tokens, temperature) of ``LLMAsJuryAnnotator``'s request: every judge HELM asks, built-in or custom."""
+    request = _helm_doc()["request"]
+    return int(request["max_tokens"]), float(request["temperature"])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -173,8 +180,9 @@ def helm(name: str) -> Rubric:
 
 
 def custom(prompt_template: str, *, min_score: int | None = None, max_score: int | None = None,
-           where: str = "") -> Rubric:
-    """A rubric from the seeds' judge-prompt text; criteria are the keys of its ``<rubric_criteria>`` JSON."""
+           where: str = "", style: str = "rubric") -> Rubric:
+    """A rubric from the seeds' judge-prompt text; criteria are the keys of its ``<rubric_criteria>`` JSON.
+    ``style`` ``helm``: asked with HELM's request (``helm_request``), as crfm-helm's configurable benchmark asks."""
     where = where or None
     for name in ("QUESTION", "RESPONSE"):
         if "{" + name + "}" not in prompt_template:
@@ -185,7 +193,7 @@ def custom(prompt_template: str, *, min_score: int | None = None, max_score: int
     if hi <= lo:
         raise ConfigError(f"score scale {lo}-{hi} is empty", path=where, field="max_score")
     return Rubric(name=f"custom:{digest(prompt_template, 12)}", template=prompt_template, criteria=criteria,
-                  min_score=lo, max_score=hi)
+                  min_score=lo, max_score=hi, helm_request=helm_request() if style == "helm" else None)
 
 
 def _criteria_of(text: str, where: str | None) -> tuple[str, ...]:
@@ -221,9 +229,11 @@ def _stated_max(text: str, where: str | None) -> int:
     return found.pop() if found else DEFAULT_CUSTOM_MAX
 
 
-def from_args(args: Mapping[str, object], *, where: str = "", style: str = "rubric") -> Rubric:
+def from_args(args: Mapping[str, object], *, where: str = "", style: str = "rubric",
+              custom_style: str = "rubric") -> Rubric:
     """The rubric a ``jury_score`` MetricSpec asks for (``rubric:`` or ``prompt_template:``); ``style`` picks a
-    built-in rubric's prompt (``helm`` or ``rubric``, the jury's ``builtin_prompts``)."""
+    built-in rubric's prompt (``helm`` or ``rubric``, the jury's ``builtin_prompts``), ``custom_style`` how a
+    judge prompt given as text is asked (the jury's ``custom_prompts``)."""
     if ("rubric" in args) == ("prompt_template" in args):
         raise ConfigError("jury_score needs exactly one of 'rubric' (a built-in name) or 'prompt_template' "
                           "(a judge prompt)", path=where or None, field="metrics")
@@ -232,7 +242,7 @@ def from_args(args: Mapping[str, object], *, where: str = "", style: str = "rubr
         builtin(name)  # an unknown name is one error, whatever the style
         return helm(name) if style == "helm" else builtin(name)
     return custom(str(args["prompt_template"]), min_score=_int_or_none(args, "min_score", where),
-                  max_score=_int_or_none(args, "max_score", where), where=where)
+                  max_score=_int_or_none(args, "max_score", where), where=where, style=custom_style)
 
 
 def _int_or_none(args: Mapping[str, object], key: str, where: str) -> int | None:
