@@ -127,12 +127,18 @@ def builtin_names() -> tuple[str, ...]:
     return tuple(_builtin_doc()["rubrics"])
 
 
+def _row(table: Mapping[str, dict], name: str) -> dict:
+    """A built-in rubric's row of ``table``, or the one error naming the rubrics known."""
+    row = table.get(name)
+    if row is None:
+        raise ConfigError(f"unknown jury rubric '{name}' (known: {', '.join(table)})", field="rubric")
+    return row
+
+
 @cache
 def builtin(name: str) -> Rubric:
     doc = _builtin_doc()
-    row = doc["rubrics"].get(name)
-    if row is None:
-        raise ConfigError(f"unknown jury rubric '{name}' (known: {', '.join(builtin_names())})", field="rubric")
+    row = _row(doc["rubrics"], name)
     lo, hi = int(doc["scale"]["min"]), int(doc["scale"]["max"])
     criteria = tuple(row["criteria"])
     # Placeholders, not a valid example: small judges copy a valid example verbatim (and a copy is
@@ -162,9 +168,7 @@ def _helm_doc() -> dict:
 def helm(name: str) -> Rubric:
     """The built-in rubric ``name`` as HELM's annotator asks it: its prompt text, criteria and request."""
     doc = _helm_doc()
-    row = doc["prompts"].get(name)
-    if row is None:
-        raise ConfigError(f"unknown jury rubric '{name}' (known: {', '.join(doc['prompts'])})", field="rubric")
+    row = _row(doc["prompts"], name)
     return Rubric(name=name, template=row["template"], criteria=tuple(row["criteria"]),
                   min_score=int(doc["scale"]["min"]), max_score=int(doc["scale"]["max"]), helm_request=helm_request())
 
