@@ -77,50 +77,40 @@ def test_a_provider_adds_its_own_slow_down_codes_to_the_shared_ones():
     assert refusal("d", reply, "", code="ThrottlingException", throttled=own).outcome.verdict is Verdict.RATE_LIMITED
 
 
-def test_a_429_reaches_the_pacer_as_rate_limited_with_its_wait_and_the_retry_succeeds():
+@pytest.mark.parametrize(("first", "answered", "retries", "rate_limited"), [
+    (MockHTTPError(429, "slow down", retry_after=0.2), True, 1, 1),  # reaches the pacer with its wait; retried
+    (MockHTTPError(400, "bad request"), False, 0, 0),  # fatal: not retried, and not a throttle
+])
+def test_a_refusal_reaches_the_retries_and_the_pacer_by_its_verdict(first, answered, retries, rate_limited):
     calls: list[int] = []
 
-    def throttle_once(body):
+    def refuse_once(body):
         calls.append(1)
         if len(calls) == 1:
-            raise MockHTTPError(429, "slow down", retry_after=0.2)
+            raise first
         return "Yes"
 
-    with MockOpenAIServer(responder=throttle_once) as srv:
+    with MockOpenAIServer(responder=refuse_once) as srv:
         async def main():
             pool = ClientPool(connections=4, retry=RetryPolicy(base_delay_s=0.001),
                               pacing=PacingPolicy(adaptive=True))
             client = pool.get(_deployment(srv.base_url))
             try:
-                completion = await client.generate(_request())
-                return completion, pool.pacers()["mock/outcome"], pool.stats["mock/outcome"]
+                try:
+                    result = await client.generate(_request())
+                except Refusal as err:
+                    result = err
+                return result, pool.pacers()["mock/outcome"], pool.stats["mock/outcome"]
             finally:
                 await pool.aclose()
 
-        completion, pacer, stats = asyncio.run(main())
-    assert completion.text == "Yes" and completion.usage.attempts == 2
-    assert pacer.rate_limited == 1 and pacer.paused_until > 0 and stats.retries == 1
-
-
-def test_a_bad_request_is_fatal_not_retried_and_not_a_throttle():
-    def refuse(body):
-        raise MockHTTPError(400, "bad request")
-
-    with MockOpenAIServer(responder=refuse) as srv:
-        async def main():
-            pool = ClientPool(connections=4, retry=RetryPolicy(base_delay_s=0.001),
-                              pacing=PacingPolicy(adaptive=True))
-            client = pool.get(_deployment(srv.base_url))
-            try:
-                with pytest.raises(Refusal) as info:
-                    await client.generate(_request())
-                return info.value, pool.pacers()["mock/outcome"], pool.stats["mock/outcome"]
-            finally:
-                await pool.aclose()
-
-        err, pacer, stats = asyncio.run(main())
-    assert err.outcome.verdict is Verdict.FATAL and not err.retryable and err.status == 400
-    assert stats.requests == 1 and stats.retries == 0 and pacer.rate_limited == 0
+        result, pacer, stats = asyncio.run(main())
+    assert (len(calls), stats.requests, stats.retries, pacer.rate_limited) == (retries + 1,) * 2 + (retries, rate_limited)
+    if answered:
+        assert result.text == "Yes" and result.usage.attempts == 2 and pacer.paused_until > 0
+    else:
+        assert isinstance(result, Refusal) and result.outcome.verdict is Verdict.FATAL
+        assert not result.retryable and result.status == 400
 
 
 def test_the_rate_headers_an_answer_returns_reach_the_budget():
