@@ -37,16 +37,11 @@ class FakeAnthropic(FakeServer):
     name = "anthropic"
     test_environment = {"ANTHROPIC_TEST_KEY": "sk-ant-test-key"}
     test_entry = {"served_model_name": "claude-test", "api_key_env": "ANTHROPIC_TEST_KEY"}
+    api_key, platform = "sk-ant-test", "direct"
 
-    @classmethod
-    def accepting(cls, **kwargs: Any) -> FakeAnthropic:
-        return cls(**{"api_key": cls.test_environment["ANTHROPIC_TEST_KEY"], **kwargs})
-
-    def __init__(self, *args: Any, api_key: str = "sk-ant-test", platform: str = "direct",
-                 aws_keys: dict[str, str] | None = None, region: str = "us-east-1", bearer: str = "ya29.test",
+    def __init__(self, *args: Any, aws_keys: dict[str, str] | None = None, region: str = "us-east-1",
                  **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.api_key, self.platform, self.bearer = api_key, platform, bearer
         self.sigv4 = SigV4Verifier(aws_keys or {}, region)
         self.redact_thinking = False  # True: the thinking comes back as a redacted_thinking block (encrypted)
         self.stream_fault: str | None = None  # for the next streamed reply: "overloaded" or "cut"

@@ -35,17 +35,14 @@ class FakeAzureOpenAI(FakeServer):
     name = "azure_openai"
     test_environment = {"AZURE_TEST_KEY": "azure-test-key"}
     test_entry = {"served_model_name": "gpt-test", "api_key_env": "AZURE_TEST_KEY"}
+    api_key = "azure-key"  # api_key=None: Entra tokens only
 
-    @classmethod
-    def accepting(cls, **kwargs: Any) -> FakeAzureOpenAI:
-        return cls(**{"api_key": cls.test_environment["AZURE_TEST_KEY"], **kwargs})
-
-    def __init__(self, *args: Any, api_key: str | None = "azure-key", tenant: str = "hospital-tenant",
+    def __init__(self, *args: Any, tenant: str = "hospital-tenant",
                  client_id: str = "medhelm-app", client_secret: str | None = "entra-secret",
                  federated_token: str | None = None, identity_header: str | None = None,
                  token_lifetime_s: int = 3599, reasoning_tokens: int = 0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.api_key, self.tenant, self.client_id = api_key, tenant, client_id
+        self.tenant, self.client_id = tenant, client_id
         self.client_secret, self.federated_token, self.identity_header = client_secret, federated_token, identity_header
         self.token_lifetime_s, self.reasoning_tokens = token_lifetime_s, reasoning_tokens
         self.tokens: dict[str, float] = {}  # issued access token -> when it expires (server clock)

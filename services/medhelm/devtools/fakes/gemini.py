@@ -40,15 +40,10 @@ class FakeGemini(FakeServer):
     name = "gemini"
     test_environment = {"GEMINI_TEST_KEY": "AIza-test-key"}
     test_entry = {"served_model_name": "gemini-test", "api_key_env": "GEMINI_TEST_KEY"}
+    api_key, platform = "AIza-test", "public"
 
-    @classmethod
-    def accepting(cls, **kwargs: Any) -> FakeGemini:
-        return cls(**{"api_key": cls.test_environment["GEMINI_TEST_KEY"], **kwargs})
-
-    def __init__(self, *args: Any, api_key: str = "AIza-test", platform: str = "public", bearer: str = "ya29.test",
-                 block_marker: str | None = None, thinking_tokens: int = 0, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, block_marker: str | None = None, thinking_tokens: int = 0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.api_key, self.platform, self.bearer = api_key, platform, bearer
         self.block_marker, self.thinking_tokens = block_marker, thinking_tokens
 
     @staticmethod

@@ -22,10 +22,7 @@ ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 class FakeMistral(FakeServer):
     name = "mistral"
-
-    def __init__(self, *args: Any, api_key: str = "mistral-test-key", **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.api_key = api_key
+    api_key = "mistral-test-key"
 
     @staticmethod
     def _invalid(loc: list[Any], msg: str, kind: str) -> Reply:

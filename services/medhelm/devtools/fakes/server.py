@@ -33,6 +33,9 @@ _WORD = re.compile(r"\w+|[^\w\s]")
 THOUGHT = "Let me think about the question step by step before answering."
 
 
+_DEFAULT = object()  # a credential not given: the fake's own default (``FakeServer.api_key``)
+
+
 def count_tokens(text: str) -> int:
     return len(_WORD.findall(text))
 
@@ -105,14 +108,27 @@ class FakeServer:
     # name, kind and base_url. Empty on a fake that declares none.
     test_environment: Mapping[str, str | None] = {}
     test_entry: Mapping[str, Any] = {}
+    # What a fake checks a caller against, each the subclass's default unless the constructor is given another:
+    # the API key it accepts (None: no key is), the platform it speaks when its provider is served on several
+    # (Anthropic: direct, bedrock, vertex) and the OAuth access token a Google platform accepts as a bearer token.
+    api_key: str | None = None
+    platform = ""
+    bearer = "ya29.test"
 
     @classmethod
     def accepting(cls, **kwargs: Any) -> FakeServer:
-        """This fake, accepting the credentials of ``test_environment`` unless ``kwargs`` say otherwise."""
-        return cls(**kwargs)
+        """This fake, accepting the credentials of ``test_environment`` unless ``kwargs`` say otherwise (the API key
+        of the variable ``test_entry``'s ``api_key_env`` names; a fake with other credentials says how)."""
+        env = cls.test_entry.get("api_key_env")
+        return cls(**{**({"api_key": cls.test_environment[env]} if env else {}), **kwargs})
 
     def __init__(self, responder: Callable[[dict[str, Any]], str] | None = None, *, host: str = "127.0.0.1",
-                 port: int = 0, certfile: str | None = None, keyfile: str | None = None) -> None:
+                 port: int = 0, certfile: str | None = None, keyfile: str | None = None,
+                 api_key: str | None | object = _DEFAULT, platform: str | None = None, bearer: str | None = None) -> None:
+        if api_key is not _DEFAULT:
+            self.api_key = api_key  # type: ignore[assignment]
+        self.platform = self.platform if platform is None else platform
+        self.bearer = self.bearer if bearer is None else bearer
         self.responder = responder or default_responder
         self.host, self.port = host, port
         self._context = None

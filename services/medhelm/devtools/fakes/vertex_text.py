@@ -29,9 +29,9 @@ _PATH = re.compile(r"/v1(?:beta1)?/projects/[^/]+/locations/[^/]+/publishers/goo
 class FakeVertexText(FakeServer):
     name = "vertex_text"
 
-    def __init__(self, *args: Any, bearer: str = "ya29.test", block_marker: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, block_marker: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.bearer, self.block_marker = bearer, block_marker
+        self.block_marker = block_marker
 
     @staticmethod
     def _error(code: int, status: str, message: str) -> Reply:
