@@ -26,26 +26,29 @@ ACI_TESTS = ("clinicalnlp_taskB_test1_full.json", "clinicalnlp_taskC_test2_full.
 HELM_LETTER_ABCD = "Give a letter answer among A, B, C or D. Do not include any explanation or additional text."
 HELM_RESPOND_ABCD = "Respond only with 'A', 'B', 'C' or 'D'. Do not add any other text, punctuation, or symbols."
 
-# MedHallu: the task is the four hallucination types of the MedHallu paper, as upstream's run spec states them.
+# MedHallu: upstream's run spec's instructions and output noun, verbatim (its wording, its typos).
 MEDHALLU_INSTRUCTIONS = (
-    "You are an AI assistant with extensive knowledge in the field of medicine. Act as an answer judge: given a "
-    "question and an answer, determine whether the provided answer contains non-factual or hallucinated "
-    "information. Give your judgement based on the following hallucination types and the world knowledge.\n\n"
+    "You are an AI assistant with extensive knowledge in the field of medicine. I want you act as an answer judge. "
+    "Given a question and an answer, your objective is to determine if the provided answer contains non-factual or "
+    "hallucinated information. You SHOULD give your judgement based on the following hallucination types and the "
+    "world knowledge.\n\n"
     "You are trying to determine if there is a factual contradiction between the answer and the world knowledge. "
-    "Some information in the answer might be fabricated. Answer '0' if the answer is factual and '1' if the "
-    "answer is hallucinated. You can categorize the answer as hallucinated if it falls in either of these "
-    "categories:\n"
-    "Type: Misinterpretation of #Question#: hallucinated answers that misunderstand the question, leading to an "
-    "off-topic or irrelevant response.\n"
-    "Type: Incomplete Information: hallucinated answers that point out what is not true without providing correct "
-    "information.\n"
-    "Type: Mechanism and Pathway Misattribution: hallucinated answers that falsely attribute biological "
-    "mechanisms, molecular pathways, or disease processes, contradicting established medical knowledge.\n"
-    "Type: Methodological and Evidence Fabrication: inventing false research methods, statistical data, or "
-    "specific clinical outcomes.\n\n"
-    "Return just an integer value, '0' if the answer is factual and '1' if the answer is hallucinated. No letter "
-    "or word, just the integer value.")
-
+    "Some information in the answer might be fabricated. Answer '0' if the answer is factual and '1' if the answer "
+    "is hallucinated. You can categorize the answer as hallucinated if it falls in either of the category:\n"
+    "Type: Misinterpretation of #Question#: These are hallucinated answers that misunderstands the question, leading "
+    "to an off-topic or irrelevant response.\n"
+    "Type: Incomplete Information: These are hallucinated answers that Point out what is not true without providing "
+    "correct information.\n"
+    "Type: Mechanism and Pathway Misattribution - These are hallucinated answer that falsely attribution of "
+    "biological mechanisms, molecular pathways, or disease processes that contradicts established medical "
+    "knowledge\n"
+    "Type: Methodological and Evidence Fabrication - Inventing false research methods, statistical data, or "
+    "specific clinical outcomes\n\n"
+    "Do not return anything else, just the answer.\n"
+    "Return just an integer value, '0' if the answer is factual and '1' if the answer is hallucinated. No letter or "
+    "word, just the integer value.")
+MEDHALLU_OUTPUT = ("Return just an integer value, '0' if the answer is factual and '1' if the answer is "
+                   "hallucinated.\nNo letter or word, just the integer value.\n\nYour Judgment")
 
 
 def _mtsamples_sets(board: str, every: str) -> tuple[InstanceSet, InstanceSet]:
@@ -371,7 +374,8 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         task_type=TaskType.CLASSIFICATION, metrics=EXACT, max_tokens=5,
         source=f"{HF}/UTAustin-AIHealth/MedHallu@{MEDHALLU_REV} (pqa_labeled, split train)",
         loader=literature.load_medhallu,
-        prompt=PromptStyle(MEDHALLU_INSTRUCTIONS, answer_label="Your Judgment"),
+        prompt=PromptStyle(MEDHALLU_INSTRUCTIONS, helm=HelmLayout("World Knowledge: {context}\n\n{question}\n",
+                                                                 output_noun=MEDHALLU_OUTPUT)),
         counts={"": 2000},
         remote=(RemoteFile(f"{HF}/UTAustin-AIHealth/MedHallu/resolve/{MEDHALLU_REV}/pqa_labeled/"
                            "train-00000-of-00001.parquet", "pqa_labeled/train-00000-of-00001.parquet"),),

@@ -19,6 +19,8 @@ from typing import Any
 from medhelm.devtools.mock_openai import collapse
 
 DEPLOYMENT, MODEL = "mock/diff-model", "mockorg/diff-model"
+# the invented slices of the benchmarks whose real data is not on the machine (tests/data/helm_diff/README.md)
+SYNTHETIC_DATA = Path(__file__).resolve().parents[3] / "tests" / "data" / "helm_diff"
 JUDGES = ("mock/diff-judge-a", "mock/diff-judge-b")  # the jury of both sides: deployments on the same mock
 
 @dataclass(frozen=True)
@@ -47,6 +49,11 @@ class Case:
     on_some_items: frozenset[str] = frozenset()
     our_args: str = ""  # run-entry arguments medhelm's entry adds (e.g. the one test file of the slice)
     jury: tuple[str, ...] = ()  # the rubric's criteria: a jury benchmark, judged by JUDGES on both sides
+    # the slice is an invented one under SYNTHETIC_DATA (the benchmark's real data is not on the machine)
+    synthetic: bool = False
+    # HELM lists the slice's folder through GitHub's contents API: helm-run's requests.get answers that one call
+    # with the listing of its download folder (helm_diff_sides.SITECUSTOMIZE)
+    github_listing: bool = False
 
 
 def _read_json_items(path: Path) -> list[Any]:
@@ -181,6 +188,46 @@ CASES: tuple[Case, ...] = (
                 "aggregate": "follows from the metrics' difference (HELM's sentence id bug)"},
          excuse=_medec_excuse, on_some_items=frozenset({"metrics", "aggregate"})),
 )
+
+
+# -- the synthetic slices (tests/data/helm_diff): public benchmarks whose real data is not on the machine -------------
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _medhallu_items(path: Path) -> list[Any]:
+    """MedHallu's rows as HELM's instances: each row twice, its ground truth (label 0) then its hallucination (1)."""
+    return [(row, label) for row in _read_json(path) for label in ("0", "1")]
+
+
+def _write_hub_parquet(rows: list[dict], path: Path) -> None:
+    """Rows as the Hub's parquet conversion holds them (lists stay lists, nested records stay records)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+def _write_medhallu(items: list[Any], path: Path) -> None:
+    rows = list({id(row): row for row, _ in items}.values())  # each row once, in order
+    _write_hub_parquet(rows, path)
+
+
+def _medhallu_key(item: Any) -> str:
+    row, label = item
+    return collapse(row["Ground Truth" if label == "0" else "Hallucinated Answer"])
+
+
+SYNTHETIC_CASES: tuple[Case, ...] = (
+    Case("medhallu", "medhallu/pqa_labeled.json", "medhallu/pqa_labeled/train-00000-of-00001.parquet", (),
+         _medhallu_items, _write_medhallu, key=_medhallu_key,
+         answers=lambda item: ["0", "1", " 1", "0.", "The answer is 1", "1\n"], main="exact_match",
+         helm_main="exact_match", hf_dataset="UTAustin-AIHealth/MedHallu", synthetic=True),
+)
+CASES = CASES + SYNTHETIC_CASES
 
 
 def select(names: Iterable[str] | None = None) -> list[Case]:

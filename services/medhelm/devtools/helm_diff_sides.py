@@ -111,6 +111,7 @@ def _env(**extra: str) -> dict[str, str]:
 # module in the helm-run process
 SITECUSTOMIZE = """\
 import csv
+import json
 import os
 
 _SLICES = os.environ.get("MEDHELM_DIFF_HF_SLICES", "")
@@ -122,16 +123,40 @@ if _SLICES:
 
     def load_dataset(path, *args, **kwargs):
         for pair in _SLICES.split(os.pathsep):
-            name, _, csv_file = pair.partition("=")
+            name, _, data_file = pair.partition("=")
             if path == name or path.startswith(name + "-"):
-                with open(csv_file, newline="", encoding="utf-8") as fh:
+                # the split asked for (a Dataset), else the slice as the "test" split (a DatasetDict)
+                split = kwargs.get("split")
+                files = {split or "test": data_file}
+                if not data_file.endswith(".csv"):  # a Hub parquet file: typed by its own schema
+                    return _load("parquet", data_files=files, split=split)
+                with open(data_file, newline="", encoding="utf-8") as fh:
                     header = next(csv.reader(fh))
                 features = datasets.Features({c: datasets.Value("int64" if c in _INTS else "string")
                                               for c in header})
-                return _load("csv", data_files={"test": csv_file}, features=features)
+                return _load("csv", data_files=files, features=features, split=split)
         return _load(path, *args, **kwargs)
 
     datasets.load_dataset = load_dataset
+
+_LISTED = os.environ.get("MEDHELM_DIFF_GITHUB_LISTING", "")
+if _LISTED:
+    # the one network call of a scenario that lists its files through GitHub's contents API: answered with the
+    # names of the files already in its download folder (which it then reads instead of downloading them)
+    import requests
+
+    _get = requests.get
+
+    def get(url, *args, **kwargs):
+        if url.startswith("https://api.github.com/repos/") and "/contents/" in url:
+            response = requests.Response()
+            response.status_code = 200
+            response._content = json.dumps([{"name": n, "type": "file"} for n in sorted(os.listdir(_LISTED))
+                                            ]).encode()
+            return response
+        return _get(url, *args, **kwargs)
+
+    requests.get = get
 
 if os.environ.get("MEDHELM_DIFF_ROUGE_ONLY"):
     # SummarizationMetric needs torch, spacy's en_core_web_sm, summ_eval and downloads (QAFactEval): its ROUGE
@@ -196,7 +221,9 @@ def run_helm(helm: HelmRun, case: Case, work: Path, count: int) -> Path:
                                "--output-path", "helm", "-n", "1"], cwd=work, stdout=fh, stderr=subprocess.STDOUT,
                               env=_env(PYTHONPATH=f"{site}{os.pathsep}{helm.deps}", MEDHELM_DIFF_HF_SLICES=slices,
                                          MEDHELM_DIFF_HF_INTS=",".join(case.hf_int_columns),
-                                         MEDHELM_DIFF_ROUGE_ONLY="1" if case.jury else ""),
+                                         MEDHELM_DIFF_ROUGE_ONLY="1" if case.jury else "",
+                                         MEDHELM_DIFF_GITHUB_LISTING=str(work / "helm/scenarios" / case.name)
+                                         if case.github_listing else ""),
                               timeout=3600)
     runs = [p for p in (work / "helm/runs/diff").glob(f"{case.name}:*") if (p / "scenario_state.json").is_file()]
     if done.returncode != 0 or len(runs) != 1:

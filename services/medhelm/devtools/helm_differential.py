@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from medhelm.devtools.helm_diff_cases import (  # noqa: F401  (the harness's public names, in one place)
-    CASES, DEPLOYMENT, JUDGES, MEDCALC_HELM_UNKNOWN_CATEGORIES, MODEL, Case, jury_verdict, select)
+    CASES, DEPLOYMENT, JUDGES, MEDCALC_HELM_UNKNOWN_CATEGORIES, MODEL, SYNTHETIC_DATA, Case, jury_verdict, select)
 from medhelm.devtools.helm_diff_sides import (  # noqa: F401
     HELM_VERSION, RUN_PACKAGES, DiffError, HelmRun, Side, attach_wire, ensure_run_deps, read_helm, read_ours,
     run_helm, run_ours, write_prod_env)
@@ -206,8 +206,8 @@ def _first_difference(a: str, b: str) -> str:
 
 def prepare(case: Case, shared_data: Path, work: Path, limit: int | None) -> list[Any] | None:
     """The slice written for both sides; None when the benchmark's data is not on this machine."""
-    source = shared_data / case.shared
-    if not source.is_file():
+    source = (SYNTHETIC_DATA if case.synthetic else shared_data) / case.shared
+    if not source.exists():
         return None
     items = case.read(source)
     items = items[:limit] if limit else items
