@@ -54,6 +54,8 @@ class Case:
     # HELM lists the slice's folder through GitHub's contents API: helm-run's requests.get answers that one call
     # with the listing of its download folder (helm_diff_sides.SITECUSTOMIZE)
     github_listing: bool = False
+    # what HELM's scenario imports beyond helm-run's dependencies (installed for the case: helm_diff_sides)
+    helm_packages: tuple[str, ...] = ()
 
 
 def _read_json_items(path: Path) -> list[Any]:
@@ -221,11 +223,52 @@ def _medhallu_key(item: Any) -> str:
     return collapse(row["Ground Truth" if label == "0" else "Hallucinated Answer"])
 
 
+def _medi_qa_answers(row: dict) -> list[str]:
+    best = next(a["Answer"]["AnswerText"] for a in row["QUESTION"]["AnswerList"] if a["Answer"]["ReferenceRank"] == 1)
+    return [best, best[: len(best) // 3], "", "Please ask your pharmacist.", best[: len(best) // 2] + " Drink water."]
+
+
+def _write_race_docx(pairs: list[dict], path: Path) -> None:
+    """The supplement's layout: a title, then per pair its ``Run N: <question>`` paragraph and the response's
+    paragraphs, each run in its colour (red marks problematic content)."""
+    import docx
+    from docx.shared import RGBColor
+
+    document = docx.Document()
+    document.add_paragraph("Supplementary Table 1 (invented for a test).")
+    for pair in pairs:
+        document.add_paragraph(pair["run"])
+        for runs in pair["response"]:
+            paragraph = document.add_paragraph()
+            for text, colour in runs:
+                run = paragraph.add_run(text)
+                if colour:
+                    run.font.color.rgb = RGBColor.from_string(colour)
+    document.save(str(path))
+
+
+def _race_answers(pair: dict) -> list[str]:
+    return ["A", "B", "A.", "b", "Yes", "B\n"]
+
+
+JURY_CRITERIA = ("accuracy", "completeness", "clarity")
+
 SYNTHETIC_CASES: tuple[Case, ...] = (
     Case("medhallu", "medhallu/pqa_labeled.json", "medhallu/pqa_labeled/train-00000-of-00001.parquet", (),
          _medhallu_items, _write_medhallu, key=_medhallu_key,
          answers=lambda item: ["0", "1", " 1", "0.", "The answer is 1", "1\n"], main="exact_match",
          helm_main="exact_match", hf_dataset="UTAustin-AIHealth/MedHallu", synthetic=True),
+    Case("medi_qa", "medi_qa/mediqa_qa_source_test.json", "medi_qa/mediqa_qa_source/test/0000.parquet", (),
+         _read_json, _write_hub_parquet, key=lambda row: collapse(row["QUESTION"]["QuestionText"]),
+         answers=_medi_qa_answers, main="jury_score_normalized", helm_main="medi_qa_accuracy",
+         hf_dataset="bigbio/mediqa_qa", synthetic=True, jury=JURY_CRITERIA,
+         known={"main": "the ranked column: ours is jury_score_normalized, HELM ranks medi_qa_accuracy, which ours "
+                        "computes beside it and which is equal (docs/metrics.md, Two rules, two names)"}),
+    Case("race_based_med", "race_based_med/supplement.json",
+         "race_based_med/41746_2023_939_MOESM1_ESM.docx", (("race_based.docx", None),),
+         lambda path: _read_json(path)["pairs"], _write_race_docx, key=lambda pair: collapse(pair["run"].split(": ", 1)[1]),
+         answers=_race_answers, main="exact_match", helm_main="exact_match", synthetic=True,
+         helm_packages=("python-docx==1.2.0",)),
 )
 CASES = CASES + SYNTHETIC_CASES
 

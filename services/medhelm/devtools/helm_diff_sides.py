@@ -47,15 +47,16 @@ class HelmRun:
         return self.python.parent / "helm-run"
 
 
-def ensure_run_deps(python: Path, folder: Path) -> Path:
-    """``RUN_PACKAGES`` installed for crfm-helm's venv under ``folder`` (pip --target, reused when present)."""
+def ensure_run_deps(python: Path, folder: Path, packages: tuple[str, ...] = RUN_PACKAGES) -> Path:
+    """``packages`` (``RUN_PACKAGES``) installed for crfm-helm's venv under ``folder`` (pip --target, reused when
+    present)."""
     ok = folder / ".ok"
-    want = "\n".join(RUN_PACKAGES)
+    want = "\n".join(packages)
     if ok.is_file() and ok.read_text() == want:
         return folder
     shutil.rmtree(folder, ignore_errors=True)
     done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target",
-                           str(folder), *RUN_PACKAGES], capture_output=True, text=True, timeout=3600)
+                           str(folder), *packages], capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise DiffError(f"cannot install helm-run's dependencies in {folder} (offline?): "
                         f"{(done.stderr.strip().splitlines() or [''])[-1][:200]}")
@@ -215,11 +216,12 @@ def run_helm(helm: HelmRun, case: Case, work: Path, count: int) -> Path:
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     (site / "medhelm_diff_rouge.py").write_text(ROUGE_METRIC)
     slices = f"{case.hf_dataset}={work / 'mirror' / case.mirror}" if case.hf_dataset else ""
+    path = [site, helm.deps] + ([case_deps(helm, case)] if case.helm_packages else [])
     with open(log, "w") as fh:
         done = subprocess.run([str(helm.helm_run), "--run-entries", _entry(case, work, False), "--suite", "diff",
                                "--max-eval-instances", str(count), "--local-path", "prod_env",
                                "--output-path", "helm", "-n", "1"], cwd=work, stdout=fh, stderr=subprocess.STDOUT,
-                              env=_env(PYTHONPATH=f"{site}{os.pathsep}{helm.deps}", MEDHELM_DIFF_HF_SLICES=slices,
+                              env=_env(PYTHONPATH=os.pathsep.join(map(str, path)), MEDHELM_DIFF_HF_SLICES=slices,
                                          MEDHELM_DIFF_HF_INTS=",".join(case.hf_int_columns),
                                          MEDHELM_DIFF_ROUGE_ONLY="1" if case.jury else "",
                                          MEDHELM_DIFF_GITHUB_LISTING=str(work / "helm/scenarios" / case.name)
@@ -229,6 +231,13 @@ def run_helm(helm: HelmRun, case: Case, work: Path, count: int) -> Path:
     if done.returncode != 0 or len(runs) != 1:
         raise DiffError(f"helm-run {case.name} failed (exit {done.returncode}): {_tail(log)}")
     return runs[0]
+
+
+def case_deps(helm: HelmRun, case: Case) -> Path:
+    """The case's ``helm_packages`` installed for crfm-helm's venv: under MEDHELM_HELM_CASE_DEPS, else beside
+    helm-run's dependencies (``<deps>-cases``), one folder per case."""
+    root = Path(os.environ.get("MEDHELM_HELM_CASE_DEPS") or f"{helm.deps}-cases")
+    return ensure_run_deps(helm.python, root / case.name, case.helm_packages)
 
 
 def run_ours(case: Case, work: Path) -> Path:
