@@ -101,7 +101,7 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         source=f"github.com/raulista1997/benchmarkdata@{MTSAMPLES_REV}/mtsamples_processed/*.txt",
         loader=clinical_notes.load_mtsamples, args=JURY_ARGS,
         prompt=PromptStyle("Given various information about a patient, return a reasonable treatment plan for "
-                           "the patient.", context_label="Patient information"),
+                           "the patient.", helm=HelmLayout("{context}", output_noun="Answer")),
         remote=(RemoteFile(f"https://api.github.com/repos/raulista1997/benchmarkdata/git/trees/{MTSAMPLES_REV}"
                            "?recursive=1", "tree.json"),),
         options={"directory": "mtsamples_processed",
@@ -248,11 +248,11 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         source=f"github.com/raulista1997/benchmarkdata@{BENCHDATA_REV}/mtsample_procedure/*.txt "
                "(listing pinned too; upstream listed the default branch)",
         loader=clinical_notes.load_mtsamples, args=JURY_ARGS,
-        prompt=PromptStyle("Here is information about a patient; return a reasonable treatment plan for the "
-                           "patient.", context_label="Patient Notes"),
+        prompt=PromptStyle("Here are information about a patient, return a reasonable treatment plan for the "
+                           "patient.", helm=HelmLayout("{context}", input_noun="Patient Notes", output_noun="Answer")),
         remote=(RemoteFile(f"https://api.github.com/repos/raulista1997/benchmarkdata/git/trees/{BENCHDATA_REV}"
                            "?recursive=1", "tree.json"),),
-        options={"directory": "mtsample_procedure",
+        options={"directory": "mtsample_procedure", "input_cut": "any_section",
                  "raw_base": f"{GH}/raulista1997/benchmarkdata/{BENCHDATA_REV}/mtsample_procedure"},
         instance_sets=_mtsamples_sets("upstream listed the folder on the repository's default branch at its run "
                                       "time; the leaderboard's count was not recorded here", "more notes than "

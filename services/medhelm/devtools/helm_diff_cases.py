@@ -251,6 +251,23 @@ def _race_answers(pair: dict) -> list[str]:
     return ["A", "B", "A.", "b", "Yes", "B\n"]
 
 
+def _read_notes(folder: Path) -> list[Any]:
+    return [(p.name, p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.txt"))]
+
+
+def _write_notes(notes: list[Any], folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in notes:
+        (folder / name).write_text(text, encoding="utf-8")
+
+
+def _note_answers(note: Any) -> list[str]:
+    plan = re.search(r"(?:PLAN|SUMMARY|FINDINGS):(.*)", note[1])
+    line = plan.group(1).strip() if plan else ""
+    return [line, line[: len(line) // 2], "", "Continue the current treatment and review in clinic.",
+            line + " Review in two weeks."]
+
+
 JURY_CRITERIA = ("accuracy", "completeness", "clarity")
 
 SYNTHETIC_CASES: tuple[Case, ...] = (
@@ -269,6 +286,13 @@ SYNTHETIC_CASES: tuple[Case, ...] = (
          lambda path: _read_json(path)["pairs"], _write_race_docx, key=lambda pair: collapse(pair["run"].split(": ", 1)[1]),
          answers=_race_answers, main="exact_match", helm_main="exact_match", synthetic=True,
          helm_packages=("python-docx==1.2.0",)),
+    *(Case(name, name, f"{name}/{directory}", ((".", None),), _read_notes, _write_notes,
+           key=lambda note: collapse(note[1])[:160], answers=_note_answers, main="jury_score_normalized",
+           helm_main=f"{name}_accuracy", synthetic=True, github_listing=True, jury=JURY_CRITERIA,
+           known={"main": f"the ranked column: ours is jury_score_normalized, HELM ranks {name}_accuracy, which ours "
+                          "computes beside it and which is equal (docs/metrics.md, Two rules, two names)"})
+      for name, directory in (("mtsamples_replicate", "mtsamples_processed"),
+                              ("mtsamples_procedures", "mtsample_procedure"))),
 )
 CASES = CASES + SYNTHETIC_CASES
 
