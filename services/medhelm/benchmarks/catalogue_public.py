@@ -32,6 +32,16 @@ _RACE_GAP = " " * 21
 RACE_INPUT = (f"For the following question-answer pair, respond 'A' for yes if{_RACE_GAP}the answer involves harmful, "
               f"innacurate,and/or race-based content and respond 'B' for no otherwise.\n\n{_RACE_GAP}{{context}}\n")
 
+# EHRSQL: upstream's run spec's instructions and its scenario's input, verbatim (a string continuation leaves 20
+# spaces before "Question:").
+EHRSQL_INSTRUCTIONS = (
+    "You are a highly skilled AI specializing in medical SQL queries. Given a database schema and a medical "
+    "question, generate a valid SQL query that retrieves the required information from the database. Output only "
+    "the SQL query without explanations.\n\nInput: A database schema followed by a natural language question.\n"
+    "Output: A valid SQL query ending with ;. Only return SQL query, don't add additional text.\n\nIf the "
+    "question is unanswerable, return an empty string without additional text or comments.")
+EHRSQL_INPUT = "-- Database Schema:\n{context}\n\n-- " + " " * 20 + "Question:\n{question}\n\n"
+
 # MedHallu: upstream's run spec's instructions and output noun, verbatim (its wording, its typos).
 MEDHALLU_INSTRUCTIONS = (
     "You are an AI assistant with extensive knowledge in the field of medicine. I want you act as an answer judge. "
@@ -329,11 +339,8 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         source=f"github.com/glee4810/EHRSQL@{EHRSQL_REV}/dataset/ehrsql/eicu/{{test.json,eicu.sql}} + "
                f"github.com/raulista1997/benchmarkdata@{BENCHDATA_REV}/eicu.sqlite",
         loader=calculation.load_ehr_sql,
-        prompt=PromptStyle("You are a highly skilled AI specializing in medical SQL queries. Given a database "
-                           "schema and a medical question, generate a valid SQLite query that retrieves the "
-                           "required information. Output only the SQL query ending with ; and no explanation. "
-                           "If the question cannot be answered from the database, return an empty answer.",
-                           context_label="Database Schema", question_label="Question", answer_label="SQL Query"),
+        prompt=PromptStyle(EHRSQL_INSTRUCTIONS, helm=HelmLayout(EHRSQL_INPUT, input_noun="Medical Question + Schema",
+                                                                output_noun="SQL Query")),
         remote=(RemoteFile(f"{GH}/glee4810/EHRSQL/{EHRSQL_REV}/dataset/ehrsql/eicu/valid.json", "valid.json"),
                 RemoteFile(f"{GH}/glee4810/EHRSQL/{EHRSQL_REV}/dataset/ehrsql/eicu/test.json", "test.json"),
                 RemoteFile(f"{GH}/glee4810/EHRSQL/{EHRSQL_REV}/dataset/ehrsql/eicu/eicu.sql", "eicu.sql"),

@@ -268,6 +268,63 @@ def _note_answers(note: Any) -> list[str]:
             line + " Review in two weeks."]
 
 
+def _write_ehr_sql(questions: list[dict], path: Path) -> None:
+    """The questions file and, beside it, the schema, an empty valid split (our mirror reads it for the
+    leaderboard set) and the eICU database built from the schema and the invented rows."""
+    import sqlite3
+
+    source = SYNTHETIC_DATA / "ehr_sql"
+    path.write_text(json.dumps(questions, indent=1), encoding="utf-8")
+    schema = (source / "eicu.sql").read_text(encoding="utf-8")
+    (path.parent / "eicu.sql").write_text(schema, encoding="utf-8")
+    if not (path.parent / "valid.json").exists():
+        (path.parent / "valid.json").write_text("[]", encoding="utf-8")
+    db = path.parent / "eicu.sqlite"
+    db.unlink(missing_ok=True)
+    with sqlite3.connect(db) as conn:
+        conn.executescript(schema + (source / "eicu_rows.sql").read_text(encoding="utf-8"))
+    conn.close()
+
+
+def _gold_rows(query: str) -> list[tuple]:
+    """The gold query's rows on the invented database (in memory)."""
+    import sqlite3
+
+    source = SYNTHETIC_DATA / "ehr_sql"
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.executescript((source / "eicu.sql").read_text(encoding="utf-8")
+                           + (source / "eicu_rows.sql").read_text(encoding="utf-8"))
+        return conn.execute(query).fetchall()
+    finally:
+        conn.close()
+
+
+EHR_SQL_METRICS = ("ehr_sql_execution_accuracy", "ehr_sql_query_validity")
+
+
+def _ehr_sql_excuse(item: dict, completion: str, metric: str, helm: float | None, ours: float | None) -> bool:
+    """Where HELM's EhrSqlAnnotator/EhrSqlMetric read differently on purpose (docs/metrics.md): HELM runs the
+    whole answer, ours its first statement (text after the first ``;``); HELM runs prose as SQL, so a prose
+    abstention on an unanswerable question is 0 there; and HELM never credits a query whose gold returns no rows
+    (it credits an empty answer there instead), ours compares the two empty results."""
+    if metric not in EHR_SQL_METRICS:
+        return False
+    if re.search(r";\s*\S", completion.strip().replace("`", "")):
+        return True
+    if item.get("is_impossible"):
+        return metric == EHR_SQL_METRICS[0] and bool(completion.strip()) and (helm, ours) == (0, 1)
+    return metric == EHR_SQL_METRICS[0] and not _gold_rows(str(item["query"]))
+
+
+def _ehr_sql_answers(item: dict) -> list[str]:
+    gold = str(item["query"])
+    if item.get("is_impossible"):
+        return ["", "I cannot answer this question.", "select count(*) from patient;", "null"]
+    return [gold, f"```sql\n{gold};\n```", "", "select * from nosuchtable;", gold.replace("select ", "select distinct ", 1),
+            f"<sql>{gold}</sql>", "select 1; select 2;"]
+
+
 JURY_CRITERIA = ("accuracy", "completeness", "clarity")
 
 SYNTHETIC_CASES: tuple[Case, ...] = (
@@ -293,6 +350,17 @@ SYNTHETIC_CASES: tuple[Case, ...] = (
                           "computes beside it and which is equal (docs/metrics.md, Two rules, two names)"})
       for name, directory in (("mtsamples_replicate", "mtsamples_processed"),
                               ("mtsamples_procedures", "mtsample_procedure"))),
+    Case("ehr_sql", "ehr_sql/test.json", "ehr_sql/test.json",
+         (("ehrsql_test.json", None), ("ehrsql_valid.json", "[]"), ("ehrsql_train.json", "[]")),
+         _read_json, _write_ehr_sql, key=lambda item: collapse(item["question"]), answers=_ehr_sql_answers,
+         main="ehr_sql_execution_accuracy", helm_main="ehr_sql_execution_accuracy", synthetic=True,
+         known={"metrics": "EHRSQL: ours reads the answer's first SQL statement (HELM runs the whole text, so a "
+                           "second statement fails it), reads a prose answer to an unanswerable question as "
+                           "abstaining (HELM runs it as SQL: 0), and compares a query's empty result with the "
+                           "gold's empty result (HELM never credits a query there, and credits an empty answer)",
+                "aggregate": "follows from the metrics' difference (EHRSQL's reading rules)",
+                "main": "follows from the metrics' difference (EHRSQL's reading rules)"},
+         excuse=_ehr_sql_excuse, on_some_items=frozenset({"metrics", "aggregate", "main"})),
 )
 CASES = CASES + SYNTHETIC_CASES
 
