@@ -321,8 +321,8 @@ def _ehr_sql_answers(item: dict) -> list[str]:
     gold = str(item["query"])
     if item.get("is_impossible"):
         return ["", "I cannot answer this question.", "select count(*) from patient;", "null"]
-    return [gold, f"```sql\n{gold};\n```", "", "select * from nosuchtable;", gold.replace("select ", "select distinct ", 1),
-            f"<sql>{gold}</sql>", "select 1; select 2;"]
+    return [gold, f"```sql\n{gold};\n```", "", "select * from nosuchtable;",
+            gold.replace("select ", "select distinct ", 1), f"<sql>{gold}</sql>", "select 1; select 2;"]
 
 
 JURY_CRITERIA = ("accuracy", "completeness", "clarity")
@@ -340,7 +340,8 @@ SYNTHETIC_CASES: tuple[Case, ...] = (
                         "computes beside it and which is equal (docs/metrics.md, Two rules, two names)"}),
     Case("race_based_med", "race_based_med/supplement.json",
          "race_based_med/41746_2023_939_MOESM1_ESM.docx", (("race_based.docx", None),),
-         lambda path: _read_json(path)["pairs"], _write_race_docx, key=lambda pair: collapse(pair["run"].split(": ", 1)[1]),
+         lambda path: _read_json(path)["pairs"], _write_race_docx,
+         key=lambda pair: collapse(pair["run"].split(": ", 1)[1]),
          answers=_race_answers, main="exact_match", helm_main="exact_match", synthetic=True,
          helm_packages=("python-docx==1.2.0",)),
     *(Case(name, name, f"{name}/{directory}", ((".", None),), _read_notes, _write_notes,

@@ -44,8 +44,8 @@ from typing import Any
 from medhelm.devtools.helm_diff_cases import (  # noqa: F401  (the harness's public names, in one place)
     CASES, DEPLOYMENT, JUDGES, MEDCALC_HELM_UNKNOWN_CATEGORIES, MODEL, SYNTHETIC_DATA, Case, jury_verdict, select)
 from medhelm.devtools.helm_diff_sides import (  # noqa: F401
-    HELM_VERSION, RUN_PACKAGES, DiffError, HelmRun, Side, attach_wire, ensure_run_deps, read_helm, read_ours,
-    run_helm, run_ours, write_prod_env)
+    HELM_VERSION, RUN_PACKAGES, DiffError, HelmRun, Side, attach_wire, case_deps, ensure_run_deps, read_helm,
+    read_ours, run_helm, run_ours, write_prod_env)
 from medhelm.devtools.mock_openai import KeyedAnswers, MockOpenAIServer
 
 TOLERANCE = 1e-9
