@@ -1,8 +1,9 @@
 """The differential's benchmarks (``medhelm.devtools.helm_differential``): per public MedHELM benchmark, one ``Case``
 saying where its slice comes from and where each side reads it, what passage names an item in any prompt layout, what
 the mock may answer, the leaderboard's main metric on each side, and the differences that are known and why
-(``known``, ``excuse``). Also the names both sides use for the candidate model and the jury, and the judges' keyed
-verdicts. Owns the table of cases; the running is ``helm_diff_sides``, the comparison ``helm_differential``.
+(``known``, ``excuse``); a benchmark whose real data is not on the machine reads an invented slice in the upstream
+format (``synthetic``, under ``SYNTHETIC_DATA``). Also the names both sides use for the candidate model and the jury,
+and the judges' keyed verdicts. Owns the table of cases; the running is ``helm_diff_sides``, the comparison ``helm_differential``.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 its venv, its run dependencies installed beside it by ``ensure_run_deps``) and ``medhelm run`` on a case's slice
 against one prod_env, and reading each side's run folder into a ``Side`` (per position: ids, references,
 completion, metrics, the request bodies the server received, the jury's verdicts). Owns how HELM is driven offline
-(the prod_env, the ``sitecustomize`` serving Hugging Face datasets from the slice, the ROUGE-only metric) and the
-two run folders' formats as read here.
+(the prod_env, the ``sitecustomize`` serving Hugging Face datasets from the slice and answering a GitHub contents
+listing from the download folder, the ROUGE-only metric, a case's extra packages) and the two run folders' formats
+as read here.
 
 Failure semantics: a side that fails to run raises ``DiffError`` with the tail of its log (no instance text beyond
 the public benchmark data); ``ensure_run_deps`` offline raises ``DiffError`` naming the folder.
