@@ -204,9 +204,14 @@ def _first_difference(a: str, b: str) -> str:
 # -- one benchmark, all of them -----------------------------------------------------------------------------------
 
 
+def slice_path(case: Case, shared_data: Path) -> Path:
+    """Where the case's slice is read: the shared data folder, or the invented slices' folder."""
+    return (SYNTHETIC_DATA if case.synthetic else shared_data) / case.shared
+
+
 def prepare(case: Case, shared_data: Path, work: Path, limit: int | None) -> list[Any] | None:
     """The slice written for both sides; None when the benchmark's data is not on this machine."""
-    source = (SYNTHETIC_DATA if case.synthetic else shared_data) / case.shared
+    source = slice_path(case, shared_data)
     if not source.exists():
         return None
     items = case.read(source)
@@ -226,7 +231,7 @@ def run_case(case: Case, helm: HelmRun, shared_data: Path, work: Path, limit: in
     work.mkdir(parents=True, exist_ok=True)
     items = prepare(case, shared_data, work, limit)
     if items is None:
-        return Row(case.name, skipped=f"no data at {shared_data / case.shared}")
+        return Row(case.name, skipped=f"no data at {slice_path(case, shared_data)}")
     keys = [case.key(item) for item in items]
     responder = KeyedAnswers({k: case.answers(item) for k, item in zip(keys, items)}, seed=seed,
                              judge=jury_verdict(case.jury) if case.jury else None)
