@@ -52,8 +52,8 @@ class Case:
     jury: tuple[str, ...] = ()  # the rubric's criteria: a jury benchmark, judged by JUDGES on both sides
     # the slice is an invented one under SYNTHETIC_DATA (the benchmark's real data is not on the machine)
     synthetic: bool = False
-    # HELM lists the slice's folder through GitHub's contents API: helm-run's requests.get answers that one call
-    # with the listing of its download folder (helm_diff_sides.SITECUSTOMIZE)
+    # HELM lists the slice's folder (the mirror's last part) through GitHub's contents API: helm-run's requests.get
+    # answers that one call with the listing of its download folder (helm_diff_sides.SITECUSTOMIZE)
     github_listing: bool = False
     # what HELM's scenario imports beyond helm-run's dependencies (installed for the case: helm_diff_sides)
     helm_packages: tuple[str, ...] = ()

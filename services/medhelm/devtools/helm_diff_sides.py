@@ -141,21 +141,25 @@ if _SLICES:
 
     datasets.load_dataset = load_dataset
 
-_LISTED = os.environ.get("MEDHELM_DIFF_GITHUB_LISTING", "")
+_LISTED = dict(pair.partition("=")[::2] for pair in
+               filter(None, os.environ.get("MEDHELM_DIFF_GITHUB_LISTING", "").split(os.pathsep)))
 if _LISTED:
-    # the one network call of a scenario that lists its files through GitHub's contents API: answered with the
-    # names of the files already in its download folder (which it then reads instead of downloading them)
+    # the one network call of a scenario that lists its files through GitHub's contents API
+    # (.../contents/<folder>?ref=...): answered with the names of the files already in that folder's download
+    # folder (which the scenario then reads instead of downloading them)
     import requests
 
     _get = requests.get
 
     def get(url, *args, **kwargs):
         if url.startswith("https://api.github.com/repos/") and "/contents/" in url:
-            response = requests.Response()
-            response.status_code = 200
-            response._content = json.dumps([{"name": n, "type": "file"} for n in sorted(os.listdir(_LISTED))
-                                            ]).encode()
-            return response
+            folder = url.split("/contents/", 1)[1].split("?", 1)[0].rstrip("/")
+            if folder in _LISTED:
+                response = requests.Response()
+                response.status_code = 200
+                response._content = json.dumps([{"name": n, "type": "file"}
+                                                for n in sorted(os.listdir(_LISTED[folder]))]).encode()
+                return response
         return _get(url, *args, **kwargs)
 
     requests.get = get
@@ -217,21 +221,27 @@ def run_helm(helm: HelmRun, case: Case, work: Path, count: int) -> Path:
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     (site / "medhelm_diff_rouge.py").write_text(ROUGE_METRIC)
     slices = f"{case.hf_dataset}={work / 'mirror' / case.mirror}" if case.hf_dataset else ""
-    path = [site, helm.deps] + ([case_deps(helm, case)] if case.helm_packages else [])
     with open(log, "w") as fh:
         done = subprocess.run([str(helm.helm_run), "--run-entries", _entry(case, work, False), "--suite", "diff",
                                "--max-eval-instances", str(count), "--local-path", "prod_env",
                                "--output-path", "helm", "-n", "1"], cwd=work, stdout=fh, stderr=subprocess.STDOUT,
-                              env=_env(PYTHONPATH=os.pathsep.join(map(str, path)), MEDHELM_DIFF_HF_SLICES=slices,
+                              env=_env(MEDHELM_DIFF_HF_SLICES=slices,
                                          MEDHELM_DIFF_HF_INTS=",".join(case.hf_int_columns),
                                          MEDHELM_DIFF_ROUGE_ONLY="1" if case.jury else "",
-                                         MEDHELM_DIFF_GITHUB_LISTING=str(work / "helm/scenarios" / case.name)
-                                         if case.github_listing else ""),
+                                         **_offline_helm_env(helm, [case], work, site)),
                               timeout=3600)
     runs = [p for p in (work / "helm/runs/diff").glob(f"{case.name}:*") if (p / "scenario_state.json").is_file()]
     if done.returncode != 0 or len(runs) != 1:
         raise DiffError(f"helm-run {case.name} failed (exit {done.returncode}): {_tail(log)}")
     return runs[0]
+
+
+def _offline_helm_env(helm: HelmRun, cases: list[Case], work: Path, site: Path) -> dict[str, str]:
+    """helm-run's PYTHONPATH (the sitecustomize, helm-run's dependencies, the cases' own packages) and the GitHub
+    folders whose listing the sitecustomize answers (<upstream folder>=<HELM's download folder>), for any cases."""
+    path = [site, helm.deps] + [case_deps(helm, c) for c in cases if c.helm_packages]
+    listed = [f"{Path(c.mirror).name}={work / 'helm/scenarios' / c.name}" for c in cases if c.github_listing]
+    return {"PYTHONPATH": os.pathsep.join(map(str, path)), "MEDHELM_DIFF_GITHUB_LISTING": os.pathsep.join(listed)}
 
 
 def case_deps(helm: HelmRun, case: Case) -> Path:
