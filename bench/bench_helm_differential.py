@@ -3,7 +3,8 @@ the machine, every item of the slice, through crfm-helm 0.5.16's own `helm-run` 
 answered by one KeyedAnswers mock (a hash of the item the prompt names), compared per instance and per run by
 `medhelm.devtools.helm_differential`. Writes the `helm-differential` section of docs/benchmarks.md: the table
 benchmark x {prompts, other request fields, references, completions, metrics to 1e-9, aggregates, main metric,
-jury, differences explained} and every difference with its reason and an example with both values.
+jury, differences explained} and every difference with its reason and an example with both values. A benchmark
+whose real data is not on the machine runs on an invented slice in the upstream format (tests/data/helm_diff).
 
 crfm-helm's venv is the one tests/providers/test_helm_differential.py builds (MEDHELM_ENGINES_DIR/helm-0.5.16);
 helm-run's further dependencies are installed beside it on first use (--run-deps). The CI part (a few instances
@@ -78,11 +79,15 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     took = time.monotonic() - started
     table = report.table()
+    synthetic = [f"`{c.name}`" for c in cases if c.synthetic]
+    invented = (f" {', '.join(synthetic)}: the real data is not on the machine, so these run on invented slices in "
+                "the upstream file format (tests/data/helm_diff/README.md), which show that both sides read, "
+                "prompt and score the format alike, not the published items." if synthetic else "")
     print(table)
     body = (f"`python bench/bench_helm_differential.py{'' if args.limit is None else f' --limit {args.limit}'}`, "
             f"{datetime.now(timezone.utc):%Y-%m-%d}, crfm-helm {diff.HELM_VERSION} (`helm-run` in its own venv) "
             f"against this tree's `medhelm run`, one KeyedAnswers mock for both, the real public slices "
-            f"({'every item' if args.limit is None else f'the first {args.limit} items'}); {took:.0f} s.\n\n"
+            f"({'every item' if args.limit is None else f'the first {args.limit} items'}); {took:.0f} s.{invented}\n\n"
             "Per instance: the request as the server received it (the prompt byte for byte; every other body "
             "field: max tokens, stop sequences, temperature, ...), the references, the completion, every metric "
             "both compute (token counts and timings are accounting, not compared); per run the mean of every "

@@ -128,3 +128,18 @@ def test_a_large_result_is_refused(db):
     wide = ("with recursive c(x) as (select 1 union all select x + 1 from c where x < 20) "
             "select hex(randomblob(4000000)) from c;")  # 20 rows × 8 MB of text = over the result cap
     assert score_sql(inst, wide, 10)["ehr_sql_query_validity"] == 0.0
+
+
+def test_helms_reading_where_ours_follows_it(db):
+    """As HELM's EhrSqlAnnotator/EhrSqlMetric: <sql> tags are read, results compare as sets of rows, and an
+    unanswerable question's (gold `null`) query validity is whether a query ran."""
+    assert extract_sql("Here it is: <sql> select 3 </sql> done") == "select 3"
+    inst = _inst(db, "select hospitaldischargestatus from patient")  # alive, expired, alive
+    assert score_sql(inst, "<SQL>select distinct hospitaldischargestatus from patient</SQL>", 5)[
+        "ehr_sql_execution_accuracy"] == 1.0
+    unanswerable = _inst(db, "null", impossible=True)
+    assert score_sql(unanswerable, "select 1;", 5) == {
+        "ehr_sql_execution_accuracy": 0.0, "ehr_sql_query_validity": 1.0, "ehr_sql_unanswerable_accuracy": 0.0}
+    assert score_sql(unanswerable, "select nope;", 5)["ehr_sql_query_validity"] == 0.0
+    assert score_sql(_inst(db, "null"), "", 5) == {  # a `null` gold is unanswerable even without the flag
+        "ehr_sql_execution_accuracy": 1.0, "ehr_sql_query_validity": 0.0, "ehr_sql_unanswerable_accuracy": 1.0}

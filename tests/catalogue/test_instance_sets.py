@@ -200,22 +200,20 @@ def _ehrsql(root: Path, answerable: int, impossible: int, split: str = "test") -
         sqlite3.connect(d / "eicu.sqlite").close()
 
 
-def test_ehrsql_exact_match_scores_gold_answers_1_including_the_empty_answer_to_unanswerable_questions(tmp_path):
-    # the test split's proportions: 588 of 1,792 questions unanswerable, so scoring the correct empty answer 0
-    # gave gold answers 0.672
+def test_ehrsql_exact_match_keeps_helms_reference_the_gold_as_published(tmp_path):
+    # the test split's proportions: 588 of 1,792 questions unanswerable, their gold `null` (HELM's reference too)
     _ehrsql(tmp_path, answerable=1204, impossible=588)
     _, instances = _load("ehr_sql", tmp_path)
     assert len(instances) == 1792 and sum(i.extra["is_impossible"] for i in instances) == 588
     gold = [score_text(i.references[0].text, [r.text for r in i.correct_references]) for i in instances]
     for stat in ("exact_match", "quasi_exact_match", "prefix_exact_match", "quasi_prefix_exact_match"):
         assert sum(g[stat] for g in gold) / len(gold) == 1.0, stat
-    assert round(1204 / 1792, 3) == 0.672  # what the old rule gave
     impossible = next(i for i in instances if i.extra["is_impossible"])
-    wrong = score_text("select age from patient", [r.text for r in impossible.correct_references])
-    # a query where none is wanted: wrong by exact_match; HELM's prefix rule (kept under HELM's names) counts the
-    # empty reference as a prefix of every answer (docs/metrics.md)
-    assert wrong == {"exact_match": 0.0, "quasi_exact_match": 0.0, "prefix_exact_match": 1.0,
-                     "quasi_prefix_exact_match": 1.0}
+    assert [r.text for r in impossible.correct_references] == ["null"]
+    # a query where none is wanted, and the empty answer: both 0 by the text rule, as in HELM (abstaining is
+    # credited by ehr_sql_execution_accuracy)
+    for answer in ("select age from patient", ""):
+        assert set(score_text(answer, [r.text for r in impossible.correct_references]).values()) == {0.0}
     answerable = next(i for i in instances if not i.extra["is_impossible"])
     assert score_text("", [r.text for r in answerable.correct_references])["exact_match"] == 0.0
 

@@ -134,7 +134,8 @@ def test_medhallu_states_the_four_hallucination_types_and_upstreams_input(tmp_pa
     for kind in ("Misinterpretation of #Question#", "Incomplete Information", "Mechanism and Pathway Misattribution",
                  "Methodological and Evidence Fabrication"):
         assert f"Type: {kind}" in text
-    assert "World Knowledge: Trial A.\nTrial B.\n\nQuestion: Do statins reduce stroke?\n\nAnswer: No, they raise it." in text
+    # upstream's f-string writes the list of passages as Python does
+    assert "World Knowledge: ['Trial A.', 'Trial B.']\n\nQuestion: Do statins reduce stroke?\n\nAnswer: No, they raise it." in text
     assert [truth.references[0].text, fake.references[0].text] == ["0", "1"]
 
 

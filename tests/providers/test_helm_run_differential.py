@@ -6,7 +6,8 @@ HELM's configurable scenario and ours, an exact-match metric and a jury). Every 
 ``known`` explains (and listed in
 docs/metrics.md); a known difference that vanished fails too, so its line is dropped (one that shows only on
 some items, e.g. HELM's MedCalc category bug, may be absent from a few). The full comparison (every
-item of every slice) is ``bench/bench_helm_differential.py``.
+item of every slice) is ``bench/bench_helm_differential.py``. The public benchmarks whose real data is not on the
+machine run on invented slices in the upstream format (tests/data/helm_diff, ``Case.synthetic``).
 
 crfm-helm's venv is the one tests/providers/test_helm_differential.py builds (its fixture, imported); helm-run's
 further dependencies go beside it (``helm-0.5.16-run`` under MEDHELM_ENGINES_DIR, or MEDHELM_HELM_RUN_DEPS).
@@ -38,11 +39,19 @@ def helm_run(helm_python) -> diff.HelmRun:  # noqa: F811
 
 @pytest.mark.parametrize("name", [c.name for c in diff.CASES])
 def test_helm_run_and_medhelm_run_agree_instance_by_instance(name, helm_run, shared_data, tmp_path):
-    (row,) = diff.run_differential(diff.select([name]), helm_run, shared_data, tmp_path, limit=LIMIT).rows
+    case = diff.select([name])[0]
+    if case.synthetic:  # an invented slice written here in the upstream format: parquet, DOCX
+        pytest.importorskip("pyarrow")
+        pytest.importorskip("docx")
+    if case.helm_packages:  # what HELM's scenario imports beyond helm-run's dependencies (PyPI once)
+        try:
+            diff.case_deps(helm_run, case)
+        except diff.DiffError as err:
+            pytest.skip(str(err))
+    (row,) = diff.run_differential([case], helm_run, shared_data, tmp_path, limit=LIMIT).rows
     assert not row.skipped, row.skipped
     assert row.instances == LIMIT
     assert not row.unexplained(), row.unexplained()
-    case = diff.select([name])[0]
     stale = set(row.vanished) - case.on_some_items  # those show only on some items, maybe none of these
     assert not stale, f"{stale} now equal to HELM: drop them from the case's known"
     assert row.equal["prompt"] == row.total["prompt"] == LIMIT, row.differences.get("prompt")  # byte for byte
@@ -162,3 +171,37 @@ def test_the_medec_excuse_covers_helms_sentence_id_bug_only_on_error_notes():
     assert case.excuse({"Error Flag": "1"}, "3 x", "medec_error_sentence_accuracy", 0.0, 1.0)
     assert not case.excuse({"Error Flag": "0"}, "3 x", "medec_error_sentence_accuracy", 0.0, 1.0)
     assert not case.excuse({"Error Flag": "1"}, "3 x", "medec_error_sentence_accuracy", 1.0, 0.0)
+
+
+@pytest.mark.parametrize("name", [c.name for c in diff.CASES if c.synthetic])
+def test_an_invented_slice_gives_our_side_one_instance_per_item_naming_its_key(name, tmp_path):
+    """Without HELM: the slice written in the upstream format is read by our loader into one instance per item, in
+    order, each prompt naming its item's key (what pairs both sides' requests), and HELM's download targets exist."""
+    from medhelm.benchmarks import LoadContext, PromptBudget, resolve
+    from medhelm.devtools.mock_openai import collapse
+
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("docx")
+    case = diff.select([name])[0]
+    items = diff.prepare(case, tmp_path / "unused", tmp_path, None)
+    assert items and 5 <= len(items) <= 20
+    bench = resolve(name, LoadContext(data_dir=tmp_path / "mirror", offline=True))
+    instances = list(bench.instances())
+    assert len(instances) == len(items)
+    for item, instance in zip(items, instances):
+        assert collapse(case.key(item)) in collapse(bench.prompt(instance, PromptBudget()).text)
+    for target, _ in case.helm_files:
+        assert (tmp_path / "helm/scenarios" / name / target).exists()
+
+
+def test_the_ehr_sql_excuse_covers_its_three_kept_rules_only():
+    case = diff.select(["ehr_sql"])[0]
+    acc, answerable = "ehr_sql_execution_accuracy", {"query": "select patient.age from patient", "is_impossible": False}
+    empty_gold = {"query": "select patient.age from patient where patient.age = 'none'", "is_impossible": False}
+    impossible = {"query": "null", "is_impossible": True}
+    assert case.excuse(answerable, "select 1; select 2;", "ehr_sql_query_validity", 0.0, 1.0)  # first statement
+    assert case.excuse(impossible, "I cannot answer this question.", acc, 0.0, 1.0)  # prose abstains
+    assert not case.excuse(impossible, "", acc, 0.0, 1.0)
+    assert case.excuse(empty_gold, "select patient.age from patient where 1 = 0", acc, 0.0, 1.0)  # both empty
+    assert not case.excuse(answerable, "select patient.age from patient", acc, 0.0, 1.0)  # a real difference
+    assert not case.excuse(answerable, "select 1; select 2;", "exact_match", 0.0, 1.0)  # HELM's columns only

@@ -26,26 +26,45 @@ ACI_TESTS = ("clinicalnlp_taskB_test1_full.json", "clinicalnlp_taskC_test2_full.
 HELM_LETTER_ABCD = "Give a letter answer among A, B, C or D. Do not include any explanation or additional text."
 HELM_RESPOND_ABCD = "Respond only with 'A', 'B', 'C' or 'D'. Do not add any other text, punctuation, or symbols."
 
-# MedHallu: the task is the four hallucination types of the MedHallu paper, as upstream's run spec states them.
-MEDHALLU_INSTRUCTIONS = (
-    "You are an AI assistant with extensive knowledge in the field of medicine. Act as an answer judge: given a "
-    "question and an answer, determine whether the provided answer contains non-factual or hallucinated "
-    "information. Give your judgement based on the following hallucination types and the world knowledge.\n\n"
-    "You are trying to determine if there is a factual contradiction between the answer and the world knowledge. "
-    "Some information in the answer might be fabricated. Answer '0' if the answer is factual and '1' if the "
-    "answer is hallucinated. You can categorize the answer as hallucinated if it falls in either of these "
-    "categories:\n"
-    "Type: Misinterpretation of #Question#: hallucinated answers that misunderstand the question, leading to an "
-    "off-topic or irrelevant response.\n"
-    "Type: Incomplete Information: hallucinated answers that point out what is not true without providing correct "
-    "information.\n"
-    "Type: Mechanism and Pathway Misattribution: hallucinated answers that falsely attribute biological "
-    "mechanisms, molecular pathways, or disease processes, contradicting established medical knowledge.\n"
-    "Type: Methodological and Evidence Fabrication: inventing false research methods, statistical data, or "
-    "specific clinical outcomes.\n\n"
-    "Return just an integer value, '0' if the answer is factual and '1' if the answer is hallucinated. No letter "
-    "or word, just the integer value.")
+# RaceBias: upstream's scenario's input text, verbatim (its string continuations leave 21 spaces twice, its typo
+# "innacurate" and no space after "innacurate,").
+_RACE_GAP = " " * 21
+RACE_INPUT = (f"For the following question-answer pair, respond 'A' for yes if{_RACE_GAP}the answer involves harmful, "
+              f"innacurate,and/or race-based content and respond 'B' for no otherwise.\n\n{_RACE_GAP}{{context}}\n")
 
+# EHRSQL: upstream's run spec's instructions and its scenario's input, verbatim (a string continuation leaves 20
+# spaces before "Question:").
+EHRSQL_INSTRUCTIONS = (
+    "You are a highly skilled AI specializing in medical SQL queries. Given a database schema and a medical "
+    "question, generate a valid SQL query that retrieves the required information from the database. Output only "
+    "the SQL query without explanations.\n\nInput: A database schema followed by a natural language question.\n"
+    "Output: A valid SQL query ending with ;. Only return SQL query, don't add additional text.\n\nIf the "
+    "question is unanswerable, return an empty string without additional text or comments.")
+EHRSQL_INPUT = "-- Database Schema:\n{context}\n\n-- " + " " * 20 + "Question:\n{question}\n\n"
+
+# MedHallu: upstream's run spec's instructions and output noun, verbatim (its wording, its typos).
+MEDHALLU_INSTRUCTIONS = (
+    "You are an AI assistant with extensive knowledge in the field of medicine. I want you act as an answer judge. "
+    "Given a question and an answer, your objective is to determine if the provided answer contains non-factual or "
+    "hallucinated information. You SHOULD give your judgement based on the following hallucination types and the "
+    "world knowledge.\n\n"
+    "You are trying to determine if there is a factual contradiction between the answer and the world knowledge. "
+    "Some information in the answer might be fabricated. Answer '0' if the answer is factual and '1' if the answer "
+    "is hallucinated. You can categorize the answer as hallucinated if it falls in either of the category:\n"
+    "Type: Misinterpretation of #Question#: These are hallucinated answers that misunderstands the question, leading "
+    "to an off-topic or irrelevant response.\n"
+    "Type: Incomplete Information: These are hallucinated answers that Point out what is not true without providing "
+    "correct information.\n"
+    "Type: Mechanism and Pathway Misattribution - These are hallucinated answer that falsely attribution of "
+    "biological mechanisms, molecular pathways, or disease processes that contradicts established medical "
+    "knowledge\n"
+    "Type: Methodological and Evidence Fabrication - Inventing false research methods, statistical data, or "
+    "specific clinical outcomes\n\n"
+    "Do not return anything else, just the answer.\n"
+    "Return just an integer value, '0' if the answer is factual and '1' if the answer is hallucinated. No letter or "
+    "word, just the integer value.")
+MEDHALLU_OUTPUT = ("Return just an integer value, '0' if the answer is factual and '1' if the answer is "
+                   "hallucinated.\nNo letter or word, just the integer value.\n\nYour Judgment")
 
 
 def _mtsamples_sets(board: str, every: str) -> tuple[InstanceSet, InstanceSet]:
@@ -92,7 +111,7 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         source=f"github.com/raulista1997/benchmarkdata@{MTSAMPLES_REV}/mtsamples_processed/*.txt",
         loader=clinical_notes.load_mtsamples, args=JURY_ARGS,
         prompt=PromptStyle("Given various information about a patient, return a reasonable treatment plan for "
-                           "the patient.", context_label="Patient information"),
+                           "the patient.", helm=HelmLayout("{context}", output_noun="Answer")),
         remote=(RemoteFile(f"https://api.github.com/repos/raulista1997/benchmarkdata/git/trees/{MTSAMPLES_REV}"
                            "?recursive=1", "tree.json"),),
         options={"directory": "mtsamples_processed",
@@ -239,11 +258,11 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         source=f"github.com/raulista1997/benchmarkdata@{BENCHDATA_REV}/mtsample_procedure/*.txt "
                "(listing pinned too; upstream listed the default branch)",
         loader=clinical_notes.load_mtsamples, args=JURY_ARGS,
-        prompt=PromptStyle("Here is information about a patient; return a reasonable treatment plan for the "
-                           "patient.", context_label="Patient Notes"),
+        prompt=PromptStyle("Here are information about a patient, return a reasonable treatment plan for the "
+                           "patient.", helm=HelmLayout("{context}", input_noun="Patient Notes", output_noun="Answer")),
         remote=(RemoteFile(f"https://api.github.com/repos/raulista1997/benchmarkdata/git/trees/{BENCHDATA_REV}"
                            "?recursive=1", "tree.json"),),
-        options={"directory": "mtsample_procedure",
+        options={"directory": "mtsample_procedure", "input_cut": "any_section",
                  "raw_base": f"{GH}/raulista1997/benchmarkdata/{BENCHDATA_REV}/mtsample_procedure"},
         instance_sets=_mtsamples_sets("upstream listed the folder on the repository's default branch at its run "
                                       "time; the leaderboard's count was not recorded here", "more notes than "
@@ -320,11 +339,8 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         source=f"github.com/glee4810/EHRSQL@{EHRSQL_REV}/dataset/ehrsql/eicu/{{test.json,eicu.sql}} + "
                f"github.com/raulista1997/benchmarkdata@{BENCHDATA_REV}/eicu.sqlite",
         loader=calculation.load_ehr_sql,
-        prompt=PromptStyle("You are a highly skilled AI specializing in medical SQL queries. Given a database "
-                           "schema and a medical question, generate a valid SQLite query that retrieves the "
-                           "required information. Output only the SQL query ending with ; and no explanation. "
-                           "If the question cannot be answered from the database, return an empty answer.",
-                           context_label="Database Schema", question_label="Question", answer_label="SQL Query"),
+        prompt=PromptStyle(EHRSQL_INSTRUCTIONS, helm=HelmLayout(EHRSQL_INPUT, input_noun="Medical Question + Schema",
+                                                                output_noun="SQL Query")),
         remote=(RemoteFile(f"{GH}/glee4810/EHRSQL/{EHRSQL_REV}/dataset/ehrsql/eicu/valid.json", "valid.json"),
                 RemoteFile(f"{GH}/glee4810/EHRSQL/{EHRSQL_REV}/dataset/ehrsql/eicu/test.json", "test.json"),
                 RemoteFile(f"{GH}/glee4810/EHRSQL/{EHRSQL_REV}/dataset/ehrsql/eicu/eicu.sql", "eicu.sql"),
@@ -349,9 +365,9 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         source="static-content.springer.com/esm/art%3A10.1038%2Fs41746-023-00939-z/MediaObjects/"
                "41746_2023_939_MOESM1_ESM.docx",
         loader=patient_questions.load_race_based_med,
-        prompt=PromptStyle("For the following question-answer pair, respond 'A' for yes if the answer involves "
-                           "harmful, inaccurate, and/or race-based content and respond 'B' for no otherwise. "
-                           "Respond with only 'A' for yes or 'B' for no."),
+        prompt=PromptStyle("Answer A for yes, B for no.", helm=HelmLayout(
+            RACE_INPUT, output_noun="Respond with only 'A' for yes or 'B' for no. Do not add any other text, "
+                                    "punctuation, or symbols", joint=True)),
         remote=(RemoteFile("https://static-content.springer.com/esm/art%3A10.1038%2Fs41746-023-00939-z/"
                            "MediaObjects/41746_2023_939_MOESM1_ESM.docx", "41746_2023_939_MOESM1_ESM.docx"),),
         instance_sets=(
@@ -371,7 +387,8 @@ PUBLIC: tuple[CatalogueEntry, ...] = (
         task_type=TaskType.CLASSIFICATION, metrics=EXACT, max_tokens=5,
         source=f"{HF}/UTAustin-AIHealth/MedHallu@{MEDHALLU_REV} (pqa_labeled, split train)",
         loader=literature.load_medhallu,
-        prompt=PromptStyle(MEDHALLU_INSTRUCTIONS, answer_label="Your Judgment"),
+        prompt=PromptStyle(MEDHALLU_INSTRUCTIONS, helm=HelmLayout("World Knowledge: {context}\n\n{question}\n",
+                                                                 output_noun=MEDHALLU_OUTPUT)),
         counts={"": 2000},
         remote=(RemoteFile(f"{HF}/UTAustin-AIHealth/MedHallu/resolve/{MEDHALLU_REV}/pqa_labeled/"
                            "train-00000-of-00001.parquet", "pqa_labeled/train-00000-of-00001.parquet"),),

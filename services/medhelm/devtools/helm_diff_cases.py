@@ -2,8 +2,9 @@
 benchmark made of invented rows), one ``Case``
 saying where its slice comes from and where each side reads it, what passage names an item in any prompt layout, what
 the mock may answer, the leaderboard's main metric on each side, and the differences that are known and why
-(``known``, ``excuse``). Also the names both sides use for the candidate model and the jury, and the judges' keyed
-verdicts. Owns the table of cases; the running is ``helm_diff_sides``, the comparison ``helm_differential``.
+(``known``, ``excuse``); a benchmark whose real data is not on the machine reads an invented slice in the upstream
+format (``synthetic``, under ``SYNTHETIC_DATA``). Also the names both sides use for the candidate model and the jury,
+and the judges' keyed verdicts. Owns the table of cases; the running is ``helm_diff_sides``, the comparison ``helm_differential``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Any
 from medhelm.devtools.mock_openai import collapse
 
 DEPLOYMENT, MODEL = "mock/diff-model", "mockorg/diff-model"
+# the invented slices of the benchmarks whose real data is not on the machine (tests/data/helm_diff/README.md)
+SYNTHETIC_DATA = Path(__file__).resolve().parents[3] / "tests" / "data" / "helm_diff"
 JUDGES = ("mock/diff-judge-a", "mock/diff-judge-b")  # the jury of both sides: deployments on the same mock
 
 @dataclass(frozen=True)
@@ -51,6 +54,14 @@ class Case:
     # a custom benchmark (``medhelm_configurable_benchmark``): its YAML, the files it names beside it; both sides
     # run config_path= its copy in the work folder, and ``name`` is the YAML's (the run folders' name)
     custom: Path | None = None
+
+    # the slice is an invented one under SYNTHETIC_DATA (the benchmark's real data is not on the machine)
+    synthetic: bool = False
+    # HELM lists the slice's folder (the mirror's last part) through GitHub's contents API: helm-run's requests.get
+    # answers that one call with the listing of its download folder (helm_diff_sides.SITECUSTOMIZE)
+    github_listing: bool = False
+    # what HELM's scenario imports beyond helm-run's dependencies (installed for the case: helm_diff_sides)
+    helm_packages: tuple[str, ...] = ()
 
 
 def _read_json_items(path: Path) -> list[Any]:
@@ -201,6 +212,180 @@ CASES = (*CASES, Case(
     "diff_custom", "", "", (), _read_csv_rows, _write_csv_rows, key=lambda row: collapse(row["note"]),
     answers=_custom_answers, main="exact_match", helm_main="exact_match", custom=CUSTOM_YAML,
     jury=("correctness", "safety")))
+
+
+# -- the synthetic slices (tests/data/helm_diff): public benchmarks whose real data is not on the machine -------------
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _medhallu_items(path: Path) -> list[Any]:
+    """MedHallu's rows as HELM's instances: each row twice, its ground truth (label 0) then its hallucination (1)."""
+    return [(row, label) for row in _read_json(path) for label in ("0", "1")]
+
+
+def _write_hub_parquet(rows: list[dict], path: Path) -> None:
+    """Rows as the Hub's parquet conversion holds them (lists stay lists, nested records stay records)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+def _write_medhallu(items: list[Any], path: Path) -> None:
+    rows = list({id(row): row for row, _ in items}.values())  # each row once, in order
+    _write_hub_parquet(rows, path)
+
+
+def _medhallu_key(item: Any) -> str:
+    row, label = item
+    return collapse(row["Ground Truth" if label == "0" else "Hallucinated Answer"])
+
+
+def _medi_qa_answers(row: dict) -> list[str]:
+    best = next(a["Answer"]["AnswerText"] for a in row["QUESTION"]["AnswerList"] if a["Answer"]["ReferenceRank"] == 1)
+    return [best, best[: len(best) // 3], "", "Please ask your pharmacist.", best[: len(best) // 2] + " Drink water."]
+
+
+def _write_race_docx(pairs: list[dict], path: Path) -> None:
+    """The supplement's layout: a title, then per pair its ``Run N: <question>`` paragraph and the response's
+    paragraphs, each run in its colour (red marks problematic content)."""
+    import docx
+    from docx.shared import RGBColor
+
+    document = docx.Document()
+    document.add_paragraph("Supplementary Table 1 (invented for a test).")
+    for pair in pairs:
+        document.add_paragraph(pair["run"])
+        for runs in pair["response"]:
+            paragraph = document.add_paragraph()
+            for text, colour in runs:
+                run = paragraph.add_run(text)
+                if colour:
+                    run.font.color.rgb = RGBColor.from_string(colour)
+    document.save(str(path))
+
+
+def _race_answers(pair: dict) -> list[str]:
+    return ["A", "B", "A.", "b", "Yes", "B\n"]
+
+
+def _read_notes(folder: Path) -> list[Any]:
+    return [(p.name, p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.txt"))]
+
+
+def _write_notes(notes: list[Any], folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in notes:
+        (folder / name).write_text(text, encoding="utf-8")
+
+
+def _note_answers(note: Any) -> list[str]:
+    plan = re.search(r"(?:PLAN|SUMMARY|FINDINGS):(.*)", note[1])
+    line = plan.group(1).strip() if plan else ""
+    return [line, line[: len(line) // 2], "", "Continue the current treatment and review in clinic.",
+            line + " Review in two weeks."]
+
+
+def _write_ehr_sql(questions: list[dict], path: Path) -> None:
+    """The questions file and, beside it, the schema, an empty valid split (our mirror reads it for the
+    leaderboard set) and the eICU database built from the schema and the invented rows."""
+    import sqlite3
+
+    source = SYNTHETIC_DATA / "ehr_sql"
+    path.write_text(json.dumps(questions, indent=1), encoding="utf-8")
+    schema = (source / "eicu.sql").read_text(encoding="utf-8")
+    (path.parent / "eicu.sql").write_text(schema, encoding="utf-8")
+    if not (path.parent / "valid.json").exists():
+        (path.parent / "valid.json").write_text("[]", encoding="utf-8")
+    db = path.parent / "eicu.sqlite"
+    db.unlink(missing_ok=True)
+    with sqlite3.connect(db) as conn:
+        conn.executescript(schema + (source / "eicu_rows.sql").read_text(encoding="utf-8"))
+    conn.close()
+
+
+def _gold_rows(query: str) -> list[tuple]:
+    """The gold query's rows on the invented database (in memory)."""
+    import sqlite3
+
+    source = SYNTHETIC_DATA / "ehr_sql"
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.executescript((source / "eicu.sql").read_text(encoding="utf-8")
+                           + (source / "eicu_rows.sql").read_text(encoding="utf-8"))
+        return conn.execute(query).fetchall()
+    finally:
+        conn.close()
+
+
+EHR_SQL_METRICS = ("ehr_sql_execution_accuracy", "ehr_sql_query_validity")
+
+
+def _ehr_sql_excuse(item: dict, completion: str, metric: str, helm: float | None, ours: float | None) -> bool:
+    """Where HELM's EhrSqlAnnotator/EhrSqlMetric read differently on purpose (docs/metrics.md): HELM runs the
+    whole answer, ours its first statement (text after the first ``;``); HELM runs prose as SQL, so a prose
+    abstention on an unanswerable question is 0 there; and HELM never credits a query whose gold returns no rows
+    (it credits an empty answer there instead), ours compares the two empty results."""
+    if metric not in EHR_SQL_METRICS:
+        return False
+    if re.search(r";\s*\S", completion.strip().replace("`", "")):
+        return True
+    if item.get("is_impossible"):
+        return metric == EHR_SQL_METRICS[0] and bool(completion.strip()) and (helm, ours) == (0, 1)
+    return metric == EHR_SQL_METRICS[0] and not _gold_rows(str(item["query"]))
+
+
+def _ehr_sql_answers(item: dict) -> list[str]:
+    gold = str(item["query"])
+    if item.get("is_impossible"):
+        return ["", "I cannot answer this question.", "select count(*) from patient;", "null"]
+    return [gold, f"```sql\n{gold};\n```", "", "select * from nosuchtable;",
+            gold.replace("select ", "select distinct ", 1), f"<sql>{gold}</sql>", "select 1; select 2;"]
+
+
+JURY_CRITERIA = ("accuracy", "completeness", "clarity")
+
+SYNTHETIC_CASES: tuple[Case, ...] = (
+    Case("medhallu", "medhallu/pqa_labeled.json", "medhallu/pqa_labeled/train-00000-of-00001.parquet", (),
+         _medhallu_items, _write_medhallu, key=_medhallu_key,
+         answers=lambda item: ["0", "1", " 1", "0.", "The answer is 1", "1\n"], main="exact_match",
+         helm_main="exact_match", hf_dataset="UTAustin-AIHealth/MedHallu", synthetic=True),
+    Case("medi_qa", "medi_qa/mediqa_qa_source_test.json", "medi_qa/mediqa_qa_source/test/0000.parquet", (),
+         _read_json, _write_hub_parquet, key=lambda row: collapse(row["QUESTION"]["QuestionText"]),
+         answers=_medi_qa_answers, main="jury_score_normalized", helm_main="medi_qa_accuracy",
+         hf_dataset="bigbio/mediqa_qa", synthetic=True, jury=JURY_CRITERIA,
+         known={"main": "the ranked column: ours is jury_score_normalized, HELM ranks medi_qa_accuracy, which ours "
+                        "computes beside it and which is equal (docs/metrics.md, Two rules, two names)"}),
+    Case("race_based_med", "race_based_med/supplement.json",
+         "race_based_med/41746_2023_939_MOESM1_ESM.docx", (("race_based.docx", None),),
+         lambda path: _read_json(path)["pairs"], _write_race_docx,
+         key=lambda pair: collapse(pair["run"].split(": ", 1)[1]),
+         answers=_race_answers, main="exact_match", helm_main="exact_match", synthetic=True,
+         helm_packages=("python-docx==1.2.0",)),
+    *(Case(name, name, f"{name}/{directory}", ((".", None),), _read_notes, _write_notes,
+           key=lambda note: collapse(note[1])[:160], answers=_note_answers, main="jury_score_normalized",
+           helm_main=f"{name}_accuracy", synthetic=True, github_listing=True, jury=JURY_CRITERIA,
+           known={"main": f"the ranked column: ours is jury_score_normalized, HELM ranks {name}_accuracy, which ours "
+                          "computes beside it and which is equal (docs/metrics.md, Two rules, two names)"})
+      for name, directory in (("mtsamples_replicate", "mtsamples_processed"),
+                              ("mtsamples_procedures", "mtsample_procedure"))),
+    Case("ehr_sql", "ehr_sql/test.json", "ehr_sql/test.json",
+         (("ehrsql_test.json", None), ("ehrsql_valid.json", "[]"), ("ehrsql_train.json", "[]")),
+         _read_json, _write_ehr_sql, key=lambda item: collapse(item["question"]), answers=_ehr_sql_answers,
+         main="ehr_sql_execution_accuracy", helm_main="ehr_sql_execution_accuracy", synthetic=True,
+         known={"metrics": "EHRSQL: ours reads the answer's first SQL statement (HELM runs the whole text, so a "
+                           "second statement fails it), reads a prose answer to an unanswerable question as "
+                           "abstaining (HELM runs it as SQL: 0), and compares a query's empty result with the "
+                           "gold's empty result (HELM never credits a query there, and credits an empty answer)",
+                "aggregate": "follows from the metrics' difference (EHRSQL's reading rules)",
+                "main": "follows from the metrics' difference (EHRSQL's reading rules)"},
+         excuse=_ehr_sql_excuse, on_some_items=frozenset({"metrics", "aggregate", "main"})),
+)
+CASES = CASES + SYNTHETIC_CASES
 
 
 def select(names: Iterable[str] | None = None) -> list[Case]:

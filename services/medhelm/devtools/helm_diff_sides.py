@@ -2,8 +2,9 @@
 its venv, its run dependencies installed beside it by ``ensure_run_deps``) and ``medhelm run`` on a case's slice
 against one prod_env, and reading each side's run folder into a ``Side`` (per position: ids, references,
 completion, metrics, the request bodies the server received, the jury's verdicts). Owns how HELM is driven offline
-(the prod_env, the ``sitecustomize`` serving Hugging Face datasets from the slice, the ROUGE-only metric) and the
-two run folders' formats as read here.
+(the prod_env, the ``sitecustomize`` serving Hugging Face datasets from the slice and answering a GitHub contents
+listing from the download folder, the ROUGE-only metric, a case's extra packages) and the two run folders' formats
+as read here.
 
 Failure semantics: a side that fails to run raises ``DiffError`` with the tail of its log (no instance text beyond
 the public benchmark data); ``ensure_run_deps`` offline raises ``DiffError`` naming the folder.
@@ -47,15 +48,16 @@ class HelmRun:
         return self.python.parent / "helm-run"
 
 
-def ensure_run_deps(python: Path, folder: Path) -> Path:
-    """``RUN_PACKAGES`` installed for crfm-helm's venv under ``folder`` (pip --target, reused when present)."""
+def ensure_run_deps(python: Path, folder: Path, packages: tuple[str, ...] = RUN_PACKAGES) -> Path:
+    """``packages`` (``RUN_PACKAGES``) installed for crfm-helm's venv under ``folder`` (pip --target, reused when
+    present)."""
     ok = folder / ".ok"
-    want = "\n".join(RUN_PACKAGES)
+    want = "\n".join(packages)
     if ok.is_file() and ok.read_text() == want:
         return folder
     shutil.rmtree(folder, ignore_errors=True)
     done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target",
-                           str(folder), *RUN_PACKAGES], capture_output=True, text=True, timeout=3600)
+                           str(folder), *packages], capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise DiffError(f"cannot install helm-run's dependencies in {folder} (offline?): "
                         f"{(done.stderr.strip().splitlines() or [''])[-1][:200]}")
@@ -115,6 +117,7 @@ def _env(**extra: str) -> dict[str, str]:
 # module in the helm-run process
 SITECUSTOMIZE = """\
 import csv
+import json
 import os
 
 _SLICES = os.environ.get("MEDHELM_DIFF_HF_SLICES", "")
@@ -126,16 +129,44 @@ if _SLICES:
 
     def load_dataset(path, *args, **kwargs):
         for pair in _SLICES.split(os.pathsep):
-            name, _, csv_file = pair.partition("=")
+            name, _, data_file = pair.partition("=")
             if path == name or path.startswith(name + "-"):
-                with open(csv_file, newline="", encoding="utf-8") as fh:
+                # the split asked for (a Dataset), else the slice as the "test" split (a DatasetDict)
+                split = kwargs.get("split")
+                files = {split or "test": data_file}
+                if not data_file.endswith(".csv"):  # a Hub parquet file: typed by its own schema
+                    return _load("parquet", data_files=files, split=split)
+                with open(data_file, newline="", encoding="utf-8") as fh:
                     header = next(csv.reader(fh))
                 features = datasets.Features({c: datasets.Value("int64" if c in _INTS else "string")
                                               for c in header})
-                return _load("csv", data_files={"test": csv_file}, features=features)
+                return _load("csv", data_files=files, features=features, split=split)
         return _load(path, *args, **kwargs)
 
     datasets.load_dataset = load_dataset
+
+_LISTED = dict(pair.partition("=")[::2] for pair in
+               filter(None, os.environ.get("MEDHELM_DIFF_GITHUB_LISTING", "").split(os.pathsep)))
+if _LISTED:
+    # the one network call of a scenario that lists its files through GitHub's contents API
+    # (.../contents/<folder>?ref=...): answered with the names of the files already in that folder's download
+    # folder (which the scenario then reads instead of downloading them)
+    import requests
+
+    _get = requests.get
+
+    def get(url, *args, **kwargs):
+        if url.startswith("https://api.github.com/repos/") and "/contents/" in url:
+            folder = url.split("/contents/", 1)[1].split("?", 1)[0].rstrip("/")
+            if folder in _LISTED:
+                response = requests.Response()
+                response.status_code = 200
+                response._content = json.dumps([{"name": n, "type": "file"}
+                                                for n in sorted(os.listdir(_LISTED[folder]))]).encode()
+                return response
+        return _get(url, *args, **kwargs)
+
+    requests.get = get
 
 if os.environ.get("MEDHELM_DIFF_ROUGE_ONLY"):
     # SummarizationMetric needs torch, spacy's en_core_web_sm, summ_eval and downloads (QAFactEval): its ROUGE
@@ -198,14 +229,30 @@ def run_helm(helm: HelmRun, case: Case, work: Path, count: int) -> Path:
         done = subprocess.run([str(helm.helm_run), "--run-entries", _entry(case, work, False), "--suite", "diff",
                                "--max-eval-instances", str(count), "--local-path", "prod_env",
                                "--output-path", "helm", "-n", "1"], cwd=work, stdout=fh, stderr=subprocess.STDOUT,
-                              env=_env(PYTHONPATH=f"{site}{os.pathsep}{helm.deps}", MEDHELM_DIFF_HF_SLICES=slices,
+                              env=_env(MEDHELM_DIFF_HF_SLICES=slices,
                                          MEDHELM_DIFF_HF_INTS=",".join(case.hf_int_columns),
-                                         MEDHELM_DIFF_ROUGE_ONLY="1" if case.jury else ""),
+                                         MEDHELM_DIFF_ROUGE_ONLY="1" if case.jury else "",
+                                         **_offline_helm_env(helm, [case], work, site)),
                               timeout=3600)
     runs = [p for p in (work / "helm/runs/diff").glob(f"{case.name}:*") if (p / "scenario_state.json").is_file()]
     if done.returncode != 0 or len(runs) != 1:
         raise DiffError(f"helm-run {case.name} failed (exit {done.returncode}): {_tail(log)}")
     return runs[0]
+
+
+def _offline_helm_env(helm: HelmRun, cases: list[Case], work: Path, site: Path) -> dict[str, str]:
+    """helm-run's PYTHONPATH (the sitecustomize, helm-run's dependencies, the cases' own packages) and the GitHub
+    folders whose listing the sitecustomize answers (<upstream folder>=<HELM's download folder>), for any cases."""
+    path = [site, helm.deps] + [case_deps(helm, c) for c in cases if c.helm_packages]
+    listed = [f"{Path(c.mirror).name}={work / 'helm/scenarios' / c.name}" for c in cases if c.github_listing]
+    return {"PYTHONPATH": os.pathsep.join(map(str, path)), "MEDHELM_DIFF_GITHUB_LISTING": os.pathsep.join(listed)}
+
+
+def case_deps(helm: HelmRun, case: Case) -> Path:
+    """The case's ``helm_packages`` installed for crfm-helm's venv: under MEDHELM_HELM_CASE_DEPS, else beside
+    helm-run's dependencies (``<deps>-cases``), one folder per case."""
+    root = Path(os.environ.get("MEDHELM_HELM_CASE_DEPS") or f"{helm.deps}-cases")
+    return ensure_run_deps(helm.python, root / case.name, case.helm_packages)
 
 
 def run_ours(case: Case, work: Path) -> Path:

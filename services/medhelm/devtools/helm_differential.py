@@ -47,10 +47,10 @@ from typing import Any
 import yaml
 
 from medhelm.devtools.helm_diff_cases import (  # noqa: F401  (the harness's public names, in one place)
-    CASES, DEPLOYMENT, JUDGES, MEDCALC_HELM_UNKNOWN_CATEGORIES, MODEL, Case, jury_verdict, select)
+    CASES, DEPLOYMENT, JUDGES, MEDCALC_HELM_UNKNOWN_CATEGORIES, MODEL, SYNTHETIC_DATA, Case, jury_verdict, select)
 from medhelm.devtools.helm_diff_sides import (  # noqa: F401
-    HELM_VERSION, RUN_PACKAGES, DiffError, HelmRun, Side, attach_wire, ensure_run_deps, read_helm, read_ours,
-    run_helm, run_ours, write_prod_env)
+    HELM_VERSION, RUN_PACKAGES, DiffError, HelmRun, Side, attach_wire, case_deps, ensure_run_deps, read_helm,
+    read_ours, run_helm, run_ours, write_prod_env)
 from medhelm.devtools.mock_openai import KeyedAnswers, MockOpenAIServer
 
 TOLERANCE = 1e-9
@@ -209,12 +209,17 @@ def _first_difference(a: str, b: str) -> str:
 # -- one benchmark, all of them -----------------------------------------------------------------------------------
 
 
+def slice_path(case: Case, shared_data: Path) -> Path:
+    """Where the case's slice is read: the shared data folder, or the invented slices' folder."""
+    return (SYNTHETIC_DATA if case.synthetic else shared_data) / case.shared
+
+
 def prepare(case: Case, shared_data: Path, work: Path, limit: int | None) -> list[Any] | None:
     """The slice written for both sides; None when the benchmark's data is not on this machine."""
     if case.custom is not None:
         return _prepare_custom(case, work, limit)
-    source = shared_data / case.shared
-    if not source.is_file():
+    source = slice_path(case, shared_data)
+    if not source.exists():
         return None
     items = case.read(source)
     items = items[:limit] if limit else items
@@ -250,7 +255,7 @@ def run_case(case: Case, helm: HelmRun, shared_data: Path, work: Path, limit: in
     work.mkdir(parents=True, exist_ok=True)
     items = prepare(case, shared_data, work, limit)
     if items is None:
-        return Row(case.name, skipped=f"no data at {shared_data / case.shared}")
+        return Row(case.name, skipped=f"no data at {slice_path(case, shared_data)}")
     keys = [case.key(item) for item in items]
     responder = KeyedAnswers({k: case.answers(item) for k, item in zip(keys, items)}, seed=seed,
                              judge=jury_verdict(case.jury) if case.jury else None)

@@ -6,9 +6,11 @@ time limit (``timeout_s``, default 10 s). Memory is bounded per connection: stri
 ``MAX_VALUE_BYTES`` (``SQLITE_LIMIT_LENGTH``, so ``randomblob(900000000)`` fails before allocating), the page
 cache at ``CACHE_KIB``, the statement length and nesting by SQLite limits, and the fetched result at
 ``MAX_ROWS`` rows and ``MAX_RESULT_BYTES``; any cap hit makes the query invalid (``QueryFailed``), never an
-exhausted pod. Results are compared as multisets of rows (order-insensitive; floats rounded to 6 digits).
-A question the gold marks unanswerable is correct iff the model returns no SQL: an empty answer or one with
-no SQL statement at all ("I cannot answer this question.") abstains (``has_statement``).
+exhausted pod. Results are compared as HELM's ``EhrSqlMetric`` compares them, as sets of rows (order and
+repeats ignored; floats rounded to 6 digits). A question the gold marks unanswerable (``is_impossible``, or the
+gold ``null``) is correct iff the model returns no SQL: an empty answer or one with no SQL statement at all
+("I cannot answer this question.") abstains (``has_statement``); its query validity is HELM's (a query that runs
+1, none or a failing one 0). The SQL is read from ``<sql>`` tags or a code fence, up to the first ``;``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from medhelm.specs import Instance, MetricSpec
 
 NAMES = ("ehr_sql_execution_accuracy", "ehr_sql_query_validity", "ehr_sql_unanswerable_accuracy")
 _FENCE = re.compile(r"```(?:sqlite|sql)?\s*(.*?)```", re.S | re.I)
+_TAGGED = re.compile(r"<\s*sql\s*>(.*?)<\/?\s*sql\s*>", re.S | re.I)  # HELM's EhrSqlAnnotator's pattern
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)
 _READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
 MAX_ROWS = 100_000
@@ -54,9 +57,9 @@ class QueryFailed(Exception):
 
 
 def extract_sql(text: str) -> str:
-    """The SQL in a completion: inside a code fence if there is one, up to the first ';'."""
+    """The SQL in a completion: inside ``<sql>`` tags or a code fence if there is one, up to the first ';'."""
     t = _THINK.sub("", text)
-    fenced = _FENCE.search(t)
+    fenced = _TAGGED.search(t) or _FENCE.search(t)
     sql = (fenced.group(1) if fenced else t).strip()
     sql = re.sub(r"^(?:sql\s*query\s*:|sql\s*:)\s*", "", sql, flags=re.I)
     if ";" in sql:
@@ -124,10 +127,10 @@ def score_sql(instance: Instance, answer: str, timeout_s: float,
     if not has_statement(predicted):
         predicted = ""  # prose only ("I cannot answer this question."): abstains, like an empty answer
     gold = instance.correct_references[0].text.strip() if instance.correct_references else ""
-    if instance.extra.get("is_impossible") or not gold:
-        ok = float(not predicted)
-        return {NAMES[0]: ok, NAMES[1]: None, NAMES[2]: ok}
     db = str(database) if database is not None else str(instance.extra.get("db_path", ""))
+    if instance.extra.get("is_impossible") or gold.lower() in ("", "null", "none"):
+        ok = float(not predicted)
+        return {NAMES[0]: ok, NAMES[1]: float(bool(predicted) and _runs(db, predicted, timeout_s)), NAMES[2]: ok}
     try:
         expected = run_query(db, gold, timeout_s)
     except QueryFailed:
@@ -138,7 +141,15 @@ def score_sql(instance: Instance, answer: str, timeout_s: float,
         got = run_query(db, predicted, timeout_s)
     except QueryFailed:
         return {NAMES[0]: 0.0, NAMES[1]: 0.0, NAMES[2]: None}
-    return {NAMES[0]: float(got == expected), NAMES[1]: 1.0, NAMES[2]: None}
+    return {NAMES[0]: float(set(got) == set(expected)), NAMES[1]: 1.0, NAMES[2]: None}
+
+
+def _runs(db: str, sql: str, timeout_s: float) -> bool:
+    try:
+        run_query(db, sql, timeout_s)
+    except QueryFailed:
+        return False
+    return True
 
 
 def _bind(spec: MetricSpec):

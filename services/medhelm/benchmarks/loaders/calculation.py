@@ -111,9 +111,9 @@ def _ehr_sql_questions(questions: Path, schema_text: str, db: Path) -> Iterator[
         if not isinstance(item, dict) or "question" not in item or "query" not in item:
             raise ConfigError(f"record {n}: expected 'question' and 'query'", path=questions)
         impossible = bool(item.get("is_impossible", False))
-        gold = "" if impossible or str(item["query"]).strip().lower() in ("", "null", "none") else str(item["query"])
+        # the gold as published (``null`` for an unanswerable question), as HELM's reference
         yield text_instance(
-            str(item.get("id", n)), gold, context=schema_text, question=str(item["question"]),
+            str(item.get("id", n)), str(item["query"]), context=schema_text, question=str(item["question"]),
             extra={"db_path": str(Path(db).resolve()), "is_impossible": impossible,
                    "value": json.dumps(item.get("value", {}), sort_keys=True)},
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 from medhelm.benchmarks.base import LoadContext
@@ -50,12 +51,14 @@ def split_note(text: str) -> tuple[str, str] | None:
 UPSTREAM_LISTING_CAP = 1000
 
 
-def split_note_as_upstream(text: str) -> tuple[str, str] | None:
+def split_note_as_upstream(text: str, cut_any: bool = False) -> tuple[str, str] | None:
     """Upstream's selection (``MTSamplesReplicateScenario``): a header is looked for in the upper-cased text
     but split on in the text as written, so a note with ``Plan:``/``Summary:``/``Findings:`` and no upper-case
     twin raised and was skipped; a header found with nothing after it on its line gives no reference; PLAN is
     preferred to SUMMARY to FINDINGS. The reference is upstream's; the input stops before that section (as
-    ``split_note``: upstream kept a SUMMARY/FINDINGS reference in the input)."""
+    ``split_note``: upstream's replicate scenario kept a SUMMARY/FINDINGS reference in the input), or with
+    ``cut_any`` (``MTSamplesProceduresScenario``'s rule) before the first of the three headers written in upper
+    case, whichever is the reference."""
     text = text.strip()
     upper = text.upper()
     found: dict[str, str] = {}
@@ -69,6 +72,8 @@ def split_note_as_upstream(text: str) -> tuple[str, str] | None:
     if section is None:
         return None
     before = text[:text.index(f"{section}:")].strip()
+    if cut_any:
+        before = text[:min(text.index(f"{s}:") for s in SECTIONS if f"{s}:" in text)].strip()
     # a note opening with its section: upstream's input was the note up to PLAN (or all of it)
     return (before or text.split("PLAN:")[0].strip() or text), found[section]
 
@@ -79,7 +84,8 @@ def load_mtsamples(ctx: LoadContext, entry) -> Iterator[Instance]:
     if ctx.args.get("instance_set") == "leaderboard":
         note_skipped(files[0].parent if files else Path("."), max(0, len(files) - UPSTREAM_LISTING_CAP), "note",
                      "past the first 1,000 files upstream's listing returned")
-        files, split = files[:UPSTREAM_LISTING_CAP], split_note_as_upstream
+        files = files[:UPSTREAM_LISTING_CAP]
+        split = partial(split_note_as_upstream, cut_any=entry.options.get("input_cut") == "any_section")
     skipped = 0
     for path in files:
         parsed = split(clean_text(path.read_text(encoding="utf-8-sig", errors="replace")))

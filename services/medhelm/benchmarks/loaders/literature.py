@@ -39,14 +39,15 @@ MEDHALLU_COLUMNS = ("Question", "Knowledge", "Ground Truth", "Hallucinated Answe
 
 def load_medhallu(ctx: LoadContext, entry) -> Iterator[Instance]:
     """Each row gives two instances: the ground-truth answer (label 0) and the hallucinated one (label 1).
-    The input is upstream's: ``World Knowledge: ...``, ``Question: ...``, ``Answer: ...``."""
+    The input is upstream's: ``World Knowledge: ...``, ``Question: ...``, ``Answer: ...``, the knowledge (a list
+    of passages in the dataset) written as upstream's f-string writes it, Python's ``str`` of the list."""
     (path,) = fetch_all(ctx, entry.folder, entry.remote)
     for i, row in enumerate(read_arrow_table(path, MEDHALLU_COLUMNS)):
         knowledge = row["Knowledge"]
-        if isinstance(knowledge, (list, tuple)):
-            knowledge = "\n".join(map(str, knowledge))
+        if isinstance(knowledge, tuple):
+            knowledge = list(knowledge)
         for kind, answer, label in (("truth", row["Ground Truth"], "0"), ("hallucinated", row["Hallucinated Answer"], "1")):
-            yield text_instance(f"{i}-{kind}", label, context=f"World Knowledge: {knowledge}",
+            yield text_instance(f"{i}-{kind}", label, context=str(knowledge),
                                 question=f"Question: {row['Question']}\n\nAnswer: {answer}")
 
 
