@@ -67,6 +67,8 @@ class LearntRate:
         self._advanced = self.born
         self._bound_at = -math.inf  # the last time the learnt rate held a request back
         self._latency: float | None = None  # a moving average of answers' latency
+        self._idle: list[tuple[float, float]] = []  # (from, to): spells every learnt bucket sat full, by time
+        self._idle_seen = self.born  # idle spells are accounted up to this time
 
     @property
     def paces(self) -> bool:
@@ -88,6 +90,8 @@ class LearntRate:
             self._sent.popleft()
         if self._refused and self._refused[0][0] < horizon:
             del self._refused[:bisect.bisect_left(self._refused, (horizon, -math.inf))]
+        if self._idle and self._idle[0][1] < horizon:
+            del self._idle[:bisect.bisect_left(self._idle, horizon, key=lambda spell: spell[1])]
 
     def answered(self, latency_s: float) -> None:
         self._latency = latency_s if self._latency is None else 0.9 * self._latency + 0.1 * latency_s
@@ -105,6 +109,15 @@ class LearntRate:
         estimate = self._estimate(started)
         if estimate is not None:
             requests, used, span = estimate
+            idle = self._idle_between(started - span, started)
+            if idle > 0.0 and self.requests_per_s is not None and self._estimated:
+                # we sent under our own rate for a while (a starved event loop, the in-flight limit): the gateway's
+                # bucket may have sat full and lost refill too, so the accepted count understates its refill. Over
+                # the time we were busy it does not; a long bucket that lost nothing would read more than its
+                # refill that way, so never more than the rate that was just refused
+                busy = span / max(span - idle, 1e-9)
+                requests = max(requests, min(requests * busy, self.requests_per_s))
+                used = max(used, min(used * busy, self.tokens_per_s or 0.0))
             if span > QUIET_S and self.requests_per_s is not None:
                 # no refusal for a while: the gateway's bucket may have sat full (our rate under its budget) for
                 # part of the span, so what it accepted is a floor; the rate that was just refused, a ceiling, which
@@ -182,6 +195,16 @@ class LearntRate:
         refused = self._refused[lo:hi]
         return requests - len(refused), tokens - sum(t for _, t in refused)
 
+    def _idle_between(self, a: float, b: float) -> float:
+        """Seconds between ``a`` and ``b`` every learnt bucket sat full (this process sent under its learnt rate)."""
+        i = bisect.bisect_right(self._idle, a, key=lambda spell: spell[1])
+        total = 0.0
+        for start, end in self._idle[i:]:
+            if start >= b:
+                break
+            total += min(end, b) - max(start, a)
+        return total
+
     def _estimate(self, b: float) -> tuple[float, float, float] | None:
         """The gateway's refill as seen by this process: accepted between the latest earlier refusal far enough
         back and the refusal sent at ``b``, per second, and the seconds that spans."""
@@ -243,6 +266,12 @@ class LearntRate:
 
     def _advance(self, now: float) -> None:
         """The climb: while the learnt rate held requests back (within the last second), it grows additively."""
+        buckets = [bucket for bucket in self.buckets if bucket is not None]
+        if buckets and now > self._idle_seen:
+            start = max(self._idle_seen, *(bucket.full_at() for bucket in buckets))
+            if start < now:
+                self._idle.append((start, now))
+            self._idle_seen = now
         dt = now - self._advanced
         if dt <= 0.0:
             return
