@@ -4,9 +4,12 @@ feeds it every send and refusal and paces by its two buckets; docs/pacing.md giv
 
 A gateway's token bucket is (nearly) empty whenever it refuses, so what it accepted between two refusals is its
 refill over that time: the estimate is what was sent and not refused between an earlier refusal and this one, per
-second. A refusal of a request sent after the last cut sets the rate to ``BACKOFF`` x that estimate (before any
-estimate, it halves what was sent); while the rate holds requests back it climbs additively, faster the longer no
-refusal comes, so a raised budget is found again and shards sharing a gateway drift toward equal parts (AIMD).
+second (over the seconds this process was busy: while its own buckets sat full it sent under its rate, and the
+gateway may have lost refill it cannot count). A refusal of a request sent after the last cut sets the rate to
+``BACKOFF`` x that estimate (before any estimate, it halves what was sent); while the rate holds requests back it
+climbs additively, faster the longer no refusal comes, so a raised budget is found again. A Job's shards climb by a
+unit they share (their fair part, read from the gateway's fractional ``Retry-After``), so the smaller gain on the
+larger as AIMD flows do.
 
 Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing
 to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate); a learnt rate
@@ -34,6 +37,10 @@ CLIMB_MAX = 64.0  # ... up to this many times
 FIRST_CLIMB = 8.0  # ... and this many times faster before the first estimate
 PEAK_HALF_LIFE_S = 600.0  # the highest rate learnt (the climb's unit) forgets half of itself in this time ...
 PEAK_OVER = 2.0  # ... and is never over this many times the last estimate
+WAITS_KEPT = 8  # a shard's fair part is read from the longest of this many refusals' Retry-After ...
+WAITS_NEEDED = 3  # ... once it has this many
+SHARD_CLIMB = 0.7  # a shard climbs by this part of its fair part (its cut takes off its own part only)
+FAIR_FLOOR = 0.5  # before its first estimate a shard's halvings stop at this part of its fair part
 BURST_S = 1.0  # the learnt buckets hold this many seconds of refill (at least one request's cost)
 MIN_RATE = 0.01  # requests (or tokens) a second: the slowest pace a refusal can set
 
@@ -42,12 +49,15 @@ class LearntRate:
     """Requests and tokens a second one deployment may send, learnt from the gateway's refusals."""
 
     def __init__(self, clock: Callable[[], float], *, cap_requests: float | None = None,
-                 cap_tokens: float | None = None, alone: bool = True) -> None:
+                 cap_tokens: float | None = None, share: float = 1.0) -> None:
         """``cap_*``: per second, a configured budget the learnt rate never exceeds (the configured buckets pace
-        by it already). ``alone``: not one of a Job's shards (whose part of the gateway an estimate over a short
-        span reads with more noise than a process alone: they refine only over full spans)."""
+        by it already). ``share``: under 1, this process is one of a Job's shards, each taking that part of the
+        gateway (an estimate over a short span reads its part with more noise than a process alone's whole: they
+        refine only over full spans; they climb by a unit they share, see ``_fair``)."""
         self._clock = clock
-        self._alone = alone
+        self._share = share
+        self._alone = share >= 1.0
+        self._waits: collections.deque[float] = collections.deque(maxlen=WAITS_KEPT)  # refusals' Retry-After
         self._caps = (cap_requests, cap_tokens)
         self.born = clock()
         self.requests_per_s: float | None = None  # None until learnt
@@ -96,12 +106,15 @@ class LearntRate:
     def answered(self, latency_s: float) -> None:
         self._latency = latency_s if self._latency is None else 0.9 * self._latency + 0.1 * latency_s
 
-    def refused(self, started: float, tokens: float) -> bool:
-        """A request sent at ``started`` (costing ``tokens``) was refused as too many. True when the rate was cut."""
+    def refused(self, started: float, tokens: float, retry_after: float | None = None) -> bool:
+        """A request sent at ``started`` (costing ``tokens``) was refused as too many, the gateway saying to wait
+        ``retry_after`` seconds. True when the rate was cut."""
         now = self._clock()
         self._advance(now)
         self.refusals += 1
         bisect.insort(self._refused, (started, tokens))
+        if retry_after and retry_after > 0.0 and not self._alone:
+            self._waits.append(retry_after)
         if started < self._cut_at:
             return False
         if self._estimated and self._accepted(self._cut_at, started)[0] < 1.0:
@@ -142,8 +155,10 @@ class LearntRate:
             if requests <= 0.0:  # nothing was sent to halve
                 return False
             self._cut(requests, used, now, estimated=False)
-            self._set(self.requests_per_s / 2 / BACKOFF, self.tokens_per_s / 2 / BACKOFF if self.tokens_per_s
-                      else None, now)
+            # halve what was sent; a shard stops at a part of its fair part (the first to be refused would else
+            # halve itself far under the others before any of them estimates)
+            part = min(1.0, max(0.5, FAIR_FLOOR * (self._fair() or 0.0) / requests))
+            self._set(requests * part, used * part if self.tokens_per_s else None, now)
         else:
             return False
         return True
@@ -194,6 +209,16 @@ class LearntRate:
         hi = bisect.bisect_right(self._refused, (b, math.inf))
         refused = self._refused[lo:hi]
         return requests - len(refused), tokens - sum(t for _, t in refused)
+
+    def _fair(self) -> float | None:
+        """A shard's fair part of the gateway's request rate, None when unknown (a process alone, or a gateway that
+        states its wait in whole seconds). A request bucket that refuses lacks less than one request, so the
+        longest of the last waits it states is about one request's refill time, the same for every shard: share /
+        that wait is a part the shards agree on without a coordinator."""
+        if self._alone or len(self._waits) < WAITS_NEEDED or all(w == int(w) for w in self._waits):
+            return None
+        n = len(self._waits)  # the longest of n waits drawn evenly below one request's refill: n / (n + 1) of it
+        return self._share * n / (n + 1) / max(self._waits)
 
     def _idle_between(self, a: float, b: float) -> float:
         """Seconds between ``a`` and ``b`` every learnt bucket sat full (this process sent under its learnt rate)."""
@@ -280,6 +305,10 @@ class LearntRate:
             return
         pr, pt, _ = self._peak  # the climb's unit: the highest rate estimated (or the rate itself, before one)
         pr, pt = max(pr, self.requests_per_s), max(pt, self.tokens_per_s or 0.0)
+        fair = self._fair()
+        if fair is not None:  # shards climb by one unit they share, so the smaller ones gain on the larger (AIMD)
+            unit = SHARD_CLIMB * fair
+            pr, pt = unit, unit * (self.tokens_per_s or 0.0) / self.requests_per_s
         boost = min(CLIMB_MAX, 2.0 ** ((now - self._quiet_since) / CLIMB_DOUBLING_S)) * CLIMB * dt
         if not self._estimated:  # a halving guessed: find the budget's edge again soon, to estimate it there
             boost *= FIRST_CLIMB
