@@ -39,8 +39,8 @@ PEAK_HALF_LIFE_S = 600.0  # the highest rate learnt (the climb's unit) forgets h
 PEAK_OVER = 2.0  # ... and is never over this many times the last estimate
 WAITS_KEPT = 8  # a shard's fair part is read from the longest of this many refusals' Retry-After ...
 WAITS_NEEDED = 3  # ... once it has this many
-SHARD_CLIMB = 0.7  # a shard climbs by this part of its fair part (its cut takes off its own part only)
-FAIR_FLOOR = 0.5  # before its first estimate a shard's halvings stop at this part of its fair part
+SHARD_CLIMB = 0.6  # a shard climbs by this part of its fair part (its cut takes off its own part only)
+FAIR_FLOOR = 0.5  # a shard's halvings stop at this part of its fair part, and its first estimate is within it
 BURST_S = 1.0  # the learnt buckets hold this many seconds of refill (at least one request's cost)
 MIN_RATE = 0.01  # requests (or tokens) a second: the slowest pace a refusal can set
 
@@ -142,6 +142,17 @@ class LearntRate:
                 else:  # a shard's next refusal refines only over a full span: cut from the ceiling
                     requests = max(requests, self.requests_per_s)
                     used = max(used, self.tokens_per_s or 0.0)
+            fair = None if self._estimated else self._fair()
+            if fair is not None and requests > 0.0:
+                # a shard's first estimate, over a short span, reads its part with the noise of who was refused
+                # first: kept within FAIR_FLOOR of its fair part either way
+                part = min(max(requests, FAIR_FLOOR * fair), fair / FAIR_FLOOR) / requests
+                requests, used = requests * part, used * part
+            if self._estimated and self.requests_per_s is not None:
+                # a cut never raises the rate: what a long bucket saved up while we sent under its refill reads
+                # as more than its refill until it runs dry
+                requests = min(requests, self.requests_per_s)
+                used = min(used, self.tokens_per_s) if self.tokens_per_s else used
             self._cut(requests, used, now, estimated=True)
         elif not self._estimated:
             # nothing to estimate from yet: halve the rate (at first, what was sent over the last second)
