@@ -193,3 +193,23 @@ def test_the_learnt_rates_refusals_and_waiting_are_prometheus_series_per_deploym
     assert value("medhelm_pacing_learnt_tokens_per_second") is None  # no request counted tokens
     assert value("medhelm_rate_limited_total") == pacer.rate_limited > 0
     assert value("medhelm_pacing_wait_seconds_total") == 1.5
+
+
+def test_a_shards_fair_part_is_read_from_fractional_retry_after_only():
+    """Shards climb by a unit they share, share / one request's refill time, read from the longest of the last
+    waits the gateway stated; a gateway that states whole seconds, or a process alone, gives none."""
+    from medhelm.inference.pacing.learnt import LearntRate
+
+    def learnt(share, waits):
+        clock = Clock()
+        rate = LearntRate(clock, share=share)
+        for i, wait in enumerate(waits):
+            clock.t = 0.1 * (i + 1)
+            rate.sent(clock.t, 0.0)
+            rate.refused(clock.t, 0.0, wait)
+        return rate
+
+    assert learnt(0.5, [0.05, 0.1, 0.08])._fair() == pytest.approx(0.5 * 3 / 4 / 0.1)
+    assert learnt(0.5, [0.05, 0.1])._fair() is None  # too few waits yet
+    assert learnt(0.5, [1.0, 2.0, 1.0])._fair() is None  # whole seconds: no part to read
+    assert learnt(1.0, [0.05, 0.1, 0.08])._fair() is None  # a process alone climbs by its own rate
