@@ -12,8 +12,8 @@ unit they share (their fair part, read from the gateway's fractional ``Retry-Aft
 larger as AIMD flows do.
 
 Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing
-to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate); a learnt rate
-lies in [``MIN_RATE``, the configured cap]. Time comes from an injected clock (a simulation runs it)."""
+to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate), and a cut
+never raises a rate once estimated; a learnt rate lies in [``MIN_RATE``, the configured cap]. Time comes from an injected clock (a simulation runs it)."""
 
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ class LearntRate:
             fair = None if self._estimated else self._fair()
             if fair is not None and requests > 0.0:
                 # a shard's first estimate, over a short span, reads its part with the noise of who was refused
-                # first: kept within FAIR_FLOOR of its fair part either way
+                # first: kept between half and twice its fair part
                 part = min(max(requests, FAIR_FLOOR * fair), fair / FAIR_FLOOR) / requests
                 requests, used = requests * part, used * part
             if self._estimated and self.requests_per_s is not None:
