@@ -13,7 +13,8 @@ larger as AIMD flows do.
 
 Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing
 to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate), and a cut
-never raises a rate once estimated; a learnt rate lies in [``MIN_RATE``, the configured cap]. Time comes from an injected clock (a simulation runs it)."""
+never raises a rate once estimated; a learnt rate lies in [``MIN_RATE``, the configured cap]. Time comes from an
+injected clock (a simulation runs it)."""
 
 from __future__ import annotations
 
