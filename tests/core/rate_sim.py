@@ -7,6 +7,7 @@ simulated API gateway that refuses past a token bucket with 429 + ``Retry-After`
 seconds its cost needs to be back. Each process has ``workers`` instances in flight at most (the run's tasks), waits
 in the pacer's order (``try_acquire`` / ``blocked_for`` on the simulated clock), and sends a refused instance again
 after the pool's ``RetryPolicy`` delay (at least ``Retry-After``); an instance refused ``max_attempts`` times fails.
+A process's event loop may stall (``stalls``: a client starved on a loaded machine).
 Time is simulated and every draw seeded: the result depends on the seed only, never on the machine.
 Used by tests/core/test_pacing_rates.py and bench/bench_pacing_rates.py (which also measures the real thing).
 """
@@ -85,12 +86,35 @@ class Process:
 def simulate(gateway: Gateway, *, processes: int = 1, seconds: float = 180.0, latency_s: float = 0.02,
              jitter: float = 0.3, workers: int = 64, prompt_words: tuple[int, int] = (20, 60), max_tokens: int = 16,
              refuse_s: float = 0.002, seed: int = 0, stagger_s: float = 0.0, net_s: float = 0.0,
+             stalls: tuple[float, float] = (0.0, 0.0),
              retry_policy: RetryPolicy | None = None) -> tuple[list[Process], Clock]:
     """``processes`` (a Job's shards when more than one: each takes ``share`` 1/n) each keep ``workers`` instances
     going; an instance's prompt has a uniform number of words in ``prompt_words``. ``stagger_s``: process i
     starts at i x stagger_s. ``net_s``: the mean of a delay drawn (exponential) for each way between the pacer and
-    the gateway (HTTP and a busy event loop: requests arrive later than they start, and out of order)."""
+    the gateway (HTTP and a busy event loop: requests arrive later than they start, and out of order). ``stalls``:
+    (the share of the time, the mean seconds of one stall) a process's event loop gets no CPU (a client starved on
+    a loaded machine): run and stall lengths drawn (exponential) from a generator of the process's own, every event
+    of the process that falls in a stall (a start, an answer, a refusal, a wake) handled at its end, in order; the
+    gateway runs on."""
     rng = random.Random(seed)
+    stalled, stall_mean = stalls
+    stall_rngs = [random.Random(f"stalls {seed} {p}") for p in range(processes)]
+    stall_at = [(math.inf, math.inf)] * processes  # each process's current or next stall: (start, end)
+    if stalled > 0.0:
+        run_mean = stall_mean * (1.0 - stalled) / stalled
+        for p in range(processes):
+            start = stall_rngs[p].expovariate(1.0 / run_mean)
+            stall_at[p] = (start, start + stall_rngs[p].expovariate(1.0 / stall_mean))
+
+    def stall_end(p: int, t: float) -> float:
+        """The end of the stall process ``p`` is in at ``t`` (``t`` itself when it runs)."""
+        start, end = stall_at[p]
+        while t >= end:
+            start = end + stall_rngs[p].expovariate(1.0 / run_mean)
+            end = start + stall_rngs[p].expovariate(1.0 / stall_mean)
+        stall_at[p] = (start, end)
+        return end if t >= start else t
+
     retry_policy = retry_policy or RetryPolicy()
     clock = Clock()
     share = 1.0 / processes
@@ -141,8 +165,13 @@ def simulate(gateway: Gateway, *, processes: int = 1, seconds: float = 180.0, la
         push(p * stagger_s, "start", p)
     while events and events[0][0] <= seconds:
         t, _, kind, data = heapq.heappop(events)
-        clock.t = t
         p = data[0]
+        if kind != "arrive" and stalled > 0.0:
+            resume = stall_end(p, t)
+            if resume > t:
+                push(resume, kind, *data)
+                continue
+        clock.t = t
         proc = procs[p]
         if kind == "start":
             for _ in range(workers):

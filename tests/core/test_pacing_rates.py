@@ -73,11 +73,27 @@ def test_a_raised_budget_found_after_more_than_a_minute_without_refusals(seed):
     _check(procs, gateway, t0=180, t1=240)
 
 
+@pytest.mark.parametrize("seed", range(20))
 @pytest.mark.parametrize("processes,burst_s", [(2, 1.0), (3, 1.0), (2, 60.0), (3, 60.0)])
-def test_shards_share_one_budget_without_a_coordinator(processes, burst_s):
+def test_shards_share_one_budget_without_a_coordinator(processes, burst_s, seed):
+    """Every seed: a split set by chance in the first seconds (whichever shard is refused first halves first) is
+    undone by the climb's unit the shards share, so no shard is left under 0.60 of a fair share."""
     gateway = Gateway(requests_per_minute=300 * processes, burst_s=burst_s)
-    procs, _ = simulate(gateway, processes=processes, seconds=240)
+    procs, _ = simulate(gateway, processes=processes, seconds=240, seed=seed)
     _check(procs, gateway, t0=60, t1=240)
+
+
+@pytest.mark.parametrize("latency_s", [0.02, 0.5])
+def test_a_starved_client_does_not_read_its_own_stalls_as_a_smaller_budget(latency_s):
+    """The client's event loop gets no CPU 30 % of the time (stalls of 0.5 s on average, as a bench on a loaded
+    machine): what the gateway's one second of burst cannot keep of a stall is lost to any client, but the rate
+    learnt stays at the budget, so the rest is used."""
+    gateway = Gateway(requests_per_minute=600, burst_s=1.0)
+    procs, _ = simulate(gateway, seconds=240, latency_s=latency_s, net_s=0.05, stalls=(0.3, 0.5))
+    m = measure(procs, gateway, t0=60, t1=240)
+    assert m.failed == 0 and m.refused_share <= 0.02, m
+    assert m.used >= 0.9, m
+    assert procs[0].pacer.learnt.requests_per_s >= 9.0
 
 
 def test_a_shard_that_starts_later_gets_its_part():
@@ -177,3 +193,23 @@ def test_the_learnt_rates_refusals_and_waiting_are_prometheus_series_per_deploym
     assert value("medhelm_pacing_learnt_tokens_per_second") is None  # no request counted tokens
     assert value("medhelm_rate_limited_total") == pacer.rate_limited > 0
     assert value("medhelm_pacing_wait_seconds_total") == 1.5
+
+
+def test_a_shards_fair_part_is_read_from_fractional_retry_after_only():
+    """Shards climb by a unit they share, share / one request's refill time, read from the longest of the last
+    waits the gateway stated; a gateway that states whole seconds, or a process alone, gives none."""
+    from medhelm.inference.pacing.learnt import LearntRate
+
+    def learnt(share, waits):
+        clock = Clock()
+        rate = LearntRate(clock, share=share)
+        for i, wait in enumerate(waits):
+            clock.t = 0.1 * (i + 1)
+            rate.sent(clock.t, 0.0)
+            rate.refused(clock.t, 0.0, wait)
+        return rate
+
+    assert learnt(0.5, [0.05, 0.1, 0.08])._fair() == pytest.approx(0.5 * 3 / 4 / 0.1)
+    assert learnt(0.5, [0.05, 0.1])._fair() is None  # too few waits yet
+    assert learnt(0.5, [1.0, 2.0, 1.0])._fair() is None  # whole seconds: no part to read
+    assert learnt(1.0, [0.05, 0.1, 0.08])._fair() is None  # a process alone climbs by its own rate

@@ -38,6 +38,10 @@ class Bucket:
         need = min(amount, self.burst) - self.level
         return 0.0 if need <= 1e-9 * max(1.0, amount) else need * 60.0 / self.per_minute  # rounding is no wait
 
+    def full_at(self) -> float:
+        """When the bucket is (or was) full at its refill rate, if nothing is taken from it meanwhile."""
+        return self._t + max(0.0, self.burst - self.level) * 60.0 / self.per_minute
+
     def take(self, amount: float, now: float) -> None:
         self.refill(now)
         self.level -= amount

@@ -124,7 +124,7 @@ class Pacer:
         # auto also paces by a rate learnt from refusals, until the server states its budget in headers
         self.learnt = LearntRate(clock, cap_requests=self._requests.per_minute / 60.0 if self._requests else None,
                                  cap_tokens=self._tokens.per_minute / 60.0 if self._tokens else None,
-                                 alone=settings.share >= 1.0) \
+                                 share=settings.share) \
             if self.adaptive is not None else None
         self._reported_rate: tuple[float, float | None] | None = None
         self.in_flight = 0
@@ -256,7 +256,7 @@ class Pacer:
             if retry_after:
                 self.paused_until = max(self.paused_until, now + retry_after)
             if self.learnt is not None:  # auto: a refusal is answered by the learnt rate, not by fewer in flight
-                self.learnt.refused(started, tokens_taken)
+                self.learnt.refused(started, tokens_taken, retry_after)
             elif self.adaptive is not None:
                 self.adaptive.overloaded()
         elif ok and self.adaptive is not None:  # only answers measure the server (a quick 500 says nothing)

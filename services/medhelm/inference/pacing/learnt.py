@@ -4,13 +4,17 @@ feeds it every send and refusal and paces by its two buckets; docs/pacing.md giv
 
 A gateway's token bucket is (nearly) empty whenever it refuses, so what it accepted between two refusals is its
 refill over that time: the estimate is what was sent and not refused between an earlier refusal and this one, per
-second. A refusal of a request sent after the last cut sets the rate to ``BACKOFF`` x that estimate (before any
-estimate, it halves what was sent); while the rate holds requests back it climbs additively, faster the longer no
-refusal comes, so a raised budget is found again and shards sharing a gateway drift toward equal parts (AIMD).
+second (over the seconds this process was busy: while its own buckets sat full it sent under its rate, and the
+gateway may have lost refill it cannot count). A refusal of a request sent after the last cut sets the rate to
+``BACKOFF`` x that estimate (before any estimate, it halves what was sent); while the rate holds requests back it
+climbs additively, faster the longer no refusal comes, so a raised budget is found again. A Job's shards climb by a
+unit they share (their fair part, read from the gateway's fractional ``Retry-After``), so the smaller gain on the
+larger as AIMD flows do.
 
 Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing
-to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate); a learnt rate
-lies in [``MIN_RATE``, the configured cap]. Time comes from an injected clock (a simulation runs it)."""
+to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate), and a cut
+never raises a rate once estimated; a learnt rate lies in [``MIN_RATE``, the configured cap]. Time comes from an
+injected clock (a simulation runs it)."""
 
 from __future__ import annotations
 
@@ -34,6 +38,10 @@ CLIMB_MAX = 64.0  # ... up to this many times
 FIRST_CLIMB = 8.0  # ... and this many times faster before the first estimate
 PEAK_HALF_LIFE_S = 600.0  # the highest rate learnt (the climb's unit) forgets half of itself in this time ...
 PEAK_OVER = 2.0  # ... and is never over this many times the last estimate
+WAITS_KEPT = 8  # a shard's fair part is read from the longest of this many refusals' Retry-After ...
+WAITS_NEEDED = 3  # ... once it has this many
+SHARD_CLIMB = 0.6  # a shard climbs by this part of its fair part (its cut takes off its own part only)
+FAIR_FLOOR = 0.5  # a shard's halvings stop at this part of its fair part, and its first estimate is within it
 BURST_S = 1.0  # the learnt buckets hold this many seconds of refill (at least one request's cost)
 MIN_RATE = 0.01  # requests (or tokens) a second: the slowest pace a refusal can set
 
@@ -42,12 +50,15 @@ class LearntRate:
     """Requests and tokens a second one deployment may send, learnt from the gateway's refusals."""
 
     def __init__(self, clock: Callable[[], float], *, cap_requests: float | None = None,
-                 cap_tokens: float | None = None, alone: bool = True) -> None:
+                 cap_tokens: float | None = None, share: float = 1.0) -> None:
         """``cap_*``: per second, a configured budget the learnt rate never exceeds (the configured buckets pace
-        by it already). ``alone``: not one of a Job's shards (whose part of the gateway an estimate over a short
-        span reads with more noise than a process alone: they refine only over full spans)."""
+        by it already). ``share``: under 1, this process is one of a Job's shards, each taking that part of the
+        gateway (an estimate over a short span reads its part with more noise than a process alone's whole: they
+        refine only over full spans; they climb by a unit they share, see ``_fair``)."""
         self._clock = clock
-        self._alone = alone
+        self._share = share
+        self._alone = share >= 1.0
+        self._waits: collections.deque[float] = collections.deque(maxlen=WAITS_KEPT)  # refusals' Retry-After
         self._caps = (cap_requests, cap_tokens)
         self.born = clock()
         self.requests_per_s: float | None = None  # None until learnt
@@ -67,6 +78,8 @@ class LearntRate:
         self._advanced = self.born
         self._bound_at = -math.inf  # the last time the learnt rate held a request back
         self._latency: float | None = None  # a moving average of answers' latency
+        self._idle: list[tuple[float, float]] = []  # (from, to): spells every learnt bucket sat full, by time
+        self._idle_seen = self.born  # idle spells are accounted up to this time
 
     @property
     def paces(self) -> bool:
@@ -88,16 +101,21 @@ class LearntRate:
             self._sent.popleft()
         if self._refused and self._refused[0][0] < horizon:
             del self._refused[:bisect.bisect_left(self._refused, (horizon, -math.inf))]
+        if self._idle and self._idle[0][1] < horizon:
+            del self._idle[:bisect.bisect_left(self._idle, horizon, key=lambda spell: spell[1])]
 
     def answered(self, latency_s: float) -> None:
         self._latency = latency_s if self._latency is None else 0.9 * self._latency + 0.1 * latency_s
 
-    def refused(self, started: float, tokens: float) -> bool:
-        """A request sent at ``started`` (costing ``tokens``) was refused as too many. True when the rate was cut."""
+    def refused(self, started: float, tokens: float, retry_after: float | None = None) -> bool:
+        """A request sent at ``started`` (costing ``tokens``) was refused as too many, the gateway saying to wait
+        ``retry_after`` seconds. True when the rate was cut."""
         now = self._clock()
         self._advance(now)
         self.refusals += 1
         bisect.insort(self._refused, (started, tokens))
+        if retry_after and retry_after > 0.0 and not self._alone:
+            self._waits.append(retry_after)
         if started < self._cut_at:
             return False
         if self._estimated and self._accepted(self._cut_at, started)[0] < 1.0:
@@ -105,6 +123,15 @@ class LearntRate:
         estimate = self._estimate(started)
         if estimate is not None:
             requests, used, span = estimate
+            idle = self._idle_between(started - span, started)
+            if idle > 0.0 and self.requests_per_s is not None and self._estimated:
+                # we sent under our own rate for a while (a starved event loop, the in-flight limit): the gateway's
+                # bucket may have sat full and lost refill too, so the accepted count understates its refill. Over
+                # the time we were busy it does not; a long bucket that lost nothing would read more than its
+                # refill that way, so never more than the rate that was just refused
+                busy = span / max(span - idle, 1e-9)
+                requests = max(requests, min(requests * busy, self.requests_per_s))
+                used = max(used, min(used * busy, self.tokens_per_s or 0.0))
             if span > QUIET_S and self.requests_per_s is not None:
                 # no refusal for a while: the gateway's bucket may have sat full (our rate under its budget) for
                 # part of the span, so what it accepted is a floor; the rate that was just refused, a ceiling, which
@@ -116,6 +143,17 @@ class LearntRate:
                 else:  # a shard's next refusal refines only over a full span: cut from the ceiling
                     requests = max(requests, self.requests_per_s)
                     used = max(used, self.tokens_per_s or 0.0)
+            fair = None if self._estimated else self._fair()
+            if fair is not None and requests > 0.0:
+                # a shard's first estimate, over a short span, reads its part with the noise of who was refused
+                # first: kept between half and twice its fair part
+                part = min(max(requests, FAIR_FLOOR * fair), fair / FAIR_FLOOR) / requests
+                requests, used = requests * part, used * part
+            if self._estimated and self.requests_per_s is not None:
+                # a cut never raises the rate: what a long bucket saved up while we sent under its refill reads
+                # as more than its refill until it runs dry
+                requests = min(requests, self.requests_per_s)
+                used = min(used, self.tokens_per_s) if self.tokens_per_s else used
             self._cut(requests, used, now, estimated=True)
         elif not self._estimated:
             # nothing to estimate from yet: halve the rate (at first, what was sent over the last second)
@@ -129,8 +167,10 @@ class LearntRate:
             if requests <= 0.0:  # nothing was sent to halve
                 return False
             self._cut(requests, used, now, estimated=False)
-            self._set(self.requests_per_s / 2 / BACKOFF, self.tokens_per_s / 2 / BACKOFF if self.tokens_per_s
-                      else None, now)
+            # halve what was sent; a shard stops at a part of its fair part (the first to be refused would else
+            # halve itself far under the others before any of them estimates)
+            part = min(1.0, max(0.5, FAIR_FLOOR * (self._fair() or 0.0) / requests))
+            self._set(requests * part, used * part if self.tokens_per_s else None, now)
         else:
             return False
         return True
@@ -181,6 +221,26 @@ class LearntRate:
         hi = bisect.bisect_right(self._refused, (b, math.inf))
         refused = self._refused[lo:hi]
         return requests - len(refused), tokens - sum(t for _, t in refused)
+
+    def _fair(self) -> float | None:
+        """A shard's fair part of the gateway's request rate, None when unknown (a process alone, or a gateway that
+        states its wait in whole seconds). A request bucket that refuses lacks less than one request, so the
+        longest of the last waits it states is about one request's refill time, the same for every shard: share /
+        that wait is a part the shards agree on without a coordinator."""
+        if self._alone or len(self._waits) < WAITS_NEEDED or all(w == int(w) for w in self._waits):
+            return None
+        n = len(self._waits)  # the longest of n waits drawn evenly below one request's refill: n / (n + 1) of it
+        return self._share * n / (n + 1) / max(self._waits)
+
+    def _idle_between(self, a: float, b: float) -> float:
+        """Seconds between ``a`` and ``b`` every learnt bucket sat full (this process sent under its learnt rate)."""
+        i = bisect.bisect_right(self._idle, a, key=lambda spell: spell[1])
+        total = 0.0
+        for start, end in self._idle[i:]:
+            if start >= b:
+                break
+            total += min(end, b) - max(start, a)
+        return total
 
     def _estimate(self, b: float) -> tuple[float, float, float] | None:
         """The gateway's refill as seen by this process: accepted between the latest earlier refusal far enough
@@ -243,6 +303,12 @@ class LearntRate:
 
     def _advance(self, now: float) -> None:
         """The climb: while the learnt rate held requests back (within the last second), it grows additively."""
+        buckets = [bucket for bucket in self.buckets if bucket is not None]
+        if buckets and now > self._idle_seen:
+            start = max(self._idle_seen, *(bucket.full_at() for bucket in buckets))
+            if start < now:
+                self._idle.append((start, now))
+            self._idle_seen = now
         dt = now - self._advanced
         if dt <= 0.0:
             return
@@ -251,6 +317,10 @@ class LearntRate:
             return
         pr, pt, _ = self._peak  # the climb's unit: the highest rate estimated (or the rate itself, before one)
         pr, pt = max(pr, self.requests_per_s), max(pt, self.tokens_per_s or 0.0)
+        fair = self._fair()
+        if fair is not None:  # shards climb by one unit they share, so the smaller ones gain on the larger (AIMD)
+            unit = SHARD_CLIMB * fair
+            pr, pt = unit, unit * (self.tokens_per_s or 0.0) / self.requests_per_s
         boost = min(CLIMB_MAX, 2.0 ** ((now - self._quiet_since) / CLIMB_DOUBLING_S)) * CLIMB * dt
         if not self._estimated:  # a halving guessed: find the budget's edge again soon, to estimate it there
             boost *= FIRST_CLIMB
