@@ -27,7 +27,8 @@ HELM_VERSION = "0.5.16"
 # versions within its pins; torch/transformers/spacy left out: no compared run needs them)
 RUN_PACKAGES = ("Mako==1.4.3", "pandas==2.3.3", "bottle==0.12.25", "nltk==3.10.4", "rouge-score==0.1.2",
                 "scipy==1.17.1", "scikit-learn==1.9.1", "datasets==3.6.0", "pyarrow-hotfix==0.7",
-                "uncertainty-calibration==0.1.4", "parameterized==0.9.0")
+                "uncertainty-calibration==0.1.4", "parameterized==0.9.0",
+                "openpyxl==3.1.5")
 
 
 class DiffError(Exception):
@@ -93,10 +94,11 @@ def _model_of(deployment: str) -> str:
 
 
 def _entry(case: Case, work: Path, ours: bool) -> str:
-    args = [case.our_args] if ours and case.our_args else []
+    args = [case.args] if case.args else []
+    args += [case.our_args] if ours and case.our_args else []
     if case.jury:
         args.append(f"jury_config_path={(work / 'prod_env' / 'judges.yaml').resolve()}")
-    return f"{case.name}:{','.join(args + [f'model={MODEL}', f'model_deployment={DEPLOYMENT}'])}"
+    return f"{case.run_entry}:{','.join(args + [f'model={MODEL}', f'model_deployment={DEPLOYMENT}'])}"
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -106,9 +108,9 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-# HELM's scenarios that read a Hugging Face dataset get the slice from a local CSV, through the csv builder of
-# `datasets`, typed as the Hub's dataset is (every column a string but the integer ones named): a sitecustomize
-# module in the helm-run process
+# HELM's scenarios that read a Hugging Face dataset get the slice from a local file: a CSV through the csv builder
+# of `datasets`, typed as the Hub's dataset is (every column a string but the integer ones named), a parquet file
+# (the Hub's own conversion) through its parquet builder: a sitecustomize module in the helm-run process
 SITECUSTOMIZE = """\
 import csv
 import os
@@ -124,6 +126,8 @@ if _SLICES:
         for pair in _SLICES.split(os.pathsep):
             name, _, csv_file = pair.partition("=")
             if path == name or path.startswith(name + "-"):
+                if csv_file.endswith(".parquet"):
+                    return _load("parquet", data_files={"test": csv_file})
                 with open(csv_file, newline="", encoding="utf-8") as fh:
                     header = next(csv.reader(fh))
                 features = datasets.Features({c: datasets.Value("int64" if c in _INTS else "string")
@@ -198,7 +202,8 @@ def run_helm(helm: HelmRun, case: Case, work: Path, count: int) -> Path:
                                          MEDHELM_DIFF_HF_INTS=",".join(case.hf_int_columns),
                                          MEDHELM_DIFF_ROUGE_ONLY="1" if case.jury else ""),
                               timeout=3600)
-    runs = [p for p in (work / "helm/runs/diff").glob(f"{case.name}:*") if (p / "scenario_state.json").is_file()]
+    # its run spec names the folder (e.g. med_qa:..., med_dialog,subset=...:...); the case's work folder holds one
+    runs = [p for p in (work / "helm/runs/diff").glob("*") if (p / "scenario_state.json").is_file()]
     if done.returncode != 0 or len(runs) != 1:
         raise DiffError(f"helm-run {case.name} failed (exit {done.returncode}): {_tail(log)}")
     return runs[0]
@@ -213,7 +218,7 @@ def run_ours(case: Case, work: Path) -> Path:
                                "--local-path", "prod_env", "--output-path", "ours", "--data-dir", "mirror",
                                "--offline", "--disable-cache", "-n", "4"], cwd=work, stdout=fh,
                               stderr=subprocess.STDOUT, env=_env(), timeout=3600)
-    runs = [p for p in (work / "ours/runs/diff").glob(f"{case.name}[:,]*") if (p / "stats.json").is_file()]
+    runs = [p for p in (work / "ours/runs/diff").glob(f"{case.run_entry}[:,]*") if (p / "stats.json").is_file()]
     if done.returncode != 0 or len(runs) != 1:
         raise DiffError(f"medhelm run {case.name} failed (exit {done.returncode}): {_tail(log)}")
     return runs[0]
@@ -240,8 +245,9 @@ class Side:
     verdicts: list[set[tuple[str, str, int]]] = field(default_factory=list)  # (judge, criterion, score) parsed
 
 
-def read_helm(run: Path, annotator: str = "") -> Side:
-    """HELM's run folder; ``annotator`` names the jury's annotations (a jury benchmark's own name)."""
+def read_helm(run: Path, annotator: str = "", split: str = "test") -> Side:
+    """HELM's run folder; ``annotator`` names the jury's annotations (a jury benchmark's own name), ``split`` the
+    aggregates' split."""
     states = json.loads((run / "scenario_state.json").read_text())["request_states"]
     states.sort(key=lambda s: int(str(s["instance"]["id"]).lstrip("id") or 0))
     per = {}
@@ -249,7 +255,7 @@ def read_helm(run: Path, annotator: str = "") -> Side:
         per.setdefault(entry["instance_id"], {}).update(  # one entry per metric class: merged
             {s["name"]["name"]: (s["sum"] / s["count"] if s["count"] else None)
              for s in entry["stats"] if not s["name"].get("perturbation")})
-    side = Side([], [], [], [], _helm_aggregate(run))
+    side = Side([], [], [], [], _helm_aggregate(run, split))
     for s in states:
         inst = s["instance"]
         side.ids.append(str(inst["id"]))
@@ -264,16 +270,16 @@ def read_helm(run: Path, annotator: str = "") -> Side:
     return side
 
 
-def _helm_aggregate(run: Path) -> dict[str, tuple[int, float | None]]:
+def _helm_aggregate(run: Path, split: str) -> dict[str, tuple[int, float | None]]:
     out = {}
     for s in json.loads((run / "stats.json").read_text()):
         name = s["name"]
-        if name.get("split") == "test" and not name.get("perturbation"):
+        if name.get("split") == split and not name.get("perturbation"):
             out[name["name"]] = (s["count"], s.get("mean"))
     return out
 
 
-def read_ours(run: Path) -> Side:
+def read_ours(run: Path, split: str = "test") -> Side:
     latest: dict[int, dict] = {}
     with open(run / "instances.jsonl", encoding="utf-8") as fh:
         for line in fh:
@@ -290,7 +296,7 @@ def read_ours(run: Path) -> Side:
         side.verdicts.append({(j["judge"], j["criterion"], int(j["score"])) for j in rec.get("judgements") or []
                               if j.get("status") == "ok" and not str(j["judge"]).startswith("rule:")})
     for s in json.loads((run / "stats.json").read_text()):
-        if s["name"].get("split") == "test":
+        if s["name"].get("split") == split:
             side.aggregate[s["name"]["name"]] = (s["count"], s.get("mean"))
     return side
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from medhelm.devtools.helm_diff_cases import (  # noqa: F401  (the harness's public names, in one place)
-    CASES, DEPLOYMENT, JUDGES, MEDCALC_HELM_UNKNOWN_CATEGORIES, MODEL, Case, jury_verdict, select)
+    CASES, DEPLOYMENT, JUDGES, MEDCALC_HELM_UNKNOWN_CATEGORIES, MODEL, SYNTHETIC_DATA, Case, jury_verdict, select)
 from medhelm.devtools.helm_diff_sides import (  # noqa: F401
     HELM_VERSION, RUN_PACKAGES, DiffError, HelmRun, Side, attach_wire, ensure_run_deps, read_helm, read_ours,
     run_helm, run_ours, write_prod_env)
@@ -206,13 +206,14 @@ def _first_difference(a: str, b: str) -> str:
 
 def prepare(case: Case, shared_data: Path, work: Path, limit: int | None) -> list[Any] | None:
     """The slice written for both sides; None when the benchmark's data is not on this machine."""
-    source = shared_data / case.shared
+    source = (SYNTHETIC_DATA if case.synthetic else shared_data) / case.shared
     if not source.is_file():
         return None
     items = case.read(source)
     items = items[:limit] if limit else items
     targets = [(work / "mirror" / case.mirror, None)]
-    targets += [(work / "helm/scenarios" / case.name / name, text) for name, text in case.helm_files]
+    scenario = work / "helm/scenarios" / (case.helm_folder or case.name)
+    targets += [(scenario / name, text) for name, text in case.helm_files]
     for target, text in targets:
         target.parent.mkdir(parents=True, exist_ok=True)
         if text is None:
@@ -226,7 +227,10 @@ def run_case(case: Case, helm: HelmRun, shared_data: Path, work: Path, limit: in
     work.mkdir(parents=True, exist_ok=True)
     items = prepare(case, shared_data, work, limit)
     if items is None:
-        return Row(case.name, skipped=f"no data at {shared_data / case.shared}")
+        where = (SYNTHETIC_DATA if case.synthetic else shared_data) / case.shared
+        return Row(case.name, skipped=f"no data at {where}")
+    # an item neither side evaluates (no reference, an image question) names no key: it stays in the files only
+    items = [item for item in items if case.key(item)]
     keys = [case.key(item) for item in items]
     responder = KeyedAnswers({k: case.answers(item) for k, item in zip(keys, items)}, seed=seed,
                              judge=jury_verdict(case.jury) if case.jury else None)
@@ -237,7 +241,8 @@ def run_case(case: Case, helm: HelmRun, shared_data: Path, work: Path, limit: in
         server.reset()
         ours_dir = run_ours(case, work)
         our_bodies = list(server.requests)
-    helm_side, our_side = read_helm(helm_dir, case.name if case.jury else ""), read_ours(ours_dir)
+    helm_side = read_helm(helm_dir, case.run_entry if case.jury else "", case.split)
+    our_side = read_ours(ours_dir, case.split)
     attach_wire(helm_side, helm_bodies, responder, keys)
     attach_wire(our_side, our_bodies, responder, keys)
     return compare(case, helm_side, our_side, items)
