@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -188,40 +189,68 @@ class SummarizationRouge(Metric):
 
 def run_helm(helm: HelmRun, case: Case, work: Path, count: int) -> Path:
     """helm-run on the slice; returns its run folder."""
-    log = work / f"helm-{case.name}.log"
+    return run_helm_all(helm, [case], work, count)[case.name]
+
+
+def run_helm_all(helm: HelmRun, cases: Sequence[Case], work: Path, count: int) -> dict[str, Path]:
+    """One helm-run on the cases' slices (one start-up for all); each case's run folder by its name."""
+    log = work / f"helm-{cases[0].name if len(cases) == 1 else 'all'}.log"
     site = work / "helm_site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     (site / "medhelm_diff_rouge.py").write_text(ROUGE_METRIC)
-    slices = f"{case.hf_dataset}={work / 'mirror' / case.mirror}" if case.hf_dataset else ""
+    slices = os.pathsep.join(f"{c.hf_dataset}={work / 'mirror' / c.mirror}" for c in cases if c.hf_dataset)
+    ints = sorted({n for c in cases for n in c.hf_int_columns})
     with open(log, "w") as fh:
-        done = subprocess.run([str(helm.helm_run), "--run-entries", _entry(case, work, False), "--suite", "diff",
-                               "--max-eval-instances", str(count), "--local-path", "prod_env",
+        done = subprocess.run([str(helm.helm_run), "--run-entries", *(_entry(c, work, False) for c in cases),
+                               "--suite", "diff", "--max-eval-instances", str(count), "--local-path", "prod_env",
                                "--output-path", "helm", "-n", "1"], cwd=work, stdout=fh, stderr=subprocess.STDOUT,
                               env=_env(PYTHONPATH=f"{site}{os.pathsep}{helm.deps}", MEDHELM_DIFF_HF_SLICES=slices,
-                                         MEDHELM_DIFF_HF_INTS=",".join(case.hf_int_columns),
-                                         MEDHELM_DIFF_ROUGE_ONLY="1" if case.jury else ""),
+                                         MEDHELM_DIFF_HF_INTS=",".join(ints),
+                                         MEDHELM_DIFF_ROUGE_ONLY="1" if any(c.jury for c in cases) else ""),
                               timeout=3600)
-    # its run spec names the folder (e.g. med_qa:..., med_dialog,subset=...:...); the case's work folder holds one
     runs = [p for p in (work / "helm/runs/diff").glob("*") if (p / "scenario_state.json").is_file()]
-    if done.returncode != 0 or len(runs) != 1:
-        raise DiffError(f"helm-run {case.name} failed (exit {done.returncode}): {_tail(log)}")
-    return runs[0]
+    found = {c.name: [p for p in runs if _is_helm_run_of(c, p)] for c in cases}
+    if done.returncode != 0 or any(len(v) != 1 for v in found.values()):
+        raise DiffError(f"helm-run {', '.join(c.name for c in cases)} failed (exit {done.returncode}): {_tail(log)}")
+    return {name: v[0] for name, v in found.items()}
+
+
+def _is_helm_run_of(case: Case, run: Path) -> bool:
+    """Whether HELM's run folder is the case's: its scenario (the class's name, e.g. med_qa for medhelm_med_qa) and
+    the case's arguments in its scenario spec."""
+    scenario = json.loads((run / "scenario.json").read_text())["name"]
+    args = json.loads((run / "run_spec.json").read_text())["scenario_spec"].get("args") or {}
+    wanted = dict(a.split("=", 1) for a in case.args.split(",") if a)
+    return scenario == (case.helm_folder or case.name) and all(str(args.get(k)) == v for k, v in wanted.items())
 
 
 def run_ours(case: Case, work: Path) -> Path:
     """``medhelm run`` on the slice (offline, from the mirror, no cache); returns its run folder."""
-    log = work / f"ours-{case.name}.log"
+    return run_ours_all([case], work)[case.name]
+
+
+def run_ours_all(cases: Sequence[Case], work: Path) -> dict[str, Path]:
+    """One ``medhelm run`` on the cases' slices; each case's run folder by its name."""
+    log = work / f"ours-{cases[0].name if len(cases) == 1 else 'all'}.log"
     with open(log, "w") as fh:
-        done = subprocess.run([sys.executable, "-m", "medhelm", "run", "-r", _entry(case, work, True),
+        done = subprocess.run([sys.executable, "-m", "medhelm", "run", "-r", *(_entry(c, work, True) for c in cases),
                                "--suite", "diff",
                                "--local-path", "prod_env", "--output-path", "ours", "--data-dir", "mirror",
                                "--offline", "--disable-cache", "-n", "4"], cwd=work, stdout=fh,
                               stderr=subprocess.STDOUT, env=_env(), timeout=3600)
-    runs = [p for p in (work / "ours/runs/diff").glob(f"{case.run_entry}[:,]*") if (p / "stats.json").is_file()]
-    if done.returncode != 0 or len(runs) != 1:
-        raise DiffError(f"medhelm run {case.name} failed (exit {done.returncode}): {_tail(log)}")
-    return runs[0]
+    runs = [p for p in (work / "ours/runs/diff").glob("*") if (p / "stats.json").is_file()]
+    found = {c.name: [p for p in runs if _is_our_run_of(c, p.name)] for c in cases}
+    if done.returncode != 0 or any(len(v) != 1 for v in found.values()):
+        raise DiffError(f"medhelm run {', '.join(c.name for c in cases)} failed (exit {done.returncode}): "
+                        f"{_tail(log)}")
+    return {name: v[0] for name, v in found.items()}
+
+
+def _is_our_run_of(case: Case, folder: str) -> bool:
+    """Whether our run folder (``<entry>[,<arg>=<value>...]:model=...``) is the case's."""
+    head = folder.split(":", 1)[0].split(",")
+    return head[0] == case.run_entry and all(a in head[1:] for a in case.args.split(",") if a)
 
 
 def _tail(log: Path) -> str:

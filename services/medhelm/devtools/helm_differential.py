@@ -36,7 +36,7 @@ offline it raises ``DiffError`` naming the folder, which a test turns into a ski
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ from medhelm.devtools.helm_diff_cases import (  # noqa: F401  (the harness's pub
     CASES, DEPLOYMENT, JUDGES, MEDCALC_HELM_UNKNOWN_CATEGORIES, MODEL, SYNTHETIC_DATA, Case, jury_verdict, select)
 from medhelm.devtools.helm_diff_sides import (  # noqa: F401
     HELM_VERSION, RUN_PACKAGES, DiffError, HelmRun, Side, attach_wire, ensure_run_deps, read_helm, read_ours,
-    run_helm, run_ours, write_prod_env)
+    run_helm, run_helm_all, run_ours, run_ours_all, write_prod_env)
 from medhelm.devtools.mock_openai import KeyedAnswers, MockOpenAIServer
 
 TOLERANCE = 1e-9
@@ -224,28 +224,48 @@ def prepare(case: Case, shared_data: Path, work: Path, limit: int | None) -> lis
 
 
 def run_case(case: Case, helm: HelmRun, shared_data: Path, work: Path, limit: int | None, seed: int = 0) -> Row:
+    return run_together([case], helm, shared_data, work, limit, seed)[0]
+
+
+def run_together(cases: Sequence[Case], helm: HelmRun, shared_data: Path, work: Path, limit: int | None,
+                 seed: int = 0) -> list[Row]:
+    """The cases in one folder, run by one ``helm-run`` and one ``medhelm run`` (each side's start-up paid once),
+    one mock answering every case's items (their keys are distinct passages); one Row per case, in order. The
+    jury cases must share one rubric's criteria (the judges' keyed verdicts)."""
     work.mkdir(parents=True, exist_ok=True)
-    items = prepare(case, shared_data, work, limit)
-    if items is None:
-        where = (SYNTHETIC_DATA if case.synthetic else shared_data) / case.shared
-        return Row(case.name, skipped=f"no data at {where}")
-    # an item neither side evaluates (no reference, an image question) names no key: it stays in the files only
-    items = [item for item in items if case.key(item)]
-    keys = [case.key(item) for item in items]
-    responder = KeyedAnswers({k: case.answers(item) for k, item in zip(keys, items)}, seed=seed,
-                             judge=jury_verdict(case.jury) if case.jury else None)
-    with MockOpenAIServer(responder) as server:
-        write_prod_env(work / "prod_env", server.base_url)
-        helm_dir = run_helm(helm, case, work, len(items))
-        helm_bodies = list(server.requests)
-        server.reset()
-        ours_dir = run_ours(case, work)
-        our_bodies = list(server.requests)
-    helm_side = read_helm(helm_dir, case.run_entry if case.jury else "", case.split)
-    our_side = read_ours(ours_dir, case.split)
-    attach_wire(helm_side, helm_bodies, responder, keys)
-    attach_wire(our_side, our_bodies, responder, keys)
-    return compare(case, helm_side, our_side, items)
+    rows: dict[str, Row] = {}
+    slices: dict[str, tuple[Case, list[Any], list[str]]] = {}
+    for case in cases:
+        items = prepare(case, shared_data, work, limit)
+        if items is None:
+            where = (SYNTHETIC_DATA if case.synthetic else shared_data) / case.shared
+            rows[case.name] = Row(case.name, skipped=f"no data at {where}")
+            continue
+        # an item neither side evaluates (no reference, an image question) names no key: it stays in the files only
+        items = [item for item in items if case.key(item)]
+        slices[case.name] = (case, items, [case.key(item) for item in items])
+    run = [case for case, _, _ in slices.values()]
+    criteria = {case.jury for case in run if case.jury}
+    if len(criteria) > 1:
+        raise ValueError(f"cases run together must share one rubric's criteria, not {sorted(criteria)}")
+    if run:
+        responder = KeyedAnswers({k: case.answers(item) for case, items, keys in slices.values()
+                                  for k, item in zip(keys, items)}, seed=seed,
+                                 judge=jury_verdict(criteria.pop()) if criteria else None)
+        with MockOpenAIServer(responder) as server:
+            write_prod_env(work / "prod_env", server.base_url)
+            helm_dirs = run_helm_all(helm, run, work, max(len(items) for _, items, _ in slices.values()))
+            helm_bodies = list(server.requests)
+            server.reset()
+            our_dirs = run_ours_all(run, work)
+            our_bodies = list(server.requests)
+        for case, items, keys in slices.values():
+            helm_side = read_helm(helm_dirs[case.name], case.run_entry if case.jury else "", case.split)
+            our_side = read_ours(our_dirs[case.name], case.split)
+            attach_wire(helm_side, helm_bodies, responder, keys)
+            attach_wire(our_side, our_bodies, responder, keys)
+            rows[case.name] = compare(case, helm_side, our_side, items)
+    return [rows[case.name] for case in cases]
 
 
 @dataclass
