@@ -1,5 +1,6 @@
-"""The differential run against crfm-helm, in full (issue 54): every public MedHELM benchmark whose data slice is on
-the machine, every item of the slice, through crfm-helm 0.5.16's own `helm-run` and through `medhelm run`, both
+"""The differential run against crfm-helm, in full (issue 54): every public MedHELM benchmark with a case, on its real
+data slice where it is on the machine, else on an invented slice in the upstream file's format (tests/data/helm_diff),
+every item of the slice, through crfm-helm 0.5.16's own `helm-run` and through `medhelm run`, both
 answered by one KeyedAnswers mock (a hash of the item the prompt names), compared per instance and per run by
 `medhelm.devtools.helm_differential`. Writes the `helm-differential` section of docs/benchmarks.md: the table
 benchmark x {prompts, other request fields, references, completions, metrics to 1e-9, aggregates, main metric,
@@ -81,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     body = (f"`python bench/bench_helm_differential.py{'' if args.limit is None else f' --limit {args.limit}'}`, "
             f"{datetime.now(timezone.utc):%Y-%m-%d}, crfm-helm {diff.HELM_VERSION} (`helm-run` in its own venv) "
-            f"against this tree's `medhelm run`, one KeyedAnswers mock for both, the real public slices "
+            f"against this tree's `medhelm run`, one KeyedAnswers mock for both, the real public slices where the "
+            f"data is on the machine, else an invented slice in the upstream file's format (tests/data/helm_diff: "
+            f"{', '.join(f'`{c.name}`' for c in cases if c.synthetic) or 'none'}) "
             f"({'every item' if args.limit is None else f'the first {args.limit} items'}); {took:.0f} s.\n\n"
             "Per instance: the request as the server received it (the prompt byte for byte; every other body "
             "field: max tokens, stop sequences, temperature, ...), the references, the completion, every metric "

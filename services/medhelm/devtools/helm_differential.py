@@ -4,10 +4,12 @@ answered through HELM's own ``helm-run`` and through ``medhelm run``, compared i
     cases = select(["pubmed_qa", "medec"])
     report = run_differential(cases, helm=HelmRun(python, deps), shared_data=..., work=..., limit=5)
     report.rows  # one Row per benchmark; report.unexplained() -> the differences no KNOWN line explains
+    rows = run_together(cases, ...)  # the same, in one helm-run and one medhelm run (one start-up of each side)
 
 What is run. For each case a slice of the real public data (the first ``limit`` items of the file under the
-shared data folder, or all of them) is written twice in the layouts each side reads offline: HELM's download
-target under ``<helm output>/scenarios/<benchmark>/`` (so ``ensure_file_downloaded`` finds it and never reaches
+shared data folder, or all of them; for a benchmark whose data is not on the machine, of an invented file in the
+upstream format under ``SYNTHETIC_DATA``) is written twice in the layouts each side reads offline: HELM's download
+target under ``<helm output>/scenarios/<scenario>/`` (so ``ensure_file_downloaded`` finds it and never reaches
 out) and our air-gapped mirror (``<mirror>/<benchmark>/<upstream file name>``). Neither side samples: the slice
 is smaller than both sides' instance caps, so the same items are evaluated, and items pair by position (HELM's
 ``id<i>`` in file order, our records in position order; a mismatch shows as a reference difference). One
