@@ -166,7 +166,7 @@ def test_medication_qa_drops_missing_answers_as_upstream(tmp_path):
     bench, instances = _load("medication_qa", tmp_path)
     assert [i.input for i in instances] == ["how does rivatigmine and otc sleep medicine interact",
                                             "can i take ibuprofen with warfarin"]
-    assert instances[1].references[0].text == "No.\nAsk your doctor."
+    assert instances[1].references[0].text == "No.\r\nAsk your doctor."  # as pandas reads it: HELM's reference
     assert bench.expected_count == 689
 
 

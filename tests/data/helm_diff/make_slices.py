@@ -64,7 +64,7 @@ MEDICATION_QA = [  # (question, focus, question type, answer)
      "weakness, especially with fever or dark urine."),
     ("what foods should i avoid while taking warfarin", "warfarin", "diet",
      "Keep the amount of vitamin K foods, such as leafy green vegetables, steady from week to week rather than "
-     "avoiding them. Limit alcohol and cranberry juice.\nTell your clinic before changing your diet."),
+     "avoiding them. Limit alcohol and cranberry juice.\r\nTell your clinic before changing your diet."),
     ("is it safe to stop sertraline suddenly", "sertraline", "usage", ""),
     ("how should insulin pens be stored", "insulin", "storage",
      "Keep unopened pens in the refrigerator. A pen in use may be kept at room temperature for the number of days "
