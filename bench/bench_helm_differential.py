@@ -1,5 +1,6 @@
-"""The differential run against crfm-helm, in full (issue 54): every public MedHELM benchmark whose data slice is on
-the machine, every item of the slice, through crfm-helm 0.5.16's own `helm-run` and through `medhelm run`, both
+"""The differential run against crfm-helm, in full (issue 54): every public MedHELM benchmark with a case, on its real
+data slice where it is on the machine, else on an invented slice in the upstream file's format (tests/data/helm_diff),
+every item of the slice, through crfm-helm 0.5.16's own `helm-run` and through `medhelm run`, both
 answered by one KeyedAnswers mock (a hash of the item the prompt names), compared per instance and per run by
 `medhelm.devtools.helm_differential`. Writes the `helm-differential` section of docs/benchmarks.md: the table
 benchmark x {prompts, other request fields, references, completions, metrics to 1e-9, aggregates, main metric,

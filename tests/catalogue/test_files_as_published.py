@@ -123,7 +123,7 @@ def _medqa_row(question: str, options: dict[str, str], answer_idx: str) -> dict:
 def test_medqa_trailing_quote_is_stripped_and_twin_options_keep_their_letter(tmp_path):
     rows = [
         _medqa_row("A 45-year-old man ... Which is the most likely diagnosis?",
-                   {"A": "Pulmonary embolism\n\"", "B": "Pneumonia", "C": "Pneumothorax\"", "D": "Asthma"}, "A"),
+                   {"A": "Pulmonary embolism\n\"", "B": "Pneumonia\"\n", "C": "Pneumothorax\"", "D": "Asthma"}, "A"),
         # two options with the same text: the correct letter is D, not the first twin
         _medqa_row("Which drug is indicated?", {"A": "Aspirin", "B": "Heparin", "C": "Warfarin", "D": "Aspirin"}, "D"),
     ]
@@ -131,7 +131,8 @@ def test_medqa_trailing_quote_is_stripped_and_twin_options_keep_their_letter(tmp
     (tmp_path / "medhelm_med_qa/phrases_no_exclude_test.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in rows) + "\n")  # a trailing blank line, skipped
     _, (first, second) = _load("medhelm_med_qa", tmp_path)
-    assert first.choices == ("Pulmonary embolism", "Pneumonia", "Pneumothorax", "Asthma")
+    # read as HELM reads them (rstrip('"') then whitespace): a quote before the newline stays, as in HELM's prompt
+    assert first.choices == ("Pulmonary embolism", "Pneumonia\"", "Pneumothorax", "Asthma")
     assert [r.correct for r in second.references] == [False, False, False, True]
 
     from medhelm.scoring.choice import FACTORIES
@@ -165,7 +166,7 @@ def test_medication_qa_drops_missing_answers_as_upstream(tmp_path):
     bench, instances = _load("medication_qa", tmp_path)
     assert [i.input for i in instances] == ["how does rivatigmine and otc sleep medicine interact",
                                             "can i take ibuprofen with warfarin"]
-    assert instances[1].references[0].text == "No.\nAsk your doctor."
+    assert instances[1].references[0].text == "No.\r\nAsk your doctor."  # as pandas reads it: HELM's reference
     assert bench.expected_count == 689
 
 

@@ -9,6 +9,9 @@ some items, e.g. HELM's MedCalc category bug, may be absent from a few). The ful
 item of every slice) is ``bench/bench_helm_differential.py``. The public benchmarks whose real data is not on the
 machine run on invented slices in the upstream format (tests/data/helm_diff, ``Case.synthetic``).
 
+The benchmarks whose real data is not on the machine run on invented slices (tests/data/helm_diff, each in its
+upstream file's format), all in one helm-run and one medhelm run.
+
 crfm-helm's venv is the one tests/providers/test_helm_differential.py builds (its fixture, imported); helm-run's
 further dependencies go beside it (``helm-0.5.16-run`` under MEDHELM_ENGINES_DIR, or MEDHELM_HELM_RUN_DEPS).
 Offline and not built, the HELM tests skip saying so; the harness's own checks below run everywhere."""
@@ -37,18 +40,36 @@ def helm_run(helm_python) -> diff.HelmRun:  # noqa: F811
         pytest.skip(str(err))
 
 
+@pytest.fixture(scope="session")
+def invented(helm_run, tmp_path_factory) -> tuple[dict[str, diff.Row], dict[str, str]]:
+    """The cases on invented slices (tests/data/helm_diff) in one helm-run and one medhelm run: one start-up of each
+    side for all of them, so they stay cheap. A case whose HELM scenario needs a package helm-run lacks (PyPI once)
+    is left out when it cannot be installed: its reason, by name."""
+    cases, unavailable = [], {}
+    for case in (c for c in diff.CASES if c.synthetic):
+        try:
+            if case.helm_packages:
+                diff.case_deps(helm_run, case)
+            cases.append(case)
+        except diff.DiffError as err:
+            unavailable[case.name] = str(err)
+    rows = diff.run_together(cases, helm_run, diff.SYNTHETIC_DATA, tmp_path_factory.mktemp("invented"), LIMIT)
+    return {row.benchmark: row for row in rows}, unavailable
+
+
 @pytest.mark.parametrize("name", [c.name for c in diff.CASES])
-def test_helm_run_and_medhelm_run_agree_instance_by_instance(name, helm_run, shared_data, tmp_path):
+def test_helm_run_and_medhelm_run_agree_instance_by_instance(name, helm_run, tmp_path, request):
     case = diff.select([name])[0]
-    if case.synthetic:  # an invented slice written here in the upstream format: parquet, DOCX
+    if case.synthetic:  # an invented slice written here in the upstream format (parquet, DOCX, XLSX)
         pytest.importorskip("pyarrow")
         pytest.importorskip("docx")
-    if case.helm_packages:  # what HELM's scenario imports beyond helm-run's dependencies (PyPI once)
-        try:
-            diff.case_deps(helm_run, case)
-        except diff.DiffError as err:
-            pytest.skip(str(err))
-    (row,) = diff.run_differential([case], helm_run, shared_data, tmp_path, limit=LIMIT).rows
+        rows, unavailable = request.getfixturevalue("invented")
+        if name in unavailable:
+            pytest.skip(unavailable[name])
+        row = rows[name]
+    else:
+        shared_data = request.getfixturevalue("shared_data")
+        (row,) = diff.run_differential([case], helm_run, shared_data, tmp_path, limit=LIMIT).rows
     assert not row.skipped, row.skipped
     assert row.instances == LIMIT
     assert not row.unexplained(), row.unexplained()
@@ -66,7 +87,7 @@ def test_helm_run_and_medhelm_run_agree_instance_by_instance(name, helm_run, sha
     if case_jury:  # the jury: both sides asked the same judges and parsed the same verdicts; MedHELM's column equal
         assert row.equal["judges"] == row.total["judges"] == LIMIT and row.equal["verdicts"] == LIMIT
         # HELM's column: a built-in rubric's <benchmark>_accuracy; a custom benchmark's LLMJuryMetric, jury_score
-        assert ("jury_score" if case.custom else f"{name}_accuracy") in row.metrics_compared
+        assert ("jury_score" if case.custom else f"{case.run_entry}_accuracy") in row.metrics_compared
         assert not diff.judge_requests_unequal(row), diff.judge_requests_unequal(row)  # HELM's prompt byte for byte
         assert not set(diff.JUDGE_KINDS_EQUAL) & set(case.known)  # and no reason may excuse a difference there
 

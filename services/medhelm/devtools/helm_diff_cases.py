@@ -20,9 +20,9 @@ from typing import Any
 
 from medhelm.devtools.mock_openai import collapse
 
-DEPLOYMENT, MODEL = "mock/diff-model", "mockorg/diff-model"
-# the invented slices of the benchmarks whose real data is not on the machine (tests/data/helm_diff/README.md)
+# the invented slices (tests/data/helm_diff/README.md) of the benchmarks whose real data is not on the machine
 SYNTHETIC_DATA = Path(__file__).resolve().parents[3] / "tests" / "data" / "helm_diff"
+DEPLOYMENT, MODEL = "mock/diff-model", "mockorg/diff-model"
 JUDGES = ("mock/diff-judge-a", "mock/diff-judge-b")  # the jury of both sides: deployments on the same mock
 
 @dataclass(frozen=True)
@@ -54,14 +54,21 @@ class Case:
     # a custom benchmark (``medhelm_configurable_benchmark``): its YAML, the files it names beside it; both sides
     # run config_path= its copy in the work folder, and ``name`` is the YAML's (the run folders' name)
     custom: Path | None = None
-
-    # the slice is an invented one under SYNTHETIC_DATA (the benchmark's real data is not on the machine)
+    # the slice is an invented one under SYNTHETIC_DATA (``shared`` relative to it): the real data is not here
     synthetic: bool = False
     # HELM lists the slice's folder (the mirror's last part) through GitHub's contents API: helm-run's requests.get
     # answers that one call with the listing of its download folder (helm_diff_sides.SITECUSTOMIZE)
     github_listing: bool = False
     # what HELM's scenario imports beyond helm-run's dependencies (installed for the case: helm_diff_sides)
     helm_packages: tuple[str, ...] = ()
+    entry: str = ""  # the run entry's name when it is not ``name`` (two cases of one benchmark: its subsets)
+    args: str = ""  # run-entry arguments both sides take (e.g. subset=icliniq)
+    helm_folder: str = ""  # HELM's scenario cache folder under scenarios/ when it is not ``name`` (its class's name)
+    split: str = "test"  # the split both sides put the instances in (the aggregates compared are its)
+
+    @property
+    def run_entry(self) -> str:
+        return self.entry or self.name
 
 
 def _read_json_items(path: Path) -> list[Any]:
@@ -386,6 +393,116 @@ SYNTHETIC_CASES: tuple[Case, ...] = (
          excuse=_ehr_sql_excuse, on_some_items=frozenset({"metrics", "aggregate", "main"})),
 )
 CASES = CASES + SYNTHETIC_CASES
+
+
+# -- the benchmarks whose real data is not on the machine: invented slices (tests/data/helm_diff), each file in its
+# upstream format ---------------------------------------------------------------------------------------------------
+
+
+def _read_jsonl(path: Path) -> list[Any]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _write_jsonl(items: list[Any], path: Path) -> None:
+    path.write_text("".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items), encoding="utf-8")
+
+
+def _read_data_json(path: Path) -> list[Any]:
+    return json.loads(path.read_text(encoding="utf-8"))["data"]
+
+
+def _write_data_json(items: list[Any], path: Path) -> None:
+    path.write_text(json.dumps({"data": items}, ensure_ascii=False), encoding="utf-8")
+
+
+def _read_xlsx_rows(path: Path) -> list[Any]:
+    import openpyxl
+
+    sheet = openpyxl.load_workbook(path, read_only=True).active
+    header, *rows = [list(r) for r in sheet.iter_rows(values_only=True)]
+    return [dict(zip(header, row)) for row in rows]
+
+
+def _write_xlsx_rows(rows: list[Any], path: Path) -> None:
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    book.active.append(list(rows[0]))
+    for row in rows:
+        book.active.append(list(row.values()))
+    book.save(path)
+
+
+def _read_parquet_rows(path: Path) -> list[Any]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+def _write_head_qa(rows: list[Any], path: Path) -> None:
+    """HEAD-QA's parquet conversion's columns and types (image: the Hub's Image struct, null for a text question)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    answer = pa.struct([("aid", pa.int32()), ("atext", pa.string())])
+    schema = pa.schema([("name", pa.string()), ("year", pa.string()), ("category", pa.string()),
+                        ("qid", pa.int32()), ("qtext", pa.string()), ("ra", pa.int32()),
+                        ("image", pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+                        ("answers", pa.list_(answer))])
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+
+
+def _choice_answers(letters: str) -> Callable[[Any], list[str]]:
+    """Every letter, a letter with a space before it, one with a period after it and a word: what MC scoring reads."""
+    return lambda item: [*letters, f" {letters[1]}", f"{letters[0]}.", "Answer"]
+
+
+def _text_answers(reference: str) -> list[str]:
+    return [reference, reference[: len(reference) // 3], "", "Please ask your doctor or pharmacist about it."]
+
+
+def _answered(row: dict) -> bool:
+    """A MedicationQA row HELM evaluates: pandas reads its answer as present (not empty, not an NA spelling)."""
+    answer = row.get("Answer")
+    return answer is not None and str(answer).strip() not in ("", "n/a", "N/A", "NA", "NaN", "nan", "null", "None")
+
+
+# the medication_qa and med_dialog ranked column: ours normalised, HELM's the 1-5 mean (as aci_bench)
+_JURY_MAIN = {"main": "the ranked column: ours is jury_score_normalized (0-1, unscored when no judge is valid), HELM "
+                      "ranks <benchmark>_accuracy (1-5, 1.0 when no judge is valid), which ours computes beside it "
+                      "and which is equal (docs/metrics.md, Two rules, two names)"}
+_MEDQA_FILES = "data/data_clean/questions/US/4_options/phrases_no_exclude_"
+
+CASES_SYNTHETIC: tuple[Case, ...] = (
+    Case("medbullets", "medbullets/medbullets_op5.csv", "medbullets/medbullets_op5.csv",
+         (("medbullets_op5.csv", None),), _read_csv_rows, _write_csv_rows, key=lambda row: row["question"],
+         answers=_choice_answers("ABCDE"), main="exact_match", helm_main="exact_match", synthetic=True),
+    Case("medication_qa", "medication_qa/MedInfo2019-QA-Medications.xlsx",
+         "medication_qa/MedInfo2019-QA-Medications.xlsx", (("MedInfo2019-QA-Medications.xlsx", None),),
+         _read_xlsx_rows, _write_xlsx_rows, key=lambda row: row["Question"] if _answered(row) else "",
+         answers=lambda row: _text_answers(str(row["Answer"])), main="jury_score_normalized",
+         helm_main="medication_qa_accuracy", jury=("accuracy", "completeness", "clarity"), known=_JURY_MAIN,
+         synthetic=True),
+    *(Case(f"med_dialog_{subset}", f"med_dialog/{subset}/test.json", f"med_dialog/{subset}/test.json",
+           ((f"{subset}/test.json", None),), _read_data_json, _write_data_json,
+           key=lambda record: collapse(record["src"])[:240], answers=lambda record: _text_answers(record["tgt"]),
+           main="jury_score_normalized", helm_main="med_dialog_accuracy", jury=("accuracy", "completeness", "clarity"),
+           known=_JURY_MAIN, synthetic=True, entry="med_dialog", args=f"subset={subset}", helm_folder="med_dialog")
+      for subset in ("healthcaremagic", "icliniq")),
+    Case("head_qa", "head_qa/en/test/0000.parquet", "head_qa/en/test/0000.parquet", (), _read_parquet_rows,
+         _write_head_qa, key=lambda row: "" if row["image"] else row["qtext"], answers=_choice_answers("ABCD"),
+         main="exact_match", helm_main="exact_match", hf_dataset="dvilares/head_qa", synthetic=True),
+    Case("medhelm_med_qa", "medhelm_med_qa/phrases_no_exclude_test.jsonl",
+         "medhelm_med_qa/phrases_no_exclude_test.jsonl",
+         ((f"{_MEDQA_FILES}test.jsonl", None), (f"{_MEDQA_FILES}train.jsonl", ""), (f"{_MEDQA_FILES}dev.jsonl", "")),
+         _read_jsonl, _write_jsonl, key=lambda row: row["question"], answers=_choice_answers("ABCD"),
+         main="exact_match", helm_main="exact_match", synthetic=True, helm_folder="med_qa"),
+    Case("medhelm_med_mcqa", "medhelm_med_mcqa/dev.json", "medhelm_med_mcqa/dev.json",
+         (("data/dev.json", None), ("data/train.json", "")), _read_jsonl, _write_jsonl,
+         key=lambda row: row["question"], answers=_choice_answers("ABCD"), main="exact_match",
+         helm_main="exact_match", synthetic=True, helm_folder="med_mcqa", split="valid"),
+)
+CASES += CASES_SYNTHETIC
 
 
 def select(names: Iterable[str] | None = None) -> list[Case]:

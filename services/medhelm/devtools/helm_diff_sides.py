@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +29,8 @@ HELM_VERSION = "0.5.16"
 # versions within its pins; torch/transformers/spacy left out: no compared run needs them)
 RUN_PACKAGES = ("Mako==1.4.3", "pandas==2.3.3", "bottle==0.12.25", "nltk==3.10.4", "rouge-score==0.1.2",
                 "scipy==1.17.1", "scikit-learn==1.9.1", "datasets==3.6.0", "pyarrow-hotfix==0.7",
-                "uncertainty-calibration==0.1.4", "parameterized==0.9.0")
+                "uncertainty-calibration==0.1.4", "parameterized==0.9.0",
+                "openpyxl==3.1.5")
 
 
 class DiffError(Exception):
@@ -99,10 +101,11 @@ def _entry(case: Case, work: Path, ours: bool) -> str:
     if case.custom is not None:  # its judges are in its YAML; HELM's run spec takes config_path= alone
         config = f"config_path={(work / case.custom.name).resolve()}"
         return f"medhelm_configurable_benchmark:{','.join([config] + model)}"
-    args = [case.our_args] if ours and case.our_args else []
+    args = [case.args] if case.args else []
+    args += [case.our_args] if ours and case.our_args else []
     if case.jury:
         args.append(f"jury_config_path={(work / 'prod_env' / 'judges.yaml').resolve()}")
-    return f"{case.name}:{','.join(args + model)}"
+    return f"{case.run_entry}:{','.join(args + model)}"
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -112,9 +115,9 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-# HELM's scenarios that read a Hugging Face dataset get the slice from a local CSV, through the csv builder of
-# `datasets`, typed as the Hub's dataset is (every column a string but the integer ones named): a sitecustomize
-# module in the helm-run process
+# HELM's scenarios that read a Hugging Face dataset get the slice from a local file: a CSV through the csv builder
+# of `datasets`, typed as the Hub's dataset is (every column a string but the integer ones named), a parquet file
+# (the Hub's own conversion) through its parquet builder: a sitecustomize module in the helm-run process
 SITECUSTOMIZE = """\
 import csv
 import json
@@ -219,32 +222,47 @@ class SummarizationRouge(Metric):
 
 def run_helm(helm: HelmRun, case: Case, work: Path, count: int) -> Path:
     """helm-run on the slice; returns its run folder."""
-    log = work / f"helm-{case.name}.log"
+    return run_helm_all(helm, [case], work, count)[case.name]
+
+
+def run_helm_all(helm: HelmRun, cases: Sequence[Case], work: Path, count: int) -> dict[str, Path]:
+    """One helm-run on the cases' slices (one start-up for all); each case's run folder by its name."""
+    log = work / f"helm-{cases[0].name if len(cases) == 1 else 'all'}.log"
     site = work / "helm_site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     (site / "medhelm_diff_rouge.py").write_text(ROUGE_METRIC)
-    slices = f"{case.hf_dataset}={work / 'mirror' / case.mirror}" if case.hf_dataset else ""
+    slices = os.pathsep.join(f"{c.hf_dataset}={work / 'mirror' / c.mirror}" for c in cases if c.hf_dataset)
+    ints = sorted({n for c in cases for n in c.hf_int_columns})
     with open(log, "w") as fh:
-        done = subprocess.run([str(helm.helm_run), "--run-entries", _entry(case, work, False), "--suite", "diff",
-                               "--max-eval-instances", str(count), "--local-path", "prod_env",
+        done = subprocess.run([str(helm.helm_run), "--run-entries", *(_entry(c, work, False) for c in cases),
+                               "--suite", "diff", "--max-eval-instances", str(count), "--local-path", "prod_env",
                                "--output-path", "helm", "-n", "1"], cwd=work, stdout=fh, stderr=subprocess.STDOUT,
-                              env=_env(MEDHELM_DIFF_HF_SLICES=slices,
-                                         MEDHELM_DIFF_HF_INTS=",".join(case.hf_int_columns),
-                                         MEDHELM_DIFF_ROUGE_ONLY="1" if case.jury else "",
-                                         **_offline_helm_env(helm, [case], work, site)),
+                              env=_env(MEDHELM_DIFF_HF_SLICES=slices, MEDHELM_DIFF_HF_INTS=",".join(ints),
+                                         MEDHELM_DIFF_ROUGE_ONLY="1" if any(c.jury for c in cases) else "",
+                                         **_offline_helm_env(helm, cases, work, site)),
                               timeout=3600)
-    runs = [p for p in (work / "helm/runs/diff").glob(f"{case.name}:*") if (p / "scenario_state.json").is_file()]
-    if done.returncode != 0 or len(runs) != 1:
-        raise DiffError(f"helm-run {case.name} failed (exit {done.returncode}): {_tail(log)}")
-    return runs[0]
+    runs = [p for p in (work / "helm/runs/diff").glob("*") if (p / "scenario_state.json").is_file()]
+    found = {c.name: [p for p in runs if _is_helm_run_of(c, p)] for c in cases}
+    if done.returncode != 0 or any(len(v) != 1 for v in found.values()):
+        raise DiffError(f"helm-run {', '.join(c.name for c in cases)} failed (exit {done.returncode}): {_tail(log)}")
+    return {name: v[0] for name, v in found.items()}
+
+
+def _is_helm_run_of(case: Case, run: Path) -> bool:
+    """Whether HELM's run folder is the case's: its scenario (the class's name, e.g. med_qa for medhelm_med_qa) and
+    the case's arguments in its scenario spec."""
+    scenario = json.loads((run / "scenario.json").read_text())["name"]
+    args = json.loads((run / "run_spec.json").read_text())["scenario_spec"].get("args") or {}
+    wanted = dict(a.split("=", 1) for a in case.args.split(",") if a)
+    return scenario == (case.helm_folder or case.name) and all(str(args.get(k)) == v for k, v in wanted.items())
 
 
 def _offline_helm_env(helm: HelmRun, cases: list[Case], work: Path, site: Path) -> dict[str, str]:
     """helm-run's PYTHONPATH (the sitecustomize, helm-run's dependencies, the cases' own packages) and the GitHub
     folders whose listing the sitecustomize answers (<upstream folder>=<HELM's download folder>), for any cases."""
     path = [site, helm.deps] + [case_deps(helm, c) for c in cases if c.helm_packages]
-    listed = [f"{Path(c.mirror).name}={work / 'helm/scenarios' / c.name}" for c in cases if c.github_listing]
+    listed = [f"{Path(c.mirror).name}={work / 'helm/scenarios' / (c.helm_folder or c.name)}" for c in cases if c.github_listing]
     return {"PYTHONPATH": os.pathsep.join(map(str, path)), "MEDHELM_DIFF_GITHUB_LISTING": os.pathsep.join(listed)}
 
 
@@ -257,17 +275,30 @@ def case_deps(helm: HelmRun, case: Case) -> Path:
 
 def run_ours(case: Case, work: Path) -> Path:
     """``medhelm run`` on the slice (offline, from the mirror, no cache); returns its run folder."""
-    log = work / f"ours-{case.name}.log"
+    return run_ours_all([case], work)[case.name]
+
+
+def run_ours_all(cases: Sequence[Case], work: Path) -> dict[str, Path]:
+    """One ``medhelm run`` on the cases' slices; each case's run folder by its name."""
+    log = work / f"ours-{cases[0].name if len(cases) == 1 else 'all'}.log"
     with open(log, "w") as fh:
-        done = subprocess.run([sys.executable, "-m", "medhelm", "run", "-r", _entry(case, work, True),
+        done = subprocess.run([sys.executable, "-m", "medhelm", "run", "-r", *(_entry(c, work, True) for c in cases),
                                "--suite", "diff",
                                "--local-path", "prod_env", "--output-path", "ours", "--data-dir", "mirror",
                                "--offline", "--disable-cache", "-n", "4"], cwd=work, stdout=fh,
                               stderr=subprocess.STDOUT, env=_env(), timeout=3600)
-    runs = [p for p in (work / "ours/runs/diff").glob(f"{case.name}[:,]*") if (p / "stats.json").is_file()]
-    if done.returncode != 0 or len(runs) != 1:
-        raise DiffError(f"medhelm run {case.name} failed (exit {done.returncode}): {_tail(log)}")
-    return runs[0]
+    runs = [p for p in (work / "ours/runs/diff").glob("*") if (p / "stats.json").is_file()]
+    found = {c.name: [p for p in runs if _is_our_run_of(c, p.name)] for c in cases}
+    if done.returncode != 0 or any(len(v) != 1 for v in found.values()):
+        raise DiffError(f"medhelm run {', '.join(c.name for c in cases)} failed (exit {done.returncode}): "
+                        f"{_tail(log)}")
+    return {name: v[0] for name, v in found.items()}
+
+
+def _is_our_run_of(case: Case, folder: str) -> bool:
+    """Whether our run folder (``<entry>[,<arg>=<value>...]:model=...``) is the case's."""
+    head = folder.split(":", 1)[0].split(",")
+    return head[0] == case.run_entry and all(a in head[1:] for a in case.args.split(",") if a)
 
 
 def _tail(log: Path) -> str:
@@ -291,8 +322,9 @@ class Side:
     verdicts: list[set[tuple[str, str, int]]] = field(default_factory=list)  # (judge, criterion, score) parsed
 
 
-def read_helm(run: Path, annotator: str = "") -> Side:
-    """HELM's run folder; ``annotator`` names the jury's annotations (a jury benchmark's own name)."""
+def read_helm(run: Path, annotator: str = "", split: str = "test") -> Side:
+    """HELM's run folder; ``annotator`` names the jury's annotations (a jury benchmark's own name), ``split`` the
+    aggregates' split."""
     states = json.loads((run / "scenario_state.json").read_text())["request_states"]
     states.sort(key=lambda s: int(str(s["instance"]["id"]).lstrip("id") or 0))
     per = {}
@@ -300,7 +332,7 @@ def read_helm(run: Path, annotator: str = "") -> Side:
         per.setdefault(entry["instance_id"], {}).update(  # one entry per metric class: merged
             {s["name"]["name"]: (s["sum"] / s["count"] if s["count"] else None)
              for s in entry["stats"] if not s["name"].get("perturbation")})
-    side = Side([], [], [], [], _helm_aggregate(run))
+    side = Side([], [], [], [], _helm_aggregate(run, split))
     for s in states:
         inst = s["instance"]
         side.ids.append(str(inst["id"]))
@@ -315,16 +347,16 @@ def read_helm(run: Path, annotator: str = "") -> Side:
     return side
 
 
-def _helm_aggregate(run: Path) -> dict[str, tuple[int, float | None]]:
+def _helm_aggregate(run: Path, split: str) -> dict[str, tuple[int, float | None]]:
     out = {}
     for s in json.loads((run / "stats.json").read_text()):
         name = s["name"]
-        if name.get("split") == "test" and not name.get("perturbation"):
+        if name.get("split") == split and not name.get("perturbation"):
             out[name["name"]] = (s["count"], s.get("mean"))
     return out
 
 
-def read_ours(run: Path) -> Side:
+def read_ours(run: Path, split: str = "test") -> Side:
     latest: dict[int, dict] = {}
     with open(run / "instances.jsonl", encoding="utf-8") as fh:
         for line in fh:
@@ -341,7 +373,7 @@ def read_ours(run: Path) -> Side:
         side.verdicts.append({(j["judge"], j["criterion"], int(j["score"])) for j in rec.get("judgements") or []
                               if j.get("status") == "ok" and not str(j["judge"]).startswith("rule:")})
     for s in json.loads((run / "stats.json").read_text()):
-        if s["name"].get("split") == "test":
+        if s["name"].get("split") == split:
             side.aggregate[s["name"]["name"]] = (s["count"], s.get("mean"))
     return side
 

@@ -4,10 +4,12 @@ answered through HELM's own ``helm-run`` and through ``medhelm run``, compared i
     cases = select(["pubmed_qa", "medec"])
     report = run_differential(cases, helm=HelmRun(python, deps), shared_data=..., work=..., limit=5)
     report.rows  # one Row per benchmark; report.unexplained() -> the differences no KNOWN line explains
+    rows = run_together(cases, ...)  # the same, in one helm-run and one medhelm run (one start-up of each side)
 
 What is run. For each case a slice of the real public data (the first ``limit`` items of the file under the
-shared data folder, or all of them) is written twice in the layouts each side reads offline: HELM's download
-target under ``<helm output>/scenarios/<benchmark>/`` (so ``ensure_file_downloaded`` finds it and never reaches
+shared data folder, or all of them; for a benchmark whose data is not on the machine, of an invented file in the
+upstream format under ``SYNTHETIC_DATA``) is written twice in the layouts each side reads offline: HELM's download
+target under ``<helm output>/scenarios/<scenario>/`` (so ``ensure_file_downloaded`` finds it and never reaches
 out) and our air-gapped mirror (``<mirror>/<benchmark>/<upstream file name>``). Neither side samples: the slice
 is smaller than both sides' instance caps, so the same items are evaluated (a custom benchmark's case,
 ``Case.custom``, has its YAML and the files it names copied into the work folder, both sides' working directory,
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 import math
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +52,7 @@ from medhelm.devtools.helm_diff_cases import (  # noqa: F401  (the harness's pub
     CASES, DEPLOYMENT, JUDGES, MEDCALC_HELM_UNKNOWN_CATEGORIES, MODEL, SYNTHETIC_DATA, Case, jury_verdict, select)
 from medhelm.devtools.helm_diff_sides import (  # noqa: F401
     HELM_VERSION, RUN_PACKAGES, DiffError, HelmRun, Side, attach_wire, case_deps, ensure_run_deps, read_helm,
-    read_ours, run_helm, run_ours, write_prod_env)
+    read_ours, run_helm, run_helm_all, run_ours, run_ours_all, write_prod_env)
 from medhelm.devtools.mock_openai import KeyedAnswers, MockOpenAIServer
 
 TOLERANCE = 1e-9
@@ -224,7 +226,8 @@ def prepare(case: Case, shared_data: Path, work: Path, limit: int | None) -> lis
     items = case.read(source)
     items = items[:limit] if limit else items
     targets = [(work / "mirror" / case.mirror, None)]
-    targets += [(work / "helm/scenarios" / case.name / name, text) for name, text in case.helm_files]
+    scenario = work / "helm/scenarios" / (case.helm_folder or case.name)
+    targets += [(scenario / name, text) for name, text in case.helm_files]
     for target, text in targets:
         target.parent.mkdir(parents=True, exist_ok=True)
         if text is None:
@@ -252,24 +255,47 @@ def _prepare_custom(case: Case, work: Path, limit: int | None) -> list[Any] | No
 
 
 def run_case(case: Case, helm: HelmRun, shared_data: Path, work: Path, limit: int | None, seed: int = 0) -> Row:
+    return run_together([case], helm, shared_data, work, limit, seed)[0]
+
+
+def run_together(cases: Sequence[Case], helm: HelmRun, shared_data: Path, work: Path, limit: int | None,
+                 seed: int = 0) -> list[Row]:
+    """The cases in one folder, run by one ``helm-run`` and one ``medhelm run`` (each side's start-up paid once),
+    one mock answering every case's items (their keys are distinct passages); one Row per case, in order. The
+    jury cases must share one rubric's criteria (the judges' keyed verdicts)."""
     work.mkdir(parents=True, exist_ok=True)
-    items = prepare(case, shared_data, work, limit)
-    if items is None:
-        return Row(case.name, skipped=f"no data at {slice_path(case, shared_data)}")
-    keys = [case.key(item) for item in items]
-    responder = KeyedAnswers({k: case.answers(item) for k, item in zip(keys, items)}, seed=seed,
-                             judge=jury_verdict(case.jury) if case.jury else None)
-    with MockOpenAIServer(responder) as server:
-        write_prod_env(work / "prod_env", server.base_url)
-        helm_dir = run_helm(helm, case, work, len(items))
-        helm_bodies = list(server.requests)
-        server.reset()
-        ours_dir = run_ours(case, work)
-        our_bodies = list(server.requests)
-    helm_side, our_side = read_helm(helm_dir, case.name if case.jury else ""), read_ours(ours_dir)
-    attach_wire(helm_side, helm_bodies, responder, keys)
-    attach_wire(our_side, our_bodies, responder, keys)
-    return compare(case, helm_side, our_side, items)
+    rows: dict[str, Row] = {}
+    slices: dict[str, tuple[Case, list[Any], list[str]]] = {}
+    for case in cases:
+        items = prepare(case, shared_data, work, limit)
+        if items is None:
+            rows[case.name] = Row(case.name, skipped=f"no data at {slice_path(case, shared_data)}")
+            continue
+        # an item neither side evaluates (no reference, an image question) names no key: it stays in the files only
+        items = [item for item in items if case.key(item)]
+        slices[case.name] = (case, items, [case.key(item) for item in items])
+    run = [case for case, _, _ in slices.values()]
+    criteria = {case.jury for case in run if case.jury}
+    if len(criteria) > 1:
+        raise ValueError(f"cases run together must share one rubric's criteria, not {sorted(criteria)}")
+    if run:
+        responder = KeyedAnswers({k: case.answers(item) for case, items, keys in slices.values()
+                                  for k, item in zip(keys, items)}, seed=seed,
+                                 judge=jury_verdict(criteria.pop()) if criteria else None)
+        with MockOpenAIServer(responder) as server:
+            write_prod_env(work / "prod_env", server.base_url)
+            helm_dirs = run_helm_all(helm, run, work, max(len(items) for _, items, _ in slices.values()))
+            helm_bodies = list(server.requests)
+            server.reset()
+            our_dirs = run_ours_all(run, work)
+            our_bodies = list(server.requests)
+        for case, items, keys in slices.values():
+            helm_side = read_helm(helm_dirs[case.name], case.run_entry if case.jury else "", case.split)
+            our_side = read_ours(our_dirs[case.name], case.split)
+            attach_wire(helm_side, helm_bodies, responder, keys)
+            attach_wire(our_side, our_bodies, responder, keys)
+            rows[case.name] = compare(case, helm_side, our_side, items)
+    return [rows[case.name] for case in cases]
 
 
 @dataclass

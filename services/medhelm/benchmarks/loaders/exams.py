@@ -62,8 +62,9 @@ def load_med_qa(ctx: LoadContext, entry) -> Iterator[Instance]:
     """USMLE 4-option questions. ``instance_set=test`` (default): the whole test split. ``instance_set=leaderboard``:
     the test questions of HELM's seeded draw of 1,000 from dev + test (upstream's eval splits, read dev first as
     its ``ALL_SPLITS`` order), the 503 that reached the leaderboard's test column. 54 options of 45 questions end
-    in a stray ``"`` (and a newline) in the published file (github.com/jind11/MedQA issue 5); they are stripped,
-    as upstream does."""
+    in a stray ``"`` (and a newline) in the published file (github.com/jind11/MedQA issue 5); each option is read
+    as upstream reads it (``rstrip('"')`` then whitespace, so a quote before a trailing newline stays), lettered
+    in the file's order of its keys, so the prompt is HELM's byte for byte."""
     if ctx.args.get("instance_set") == "leaderboard":
         dev, test = fetch_all(ctx, entry.folder, entry.remote)
         n_dev = len(read_jsonl(dev, ("question", "options", "answer_idx")))
@@ -80,9 +81,8 @@ def _med_qa_questions(path: Path) -> Iterator[Instance]:
         options = row["options"]
         if not isinstance(options, dict) or row["answer_idx"] not in options:
             raise ConfigError("must be a key of 'options'", path=path, line=line, field="answer_idx")
-        keys = sorted(options)
-        yield choice_instance(f"medqa-test-{n}", row["question"],
-                              [str(options[k]).rstrip().rstrip('"').rstrip() for k in keys],
+        keys = list(options)
+        yield choice_instance(f"medqa-test-{n}", row["question"], [str(options[k]).rstrip('"').rstrip() for k in keys],
                               keys.index(row["answer_idx"]))
 
 

@@ -9,7 +9,7 @@ from medhelm.benchmarks.base import LoadContext
 from medhelm.benchmarks.loaders.fetch import RemoteFile, fetch_all
 from medhelm.benchmarks.loaders.instances import choice_instance, text_instance
 from medhelm.benchmarks.loaders.readers import (is_missing, note_skipped, read_arrow_table, read_docx_paragraphs,
-                                                read_json, read_table)
+                                                read_json, read_xlsx)
 from medhelm.errors import ConfigError
 from medhelm.specs import Instance
 
@@ -17,15 +17,16 @@ from medhelm.specs import Instance
 def load_medication_qa(ctx: LoadContext, entry) -> Iterator[Instance]:
     """Questions without an answer have no reference and are not part of the benchmark. "Without an answer"
     is what upstream's ``pandas.read_excel`` reads as missing: empty, and the NA spellings (the sheet has
-    one ``n/a`` answer), which gives upstream's 689 instances."""
+    one ``n/a`` answer), which gives upstream's 689 instances. Question and answer are the cells' text as
+    upstream reads them, spaces around them and ``\r\n`` kept: the question is the prompt's input and the judges'
+    question, the answer their gold response."""
     (path,) = fetch_all(ctx, entry.folder, entry.remote)
-    for line, row in read_table(path, ("Question", "Answer")).numbered():
+    for line, row in read_xlsx(path, ("Question", "Answer"), keep_cr=True).numbered():
         if is_missing(row["Answer"]):
             continue
         if is_missing(row["Question"]):
             raise ConfigError("an answer without a question", path=path, line=line, field="Question")
-        yield text_instance(f"medicationqa-{line - 1}", str(row["Answer"]).strip(),
-                            question=str(row["Question"]).strip())
+        yield text_instance(f"medicationqa-{line - 1}", str(row["Answer"]), question=str(row["Question"]))
 
 
 def load_medi_qa(ctx: LoadContext, entry) -> Iterator[Instance]:

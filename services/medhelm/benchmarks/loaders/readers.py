@@ -271,9 +271,10 @@ def _office(module: str, path: Path) -> Any:
                           f"(or pip install {pip})", path=path) from None
 
 
-def cell_text(value: Any) -> str:
+def cell_text(value: Any, keep_cr: bool = False) -> str:
     """A spreadsheet value as text: dates as ISO (``2024-03-01``, with the time when it has one), whole
-    numbers without ``.0``, booleans as TRUE/FALSE (as Excel shows them), None as empty."""
+    numbers without ``.0``, booleans as TRUE/FALSE (as Excel shows them), None as empty; ``keep_cr``: a text
+    cell's ``\r`` kept, as pandas reads it."""
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -284,13 +285,14 @@ def cell_text(value: Any) -> str:
         return value.isoformat()
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
-    return clean_text(value)
+    return str(value) if keep_cr else clean_text(value)
 
 
-def read_xlsx(path: Path, required: Sequence[str] = (), *, sheet: str | None = None) -> Table:
+def read_xlsx(path: Path, required: Sequence[str] = (), *, sheet: str | None = None, keep_cr: bool = False) -> Table:
     """Rows of one sheet (the first, or ``sheet``) under its first non-empty row as header. Formulas give their
     cached values (Excel stores them; a formula never calculated reads as empty); a header merged over several
-    columns names them ``X``, ``X (2)``, ...; ``lines`` are the sheet's row numbers."""
+    columns names them ``X``, ``X (2)``, ...; ``lines`` are the sheet's row numbers. ``keep_cr``: text cells keep
+    their ``\r\n`` (an upstream benchmark HELM reads with pandas, byte for byte)."""
     openpyxl = _office("openpyxl", path)
     if not path.is_file():
         raise ConfigError("file not found", path=path)
@@ -302,7 +304,7 @@ def read_xlsx(path: Path, required: Sequence[str] = (), *, sheet: str | None = N
         if sheet is not None and sheet not in wb.sheetnames:
             raise ConfigError(f"no sheet named {sheet!r} (sheets: {', '.join(wb.sheetnames)})", path=path)
         ws = wb[sheet] if sheet is not None else wb.worksheets[0]
-        grid = [(cells[0].row, [cell_text(c.value) for c in cells]) for cells in ws.iter_rows() if cells]
+        grid = [(cells[0].row, [cell_text(c.value, keep_cr) for c in cells]) for cells in ws.iter_rows() if cells]
         merged = [(r.min_row, r.min_col, r.max_col) for r in ws.merged_cells.ranges if r.max_col > r.min_col]
     finally:
         wb.close()
