@@ -200,19 +200,22 @@ def test_an_invented_slice_gives_our_side_one_instance_per_item_naming_its_key(n
     order, each prompt naming its item's key (what pairs both sides' requests), and HELM's download targets exist."""
     from medhelm.benchmarks import LoadContext, PromptBudget, resolve
     from medhelm.devtools.mock_openai import collapse
+    from medhelm.specs import FrozenMap
 
     pytest.importorskip("pyarrow")
     pytest.importorskip("docx")
     case = diff.select([name])[0]
-    items = diff.prepare(case, tmp_path / "unused", tmp_path, None)
-    assert items and 5 <= len(items) <= 20
-    bench = resolve(name, LoadContext(data_dir=tmp_path / "mirror", offline=True))
-    instances = list(bench.instances())
+    written = diff.prepare(case, tmp_path / "unused", tmp_path, None)
+    assert written and 5 <= len(written) <= 20
+    items = [item for item in written if case.key(item)]  # an item neither side evaluates names no key
+    args = FrozenMap(dict(a.split("=", 1) for a in case.args.split(",") if a))
+    bench = resolve(case.run_entry, LoadContext(args=args, data_dir=tmp_path / "mirror", offline=True))
+    instances = [instance for instance in bench.instances() if instance.split == case.split]
     assert len(instances) == len(items)
     for item, instance in zip(items, instances):
         assert collapse(case.key(item)) in collapse(bench.prompt(instance, PromptBudget()).text)
     for target, _ in case.helm_files:
-        assert (tmp_path / "helm/scenarios" / name / target).exists()
+        assert (tmp_path / "helm/scenarios" / (case.helm_folder or name) / target).exists()
 
 
 def test_the_ehr_sql_excuse_covers_its_three_kept_rules_only():
