@@ -35,6 +35,7 @@ offline it raises ``DiffError`` naming the folder, which a test turns into a ski
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -43,8 +44,9 @@ from typing import Any
 
 from medhelm.devtools.helm_diff_cases import (  # noqa: F401  (the harness's public names, in one place)
     CASES, DEPLOYMENT, JUDGES, MEDCALC_HELM_UNKNOWN_CATEGORIES, MODEL, Case, jury_verdict, select)
+from medhelm.devtools.fault_proxy import FaultProxy
 from medhelm.devtools.helm_diff_sides import (  # noqa: F401
-    HELM_VERSION, RUN_PACKAGES, DiffError, HelmRun, Side, attach_wire, ensure_run_deps, read_helm, read_ours,
+    HELM_VERSION, RUN_PACKAGES, DiffError, Engine, HelmRun, Side, attach_wire, ensure_run_deps, read_helm, read_ours,
     run_helm, run_ours, write_prod_env)
 from medhelm.devtools.mock_openai import KeyedAnswers, MockOpenAIServer
 
@@ -222,24 +224,39 @@ def prepare(case: Case, shared_data: Path, work: Path, limit: int | None) -> lis
     return items
 
 
-def run_case(case: Case, helm: HelmRun, shared_data: Path, work: Path, limit: int | None, seed: int = 0) -> Row:
+def run_case(case: Case, helm: HelmRun, shared_data: Path, work: Path, limit: int | None, seed: int = 0,
+             engine: Engine | None = None) -> Row:
+    """One benchmark on both sides, answered by the KeyedAnswers mock, or by ``engine`` (a real server, reached
+    through a ``FaultProxy`` injecting nothing, which keeps every body as it arrived; the sides one after the
+    other, each sending one request at a time, so the engine answers each request alone)."""
     work.mkdir(parents=True, exist_ok=True)
     items = prepare(case, shared_data, work, limit)
     if items is None:
         return Row(case.name, skipped=f"no data at {shared_data / case.shared}")
     keys = [case.key(item) for item in items]
+    # with an engine, the table only pairs each request with its item
     responder = KeyedAnswers({k: case.answers(item) for k, item in zip(keys, items)}, seed=seed,
                              judge=jury_verdict(case.jury) if case.jury else None)
-    with MockOpenAIServer(responder) as server:
-        write_prod_env(work / "prod_env", server.base_url)
-        helm_dir = run_helm(helm, case, work, len(items))
-        helm_bodies = list(server.requests)
-        server.reset()
-        ours_dir = run_ours(case, work)
-        our_bodies = list(server.requests)
+    if engine is None:
+        with MockOpenAIServer(responder) as server:
+            write_prod_env(work / "prod_env", server.base_url)
+            helm_dir = run_helm(helm, case, work, len(items))
+            helm_bodies = list(server.requests)
+            server.reset()
+            ours_dir = run_ours(case, work)
+            our_bodies = list(server.requests)
+    else:
+        with FaultProxy(engine.base_url) as proxy:
+            write_prod_env(work / "prod_env", proxy.base_url, engine)
+            helm_dir = run_helm(helm, case, work, len(items))
+            helm_bodies = [json.loads(raw) for raw in proxy.received]
+            proxy.reset()
+            ours_dir = run_ours(case, work, concurrency=1)
+            our_bodies = [json.loads(raw) for raw in proxy.received]
     helm_side, our_side = read_helm(helm_dir, case.name if case.jury else ""), read_ours(ours_dir)
-    attach_wire(helm_side, helm_bodies, responder, keys)
-    attach_wire(our_side, our_bodies, responder, keys)
+    candidate = engine.candidate if engine else MODEL.split("/", 1)[1]
+    attach_wire(helm_side, helm_bodies, responder, keys, candidate)
+    attach_wire(our_side, our_bodies, responder, keys, candidate)
     return compare(case, helm_side, our_side, items)
 
 
