@@ -15,7 +15,10 @@ is smaller than both sides' instance caps, so the same items are evaluated, and 
 prompt names (a passage of the item both layouts carry), so a different prompt layout still gets the same
 completion and the metrics compare on the same answers. Both sides read one prod_env (an OpenAI-compatible
 deployment whose base_url is the mock, the key in credentials.conf); helm-run runs in crfm-helm's own venv as
-its own process, ``medhelm run`` as its own process of this interpreter.
+its own process, ``medhelm run`` as its own process of this interpreter. Given an ``Engine`` (a real
+OpenAI-compatible server, e.g. vLLM at temperature 0), it answers both sides instead: the prod_env names it through
+HELM's ``VLLMChatClient``, a ``FaultProxy`` in front of it keeps each body as it arrived, and each side sends one
+request at a time; ``KeyedAnswers`` then only pairs each request with its item.
 
 What is compared, per instance: the request as it reached the server (the prompt text byte for byte, the
 messages, max tokens, stop sequences, temperature, every other body field; a prompt that is not byte-equal is
