@@ -229,3 +229,34 @@ def test_the_ehr_sql_excuse_covers_its_three_kept_rules_only():
     assert case.excuse(empty_gold, "select patient.age from patient where 1 = 0", acc, 0.0, 1.0)  # both empty
     assert not case.excuse(answerable, "select patient.age from patient", acc, 0.0, 1.0)  # a real difference
     assert not case.excuse(answerable, "select 1; select 2;", "exact_match", 0.0, 1.0)  # HELM's columns only
+
+
+def test_the_proxy_in_front_of_an_engine_keeps_each_body_as_it_arrived():
+    """The engine mode's record of what vLLM was sent: the bytes as the client wrote them (spacing, key order,
+    escapes), a refused request's too, forwarded unchanged; other paths are not bodies of a completion."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from medhelm.devtools.fault_proxy import FaultProxy
+
+    raws = [b'{"model": "m",   "messages": [{"role": "user", "content": "Is the patient febrile?\\u00e9"}]}',
+            b'{"messages":[{"content":"REFUSE me","role":"user"}],"model":"m","temperature":0.0}']
+    with MockOpenAIServer(KeyedAnswers({"Is the patient febrile?": ["B"]})) as server, \
+            FaultProxy(server.base_url, bad_request_marker="REFUSE") as proxy:
+        statuses = []
+        for raw in raws:
+            req = urllib.request.Request(proxy.base_url + "/chat/completions", raw,
+                                         {"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    statuses.append((resp.status, json.loads(resp.read())["choices"][0]["message"]["content"]))
+            except urllib.error.HTTPError as err:
+                statuses.append((err.code, None))
+        with urllib.request.urlopen(proxy.base_url + "/models", timeout=60) as resp:
+            assert resp.status == 200
+        assert statuses == [(200, "B"), (400, None)]
+        assert proxy.received == raws  # byte for byte, the refused one too
+        assert server.requests == [json.loads(raws[0])]  # forwarded: the server parsed what the client sent
+        proxy.reset()
+        assert proxy.received == []

@@ -17,6 +17,8 @@ else it forwards to the upstream and, for a model in ``unparseable_models`` whos
 ``unparseable_marker``, replaces the answer's text with prose no judge parser can read (usage kept).
 Each answer is logged as ``Answer(model, status, forwarded, prompt_tokens, completion_tokens,
 unparseable)``: the truth that the client's counters must equal. Other paths are forwarded untouched.
+Every chat completion body is kept as it arrived (``received``: the raw bytes, in arrival order), before any
+fault is drawn: what the upstream server was sent, byte for byte (the differential against crfm-helm reads it).
 A test and benchmark fixture (aiohttp in a thread of its own), never part of an evaluation.
 """
 
@@ -62,6 +64,7 @@ class FaultProxy:
         self.host, self.port = host, port
         self.enabled = True  # False: forward everything untouched (still logged)
         self.log: list[Answer] = []
+        self.received: list[bytes] = []  # chat completion bodies as they arrived
         self._lock = threading.Lock()
         self._seen: Counter[str] = Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -90,6 +93,7 @@ class FaultProxy:
     def reset(self) -> None:
         with self._lock:
             self.log.clear()
+            self.received.clear()
             self._seen.clear()
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -140,6 +144,8 @@ class FaultProxy:
         raw = await request.read()
         if request.method != "POST" or not request.path.endswith("/chat/completions"):
             return await self._forward(request, raw)
+        with self._lock:
+            self.received.append(raw)
         try:
             body = json.loads(raw)
             model = str(body.get("model"))

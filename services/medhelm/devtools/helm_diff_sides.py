@@ -4,7 +4,9 @@ against one prod_env, and reading each side's run folder into a ``Side`` (per po
 completion, metrics, the request bodies the server received, the jury's verdicts). Owns how HELM is driven offline
 (the prod_env, the ``sitecustomize`` serving Hugging Face datasets from the slice and answering a GitHub contents
 listing from the download folder, the ROUGE-only metric, a case's extra packages) and the two run folders' formats
-as read here.
+as read here. The prod_env names either the mock (HELM's ``OpenAIClient`` with its ``base_url``) or a real engine
+(``Engine``: HELM's ``VLLMChatClient``, the class a MedHELM user's prod_env names for a vLLM server, with the model
+name the engine serves each deployment under).
 
 Failure semantics: a side that fails to run raises ``DiffError`` with the tail of its log (no instance text beyond
 the public benchmark data); ``ensure_run_deps`` offline raises ``DiffError`` naming the folder.
@@ -37,6 +39,18 @@ class DiffError(Exception):
     """A side of the differential could not run (its log's tail in the message)."""
 
 
+@dataclass(frozen=True)
+class Engine:
+    """A real OpenAI-compatible server (vLLM) answering both sides: its address (``.../v1``) and the model names
+    it serves the candidate and each of ``JUDGES`` under (distinct names, so each request's sender is known)."""
+
+    base_url: str
+    candidate: str = DEPLOYMENT.split("/", 1)[1]
+    judges: tuple[str, ...] = tuple(j.split("/", 1)[1] for j in JUDGES)
+
+    def served(self) -> dict[str, str]:
+        return {DEPLOYMENT: self.candidate, **dict(zip(JUDGES, self.judges))}
+
 
 @dataclass(frozen=True)
 class HelmRun:
@@ -67,23 +81,30 @@ def ensure_run_deps(python: Path, folder: Path, packages: tuple[str, ...] = RUN_
     return folder
 
 
-def write_prod_env(folder: Path, base_url: str) -> Path:
-    """One prod_env both sides read: the mock as an OpenAI-compatible deployment, its key in credentials.conf."""
+def write_prod_env(folder: Path, base_url: str, engine: Engine | None = None) -> Path:
+    """One prod_env both sides read: the mock as an OpenAI-compatible deployment, its key in credentials.conf; or,
+    given ``engine``, HELM's ``VLLMChatClient`` at ``base_url`` (which sends no key) naming the engine's model."""
     folder.mkdir(parents=True, exist_ok=True)
     host = DEPLOYMENT.split("/")[0]
     pairs = [(DEPLOYMENT, MODEL)] + [(j, _model_of(j)) for j in JUDGES]
+    served = engine.served() if engine else {}
+    pairs = [(name, model) for name, model in pairs if not engine or name in served]
+    client = "vllm_client.VLLMChatClient" if engine else "openai_client.OpenAIClient"
     (folder / "model_deployments.yaml").write_text("model_deployments:\n" + "".join(
         f"  - name: {name}\n    model_name: {model}\n    tokenizer_name: mock/simple\n"
         "    max_sequence_length: 1000000\n    client_spec:\n"
-        '      class_name: "helm.clients.openai_client.OpenAIClient"\n'
-        f'      args:\n        base_url: "{base_url}"\n' for name, model in pairs))
+        f'      class_name: "helm.clients.{client}"\n'
+        f'      args:\n        base_url: "{base_url}"\n'
+        + (f'        vllm_model_name: "{served[name]}"\n' if engine else "") for name, model in pairs))
+    about = "served by a real engine" if engine else "KeyedAnswers mock"
     (folder / "model_metadata.yaml").write_text("models:\n" + "".join(
-        f"  - name: {model}\n    display_name: Differential {model}\n    description: KeyedAnswers mock\n"
+        f"  - name: {model}\n    display_name: Differential {model}\n    description: {about}\n"
         "    creator_organization_name: MockOrg\n    access: open\n    release_date: 2025-01-01\n"
         "    tags: [TEXT_MODEL_TAG, PARTIAL_FUNCTIONALITY_TEXT_MODEL_TAG]\n" for _, model in pairs))
     # the jury in upstream's judges.yaml shape, which both sides read (the label is the deployment's name)
     (folder / "judges.yaml").write_text("judges:\n" + "".join(
-        f"  - name: {j}\n    model: {_model_of(j)}\n    model_deployment: {j}\n" for j in JUDGES))
+        f"  - name: {j}\n    model: {_model_of(j)}\n    model_deployment: {j}\n" for j in JUDGES
+        if not engine or j in served))
     (folder / "tokenizer_configs.yaml").write_text(
         "tokenizer_configs:\n  - name: mock/simple\n    tokenizer_spec:\n"
         '      class_name: "helm.tokenizers.simple_tokenizer.SimpleTokenizer"\n'
@@ -273,19 +294,19 @@ def case_deps(helm: HelmRun, case: Case) -> Path:
     return ensure_run_deps(helm.python, root / case.name, case.helm_packages)
 
 
-def run_ours(case: Case, work: Path) -> Path:
+def run_ours(case: Case, work: Path, concurrency: int = 4) -> Path:
     """``medhelm run`` on the slice (offline, from the mirror, no cache); returns its run folder."""
-    return run_ours_all([case], work)[case.name]
+    return run_ours_all([case], work, concurrency)[case.name]
 
 
-def run_ours_all(cases: Sequence[Case], work: Path) -> dict[str, Path]:
+def run_ours_all(cases: Sequence[Case], work: Path, concurrency: int = 4) -> dict[str, Path]:
     """One ``medhelm run`` on the cases' slices; each case's run folder by its name."""
     log = work / f"ours-{cases[0].name if len(cases) == 1 else 'all'}.log"
     with open(log, "w") as fh:
         done = subprocess.run([sys.executable, "-m", "medhelm", "run", "-r", *(_entry(c, work, True) for c in cases),
                                "--suite", "diff",
                                "--local-path", "prod_env", "--output-path", "ours", "--data-dir", "mirror",
-                               "--offline", "--disable-cache", "-n", "4"], cwd=work, stdout=fh,
+                               "--offline", "--disable-cache", "-n", str(concurrency)], cwd=work, stdout=fh,
                               stderr=subprocess.STDOUT, env=_env(), timeout=3600)
     runs = [p for p in (work / "ours/runs/diff").glob("*") if (p / "stats.json").is_file()]
     found = {c.name: [p for p in runs if _is_our_run_of(c, p.name)] for c in cases}
@@ -378,10 +399,10 @@ def read_ours(run: Path, split: str = "test") -> Side:
     return side
 
 
-def attach_wire(side: Side, bodies: list[dict], responder: KeyedAnswers, keys: list[str]) -> None:
+def attach_wire(side: Side, bodies: list[dict], responder: KeyedAnswers, keys: list[str],
+                candidate: str = MODEL.split("/", 1)[1]) -> None:
     """Each position's request bodies as the server received them (the item's key named in their messages): the
-    candidate's, and the first of each judge's."""
-    candidate = MODEL.split("/", 1)[1]
+    candidate's (``candidate``: the model name its requests carry), and the first of each judge's."""
     by_key: dict[str, dict] = {}
     judged: dict[str, dict[str, dict]] = {}
     for body in bodies:

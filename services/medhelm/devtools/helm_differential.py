@@ -19,7 +19,10 @@ its CSV cut to the slice), and items pair by position (HELM's
 prompt names (a passage of the item both layouts carry), so a different prompt layout still gets the same
 completion and the metrics compare on the same answers. Both sides read one prod_env (an OpenAI-compatible
 deployment whose base_url is the mock, the key in credentials.conf); helm-run runs in crfm-helm's own venv as
-its own process, ``medhelm run`` as its own process of this interpreter.
+its own process, ``medhelm run`` as its own process of this interpreter. Given an ``Engine`` (a real
+OpenAI-compatible server, e.g. vLLM at temperature 0), it answers both sides instead: the prod_env names it through
+HELM's ``VLLMChatClient``, a ``FaultProxy`` in front of it keeps each body as it arrived, and each side sends one
+request at a time; ``KeyedAnswers`` then only pairs each request with its item.
 
 What is compared, per instance: the request as it reached the server (the prompt text byte for byte, the
 messages, max tokens, stop sequences, temperature, every other body field; a prompt that is not byte-equal is
@@ -39,6 +42,7 @@ offline it raises ``DiffError`` naming the folder, which a test turns into a ski
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from collections.abc import Iterable, Sequence
@@ -50,9 +54,10 @@ import yaml
 
 from medhelm.devtools.helm_diff_cases import (  # noqa: F401  (the harness's public names, in one place)
     CASES, DEPLOYMENT, JUDGES, MEDCALC_HELM_UNKNOWN_CATEGORIES, MODEL, SYNTHETIC_DATA, Case, jury_verdict, select)
+from medhelm.devtools.fault_proxy import FaultProxy
 from medhelm.devtools.helm_diff_sides import (  # noqa: F401
-    HELM_VERSION, RUN_PACKAGES, DiffError, HelmRun, Side, attach_wire, case_deps, ensure_run_deps, read_helm,
-    read_ours, run_helm, run_helm_all, run_ours, run_ours_all, write_prod_env)
+    HELM_VERSION, RUN_PACKAGES, DiffError, Engine, HelmRun, Side, attach_wire, case_deps, ensure_run_deps,
+    read_helm, read_ours, run_helm, run_helm_all, run_ours, run_ours_all, write_prod_env)
 from medhelm.devtools.mock_openai import KeyedAnswers, MockOpenAIServer
 
 TOLERANCE = 1e-9
@@ -254,15 +259,19 @@ def _prepare_custom(case: Case, work: Path, limit: int | None) -> list[Any] | No
     return items
 
 
-def run_case(case: Case, helm: HelmRun, shared_data: Path, work: Path, limit: int | None, seed: int = 0) -> Row:
-    return run_together([case], helm, shared_data, work, limit, seed)[0]
+def run_case(case: Case, helm: HelmRun, shared_data: Path, work: Path, limit: int | None, seed: int = 0,
+             engine: Engine | None = None) -> Row:
+    return run_together([case], helm, shared_data, work, limit, seed, engine)[0]
 
 
 def run_together(cases: Sequence[Case], helm: HelmRun, shared_data: Path, work: Path, limit: int | None,
-                 seed: int = 0) -> list[Row]:
+                 seed: int = 0, engine: Engine | None = None) -> list[Row]:
     """The cases in one folder, run by one ``helm-run`` and one ``medhelm run`` (each side's start-up paid once),
     one mock answering every case's items (their keys are distinct passages); one Row per case, in order. The
-    jury cases must share one rubric's criteria (the judges' keyed verdicts)."""
+    jury cases must share one rubric's criteria (the judges' keyed verdicts). With ``engine``, a real server answers
+    instead, reached through a ``FaultProxy`` injecting nothing, which keeps every body as it arrived; the sides
+    run one after the other, each sending one request at a time, so the engine answers each request alone (the
+    mock's table then only pairs each request with its item)."""
     work.mkdir(parents=True, exist_ok=True)
     rows: dict[str, Row] = {}
     slices: dict[str, tuple[Case, list[Any], list[str]]] = {}
@@ -282,18 +291,29 @@ def run_together(cases: Sequence[Case], helm: HelmRun, shared_data: Path, work: 
         responder = KeyedAnswers({k: case.answers(item) for case, items, keys in slices.values()
                                   for k, item in zip(keys, items)}, seed=seed,
                                  judge=jury_verdict(criteria.pop()) if criteria else None)
-        with MockOpenAIServer(responder) as server:
-            write_prod_env(work / "prod_env", server.base_url)
-            helm_dirs = run_helm_all(helm, run, work, max(len(items) for _, items, _ in slices.values()))
-            helm_bodies = list(server.requests)
-            server.reset()
-            our_dirs = run_ours_all(run, work)
-            our_bodies = list(server.requests)
+        count = max(len(items) for _, items, _ in slices.values())
+        if engine is None:
+            with MockOpenAIServer(responder) as server:
+                write_prod_env(work / "prod_env", server.base_url)
+                helm_dirs = run_helm_all(helm, run, work, count)
+                helm_bodies = list(server.requests)
+                server.reset()
+                our_dirs = run_ours_all(run, work)
+                our_bodies = list(server.requests)
+        else:
+            with FaultProxy(engine.base_url) as proxy:
+                write_prod_env(work / "prod_env", proxy.base_url, engine)
+                helm_dirs = run_helm_all(helm, run, work, count)
+                helm_bodies = [json.loads(raw) for raw in proxy.received]
+                proxy.reset()
+                our_dirs = run_ours_all(run, work, concurrency=1)
+                our_bodies = [json.loads(raw) for raw in proxy.received]
+        candidate = engine.candidate if engine else MODEL.split("/", 1)[1]
         for case, items, keys in slices.values():
             helm_side = read_helm(helm_dirs[case.name], case.run_entry if case.jury else "", case.split)
             our_side = read_ours(our_dirs[case.name], case.split)
-            attach_wire(helm_side, helm_bodies, responder, keys)
-            attach_wire(our_side, our_bodies, responder, keys)
+            attach_wire(helm_side, helm_bodies, responder, keys, candidate)
+            attach_wire(our_side, our_bodies, responder, keys, candidate)
             rows[case.name] = compare(case, helm_side, our_side, items)
     return [rows[case.name] for case in cases]
 
