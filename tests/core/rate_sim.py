@@ -2,7 +2,8 @@
 simulated API gateway that refuses past a token bucket with 429 + ``Retry-After`` and states no budget in headers.
 
 ``Gateway``: a requests-per-minute and/or tokens-per-minute bucket holding ``burst_s`` seconds of refill (the mock's
-``burst_s``), whose budget may change at given times; a request is charged on arrival (its prompt's words plus
+``burst_s``), whose budget may change at given times, stating ``Retry-After`` to the millisecond as the mock does
+or in whole seconds (``whole_seconds``: RFC 9110's delay-seconds, as API management gateways do); a request is charged on arrival (its prompt's words plus
 ``max_tokens``, as OpenAI counts), answered after a latency drawn around ``latency_s``, or refused at once with the
 seconds its cost needs to be back. Each process has ``workers`` instances in flight at most (the run's tasks), waits
 in the pacer's order (``try_acquire`` / ``blocked_for`` on the simulated clock), and sends a refused instance again
@@ -32,6 +33,7 @@ class Gateway:
     tokens_per_minute: float | None = None
     burst_s: float = 1.0
     changes: tuple[tuple[float, float | None, float | None], ...] = ()  # (at, rpm, tpm): a new budget from then
+    whole_seconds: bool = False  # Retry-After as RFC 9110 delay-seconds: the wait rounded up, at least 1
     _levels: dict[str, list[float]] = field(default_factory=dict)
 
     def budget(self, t: float) -> tuple[float | None, float | None]:
@@ -40,6 +42,10 @@ class Gateway:
             if t >= at:
                 rpm, tpm = r, k
         return rpm, tpm
+
+    def stated(self, wait: float) -> float:
+        """The ``Retry-After`` the gateway states for a refusal whose cost is back in ``wait`` seconds."""
+        return float(max(1, math.ceil(wait))) if self.whole_seconds else wait
 
     def arrive(self, t: float, tokens: float) -> float:
         """Charge a request: 0 when accepted, else the seconds until its cost is back (Retry-After)."""
@@ -58,7 +64,7 @@ class Gateway:
         if wait == 0.0:
             for what, left in levels.items():
                 self._levels[what][0] = left
-        return wait
+        return self.stated(wait) if wait > 0.0 else 0.0
 
     def used(self, t0: float, t1: float, what: str) -> float:
         """The budget between ``t0`` and ``t1`` (requests or tokens)."""

@@ -21,7 +21,8 @@ Two server shapes for pacing (``bench/bench_pacing.py``): ``capacity=c`` serves 
 the rest wait in a FIFO queue (latency = queueing + ``latency_s``), as a GPU server with c slots does;
 ``requests_per_minute`` / ``tokens_per_minute`` make it a rate-limited gateway (a token bucket refilled
 continuously, holding ``burst_s`` seconds of refill: 60 as OpenAI's, 1 as many API gateways'; past the budget a 429
-with ``Retry-After`` the time the bucket needs; tokens counted as prompt words + ``max_tokens`` on arrival, as OpenAI
+with ``Retry-After`` the time the bucket needs, to the millisecond, or with ``whole_seconds`` as RFC 9110's
+delay-seconds (rounded up, at least 1: what API management gateways state); tokens counted as prompt words + ``max_tokens`` on arrival, as OpenAI
 counts), sending ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` on every answer when ``rate_headers`` is
 set; ``set_budget`` changes the budget mid-run.
 
@@ -49,7 +50,8 @@ form body), and puts them in a ``WWW-Authenticate`` reply header too: the scrubb
 tested with it (``medhelm.scrub``).
 
 CLI: ``python -m medhelm.devtools.mock_openai --port 8000 [--latency-ms 50] [--error-rate 0.1]
-[--rate-limit-rate 0.1] [--malformed-rate 0.05] [--responder module:function] [--answers table.json]``.
+[--rate-limit-rate 0.1] [--malformed-rate 0.05] [--responder module:function] [--answers table.json]
+[--requests-per-minute 600] [--tokens-per-minute 60000] [--burst-s 1] [--whole-seconds]``.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import math
 import re
 import threading
 from collections import Counter
@@ -168,8 +171,8 @@ class MockOpenAIServer:
                  retry_after_s: float = 0.05, host: str = "127.0.0.1", port: int = 0,
                  reasoning: str | None = None, thinking_tokens: int = 8, capacity: int | None = None,
                  requests_per_minute: float | None = None, tokens_per_minute: float | None = None,
-                 rate_headers: bool = False, burst_s: float = 60.0, hold_until_in_flight: int = 0,
-                 answered_model: str | None = None) -> None:
+                 rate_headers: bool = False, burst_s: float = 60.0, whole_seconds: bool = False,
+                 hold_until_in_flight: int = 0, answered_model: str | None = None) -> None:
         if reasoning not in (None, "split", "inline"):
             raise ValueError("reasoning must be None, 'split' or 'inline'")
         self.reasoning, self.thinking_tokens = reasoning, thinking_tokens
@@ -180,6 +183,7 @@ class MockOpenAIServer:
         self._slots: asyncio.Semaphore | None = None  # made on the server's loop
         self.rpm, self.tpm, self.rate_headers = requests_per_minute, tokens_per_minute, rate_headers
         self.burst_s = burst_s  # seconds of refill a budget's bucket holds (60: a whole minute, as OpenAI's)
+        self.whole_seconds = whole_seconds  # a budget's Retry-After in RFC 9110 delay-seconds (else milliseconds)
         self._buckets: dict[str, list[float]] = {}  # "requests"/"tokens" -> [level, last refill time]
         self.rate_limited_count = 0  # 429s sent by the gateway budget (not the injected ones)
         self.latency_s, self.seed, self.retry_after_s = latency_s, seed, retry_after_s
@@ -355,7 +359,8 @@ class MockOpenAIServer:
             wait, budget_headers = self._budget(cost)
             if wait > 0:
                 self.rate_limited_count += 1
-                return 429, {**budget_headers, "Retry-After": f"{max(wait, 0.001):.3f}"}, _json(
+                stated = f"{max(1, math.ceil(wait))}" if self.whole_seconds else f"{max(wait, 0.001):.3f}"
+                return 429, {**budget_headers, "Retry-After": stated}, _json(
                     {"error": {"message": "rate limit reached for requests", "type": "requests",
                                "code": "rate_limit_exceeded"}})
         if self._slots is not None:
@@ -471,6 +476,13 @@ def _load_responder(spec: str) -> Responder:
     return getattr(importlib.import_module(module), name)
 
 
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0.0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m medhelm.devtools.mock_openai", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -480,6 +492,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate-limit-rate", type=float, default=0.0)
     parser.add_argument("--malformed-rate", type=float, default=0.0)
     parser.add_argument("--retry-after", type=float, default=0.05, help="seconds sent in Retry-After with a 429")
+    parser.add_argument("--requests-per-minute", type=_positive, help="a gateway's requests budget (429 past it)")
+    parser.add_argument("--tokens-per-minute", type=_positive, help="a gateway's tokens budget (429 past it)")
+    parser.add_argument("--burst-s", type=_positive, default=60.0, help="seconds of refill a budget's bucket holds")
+    parser.add_argument("--whole-seconds", action="store_true",
+                        help="a budget's Retry-After in whole seconds (RFC 9110 delay-seconds), not milliseconds")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--responder", help="module:function returning the answer text for a request body")
     parser.add_argument("--answers", help="a JSON table {key text: [answers]}: answer by a hash of the item the "
@@ -497,6 +514,8 @@ def main(argv: list[str] | None = None) -> int:
                               rate_limit_rate=args.rate_limit_rate, malformed_rate=args.malformed_rate,
                               seed=args.seed, retry_after_s=args.retry_after, host=args.host, port=args.port,
                               reasoning=args.reasoning, thinking_tokens=args.thinking_tokens,
+                              requests_per_minute=args.requests_per_minute, tokens_per_minute=args.tokens_per_minute,
+                              burst_s=args.burst_s, whole_seconds=args.whole_seconds,
                               answered_model=args.answered_model)
     with server:
         print(f"mock OpenAI server listening on {server.base_url}", flush=True)

@@ -9,7 +9,8 @@ gateway may have lost refill it cannot count). A refusal of a request sent after
 ``BACKOFF`` x that estimate (before any estimate, it halves what was sent); while the rate holds requests back it
 climbs additively, faster the longer no refusal comes, so a raised budget is found again. A Job's shards climb by a
 unit they share (their fair part, read from the gateway's fractional ``Retry-After``), so the smaller gain on the
-larger as AIMD flows do.
+larger as AIMD flows do. A gateway that states whole seconds (RFC 9110) pauses every refused process for a second:
+a process alone then refines a cut only over a full span, and a shard resumes at its rate, without a burst.
 
 Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing
 to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate), and a cut
@@ -111,10 +112,22 @@ class LearntRate:
         """A request sent at ``started`` (costing ``tokens``) was refused as too many, the gateway saying to wait
         ``retry_after`` seconds. True when the rate was cut."""
         now = self._clock()
+        cut = self._refused_at(now, started, tokens, retry_after)
+        if retry_after and not self._alone and self._whole():
+            # a shard does not burst when a whole second's pause ends: the others took the refill meanwhile, and
+            # shards whose pauses end together burst into an empty bucket, the last one refused whole again and again
+            for bucket in self.buckets:
+                if bucket is not None:
+                    bucket.refill(now)
+                    bucket.level = min(bucket.level, -retry_after * bucket.per_minute / 60.0)
+        return cut
+
+    def _refused_at(self, now: float, started: float, tokens: float, retry_after: float | None) -> bool:
+        """``refused``'s decision: the estimate, the cut or the halving."""
         self._advance(now)
         self.refusals += 1
         bisect.insort(self._refused, (started, tokens))
-        if retry_after and retry_after > 0.0 and not self._alone:
+        if retry_after and retry_after > 0.0:
             self._waits.append(retry_after)
         if started < self._cut_at:
             return False
@@ -232,6 +245,10 @@ class LearntRate:
         n = len(self._waits)  # the longest of n waits drawn evenly below one request's refill: n / (n + 1) of it
         return self._share * n / (n + 1) / max(self._waits)
 
+    def _whole(self) -> bool:
+        """The gateway states its waits in whole seconds (RFC 9110's delay-seconds)."""
+        return bool(self._waits) and all(w == int(w) for w in self._waits)
+
     def _idle_between(self, a: float, b: float) -> float:
         """Seconds between ``a`` and ``b`` every learnt bucket sat full (this process sent under its learnt rate)."""
         i = bisect.bisect_right(self._idle, a, key=lambda spell: spell[1])
@@ -245,7 +262,9 @@ class LearntRate:
     def _estimate(self, b: float) -> tuple[float, float, float] | None:
         """The gateway's refill as seen by this process: accepted between the latest earlier refusal far enough
         back and the refusal sent at ``b``, per second, and the seconds that spans."""
-        loose = not self._estimated or b - self._fresh <= QUIET_S  # a first estimate, or right after a quiet cut
+        # a first estimate, or right after a quiet cut; not after a whole second's pause, whose burst ends the next
+        # span at once: over a span that short a refusal's leftover is a large part of what was accepted
+        loose = not self._estimated or (b - self._fresh <= QUIET_S and not self._whole())
         span, accepted = (FIRST_SPAN_S, FIRST_ACCEPTED) if loose else (MIN_SPAN_S, MIN_ACCEPTED)
         i = bisect.bisect_right(self._refused, (b - span, math.inf))
         oldest = i == 0
