@@ -27,6 +27,11 @@ from medhelm.specs import GenerationRequest, Message
 
 FAST = RetryPolicy(max_attempts=4, base_delay_s=0.0, max_delay_s=0.0, jitter="none")
 PROMPT = "Is aspirin an NSAID? yes or no"
+# what vertexai's TextGenerationModel.predict sends for HELM's parameters (temperature 0, max_tokens 5,
+# top_k_per_token 1, top_p 1, no stop sequences, one candidate): ours must send the same
+MEDLM_PATH = "/v1/projects/hospital-proj/locations/us-central1/publishers/google/models/medlm-medium:predict"
+MEDLM_BODY = {"instances": [{"content": PROMPT}],
+              "parameters": {"maxDecodeSteps": 5, "temperature": 0.0, "topP": 1.0, "topK": 1, "candidateCount": 1}}
 
 
 async def _generate(dep, request):
@@ -60,13 +65,10 @@ def test_medlm_entry_reaches_predict_with_an_adc_token(tmp_path, monkeypatch):
         completion, stats = asyncio.run(_generate(dep, GenerationRequest((Message("user", PROMPT),), max_tokens=5)))
         assert completion.text in ("Yes", "No") and completion.usage.completion_tokens == 1
         seen = fake.requests[-1]
-        assert seen["path"] == ("/v1/projects/hospital-proj/locations/us-central1/publishers/google/models/"
-                                "medlm-medium:predict")
+        assert seen["path"] == MEDLM_PATH
         # what vertexai's TextGenerationModel.predict builds for HELM's parameters (temperature 0, max_tokens,
         # top_k_per_token 1, top_p 1, no stop sequences, one candidate)
-        assert seen["body"] == {"instances": [{"content": PROMPT}],
-                                "parameters": {"maxDecodeSteps": 5, "temperature": 0.0, "topP": 1.0, "topK": 1,
-                                               "candidateCount": 1}}
+        assert seen["body"] == MEDLM_BODY
         blocked, _ = asyncio.run(_generate(dep, GenerationRequest((Message("user", "BLOCKME " + PROMPT),),
                                                                   max_tokens=5)))
         assert blocked.finish_reason == "content_filter" and blocked.text == ""
@@ -119,11 +121,8 @@ def test_the_vertexai_sdk_accepts_the_fake(tmp_path, tls, vertexai_python):
         assert len(texts) == 1 and texts[0] in ("Yes", "No")
         assert oauth.issued == ["ya29.sdk"]
         seen = fake.requests[-1]
-        assert seen["path"] == ("/v1/projects/hospital-proj/locations/us-central1/publishers/google/models/"
-                                "medlm-medium:predict")
-        assert seen["body"] == {"instances": [{"content": PROMPT}],
-                                "parameters": {"maxDecodeSteps": 5, "temperature": 0.0, "topP": 1.0, "topK": 1,
-                                               "candidateCount": 1}}
+        assert seen["path"] == MEDLM_PATH
+        assert seen["body"] == MEDLM_BODY
 
 
 @pytest.mark.parametrize("preset,expected", [(None, True), ("block_none", True), ("default", False)])
