@@ -66,8 +66,6 @@ def test_medlm_entry_reaches_predict_with_an_adc_token(tmp_path, monkeypatch):
         assert completion.text in ("Yes", "No") and completion.usage.completion_tokens == 1
         seen = fake.requests[-1]
         assert seen["path"] == MEDLM_PATH
-        # what vertexai's TextGenerationModel.predict builds for HELM's parameters (temperature 0, max_tokens,
-        # top_k_per_token 1, top_p 1, no stop sequences, one candidate)
         assert seen["body"] == MEDLM_BODY
         blocked, _ = asyncio.run(_generate(dep, GenerationRequest((Message("user", "BLOCKME " + PROMPT),),
                                                                   max_tokens=5)))
