@@ -241,11 +241,6 @@ class SummarizationRouge(Metric):
 """
 
 
-def run_helm(helm: HelmRun, case: Case, work: Path, count: int) -> Path:
-    """helm-run on the slice; returns its run folder."""
-    return run_helm_all(helm, [case], work, count)[case.name]
-
-
 def run_helm_all(helm: HelmRun, cases: Sequence[Case], work: Path, count: int) -> dict[str, Path]:
     """One helm-run on the cases' slices (one start-up for all); each case's run folder by its name."""
     log = work / f"helm-{cases[0].name if len(cases) == 1 else 'all'}.log"
@@ -292,11 +287,6 @@ def case_deps(helm: HelmRun, case: Case) -> Path:
     helm-run's dependencies (``<deps>-cases``), one folder per case."""
     root = Path(os.environ.get("MEDHELM_HELM_CASE_DEPS") or f"{helm.deps}-cases")
     return ensure_run_deps(helm.python, root / case.name, case.helm_packages)
-
-
-def run_ours(case: Case, work: Path, concurrency: int = 4) -> Path:
-    """``medhelm run`` on the slice (offline, from the mirror, no cache); returns its run folder."""
-    return run_ours_all([case], work, concurrency)[case.name]
 
 
 def run_ours_all(cases: Sequence[Case], work: Path, concurrency: int = 4) -> dict[str, Path]:

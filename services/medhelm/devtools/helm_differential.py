@@ -57,7 +57,7 @@ from medhelm.devtools.helm_diff_cases import (  # noqa: F401  (the harness's pub
 from medhelm.devtools.fault_proxy import FaultProxy
 from medhelm.devtools.helm_diff_sides import (  # noqa: F401
     HELM_VERSION, RUN_PACKAGES, DiffError, Engine, HelmRun, Side, attach_wire, case_deps, ensure_run_deps,
-    read_helm, read_ours, run_helm, run_helm_all, run_ours, run_ours_all, write_prod_env)
+    read_helm, read_ours, run_helm_all, run_ours_all, write_prod_env)
 from medhelm.devtools.mock_openai import KeyedAnswers, MockOpenAIServer
 
 TOLERANCE = 1e-9
