@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -305,4 +305,14 @@ def record_instance(instance: Instance) -> Instance:
     the template names) are left out, for ``input`` holds them already, rendered whole: kept, a large cell would be stored
     twice (and cut to fit the context in ``prompt`` a third time). The one rule, in one process or through the
     scenario service (``rpc/remote.py``)."""
-    return replace(instance, extra=FrozenMap()) if instance.extra else instance
+    if not instance.extra:
+        return instance
+    # ``replace(instance, extra=FrozenMap())`` without its cost per record (it reads every field and runs
+    # __post_init__ again): the other fields are already what __post_init__ makes them
+    kept = object.__new__(Instance)
+    kept.__dict__.update(instance.__dict__)
+    object.__setattr__(kept, "extra", _NO_EXTRA)
+    return kept
+
+
+_NO_EXTRA = FrozenMap()

@@ -172,7 +172,8 @@ def _rows(path: Path, template: PromptTemplate, answer_required: bool, rows, sub
         if not instance_id:
             raise ConfigError("empty id", path=path, line=line, field=ID)
         empty = False
-        groups = {name: subgroup_label(values[name], path, line, name) for name in subgroups}  # checked at planning too
+        groups = {name: subgroup_label(values[name], path, line, name) for name in subgroups} \
+            if subgroups else None  # checked at planning too
         if not build:
             _references(values, path, line, answer_required, wrong_memo, build=False)  # its checks only
             yield line, instance_id
@@ -180,11 +181,12 @@ def _rows(path: Path, template: PromptTemplate, answer_required: bool, rows, sub
         references = _references(values, path, line, answer_required, wrong_memo)
         used = {field: values[field] for field in fields}
         yield line, Instance(id=instance_id, input=template.render(used), references=references,
-                             extra=FrozenMap(used), subgroups=FrozenMap(groups))
+                             extra=FrozenMap(used), subgroups=FrozenMap(groups) if groups else _NO_GROUPS)
     if empty:
         raise ConfigError("the dataset has a header but no data rows", path=path)
 
 
+_NO_GROUPS = FrozenMap()  # shared by every instance of a benchmark without subgroups (a frozen map is immutable)
 MAX_LABEL = 64
 
 

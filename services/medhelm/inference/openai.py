@@ -290,7 +290,7 @@ def _parse(response: HttpReply, latency: float, where: str, *, chat: bool = True
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         raise malformed(where, response) from None
     usage = data.get("usage") or {}
-    if not isinstance(usage, Mapping):
+    if type(usage) is not dict and not isinstance(usage, Mapping):  # a JSON object is a dict: no ABC check
         usage = {}
     text = strip_reasoning(content)
     thinking = reasoning_tokens(usage)
@@ -375,6 +375,8 @@ def reasoning_tokens(usage: Mapping[str, Any]) -> int | None:
     """``completion_tokens_details.reasoning_tokens`` when a positive integer, else None. OpenAI states 0 for
     every model that does not think (gpt-4o): kept as None so those records keep their bytes."""
     details = usage.get("completion_tokens_details")
+    if details is None:
+        return None
     value = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 

@@ -105,7 +105,9 @@ class PacedClient:
         if pacer is None:
             return (await self._attempt(request)).completion
         tokens = expected_tokens(request) if pacer.counts_tokens else 0.0
-        started = await pacer.acquire(tokens)
+        started = pacer.try_acquire(tokens)  # a free slot: no coroutine to start and await
+        if started is None:
+            started = await pacer.acquire(tokens)
         try:
             reply = await self._attempt(request)
         except InferenceError as err:

@@ -105,6 +105,8 @@ class RateHeaders:
     def parse(cls, headers: Mapping[str, str]) -> RateHeaders | None:
         """OpenAI/Azure (``x-ratelimit-{limit,remaining}-{requests,tokens}``) and Anthropic
         (``anthropic-ratelimit-{requests,tokens}-{limit,remaining}``); lower-case keys expected."""
+        if _RATE_HEADERS.isdisjoint(headers):  # most replies state none: one pass over their few names
+            return None
         got = cls(
             _number(headers, "x-ratelimit-limit-requests") or _number(headers, "anthropic-ratelimit-requests-limit"),
             _first(_number(headers, "x-ratelimit-remaining-requests"),
@@ -114,6 +116,10 @@ class RateHeaders:
                    _number(headers, "anthropic-ratelimit-tokens-remaining")),
         )
         return None if got == cls() else got
+
+
+_RATE_HEADERS = frozenset(f"x-ratelimit-{k}-{w}" for k in ("limit", "remaining") for w in ("requests", "tokens")) | \
+    frozenset(f"anthropic-ratelimit-{w}-{k}" for k in ("limit", "remaining") for w in ("requests", "tokens"))
 
 
 def _first(*values: float | None) -> float | None:
