@@ -10,7 +10,8 @@ gateway may have lost refill it cannot count). A refusal of a request sent after
 climbs additively, faster the longer no refusal comes, so a raised budget is found again. A Job's shards climb by a
 unit they share (their fair part, read from the gateway's fractional ``Retry-After``), so the smaller gain on the
 larger as AIMD flows do. A gateway that states whole seconds (RFC 9110) pauses every refused process for a second:
-a process alone then refines a cut only over a full span, and a shard resumes at its rate, without a burst.
+a process alone then refines a cut only over a full span, and a shard resumes at its rate, without a burst and
+takes at most one whole cut per ``WHOLE_CUT_SPACING_S`` (the slow shards are refused as often as the fast ones).
 
 Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing
 to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate), and a cut
@@ -43,6 +44,7 @@ WAITS_KEPT = 8  # a shard's fair part is read from the longest of this many refu
 WAITS_NEEDED = 3  # ... once it has this many
 SHARD_CLIMB = 0.6  # a shard climbs by this part of its fair part (its cut takes off its own part only)
 FAIR_FLOOR = 0.5  # a shard's halvings stop at this part of its fair part, and its first estimate is within it
+WHOLE_CUT_SPACING_S = 10.0  # under whole seconds a shard's cut is scaled by the seconds since its last over this
 BURST_S = 1.0  # the learnt buckets hold this many seconds of refill (at least one request's cost)
 MIN_RATE = 0.01  # requests (or tokens) a second: the slowest pace a refusal can set
 
@@ -291,11 +293,21 @@ class LearntRate:
         # a budget that fell far is a new unit: the old peak would climb into it too fast
         self._peak = (max(requests, min(pr * fade, PEAK_OVER * requests)),
                       max(tokens, min(pt * fade, PEAK_OVER * tokens)), now)
+        requests, tokens = BACKOFF * requests, BACKOFF * tokens
+        if estimated and self._estimated and self.requests_per_s is not None and not self._alone and self._whole():
+            # a shard's refusals per second hardly depend on its rate under whole seconds (a slow shard is refused
+            # as often as a fast one, right after its pause), so a full cut at each would shrink the slow ones
+            # most: a cut this soon after the last takes only its part of a full one
+            part = min(1.0, (now - self._cut_at) / WHOLE_CUT_SPACING_S)
+            requests = self.requests_per_s - (self.requests_per_s - requests) * part \
+                if requests < self.requests_per_s else requests
+            if 0.0 < tokens < (self.tokens_per_s or 0.0):
+                tokens = self.tokens_per_s - (self.tokens_per_s - tokens) * part
         if estimated:
             self._estimated = True
             if self.first is None:
                 self.first = (now - self.born, self.refusals)
-        self._set(BACKOFF * requests, BACKOFF * tokens if tokens > 0 else None, now)
+        self._set(requests, tokens if tokens > 0 else None, now)
         for bucket in self.buckets:
             if bucket is not None:  # the gateway's bucket is empty: no burst of ours into it
                 bucket.level = min(bucket.level, 0.0)
