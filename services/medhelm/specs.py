@@ -91,6 +91,9 @@ class FrozenMap(Mapping[str, Any]):
         return FrozenMap({**self._data, **kwargs})
 
 
+EMPTY_MAP = FrozenMap()  # one empty frozen map for every value that has none (it is immutable)
+
+
 # --------------------------------------------------------------------------------------------
 # taxonomy-level enums
 

@@ -30,7 +30,7 @@ def small_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A throwaway PostgreSQL (Debian's `postgresql` package) on 127.0.0.1 and a free port."""
-    initdb = shutil.which("initdb") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))), None)
+    initdb = pg_binary("initdb")
     if initdb is None:
         pytest.skip("PostgreSQL server binaries not installed (Debian package `postgresql`)")
     bindir = Path(initdb).parent
@@ -60,6 +60,12 @@ def postgres_url() -> Iterator[str]:
                        capture_output=True, timeout=60)
         shutil.rmtree(base, ignore_errors=True)
 
+
+
+def pg_binary(name: str) -> str | None:
+    """A PostgreSQL server program (initdb, pg_dump, pg_restore): Debian's versioned bin folder first, where they
+    lie together (a wrapper on PATH may hold initdb alone), else PATH; None when neither has it."""
+    return next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))), None) or shutil.which(name)
 
 
 def start_postgres(as_user: list[str], bindir: Path, data: Path, base: Path, options: str) -> int:

@@ -7,8 +7,6 @@ once in CI, in tests/services/test_kube_play_upgrade.py). Here a thread plays th
 
 from __future__ import annotations
 
-import glob
-import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -18,12 +16,13 @@ import pytest
 
 from medhelm.store import open_store, read
 from medhelm.store.schema import ddl
+from tests.leaderboard.conftest import pg_binary
 from tests.leaderboard.helpers import run_cli
 
 
 def _pg_tool(name: str) -> str:
-    """The server's own pg_dump / pg_restore (the fixture's server is Debian's, in its versioned bin folder)."""
-    found = next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))), None) or shutil.which(name)
+    """The server's own pg_dump / pg_restore."""
+    found = pg_binary(name)
     if found is None:
         pytest.skip(f"{name} not installed (Debian package `postgresql`)")
     return found

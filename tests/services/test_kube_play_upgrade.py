@@ -11,7 +11,6 @@ test_kube_play.py (probes from the host against the pod IPs; the podman 4.3 quir
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -24,7 +23,7 @@ import yaml
 
 from medhelm.store.schema import SCHEMA_VERSION
 from medhelm.store.synthetic import catalogue, default_models, write_suite
-from tests.leaderboard.conftest import start_postgres
+from tests.leaderboard.conftest import pg_binary, start_postgres
 from tests.services.podman import run, wait_for
 from tests.previous_release import REPO, previous_tree
 from tests.services.test_chart_upgrade import hooks
@@ -70,7 +69,7 @@ class Postgres:
 
     def __init__(self, subnet: str) -> None:
         # the server's own bin folder (pg_dump and pg_restore beside initdb; a wrapper on PATH may hold initdb alone)
-        initdb = next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))), None) or shutil.which("initdb")
+        initdb = pg_binary("initdb")
         if initdb is None:
             pytest.skip("PostgreSQL server binaries not installed (Debian package `postgresql`)")
         self.bin = Path(initdb).parent

@@ -40,7 +40,7 @@ from medhelm.schemas import LongText, NameText, PathText, Strict, Text, check
 from medhelm.scoring import registry
 from medhelm.scoring.jury import rubrics
 from medhelm.scoring.exact import STATS as EXACT_STATS
-from medhelm.specs import Access, BenchmarkSpec, FrozenMap, Instance, MetricSpec, Prompt, TaskType
+from medhelm.specs import EMPTY_MAP, Access, BenchmarkSpec, Instance, MetricSpec, Prompt, TaskType
 
 ARGS = frozenset({"config_path", "jury_config_path"})
 JURY = "jury_score"
@@ -311,8 +311,5 @@ def record_instance(instance: Instance) -> Instance:
     # __post_init__ again): the other fields are already what __post_init__ makes them
     kept = object.__new__(Instance)
     kept.__dict__.update(instance.__dict__)
-    object.__setattr__(kept, "extra", _NO_EXTRA)
+    object.__setattr__(kept, "extra", EMPTY_MAP)
     return kept
-
-
-_NO_EXTRA = FrozenMap()

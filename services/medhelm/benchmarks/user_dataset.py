@@ -25,7 +25,7 @@ from medhelm.benchmarks.base import StreamedInstances
 from medhelm.benchmarks.template import PromptTemplate
 from medhelm.errors import ConfigError, escape
 from medhelm.spill import Sorter, id_hash
-from medhelm.specs import BLANK_SUBGROUP, FrozenMap, Instance, Reference
+from medhelm.specs import BLANK_SUBGROUP, EMPTY_MAP, FrozenMap, Instance, Reference
 
 ANSWER, WRONG, ID = "correct_answer", "incorrect_answers", "id"
 
@@ -181,12 +181,11 @@ def _rows(path: Path, template: PromptTemplate, answer_required: bool, rows, sub
         references = _references(values, path, line, answer_required, wrong_memo)
         used = {field: values[field] for field in fields}
         yield line, Instance(id=instance_id, input=template.render(used), references=references,
-                             extra=FrozenMap(used), subgroups=FrozenMap(groups) if groups else _NO_GROUPS)
+                             extra=FrozenMap(used), subgroups=FrozenMap(groups) if groups else EMPTY_MAP)
     if empty:
         raise ConfigError("the dataset has a header but no data rows", path=path)
 
 
-_NO_GROUPS = FrozenMap()  # shared by every instance of a benchmark without subgroups (a frozen map is immutable)
 MAX_LABEL = 64
 
 

@@ -132,16 +132,13 @@ def int_or_none(value: Any) -> int | None:
 
 def answered_model(*names: object) -> str | None:
     """The model (and version) a server says answered, as one short line of text (None when it says nothing)."""
-    if len(names) == 1:  # an OpenAI-shaped reply's ``model``: the same few names over and over
-        name = names[0]
-        return _one_name(name) if isinstance(name, str) else None
-    parts = [" ".join(n.split())[:120] for n in names if isinstance(n, str) and n.strip()]
+    parts = [part for name in names if isinstance(name, str) and (part := _one_name(name))]
     return " version ".join(parts) or None
 
 
-@functools.lru_cache(maxsize=64)
-def _one_name(name: str) -> str | None:
-    return " ".join(name.split())[:120] or None
+@functools.lru_cache(maxsize=64)  # a server names the same few models over and over
+def _one_name(name: str) -> str:
+    return " ".join(name.split())[:120]
 
 
 _THINK = re.compile(r"\A\s*<think>.*?</think>\s*", re.DOTALL)

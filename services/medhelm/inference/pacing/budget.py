@@ -107,19 +107,26 @@ class RateHeaders:
         (``anthropic-ratelimit-{requests,tokens}-{limit,remaining}``); lower-case keys expected."""
         if _RATE_HEADERS.isdisjoint(headers):  # most replies state none: one pass over their few names
             return None
-        got = cls(
-            _number(headers, "x-ratelimit-limit-requests") or _number(headers, "anthropic-ratelimit-requests-limit"),
-            _first(_number(headers, "x-ratelimit-remaining-requests"),
-                   _number(headers, "anthropic-ratelimit-requests-remaining")),
-            _number(headers, "x-ratelimit-limit-tokens") or _number(headers, "anthropic-ratelimit-tokens-limit"),
-            _first(_number(headers, "x-ratelimit-remaining-tokens"),
-                   _number(headers, "anthropic-ratelimit-tokens-remaining")),
-        )
+
+        def limit(what: str) -> float | None:
+            openai, anthropic = (_number(headers, name) for name in _header_names("limit", what))
+            return openai or anthropic
+
+        def remaining(what: str) -> float | None:
+            return _first(*(_number(headers, name) for name in _header_names("remaining", what)))
+
+        got = cls(limit("requests"), remaining("requests"), limit("tokens"), remaining("tokens"))
         return None if got == cls() else got
 
 
-_RATE_HEADERS = frozenset(f"x-ratelimit-{k}-{w}" for k in ("limit", "remaining") for w in ("requests", "tokens")) | \
-    frozenset(f"anthropic-ratelimit-{w}-{k}" for k in ("limit", "remaining") for w in ("requests", "tokens"))
+def _header_names(kind: str, what: str) -> tuple[str, str]:
+    """OpenAI/Azure's and Anthropic's name of a rate limit header (``kind``: limit | remaining, ``what``: requests |
+    tokens): the one place they are spelled."""
+    return f"x-ratelimit-{kind}-{what}", f"anthropic-ratelimit-{what}-{kind}"
+
+
+_RATE_HEADERS = frozenset(name for kind in ("limit", "remaining") for what in ("requests", "tokens")
+                          for name in _header_names(kind, what))
 
 
 def _first(*values: float | None) -> float | None:
