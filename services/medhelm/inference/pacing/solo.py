@@ -2,10 +2,10 @@
 
 A trial measures two limits in rounds until more in flight is shown to pay (its gain clears a bar per doubling and
 ``Z`` standard errors over nothing), shown not to (the gain's upper bound falls short of the bar), or neither after
-``MAX_ROUNDS`` a side (the better estimate wins). Slow start doubles from ``START_LIMIT`` while latency stays flat,
-each doubling judged by the requests it added (the *climb*: Little's law), then by trials; a cruise tries a
-neighbouring limit every ``cruise`` windows; a median latency ``latency_tolerance`` x the one measured at the limit
-(someone else queueing) shrinks the limit by Little's law and climbs again. The bar tells a pure queue (a knee:
+``MAX_ROUNDS`` a side (the better estimate wins). Slow start doubles from ``START_LIMIT``, a round a side while
+latency stays flat (the *climb*: Little's law), then by trials; a cruise tries a neighbouring limit every ``cruise``
+windows; a median latency ``latency_tolerance`` x the one measured at the limit (someone else queueing) shrinks the
+limit by Little's law and climbs again. The bar tells a pure queue (a knee:
 ``KNEE_GAIN``) from a batching server (gains that shrink: ``MIN_GAIN``); docs/pacing.md gives the reasons.
 
 Failure semantics: never raises. A window in which no request waited changes nothing; a trial that cannot tell
@@ -61,10 +61,6 @@ class SoloLimit(Limit):
 
     def _window_at(self, skip: int) -> Window:
         if self._climbing:
-            if skip and 2 * skip == self.limit:
-                # a doubling: the requests sent before it are let pass, and it is judged by the ones it added, sent
-                # at once (half a round at the new limit): a doubling a latency, not two
-                return Window(self.limit, skip=skip, target=max(CLIMB_COMPLETIONS, skip))
             return Window(self.limit, skip=skip, target=0, rounds=max(1, math.ceil(CLIMB_COMPLETIONS / self.limit)))
         # An undecided trial measures its two limits in turn in long windows: few switches, each costing a
         # batching server (its batch drains or refills).
@@ -122,10 +118,9 @@ class SoloLimit(Limit):
 
     def _climb(self, w: Window) -> None:
         """Slow start while latency stays flat. In a closed loop throughput is the requests in flight over their
-        latency (Little's law): a doubling at a flat latency doubled it, which the latencies of the requests it
-        added show without the trials' statistics. At the first doubling whose latency grew, the climb ends and a
-        trial between the two limits decides, from a full window at the lower one (a pure queue's knee, a batching
-        server's gains)."""
+        latency (Little's law): a doubling at a flat latency doubled it, which a round a side shows without the
+        trials' statistics. At the first doubling whose latency grew, the climb ends and a trial between the two
+        limits decides, from a full window at the lower one (a pure queue's knee, a batching server's gains)."""
         lo, hi = self._lo, self._hi
         (lo if w.limit == lo.limit else hi).add(w)
         if lo.limit >= hi.limit:  # nothing above to try (the ceiling)
@@ -163,8 +158,7 @@ class SoloLimit(Limit):
     def _start_trial(self, kind: str, lo: Sample, hi: Sample | None = None) -> None:
         self._trial, self._lo, self._alternating = kind, lo, False
         self._hi = hi if hi is not None else Sample(min(2 * lo.limit, self.ceiling))
-        # the side not yet measured goes first (the climb's windows count completions, a trial's count rounds)
-        first = self._hi if (self._lo.windows if self._climbing else self._lo.durations) else self._lo
+        first = self._hi if self._lo.durations else self._lo  # the side with no rounds yet is measured first
         self._go(first.limit, "startup" if kind == "startup" else f"probe_{kind}")
 
     def _trial_window(self, w: Window) -> None:
