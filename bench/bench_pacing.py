@@ -20,10 +20,12 @@ docs/benchmarks.md):
 5. ``--steady``: real vLLM, fixed 64 against ``auto`` held at 64 in turn (the adaptive gate's own cost at the
    limit it settles on); ``--switching``: what a switch between two fixed limits costs;
 6. ``--short``: runs of 1,000 instances (issue 53 item 4) against the mock of capacity c = 4, 16, 64 at
-   ``--short-ms`` (50 ms): the time to answer all of them, fixed c, ``auto``, ``auto`` warm, fixed 2c, ``auto``,
-   ``auto`` warm, fixed c again (``--short-reps`` series); ``auto`` against the better fixed setting's mean. A warm
-   run uses the request cache of the ``auto`` run before it (new prompts: no hit), so it starts at the limit that
-   run settled at, as a deployment's second ``medhelm run`` does.
+   ``--short-ms`` (50 ms): the time to answer all of them, fixed c, the climb, warm, ``auto``, fixed 2c, the climb,
+   warm, ``auto``, fixed c again (``--short-reps`` series), each against the better fixed setting's mean. ``auto``
+   is a first run told its size, as ``medhelm run --max-eval-instances`` tells it (a short run: it jumps); the
+   climb is a first run not told (from 4); a warm run uses the request cache of the climb before it (new prompts:
+   no hit), so it starts at the limit that run settled at, as a deployment's second ``medhelm run`` does.
+   ``--short --vllm``: the same against real vLLM CPU, fixed 64, ``auto``, the climb, fixed 64.
 
 Latency is the answered attempt's wall time (``Usage.latency_s``: request sent to answer read), what the server
 makes a request wait; time a request spends waiting for the pacer's slot is the client's own queue (a run's
@@ -432,19 +434,24 @@ def steady_case(args) -> list[str]:
 
 
 async def drive_instances(url: str, *, instances: int, fixed: int | None, cache: Path | None = None,
-                          tag: str = "") -> tuple[float, int | None, int | None]:
+                          tag: str = "", expect: bool = False, served: str = "mock-model",
+                          max_tokens: int = 8) -> tuple[float, int | None, int | None]:
     """Seconds to answer ``instances`` requests, as a run sends them: as many workers as the ceiling (256 under
     ``auto``) take the next instance while any is left. ``cache``: the run's request cache file, where ``auto``
     keeps the limit it settles at and starts from the one kept (``tag`` makes the prompts new: no cache hit).
+    ``expect``: the pool is told how many requests the run sends, as ``medhelm run --max-eval-instances N`` tells
+    it (a short run jumps); without it ``auto`` climbs from 4, as a run over a whole dataset does.
     Returns the time, where ``auto`` started and the limit it last settled at (None: fixed, or never settled)."""
     from medhelm.inference import RequestCache
 
     dep = Deployment(name="bench/paced", model_name="bench/model", kind="openai", base_url=url,
-                     served_model_name="mock-model", max_concurrency=fixed)
+                     served_model_name=served, max_concurrency=fixed)
     workers = fixed or AUTO_CEILING
     pool = ClientPool(cache=RequestCache(cache) if cache is not None else None, connections=workers,
                       retry=RetryPolicy(max_attempts=50, max_delay_s=10.0),
                       pacing=PacingPolicy(adaptive=fixed is None, ceiling=AUTO_CEILING))
+    if expect:
+        pool.expect({dep.name: instances})
     client = pool.get(dep)
     pacer = pool.pacer(client._raw)
     left = list(range(instances))
@@ -453,7 +460,8 @@ async def drive_instances(url: str, *, instances: int, fixed: int | None, cache:
     async def worker() -> None:
         while left:
             i = left.pop()
-            await client.generate(GenerationRequest(messages=(Message("user", f"{tag}instance {i}"),), max_tokens=8))
+            await client.generate(GenerationRequest(messages=(Message("user", f"{tag}instance {i}"),),
+                                                    max_tokens=max_tokens, temperature=0.0))
 
     await asyncio.gather(*(worker() for _ in range(min(workers, instances))))
     took = time.perf_counter() - start
@@ -462,8 +470,9 @@ async def drive_instances(url: str, *, instances: int, fixed: int | None, cache:
 
 
 def short_case(args) -> list[str]:
-    """Per server size, ``--short-reps`` series of fixed c, ``auto`` cold (a new cache: the default start), ``auto``
-    warm (the same cache: it starts where the cold run settled), fixed 2c, cold, warm, fixed c."""
+    """Per server size, ``--short-reps`` series of fixed c, ``climb`` (a new cache, the run's size not told: from 4),
+    ``warm`` (the climb's cache: it starts where the climb settled), ``auto`` (a new cache, the size told: a short
+    run, which jumps), fixed 2c, climb, warm, auto, fixed c."""
     import tempfile
 
     rows = []
@@ -471,19 +480,20 @@ def short_case(args) -> list[str]:
     runs = 0
     for c in (4, 16, 64):
         srv = Server(latency_s=args.short_ms / 1000, capacity=c)
-        times: dict[str, list[float]] = {"fixed c": [], "fixed 2c": [], "auto": [], "warm": []}
+        times: dict[str, list[float]] = {"fixed c": [], "fixed 2c": [], "auto": [], "climb": [], "warm": []}
         starts: list[int | None] = []
         loads: list[float] = []
         try:
             for _ in range(args.short_reps):
-                for name, fixed in (("fixed c", c), ("auto", None), ("warm", None), ("fixed 2c", 2 * c),
-                                    ("auto", None), ("warm", None), ("fixed c", c)):
+                for name, fixed in (("fixed c", c), ("climb", None), ("warm", None), ("auto", None),
+                                    ("fixed 2c", 2 * c), ("climb", None), ("warm", None), ("auto", None),
+                                    ("fixed c", c)):
                     runs += 1
-                    if name == "auto":  # a first run: a cache of its own
+                    if name != "warm":  # a first run: a cache of its own (warm: the climb's, just before)
                         cache = folder / f"run{runs}.sqlite"
                     took, started, _ = asyncio.run(drive_instances(
                         srv.url, instances=args.instances, fixed=fixed, tag=f"run {runs}: ",
-                        cache=cache if fixed is None else None))
+                        cache=cache if fixed is None else None, expect=name != "climb"))
                     times[name].append(took)
                     if name == "warm":
                         starts.append(started)
@@ -492,14 +502,47 @@ def short_case(args) -> list[str]:
             srv.close()
         mean = {k: statistics.fmean(v) for k, v in times.items()}
         best = min(mean["fixed c"], mean["fixed 2c"])
+
+        def cell(name: str) -> str:
+            return (f"{mean[name]:.2f} s (**{mean[name] / best:.3f}** x; runs "
+                    f"{', '.join(f'{t:.2f}' for t in times[name])} s)")
+
         rows.append(f"| c = {c}, {args.short_ms:g} ms, {args.instances} instances (load {min(loads):.0f}–"
                     f"{max(loads):.0f}) | fixed c {mean['fixed c']:.2f} s, fixed 2c {mean['fixed 2c']:.2f} s "
-                    f"| auto {mean['auto']:.2f} s (**{mean['auto'] / best:.3f}** x the better; runs "
-                    f"{', '.join(f'{t:.2f}' for t in times['auto'])} s) | warm {mean['warm']:.2f} s "
-                    f"(**{mean['warm'] / best:.3f}** x; started at {', '.join(str(s) for s in starts)}; runs "
-                    f"{', '.join(f'{t:.2f}' for t in times['warm'])} s) |")
+                    f"| {cell('auto')} | {cell('climb')} | {cell('warm')}, started at "
+                    f"{', '.join(str(s) for s in starts)} |")
         print(rows[-1], file=sys.stderr, flush=True)
     return rows
+
+
+def vllm_short_case(args) -> list[str]:
+    """``--short --vllm``: runs of ``--instances`` requests against real vLLM CPU (max_tokens 16), ``--short-reps``
+    series of fixed 64, ``auto`` (the run's size told: a short run jumps), ``climb`` (not told: from 4), fixed 64
+    (its reference: the mean of its measurements), each a new cache."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-pacing-"))
+    times: dict[str, list[float]] = {"fixed 64": [], "auto": [], "climb": []}
+    loads: list[float] = []
+    runs = 0
+    with real_vllm() as url:
+        for _ in range(args.short_reps):
+            for name, fixed in (("fixed 64", 64), ("auto", None), ("climb", None), ("fixed 64", 64)):
+                runs += 1
+                took, _, _ = asyncio.run(drive_instances(
+                    url, instances=args.instances, fixed=fixed, tag=f"run {runs}: ", served="smollm2-135m",
+                    max_tokens=16, cache=folder / f"run{runs}.sqlite" if fixed is None else None,
+                    expect=name == "auto"))
+                times[name].append(took)
+                loads.append(os.getloadavg()[0])
+                print(name, f"{took:.1f} s", file=sys.stderr, flush=True)
+    mean = {k: statistics.fmean(v) for k, v in times.items()}
+    ref = mean["fixed 64"]
+    return [f"| vLLM CPU, {args.instances} requests (load {min(loads):.1f}–{max(loads):.1f}) | fixed 64 {ref:.1f} s "
+            f"(runs {', '.join(f'{t:.1f}' for t in times['fixed 64'])}) | auto {mean['auto']:.1f} s "
+            f"(**{mean['auto'] / ref:.3f}** x; runs {', '.join(f'{t:.1f}' for t in times['auto'])}) "
+            f"| climb {mean['climb']:.1f} s ({mean['climb'] / ref:.3f} x; runs "
+            f"{', '.join(f'{t:.1f}' for t in times['climb'])}) |"]
 
 
 def main() -> int:
@@ -545,9 +588,16 @@ def main() -> int:
     args.switch_rounds = tuple(args.switch_rounds or ((8,) if args.quick else (8, 2)))
     args.switch_s, args.switch_warmup = (120, 20) if args.quick else (420, 30)
     print(f"load before: {os.getloadavg()}", flush=True)
+    if args.short and args.vllm:
+        lines = ["| case | fixed 64 | auto (a short run: it jumps) | the climb from 4 (the run's size not told) |",
+                 "|---|---|---|---|", *vllm_short_case(args)]
+        print(f"load after: {os.getloadavg()}")
+        print("\n".join(lines))
+        return 0
     if args.short:
-        lines = ["| case | fixed | auto (a first run) | auto warm (started where the first run settled) |",
-                 "|---|---|---|---|", *short_case(args)]
+        lines = ["| case | fixed | auto (a first short run: it jumps) | the climb from 4 (the run's size not told) "
+                 "| warm (a second run, started where the climb settled) |",
+                 "|---|---|---|---|---|", *short_case(args)]
         print(f"load after: {os.getloadavg()}")
         print("\n".join(lines))
         return 0

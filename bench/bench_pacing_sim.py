@@ -12,9 +12,11 @@ benchmark's case (four shards 1, 2 or 4 s apart against 32 workers serving in 0.
 1 %: the mock serves in lockstep), servers of 16-128 workers with 2-8 shards, and four shards against the vLLM
 profiles; each against one process at its best (fixed ``capacity``; the best of fixed 16 / 32 / 64 for vLLM).
 
-``--short``: runs of 1,000 instances against servers of 4-64 workers at 50 ms (issue 53 item 4): the time ``auto``
-takes to finish over the best of fixed c and 2c, with slow start's climb, without it (``climb=False``), and started at
-c (``start=c``: where a run starts from the limit the deployment's last run learnt).
+``--short``: runs of 1,000 instances against servers of 4-128 workers at 50 ms and the vLLM profiles (issue 53 item
+4): the time ``auto`` takes to finish over the best of fixed c and 2c (vLLM: of fixed 16 / 32 / 64), as a short run
+(``SHORT_START``, jumping to ``JUMP_LIMIT`` at its first answer: a run told its size), from 4 (with slow start's
+climb, and without it: ``climb=False``), and started at c (``start=c``: where a run starts from the limit the
+deployment's last run learnt; 64 for vLLM).
 
 ``python bench/bench_pacing_sim.py [--seeds 48] [--profiles fast quiet loaded] [--windows 240-600 240-1200]
 [--no-climb]`` (``--no-climb``: slow start without its climb while latency stays flat, ``climb=False``)
@@ -35,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "services"), str(ROOT)]
 
-from medhelm.inference.pacing import AdaptiveLimit  # noqa: E402
+from medhelm.inference.pacing import JUMP_LIMIT, SHORT_START, AdaptiveLimit  # noqa: E402
 from tests.core.pacing_sim import (SWITCH_COST, VLLM_CPU, VLLM_CPU_FAST, VLLM_CPU_QUIET, p50,  # noqa: E402
                                    simulate)
 
@@ -124,30 +126,45 @@ def shards_main(args) -> int:
     return 0
 
 
-def one_short_run(job: tuple[int, int]) -> tuple[int, float, float, int, float]:
-    capacity, seed = job
-    kw = dict(capacity=capacity, service_s=0.05, instances=1000, seconds=600, seed=seed)
-    best = min(simulate(fixed=n, **kw)[0][0].finished for n in (capacity, 2 * capacity))
+def one_short_run(job: tuple[object, int]) -> tuple[object, float, float, int, float, float, int]:
+    server, seed = job
+    if isinstance(server, str):  # a vLLM profile: the best of fixed 16 / 32 / 64
+        kw, fixed = dict(batching=PROFILES[server], instances=1000, seconds=3600, seed=seed), FIXED
+    else:
+        kw, fixed = dict(capacity=server, service_s=0.05, instances=1000, seconds=600, seed=seed), (server, 2 * server)
+    best = min(simulate(fixed=n, **kw)[0][0].finished for n in fixed)
     climb, limits = simulate(**kw)
     trials, _ = simulate(make_limit=functools.partial(AdaptiveLimit, climb=False), **kw)
-    learnt, _ = simulate(make_limit=functools.partial(AdaptiveLimit, start=capacity), **kw)
-    return capacity, climb[0].finished / best, trials[0].finished / best, limits[0].limit, learnt[0].finished / best
+    learnt, _ = simulate(make_limit=functools.partial(AdaptiveLimit, start=server if isinstance(server, int)
+                                                      else 64), **kw)
+    jump, jumped = simulate(make_limit=functools.partial(AdaptiveLimit, start=SHORT_START, jump=JUMP_LIMIT), **kw)
+    return (server, climb[0].finished / best, trials[0].finished / best, limits[0].limit, learnt[0].finished / best,
+            jump[0].finished / best, jumped[0].limit)
 
 
 def short_main(args) -> int:
-    capacities = (4, 6, 8, 16, 24, 32, 64)
+    servers = (4, 6, 8, 16, 24, 32, 64, 128, "quiet", "loaded", "fast")
     with ProcessPoolExecutor(args.workers) as ex:
-        runs = list(ex.map(one_short_run, [(c, seed) for c in capacities for seed in range(args.seeds)]))
-    print("| workers (50 ms) | fixed c: time for 1,000 instances | `auto`: mean, max | without the climb: "
-          "mean, max | ended at | started at c (the last run's limit): max |")
+        runs = list(ex.map(one_short_run, [(c, seed) for c in servers for seed in range(args.seeds)]))
+    print("| server | fixed c: time for 1,000 instances | a short run (`SHORT_START`, jumps to `JUMP_LIMIT`): mean, "
+          "max; ended at | from 4 (the run's size not known): mean, max; ended at | without the climb: mean, max "
+          "| started at c (the last run's limit): max |")
     print("|---|---|---|---|---|---|")
-    for c in capacities:
+    for c in servers:
         got = [r for r in runs if r[0] == c]
-        best = simulate(capacity=c, service_s=0.05, instances=1000, seconds=600, fixed=c)[0][0].finished
-        ends = collections.Counter(r[3] for r in got)
-        print(f"| {c} | {best:.2f} s | {statistics.fmean(r[1] for r in got):.3f}, **{max(r[1] for r in got):.3f}** "
+        if isinstance(c, str):
+            name, best = f"vLLM `{c}` (fixed 16 / 32 / 64)", "—"
+        else:
+            name = f"{c} workers (50 ms)"
+            best = f"{simulate(capacity=c, service_s=0.05, instances=1000, seconds=600, fixed=c)[0][0].finished:.2f} s"
+
+        def ends(i: int) -> str:
+            return ", ".join(f"{k}: {v}" for k, v in sorted(collections.Counter(r[i] for r in got).items()))
+
+        print(f"| {name} | {best} | {statistics.fmean(r[5] for r in got):.3f}, **{max(r[5] for r in got):.3f}**; "
+              f"{ends(6)} | {statistics.fmean(r[1] for r in got):.3f}, {max(r[1] for r in got):.3f}; {ends(3)} "
               f"| {statistics.fmean(r[2] for r in got):.3f}, {max(r[2] for r in got):.3f} "
-              f"| {', '.join(f'{k}: {v}' for k, v in sorted(ends.items()))} | {max(r[4] for r in got):.3f} |")
+              f"| {max(r[4] for r in got):.3f} |")
     return 0
 
 

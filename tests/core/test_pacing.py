@@ -7,6 +7,7 @@ real server; bench/bench_pacing.py measures the same designs against real server
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import subprocess
 import sys
@@ -360,6 +361,77 @@ def test_a_run_that_starts_where_the_last_one_ended_pays_nothing(capacity):
         auto, limits = simulate(make_limit=functools.partial(AdaptiveLimit, start=capacity), **kw)
         assert auto[0].finished <= 1.02 * best, (seed, auto[0].finished / best)
         assert capacity <= limits[0].limit <= 2 * capacity
+
+
+@pytest.mark.parametrize("capacity", [4, 8, 16, 24, 32, 64])
+def test_a_short_first_run_jumps_and_pays_at_most_5_percent(capacity):
+    """Issue 53 item 4 for a deployment's first run: a process that sends it at most ``SHORT_RUN`` requests starts at
+    ``SHORT_START`` (16) and climbs from ``JUMP_LIMIT`` (64) once its first answer is back. A 1,000-instance run is
+    within 1.05 x of the best fixed setting at 4-64 workers (from 4 it paid up to 1.38 x at 64)."""
+    for seed in range(2):
+        kw = dict(capacity=capacity, service_s=0.05, instances=1000, seconds=120, seed=seed)
+        best = min(simulate(fixed=n, **kw)[0][0].finished for n in (capacity, 2 * capacity))
+        short, limits = simulate(make_limit=functools.partial(AdaptiveLimit, start=pacing.SHORT_START,
+                                                              jump=pacing.JUMP_LIMIT), **kw)
+        assert short[0].finished <= 1.05 * best, (seed, short[0].finished / best)
+        assert limits[0].jumped
+
+
+@pytest.mark.parametrize("profile", [VLLM_CPU_QUIET, VLLM_CPU, VLLM_CPU_FAST], ids=["quiet", "loaded", "fast"])
+def test_a_short_run_that_jumps_pays_nothing_on_a_batching_server(profile):
+    """The simulated vLLM CPU profiles: a 1,000-request run that jumps is within 1.01 x of the best of fixed 16 / 32
+    / 64 (from 4 it paid 1.13-1.35 x: vLLM's latency grows from its first doublings, so the climb ends early and
+    the trials take the rest of such a run)."""
+    for seed in range(2):
+        kw = dict(batching=profile, instances=1000, seconds=3600, seed=seed)
+        best = min(simulate(fixed=n, **kw)[0][0].finished for n in (16, 32, 64))
+        short, _ = simulate(make_limit=functools.partial(AdaptiveLimit, start=pacing.SHORT_START,
+                                                         jump=pacing.JUMP_LIMIT), **kw)
+        assert short[0].finished <= 1.01 * best, (seed, short[0].finished / best)
+
+
+def test_a_short_run_jumps_at_its_first_answer_unless_refused_first_and_a_long_one_climbs_from_4():
+    policy = PacingPolicy(adaptive=True, ceiling=256, expected=(("gw/short", 1000), ("gw/long", 5000),
+                                                                ("gw/learnt", 10)), starts=(("gw/learnt", 24),))
+
+    def pacer(name, **kw):
+        return Pacer(dataclasses.replace(policy, **kw).settings(fixed=None, rate_limits={}, local=False,
+                                                                 deployment=name), clock=Clock())
+
+    short = pacer("gw/short")
+    assert (short.start, short.limit, short.adaptive.jump) == (pacing.SHORT_START, 16, 64)
+    short.release(short.try_acquire(), ok=True)  # the first answer
+    assert short.limit == 64 and "started at 16 (a short run: at most 1000 requests; jumped to 64 at its first " \
+        "answer)" in short.summary()
+    refused = pacer("gw/short")
+    refused.release(refused.try_acquire(), ok=False, overloaded=True, retry_after=0.0)  # a 429 before any answer
+    refused._clock.t += 10.0  # the learnt rate's wait
+    refused.release(refused.try_acquire(), ok=True)
+    assert refused.adaptive.limit == 16 and "no jump: refused before its first answer" in refused.summary()
+    assert (pacer("gw/long").start, pacer("gw/other").start) == (4, 4)  # over SHORT_RUN, or not known: the climb
+    assert pacer("gw/learnt").start == 24 and pacer("gw/learnt").adaptive.jump is None  # what was learnt wins
+    assert pacer("gw/short", share=0.5).start == 4  # a Job's shard climbs with the others
+    assert pacer("gw/short", ceiling=8).limit == 8 and pacer("gw/short", ceiling=8).adaptive.jump is None
+    fixed = Pacer(policy.settings(fixed=3, rate_limits={}, local=False, deployment="gw/short"))
+    assert fixed.start is None and fixed.limit == 3
+
+
+def test_a_short_run_keeps_no_limit_it_did_not_measure():
+    """Where a short run was put (16, then 64) is not what it learnt: nothing is kept while it stays there; a limit
+    its trials moved it to is."""
+    kept = []
+    pacer = Pacer(PaceSettings(adaptive=True, expected=100), clock=Clock(), on_settled=kept.append)
+    pacer.release(pacer.try_acquire(), ok=True)  # jumps to 64
+    pacer.adaptive._cut(64)  # cruising at the jump
+    pacer._report()
+    assert pacer.settled is None and kept == []
+    pacer.adaptive._cut(32)  # an overload halved it: measured
+    pacer._report()
+    assert pacer.settled == 32 and kept == [32]
+    long = Pacer(PaceSettings(adaptive=True, expected=100_000), clock=Clock(), on_settled=kept.append)
+    long.adaptive._cut(4)
+    long._report()
+    assert kept == [32, 4]  # a run that climbed from 4 keeps where it cruises, as before
 
 
 def test_the_policy_starts_a_deployment_where_its_last_run_ended():
@@ -727,9 +799,16 @@ def test_cli_auto_is_the_default_and_prints_the_pacing_line(tmp_path):
         cmd = [sys.executable, "-m", "medhelm", "run", "-r",
                f"medhelm_configurable_benchmark:model=mock/model,config_path={bench / 'b.yaml'}",
                "--suite", "s", "-o", str(tmp_path / "out"), "--local-path", str(env), "-q"]
+        # at most 30 requests (--max-eval-instances): a short run, which starts at 16 and jumps at its first answer
+        # (first: a limit a run learnt would win over the jump)
+        short = subprocess.run([c if c != "s" else "short" for c in cmd] + ["--max-eval-instances", "30"],
+                               capture_output=True, text=True, timeout=600)
+        assert short.returncode == 0, short.stderr
+        assert "started at 16 (a short run: at most 30 requests; jumped to 64 at its first answer)" in short.stdout
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr
         assert "pacing mock/paced: auto:" in done.stdout
+        assert "a short run" not in done.stdout  # no --max-eval-instances: the whole dataset, not known ahead
         assert srv.max_in_flight <= 256
         bad = subprocess.run(cmd[:-1] + ["--max-concurrency", "0"], capture_output=True, text=True, timeout=600)
         assert bad.returncode == 2 and "max-concurrency" in bad.stderr

@@ -109,6 +109,7 @@ async def run_suite(plans: Sequence[RunPlan], options: RunOptions, *, pool=None,
                                                          base_delay_s=options.retry_base_delay_s),
                           observer=telemetry, connections=options.max_concurrency,
                           pacing=PacingPolicy(adaptive=options.adaptive, share=options.rate_share))
+    pool.expect(expected_requests(plans))
     if not isinstance(progress, Progress):
         progress = Progress(enabled=options.progress if progress is None else bool(progress))
     outcomes = []
@@ -125,6 +126,29 @@ async def run_suite(plans: Sequence[RunPlan], options: RunOptions, *, pool=None,
     return outcomes
 
 
+def _judges(plan: RunPlan) -> list[str]:
+    """The deployments the plan's juries name (each asked once an instance, and once more on an unreadable verdict)."""
+    return [str(j.get("name")) for m in plan.spec.benchmark.metrics
+            for j in (m.args.to_json().get("judges") or ()) if isinstance(j, dict)]
+
+
+def expected_requests(plans: Sequence[RunPlan]) -> dict[str, int]:
+    """Per deployment, at most how many requests these runs send it: one an instance from the evaluated model, two
+    from each judge (a verdict and its re-ask), over ``max_eval_instances``. A deployment one of whose runs has no
+    bound (the whole dataset) is left out: its count is not known before the instances are read. ``auto`` starts a
+    deployment sent few requests high (``ClientPool.expect``): a run that short cannot pay back a climb from 4."""
+    counts: dict[str, int] = {}
+    unbounded: set[str] = set()
+    for plan in plans:
+        n = plan.spec.max_eval_instances
+        for name, each in ((plan.deployment.name, 1), *((judge, 2) for judge in _judges(plan))):
+            if n is None:
+                unbounded.add(name)
+            else:
+                counts[name] = counts.get(name, 0) + each * n
+    return {name: count for name, count in counts.items() if name not in unbounded}
+
+
 JUDGE_CONNECT_TIMEOUT_S = 5.0
 
 
@@ -135,8 +159,7 @@ async def check_judges_reachable(plans: Sequence[RunPlan], deployments: Deployme
     import urllib.parse
     import urllib.request
 
-    names = {str(j.get("name")) for plan in plans for m in plan.spec.benchmark.metrics
-             for j in (m.args.to_json().get("judges") or ()) if isinstance(j, dict)}
+    names = {name for plan in plans for name in _judges(plan)}
     targets = {}
     proxies = urllib.request.getproxies()
     for name in sorted(names):

@@ -27,18 +27,26 @@ from medhelm.inference.pacing.solo import SoloLimit
 AUTO = "auto"
 OVERLOAD_STATUS = frozenset({429, 503, 529})  # too many requests, unavailable, Anthropic's "overloaded"
 AUTO_CEILING = 256  # requests in flight a run allows at most under ``--max-concurrency auto``
+# A short run jumps: a process that will send a deployment at most SHORT_RUN requests, with no limit learnt by an
+# earlier run, starts ``auto`` at SHORT_START and climbs from JUMP_LIMIT once its first answer is back (a refusal
+# first: no jump), instead of climbing from START_LIMIT. SHORT_RUN is 32 rounds at JUMP_LIMIT; the climb from 4 and
+# its trial at the knee take about a third of that (docs/pacing.md).
+SHORT_START = 16
+JUMP_LIMIT = 64
+SHORT_RUN = 2048
 
 
 def AdaptiveLimit(ceiling: int, *, start: int = START_LIMIT, cruise: int = 8,  # noqa: N802 (called as a class)
                   latency_tolerance: float = 3.0, clock: Callable[[], float] = time.monotonic,
-                  wall: Callable[[], float] | None = None, drain_every: float = 0.0, climb: bool = True) -> Limit:
+                  wall: Callable[[], float] | None = None, drain_every: float = 0.0, climb: bool = True,
+                  jump: int | None = None) -> Limit:
     """``auto``'s controller: a ``ShardLimit`` that drains every ``drain_every`` seconds of the ``wall`` clock (one
     of a Job's shards), else a ``SoloLimit`` (a process alone on its server; ``climb``: its slow start judged by
-    Little's law while latency stays flat)."""
+    Little's law while latency stays flat; ``jump``: a short run's limit from its first answer)."""
     kw = dict(start=start, cruise=cruise, latency_tolerance=latency_tolerance, clock=clock)
     if drain_every > 0:
         return ShardLimit(ceiling, drain_every=drain_every, wall=wall, **kw)
-    return SoloLimit(ceiling, climb=climb, **kw)
+    return SoloLimit(ceiling, climb=climb, jump=jump, **kw)
 
 
 @dataclass(frozen=True)
@@ -51,7 +59,8 @@ class PaceSettings:
     requests_per_minute: float | None = None
     tokens_per_minute: float | None = None
     share: float = 1.0  # this process's part of the configured budgets (a Job's shards split them evenly)
-    start: int | None = None  # where ``auto`` starts: the limit the deployment's last run learnt (None: START_LIMIT)
+    start: int | None = None  # where ``auto`` starts: the limit the deployment's last run learnt (None: see ``jumps``)
+    expected: int | None = None  # at most this many requests this process sends the deployment (None: not known)
 
     @property
     def remembered_as(self) -> str | None:
@@ -59,6 +68,19 @@ class PaceSettings:
         None when nothing is kept: a fixed cap learns nothing, and a Job's shards restart their climb together
         every minute from ``RESTART_LIMIT`` (a start of their own would set them apart until then)."""
         return AUTO if self.adaptive and not self.fixed and self.share >= 1.0 else None
+
+    @property
+    def jumps(self) -> bool:
+        """``auto`` starts at ``SHORT_START`` and jumps to ``JUMP_LIMIT`` at its first answer: no limit was learnt
+        (``start``) and this process sends the deployment at most ``SHORT_RUN`` requests, too few to pay back a climb
+        from 4 (a Job's shards never jump: they climb together from ``RESTART_LIMIT``)."""
+        return (self.start is None and self.remembered_as is not None and self.expected is not None
+                and self.expected <= SHORT_RUN)
+
+    @property
+    def first_limit(self) -> int:
+        """Where ``auto`` starts: the learnt limit, else ``SHORT_START`` for a short run, else ``START_LIMIT``."""
+        return self.start or (SHORT_START if self.jumps else START_LIMIT)
 
 
 @dataclass(frozen=True)
@@ -69,12 +91,14 @@ class PacingPolicy:
     only: an in-process model serialises its own work) under ``ceiling``; else they are capped by the workers
     alone, as a fixed ``--max-concurrency N`` run always was. ``share``: this process's part of configured
     rate budgets (a Job's shards running at once each take 1/n). ``starts``: where ``auto`` starts per deployment
-    (the limit its last run learnt; the others start at ``START_LIMIT``)."""
+    (the limit its last run learnt; the others start at ``START_LIMIT``, or ``JUMP_LIMIT`` when short).
+    ``expected``: per deployment, at most how many requests this process will send it (``PaceSettings.jumps``)."""
 
     adaptive: bool = False
     ceiling: int = AUTO_CEILING
     share: float = 1.0
     starts: tuple[tuple[str, int], ...] = ()  # (deployment name, the limit its last run learnt): where auto starts
+    expected: tuple[tuple[str, int], ...] = ()  # (deployment name, at most this many requests): a short run jumps
 
     def settings(self, *, fixed: int | None, rate_limits: Mapping[str, object], local: bool,
                  deployment: str = "") -> PaceSettings:
@@ -82,7 +106,7 @@ class PacingPolicy:
         return PaceSettings(fixed=fixed, ceiling=self.ceiling, adaptive=self.adaptive and not local and not fixed,
                             requests_per_minute=float(rpm) if rpm else None,
                             tokens_per_minute=float(tpm) if tpm else None, share=self.share,
-                            start=dict(self.starts).get(deployment))
+                            start=dict(self.starts).get(deployment), expected=dict(self.expected).get(deployment))
 
 
 class PacerObserver:
@@ -110,7 +134,8 @@ class Pacer:
         self._clock, self._sleep = clock, sleep
         self.observer = observer or PacerObserver()
         # A Job's shards (share < 1) know they share the server: they drain together to stay fair (ShardLimit)
-        self.adaptive = AdaptiveLimit(settings.ceiling, start=settings.start or START_LIMIT, clock=clock,
+        self.adaptive = AdaptiveLimit(settings.ceiling, start=settings.first_limit, clock=clock,
+                                      jump=JUMP_LIMIT if settings.jumps else None,
                                       drain_every=DRAIN_EVERY_S if settings.share < 1.0 else 0.0) \
             if settings.adaptive and not settings.fixed else None
         now = clock()
@@ -137,8 +162,10 @@ class Pacer:
         self._reported = (None, None)
         self.start = self.adaptive.limit if self.adaptive is not None else None  # where auto started
         # What auto has learnt so far, kept for the deployment's next run: the last limit it cruised at, or before it
-        # first cruises (a short run can end during the climb) the highest limit the climb showed free
+        # first cruises (a short run can end during the climb) the highest limit the climb showed free. A short run
+        # that jumped learnt nothing while it stays at its jump (it never measured below it): that is not kept.
         self.settled: int | None = None
+        self._jumped = self.adaptive is not None and settings.jumps
         self._cruised = False
         self._on_settled = on_settled
 
@@ -257,6 +284,8 @@ class Pacer:
                 self.paused_until = max(self.paused_until, now + retry_after)
             if self.learnt is not None:  # auto: a refusal is answered by the learnt rate, not by fewer in flight
                 self.learnt.refused(started, tokens_taken, retry_after)
+                if isinstance(self.adaptive, SoloLimit):
+                    self.adaptive.cancel_jump()  # refused before its first answer: a short run does not jump
             elif self.adaptive is not None:
                 self.adaptive.overloaded()
         elif ok and self.adaptive is not None:  # only answers measure the server (a quick 500 says nothing)
@@ -273,7 +302,15 @@ class Pacer:
             plateau = f", plateau {self.adaptive.plateau}" if self.adaptive.plateau is not None else ""
             drains = f", {self.adaptive.drains} drains ({self.adaptive.restarts} restarts)" \
                 if self.adaptive.drains else ""
-            learnt = f", started at {self.start} (learnt by the last run)" if self.settings.start else ""
+            if self.settings.start:
+                learnt = f", started at {self.start} (learnt by the last run)"
+            elif self._jumped:
+                how = f"jumped to {JUMP_LIMIT} at its first answer" if getattr(self.adaptive, "jumped", False) \
+                    else "no jump: refused before its first answer" if getattr(self.adaptive, "jump", 0) is None \
+                    else "no answer yet"
+                learnt = f", started at {self.start} (a short run: at most {self.settings.expected} requests; {how})"
+            else:
+                learnt = ""
             parts.append(f"auto: {self.limit} in flight{plateau}{drains}{learnt}")
         elif self.settings.fixed:
             parts.append(f"fixed: {self.settings.fixed} in flight")
@@ -338,6 +375,8 @@ class Pacer:
                 learnt = adaptive.limit
             else:  # before it first cruises, the highest limit its climb showed the server serves at once
                 learnt = None if self._cruised else adaptive.proven
+            if self._jumped and learnt in (SHORT_START, JUMP_LIMIT) and self.settled is None:
+                learnt = None  # still where a short run was put, not where it measured: nothing to keep yet
             if learnt is not None and learnt != self.settled:
                 self.settled = learnt
                 if self._on_settled is not None:

@@ -319,12 +319,15 @@ class LearntRate:
         tokens = max(MIN_RATE, min(tokens, cap_t or math.inf)) if tokens else None
         self.requests_per_s, self.tokens_per_s = requests, tokens
         old_r, old_t = self.buckets
-        self.buckets = (self._bucket(old_r, requests, 1.0, now),
-                        self._bucket(old_t, tokens, 1.0, now) if tokens else None)
+        # before the first estimate the rate is a guess (half of what was sent, however fast): no burst at it, or
+        # the end of a whole second's pause would send all that waited into a gateway that refills far slower
+        burst_s = BURST_S if self._estimated else 0.0
+        self.buckets = (self._bucket(old_r, requests, 1.0, now, burst_s),
+                        self._bucket(old_t, tokens, 1.0, now, burst_s) if tokens else None)
 
     @staticmethod
-    def _bucket(bucket: Bucket | None, per_s: float, least: float, now: float) -> Bucket:
-        burst = max(least, per_s * BURST_S)
+    def _bucket(bucket: Bucket | None, per_s: float, least: float, now: float, burst_s: float = BURST_S) -> Bucket:
+        burst = max(least, per_s * burst_s)
         if bucket is None:
             return Bucket(per_s * 60.0, now, burst=burst)
         bucket.refill(now)

@@ -37,7 +37,9 @@ CLIMB_COMPLETIONS = 8  # the climb's window: one round, at least this many compl
 class SoloLimit(Limit):
     """``auto`` for a process alone on its server (the usual case): every change of limit is a trial."""
 
-    def __init__(self, ceiling: int, *, climb: bool = True, **kw) -> None:
+    def __init__(self, ceiling: int, *, climb: bool = True, jump: int | None = None, **kw) -> None:
+        """``jump``: a short run's limit once its first answer is back (``jump_now``), unless a refusal came first
+        (``cancel_jump``, or an overload)."""
         self._trial: str | None = "startup"  # startup | up | down (a probe's direction); None while cruising
         self._alternating = False  # the trial measures its two limits in turn
         # The climb: slow start's doublings judged by Little's law while latency stays flat (``_climb``), one
@@ -55,6 +57,29 @@ class SoloLimit(Limit):
         # the bar of the doubling that ended slow start.
         self._need = KNEE_GAIN
         self._flat = False  # the last doubling paid under KNEE_GAIN: slow start is past the knee
+        jump = min(jump, self.ceiling) if jump is not None else None
+        self.jump = jump if jump is not None and jump > self.limit and climb else None  # pending until an answer
+        self.jumped = False  # the jump was taken (the run's summary says so)
+
+    def completed(self, latency_s: float) -> None:
+        super().completed(latency_s)
+        if self.jump is not None:
+            self._jump_now()
+
+    def overloaded(self) -> None:
+        self.cancel_jump()
+        super().overloaded()
+
+    def cancel_jump(self) -> None:
+        """A refusal came back before any answer: the server (or a gateway before it) is smaller than the jump."""
+        self.jump = None
+
+    def _jump_now(self) -> None:
+        """A short run's first answer: its climb starts at ``jump`` (the start's window had one completion; the
+        requests sent before are let pass)."""
+        limit, self.jump, self.jumped = self.jump, None, True
+        self._lo, self._hi = Sample(limit), Sample(min(2 * limit, self.ceiling))
+        self._go(limit, "startup")
 
     def _first_window(self) -> Window:
         return self._window_at(skip=0 if self._climbing else self.limit)  # nothing was in flight before
