@@ -7,6 +7,8 @@ producer fills from the sampled instances as they are read (``sampling.stream_ru
 instances nor the queue grow with the benchmark; statistics are aggregated while the records are merged
 (``finish.finalize``), never from all records in memory. Every finished instance is appended to
 the run's records at once; a run that is stopped at any point resumes without redoing finished instances.
+Before the first run the pool is told at most how many requests the runs send each deployment
+(``expected_requests``, from ``max_eval_instances``): under ``auto`` a deployment sent few starts high (pacing.md).
 
 Failure semantics, per instance:
 * the server refuses the request for good (non-retryable, e.g. prompt too long) -> recorded with an

@@ -21,4 +21,5 @@ from medhelm.inference.pacing.window import Sample, Window
 __all__ = ["AUTO", "AUTO_CEILING", "DRAIN_EVERY_S", "JUMP_LIMIT", "KNEE_GAIN", "LATENCY_BOUND", "MIN_GAIN",
            "OVERLOAD_STATUS", "PROBE_BACKOFF", "QUIET_DRAINS", "RESTART_LIMIT", "RESYNC_DRAINS", "SHORT_RUN",
            "SHORT_START", "START_LIMIT", "AdaptiveLimit", "Bucket", "LearntRate", "Limit", "PaceSettings", "Pacer",
-           "PacerObserver", "PacingPolicy", "RateHeaders", "Sample", "ShardLimit", "SoloLimit", "Window", "parse_reset", "retry_after_seconds"]
+           "PacerObserver", "PacingPolicy", "RateHeaders", "Sample", "ShardLimit", "SoloLimit", "Window", "parse_reset",
+           "retry_after_seconds"]
