@@ -15,7 +15,8 @@ pacer) -> the kind's client (``attempt`` returns an ``outcome.Reply``, raises an
 in ``wire.py``) -> ``http.py`` (the transport; ``h1.py`` its connections).
 With a cache, ``auto``'s pacer starts at the limit the deployment's last run settled at and keeps the one it
 settles at (``RequestCache.learnt_limit``/``remember_limit``, keyed by deployment, endpoint and setting); with none
-kept, a process that said it sends a deployment few requests (``expect``) starts it at ``JUMP_LIMIT``.
+kept, a process that said it sends a deployment few requests (``expect``) starts it at ``SHORT_START`` and jumps
+to ``JUMP_LIMIT`` at its first answer.
 Candidate models and judges share one pool, so they share connections, cache and counters. The
 observer (``medhelm.telemetry.Telemetry``) is bound once per (deployment, role): per request it costs a
 few counter increments (attempt code and latency, retries, in-flight, tokens, cache hits apart).
@@ -229,7 +230,7 @@ class ClientPool:
 
     def expect(self, requests: dict[str, int]) -> None:
         """Per deployment name, at most how many requests this process will send it; read when the deployment's
-        pacer is made (a short run's ``auto`` starts at ``JUMP_LIMIT``: ``PaceSettings.jumps``)."""
+        pacer is made (a short run's ``auto`` jumps: ``PaceSettings.jumps``)."""
         self.pacing = dataclasses.replace(self.pacing, expected=tuple(sorted(requests.items())))
 
     def pacer(self, raw: ModelClient) -> Pacer | None:

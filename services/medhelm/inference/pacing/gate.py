@@ -91,7 +91,7 @@ class PacingPolicy:
     only: an in-process model serialises its own work) under ``ceiling``; else they are capped by the workers
     alone, as a fixed ``--max-concurrency N`` run always was. ``share``: this process's part of configured
     rate budgets (a Job's shards running at once each take 1/n). ``starts``: where ``auto`` starts per deployment
-    (the limit its last run learnt; the others start at ``START_LIMIT``, or ``JUMP_LIMIT`` when short).
+    (the limit its last run learnt; the others start at ``START_LIMIT``, or ``SHORT_START`` when short).
     ``expected``: per deployment, at most how many requests this process will send it (``PaceSettings.jumps``)."""
 
     adaptive: bool = False
@@ -165,7 +165,8 @@ class Pacer:
         # first cruises (a short run can end during the climb) the highest limit the climb showed free. A short run
         # that jumped learnt nothing while it stays at its jump (it never measured below it): that is not kept.
         self.settled: int | None = None
-        self._jumped = self.adaptive is not None and settings.jumps
+        self._jump_to = self.adaptive.jump if isinstance(self.adaptive, SoloLimit) else None  # a short run's jump
+        self._jumped = self._jump_to is not None
         self._cruised = False
         self._on_settled = on_settled
 
@@ -305,9 +306,8 @@ class Pacer:
             if self.settings.start:
                 learnt = f", started at {self.start} (learnt by the last run)"
             elif self._jumped:
-                how = f"jumped to {JUMP_LIMIT} at its first answer" if getattr(self.adaptive, "jumped", False) \
-                    else "no jump: refused before its first answer" if getattr(self.adaptive, "jump", 0) is None \
-                    else "no answer yet"
+                how = f"jumped to {self._jump_to} at its first answer" if self.adaptive.jumped \
+                    else "no jump: refused before its first answer" if self.adaptive.jump is None else "no answer yet"
                 learnt = f", started at {self.start} (a short run: at most {self.settings.expected} requests; {how})"
             else:
                 learnt = ""
@@ -375,7 +375,7 @@ class Pacer:
                 learnt = adaptive.limit
             else:  # before it first cruises, the highest limit its climb showed the server serves at once
                 learnt = None if self._cruised else adaptive.proven
-            if self._jumped and learnt in (SHORT_START, JUMP_LIMIT) and self.settled is None:
+            if self._jumped and learnt in (self.start, self._jump_to) and self.settled is None:
                 learnt = None  # still where a short run was put, not where it measured: nothing to keep yet
             if learnt is not None and learnt != self.settled:
                 self.settled = learnt

@@ -38,7 +38,7 @@ class SoloLimit(Limit):
     """``auto`` for a process alone on its server (the usual case): every change of limit is a trial."""
 
     def __init__(self, ceiling: int, *, climb: bool = True, jump: int | None = None, **kw) -> None:
-        """``jump``: a short run's limit once its first answer is back (``jump_now``), unless a refusal came first
+        """``jump``: a short run's limit once its first answer is back (``_jump_now``), unless a refusal came first
         (``cancel_jump``, or an overload)."""
         self._trial: str | None = "startup"  # startup | up | down (a probe's direction); None while cruising
         self._alternating = False  # the trial measures its two limits in turn
