@@ -26,6 +26,8 @@ docs/benchmarks.md):
    climb is a first run not told (from 4); a warm run uses the request cache of the climb before it (new prompts:
    no hit), so it starts at the limit that run settled at, as a deployment's second ``medhelm run`` does.
    ``--short --vllm``: the same against real vLLM CPU, fixed 64, ``auto``, the climb, fixed 64.
+   ``--short-starts``: where a first short run starts (16 as shipped, 32, 64) against the mock of capacity 64,
+   next to fixed 64 and 128.
 
 Latency is the answered attempt's wall time (``Usage.latency_s``: request sent to answer read), what the server
 makes a request wait; time a request spends waiting for the pacer's slot is the client's own queue (a run's
@@ -515,6 +517,43 @@ def short_case(args) -> list[str]:
     return rows
 
 
+def short_starts_case(args) -> list[str]:
+    """``--short-starts``: where a first short run starts, against the mock of capacity 64 at ``--short-ms``:
+    ``--short-reps`` series (each in the reverse order of the one before) of fixed 64, fixed 128 and a first run
+    told its size started at 16 (jumping to 64 at its first answer, as shipped), at 32 (jumping to 64) and at 64
+    (no jump), the start patched for the run (``gate.SHORT_START``). What the shipped start of 16 costs on the
+    largest server of the issue's range; the gateway's side of the trade is in the simulation."""
+    import tempfile
+
+    from medhelm.inference.pacing import gate
+
+    shipped = gate.SHORT_START
+    variants = [("fixed 64", 64, None), ("fixed 128", 128, None), ("start 16, jump to 64", None, 16),
+                ("start 32, jump to 64", None, 32), ("start 64", None, 64)]
+    times: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+    folder = Path(tempfile.mkdtemp(prefix="bench-pacing-"))
+    srv = Server(latency_s=args.short_ms / 1000, capacity=64)
+    runs = 0
+    try:
+        for rep in range(args.short_reps):
+            for name, fixed, start in (variants if rep % 2 == 0 else variants[::-1]):
+                runs += 1
+                gate.SHORT_START = start or shipped
+                try:
+                    took, _, _ = asyncio.run(drive_instances(
+                        srv.url, instances=args.instances, fixed=fixed, tag=f"run {runs}: ",
+                        cache=folder / f"run{runs}.sqlite" if fixed is None else None, expect=fixed is None))
+                finally:
+                    gate.SHORT_START = shipped
+                times[name].append(took)
+    finally:
+        srv.close()
+    mean = {k: statistics.fmean(v) for k, v in times.items()}
+    best = min(mean["fixed 64"], mean["fixed 128"])
+    return [f"| {name} | {mean[name]:.3f} s (**{mean[name] / best:.3f}** x; median {statistics.median(times[name]):.3f}"
+            f" s) |" for name, _, _ in variants]
+
+
 def vllm_short_case(args) -> list[str]:
     """``--short --vllm``: runs of ``--instances`` requests against real vLLM CPU (max_tokens 16), ``--short-reps``
     series of fixed 64, ``auto`` (the run's size told: a short run jumps), ``climb`` (not told: from 4), fixed 64
@@ -564,6 +603,8 @@ def main() -> int:
     p.add_argument("--shard-reps", type=int, default=1, help="with --shards: runs of the four shards, a row each")
     p.add_argument("--trace", action="store_true", help="the controller's trials on stderr (medhelm.pacing DEBUG)")
     p.add_argument("--short", action="store_true", help="only runs of --instances against the mock (issue 53)")
+    p.add_argument("--short-starts", action="store_true",
+                   help="only where a first short run starts (16, 32, 64) against the mock of capacity 64")
     p.add_argument("--short-ms", type=float, default=50.0)
     p.add_argument("--short-reps", type=int, default=2)
     p.add_argument("--instances", type=int, default=1000)
@@ -588,6 +629,11 @@ def main() -> int:
     args.switch_rounds = tuple(args.switch_rounds or ((8,) if args.quick else (8, 2)))
     args.switch_s, args.switch_warmup = (120, 20) if args.quick else (420, 30)
     print(f"load before: {os.getloadavg()}", flush=True)
+    if args.short_starts:
+        lines = ["| setting (capacity 64, first runs of --instances) | time |", "|---|---|", *short_starts_case(args)]
+        print(f"load after: {os.getloadavg()}")
+        print("\n".join(lines))
+        return 0
     if args.short and args.vllm:
         lines = ["| case | fixed 64 | auto (a short run: it jumps) | the climb from 4 (the run's size not told) |",
                  "|---|---|---|---|", *vllm_short_case(args)]

@@ -21,7 +21,14 @@ deployment's last run learnt; 64 for vLLM).
 ``python bench/bench_pacing_sim.py [--seeds 48] [--profiles fast quiet loaded] [--windows 240-600 240-1200]
 [--no-climb]`` (``--no-climb``: slow start without its climb while latency stays flat, ``climb=False``)
 ``python bench/bench_pacing_sim.py --shards [--seeds 48]``
+``--short-gateway``: the other side of where a short run starts (``SHORT_START``): a first run told it sends 1,000
+requests against a gateway of 600 requests a minute (tests/core/rate_sim.py; 1 s and 60 s of burst, 5 / 20 / 500
+ms, millisecond and whole-second waits), started at 16 (as shipped), 32 and 64: refusals in its first minute, the
+most any one request was refused, and the runs that missed the issue's targets after the first minute (refused
+over 2 %, or under 95 % of the budget) or failed an instance.
+
 ``python bench/bench_pacing_sim.py --short [--seeds 48]``
+``python bench/bench_pacing_sim.py --short-gateway [--seeds 8]``
 """
 
 from __future__ import annotations
@@ -168,6 +175,37 @@ def short_main(args) -> int:
     return 0
 
 
+def one_gateway_run(job: tuple[int, float, float, bool, int]) -> tuple:
+    from medhelm.inference.pacing import gate
+    from tests.core.rate_sim import Gateway, measure
+    from tests.core.rate_sim import simulate as simulate_rates
+
+    start, burst_s, latency_s, whole, seed = job
+    gate.SHORT_START = start  # this worker process's own copy of the module
+    gateway = Gateway(requests_per_minute=600, burst_s=burst_s, whole_seconds=whole)
+    procs, _ = simulate_rates(gateway, seconds=180, latency_s=latency_s, expected=1000, seed=seed)
+    m = measure(procs, gateway, t0=60, t1=180)
+    return (job[:4], sum(1 for t in procs[0].refused if t < 60), procs[0].most_refused,
+            m.failed > 0 or m.refused_share > 0.02 or m.used < 0.95)
+
+
+def short_gateway_main(args) -> int:
+    cases = [(start, burst, latency, whole) for burst in (1.0, 60.0) for latency in (0.005, 0.02, 0.5)
+             for whole in (False, True) for start in (SHORT_START, 32, 64)]
+    with ProcessPoolExecutor(args.workers) as ex:
+        runs = list(ex.map(one_gateway_run, [(*case, seed) for case in cases for seed in range(args.seeds)]))
+    print("| gateway (600 requests/min) | latency | waits | short run started at | refused in the first minute: mean, "
+          "max | most refused (one request) | runs missing a target after it |")
+    print("|---|---|---|---|---|---|---|")
+    for case in cases:
+        got = [r for r in runs if r[0] == case]
+        start, burst, latency, whole = case
+        print(f"| {burst:g} s of burst | {latency * 1000:g} ms | {'whole s' if whole else 'ms'} | {start} "
+              f"| {statistics.fmean(r[1] for r in got):.1f}, {max(r[1] for r in got)} | {max(r[2] for r in got)} "
+              f"| {sum(r[3] for r in got)} of {len(got)} |")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--seeds", type=int, default=48)
@@ -176,12 +214,16 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--shards", action="store_true", help="a Job's shards instead of one process")
     p.add_argument("--short", action="store_true", help="runs of 1,000 instances, with and without the climb")
+    p.add_argument("--short-gateway", action="store_true",
+                   help="a first short run started at 16, 32 or 64 against a gateway: its first minute's refusals")
     p.add_argument("--no-climb", action="store_true", help="slow start without its climb (climb=False)")
     args = p.parse_args()
     if args.shards:
         return shards_main(args)
     if args.short:
         return short_main(args)
+    if args.short_gateway:
+        return short_gateway_main(args)
     windows = tuple(tuple(int(x) for x in w.split("-")) for w in args.windows)
     jobs = [(prof, cost, seed, windows, not args.no_climb) for prof in args.profiles for cost in (False, True)
             for seed in range(args.seeds)]

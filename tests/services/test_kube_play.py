@@ -185,6 +185,12 @@ def play_services(cluster: Cluster, by_kind: dict[str, list[dict]],
             files[key] = folder / key
         cluster.secret(secret["metadata"]["name"], files)
     if static_ips:
+        # the services reach the mock (their judges) by a host alias, not podman's DNS: aardvark-dns reloads
+        # on every pod start and stop on the network and can answer NXDOMAIN meanwhile, which a cluster's DNS
+        # for a Service name does not do while pods churn (the chaos test kills and starts pods all along)
+        mock_ip = cluster.static_ip(200 + len(played))
+        for dep in played:
+            dep["spec"]["template"]["spec"]["hostAliases"] = [{"ip": mock_ip, "hostnames": [mock_host(cluster)]}]
         for n, doc in enumerate([*played, mock]):
             cluster.play(f"services-{n}", [*by_kind["ConfigMap"], doc], "--ip", cluster.static_ip(200 + n))
     else:

@@ -28,7 +28,8 @@ import pytest
 from medhelm.devtools.fixtures import write_configurable_benchmark
 from tests.services.podman import IMAGE, run
 from tests.services.test_kube_play import (JURY, Cluster, _probe, _render, by_kind_of, deployments,
-                                           indexed_pods, play_services, seed_volume, service_aliases)
+                                           indexed_pods, mock_host, play_services, seed_volume,
+                                           service_aliases)
 
 pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(3000)]
 
@@ -163,7 +164,9 @@ def test_ten_rounds_of_service_and_shard_kills_in_kube_play(images, cluster, hel
     # the model answers in MOCK_LATENCY_MS: the run outlasts ten rounds of service restarts
     pods = play_services(cluster, by_kind, probes=("readinessProbe",), static_ips=True,
                          mock_latency_ms=MOCK_LATENCY_MS)
-    aliases = service_aliases(by_kind, pods)
+    # the shards reach the mock model by a host alias too (not podman's DNS, which reloads as pods churn)
+    aliases = [*service_aliases(by_kind, pods),
+               {"ip": cluster.pod_ip(mock_host(cluster)), "hostnames": [mock_host(cluster)]}]
     services = {d["metadata"]["name"].rsplit("-", 1)[1]: d for d in by_kind["Deployment"]}
     assert set(services) == {"scenarios", "jury", "metrics"}
 
