@@ -18,15 +18,15 @@ profiles; each against one process at its best (fixed ``capacity``; the best of 
 climb, and without it: ``climb=False``), and started at c (``start=c``: where a run starts from the limit the
 deployment's last run learnt; 64 for vLLM).
 
-``python bench/bench_pacing_sim.py [--seeds 48] [--profiles fast quiet loaded] [--windows 240-600 240-1200]
-[--no-climb]`` (``--no-climb``: slow start without its climb while latency stays flat, ``climb=False``)
-``python bench/bench_pacing_sim.py --shards [--seeds 48]``
 ``--short-gateway``: the other side of where a short run starts (``SHORT_START``): a first run told it sends 1,000
 requests against a gateway of 600 requests a minute (tests/core/rate_sim.py; 1 s and 60 s of burst, 5 / 20 / 500
 ms, millisecond and whole-second waits), started at 16 (as shipped), 32 and 64: refusals in its first minute, the
 most any one request was refused, and the runs that missed the issue's targets after the first minute (refused
 over 2 %, or under 95 % of the budget) or failed an instance.
 
+``python bench/bench_pacing_sim.py [--seeds 48] [--profiles fast quiet loaded] [--windows 240-600 240-1200]
+[--no-climb]`` (``--no-climb``: slow start without its climb while latency stays flat, ``climb=False``)
+``python bench/bench_pacing_sim.py --shards [--seeds 48]``
 ``python bench/bench_pacing_sim.py --short [--seeds 48]``
 ``python bench/bench_pacing_sim.py --short-gateway [--seeds 8]``
 """
