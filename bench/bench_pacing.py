@@ -19,15 +19,15 @@ docs/benchmarks.md):
    the run: a linear drift moves the two alike and cancels in the mean);
 5. ``--steady``: real vLLM, fixed 64 against ``auto`` held at 64 in turn (the adaptive gate's own cost at the
    limit it settles on); ``--switching``: what a switch between two fixed limits costs;
-6. ``--short``: runs of 1,000 instances (issue 53 item 4) against the mock of capacity c = 4, 16, 64 at
-   ``--short-ms`` (50 ms): the time to answer all of them, fixed c, the climb, warm, ``auto``, fixed 2c, the climb,
+6. ``--short``: runs of 1,000 instances (issue 53 item 4) against the mock of capacity c = 4, 16, 64
+   (``--short-capacities``) at ``--short-ms`` (50 ms): the time to answer all of them, fixed c, the climb, warm, ``auto``, fixed 2c, the climb,
    warm, ``auto``, fixed c again (``--short-reps`` series), each against the better fixed setting's mean. ``auto``
    is a first run told its size, as ``medhelm run --max-eval-instances`` tells it (a short run: it jumps); the
    climb is a first run not told (from 4); a warm run uses the request cache of the climb before it (new prompts:
    no hit), so it starts at the limit that run settled at, as a deployment's second ``medhelm run`` does.
    ``--short --vllm``: the same against real vLLM CPU, fixed 64, ``auto``, the climb, fixed 64.
-   ``--short-starts``: where a first short run starts (16 as shipped, 32, 64) against the mock of capacity 64,
-   next to fixed 64 and 128.
+   ``--short-starts``: where a first short run starts and when it jumps (16 jumping at its first answer or 10 ms
+   in, as shipped; 16 jumping at its first answer; 32; 64) against the mock of capacity 64, next to fixed 64 and 128.
 
 Latency is the answered attempt's wall time (``Usage.latency_s``: request sent to answer read), what the server
 makes a request wait; time a request spends waiting for the pacer's slot is the client's own queue (a run's
@@ -480,7 +480,7 @@ def short_case(args) -> list[str]:
     rows = []
     folder = Path(tempfile.mkdtemp(prefix="bench-pacing-"))
     runs = 0
-    for c in (4, 16, 64):
+    for c in args.short_capacities:
         srv = Server(latency_s=args.short_ms / 1000, capacity=c)
         times: dict[str, list[float]] = {"fixed c": [], "fixed 2c": [], "auto": [], "climb": [], "warm": []}
         starts: list[int | None] = []
@@ -520,38 +520,42 @@ def short_case(args) -> list[str]:
 def short_starts_case(args) -> list[str]:
     """``--short-starts``: where a first short run starts, against the mock of capacity 64 at ``--short-ms``:
     ``--short-reps`` series (each in the reverse order of the one before) of fixed 64, fixed 128 and a first run
-    told its size started at 16 (jumping to 64 at its first answer, as shipped), at 32 (jumping to 64) and at 64
-    (no jump), the start patched for the run (``gate.SHORT_START``). What the shipped start of 16 costs on the
-    largest server of the issue's range; the gateway's side of the trade is in the simulation."""
+    told its size started at 16 jumping to 64 at its first answer or 10 ms after its first request with no refusal
+    back (as shipped), at 16 jumping at its first answer only, at 32 (jumping to 64) and at 64 (no jump), the start
+    and the jump's time patched for the run (``gate.SHORT_START``, ``gate.JUMP_AFTER_S``). What the shipped start
+    costs on the largest server of the issue's range; the gateway's side of the trade is in the simulation."""
     import tempfile
 
     from medhelm.inference.pacing import gate
 
-    shipped = gate.SHORT_START
-    variants = [("fixed 64", 64, None), ("fixed 128", 128, None), ("start 16, jump to 64", None, 16),
-                ("start 32, jump to 64", None, 32), ("start 64", None, 64)]
-    times: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+    shipped = gate.SHORT_START, gate.JUMP_AFTER_S
+    after = f"{1000 * gate.JUMP_AFTER_S:g} ms"
+    variants = [("fixed 64", 64, None, None), ("fixed 128", 128, None, None),
+                (f"start 16, jump to 64 at its first answer or after {after} (shipped)", None, 16, gate.JUMP_AFTER_S),
+                ("start 16, jump to 64 at its first answer", None, 16, None),
+                ("start 32, jump to 64 at its first answer", None, 32, None), ("start 64", None, 64, None)]
+    times: dict[str, list[float]] = {name: [] for name, *_ in variants}
     folder = Path(tempfile.mkdtemp(prefix="bench-pacing-"))
     srv = Server(latency_s=args.short_ms / 1000, capacity=64)
     runs = 0
     try:
         for rep in range(args.short_reps):
-            for name, fixed, start in (variants if rep % 2 == 0 else variants[::-1]):
+            for name, fixed, start, jump_after in (variants if rep % 2 == 0 else variants[::-1]):
                 runs += 1
-                gate.SHORT_START = start or shipped
+                gate.SHORT_START, gate.JUMP_AFTER_S = (start, jump_after) if start else shipped
                 try:
                     took, _, _ = asyncio.run(drive_instances(
                         srv.url, instances=args.instances, fixed=fixed, tag=f"run {runs}: ",
                         cache=folder / f"run{runs}.sqlite" if fixed is None else None, expect=fixed is None))
                 finally:
-                    gate.SHORT_START = shipped
+                    gate.SHORT_START, gate.JUMP_AFTER_S = shipped
                 times[name].append(took)
     finally:
         srv.close()
     mean = {k: statistics.fmean(v) for k, v in times.items()}
     best = min(mean["fixed 64"], mean["fixed 128"])
     return [f"| {name} | {mean[name]:.3f} s (**{mean[name] / best:.3f}** x; median {statistics.median(times[name]):.3f}"
-            f" s) |" for name, _, _ in variants]
+            f" s) |" for name, *_ in variants]
 
 
 def vllm_short_case(args) -> list[str]:
@@ -607,6 +611,8 @@ def main() -> int:
                    help="only where a first short run starts (16, 32, 64) against the mock of capacity 64")
     p.add_argument("--short-ms", type=float, default=50.0)
     p.add_argument("--short-reps", type=int, default=2)
+    p.add_argument("--short-capacities", type=int, nargs="+", default=[4, 16, 64],
+                   help="--short: the servers' capacities (64 alone: more series in the same time)")
     p.add_argument("--instances", type=int, default=1000)
     p.add_argument("--shard-share", type=float, default=0.25,
                    help="each shard's share (1 = processes that do not know they are shards: no drains)")

@@ -14,15 +14,17 @@ profiles; each against one process at its best (fixed ``capacity``; the best of 
 
 ``--short``: runs of 1,000 instances against servers of 4-128 workers at 50 ms and the vLLM profiles (issue 53 item
 4): the time ``auto`` takes to finish over the best of fixed c and 2c (vLLM: of fixed 16 / 32 / 64), as a short run
-(``SHORT_START``, jumping to ``JUMP_LIMIT`` at its first answer: a run told its size), from 4 (with slow start's
-climb, and without it: ``climb=False``), and started at c (``start=c``: where a run starts from the limit the
-deployment's last run learnt; 64 for vLLM).
+(``SHORT_START``, jumping to ``JUMP_LIMIT`` at its first answer or ``JUMP_AFTER_S`` in: a run told its size), from 4
+(with slow start's climb, and without it: ``climb=False``), and started at c (``start=c``: where a run starts from
+the limit the deployment's last run learnt; 64 for vLLM).
 
-``--short-gateway``: the other side of where a short run starts (``SHORT_START``): a first run told it sends 1,000
-requests against a gateway of 600 requests a minute (tests/core/rate_sim.py; 1 s and 60 s of burst, 5 / 20 / 500
-ms, millisecond and whole-second waits), started at 16 (as shipped), 32 and 64: refusals in its first minute, the
-most any one request was refused, and the runs that missed the issue's targets after the first minute (refused
-over 2 %, or under 95 % of the budget) or failed an instance.
+``--short-gateway``: the other side of where a short run starts (``SHORT_START``) and when it jumps
+(``JUMP_AFTER_S``): a first run told it sends 1,000 requests against a gateway of 600 requests a minute
+(tests/core/rate_sim.py; 1 s and 60 s of burst, 5 / 20 / 500 ms, millisecond and whole-second waits; in the network
+or 10 ms away each way), started at 16 jumping at its first answer or 10 ms in (as shipped), at 16 jumping at its
+first answer only, at 32 and at 64: refusals in its first minute, the most any one request was refused, and the
+runs that missed the issue's targets after the first minute (refused over 2 %, or under 95 % of the budget) or
+failed an instance.
 
 ``python bench/bench_pacing_sim.py [--seeds 48] [--profiles fast quiet loaded] [--windows 240-600 240-1200]
 [--no-climb]`` (``--no-climb``: slow start without its climb while latency stays flat, ``climb=False``)
@@ -44,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "services"), str(ROOT)]
 
-from medhelm.inference.pacing import JUMP_LIMIT, SHORT_START, AdaptiveLimit  # noqa: E402
+from medhelm.inference.pacing import SHORT_START, AdaptiveLimit, short_run_limit  # noqa: E402
 from tests.core.pacing_sim import (SWITCH_COST, VLLM_CPU, VLLM_CPU_FAST, VLLM_CPU_QUIET, p50,  # noqa: E402
                                    simulate)
 
@@ -144,7 +146,7 @@ def one_short_run(job: tuple[object, int]) -> tuple[object, float, float, int, f
     trials, _ = simulate(make_limit=functools.partial(AdaptiveLimit, climb=False), **kw)
     learnt, _ = simulate(make_limit=functools.partial(AdaptiveLimit, start=server if isinstance(server, int)
                                                       else 64), **kw)
-    jump, jumped = simulate(make_limit=functools.partial(AdaptiveLimit, start=SHORT_START, jump=JUMP_LIMIT), **kw)
+    jump, jumped = simulate(make_limit=short_run_limit, **kw)
     return (server, climb[0].finished / best, trials[0].finished / best, limits[0].limit, learnt[0].finished / best,
             jump[0].finished / best, jumped[0].limit)
 
@@ -175,34 +177,39 @@ def short_main(args) -> int:
     return 0
 
 
-def one_gateway_run(job: tuple[int, float, float, bool, int]) -> tuple:
+def one_gateway_run(job: tuple) -> tuple:
     from medhelm.inference.pacing import gate
     from tests.core.rate_sim import Gateway, measure
     from tests.core.rate_sim import simulate as simulate_rates
 
-    start, burst_s, latency_s, whole, seed = job
-    gate.SHORT_START = start  # this worker process's own copy of the module
+    (start, jump_after, net_s, burst_s, latency_s, whole), seed = job[:6], job[6]
+    gate.SHORT_START, gate.JUMP_AFTER_S = start, jump_after  # this worker process's own copy of the module
     gateway = Gateway(requests_per_minute=600, burst_s=burst_s, whole_seconds=whole)
-    procs, _ = simulate_rates(gateway, seconds=180, latency_s=latency_s, expected=1000, seed=seed)
+    procs, _ = simulate_rates(gateway, seconds=180, latency_s=latency_s, net_s=net_s, expected=1000, seed=seed)
     m = measure(procs, gateway, t0=60, t1=180)
-    return (job[:4], sum(1 for t in procs[0].refused if t < 60), procs[0].most_refused,
+    return (job[:6], sum(1 for t in procs[0].refused if t < 60), procs[0].most_refused,
             m.failed > 0 or m.refused_share > 0.02 or m.used < 0.95)
 
 
 def short_gateway_main(args) -> int:
-    cases = [(start, burst, latency, whole) for burst in (1.0, 60.0) for latency in (0.005, 0.02, 0.5)
-             for whole in (False, True) for start in (SHORT_START, 32, 64)]
+    from medhelm.inference.pacing import JUMP_AFTER_S
+
+    starts = [(SHORT_START, JUMP_AFTER_S), (SHORT_START, None), (32, None), (64, None)]
+    cases = [(start, after, net, burst, latency, whole) for net in (0.0, 0.01) for burst in (1.0, 60.0)
+             for latency in (0.005, 0.02, 0.5) for whole in (False, True) for start, after in starts]
     with ProcessPoolExecutor(args.workers) as ex:
         runs = list(ex.map(one_gateway_run, [(*case, seed) for case in cases for seed in range(args.seeds)]))
-    print("| gateway (600 requests/min) | latency | waits | short run started at | refused in the first minute: mean, "
-          "max | most refused (one request) | runs missing a target after it |")
-    print("|---|---|---|---|---|---|---|")
+    print("| gateway (600 requests/min) | away (each way) | latency | waits | short run started at | refused in the "
+          "first minute: mean, max | most refused (one request) | runs missing a target after it |")
+    print("|---|---|---|---|---|---|---|---|")
     for case in cases:
         got = [r for r in runs if r[0] == case]
-        start, burst, latency, whole = case
-        print(f"| {burst:g} s of burst | {latency * 1000:g} ms | {'whole s' if whole else 'ms'} | {start} "
-              f"| {statistics.fmean(r[1] for r in got):.1f}, {max(r[1] for r in got)} | {max(r[2] for r in got)} "
-              f"| {sum(r[3] for r in got)} of {len(got)} |")
+        start, after, net, burst, latency, whole = case
+        how = f"{start}, jump at its first answer" + (f" or after {after * 1000:g} ms (shipped)" if after else "") \
+            if start < 64 else f"{start}"
+        print(f"| {burst:g} s of burst | {net * 1000:g} ms | {latency * 1000:g} ms | {'whole s' if whole else 'ms'} "
+              f"| {how} | {statistics.fmean(r[1] for r in got):.1f}, {max(r[1] for r in got)} "
+              f"| {max(r[2] for r in got)} | {sum(r[3] for r in got)} of {len(got)} |")
     return 0
 
 

@@ -245,15 +245,32 @@ def simulate(*, capacity: int = 0, service_s: float = 0.1, clients: int = 1, sec
                 heapq.heappush(sends, (clock.t + client_rng.expovariate(1 / turnaround_s), client))
             else:
                 arrive(clock.t, client, refused)
+            if fixed is None and hasattr(limits[client], "sent"):  # an older module's controller has no hook
+                limits[client].sent()
         if fixed is None and (left[client] > 0 or again[client]):
             limits[client].note_waiting()  # more work than slots
 
+    def jump_due() -> tuple[float, int]:
+        """When the first short run's pending jump falls due with nothing back, and whose (inf: none)."""
+        due = [(lim.jump_due, c) for c, lim in enumerate(limits)
+               if getattr(lim, "jump", None) is not None and getattr(lim, "jump_due", None) is not None]
+        return min(due, default=(math.inf, -1))
+
     while True:
+        due, jumper = jump_due() if fixed is None else (math.inf, -1)
         t = min(server.next_time(), joins[0][0] if joins else math.inf, sends[0][0] if sends else math.inf,
-                refusals[0][0] if refusals else math.inf, backoffs[0][0] if backoffs else math.inf)
+                refusals[0][0] if refusals else math.inf, backoffs[0][0] if backoffs else math.inf, due)
         if t > seconds:
             break
         clock.t = t
+        if due <= t:  # the pacer's timer: the jump is taken, the client sends up to its new limit
+            limits[jumper].jump_wait()
+            now = (limits[jumper].limit, limits[jumper].phase, limits[jumper].plateau)
+            if trace is not None and now != state[jumper]:
+                trace.append((t, jumper, *now))
+            state[jumper] = now
+            fill(jumper)
+            continue
         if backoffs and backoffs[0][0] <= t:
             _, _, client, refused = heapq.heappop(backoffs)
             again[client].append(refused)

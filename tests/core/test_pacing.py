@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import re
 import subprocess
 import sys
 import textwrap
@@ -371,8 +372,7 @@ def test_a_short_first_run_jumps_and_pays_at_most_5_percent(capacity):
     for seed in range(2):
         kw = dict(capacity=capacity, service_s=0.05, instances=1000, seconds=120, seed=seed)
         best = min(simulate(fixed=n, **kw)[0][0].finished for n in (capacity, 2 * capacity))
-        short, limits = simulate(make_limit=functools.partial(AdaptiveLimit, start=pacing.SHORT_START,
-                                                              jump=pacing.JUMP_LIMIT), **kw)
+        short, limits = simulate(make_limit=pacing.short_run_limit, **kw)
         assert short[0].finished <= 1.05 * best, (seed, short[0].finished / best)
         assert limits[0].jumped
 
@@ -385,12 +385,11 @@ def test_a_short_run_that_jumps_pays_nothing_on_a_batching_server(profile):
     for seed in range(2):
         kw = dict(batching=profile, instances=1000, seconds=3600, seed=seed)
         best = min(simulate(fixed=n, **kw)[0][0].finished for n in (16, 32, 64))
-        short, _ = simulate(make_limit=functools.partial(AdaptiveLimit, start=pacing.SHORT_START,
-                                                         jump=pacing.JUMP_LIMIT), **kw)
+        short, _ = simulate(make_limit=pacing.short_run_limit, **kw)
         assert short[0].finished <= 1.01 * best, (seed, short[0].finished / best)
 
 
-def test_a_short_run_jumps_at_its_first_answer_unless_refused_first_and_a_long_one_climbs_from_4():
+def test_a_short_run_jumps_at_its_first_answer_or_10_ms_in_unless_refused_first_and_a_long_one_climbs_from_4():
     policy = PacingPolicy(adaptive=True, ceiling=256, expected=(("gw/short", 1000), ("gw/long", 5000),
                                                                 ("gw/learnt", 10)), starts=(("gw/learnt", 24),))
 
@@ -403,6 +402,23 @@ def test_a_short_run_jumps_at_its_first_answer_unless_refused_first_and_a_long_o
     short.release(short.try_acquire(), ok=True)  # the first answer
     assert short.limit == 64 and "started at 16 (a short run: at most 1000 requests; jumped to 64 at its first " \
         "answer)" in short.summary()
+    timed = pacer("gw/short")  # nothing back 10 ms after its first request: it jumps then
+    sent = [timed.try_acquire() for _ in range(16)]
+    assert timed.try_acquire() is None and timed.blocked_for() == pytest.approx(pacing.JUMP_AFTER_S)
+    timed._clock.t += pacing.JUMP_AFTER_S / 2
+    assert timed.blocked_for() == pytest.approx(pacing.JUMP_AFTER_S / 2) and timed.limit == 16
+    timed._clock.t += pacing.JUMP_AFTER_S / 2
+    assert timed.blocked_for() == 0.0 and timed.limit == 64 and timed.try_acquire() is not None
+    assert "jumped to 64 after 10 ms with no refusal)" in timed.summary()
+    for started in sent:  # the 16 sent before the jump are let pass, as after any doubling
+        timed.release(started, ok=True)
+    assert timed.limit == 64 and timed.adaptive._window.count == 0
+    late = pacer("gw/short")  # a refusal inside the 10 ms: no jump, then or later
+    sent = [late.try_acquire() for _ in range(16)]
+    late._clock.t += pacing.JUMP_AFTER_S / 2
+    late.release(sent.pop(), ok=False, overloaded=True, retry_after=0.0)
+    late._clock.t += 10.0
+    assert late.adaptive.limit == 16 and late.adaptive.jump_wait() is None and not late.adaptive.jumped
     refused = pacer("gw/short")
     refused.release(refused.try_acquire(), ok=False, overloaded=True, retry_after=0.0)  # a 429 before any answer
     refused._clock.t += 10.0  # the learnt rate's wait
@@ -804,7 +820,8 @@ def test_cli_auto_is_the_default_and_prints_the_pacing_line(tmp_path):
         short = subprocess.run([c if c != "s" else "short" for c in cmd] + ["--max-eval-instances", "30"],
                                capture_output=True, text=True, timeout=600)
         assert short.returncode == 0, short.stderr
-        assert "started at 16 (a short run: at most 30 requests; jumped to 64 at its first answer)" in short.stdout
+        assert re.search(r"started at 16 \(a short run: at most 30 requests; jumped to 64 (at its first answer|after "
+                         r"10 ms with no refusal)\)", short.stdout), short.stdout  # whichever came first
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr
         assert "pacing mock/paced: auto:" in done.stdout

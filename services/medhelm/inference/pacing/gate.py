@@ -28,25 +28,36 @@ AUTO = "auto"
 OVERLOAD_STATUS = frozenset({429, 503, 529})  # too many requests, unavailable, Anthropic's "overloaded"
 AUTO_CEILING = 256  # requests in flight a run allows at most under ``--max-concurrency auto``
 # A short run jumps: a process that will send a deployment at most SHORT_RUN requests, with no limit learnt by an
-# earlier run, starts ``auto`` at SHORT_START and climbs from JUMP_LIMIT once its first answer is back (a refusal
-# first: no jump), instead of climbing from START_LIMIT. SHORT_RUN is 32 rounds at JUMP_LIMIT; the climb from 4 and
-# its trial at the knee take about a third of that (docs/pacing.md).
+# earlier run, starts ``auto`` at SHORT_START and climbs from JUMP_LIMIT once its first answer is back or JUMP_AFTER_S
+# passed since its first request with no refusal back (a refusal first: no jump), instead of climbing from
+# START_LIMIT. SHORT_RUN is 32 rounds at JUMP_LIMIT; the climb from 4 and its trial at the knee take about a third of
+# that. JUMP_AFTER_S is about what a gateway in the hospital's network takes to refuse, a fraction of a model's
+# latency (docs/pacing.md).
 SHORT_START = 16
 JUMP_LIMIT = 64
+JUMP_AFTER_S = 0.010
 SHORT_RUN = 2048
 
 
 def AdaptiveLimit(ceiling: int, *, start: int = START_LIMIT, cruise: int = 8,  # noqa: N802 (called as a class)
                   latency_tolerance: float = 3.0, clock: Callable[[], float] = time.monotonic,
                   wall: Callable[[], float] | None = None, drain_every: float = 0.0, climb: bool = True,
-                  jump: int | None = None) -> Limit:
+                  jump: int | None = None, jump_after: float | None = None) -> Limit:
     """``auto``'s controller: a ``ShardLimit`` that drains every ``drain_every`` seconds of the ``wall`` clock (one
     of a Job's shards), else a ``SoloLimit`` (a process alone on its server; ``climb``: its slow start judged by
-    Little's law while latency stays flat; ``jump``: a short run's limit from its first answer)."""
+    Little's law while latency stays flat; ``jump``: a short run's limit from its first answer, or ``jump_after``
+    seconds after its first request with no refusal back)."""
     kw = dict(start=start, cruise=cruise, latency_tolerance=latency_tolerance, clock=clock)
     if drain_every > 0:
         return ShardLimit(ceiling, drain_every=drain_every, wall=wall, **kw)
-    return SoloLimit(ceiling, climb=climb, jump=jump, **kw)
+    return SoloLimit(ceiling, climb=climb, jump=jump, jump_after=jump_after, **kw)
+
+
+def short_run_limit(ceiling: int, **kw) -> Limit:
+    """``auto`` for a short first run (``PaceSettings.jumps``): starts at ``SHORT_START``, jumps to ``JUMP_LIMIT``
+    at its first answer or ``JUMP_AFTER_S`` after its first request with no refusal back (the simulations' door to
+    what ``Pacer`` builds; the module's values are read at the call)."""
+    return AdaptiveLimit(ceiling, start=SHORT_START, jump=JUMP_LIMIT, jump_after=JUMP_AFTER_S, **kw)
 
 
 @dataclass(frozen=True)
@@ -136,6 +147,7 @@ class Pacer:
         # A Job's shards (share < 1) know they share the server: they drain together to stay fair (ShardLimit)
         self.adaptive = AdaptiveLimit(settings.ceiling, start=settings.first_limit, clock=clock,
                                       jump=JUMP_LIMIT if settings.jumps else None,
+                                      jump_after=JUMP_AFTER_S if settings.jumps else None,
                                       drain_every=DRAIN_EVERY_S if settings.share < 1.0 else 0.0) \
             if settings.adaptive and not settings.fixed else None
         now = clock()
@@ -187,9 +199,14 @@ class Pacer:
         wait = max(0.0, self.paused_until - now)
         limit = self.limit
         if limit is not None and self.in_flight >= limit:
+            jump = self.adaptive.jump_wait() if self.adaptive is not None else None
+            if jump == 0.0:  # a short run's jump fell due with nothing back: the limit just rose
+                self._report()
+                limit = self.limit
+        if limit is not None and self.in_flight >= limit:
             if self.adaptive is not None:
                 self.adaptive.note_waiting()
-            return math.inf
+            return max(wait, jump) if jump else math.inf  # a jump pending: wait for it to fall due
         if self._requests is not None:
             wait = max(wait, self._requests.wait_for(1, now))
         if self._tokens is not None and tokens:
@@ -245,6 +262,8 @@ class Pacer:
             self._tokens.take(tokens, now)
         if self.learnt is not None:
             self.learnt.sent(now, tokens)
+        if self.adaptive is not None:
+            self.adaptive.sent()
         return now
 
     def _grant(self) -> None:
@@ -306,7 +325,7 @@ class Pacer:
             if self.settings.start:
                 learnt = f", started at {self.start} (learnt by the last run)"
             elif self._jumped:
-                how = f"jumped to {self._jump_to} at its first answer" if self.adaptive.jumped \
+                how = f"jumped to {self._jump_to} {self.adaptive.jumped}" if self.adaptive.jumped \
                     else "no jump: refused before its first answer" if self.adaptive.jump is None else "no answer yet"
                 learnt = f", started at {self.start} (a short run: at most {self.settings.expected} requests; {how})"
             else:

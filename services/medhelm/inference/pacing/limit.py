@@ -48,6 +48,13 @@ class Limit:
 
     # -- what the gate reports
 
+    def sent(self) -> None:
+        """A request went out (``SoloLimit``: the first one times a short run's jump)."""
+
+    def jump_wait(self) -> float | None:
+        """Seconds until a pending jump falls due, 0.0 when it was just taken (``SoloLimit``); None: none pending."""
+        return None
+
     def note_waiting(self) -> None:
         """A request found every slot taken: the limit is what holds it back."""
         self._window.limited = True

@@ -37,9 +37,11 @@ CLIMB_COMPLETIONS = 8  # the climb's window: one round, at least this many compl
 class SoloLimit(Limit):
     """``auto`` for a process alone on its server (the usual case): every change of limit is a trial."""
 
-    def __init__(self, ceiling: int, *, climb: bool = True, jump: int | None = None, **kw) -> None:
-        """``jump``: a short run's limit once its first answer is back (``_jump_now``), unless a refusal came first
-        (``cancel_jump``, or an overload)."""
+    def __init__(self, ceiling: int, *, climb: bool = True, jump: int | None = None,
+                 jump_after: float | None = None, **kw) -> None:
+        """``jump``: a short run's limit once its first answer is back, or ``jump_after`` seconds after its first
+        request went out with no refusal back (``_jump_now``), unless a refusal came first (``cancel_jump``, or an
+        overload)."""
         self._trial: str | None = "startup"  # startup | up | down (a probe's direction); None while cruising
         self._alternating = False  # the trial measures its two limits in turn
         # The climb: slow start's doublings judged by Little's law while latency stays flat (``_climb``), one
@@ -59,7 +61,9 @@ class SoloLimit(Limit):
         self._flat = False  # the last doubling paid under KNEE_GAIN: slow start is past the knee
         jump = min(jump, self.ceiling) if jump is not None else None
         self.jump = jump if jump is not None and jump > self.limit and climb else None  # pending until an answer
-        self.jumped = False  # the jump was taken (the run's summary says so)
+        self.jumped: str | None = None  # how the jump was taken (the run's summary says so); None: not taken
+        self._jump_after = jump_after
+        self.jump_due: float | None = None  # when the pending jump is taken with nothing back (the first send + after)
 
     def completed(self, latency_s: float) -> None:
         super().completed(latency_s)
@@ -72,12 +76,29 @@ class SoloLimit(Limit):
 
     def cancel_jump(self) -> None:
         """A refusal came back before any answer: the server (or a gateway before it) is smaller than the jump."""
-        self.jump = None
+        self.jump = self.jump_due = None
 
-    def _jump_now(self) -> None:
-        """A short run's first answer: its climb starts at ``jump`` (the start's window had one completion; the
-        requests sent before are let pass)."""
-        limit, self.jump, self.jumped = self.jump, None, True
+    def sent(self) -> None:
+        """A request went out: the first one sets when a pending jump falls due with nothing back."""
+        if self.jump is not None and self.jump_due is None and self._jump_after is not None:
+            self.jump_due = self._clock() + self._jump_after
+
+    def jump_wait(self) -> float | None:
+        """Seconds until the pending jump falls due (None: no jump pending, or none with a time); at 0 it is taken:
+        no refusal came back in ``jump_after`` seconds, the time a gateway in the network takes to refuse, so the
+        run does not wait a whole model latency to find the server free."""
+        if self.jump is None or self.jump_due is None:
+            return None
+        wait = self.jump_due - self._clock()
+        if wait > 0.0:
+            return wait
+        self._jump_now(f"after {1000 * self._jump_after:g} ms with no refusal")
+        return 0.0
+
+    def _jump_now(self, how: str = "at its first answer") -> None:
+        """A short run's climb starts at ``jump`` (after its first answer, that answer was counted in the start's
+        window; either way the requests sent before are let pass, as after any doubling)."""
+        limit, self.jump, self.jump_due, self.jumped = self.jump, None, None, how
         self._lo, self._hi = Sample(limit), Sample(min(2 * limit, self.ceiling))
         self._go(limit, "startup")
 
