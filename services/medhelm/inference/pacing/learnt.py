@@ -11,7 +11,8 @@ climbs additively, faster the longer no refusal comes, so a raised budget is fou
 unit they share (their fair part, read from the gateway's fractional ``Retry-After``), so the smaller gain on the
 larger as AIMD flows do. A gateway that states whole seconds (RFC 9110) pauses every refused process for a second:
 a process alone then refines a cut only over a full span, and a shard resumes at its rate, without a burst and
-takes at most one whole cut per ``WHOLE_CUT_SPACING_S`` (the slow shards are refused as often as the fast ones).
+takes at most one whole cut per ``WHOLE_CUT_SPACING_S`` (the slow shards are refused as often as the fast ones); a
+first estimate under whole seconds spans a full ``MIN_SPAN_S`` too (half a second back reaches across the pause).
 
 Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing
 to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate), and a cut
@@ -268,6 +269,12 @@ class LearntRate:
         # span at once: over a span that short a refusal's leftover is a large part of what was accepted
         loose = not self._estimated or (b - self._fresh <= QUIET_S and not self._whole())
         span, accepted = (FIRST_SPAN_S, FIRST_ACCEPTED) if loose else (MIN_SPAN_S, MIN_ACCEPTED)
+        if not self._estimated and self._whole():
+            # the first estimate too spans a full 2 s under whole seconds: half a second back from the first refusal
+            # after the first pause reaches the refusal before it, a span that is all pause and ends in the burst
+            # that collects the pause's refill, most of it sent after the refused request (a gateway 10 ms away:
+            # 4.7 requests/s read of 10, and a 60 s bucket saved up while the rate climbed back)
+            span = MIN_SPAN_S
         i = bisect.bisect_right(self._refused, (b - span, math.inf))
         oldest = i == 0
         while i > 0:
