@@ -202,7 +202,9 @@ def simulate(*, capacity: int = 0, service_s: float = 0.1, clients: int = 1, sec
     that finds that many at the server (served and queued), as a server with a bounded queue answers 429; the
     refusal comes back after ``refuse_s``, the client's controller is told (``overloaded``) and the instance is
     sent again after the pool's backoff (``retry_policy``'s delay, the real ``RetryPolicy`` by default; no
-    ``Retry-After`` pause: the pacer's would only delay it more), when a slot is free."""
+    ``Retry-After`` pause: the pacer's would only delay it more), when a slot is free. A short run's controller
+    (``short_run_limit``) is told of each send (``Limit.sent``) and its jump is taken when it falls due with nothing
+    back (``jump_wait``), as the gate's timer does."""
     rng = random.Random(seed)
     clock = Clock()
     server = BatchingServer(batching, rng, random.Random(seed + 1)) if batching \

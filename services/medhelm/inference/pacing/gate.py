@@ -197,7 +197,7 @@ class Pacer:
         """0 when a request may start now, else seconds to wait (inf: until a slot frees)."""
         now = self._clock()
         wait = max(0.0, self.paused_until - now)
-        limit = self.limit
+        limit, jump = self.limit, None
         if limit is not None and self.in_flight >= limit:
             jump = self.adaptive.jump_wait() if self.adaptive is not None else None
             if jump == 0.0:  # a short run's jump fell due with nothing back: the limit just rose
