@@ -20,8 +20,8 @@ docs/benchmarks.md):
 5. ``--steady``: real vLLM, fixed 64 against ``auto`` held at 64 in turn (the adaptive gate's own cost at the
    limit it settles on); ``--switching``: what a switch between two fixed limits costs;
 6. ``--short``: runs of 1,000 instances (issue 53 item 4) against the mock of capacity c = 4, 16, 64
-   (``--short-capacities``) at ``--short-ms`` (50 ms): the time to answer all of them, fixed c, the climb, warm, ``auto``, fixed 2c, the climb,
-   warm, ``auto``, fixed c again (``--short-reps`` series), each against the better fixed setting's mean. ``auto``
+   (``--short-capacities``) at ``--short-ms`` (50 ms): the time to answer all of them, fixed c, the climb, warm,
+   ``auto``, fixed 2c, the climb, warm, ``auto``, fixed c again (``--short-reps`` series), each against the better fixed setting's mean. ``auto``
    is a first run told its size, as ``medhelm run --max-eval-instances`` tells it (a short run: it jumps); the
    climb is a first run not told (from 4); a warm run uses the request cache of the climb before it (new prompts:
    no hit), so it starts at the limit that run settled at, as a deployment's second ``medhelm run`` does.
@@ -608,7 +608,8 @@ def main() -> int:
     p.add_argument("--trace", action="store_true", help="the controller's trials on stderr (medhelm.pacing DEBUG)")
     p.add_argument("--short", action="store_true", help="only runs of --instances against the mock (issue 53)")
     p.add_argument("--short-starts", action="store_true",
-                   help="only where a first short run starts (16, 32, 64) against the mock of capacity 64")
+                   help="only where a first short run starts and when it jumps (16 with the timer or at its first "
+                        "answer only, 32, 64) against the mock of capacity 64")
     p.add_argument("--short-ms", type=float, default=50.0)
     p.add_argument("--short-reps", type=int, default=2)
     p.add_argument("--short-capacities", type=int, nargs="+", default=[4, 16, 64],

@@ -82,7 +82,7 @@ class PaceSettings:
 
     @property
     def jumps(self) -> bool:
-        """``auto`` starts at ``SHORT_START`` and jumps to ``JUMP_LIMIT`` at its first answer: no limit was learnt
+        """``auto`` starts at ``SHORT_START`` and jumps to ``JUMP_LIMIT`` (``short_run_limit``): no limit was learnt
         (``start``) and this process sends the deployment at most ``SHORT_RUN`` requests, too few to pay back a climb
         from 4 (a Job's shards never jump: they climb together from ``RESTART_LIMIT``)."""
         return (self.start is None and self.remembered_as is not None and self.expected is not None
@@ -144,12 +144,13 @@ class Pacer:
         self.settings = settings
         self._clock, self._sleep = clock, sleep
         self.observer = observer or PacerObserver()
-        # A Job's shards (share < 1) know they share the server: they drain together to stay fair (ShardLimit)
-        self.adaptive = AdaptiveLimit(settings.ceiling, start=settings.first_limit, clock=clock,
-                                      jump=JUMP_LIMIT if settings.jumps else None,
-                                      jump_after=JUMP_AFTER_S if settings.jumps else None,
-                                      drain_every=DRAIN_EVERY_S if settings.share < 1.0 else 0.0) \
-            if settings.adaptive and not settings.fixed else None
+        self.adaptive: Limit | None = None
+        if settings.jumps:  # a short run: the controller the simulations build too (one owner of its start and jump)
+            self.adaptive = short_run_limit(settings.ceiling, clock=clock)
+        elif settings.adaptive and not settings.fixed:
+            # A Job's shards (share < 1) know they share the server: they drain together to stay fair (ShardLimit)
+            self.adaptive = AdaptiveLimit(settings.ceiling, start=settings.first_limit, clock=clock,
+                                          drain_every=DRAIN_EVERY_S if settings.share < 1.0 else 0.0)
         now = clock()
         self._requests = Bucket(settings.requests_per_minute * settings.share, now) \
             if settings.requests_per_minute else None
