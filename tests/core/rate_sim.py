@@ -93,7 +93,8 @@ def simulate(gateway: Gateway, *, processes: int = 1, seconds: float = 180.0, la
              jitter: float = 0.3, workers: int = 64, prompt_words: tuple[int, int] = (20, 60), max_tokens: int = 16,
              refuse_s: float = 0.002, seed: int = 0, stagger_s: float = 0.0, net_s: float = 0.0,
              stalls: tuple[float, float] = (0.0, 0.0), expected: int | None = None,
-             retry_policy: RetryPolicy | None = None) -> tuple[list[Process], Clock]:
+             retry_policy: RetryPolicy | None = None,
+             configured: tuple[float | None, float | None] = (None, None)) -> tuple[list[Process], Clock]:
     """``processes`` (a Job's shards when more than one: each takes ``share`` 1/n) each keep ``workers`` instances
     going; an instance's prompt has a uniform number of words in ``prompt_words``. ``stagger_s``: process i
     starts at i x stagger_s. ``net_s``: the mean of a delay drawn (exponential) for each way between the pacer and
@@ -101,7 +102,8 @@ def simulate(gateway: Gateway, *, processes: int = 1, seconds: float = 180.0, la
     (the share of the time, the mean seconds of one stall) a process's event loop gets no CPU (a client starved on
     a loaded machine): run and stall lengths drawn (exponential) from a generator of the process's own, every event
     of the process that falls in a stall (a start, an answer, a refusal, a wake) handled at its end, in order; the
-    gateway runs on. ``expected``: the requests each process said it would send (a short run's pacer jumps)."""
+    gateway runs on. ``expected``: the requests each process said it would send (a short run's pacer jumps).
+    ``configured``: the budget the Job was told (``rate_limits``: requests and tokens a minute, the Job's whole)."""
     rng = random.Random(seed)
     stalled, stall_mean = stalls
     stall_rngs = [random.Random(f"stalls {seed} {p}") for p in range(processes)]
@@ -124,7 +126,9 @@ def simulate(gateway: Gateway, *, processes: int = 1, seconds: float = 180.0, la
     retry_policy = retry_policy or RetryPolicy()
     clock = Clock()
     share = 1.0 / processes
-    procs = [Process(Pacer(PaceSettings(adaptive=True, share=share, expected=expected), clock=clock))
+    rpm, tpm = configured
+    procs = [Process(Pacer(PaceSettings(adaptive=True, share=share, expected=expected, requests_per_minute=rpm,
+                                        tokens_per_minute=tpm), clock=clock))
              for _ in range(processes)]
     events: list[tuple[float, int, str, tuple]] = []
     queues: list[list[tuple[float, int, int]]] = [[] for _ in procs]  # waiting: (client tokens, words, attempt)

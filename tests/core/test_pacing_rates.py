@@ -13,7 +13,7 @@ import pytest
 
 from medhelm.inference.pacing import PaceSettings, Pacer, PacerObserver
 from tests.core.pacing_sim import Clock
-from tests.core.rate_sim import Gateway, measure, simulate
+from tests.core.rate_sim import TOKEN_ESTIMATE, Gateway, measure, simulate
 
 
 WHOLE = pytest.mark.parametrize("whole", [False, True], ids=["ms", "whole-s"])
@@ -120,18 +120,42 @@ def test_shards_share_one_budget_without_a_coordinator(processes, burst_s, seed,
     _check(procs, gateway, t0=60, t1=240)
 
 
-@pytest.mark.parametrize("latency_s,whole", [(0.02, False), (0.5, False), pytest.param(0.02, True, marks=KNOWN_GAP),
-                                             pytest.param(0.5, True, marks=KNOWN_GAP)])
+@WHOLE
+@pytest.mark.parametrize("latency_s", [0.02, 0.5])
 def test_a_starved_client_does_not_read_its_own_stalls_as_a_smaller_budget(latency_s, whole):
     """The client's event loop gets no CPU 30 % of the time (stalls of 0.5 s on average, as a bench on a loaded
-    machine): what the gateway's one second of burst cannot keep of a stall is lost to any client, but the rate
-    learnt stays at the budget, so the rest is used."""
+    machine): what the gateway's one second of burst cannot keep of a stall is lost to any client (0.84-0.95 of the
+    budget is all a client told the budget uses, by the seed's draw of stalls), but the rate learnt stays at the
+    budget, so >= 95 % of what the told client uses is used (seeds 0-59: 0.95-1.02)."""
     gateway = Gateway(requests_per_minute=600, burst_s=1.0, whole_seconds=whole)
     procs, _ = simulate(gateway, seconds=240, latency_s=latency_s, net_s=0.05, stalls=(0.3, 0.5))
     m = measure(procs, gateway, t0=60, t1=240)
+    told_gateway = Gateway(requests_per_minute=600, burst_s=1.0, whole_seconds=whole)
+    told, _ = simulate(told_gateway, seconds=240, latency_s=latency_s, net_s=0.05, stalls=(0.3, 0.5),
+                       configured=(600.0, None))
+    ceiling = measure(told, told_gateway, t0=60, t1=240)
+    assert ceiling.refused_share <= 0.02 and ceiling.used >= 0.8, ceiling
     assert m.failed == 0 and m.refused_share <= 0.02, m
-    assert m.used >= 0.9, m
+    assert m.used >= 0.95 * ceiling.used, (m, ceiling)
     assert procs[0].pacer.learnt.requests_per_s >= 9.0
+
+
+@pytest.mark.parametrize("stalls", [(0.0, 0.0), (0.3, 0.1)], ids=["running", "starved"])
+def test_a_configured_budget_is_used_whole_after_a_refusal(stalls):
+    """A Job told its budget (``rate_limits: 600 requests/min``) under ``auto``, refused once at the start: the
+    learnt rate halved and climbed back to the budget, where it is the budget. It paces with the budget's one second
+    of burst (without one, a client whose event loop stalls for 0.1 s now and then never caught up on what a stall
+    left unsent: 0.82 of the budget used), and the token rate, which never binds, stays near what is sent (climbed on
+    the requests' account it grew e^t a second and stalled the simulated clock at 10^12 tokens/s)."""
+    gateway = Gateway(requests_per_minute=600, burst_s=1.0)
+    procs, _ = simulate(gateway, seconds=600, net_s=0.05, stalls=stalls, configured=(600.0, None), seed=3)
+    m = measure(procs, gateway, t0=60, t1=600)
+    assert m.failed == 0 and m.refused_share <= 0.02, m
+    assert m.used >= 0.97, m
+    learnt, sent = procs[0].pacer.learnt, procs[0].accepted[-600:]
+    assert learnt.requests_per_s == pytest.approx(10.0)
+    sent_tokens_per_s = sum(cost for _, cost in sent) / (sent[-1][0] - sent[0][0])
+    assert learnt.tokens_per_s is None or learnt.tokens_per_s < 3 * TOKEN_ESTIMATE * sent_tokens_per_s
 
 
 @WHOLE

@@ -36,7 +36,10 @@ class Bucket:
         """Seconds until ``amount`` is available (0: it is); an amount over the burst waits for a full bucket."""
         self.refill(now)
         need = min(amount, self.burst) - self.level
-        return 0.0 if need <= 1e-9 * max(1.0, amount) else need * 60.0 / self.per_minute  # rounding is no wait
+        wait = need * 60.0 / self.per_minute
+        # rounding is no wait, in the level or in time (at a huge rate a rounding's wait is under a clock's
+        # resolution: a simulated clock would never move past it)
+        return 0.0 if need <= 1e-9 * max(1.0, amount) or wait < 1e-6 else wait
 
     def full_at(self) -> float:
         """When the bucket is (or was) full at its refill rate, if nothing is taken from it meanwhile."""

@@ -195,11 +195,15 @@ class LearntRate:
         """Seconds until a request costing ``tokens`` fits the learnt rate (0: it does, or nothing is learnt)."""
         self._advance(now)
         wait = 0.0
-        for bucket, amount in zip(self.buckets, (1.0, tokens)):
+        for bucket, amount, rate, cap in zip(self.buckets, (1.0, tokens), (self.requests_per_s, self.tokens_per_s),
+                                             self._caps):
             if bucket is not None and amount:
-                wait = max(wait, bucket.wait_for(amount, now))
-        if wait > 0.0:
-            self._bound_at = now
+                held = bucket.wait_for(amount, now)
+                wait = max(wait, held)
+                if held > 0.0 and not self._at_cap(rate, cap):
+                    # the climb probes from here; a rate at its configured budget has nothing to probe (the other
+                    # climbed on its account without bound, e^t a second before an estimate, never refused)
+                    self._bound_at = now
         return wait
 
     def in_flight_needed(self) -> int:
@@ -327,10 +331,19 @@ class LearntRate:
         self.requests_per_s, self.tokens_per_s = requests, tokens
         old_r, old_t = self.buckets
         # before the first estimate the rate is a guess (half of what was sent, however fast): no burst at it, or
-        # the end of a whole second's pause would send all that waited into a gateway that refills far slower
-        burst_s = BURST_S if self._estimated else 0.0
+        # the end of a whole second's pause would send all that waited into a gateway that refills far slower. A
+        # guess that climbed to a configured budget is the budget, paced with its burst as the configured bucket is:
+        # without one, a client whose event loop stalls (a loaded machine) never catches up on what the stall left
+        # unsent, as it never estimates (no refusal comes at the budget): 0.82 of it used, 1.0 with the burst. The
+        # other rate too: without a burst it holds back every request sent with another, however high it climbs
+        burst_s = BURST_S if self._estimated or self._at_cap(requests, cap_r) or self._at_cap(tokens, cap_t) else 0.0
         self.buckets = (self._bucket(old_r, requests, 1.0, now, burst_s),
                         self._bucket(old_t, tokens, 1.0, now, burst_s) if tokens else None)
+
+    @staticmethod
+    def _at_cap(rate: float | None, cap: float | None) -> bool:
+        """A learnt rate at its configured budget: what it holds back, the configured budget holds back."""
+        return rate is not None and cap is not None and rate >= cap
 
     @staticmethod
     def _bucket(bucket: Bucket | None, per_s: float, least: float, now: float, burst_s: float = BURST_S) -> Bucket:
