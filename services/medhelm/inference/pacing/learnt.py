@@ -166,6 +166,10 @@ class LearntRate:
                 part = min(max(requests, FAIR_FLOOR * fair), fair / FAIR_FLOOR) / requests
                 requests, used = requests * part, used * part
             if self._estimated and self.requests_per_s is not None:
+                if requests >= self.requests_per_s and self._refining(started):
+                    # the quiet cut's level holds: a refusal this soon after it is the climb's last requests, still
+                    # arriving (a second cut took 20.2 requests/s of 20 to 18.3, and 0.93 of the budget was used)
+                    return False
                 # a cut never raises the rate: what a long bucket saved up while we sent under its refill reads
                 # as more than its refill until it runs dry
                 requests = min(requests, self.requests_per_s)
@@ -265,6 +269,10 @@ class LearntRate:
                 break
             total += min(end, b) - max(start, a)
         return total
+
+    def _refining(self, b: float) -> bool:
+        """A refusal sent at ``b`` refines the last quiet cut, loosely (to the millisecond, within ``QUIET_S``)."""
+        return self._estimated and b - self._fresh <= QUIET_S and not self._whole()
 
     def _estimate(self, b: float) -> tuple[float, float, float] | None:
         """The gateway's refill as seen by this process: accepted between the latest earlier refusal far enough
