@@ -73,6 +73,7 @@ class LearntRate:
         self.cuts = 0
         self._sent: collections.deque[tuple[float, float, float]] = collections.deque()  # (t, requests, tokens)
         self._cum = (0.0, 0.0)  # requests and tokens sent so far
+        self._forgotten = (0.0, 0.0)  # requests and tokens sent up to the oldest send kept (not counting it)
         self._refused: list[tuple[float, float]] = []  # (send time, tokens) of each refusal, by send time
         self._cut_at = -math.inf  # a refusal of a request sent before this is already answered
         self._estimated = False  # a rate was estimated (before: each refusal halves a provisional one)
@@ -102,7 +103,7 @@ class LearntRate:
                 bucket.take(amount, now)
         horizon = now - HORIZON_S
         while self._sent and self._sent[0][0] < horizon:
-            self._sent.popleft()
+            self._forgotten = self._sent.popleft()[1:]
         if self._refused and self._refused[0][0] < horizon:
             del self._refused[:bisect.bisect_left(self._refused, (horizon, -math.inf))]
         if self._idle and self._idle[0][1] < horizon:
@@ -232,8 +233,10 @@ class LearntRate:
     def _sent_between(self, a: float, b: float) -> tuple[float, float]:
         """Requests and tokens sent after ``a`` up to ``b``."""
         def cum(t: float) -> tuple[float, float]:
+            # before the oldest send kept: what was sent up to it, not 0 (that counted every request since the
+            # process began as sent within the last minute: a quiet span's floor read 25 requests/s of 15)
             i = bisect.bisect_right(self._sent, t, key=lambda s: s[0])
-            return (self._sent[i - 1][1], self._sent[i - 1][2]) if i else (0.0, 0.0)
+            return (self._sent[i - 1][1], self._sent[i - 1][2]) if i else self._forgotten
 
         (ra, ta), (rb, tb) = cum(a), cum(b)
         return rb - ra, tb - ta
