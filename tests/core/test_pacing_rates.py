@@ -130,9 +130,9 @@ def test_shards_share_one_budget_without_a_coordinator(processes, burst_s, seed,
 @pytest.mark.parametrize("latency_s", [0.02, 0.5])
 def test_a_starved_client_does_not_read_its_own_stalls_as_a_smaller_budget(latency_s, whole):
     """The client's event loop gets no CPU 30 % of the time (stalls of 0.5 s on average, as a bench on a loaded
-    machine): what the gateway's one second of burst cannot keep of a stall is lost to any client (0.84-0.95 of the
-    budget is all a client told the budget uses, by the seed's draw of stalls), but the rate learnt stays at the
-    budget, so >= 95 % of what the told client uses is used (seeds 0-59: 0.95-1.02)."""
+    machine): what the gateway's one second of burst cannot keep of a stall is lost to any client (a client told the
+    budget uses as little as 0.83 of it, by the seed's draw of stalls), but the rate learnt stays at the budget, so
+    >= 95 % of what the told client uses is used (seeds 0-59: 0.944 x at worst, 0.99-1.00 x in the median)."""
     gateway = Gateway(requests_per_minute=600, burst_s=1.0, whole_seconds=whole)
     procs, _ = simulate(gateway, seconds=240, latency_s=latency_s, net_s=0.05, stalls=(0.3, 0.5))
     m = measure(procs, gateway, t0=60, t1=240)
