@@ -13,6 +13,9 @@ larger as AIMD flows do. A gateway that states whole seconds (RFC 9110) pauses e
 a process alone then refines a cut only over a full span, and a shard resumes at its rate, without a burst and
 takes at most one whole cut per ``WHOLE_CUT_SPACING_S`` (the slow shards are refused as often as the fast ones); a
 first estimate under whole seconds spans a full ``MIN_SPAN_S`` too (half a second back reaches across the pause).
+A refusal that refines a quiet cut (to the millisecond) never reaches back across the quiet span that cut answered,
+and leaves the cut when it reads at or above it. A learnt rate at a configured budget is that budget: it paces with
+the budget's burst, and does not make the other rate climb.
 
 Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing
 to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate), and a cut
@@ -282,7 +285,7 @@ class LearntRate:
         back and the refusal sent at ``b``, per second, and the seconds that spans."""
         # a first estimate, or right after a quiet cut; not after a whole second's pause, whose burst ends the next
         # span at once: over a span that short a refusal's leftover is a large part of what was accepted
-        loose = not self._estimated or (b - self._fresh <= QUIET_S and not self._whole())
+        loose = not self._estimated or self._refining(b)
         span, accepted = (FIRST_SPAN_S, FIRST_ACCEPTED) if loose else (MIN_SPAN_S, MIN_ACCEPTED)
         if not self._estimated and self._whole():
             # the first estimate too spans a full 2 s under whole seconds: half a second back from the first refusal
@@ -295,7 +298,7 @@ class LearntRate:
         while i > 0:
             i -= 1
             a = self._refused[i][0]
-            if a < self._fresh and loose and self._estimated:
+            if a < self._fresh and self._refining(b):
                 # back across the quiet span a quiet cut just answered (its refusal is too close to span from): it
                 # would be answered again, halfway down once more from a cut that may have been right (a doubled
                 # budget read at 20.1 requests/s of 20, then at 16.3 a quarter of a second later); the loose
