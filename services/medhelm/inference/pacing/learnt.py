@@ -304,7 +304,7 @@ class LearntRate:
                 # budget read at 20.1 requests/s of 20, then at 16.3 a quarter of a second later); the loose
                 # refinement from the quiet cut's refusal comes half a second after it. (Not under whole seconds,
                 # whose refinement waits for a full span: answering the quiet span again there is what brings a
-                # far overshoot down; 146 runs of 1,440 then missed a target, against 23)
+                # far overshoot down; 146 runs of 1,440 then missed a target, against 19)
                 return None
             requests, tokens = self._accepted(a, b)
             if requests >= accepted:
