@@ -21,10 +21,11 @@ docs/benchmarks.md):
    limit it settles on); ``--switching``: what a switch between two fixed limits costs;
 6. ``--short``: runs of 1,000 instances (issue 53 item 4) against the mock of capacity c = 4, 16, 64
    (``--short-capacities``) at ``--short-ms`` (50 ms): the time to answer all of them, fixed c, the climb, warm,
-   ``auto``, fixed 2c, the climb, warm, ``auto``, fixed c again (``--short-reps`` series), each against the better fixed setting's mean. ``auto``
-   is a first run told its size, as ``medhelm run --max-eval-instances`` tells it (a short run: it jumps); the
-   climb is a first run not told (from 4); a warm run uses the request cache of the climb before it (new prompts:
-   no hit), so it starts at the limit that run settled at, as a deployment's second ``medhelm run`` does.
+   ``auto``, fixed 2c, the climb, warm, ``auto``, fixed c again (``--short-reps`` series), each against the better
+   fixed setting's mean. ``auto`` is a first run told its size, as ``medhelm run --max-eval-instances`` tells it
+   (a short run: it jumps); the climb is a first run not told (from 4); a warm run uses the request cache of the
+   climb before it (new prompts: no hit), so it starts at the limit that run settled at, as a deployment's second
+   ``medhelm run`` does.
    ``--short --vllm``: the same against real vLLM CPU, fixed 64, ``auto``, the climb, fixed 64.
    ``--short-starts``: where a first short run starts and when it jumps (16 jumping at its first answer or 10 ms
    in, as shipped; 16 jumping at its first answer; 32; 64) against the mock of capacity 64, next to fixed 64 and 128.

@@ -3,11 +3,12 @@ simulated API gateway that refuses past a token bucket with 429 + ``Retry-After`
 
 ``Gateway``: a requests-per-minute and/or tokens-per-minute bucket holding ``burst_s`` seconds of refill (the mock's
 ``burst_s``), whose budget may change at given times, stating ``Retry-After`` to the millisecond as the mock does
-or in whole seconds (``whole_seconds``: RFC 9110's delay-seconds, as API management gateways do); a request is charged on arrival (its prompt's words plus
-``max_tokens``, as OpenAI counts), answered after a latency drawn around ``latency_s``, or refused at once with the
-seconds its cost needs to be back. Each process has ``workers`` instances in flight at most (the run's tasks), waits
-in the pacer's order (``try_acquire`` / ``blocked_for`` on the simulated clock), and sends a refused instance again
-after the pool's ``RetryPolicy`` delay (at least ``Retry-After``); an instance refused ``max_attempts`` times fails.
+or in whole seconds (``whole_seconds``: RFC 9110's delay-seconds, as API management gateways do); a request is
+charged on arrival (its prompt's words plus ``max_tokens``, as OpenAI counts), answered after a latency drawn around
+``latency_s``, or refused at once with the seconds its cost needs to be back. Each process has ``workers``
+instances in flight at most (the run's tasks), waits in the pacer's order (``try_acquire`` / ``blocked_for`` on the
+simulated clock), and sends a refused instance again after the pool's ``RetryPolicy`` delay (at least
+``Retry-After``); an instance refused ``max_attempts`` times fails.
 A process's event loop may stall (``stalls``: a client starved on a loaded machine).
 Time is simulated and every draw seeded: the result depends on the seed only, never on the machine.
 Used by tests/core/test_pacing_rates.py and bench/bench_pacing_rates.py (which also measures the real thing).

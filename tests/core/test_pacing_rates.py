@@ -77,8 +77,9 @@ def test_a_budget_raised_and_then_cut_mid_run_is_followed_within_a_minute(whole)
         _check(procs, gateway, t0=t0, t1=t1)
 
 
-@pytest.mark.parametrize("seed,whole", [(0, False), (1, False), (2, False), (46, False), (50, False), (0, True), (34, True),
-                                        pytest.param(1, True, marks=KNOWN_GAP), pytest.param(2, True, marks=KNOWN_GAP)])
+@pytest.mark.parametrize("seed,whole", [(0, False), (1, False), (2, False), (46, False), (50, False), (0, True),
+                                        (34, True), pytest.param(1, True, marks=KNOWN_GAP),
+                                        pytest.param(2, True, marks=KNOWN_GAP)])
 def test_a_raised_budget_found_after_more_than_a_minute_without_refusals(seed, whole):
     """The bench's timeline (600 -> 1200 rpm at 80 s, -> 300 at 160 s) with requests arriving 50 ms (mean, each
     way) after they start, as over HTTP from a busy event loop: the climb reaches the new budget's edge more than a
