@@ -15,7 +15,10 @@ takes at most one whole cut per ``WHOLE_CUT_SPACING_S`` (the slow shards are ref
 first estimate under whole seconds spans a full ``MIN_SPAN_S`` too (half a second back reaches across the pause).
 A refusal that refines a quiet cut (to the millisecond) never reaches back across the quiet span that cut answered,
 and leaves the cut when it reads at or above it. A learnt rate at a configured budget is that budget: it paces with
-the budget's burst, and does not make the other rate climb.
+the budget's burst, and does not make the other rate climb. The climb and every span counted in seconds are tuned
+at 10 requests a second; under ``STEADY_REQUESTS_PER_S`` (1 or 2 a second) they are stretched to hold as many
+requests (a cycle of the climb ends in about one refusal), and a quiet span is one with no refusal for that long
+within it, not merely a long one.
 
 Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing
 to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate), and a cut
@@ -51,6 +54,8 @@ FAIR_FLOOR = 0.5  # a shard's halvings stop at this part of its fair part, and i
 WHOLE_CUT_SPACING_S = 10.0  # under whole seconds a shard's cut is scaled by the seconds since its last over this
 BURST_S = 1.0  # the learnt buckets hold this many seconds of refill (at least one request's cost)
 MIN_RATE = 0.01  # requests (or tokens) a second: the slowest pace a refusal can set
+STEADY_REQUESTS_PER_S = 4.0  # under this many requests a second, the climb and the spans above in seconds are
+# stretched to hold as many requests as at this rate (``LearntRate._stretch``)
 
 
 class LearntRate:
@@ -81,8 +86,10 @@ class LearntRate:
         self._cut_at = -math.inf  # a refusal of a request sent before this is already answered
         self._estimated = False  # a rate was estimated (before: each refusal halves a provisional one)
         self._fresh = -math.inf  # the send time of the refusal that made the last cut after a quiet span
-        self._quiet_since = 0.0
-        self._peak = (0.0, 0.0, 0.0)  # (requests/s, tokens/s, when): the climb's unit
+        self._ticks = 0.0  # the climb's clock: seconds, stretched at a low rate (``_stretch``)
+        self._quiet_since = 0.0  # on the climb's clock
+        self._cut_ticks = -math.inf  # the last cut, on the climb's clock
+        self._peak = (0.0, 0.0, 0.0)  # (requests/s, tokens/s, when on the climb's clock): the climb's unit
         self._advanced = self.born
         self._bound_at = -math.inf  # the last time the learnt rate held a request back
         self._latency: float | None = None  # a moving average of answers' latency
@@ -104,7 +111,7 @@ class LearntRate:
         for bucket, amount in zip(self.buckets, (1.0, tokens)):
             if bucket is not None and amount:
                 bucket.take(amount, now)
-        horizon = now - HORIZON_S
+        horizon = now - HORIZON_S * self._stretch()
         while self._sent and self._sent[0][0] < horizon:
             self._forgotten = self._sent.popleft()[1:]
         if self._refused and self._refused[0][0] < horizon:
@@ -152,7 +159,7 @@ class LearntRate:
                 busy = span / max(span - idle, 1e-9)
                 requests = max(requests, min(requests * busy, self.requests_per_s))
                 used = max(used, min(used * busy, self.tokens_per_s or 0.0))
-            if span > QUIET_S and self.requests_per_s is not None:
+            if self._quiet(started, span) and self.requests_per_s is not None:
                 # no refusal for a while: the gateway's bucket may have sat full (our rate under its budget) for
                 # part of the span, so what it accepted is a floor; the rate that was just refused, a ceiling, which
                 # a fast climb may have taken far past the edge while the gateway's burst ran out
@@ -233,6 +240,29 @@ class LearntRate:
 
     # -- what it decides
 
+    def _stretch(self) -> float:
+        """How many seconds count as one for the climb and for the spans above measured in seconds: 1 at
+        ``STEADY_REQUESTS_PER_S`` or more, more at a lower request rate (the token rate's, when it binds first), so
+        that each holds as many requests as there. A shard goes by a rate the shards share, so that they climb alike
+        (by its own, the slow climbed slower and stayed slow): its fair part to the millisecond, else the Job's whole
+        as it sees it (its rate over its share).
+        A cycle of the climb ends in about one refusal: at a second per second, a gateway's 60 requests a minute
+        was refused 3-10 % of the requests after the first minute, and a minute's horizon forgot the last refusal
+        before the next came."""
+        requests = self.requests_per_s
+        if requests is None or not self._estimated:
+            # a halving's guess is no rate to stretch by: a client starved at its first refusal (1 request sent in
+            # the last second) climbed back from 0.5 requests a second ten times slower, 0.26 of the budget used
+            return 1.0
+        if self.tokens_per_s and self._cum[1] > 0.0:
+            requests = min(requests, self.tokens_per_s * self._cum[0] / self._cum[1])
+        fair = self._fair()
+        if fair is not None:  # a shard's fair part, the same for every shard (``_fair``): they climb alike
+            requests = fair
+        else:
+            requests /= self._share
+        return max(1.0, STEADY_REQUESTS_PER_S / max(requests, MIN_RATE))
+
     def _sent_between(self, a: float, b: float) -> tuple[float, float]:
         """Requests and tokens sent after ``a`` up to ``b``."""
         def cum(t: float) -> tuple[float, float]:
@@ -276,9 +306,22 @@ class LearntRate:
             total += min(end, b) - max(start, a)
         return total
 
+    def _quiet(self, b: float, span: float) -> bool:
+        """An estimate spanning ``span`` seconds up to the refusal sent at ``b`` holds a quiet span: no refusal for a
+        while within it. (Not a long span alone: at a low rate the accepted requests an estimate needs take long even
+        while refusals come every few seconds; read as quiet, shards of 1 request a second each were cut from their
+        ceiling at each and 21 % of their requests were refused.)"""
+        quiet = QUIET_S * self._stretch()
+        if span <= quiet:
+            return False
+        lo = bisect.bisect_left(self._refused, (b - span, -math.inf))
+        hi = bisect.bisect_left(self._refused, (b, -math.inf))
+        times = [b - span, *(t for t, _ in self._refused[lo:hi]), b]
+        return any(later - earlier > quiet for earlier, later in zip(times, times[1:]))
+
     def _refining(self, b: float) -> bool:
         """A refusal sent at ``b`` refines the last quiet cut, loosely (to the millisecond, within ``QUIET_S``)."""
-        return self._estimated and b - self._fresh <= QUIET_S and not self._whole()
+        return self._estimated and b - self._fresh <= QUIET_S * self._stretch() and not self._whole()
 
     def _estimate(self, b: float) -> tuple[float, float, float] | None:
         """The gateway's refill as seen by this process: accepted between the latest earlier refusal far enough
@@ -309,7 +352,7 @@ class LearntRate:
             requests, tokens = self._accepted(a, b)
             if requests >= accepted:
                 return requests / (b - a), tokens / (b - a), b - a
-        if oldest and self._estimated and self._sent and b - self._sent[0][0] > QUIET_S:
+        if oldest and self._estimated and self._sent and b - self._sent[0][0] > QUIET_S * self._stretch():
             # no refusal within the horizon: what was sent since its start, all accepted, is a floor (a quiet span)
             a = self._sent[0][0]
             requests, tokens = self._accepted(a - 1e-9, b)
@@ -320,18 +363,18 @@ class LearntRate:
     def _cut(self, requests: float, tokens: float, now: float, *, estimated: bool) -> None:
         self.cuts += 1
         pr, pt, when = self._peak
-        fade = 0.5 ** ((now - when) / PEAK_HALF_LIFE_S)
+        fade = 0.5 ** ((self._ticks - when) / PEAK_HALF_LIFE_S)
         if estimated and not self._estimated:  # the first estimate replaces what the provisional rates guessed
             pr = pt = 0.0
         # a budget that fell far is a new unit: the old peak would climb into it too fast
         self._peak = (max(requests, min(pr * fade, PEAK_OVER * requests)),
-                      max(tokens, min(pt * fade, PEAK_OVER * tokens)), now)
+                      max(tokens, min(pt * fade, PEAK_OVER * tokens)), self._ticks)
         requests, tokens = BACKOFF * requests, BACKOFF * tokens
         if estimated and self._estimated and self.requests_per_s is not None and not self._alone and self._whole():
             # a shard's refusals per second hardly depend on its rate under whole seconds (a slow shard is refused
             # as often as a fast one, right after its pause), so a full cut at each would shrink the slow ones
             # most: a cut this soon after the last takes only its part of a full one
-            part = min(1.0, (now - self._cut_at) / WHOLE_CUT_SPACING_S)
+            part = min(1.0, (self._ticks - self._cut_ticks) / WHOLE_CUT_SPACING_S)
             requests = self.requests_per_s - (self.requests_per_s - requests) * part \
                 if requests < self.requests_per_s else requests
             if 0.0 < tokens < (self.tokens_per_s or 0.0):
@@ -344,7 +387,8 @@ class LearntRate:
         for bucket in self.buckets:
             if bucket is not None:  # the gateway's bucket is empty: no burst of ours into it
                 bucket.level = min(bucket.level, 0.0)
-        self._cut_at = self._quiet_since = now
+        self._cut_at = now
+        self._cut_ticks = self._quiet_since = self._ticks
 
     def _set(self, requests: float, tokens: float | None, now: float) -> None:
         cap_r, cap_t = self._caps
@@ -389,7 +433,9 @@ class LearntRate:
         if dt <= 0.0:
             return
         self._advanced = now
-        if self.requests_per_s is None or now - self._bound_at > 1.0:
+        stretch = self._stretch()
+        self._ticks += dt / stretch
+        if self.requests_per_s is None or now - self._bound_at > stretch:
             return
         pr, pt, _ = self._peak  # the climb's unit: the highest rate estimated (or the rate itself, before one)
         pr, pt = max(pr, self.requests_per_s), max(pt, self.tokens_per_s or 0.0)
@@ -397,7 +443,7 @@ class LearntRate:
         if fair is not None:  # shards climb by one unit they share, so the smaller ones gain on the larger (AIMD)
             unit = SHARD_CLIMB * fair
             pr, pt = unit, unit * (self.tokens_per_s or 0.0) / self.requests_per_s
-        boost = min(CLIMB_MAX, 2.0 ** ((now - self._quiet_since) / CLIMB_DOUBLING_S)) * CLIMB * dt
+        boost = min(CLIMB_MAX, 2.0 ** ((self._ticks - self._quiet_since) / CLIMB_DOUBLING_S)) * CLIMB * dt / stretch
         if not self._estimated:  # a halving guessed: find the budget's edge again soon, to estimate it there
             boost *= FIRST_CLIMB
         self._set(self.requests_per_s + boost * pr,
