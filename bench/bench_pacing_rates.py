@@ -71,6 +71,10 @@ CASES = (
     Case("3 shards, rpm 900, 1 s burst, whole-second Retry-After", 900, shards=3, whole_seconds=True),
     Case("3 shards, rpm 900, 60 s burst, whole-second Retry-After", 900, burst_s=60.0, shards=3,
          whole_seconds=True),
+    # a small budget: 1-2 requests a second, where the climb is stretched (learnt.STEADY_REQUESTS_PER_S)
+    Case("rpm 60, 1 s burst, 20 ms", 60),
+    Case("rpm 60, 60 s burst, 20 ms", 60, burst_s=60.0),
+    Case("rpm 120, 1 s burst, 20 ms, whole-second Retry-After", 120, whole_seconds=True),
 )
 
 
@@ -253,7 +257,8 @@ def main() -> int:
         "the first minute (the budget-change case: the 20 s before each change); the gateways state `Retry-After` to the "
         "millisecond, or in whole seconds as RFC 9110's delay-seconds (the cases so named, their clients in a second "
         "process). Targets: refusals <= 2 %, >= 95 % of "
-        "the budget, each shard >= 0.60 of a fair share, no instance failed.",
+        "the budget, each shard >= 0.60 of a fair share, no instance failed. The last three cases, a budget of 1-2 "
+        "requests a second: the budget used with a second of burst is a known gap (docs/pacing.md, a small budget).",
         "",
         "| case | counted | instances failed | the run's summary (first shard) |",
         "|---|---|---|---|",
