@@ -87,8 +87,7 @@ class LearntRate:
         self._estimated = False  # a rate was estimated (before: each refusal halves a provisional one)
         self._fresh = -math.inf  # the send time of the refusal that made the last cut after a quiet span
         self._ticks = 0.0  # the climb's clock: seconds, stretched at a low rate (``_stretch``)
-        self._quiet_since = 0.0  # on the climb's clock
-        self._cut_ticks = -math.inf  # the last cut, on the climb's clock
+        self._quiet_since = 0.0  # the last cut, on the climb's clock
         self._peak = (0.0, 0.0, 0.0)  # (requests/s, tokens/s, when on the climb's clock): the climb's unit
         self._advanced = self.born
         self._bound_at = -math.inf  # the last time the learnt rate held a request back
@@ -374,7 +373,7 @@ class LearntRate:
             # a shard's refusals per second hardly depend on its rate under whole seconds (a slow shard is refused
             # as often as a fast one, right after its pause), so a full cut at each would shrink the slow ones
             # most: a cut this soon after the last takes only its part of a full one
-            part = min(1.0, (self._ticks - self._cut_ticks) / WHOLE_CUT_SPACING_S)
+            part = min(1.0, (self._ticks - self._quiet_since) / WHOLE_CUT_SPACING_S)
             requests = self.requests_per_s - (self.requests_per_s - requests) * part \
                 if requests < self.requests_per_s else requests
             if 0.0 < tokens < (self.tokens_per_s or 0.0):
@@ -387,8 +386,7 @@ class LearntRate:
         for bucket in self.buckets:
             if bucket is not None:  # the gateway's bucket is empty: no burst of ours into it
                 bucket.level = min(bucket.level, 0.0)
-        self._cut_at = now
-        self._cut_ticks = self._quiet_since = self._ticks
+        self._cut_at, self._quiet_since = now, self._ticks
 
     def _set(self, requests: float, tokens: float | None, now: float) -> None:
         cap_r, cap_t = self._caps
