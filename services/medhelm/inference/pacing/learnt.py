@@ -21,9 +21,10 @@ requests (a cycle of the climb ends in about one refusal), and a quiet span is o
 within it, not merely a long one.
 
 Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing
-to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate), and a cut
-never raises a rate once estimated; a learnt rate lies in [``MIN_RATE``, the configured cap]. Time comes from an
-injected clock (a simulation runs it)."""
+to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate) until
+``MIN_ACCEPTED`` refusals came since the last cut with some accepted between (a budget far under the rate: what was
+accepted since the oldest send kept is then the refill), and a cut never raises a rate once estimated; a learnt
+rate lies in [``MIN_RATE``, the configured cap]. Time comes from an injected clock (a simulation runs it)."""
 
 from __future__ import annotations
 
@@ -201,8 +202,25 @@ class LearntRate:
             # halve itself far under the others before any of them estimates)
             part = min(1.0, max(0.5, FAIR_FLOOR * (self._fair() or 0.0) / requests))
             self._set(requests * part, used * part if self.tokens_per_s else None, now)
-        else:
+        elif not self._far_under(started, now):
             return False
+        return True
+
+    def _far_under(self, b: float, now: float) -> bool:
+        """Once estimated, a refusal sent at ``b`` with no span holding the accepted requests an estimate needs: after
+        ``MIN_ACCEPTED`` refusals since the last cut, the budget is far under the rate, and what the gateway accepted
+        since the oldest send kept is its refill (a long bucket's saved burst read as its refill by a first estimate:
+        5.2 requests/s of 0.1, and 85 % of the requests refused for ever after). True when the rate was cut."""
+        refused = len(self._refused) - bisect.bisect_left(self._refused, (self._cut_at, -math.inf))
+        if refused < MIN_ACCEPTED or not self._sent or self.requests_per_s is None:
+            return False
+        a = self._sent[0][0]
+        requests, used = self._accepted(a - 1e-9, b)
+        if b - a < MIN_SPAN_S or requests < 1.0:
+            return False
+        requests, used = requests / (b - a), used / (b - a)
+        self._cut(min(requests, self.requests_per_s), min(used, self.tokens_per_s) if self.tokens_per_s else used,
+                  now, estimated=True)
         return True
 
     def wait_for(self, tokens: float, now: float) -> float:
