@@ -210,7 +210,7 @@ class LearntRate:
         """Once estimated, a refusal sent at ``b`` with no span holding the accepted requests an estimate needs: after
         ``MIN_ACCEPTED`` refusals since the last cut, the budget is far under the rate, and what the gateway accepted
         since the oldest send kept is its refill (a long bucket's saved burst read as its refill by a first estimate:
-        5.2 requests/s of 0.1, and 85 % of the requests refused for ever after). True when the rate was cut."""
+        5.2 requests/s of 0.1, and 86 % of the requests refused for ever after). True when the rate was cut."""
         refused = len(self._refused) - bisect.bisect_left(self._refused, (self._cut_at, -math.inf))
         if refused < MIN_ACCEPTED or not self._sent or self.requests_per_s is None:
             return False
