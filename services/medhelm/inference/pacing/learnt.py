@@ -212,13 +212,13 @@ class LearntRate:
         since the oldest send kept is its refill (a long bucket's saved burst read as its refill by a first estimate:
         5.2 requests/s of 0.1, and 86 % of the requests refused for ever after). True when the rate was cut."""
         refused = len(self._refused) - bisect.bisect_left(self._refused, (self._cut_at, -math.inf))
-        if refused < MIN_ACCEPTED or not self._sent or self.requests_per_s is None:
+        since = self._since_oldest(b) if refused >= MIN_ACCEPTED and self.requests_per_s is not None else None
+        if since is None:
             return False
-        a = self._sent[0][0]
-        requests, used = self._accepted(a - 1e-9, b)
-        if b - a < MIN_SPAN_S or requests < 1.0:
+        requests, used, span = since
+        if span < MIN_SPAN_S or requests < 1.0:
             return False
-        requests, used = requests / (b - a), used / (b - a)
+        requests, used = requests / span, used / span
         self._cut(min(requests, self.requests_per_s), min(used, self.tokens_per_s) if self.tokens_per_s else used,
                   now, estimated=True)
         return True
@@ -328,7 +328,7 @@ class LearntRate:
         while within it. (Not a long span alone: at a low rate the accepted requests an estimate needs take long even
         while refusals come every few seconds; read as quiet, shards of 1 request a second each were cut from their
         ceiling at each and 21 % of their requests were refused.)"""
-        quiet = QUIET_S * self._stretch()
+        quiet = self._quiet_s()
         if span <= quiet:
             return False
         lo = bisect.bisect_left(self._refused, (b - span, -math.inf))
@@ -338,7 +338,11 @@ class LearntRate:
 
     def _refining(self, b: float) -> bool:
         """A refusal sent at ``b`` refines the last quiet cut, loosely (to the millisecond, within ``QUIET_S``)."""
-        return self._estimated and b - self._fresh <= QUIET_S * self._stretch() and not self._whole()
+        return self._estimated and b - self._fresh <= self._quiet_s() and not self._whole()
+
+    def _quiet_s(self) -> float:
+        """Seconds without a refusal that make a span quiet: ``QUIET_S``, stretched at a low rate."""
+        return QUIET_S * self._stretch()
 
     def _estimate(self, b: float) -> tuple[float, float, float] | None:
         """The gateway's refill as seen by this process: accepted between the latest earlier refusal far enough
@@ -369,13 +373,20 @@ class LearntRate:
             requests, tokens = self._accepted(a, b)
             if requests >= accepted:
                 return requests / (b - a), tokens / (b - a), b - a
-        if oldest and self._estimated and self._sent and b - self._sent[0][0] > QUIET_S * self._stretch():
+        since = self._since_oldest(b) if oldest and self._estimated else None
+        if since is not None and since[2] > self._quiet_s() and since[0] >= accepted:
             # no refusal within the horizon: what was sent since its start, all accepted, is a floor (a quiet span)
-            a = self._sent[0][0]
-            requests, tokens = self._accepted(a - 1e-9, b)
-            if requests >= accepted:
-                return requests / (b - a), tokens / (b - a), b - a
+            requests, tokens, span = since
+            return requests / span, tokens / span, span
         return None
+
+    def _since_oldest(self, b: float) -> tuple[float, float, float] | None:
+        """Requests and tokens accepted from the oldest send kept up to ``b``, and the seconds that spans (None when
+        nothing is kept)."""
+        if not self._sent:
+            return None
+        a = self._sent[0][0]
+        return (*self._accepted(a - 1e-9, b), b - a)
 
     def _cut(self, requests: float, tokens: float, now: float, *, estimated: bool) -> None:
         self.cuts += 1
