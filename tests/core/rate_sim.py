@@ -3,7 +3,8 @@ simulated API gateway that refuses past a token bucket with 429 + ``Retry-After`
 
 ``Gateway``: a requests-per-minute and/or tokens-per-minute bucket holding ``burst_s`` seconds of refill (the mock's
 ``burst_s``), whose budget may change at given times, stating ``Retry-After`` to the millisecond as the mock does
-or in whole seconds (``whole_seconds``: RFC 9110's delay-seconds, as API management gateways do); a request is
+or in whole seconds (``whole_seconds``: RFC 9110's delay-seconds, as API management gateways do), or not at all
+(``silent``: AWS API Gateway's throttling and nginx's ``limit_req`` answer a bare 429); a request is
 charged on arrival (its prompt's words plus ``max_tokens``, as OpenAI counts), answered after a latency drawn around
 ``latency_s``, or refused at once with the seconds its cost needs to be back. Each process has ``workers``
 instances in flight at most (the run's tasks), waits in the pacer's order (``try_acquire`` / ``blocked_for`` on the
@@ -35,6 +36,7 @@ class Gateway:
     burst_s: float = 1.0
     changes: tuple[tuple[float, float | None, float | None], ...] = ()  # (at, rpm, tpm): a new budget from then
     whole_seconds: bool = False  # Retry-After as RFC 9110 delay-seconds: the wait rounded up, at least 1
+    silent: bool = False  # no Retry-After at all (AWS API Gateway's throttling, nginx's limit_req): a bare 429
     _levels: dict[str, list[float]] = field(default_factory=dict)
 
     def budget(self, t: float) -> tuple[float | None, float | None]:
@@ -168,7 +170,8 @@ def simulate(gateway: Gateway, *, processes: int = 1, seconds: float = 180.0, la
         retry_after = gateway.arrive(clock.t, cost)
         back = rng.expovariate(1.0 / net_s) if net_s > 0.0 else 0.0
         if retry_after > 0.0:
-            push(clock.t + refuse_s + back, "refused", p, started, tokens, words, attempt, retry_after)
+            stated = None if gateway.silent else retry_after
+            push(clock.t + refuse_s + back, "refused", p, started, tokens, words, attempt, stated)
         else:
             latency = latency_s * rng.lognormvariate(0.0, jitter)
             push(clock.t + latency + back, "answered", p, started, tokens, cost)

@@ -162,6 +162,45 @@ def test_shards_share_one_budget_without_a_coordinator(processes, burst_s, seed,
     _check(procs, gateway, t0=60, t1=240)
 
 
+@pytest.mark.parametrize("burst_s", [1.0, 60.0])
+@pytest.mark.parametrize("latency_s", [0.02, 0.2])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_gateway_that_states_no_wait_at_all_is_learnt_by_a_process_alone(burst_s, latency_s, seed):
+    """AWS API Gateway's throttling and nginx's ``limit_req`` answer a bare 429, without ``Retry-After``: nothing is
+    paused, nothing read of a fair part; the refusals alone set the rate (seeds 0-9: 0.5 % refused, 0.98-1.00 of the
+    budget used)."""
+    gateway = Gateway(requests_per_minute=600, burst_s=burst_s, silent=True)
+    procs, _ = simulate(gateway, seconds=180, latency_s=latency_s, net_s=0.01, seed=seed)
+    _check(procs, gateway, t0=60, t1=180)
+    assert 8.0 < procs[0].pacer.learnt.requests_per_s < 12.0
+
+
+@pytest.mark.parametrize("processes,seed", [
+    (2, 0), (2, 1), (2, 2), (2, 3),
+    pytest.param(3, 1, marks=pytest.mark.xfail(strict=True, reason="no shared unit without a stated wait: a known "
+                                                                   "gap (docs/pacing.md)"))])
+def test_shards_share_a_gateway_that_states_no_wait(processes, seed):
+    """A bare 429 states no wait, so the shards have no fair part to share a climb's unit by, and no whole second's
+    pause spaces their cuts: their refusals stay under 2 %, but the split set by chance in the first seconds is undone
+    only slowly. Two shards hold 0.68 of a fair share over seeds 0-9; three fall as low as 0.37 (seed 1; 3 of 10 seeds
+    under 0.60): a Job of shards behind such a gateway should be told its budget (``rate_limits``)."""
+    gateway = Gateway(requests_per_minute=300 * processes, burst_s=1.0, silent=True)
+    procs, _ = simulate(gateway, processes=processes, seconds=240, seed=seed)
+    _check(procs, gateway, t0=60, t1=240)
+
+
+def test_shards_told_their_budget_share_a_gateway_that_states_no_wait_evenly():
+    """The case above that misses (3 shards, seed 1: one at 0.37 of a fair share) told its budget: each shard paces by
+    its part of it, and each shard's summary, learning from bare 429s, said to tell it."""
+    gateway = Gateway(requests_per_minute=900, burst_s=1.0, silent=True)
+    untold, _ = simulate(gateway, processes=3, seconds=240, seed=1)
+    assert all("tell the Job its budget (rate_limits)" in p.pacer.summary() for p in untold)
+    gateway = Gateway(requests_per_minute=900, burst_s=1.0, silent=True)
+    procs, _ = simulate(gateway, processes=3, seconds=240, seed=1, configured=(900.0, None))
+    m = _check(procs, gateway, t0=60, t1=240, fair=0.95)
+    assert m.refused_share == 0.0, m
+
+
 @WHOLE
 @pytest.mark.parametrize("latency_s", [0.02, 0.5])
 def test_a_starved_client_does_not_read_its_own_stalls_as_a_smaller_budget(latency_s, whole):
@@ -198,6 +237,65 @@ def test_a_configured_budget_is_used_whole_after_a_refusal(stalls):
     assert learnt.requests_per_s == pytest.approx(10.0)
     sent_tokens_per_s = sum(cost for _, cost in sent) / (sent[-1][0] - sent[0][0])
     assert learnt.tokens_per_s is None or learnt.tokens_per_s < 3 * TOKEN_ESTIMATE * sent_tokens_per_s
+
+
+def test_a_halved_rate_under_one_a_second_climbs_back_while_it_holds_requests_back():
+    """A refusal halves the guess to half a request a second. A client that always has a request waiting is held
+    back by it for two seconds at a time, longer than the second the climb looked back for a held request: it read as
+    idle, and the rate stayed at 0.5 for 40 s. It climbs (before an estimate, fast) to the budget it was told."""
+    clock = Clock()
+    pacer = Pacer(PaceSettings(adaptive=True, requests_per_minute=60), clock=clock)
+    pacer.release(pacer.try_acquire(), ok=True)
+    clock.t += 1.0
+    started = pacer.try_acquire()
+    clock.t += 0.02
+    pacer.release(started, ok=False, overloaded=True, retry_after=0.01)  # arrived early by the network's jitter
+    assert pacer.learnt.requests_per_s == pytest.approx(0.5, rel=0.1)
+    end = clock.t + 40.0
+    while clock.t < end:
+        clock.t += pacer.blocked_for()
+        pacer.release(pacer.try_acquire(), ok=True)
+    assert pacer.learnt.requests_per_s >= 0.95
+
+
+@pytest.mark.parametrize("requests_per_s", [0.5, 1.0, 10.0])
+def test_a_learnt_token_rate_that_binds_with_the_request_rate_paces_at_both(requests_per_s, monkeypatch):
+    """A gateway that limits requests only: the refusal that sets the request rate sets a token rate too, at the
+    tokens the same span carried, so both bind about equally. Prompts cost 42-94 tokens. A token bucket of a second's
+    refill (68 tokens at one request a second) holds less than the dearer requests: each waited for a full bucket while
+    the request bucket sat full and lost its refill, and a client always waiting was paced at 0.94 of the rate (0.91 at
+    half a request a second). The token bucket now holds two requests' mean cost at least."""
+    import random
+
+    from medhelm.inference.pacing import learnt as learnt_module
+    monkeypatch.setattr(learnt_module, "CLIMB", 0.0)  # the rates as set: this measures the pacing, not the climb
+    clock, rng = Clock(), random.Random(0)
+    pacer = Pacer(PaceSettings(adaptive=True), clock=clock)
+    mean = TOKEN_ESTIMATE * 40 + 16
+    pacer.learnt._estimated = True
+    pacer.learnt._set(requests_per_s, requests_per_s * mean, clock.t)
+    sent, seconds = 0, 600.0
+    while clock.t < seconds:
+        tokens = TOKEN_ESTIMATE * rng.randint(20, 60) + 16
+        while (started := pacer.try_acquire(tokens)) is None:
+            clock.t += max(pacer.blocked_for(tokens), 1e-6)
+        pacer.release(started, ok=True, tokens_used=tokens, tokens_taken=tokens)
+        sent += 1
+    assert sent / seconds >= 0.97 * requests_per_s, sent / seconds
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_a_budget_of_one_request_a_second_told_is_used_after_a_refusal_of_jitter(seed):
+    """A Job told its budget, 60 requests a minute, by a gateway that holds one request (a second of burst) 10 ms
+    away: a request that arrives early by the network's jitter is refused, and the learnt rate takes over under the
+    budget. It climbs back: 0.78-0.84 of the budget used with 0.7 % refused (0.60 before the climb counted a request
+    held back for longer than a second). Not 0.95: at one request of burst a client paced at 0.97 of the budget is
+    refused about 2 % of its requests by 10 ms of jitter (docs/pacing.md)."""
+    gateway = Gateway(requests_per_minute=60, burst_s=1.0)
+    procs, _ = simulate(gateway, seconds=240, net_s=0.01, configured=(60.0, None), seed=seed)
+    m = measure(procs, gateway, t0=60, t1=240)
+    assert m.failed == 0 and m.refused_share <= 0.02, m
+    assert m.used >= 0.75, m
 
 
 @WHOLE

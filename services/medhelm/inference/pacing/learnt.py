@@ -18,7 +18,9 @@ and leaves the cut when it reads at or above it. A learnt rate at a configured b
 the budget's burst, and does not make the other rate climb. The climb and every span counted in seconds are tuned
 at 10 requests a second; under ``STEADY_REQUESTS_PER_S`` (1 or 2 a second) they are stretched to hold as many
 requests (a cycle of the climb ends in about one refusal), and a quiet span is one with no refusal for that long
-within it, not merely a long one.
+within it, not merely a long one. The learnt token bucket holds two requests' mean cost at least (under that the two
+buckets bind in turn, each losing refill while the other holds). A gateway that states no wait at all (a bare 429)
+gives shards no fair part: their summary says to tell the Job its budget.
 
 Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing
 to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate) until
@@ -53,7 +55,8 @@ WAITS_NEEDED = 3  # ... once it has this many
 SHARD_CLIMB = 0.6  # a shard climbs by this part of its fair part (its cut takes off its own part only)
 FAIR_FLOOR = 0.5  # a shard's halvings stop at this part of its fair part, and its first estimate is within it
 WHOLE_CUT_SPACING_S = 10.0  # under whole seconds a shard's cut is scaled by the seconds since its last over this
-BURST_S = 1.0  # the learnt buckets hold this many seconds of refill (at least one request's cost)
+BURST_S = 1.0  # the learnt buckets hold this many seconds of refill (at least one request's cost) ...
+TOKEN_BURST_REQUESTS = 2.0  # ... the token bucket at least this many requests' mean cost
 MIN_RATE = 0.01  # requests (or tokens) a second: the slowest pace a refusal can set
 STEADY_REQUESTS_PER_S = 4.0  # under this many requests a second, the climb and the spans above in seconds are
 # stretched to hold as many requests as at this rate (``LearntRate._stretch``)
@@ -78,6 +81,7 @@ class LearntRate:
         self.tokens_per_s: float | None = None  # None until learnt, or when no request counted tokens
         self.buckets: tuple[Bucket | None, Bucket | None] = (None, None)
         self.refusals = 0  # every refusal reported
+        self._bare = 0  # refusals that stated no wait at all (a bare 429)
         self.first: tuple[float, int] | None = None  # (seconds since born, refusals then) when first learnt
         self.cuts = 0
         self._sent: collections.deque[tuple[float, float, float]] = collections.deque()  # (t, requests, tokens)
@@ -143,6 +147,8 @@ class LearntRate:
         bisect.insort(self._refused, (started, tokens))
         if retry_after and retry_after > 0.0:
             self._waits.append(retry_after)
+        elif retry_after is None:
+            self._bare += 1
         if started < self._cut_at:
             return False
         if self._estimated and self._accepted(self._cut_at, started)[0] < 1.0:
@@ -247,13 +253,16 @@ class LearntRate:
     def summary(self) -> str:
         if self.requests_per_s is None:
             return ""
+        # a Job's shards behind a bare 429 have no fair part to share by (docs/pacing.md): one of 3 held 0.37 of it
+        bare = ", the gateway states no wait: tell the Job its budget (rate_limits) for its shards to share it " \
+               "evenly" if not self._alone and self._bare == self.refusals > 0 and self._caps == (None, None) else ""
         if self.first is None:
             return f"paced to {self.requests_per_s:.3g} requests/s after {self.refusals} refusals (halved: " \
-                   "nothing to estimate the gateway's budget from yet)"
+                   f"nothing to estimate the gateway's budget from yet){bare}"
         tokens = f" and {self.tokens_per_s:.3g} tokens/s" if self.tokens_per_s else ""
         seconds, refusals = self.first
         return f"paced to {self.requests_per_s:.3g} requests/s{tokens} after {refusals} refusals in the first " \
-               f"{seconds:.0f} s"
+               f"{seconds:.0f} s{bare}"
 
     # -- what it decides
 
@@ -430,8 +439,13 @@ class LearntRate:
         # unsent, as it never estimates (no refusal comes at the budget): 0.82 of it used, 1.0 with the burst. The
         # other rate too: without a burst it holds back every request sent with another, however high it climbs
         burst_s = BURST_S if self._estimated or self._at_cap(requests, cap_r) or self._at_cap(tokens, cap_t) else 0.0
+        # the token bucket holds two requests' mean cost at least: a second's refill under that is less than the
+        # dearer requests, so each waits for a full bucket while the request bucket, full, loses its refill (and the
+        # other way round): both rates learnt from one span (a requests-only gateway) then paced a client at 0.94 of
+        # them at one request a second, 0.91 at half of one (0.98-0.99 now)
+        least = TOKEN_BURST_REQUESTS * self._cum[1] / self._cum[0] if burst_s and self._cum[0] else 1.0
         self.buckets = (self._bucket(old_r, requests, 1.0, now, burst_s),
-                        self._bucket(old_t, tokens, 1.0, now, burst_s) if tokens else None)
+                        self._bucket(old_t, tokens, max(1.0, least), now, burst_s) if tokens else None)
 
     @staticmethod
     def _at_cap(rate: float | None, cap: float | None) -> bool:
@@ -449,7 +463,8 @@ class LearntRate:
         return bucket
 
     def _advance(self, now: float) -> None:
-        """The climb: while the learnt rate held requests back (within the last second), it grows additively."""
+        """The climb: while the learnt rate held requests back (within the last second, stretched, or the last two
+        of its requests' spacing when that is longer), it grows additively."""
         buckets = [bucket for bucket in self.buckets if bucket is not None]
         if buckets and now > self._idle_seen:
             start = max(self._idle_seen, *(bucket.full_at() for bucket in buckets))
@@ -462,7 +477,10 @@ class LearntRate:
         self._advanced = now
         stretch = self._stretch()
         self._ticks += dt / stretch
-        if self.requests_per_s is None or now - self._bound_at > stretch:
+        # a request held back at a rate under one a second waits longer than a second: it is held back all that
+        # time (read as idle, a halving's guess of 0.5 a second never climbed: a Job told its budget of 60 a minute,
+        # halved by one refusal of network jitter, used 0.60 of it for minutes)
+        if self.requests_per_s is None or now - self._bound_at > max(stretch, 2.0 / self.requests_per_s):
             return
         pr, pt, _ = self._peak  # the climb's unit: the highest rate estimated (or the rate itself, before one)
         pr, pt = max(pr, self.requests_per_s), max(pt, self.tokens_per_s or 0.0)
