@@ -9,8 +9,8 @@ pools with ``share`` 1/n against one gateway, knowing nothing of each other. Cou
 budget-change case: the last 20 s before each change, i.e. a minute after the one before): refusals over attempts,
 what the gateway accepted over its budget (tokens for the tokens case), each shard's accepted over a fair share,
 instances failed. The gateways state ``Retry-After`` to the millisecond, or (the cases so named) in whole seconds as
-RFC 9110's delay-seconds do; the clients of each kind run in a process of their own. The cases of
-tests/core/test_pacing_rates.py, which asserts the same on a simulated clock.
+RFC 9110's delay-seconds do, or not at all; the clients of whole seconds' cases run in a process of their own.
+The cases of tests/core/test_pacing_rates.py, which asserts the same on a simulated clock.
 ``python bench/bench_pacing_rates.py [--seconds 240] [--no-write]``.
 """
 
@@ -50,6 +50,7 @@ class Case:
     words: tuple[int, int] = (20, 60)
     changes: tuple[tuple[float, float], ...] = ()  # (at second, new requests per minute)
     whole_seconds: bool = False  # the gateway states Retry-After in whole seconds (RFC 9110), not milliseconds
+    silent: bool = False  # the gateway states no Retry-After at all (a bare 429: AWS API Gateway, nginx limit_req)
 
     @property
     def unit(self) -> str:
@@ -75,12 +76,15 @@ CASES = (
     Case("rpm 60, 1 s burst, 20 ms", 60),
     Case("rpm 60, 60 s burst, 20 ms", 60, burst_s=60.0),
     Case("rpm 120, 1 s burst, 20 ms, whole-second Retry-After", 120, whole_seconds=True),
+    # a bare 429: the refusals alone (docs/pacing.md: shards split it unevenly, three of them worst)
+    Case("rpm 600, 1 s burst, 20 ms, no Retry-After", 600, silent=True),
+    Case("2 shards, rpm 600, 1 s burst, no Retry-After", 600, shards=2, silent=True),
 )
 
 
 def _serve(conn, case: Case, t0: float) -> None:
     srv = MockOpenAIServer(latency_s=case.latency_s, requests_per_minute=case.rpm, tokens_per_minute=case.tpm,
-                           burst_s=case.burst_s, whole_seconds=case.whole_seconds).start()
+                           burst_s=case.burst_s, whole_seconds=case.whole_seconds, silent=case.silent).start()
     conn.send(srv.port)
 
     def schedule() -> None:
@@ -256,9 +260,10 @@ def main() -> int:
         f"`ClientPool` over HTTP, {WORKERS} workers a pool, every case at once for {args.seconds:.0f} s, counted from "
         "the first minute (the budget-change case: the 20 s before each change); the gateways state `Retry-After` to the "
         "millisecond, or in whole seconds as RFC 9110's delay-seconds (the cases so named, their clients in a second "
-        "process). Targets: refusals <= 2 %, >= 95 % of "
-        "the budget, each shard >= 0.60 of a fair share, no instance failed. The last three cases, a budget of 1-2 "
-        "requests a second: the budget used with a second of burst is a known gap (docs/pacing.md, a small budget).",
+        "process), or not at all (a bare 429, the last two cases). Targets: refusals <= 2 %, >= 95 % of "
+        "the budget, each shard >= 0.60 of a fair share, no instance failed. The three cases before those, a budget of "
+        "1-2 requests a second: the budget used with a second of burst is a known gap (docs/pacing.md, a small "
+        "budget).",
         "",
         "| case | counted | instances failed | the run's summary (first shard) |",
         "|---|---|---|---|",

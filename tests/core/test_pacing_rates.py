@@ -463,7 +463,8 @@ def test_a_shards_fair_part_is_read_from_fractional_retry_after_only():
 
 
 def test_the_mock_states_retry_after_in_whole_seconds_when_asked():
-    """RFC 9110's delay-seconds: the wait rounded up, at least 1; otherwise to the millisecond."""
+    """RFC 9110's delay-seconds: the wait rounded up, at least 1; otherwise to the millisecond; or, silent, not at
+    all (a bare 429)."""
     import json
     import urllib.error
     import urllib.request
@@ -471,8 +472,8 @@ def test_the_mock_states_retry_after_in_whole_seconds_when_asked():
     from medhelm.devtools.mock_openai import MockOpenAIServer, main
     from medhelm.inference.pacing import retry_after_seconds
 
-    def refused_wait(whole):
-        with MockOpenAIServer(requests_per_minute=6, burst_s=10.0, whole_seconds=whole) as srv:
+    def refused_wait(whole, silent=False):
+        with MockOpenAIServer(requests_per_minute=6, burst_s=10.0, whole_seconds=whole, silent=silent) as srv:
             body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
             for _ in range(3):  # the bucket holds one request: the second or third is refused
                 req = urllib.request.Request(f"{srv.base_url}/chat/completions", data=body,
@@ -488,6 +489,10 @@ def test_the_mock_states_retry_after_in_whole_seconds_when_asked():
     assert whole.isdigit() and 1 <= int(whole) <= 10, whole  # 6 a minute: about 10 s to wait
     assert retry_after_seconds({"retry-after": whole}) == float(whole)
     assert "." in fraction and 0.0 < float(fraction) <= 10.0, fraction
+    assert refused_wait(False, silent=True) is None
+    with pytest.raises(SystemExit) as bad:
+        main(["--requests-per-minute", "600", "--whole-seconds", "--silent"])
+    assert bad.value.code == 2
     with pytest.raises(SystemExit) as bad:
         main(["--requests-per-minute", "600", "--burst-s", "-1"])
     assert bad.value.code == 2

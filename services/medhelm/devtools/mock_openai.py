@@ -22,9 +22,10 @@ the rest wait in a FIFO queue (latency = queueing + ``latency_s``), as a GPU ser
 ``requests_per_minute`` / ``tokens_per_minute`` make it a rate-limited gateway (a token bucket refilled
 continuously, holding ``burst_s`` seconds of refill: 60 as OpenAI's, 1 as many API gateways'; past the budget a 429
 with ``Retry-After`` the time the bucket needs, to the millisecond, or with ``whole_seconds`` as RFC 9110's
-delay-seconds (rounded up, at least 1: what API management gateways state); tokens counted as prompt words + ``max_tokens`` on arrival, as OpenAI
-counts), sending ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` on every answer when ``rate_headers`` is
-set; ``set_budget`` changes the budget mid-run.
+delay-seconds (rounded up, at least 1: what API management gateways state), or with ``silent`` a bare 429 without
+``Retry-After`` (AWS API Gateway's throttling, nginx's ``limit_req``); tokens counted as prompt words + ``max_tokens``
+on arrival, as OpenAI counts), sending ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` on every answer
+when ``rate_headers`` is set; ``set_budget`` changes the budget mid-run.
 
 A ``responder(body) -> str`` gives the answer text (an ``async def`` responder may wait, e.g. for a test's
 signal, without holding the other requests); raising ``MockHTTPError(status, message)`` from it answers with
@@ -51,7 +52,7 @@ tested with it (``medhelm.scrub``).
 
 CLI: ``python -m medhelm.devtools.mock_openai --port 8000 [--latency-ms 50] [--error-rate 0.1]
 [--rate-limit-rate 0.1] [--malformed-rate 0.05] [--responder module:function] [--answers table.json]
-[--requests-per-minute 600] [--tokens-per-minute 60000] [--burst-s 1] [--whole-seconds]``.
+[--requests-per-minute 600] [--tokens-per-minute 60000] [--burst-s 1] [--whole-seconds | --silent]``.
 """
 
 from __future__ import annotations
@@ -172,9 +173,12 @@ class MockOpenAIServer:
                  reasoning: str | None = None, thinking_tokens: int = 8, capacity: int | None = None,
                  requests_per_minute: float | None = None, tokens_per_minute: float | None = None,
                  rate_headers: bool = False, burst_s: float = 60.0, whole_seconds: bool = False,
+                 silent: bool = False,
                  hold_until_in_flight: int = 0, answered_model: str | None = None) -> None:
         if reasoning not in (None, "split", "inline"):
             raise ValueError("reasoning must be None, 'split' or 'inline'")
+        if whole_seconds and silent:
+            raise ValueError("a silent 429 states no Retry-After, in whole seconds or otherwise")
         self.reasoning, self.thinking_tokens = reasoning, thinking_tokens
         # the response's "model" (OpenAI answers a request for "gpt-4o" with "gpt-4o-2024-08-06"); None: as asked
         self.answered_model = answered_model
@@ -184,6 +188,7 @@ class MockOpenAIServer:
         self.rpm, self.tpm, self.rate_headers = requests_per_minute, tokens_per_minute, rate_headers
         self.burst_s = burst_s  # seconds of refill a budget's bucket holds (60: a whole minute, as OpenAI's)
         self.whole_seconds = whole_seconds  # a budget's Retry-After in RFC 9110 delay-seconds (else milliseconds)
+        self.silent = silent  # a budget's 429 states no Retry-After at all
         self._buckets: dict[str, list[float]] = {}  # "requests"/"tokens" -> [level, last refill time]
         self.rate_limited_count = 0  # 429s sent by the gateway budget (not the injected ones)
         self.latency_s, self.seed, self.retry_after_s = latency_s, seed, retry_after_s
@@ -360,7 +365,7 @@ class MockOpenAIServer:
             if wait > 0:
                 self.rate_limited_count += 1
                 stated = f"{max(1, math.ceil(wait))}" if self.whole_seconds else f"{max(wait, 0.001):.3f}"
-                return 429, {**budget_headers, "Retry-After": stated}, _json(
+                return 429, budget_headers if self.silent else {**budget_headers, "Retry-After": stated}, _json(
                     {"error": {"message": "rate limit reached for requests", "type": "requests",
                                "code": "rate_limit_exceeded"}})
         if self._slots is not None:
@@ -495,8 +500,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests-per-minute", type=_positive, help="a gateway's requests budget (429 past it)")
     parser.add_argument("--tokens-per-minute", type=_positive, help="a gateway's tokens budget (429 past it)")
     parser.add_argument("--burst-s", type=_positive, default=60.0, help="seconds of refill a budget's bucket holds")
-    parser.add_argument("--whole-seconds", action="store_true",
+    stated = parser.add_mutually_exclusive_group()
+    stated.add_argument("--whole-seconds", action="store_true",
                         help="a budget's Retry-After in whole seconds (RFC 9110 delay-seconds), not milliseconds")
+    stated.add_argument("--silent", action="store_true", help="a budget's 429 states no Retry-After at all")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--responder", help="module:function returning the answer text for a request body")
     parser.add_argument("--answers", help="a JSON table {key text: [answers]}: answer by a hash of the item the "
@@ -515,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
                               seed=args.seed, retry_after_s=args.retry_after, host=args.host, port=args.port,
                               reasoning=args.reasoning, thinking_tokens=args.thinking_tokens,
                               requests_per_minute=args.requests_per_minute, tokens_per_minute=args.tokens_per_minute,
-                              burst_s=args.burst_s, whole_seconds=args.whole_seconds,
+                              burst_s=args.burst_s, whole_seconds=args.whole_seconds, silent=args.silent,
                               answered_model=args.answered_model)
     with server:
         print(f"mock OpenAI server listening on {server.base_url}", flush=True)
