@@ -189,6 +189,19 @@ def test_shards_share_a_gateway_that_states_no_wait(processes, seed):
     _check(procs, gateway, t0=60, t1=240)
 
 
+@pytest.mark.parametrize("processes,burst_s,seed", [(2, 1.0, 3), (3, 60.0, 4)])
+def test_a_shard_starved_by_the_others_paced_sends_stops_halving(processes, burst_s, seed):
+    """A bare 429 at 60 requests a minute a shard: no fair part stops a shard's halvings, and the others' paced sends
+    keep the gateway at its edge, so the shard halved first found it empty at each send and halved again, never
+    collecting the accepted requests an estimate needs (0.25 and 0.37 of its part on these seeds). After 8 refusals
+    what the gateway accepted from it since its oldest send kept is its first estimate: 0.96 and 0.91. The refusals
+    at this budget stay a known gap (3-8 %, docs/pacing.md), so they are not asserted here."""
+    gateway = Gateway(requests_per_minute=60 * processes, burst_s=burst_s, silent=True)
+    procs, _ = simulate(gateway, processes=processes, seconds=240, seed=seed)
+    m = measure(procs, gateway, t0=60, t1=240)
+    assert m.failed == 0 and min(m.shares) >= 0.6, m
+
+
 def test_shards_told_their_budget_share_a_gateway_that_states_no_wait_evenly():
     """The case above that misses (3 shards, seed 1: one at 0.37 of a fair share) told its budget: each shard paces by
     its part of it, and each shard's summary, learning from bare 429s, said to tell it."""

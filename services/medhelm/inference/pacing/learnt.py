@@ -20,7 +20,8 @@ at 10 requests a second; under ``STEADY_REQUESTS_PER_S`` (1 or 2 a second) they 
 requests (a cycle of the climb ends in about one refusal), and a quiet span is one with no refusal for that long
 within it, not merely a long one. The learnt token bucket holds two requests' mean cost at least (under that the two
 buckets bind in turn, each losing refill while the other holds). A gateway that states no wait at all (a bare 429)
-gives shards no fair part: their summary says to tell the Job its budget.
+gives shards no fair part: their summary says to tell the Job its budget. A shard with no fair part still halving
+after ``STARVED_REFUSALS`` refusals takes what was accepted since its oldest send kept as its first estimate.
 
 Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing
 to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate) until
@@ -53,6 +54,7 @@ PEAK_OVER = 2.0  # ... and is never over this many times the last estimate
 WAITS_KEPT = 8  # a shard's fair part is read from the longest of this many refusals' Retry-After ...
 WAITS_NEEDED = 3  # ... once it has this many
 SHARD_CLIMB = 0.6  # a shard climbs by this part of its fair part (its cut takes off its own part only)
+STARVED_REFUSALS = 8  # a shard with no fair part, refused this often before an estimate, estimates from all it kept
 FAIR_FLOOR = 0.5  # a shard's halvings stop at this part of its fair part, and its first estimate is within it
 WHOLE_CUT_SPACING_S = 10.0  # under whole seconds a shard's cut is scaled by the seconds since its last over this
 BURST_S = 1.0  # the learnt buckets hold this many seconds of refill (at least one request's cost) ...
@@ -193,6 +195,8 @@ class LearntRate:
                 used = min(used, self.tokens_per_s) if self.tokens_per_s else used
             self._cut(requests, used, now, estimated=True)
         elif not self._estimated:
+            if self._starved(started, now):
+                return True
             # nothing to estimate from yet: halve the rate (at first, what was sent over the last second)
             if self.requests_per_s is None:
                 if not self._sent:
@@ -210,6 +214,21 @@ class LearntRate:
             self._set(requests * part, used * part if self.tokens_per_s else None, now)
         elif not self._far_under(started, now):
             return False
+        return True
+
+    def _starved(self, b: float, now: float) -> bool:
+        """A shard with no fair part to stop its halvings (its gateway states whole seconds or no wait), refused
+        ``STARVED_REFUSALS`` times and not yet estimated: the others' paced sends keep the gateway at its edge, its own
+        find it empty, and each refusal halved it again (with a bare 429, 2 shards of 60 requests a minute each: one at
+        0.25 of its part). What the gateway accepted from it since the oldest send kept is its part of the refill: the
+        first estimate. True when the rate was cut."""
+        if self._alone or self.refusals < STARVED_REFUSALS or self._fair() is not None:
+            return False
+        since = self._since_oldest(b)
+        if since is None or since[2] < MIN_SPAN_S or since[0] < 2.0:
+            return False
+        requests, used, span = since
+        self._cut(requests / span, used / span, now, estimated=True)
         return True
 
     def _far_under(self, b: float, now: float) -> bool:
