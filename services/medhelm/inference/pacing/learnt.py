@@ -224,12 +224,7 @@ class LearntRate:
         first estimate. True when the rate was cut."""
         if self._alone or self.refusals < STARVED_REFUSALS or self._fair() is not None:
             return False
-        since = self._since_oldest(b)
-        if since is None or since[2] < MIN_SPAN_S or since[0] < 2.0:
-            return False
-        requests, used, span = since
-        self._cut(requests / span, used / span, now, estimated=True)
-        return True
+        return self._cut_to_since_oldest(b, now, least=2.0)
 
     def _far_under(self, b: float, now: float) -> bool:
         """Once estimated, a refusal sent at ``b`` with no span holding the accepted requests an estimate needs: after
@@ -237,15 +232,23 @@ class LearntRate:
         since the oldest send kept is its refill (a long bucket's saved burst read as its refill by a first estimate:
         5.2 requests/s of 0.1, and 86 % of the requests refused for ever after). True when the rate was cut."""
         refused = len(self._refused) - bisect.bisect_left(self._refused, (self._cut_at, -math.inf))
-        since = self._since_oldest(b) if refused >= MIN_ACCEPTED and self.requests_per_s is not None else None
-        if since is None:
+        if refused < MIN_ACCEPTED or self.requests_per_s is None:
+            return False
+        return self._cut_to_since_oldest(b, now, least=1.0)
+
+    def _cut_to_since_oldest(self, b: float, now: float, *, least: float) -> bool:
+        """``_far_under``'s and ``_starved``'s cut: to what the gateway accepted from the oldest send kept up to
+        ``b``, per second, when that spans ``MIN_SPAN_S`` and holds ``least`` accepted requests (never over a rate
+        estimated before: a cut never raises one). True when the rate was cut."""
+        since = self._since_oldest(b)
+        if since is None or since[2] < MIN_SPAN_S or since[0] < least:
             return False
         requests, used, span = since
-        if span < MIN_SPAN_S or requests < 1.0:
-            return False
         requests, used = requests / span, used / span
-        self._cut(min(requests, self.requests_per_s), min(used, self.tokens_per_s) if self.tokens_per_s else used,
-                  now, estimated=True)
+        if self._estimated and self.requests_per_s is not None:
+            requests = min(requests, self.requests_per_s)
+            used = min(used, self.tokens_per_s) if self.tokens_per_s else used
+        self._cut(requests, used, now, estimated=True)
         return True
 
     def wait_for(self, tokens: float, now: float) -> float:
