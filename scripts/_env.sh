@@ -153,30 +153,32 @@ ensure_system_packages() {
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
   fi
   local tools="${MEDHELM_TOOLS_DIR:-$HOME/.cache/medhelm-tools}"
-  ensure_prometheus_tools "$tools"
+  ensure_debian_tools "$tools"
   if command -v npm >/dev/null 2>&1 && [ ! -d "$tools/node_modules/playwright-core" ]; then
     step "installing playwright-core (npm) into $tools"
     mkdir -p "$tools" && npm install --silent --prefix "$tools" playwright-core >/dev/null
   fi
 }
 
-# promtool (checks scrapes and alert rules) and a Pushgateway (the shards' final push), from Debian's
-# packages unpacked into the tools cache: `apt-get download` + `dpkg -x`, no service installed or started.
-ensure_prometheus_tools() {
-  local tools="$1" pkg bin
-  for pkg in prometheus:promtool prometheus-pushgateway:prometheus-pushgateway; do
-    bin=${pkg#*:}; pkg=${pkg%%:*}
-    [ -x "$tools/prometheus/usr/bin/$bin" ] && continue
+# promtool (checks scrapes and alert rules), a Pushgateway (the shards' final push) and nginx (a real limit_req
+# gateway: the pacer's oracle, medhelm/devtools/nginx_gateway.py), from Debian's packages unpacked into the tools
+# cache: `apt-get download` + `dpkg -x`, no service installed or started. Each entry: package:binary:folder.
+ensure_debian_tools() {
+  local tools="$1" entry pkg bin dir
+  for entry in prometheus:usr/bin/promtool:prometheus prometheus-pushgateway:usr/bin/prometheus-pushgateway:prometheus \
+               nginx:usr/sbin/nginx:nginx; do
+    IFS=: read -r pkg bin dir <<<"$entry"
+    [ -x "$tools/$dir/$bin" ] && continue
     command -v apt-get >/dev/null 2>&1 && command -v dpkg >/dev/null 2>&1 || return 0
-    step "unpacking $bin from the Debian package $pkg into $tools/prometheus"
+    step "unpacking ${bin##*/} from the Debian package $pkg into $tools/$dir"
     local dl
     dl=$(mktemp -d)
     if ! (cd "$dl" && apt-get download -qq "$pkg" >/dev/null 2>&1); then
       [ "$(id -u)" = 0 ] && apt-get update -qq >/dev/null 2>&1
       (cd "$dl" && apt-get download -qq "$pkg" >/dev/null 2>&1) || { rm -rf "$dl"; continue; }
     fi
-    mkdir -p "$tools/prometheus"
-    dpkg -x "$dl"/"$pkg"_*.deb "$tools/prometheus" || echo "could not unpack $pkg: its tests will skip" >&2
+    mkdir -p "$tools/$dir"
+    dpkg -x "$dl"/"$pkg"_*.deb "$tools/$dir" || echo "could not unpack $pkg: its tests will skip" >&2
     rm -rf "$dl"
   done
 }
