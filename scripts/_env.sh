@@ -160,17 +160,18 @@ ensure_system_packages() {
   fi
 }
 
-# promtool (checks scrapes and alert rules), a Pushgateway (the shards' final push) and nginx (a real limit_req
-# gateway: the pacer's oracle, medhelm/devtools/nginx_gateway.py), from Debian's packages unpacked into the tools
-# cache: `apt-get download` + `dpkg -x`, no service installed or started. Each entry: package:binary:folder.
+# promtool (checks scrapes and alert rules), a Pushgateway (the shards' final push), nginx and HAProxy with the
+# libraries it loads (real rate-limiting gateways: the pacer's oracles, medhelm/devtools/gateways.py), from Debian's
+# packages unpacked into the tools cache: `apt-get download` + `dpkg -x`, no service installed or started. Each
+# entry: package:folder; a marker file says it was unpacked.
 ensure_debian_tools() {
-  local tools="$1" entry pkg bin dir
-  for entry in prometheus:usr/bin/promtool:prometheus prometheus-pushgateway:usr/bin/prometheus-pushgateway:prometheus \
-               nginx:usr/sbin/nginx:nginx; do
-    IFS=: read -r pkg bin dir <<<"$entry"
-    [ -x "$tools/$dir/$bin" ] && continue
+  local tools="$1" entry pkg dir
+  for entry in prometheus:prometheus prometheus-pushgateway:prometheus nginx:nginx \
+               haproxy:haproxy liblua5.3-0:haproxy libopentracing-c-wrapper0:haproxy libopentracing1:haproxy; do
+    pkg=${entry%%:*}; dir=${entry#*:}
+    [ -e "$tools/$dir/.unpacked-$pkg" ] && continue
     command -v apt-get >/dev/null 2>&1 && command -v dpkg >/dev/null 2>&1 || return 0
-    step "unpacking ${bin##*/} from the Debian package $pkg into $tools/$dir"
+    step "unpacking the Debian package $pkg into $tools/$dir"
     local dl
     dl=$(mktemp -d)
     if ! (cd "$dl" && apt-get download -qq "$pkg" >/dev/null 2>&1); then
@@ -178,7 +179,11 @@ ensure_debian_tools() {
       (cd "$dl" && apt-get download -qq "$pkg" >/dev/null 2>&1) || { rm -rf "$dl"; continue; }
     fi
     mkdir -p "$tools/$dir"
-    dpkg -x "$dl"/"$pkg"_*.deb "$tools/$dir" || echo "could not unpack $pkg: its tests will skip" >&2
+    if dpkg -x "$dl"/"$pkg"_*.deb "$tools/$dir"; then
+      touch "$tools/$dir/.unpacked-$pkg"
+    else
+      echo "could not unpack $pkg: its tests will skip" >&2
+    fi
     rm -rf "$dl"
   done
 }

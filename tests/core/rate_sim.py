@@ -4,7 +4,8 @@ simulated API gateway that refuses past a token bucket with 429 + ``Retry-After`
 ``Gateway``: a requests-per-minute and/or tokens-per-minute bucket holding ``burst_s`` seconds of refill (the mock's
 ``burst_s``), whose budget may change at given times, stating ``Retry-After`` to the millisecond as the mock does
 or in whole seconds (``whole_seconds``: RFC 9110's delay-seconds, as API management gateways do), or not at all
-(``silent``: AWS API Gateway's throttling and nginx's ``limit_req`` answer a bare 429); a request is
+(``silent``: AWS API Gateway's throttling and nginx's ``limit_req`` answer a bare 429); or (``window_s``) no bucket
+but a count of every attempt over a sliding window, refused ones included (HAProxy's ``http_req_rate``); a request is
 charged on arrival (its prompt's words plus ``max_tokens``, as OpenAI counts), answered after a latency drawn around
 ``latency_s``, or refused at once with the seconds its cost needs to be back. Each process has ``workers``
 instances in flight at most (the run's tasks), waits in the pacer's order (``try_acquire`` / ``blocked_for`` on the
@@ -37,7 +38,10 @@ class Gateway:
     changes: tuple[tuple[float, float | None, float | None], ...] = ()  # (at, rpm, tpm): a new budget from then
     whole_seconds: bool = False  # Retry-After as RFC 9110 delay-seconds: the wait rounded up, at least 1
     silent: bool = False  # no Retry-After at all (AWS API Gateway's throttling, nginx's limit_req): a bare 429
+    window_s: float | None = None  # instead of a bucket: every attempt counted over a sliding window this long, the
+    # refused ones too, refused past requests_per_minute's part of it (HAProxy's http_req_rate, track-sc before deny)
     _levels: dict[str, list[float]] = field(default_factory=dict)
+    _attempts: list[float] = field(default_factory=list)
 
     def budget(self, t: float) -> tuple[float | None, float | None]:
         rpm, tpm = self.requests_per_minute, self.tokens_per_minute
@@ -53,6 +57,10 @@ class Gateway:
     def arrive(self, t: float, tokens: float) -> float:
         """Charge a request: 0 when accepted, else the seconds until its cost is back (Retry-After)."""
         rpm, tpm = self.budget(t)
+        if self.window_s is not None:
+            self._attempts = [a for a in self._attempts if a > t - self.window_s] + [t]
+            over = len(self._attempts) - rpm * self.window_s / 60.0
+            return self.stated(self._attempts[math.ceil(over) - 1] + self.window_s - t) if over > 0 else 0.0
         wait, levels = 0.0, {}
         for what, per_minute, cost in (("requests", rpm, 1.0), ("tokens", tpm, tokens)):
             if not per_minute:

@@ -421,20 +421,56 @@ def test_fixed_concurrency_learns_nothing():
     assert pacer.rate_limited == 1 and pacer.limit == 8
 
 
-def test_an_outage_does_not_collapse_a_learnt_rate():
+def test_an_outage_does_not_collapse_a_learnt_rate_but_is_not_hammered():
     """Every request refused for a while (a gateway restarting): nothing was accepted between the refusals, so
-    there is nothing to estimate, and the rate stays what it was."""
+    there is nothing to estimate, and the rate stays what it was; but after 16 refusals in a row the process sends
+    one request per 2 s until one is answered (about 200 were sent in those 20 s before), then the rate again."""
     clock = Clock()
     pacer = Pacer(PaceSettings(adaptive=True), clock=clock)
     _refuse_at_ten_a_second(pacer, clock)
     rate = pacer.learnt.requests_per_s
-    end = clock.t + 20.0
+    end, sent = clock.t + 20.0, 0
     while clock.t < end:
         started = pacer.try_acquire()
         if started is not None:
+            sent += 1
             pacer.release(started, ok=False, overloaded=True, retry_after=0.0)
         clock.t += 0.005
     assert pacer.learnt.requests_per_s >= 0.9 * rate
+    assert 16 <= sent <= 16 + 20 / 2 + 2, sent
+    assert "held to one request per 2 s 1 times" in pacer.summary()
+    clock.t += 2.0  # the trickle's next send
+    started = pacer.try_acquire()
+    assert started is not None
+    pacer.release(started, ok=True)  # the gateway is back
+    clock.t += 0.2
+    sent = 0
+    for _ in range(40):  # 0.2 s
+        started = pacer.try_acquire()
+        if started is not None:
+            sent += 1
+            pacer.release(started, ok=True)
+        clock.t += 0.005
+    assert sent >= 1.0 * rate * 0.2 * 0.5, sent  # at the rate again, not one per 2 s
+
+
+@pytest.mark.parametrize("window_s,seed", [(60.0, 0), (10.0, 0), (10.0, 1)])
+def test_a_gateway_that_counts_refused_requests_is_not_hammered(window_s, seed):
+    """HAProxy's ``http_req_rate`` with ``track-sc`` before ``deny``: every attempt counts over a sliding window, the
+    refused ones too, so a client sending at its learnt rate while refused keeps the window full for ever. It did:
+    after the first window 100 % refused, about 50 requests a second at a budget of 10, 2,000 instances failed in
+    4 minutes (HAProxy 2.6 itself, 60 s window: 100 % refused, 1,673 failed). Held to one request per 2 s after 16
+    refusals in a row, until one is answered: no instance fails, the process sends about the budget, and uses most of
+    it (a 60 s window lets the whole minute's budget through at once, then refuses for a minute: 15 % refused)."""
+    gateway = Gateway(requests_per_minute=600, window_s=window_s, silent=True)
+    procs, _ = simulate(gateway, seconds=360, seed=seed)
+    m = measure(procs, gateway, t0=120, t1=360)
+    sent = sum(1 for t in procs[0].sent if 120 <= t < 360) / 240
+    assert m.failed == 0, m
+    assert sent <= 1.1 * 10.0, sent
+    assert m.used >= 0.85, m
+    assert m.refused_share <= (0.2 if window_s > 30 else 0.05), m
+    assert "held to one request per 2 s" in procs[0].pacer.summary()
 
 
 def test_the_learnt_rates_refusals_and_waiting_are_prometheus_series_per_deployment():

@@ -26,8 +26,10 @@ after ``STARVED_REFUSALS`` refusals takes what was accepted since its oldest sen
 Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing
 to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate) until
 ``MIN_ACCEPTED`` refusals came since the last cut with some accepted between (a budget far under the rate: what was
-accepted since the oldest send kept is then the refill), and a cut never raises a rate once estimated; a learnt
-rate lies in [``MIN_RATE``, the configured cap]. Time comes from an injected clock (a simulation runs it)."""
+accepted since the oldest send kept is then the refill), and a cut never raises a rate once estimated; after
+``MIN_ACCEPTED`` refusals in a row with none accepted, a process alone sends one request per ``TRICKLE_S`` until one
+is answered (a gateway that counts refused requests, HAProxy's ``http_req_rate``, is not kept full by them); a
+learnt rate lies in [``MIN_RATE``, the configured cap]. Time comes from an injected clock (a simulation runs it)."""
 
 from __future__ import annotations
 
@@ -51,6 +53,8 @@ CLIMB_MAX = 64.0  # ... up to this many times
 FIRST_CLIMB = 8.0  # ... and this many times faster before the first estimate
 PEAK_HALF_LIFE_S = 600.0  # the highest rate learnt (the climb's unit) forgets half of itself in this time ...
 PEAK_OVER = 2.0  # ... and is never over this many times the last estimate
+TRICKLE_S = 2.0  # every request refused, MIN_ACCEPTED in a row since the last cut: one send per this many seconds
+# until one is answered (HAProxy's http_req_rate counts the refused ones: sent at the rate, all were refused for ever)
 WAITS_KEPT = 8  # a shard's fair part is read from the longest of this many refusals' Retry-After ...
 WAITS_NEEDED = 3  # ... once it has this many
 SHARD_CLIMB = 0.6  # a shard climbs by this part of its fair part (its cut takes off its own part only)
@@ -101,6 +105,8 @@ class LearntRate:
         self._latency: float | None = None  # a moving average of answers' latency
         self._idle: list[tuple[float, float]] = []  # (from, to): spells every learnt bucket sat full, by time
         self._idle_seen = self.born  # idle spells are accounted up to this time
+        self._trickle_since: float | None = None  # since when every request is refused: one per TRICKLE_S
+        self.trickles = 0  # how often the rate was held to a trickle
 
     @property
     def paces(self) -> bool:
@@ -126,6 +132,7 @@ class LearntRate:
             del self._idle[:bisect.bisect_left(self._idle, horizon, key=lambda spell: spell[1])]
 
     def answered(self, latency_s: float) -> None:
+        self._trickle_since = None  # the gateway accepts again
         self._latency = latency_s if self._latency is None else 0.9 * self._latency + 0.1 * latency_s
 
     def refused(self, started: float, tokens: float, retry_after: float | None = None) -> bool:
@@ -154,7 +161,15 @@ class LearntRate:
         if started < self._cut_at:
             return False
         if self._estimated and self._accepted(self._cut_at, started)[0] < 1.0:
-            return False  # nothing accepted since the last cut: an outage (or others' turn), not a smaller budget
+            # nothing accepted since the last cut: an outage (or others' turn), not a smaller budget; but a process
+            # alone does not send at the rate either once MIN_ACCEPTED in a row were refused (a gateway that counts
+            # refused requests: HAProxy's http_req_rate; a shard refused so is mostly starved by the others' sends,
+            # and a trickle starved one of 3 shards at 60 a minute to 0.52 of its part)
+            if self._alone and self._trickle_since is None and \
+                    len(self._refused) - bisect.bisect_left(self._refused, (self._cut_at, -math.inf)) >= MIN_ACCEPTED:
+                self._trickle_since = now
+                self.trickles += 1
+            return False
         estimate = self._estimate(started)
         if estimate is not None:
             requests, used, span = estimate
@@ -264,6 +279,8 @@ class LearntRate:
                     # the climb probes from here; a rate at its configured budget has nothing to probe (the other
                     # climbed on its account without bound, e^t a second before an estimate, never refused)
                     self._bound_at = now
+        if self._trickle_since is not None and self._sent:
+            wait = max(wait, self._sent[-1][0] + TRICKLE_S - now)
         return wait
 
     def in_flight_needed(self) -> int:
@@ -282,9 +299,11 @@ class LearntRate:
             return f"paced to {self.requests_per_s:.3g} requests/s after {self.refusals} refusals (halved: " \
                    f"nothing to estimate the gateway's budget from yet){bare}"
         tokens = f" and {self.tokens_per_s:.3g} tokens/s" if self.tokens_per_s else ""
+        trickle = f", held to one request per {TRICKLE_S:.0f} s {self.trickles} times (every request refused)" \
+            if self.trickles else ""
         seconds, refusals = self.first
         return f"paced to {self.requests_per_s:.3g} requests/s{tokens} after {refusals} refusals in the first " \
-               f"{seconds:.0f} s{bare}"
+               f"{seconds:.0f} s{trickle}{bare}"
 
     # -- what it decides
 

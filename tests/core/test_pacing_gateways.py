@@ -1,9 +1,11 @@
-"""``auto`` behind a real nginx ``limit_req`` (medhelm.devtools.nginx_gateway), a rate limiter nobody here wrote: its
-bare refusals (429 without ``Retry-After``, or nginx's default 503) pace the real ``ClientPool``, no instance fails,
-and what the pacer counts is what nginx's own access log says it did. Timing-free assertions only: a loaded machine
-sends slower, never faster, so the bound on refusals (the issue's first measurement: 47 % refused) holds on any host.
-The budget used and the refusals after the first minute are bench/bench_pacing_nginx.py's (docs/benchmarks.md).
-Needs nginx: scripts/_env.sh unpacks Debian's package into the tools cache; skipped without it."""
+"""``auto`` behind real gateways (medhelm.devtools.gateways), rate limiters nobody here wrote. nginx's ``limit_req``:
+its bare refusals (429 without ``Retry-After``, or nginx's default 503) pace the real ``ClientPool``, no instance
+fails, and what the pacer counts is what nginx's own access log says it did. HAProxy's stick table, which counts the
+refused requests too: a client refused while it sends is not kept locked out. Timing-free assertions only: a loaded
+machine sends slower, never faster, so the bounds on refusals (the issue's first measurement: 47 % refused) hold on
+any host. The budget used and the refusals after the first minute are bench/bench_pacing_gateways.py's
+(docs/benchmarks.md). Needs nginx and HAProxy: scripts/_env.sh unpacks Debian's packages into the tools cache;
+each test skips without its gateway."""
 
 from __future__ import annotations
 
@@ -12,11 +14,13 @@ import asyncio
 import pytest
 
 from medhelm.devtools.mock_openai import MockOpenAIServer
-from medhelm.devtools.nginx_gateway import NginxGateway, nginx_binary
+from medhelm.devtools.gateways import HaproxyGateway, NginxGateway, haproxy_binary, nginx_binary
 from medhelm.inference import ClientPool, NullObserver, PacingPolicy
 from medhelm.specs import Deployment, GenerationRequest, Message
 
-pytestmark = pytest.mark.skipif(nginx_binary() is None, reason="nginx missing: scripts/_env.sh unpacks Debian's nginx")
+NGINX = pytest.mark.skipif(nginx_binary() is None, reason="nginx missing: scripts/_env.sh unpacks Debian's nginx")
+HAPROXY = pytest.mark.skipif(haproxy_binary() is None,
+                             reason="HAProxy missing: scripts/_env.sh unpacks Debian's haproxy and its libraries")
 
 INSTANCES = 240
 WORKERS = 32
@@ -42,7 +46,7 @@ class _Counts(NullObserver):
         return Watch()
 
 
-async def _run(url: str, shards: int = 1) -> tuple[list[int], list[int], list, _Counts]:
+async def _run(url: str, shards: int = 1, instances: int = INSTANCES) -> tuple[list[int], list[int], list, _Counts]:
     """``INSTANCES`` requests a shard through pools of ``auto`` (``share`` 1/shards) against ``url``: each shard's
     answered and failed counts, its pacer, and the refusals its observer saw."""
     counts = _Counts()
@@ -52,7 +56,7 @@ async def _run(url: str, shards: int = 1) -> tuple[list[int], list[int], list, _
     async def shard(index: int):
         pool = ClientPool(connections=WORKERS, observer=counts, pacing=PacingPolicy(adaptive=True, share=1 / shards))
         client = pool.get(dep)
-        todo = list(range(INSTANCES))
+        todo = list(range(instances))
         answered = failed = 0
 
         async def worker() -> None:
@@ -82,6 +86,7 @@ def upstream():
         yield srv
 
 
+@NGINX
 @pytest.mark.parametrize("status", [429, None], ids=["429", "nginx-default-503"])
 def test_a_run_behind_nginx_limit_req_is_paced_and_every_instance_answered(upstream, status):
     """20 requests a second with a second of burst (``burst=20 nodelay``): every instance answered; nginx's log holds
@@ -104,6 +109,7 @@ def test_a_run_behind_nginx_limit_req_is_paced_and_every_instance_answered(upstr
     assert len(refused) <= 0.15 * len(log), (len(refused), len(log))
 
 
+@NGINX
 def test_shards_behind_one_nginx_bucket_are_all_answered_and_counted(upstream):
     """Two shards of a Job behind one address share nginx's bucket (30 a second, 30 of burst): every instance of
     each answered, the refusals nginx logged are the ones the two pacers counted, and the summary tells the Job to
@@ -120,6 +126,7 @@ def test_shards_behind_one_nginx_bucket_are_all_answered_and_counted(upstream):
     assert told, [p.summary() for p in pacers]
 
 
+@NGINX
 def test_the_gateway_refuses_a_burst_past_its_limit_and_stops_clean(upstream):
     """The oracle itself: nginx at one request a minute without burst lets one of ten requests sent at once through
     and refuses the rest with the status asked (however slowly a loaded machine sends them), logs each, and its
@@ -145,3 +152,20 @@ def test_the_gateway_refuses_a_burst_past_its_limit_and_stops_clean(upstream):
     assert statuses == [200] + [429] * 9
     assert sorted(s for _, s in gw.log()) == statuses
     assert folder is not None and not folder.exists()
+
+
+@HAPROXY
+def test_a_run_behind_haproxy_counting_refused_requests_is_answered_and_counted(upstream):
+    """HAProxy refusing more than 200 requests in 10 s, the refused ones counted (``track-sc0`` before ``deny``): every
+    instance answered, HAProxy's own log holds each attempt and its refusals are the pacer's count, and the refusals
+    are a minority of the attempts. (The lockout such a gateway causes, a learnt rate sent while every request is
+    refused, needs a window of a minute: tests/core/test_pacing_rates.py simulates it, bench/bench_pacing_gateways.py
+    measures it against HAProxy.)"""
+    instances = 200
+    with HaproxyGateway(f"http://127.0.0.1:{upstream.port}", requests_per_minute=1200, window_s=10) as gw:
+        answered, failed, pacers, counts = asyncio.run(_run(gw.base_url, instances=instances))
+    log = gw.log()
+    refused = sum(1 for _, s in log if s == 429)
+    assert answered == [instances] and failed == [0], (answered, failed, pacers[0].summary())
+    assert len(log) == instances + refused and pacers[0].rate_limited == counts.refused == refused
+    assert refused <= instances, (refused, pacers[0].summary())
