@@ -105,7 +105,7 @@ class LearntRate:
         self._latency: float | None = None  # a moving average of answers' latency
         self._idle: list[tuple[float, float]] = []  # (from, to): spells every learnt bucket sat full, by time
         self._idle_seen = self.born  # idle spells are accounted up to this time
-        self._trickle_since: float | None = None  # since when every request is refused: one per TRICKLE_S
+        self._trickling = False  # every request refused (MIN_ACCEPTED in a row): one send per TRICKLE_S
         self.trickles = 0  # how often the rate was held to a trickle
 
     @property
@@ -132,7 +132,7 @@ class LearntRate:
             del self._idle[:bisect.bisect_left(self._idle, horizon, key=lambda spell: spell[1])]
 
     def answered(self, latency_s: float) -> None:
-        self._trickle_since = None  # the gateway accepts again
+        self._trickling = False  # the gateway accepts again
         self._latency = latency_s if self._latency is None else 0.9 * self._latency + 0.1 * latency_s
 
     def refused(self, started: float, tokens: float, retry_after: float | None = None) -> bool:
@@ -165,9 +165,9 @@ class LearntRate:
             # alone does not send at the rate either once MIN_ACCEPTED in a row were refused (a gateway that counts
             # refused requests: HAProxy's http_req_rate; a shard refused so is mostly starved by the others' sends,
             # and a trickle starved one of 3 shards at 60 a minute to 0.52 of its part)
-            if self._alone and self._trickle_since is None and \
+            if self._alone and not self._trickling and \
                     len(self._refused) - bisect.bisect_left(self._refused, (self._cut_at, -math.inf)) >= MIN_ACCEPTED:
-                self._trickle_since = now
+                self._trickling = True
                 self.trickles += 1
             return False
         estimate = self._estimate(started)
@@ -279,7 +279,7 @@ class LearntRate:
                     # the climb probes from here; a rate at its configured budget has nothing to probe (the other
                     # climbed on its account without bound, e^t a second before an estimate, never refused)
                     self._bound_at = now
-        if self._trickle_since is not None and self._sent:
+        if self._trickling and self._sent:
             wait = max(wait, self._sent[-1][0] + TRICKLE_S - now)
         return wait
 
