@@ -143,13 +143,14 @@ def main() -> int:
     body = "\n".join([
         f"Issue 53 against real gateways: {version}'s `limit_req` and HAProxy {haproxy}'s stick table (Debian's "
         "packages) in front of the repository's mock (20 ms, no limit of its own), refusing with a bare 429 (no "
-        "`Retry-After`, no rate header) or nginx's default 503; the real `ClientPool` (`auto`, 64 workers a pool), each case's clients in a process of their own, every "
-        f"case at once for {args.seconds:.0f} s, counted from the first minute in the gateway's own access log. Shards "
-        "share nginx's bucket (one client address). Targets as the mock's cases: refusals <= 2 %, >= 95 % of the budget, "
-        "each shard >= 0.60 of a fair share, no instance failed. Without `burst` nginx refuses any request sooner than "
-        "its rate's spacing after the last one it let through: a known gap (docs/pacing.md, nginx's bare limit_req). "
-        "HAProxy counts the refused requests too: a client refused while it sends keeps its window full (docs/pacing.md, "
-        "a gateway that counts refused requests).",
+        "`Retry-After`, no rate header) or nginx's default 503; the real `ClientPool` (`auto`, 64 workers a pool), "
+        f"each case's clients in a process of their own, every case at once for {args.seconds:.0f} s, counted from "
+        "the first minute in the gateway's own access log. Shards share nginx's bucket (one client address). Targets "
+        "as the mock's cases: refusals <= 2 %, >= 95 % of the budget, each shard >= 0.60 of a fair share, no instance "
+        "failed. Without `burst` nginx refuses any request sooner than its rate's spacing after the last one it let "
+        "through: a known gap (docs/pacing.md, nginx's bare limit_req). HAProxy counts the refused requests too: a "
+        "client refused while it sends keeps its window full (docs/pacing.md, a gateway that counts refused "
+        "requests).",
         "",
         "| gateway | let through over the budget | refused | shares | instances failed | the run's summary (first "
         "shard) |",

@@ -33,6 +33,7 @@ has it); its folder then stays in the temporary directory.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import re
@@ -63,7 +64,8 @@ def _binary(name: str) -> str | None:
     cached = _tools() / name / "usr" / "sbin" / name
     if cached.is_file() and os.access(cached, os.X_OK):
         return str(cached)
-    return shutil.which(name) or next((p for p in (f"/usr/sbin/{name}",) if os.access(p, os.X_OK)), None)
+    system = f"/usr/sbin/{name}"  # Debian's, when /usr/sbin is not on PATH
+    return shutil.which(name) or (system if os.access(system, os.X_OK) else None)
 
 
 def nginx_binary() -> str | None:
@@ -74,11 +76,20 @@ def nginx_binary() -> str | None:
 def haproxy_binary() -> str | None:
     """The HAProxy to run: the tools cache's (scripts/_env.sh) first, else PATH's; None when there is neither, or
     when it does not run (a library it loads is missing)."""
+    return _haproxy()[0]
+
+
+@functools.lru_cache(maxsize=1)
+def _haproxy() -> tuple[str | None, str]:
+    """HAProxy's binary and version (``haproxy -v``, run once a process: a test module's skip, each start and the
+    bench all ask); (None, "") when there is none or it does not run."""
     binary = _binary("haproxy")
     if binary is None:
-        return None
-    done = subprocess.run([binary, "-v"], env=_library_env(binary), capture_output=True, timeout=30)
-    return binary if done.returncode == 0 else None
+        return None, ""
+    done = subprocess.run([binary, "-v"], env=_library_env(binary), capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        return None, ""
+    return binary, done.stdout.split()[2] if done.stdout.startswith("HAProxy version") else ""
 
 
 def _library_env(binary: str) -> dict[str, str] | None:
@@ -262,11 +273,7 @@ class HaproxyGateway(_Gateway):
     @staticmethod
     def version() -> str:
         """HAProxy's version, as ``haproxy -v`` states it ("" when it does not run)."""
-        binary = haproxy_binary()
-        if binary is None:
-            return ""
-        out = subprocess.run([binary, "-v"], env=_library_env(binary), capture_output=True, text=True).stdout
-        return out.split()[2] if out.startswith("HAProxy version") else ""
+        return _haproxy()[1]
 
     def _command(self, binary: str, folder: Path, port: int) -> tuple[list[str], dict[str, str] | None]:
         conf = folder / "haproxy.cfg"
