@@ -5,8 +5,9 @@ simulated API gateway that refuses past a token bucket with 429 + ``Retry-After`
 ``burst_s``), whose budget may change at given times, stating ``Retry-After`` to the millisecond as the mock does
 or in whole seconds (``whole_seconds``: RFC 9110's delay-seconds, as API management gateways do), or not at all
 (``silent``: AWS API Gateway's throttling and nginx's ``limit_req`` answer a bare 429); or (``window_s``) no bucket
-but a count of every attempt over a sliding window, refused ones included (HAProxy's ``http_req_rate``); a request is
-charged on arrival (its prompt's words plus ``max_tokens``, as OpenAI counts), answered after a latency drawn around
+but a count of every attempt over a sliding window, refused ones included (HAProxy's ``http_req_rate``), or
+(``fixed_window_s``) a count per window of the clock (Kong, Envoy's rate limit service, a per-minute quota); a request
+is charged on arrival (its prompt's words plus ``max_tokens``, as OpenAI counts), answered after a latency drawn around
 ``latency_s``, or refused at once with the seconds its cost needs to be back. Each process has ``workers``
 instances in flight at most (the run's tasks), waits in the pacer's order (``try_acquire`` / ``blocked_for`` on the
 simulated clock), and sends a refused instance again after the pool's ``RetryPolicy`` delay (at least
@@ -40,6 +41,9 @@ class Gateway:
     silent: bool = False  # no Retry-After at all (AWS API Gateway's throttling, nginx's limit_req): a bare 429
     window_s: float | None = None  # instead of a bucket: every attempt counted over a sliding window this long, the
     # refused ones too, refused past requests_per_minute's part of it (HAProxy's http_req_rate, track-sc before deny)
+    fixed_window_s: float | None = None  # instead of a bucket: requests_per_minute's part of this many seconds let
+    # through per window of the clock, refused past it until the next (Kong's rate limiting, Envoy's global rate limit
+    # service, a per-minute quota), the refused ones not counted; Retry-After the seconds to the next window
     _levels: dict[str, list[float]] = field(default_factory=dict)
     _attempts: list[float] = field(default_factory=list)
 
@@ -61,6 +65,15 @@ class Gateway:
             self._attempts = [a for a in self._attempts if a > t - self.window_s] + [t]
             over = len(self._attempts) - rpm * self.window_s / 60.0
             return self.stated(self._attempts[math.ceil(over) - 1] + self.window_s - t) if over > 0 else 0.0
+        if self.fixed_window_s is not None:
+            window = math.floor(t / self.fixed_window_s)
+            count = self._levels.setdefault("window", [window, 0.0])
+            if count[0] != window:
+                count[:] = [window, 0.0]
+            if count[1] + 1.0 <= rpm * self.fixed_window_s / 60.0:
+                count[1] += 1.0
+                return 0.0
+            return self.stated((window + 1) * self.fixed_window_s - t)
         wait, levels = 0.0, {}
         for what, per_minute, cost in (("requests", rpm, 1.0), ("tokens", tpm, tokens)):
             if not per_minute:

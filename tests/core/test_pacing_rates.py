@@ -473,6 +473,25 @@ def test_a_gateway_that_counts_refused_requests_is_not_hammered(window_s, seed):
     assert "held to one request per 2 s" in procs[0].pacer.summary()
 
 
+@pytest.mark.parametrize("shards,fixed_window_s,window_s", [(1, 60.0, None), (2, 60.0, None), (3, 60.0, None),
+                                                          (2, None, 60.0)],
+                         ids=["alone-per-minute", "2-shards-per-minute", "3-shards-per-minute", "2-shards-sliding"])
+def test_a_gateway_that_counts_per_window_is_not_hammered_by_a_jobs_shards(shards, fixed_window_s, window_s):
+    """A count per window of the clock (Kong's rate limiting, Envoy's rate limit service: 600 a minute, refused for
+    the rest of the minute once spent, no wait stated) and HAProxy's sliding count of every attempt. Shards kept
+    sending at their rate while refused: over seeds 0-3, 91 % of their requests refused and 22,381-33,627 instances
+    failed (2 shards behind HAProxy's 60 s window: 100 % refused, nothing used). A shard now holds to one request per
+    2 s after 16 / its share refusals in a row: 17-20 % refused, none failed, the smallest shard at 0.67-0.97 of its
+    part (HAProxy: 0.90 of the budget). Not met yet (docs/pacing.md): those refusals, and a process alone at 7-11 %."""
+    rpm = 300.0 * shards if shards > 1 else 600.0
+    gateway = Gateway(requests_per_minute=rpm, silent=True, fixed_window_s=fixed_window_s, window_s=window_s)
+    procs, _ = simulate(gateway, processes=shards, seconds=360)
+    m = measure(procs, gateway, t0=120, t1=360)
+    assert m.failed == 0, m
+    assert m.refused_share <= (0.35 if shards > 1 else 0.12), m
+    assert m.used >= 0.75, m
+
+
 def test_the_learnt_rates_refusals_and_waiting_are_prometheus_series_per_deployment():
     from medhelm.telemetry import PacingMetrics, Telemetry
 

@@ -27,8 +27,9 @@ Failure semantics: never raises. A refusal of a request sent before the last cut
 to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate) until
 ``MIN_ACCEPTED`` refusals came since the last cut with some accepted between (a budget far under the rate: what was
 accepted since the oldest send kept is then the refill), and a cut never raises a rate once estimated; after
-``MIN_ACCEPTED`` refusals in a row with none accepted, a process alone sends one request per ``TRICKLE_S`` until one
-is answered (a gateway that counts refused requests, HAProxy's ``http_req_rate``, is not kept full by them); a
+``MIN_ACCEPTED`` refusals in a row with none accepted (a shard: ``MIN_ACCEPTED`` / its share), it sends one request
+per ``TRICKLE_S`` until one is answered (a gateway that counts refused requests, HAProxy's ``http_req_rate``, is not
+kept full by them, nor is one that counts per window of the clock refused for the rest of each window); a
 learnt rate lies in [``MIN_RATE``, the configured cap]. Time comes from an injected clock (a simulation runs it)."""
 
 from __future__ import annotations
@@ -162,11 +163,14 @@ class LearntRate:
             return False
         if self._estimated and self._accepted(self._cut_at, started)[0] < 1.0:
             # nothing accepted since the last cut: an outage (or others' turn), not a smaller budget; but a process
-            # alone does not send at the rate either once MIN_ACCEPTED in a row were refused (a gateway that counts
-            # refused requests: HAProxy's http_req_rate; a shard refused so is mostly starved by the others' sends,
-            # and a trickle starved one of 3 shards at 60 a minute to 0.52 of its part)
-            if self._alone and not self._trickling and \
-                    len(self._refused) - bisect.bisect_left(self._refused, (self._cut_at, -math.inf)) >= MIN_ACCEPTED:
+            # does not send at the rate either once MIN_ACCEPTED in a row were refused (a gateway that counts refused
+            # requests, HAProxy's http_req_rate, or per window of the clock, Kong's: its shards sent at the rate for
+            # the rest of each minute, 74-80 % refused and thousands of instances failed). A shard waits for
+            # MIN_ACCEPTED / share: refused 16 in a row it is mostly starved by the others' sends, and a trickle then
+            # starved one of 3 shards at 60 a minute to 0.52 of its part
+            if not self._trickling and \
+                    len(self._refused) - bisect.bisect_left(self._refused, (self._cut_at, -math.inf)) >= \
+                    MIN_ACCEPTED / self._share:
                 self._trickling = True
                 self.trickles += 1
             return False
