@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import multiprocessing as mp
 import os
 import sys
@@ -37,6 +38,7 @@ from medhelm.specs import Deployment, GenerationRequest, Message  # noqa: E402
 
 WORKERS = 64
 MAX_TOKENS = 16
+WINDOW_RUN = 1.75  # a count per window of the clock runs this many times as long (`run_case`)
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class Case:
     changes: tuple[tuple[float, float], ...] = ()  # (at second, new requests per minute)
     whole_seconds: bool = False  # the gateway states Retry-After in whole seconds (RFC 9110), not milliseconds
     silent: bool = False  # the gateway states no Retry-After at all (a bare 429: AWS API Gateway, nginx limit_req)
+    fixed_window_s: float | None = None  # a count per window of the clock instead of a bucket (Kong, Envoy)
 
     @property
     def unit(self) -> str:
@@ -79,12 +82,16 @@ CASES = (
     # a bare 429: the refusals alone (docs/pacing.md: shards split it unevenly, three of them worst)
     Case("rpm 600, 1 s burst, 20 ms, no Retry-After", 600, silent=True),
     Case("2 shards, rpm 600, 1 s burst, no Retry-After", 600, shards=2, silent=True),
+    Case("rpm 600 per minute of the clock, no Retry-After", 600, silent=True, fixed_window_s=60.0),
+    Case("2 shards, rpm 600 per minute of the clock, no Retry-After", 600, shards=2, silent=True,
+         fixed_window_s=60.0),
 )
 
 
 def _serve(conn, case: Case, t0: float) -> None:
     srv = MockOpenAIServer(latency_s=case.latency_s, requests_per_minute=case.rpm, tokens_per_minute=case.tpm,
-                           burst_s=case.burst_s, whole_seconds=case.whole_seconds, silent=case.silent).start()
+                           burst_s=case.burst_s, whole_seconds=case.whole_seconds, silent=case.silent,
+                           fixed_window_s=case.fixed_window_s).start()
     conn.send(srv.port)
 
     def schedule() -> None:
@@ -206,16 +213,24 @@ def row(case: Case, records: list[Record], windows: list[tuple[float, float]]) -
 
 
 async def run_case(case: Case, seconds: float, t0: float) -> str:
+    # a count per window of the clock is read over two whole windows after the first estimate: those cases run
+    # longer and are counted over whole windows of the clock (the mock's minutes from :00) from three quarters in
+    length = seconds * WINDOW_RUN if case.fixed_window_s else seconds
     server = await asyncio.to_thread(Server, case, t0)
     try:
-        records = await asyncio.gather(*(shard(case, server.url, i, t0, seconds) for i in range(case.shards)))
+        records = await asyncio.gather(*(shard(case, server.url, i, t0, length) for i in range(case.shards)))
     finally:
         await asyncio.to_thread(server.close)
-    if case.changes:
+    width = case.fixed_window_s
+    first = math.ceil((t0 + 0.75 * seconds) / width) * width - t0 if width else 0.0
+    last = math.floor((t0 + length) / width) * width - t0 if width else 0.0
+    if width and last > first:
+        windows = [(first, last)]
+    elif case.changes:
         ends = [at for at, _ in case.changes if at < seconds] + [seconds]
         windows = [(end - 20.0, end) for end in ends]
     else:
-        windows = [(min(60.0, seconds / 2), seconds)]  # shorter runs (a smoke test): their second half
+        windows = [(min(60.0, length / 2), length)]  # shorter runs (a smoke test): their second half
     return row(case, list(records), windows)
 
 
@@ -260,7 +275,10 @@ def main() -> int:
         f"`ClientPool` over HTTP, {WORKERS} workers a pool, every case at once for {args.seconds:.0f} s, counted from "
         "the first minute (the budget-change case: the 20 s before each change); the gateways state `Retry-After` to the "
         "millisecond, or in whole seconds as RFC 9110's delay-seconds (the cases so named, their clients in a second "
-        "process), or not at all (a bare 429, the last two cases). Targets: refusals <= 2 %, >= 95 % of "
+        "process), or not at all (a bare 429, the last four cases; the last two count per minute of the clock, as "
+        "Kong or Envoy's rate limit service do, not in a bucket: their rate is read over two whole windows, so each "
+        f"case runs {WINDOW_RUN:g} x as long and is counted over whole minutes of the clock from three quarters of "
+        f"{args.seconds:.0f} s on). Targets: refusals <= 2 %, >= 95 % of "
         "the budget, each shard >= 0.60 of a fair share, no instance failed. The three cases before those, a budget of "
         "1-2 requests a second: the budget used with a second of burst is a known gap (docs/pacing.md, a small "
         "budget).",

@@ -25,7 +25,10 @@ with ``Retry-After`` the time the bucket needs, to the millisecond, or with ``wh
 delay-seconds (rounded up, at least 1: what API management gateways state), or with ``silent`` a bare 429 without
 ``Retry-After`` (AWS API Gateway's throttling, nginx's ``limit_req``); tokens counted as prompt words + ``max_tokens``
 on arrival, as OpenAI counts), sending ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` on every answer
-when ``rate_headers`` is set; ``set_budget`` changes the budget mid-run.
+when ``rate_headers`` is set; ``set_budget`` changes the budget mid-run. With ``fixed_window_s`` the budget is a
+count per window of the wall clock instead of a bucket (Kong's rate limiting, Envoy's rate limit service: the
+minute from :00 lets the budget's part of it through and refuses the rest of it, ``Retry-After`` the seconds to
+the next window; refused requests are not counted).
 
 A ``responder(body) -> str`` gives the answer text (an ``async def`` responder may wait, e.g. for a test's
 signal, without holding the other requests); raising ``MockHTTPError(status, message)`` from it answers with
@@ -52,7 +55,8 @@ tested with it (``medhelm.scrub``).
 
 CLI: ``python -m medhelm.devtools.mock_openai --port 8000 [--latency-ms 50] [--error-rate 0.1]
 [--rate-limit-rate 0.1] [--malformed-rate 0.05] [--responder module:function] [--answers table.json]
-[--requests-per-minute 600] [--tokens-per-minute 60000] [--burst-s 1] [--whole-seconds | --silent]``.
+[--requests-per-minute 600] [--tokens-per-minute 60000] [--burst-s 1 | --fixed-window-s 60]
+[--whole-seconds | --silent]``.
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ import json
 import math
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -173,12 +178,14 @@ class MockOpenAIServer:
                  reasoning: str | None = None, thinking_tokens: int = 8, capacity: int | None = None,
                  requests_per_minute: float | None = None, tokens_per_minute: float | None = None,
                  rate_headers: bool = False, burst_s: float = 60.0, whole_seconds: bool = False,
-                 silent: bool = False,
+                 silent: bool = False, fixed_window_s: float | None = None,
                  hold_until_in_flight: int = 0, answered_model: str | None = None) -> None:
         if reasoning not in (None, "split", "inline"):
             raise ValueError("reasoning must be None, 'split' or 'inline'")
         if whole_seconds and silent:
             raise ValueError("a silent 429 states no Retry-After, in whole seconds or otherwise")
+        if fixed_window_s is not None and (fixed_window_s <= 0 or rate_headers):
+            raise ValueError("fixed_window_s must be positive, and states no x-ratelimit-* headers")
         self.reasoning, self.thinking_tokens = reasoning, thinking_tokens
         # the response's "model" (OpenAI answers a request for "gpt-4o" with "gpt-4o-2024-08-06"); None: as asked
         self.answered_model = answered_model
@@ -190,6 +197,8 @@ class MockOpenAIServer:
         self.whole_seconds = whole_seconds  # a budget's Retry-After in RFC 9110 delay-seconds (else milliseconds)
         self.silent = silent  # a budget's 429 states no Retry-After at all
         self._buckets: dict[str, list[float]] = {}  # "requests"/"tokens" -> [level, last refill time]
+        self.fixed_window_s = fixed_window_s  # a count per window of the clock instead of the buckets
+        self._window: tuple[int, dict[str, float]] = (-1, {})  # (window number, "requests"/"tokens" -> counted)
         self.rate_limited_count = 0  # 429s sent by the gateway budget (not the injected ones)
         self.latency_s, self.seed, self.retry_after_s = latency_s, seed, retry_after_s
         # cumulative thresholds on one uniform draw: [error | rate limit | malformed | ok]
@@ -409,6 +418,8 @@ class MockOpenAIServer:
 
     def _budget(self, cost: dict[str, float]) -> tuple[float, dict[str, str]]:
         """Take ``cost`` from the gateway's buckets -> (seconds to wait when it does not fit, else 0; headers)."""
+        if self.fixed_window_s is not None:
+            return self._counted(cost), {}
         now = asyncio.get_running_loop().time()
         wait, headers = 0.0, {}
         levels = {}
@@ -433,6 +444,22 @@ class MockOpenAIServer:
                 cap = per_minute * self.burst_s / 60.0
                 headers[f"x-ratelimit-reset-{what}"] = f"{max(0.0, (cap - left) * 60.0 / per_minute):.3f}s"
         return wait, headers
+
+    def _counted(self, cost: dict[str, float]) -> float:
+        """Count ``cost`` in the window of the wall clock it falls in -> seconds to the next window when the
+        window's part of a budget has no room for it, else 0 (the window's count is not charged for a refusal)."""
+        width = self.fixed_window_s or 60.0
+        now = time.time()
+        number = math.floor(now / width)
+        if self._window[0] != number:
+            self._window = (number, {})
+        counted = self._window[1]
+        for what, per_minute in (("requests", self.rpm), ("tokens", self.tpm)):
+            if per_minute and counted.get(what, 0.0) + cost[what] > per_minute * width / 60.0:
+                return (number + 1) * width - now
+        for what in ("requests", "tokens"):
+            counted[what] = counted.get(what, 0.0) + cost[what]
+        return 0.0
 
     def _answer(self, text: str, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int], str]:
         """(message fields, usage counts, finish_reason) for the answer ``text``, thinking first if asked."""
@@ -500,6 +527,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests-per-minute", type=_positive, help="a gateway's requests budget (429 past it)")
     parser.add_argument("--tokens-per-minute", type=_positive, help="a gateway's tokens budget (429 past it)")
     parser.add_argument("--burst-s", type=_positive, default=60.0, help="seconds of refill a budget's bucket holds")
+    parser.add_argument("--fixed-window-s", type=_positive,
+                        help="a budget counted per window of the clock this long instead of a bucket (Kong, Envoy)")
     stated = parser.add_mutually_exclusive_group()
     stated.add_argument("--whole-seconds", action="store_true",
                         help="a budget's Retry-After in whole seconds (RFC 9110 delay-seconds), not milliseconds")
@@ -523,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
                               reasoning=args.reasoning, thinking_tokens=args.thinking_tokens,
                               requests_per_minute=args.requests_per_minute, tokens_per_minute=args.tokens_per_minute,
                               burst_s=args.burst_s, whole_seconds=args.whole_seconds, silent=args.silent,
-                              answered_model=args.answered_model)
+                              fixed_window_s=args.fixed_window_s, answered_model=args.answered_model)
     with server:
         print(f"mock OpenAI server listening on {server.base_url}", flush=True)
         try:

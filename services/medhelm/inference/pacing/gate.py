@@ -312,7 +312,7 @@ class Pacer:
         elif ok and self.adaptive is not None:  # only answers measure the server (a quick 500 says nothing)
             self.adaptive.completed(now - started)
             if self.learnt is not None:
-                self.learnt.answered(now - started)
+                self.learnt.answered(now - started, started)
         self._report()
         self._grant()
 

@@ -19,7 +19,10 @@ the budget's burst, and does not make the other rate climb. The climb and every 
 at 10 requests a second; under ``STEADY_REQUESTS_PER_S`` (1 or 2 a second) they are stretched to hold as many
 requests (a cycle of the climb ends in about one refusal), and a quiet span is one with no refusal for that long
 within it, not merely a long one. The learnt token bucket holds two requests' mean cost at least (under that the two
-buckets bind in turn, each losing refill while the other holds). A gateway that states no wait at all (a bare 429)
+buckets bind in turn, each losing refill while the other holds). A gateway that counts per window of the clock (Kong's,
+Envoy's rate limit service) refuses the rest of a window once its count is spent: a run of refusals that long ends
+where the window resets, and the rate is read from one such end to the next (``_run_ended``); the climb then doubles
+less, and the trickle starts sooner. A gateway that states no wait at all (a bare 429)
 gives shards no fair part: their summary says to tell the Job its budget. A shard with no fair part still halving
 after ``STARVED_REFUSALS`` refusals takes what was accepted since its oldest send kept as its first estimate.
 
@@ -27,10 +30,11 @@ Failure semantics: never raises. A refusal of a request sent before the last cut
 to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate) until
 ``MIN_ACCEPTED`` refusals came since the last cut with some accepted between (a budget far under the rate: what was
 accepted since the oldest send kept is then the refill), and a cut never raises a rate once estimated; after
-``MIN_ACCEPTED`` refusals in a row with none accepted (a shard: ``MIN_ACCEPTED`` / its share), it sends one request
-per ``TRICKLE_S`` until one is answered (a gateway that counts refused requests, HAProxy's ``http_req_rate``, is not
-kept full by them, nor is one that counts per window of the clock refused for the rest of each window); a
-learnt rate lies in [``MIN_RATE``, the configured cap]. Time comes from an injected clock (a simulation runs it)."""
+``MIN_ACCEPTED`` refusals in a row with none accepted (a shard: ``MIN_ACCEPTED`` / its share; ``WINDOW_TRICKLE`` once a
+rate was read over windows), it sends one request per ``TRICKLE_S`` until one is answered (a gateway that counts
+refused requests, HAProxy's ``http_req_rate``, is not kept full by them, nor is one that counts per window of the
+clock refused for the rest of each window); a learnt rate lies in [``MIN_RATE``, the configured cap]. Time comes
+from an injected clock (a simulation runs it)."""
 
 from __future__ import annotations
 
@@ -64,6 +68,9 @@ FAIR_FLOOR = 0.5  # a shard's halvings stop at this part of its fair part, and i
 WHOLE_CUT_SPACING_S = 10.0  # under whole seconds a shard's cut is scaled by the seconds since its last over this
 BURST_S = 1.0  # the learnt buckets hold this many seconds of refill (at least one request's cost) ...
 TOKEN_BURST_REQUESTS = 2.0  # ... the token bucket at least this many requests' mean cost
+WINDOW_RUN_S = 5.0  # a run of refusals, none accepted, this long (stretched) ends where a gateway's window resets ...
+WINDOW_TRICKLE = 4  # ... once a rate was read over windows, a trickle starts after this many refusals in a row ...
+WINDOW_CLIMB_MAX = 4.0  # ... and the climb doubles at most this many times (a window refuses only once it is spent)
 MIN_RATE = 0.01  # requests (or tokens) a second: the slowest pace a refusal can set
 STEADY_REQUESTS_PER_S = 4.0  # under this many requests a second, the climb and the spans above in seconds are
 # stretched to hold as many requests as at this rate (``LearntRate._stretch``)
@@ -88,6 +95,11 @@ class LearntRate:
         self.tokens_per_s: float | None = None  # None until learnt, or when no request counted tokens
         self.buckets: tuple[Bucket | None, Bucket | None] = (None, None)
         self.refusals = 0  # every refusal reported
+        self._refused_tokens = 0.0  # the tokens of every refusal reported
+        self._run: list[float] | None = None  # the open run of refusals: its first and last send time, and at the
+        # last, the requests and tokens accepted up to it since the process began (``_run_ended``)
+        self._window_end: tuple[float, float, float] | None = None  # the end of the latest long run (``_run_ended``):
+        # its last refusal's send time, and the requests and tokens accepted up to it since the process began
         self._bare = 0  # refusals that stated no wait at all (a bare 429)
         self.first: tuple[float, int] | None = None  # (seconds since born, refusals then) when first learnt
         self.cuts = 0
@@ -108,6 +120,7 @@ class LearntRate:
         self._idle_seen = self.born  # idle spells are accounted up to this time
         self._trickling = False  # every request refused (MIN_ACCEPTED in a row): one send per TRICKLE_S
         self.trickles = 0  # how often the rate was held to a trickle
+        self.window_cuts = 0  # how often a rate was read over a gateway's window (``_run_ended``)
 
     @property
     def paces(self) -> bool:
@@ -132,9 +145,43 @@ class LearntRate:
         if self._idle and self._idle[0][1] < horizon:
             del self._idle[:bisect.bisect_left(self._idle, horizon, key=lambda spell: spell[1])]
 
-    def answered(self, latency_s: float) -> None:
+    def answered(self, latency_s: float, started: float | None = None) -> None:
+        """A request sent at ``started`` was answered after ``latency_s``."""
         self._trickling = False  # the gateway accepts again
         self._latency = latency_s if self._latency is None else 0.9 * self._latency + 0.1 * latency_s
+        if started is not None:
+            self._run_ended(started, self._clock())
+
+    def _run_ended(self, started: float, now: float) -> None:
+        """An answer to a request sent at ``started`` ends the open run of refusals sent before it. One that lasted
+        ``WINDOW_RUN_S`` with none accepted ended where a gateway that counts per window reset its count (Kong's,
+        Envoy's; or HAProxy's sliding count fell under its limit), whose whole count a refusal's estimate reads over
+        the seconds it took to send it. From one such end to the next it accepted one window's count over one window:
+        that rate, from the second end after the first estimate (the first run spans the halvings' climb from far
+        under the budget), cuts as an estimate does (docs/pacing.md, a gateway that counts per window)."""
+        run = self._run
+        if run is None or started <= run[0]:
+            return
+        if started < run[1]:  # a request sent within the run was let through: the run starts again after it
+            run[0] = started
+            return
+        self._run = None
+        first, end = run[0], run[1]
+        if started - first < WINDOW_RUN_S * self._stretch() or not self._estimated:
+            return
+        mark = (end, run[2], run[3])
+        previous, self._window_end = self._window_end, mark
+        if previous is None or self.requests_per_s is None:
+            return
+        span = end - previous[0]
+        requests, tokens = mark[1] - previous[1], mark[2] - previous[2]
+        if requests < MIN_ACCEPTED or span < MIN_SPAN_S or span > 2.0 * HORIZON_S * self._stretch():
+            return
+        requests, tokens = requests / span, tokens / span
+        if BACKOFF * requests >= self.requests_per_s:
+            return  # a cut never raises the rate
+        self.window_cuts += 1
+        self._cut(requests, min(tokens, self.tokens_per_s) if self.tokens_per_s else tokens, now, estimated=True)
 
     def refused(self, started: float, tokens: float, retry_after: float | None = None) -> bool:
         """A request sent at ``started`` (costing ``tokens``) was refused as too many, the gateway saying to wait
@@ -154,6 +201,11 @@ class LearntRate:
         """``refused``'s decision: the estimate, the cut or the halving."""
         self._advance(now)
         self.refusals += 1
+        self._refused_tokens += tokens
+        if self._run is None or started >= self._run[1]:  # the open run of refusals goes on to this one
+            sent_r, sent_t = self._cum_at(started)
+            accepted = (sent_r - self.refusals, sent_t - self._refused_tokens)
+            self._run = [started, started, *accepted] if self._run is None else [self._run[0], started, *accepted]
         bisect.insort(self._refused, (started, tokens))
         if retry_after and retry_after > 0.0:
             self._waits.append(retry_after)
@@ -164,13 +216,11 @@ class LearntRate:
         if self._estimated and self._accepted(self._cut_at, started)[0] < 1.0:
             # nothing accepted since the last cut: an outage (or others' turn), not a smaller budget; but a process
             # does not send at the rate either once MIN_ACCEPTED in a row were refused (a gateway that counts refused
-            # requests, HAProxy's http_req_rate, or per window of the clock, Kong's: its shards sent at the rate for
-            # the rest of each minute, 74-80 % refused and thousands of instances failed). A shard waits for
-            # MIN_ACCEPTED / share: refused 16 in a row it is mostly starved by the others' sends, and a trickle then
-            # starved one of 3 shards at 60 a minute to 0.52 of its part
+            # requests, HAProxy's http_req_rate, or per window of the clock, Kong's). A shard waits for MIN_ACCEPTED /
+            # share (one refused 16 in a row is mostly starved by the others' sends), or WINDOW_TRICKLE once windows
             if not self._trickling and \
                     len(self._refused) - bisect.bisect_left(self._refused, (self._cut_at, -math.inf)) >= \
-                    MIN_ACCEPTED / self._share:
+                    (WINDOW_TRICKLE if self.window_cuts else MIN_ACCEPTED / self._share):
                 self._trickling = True
                 self.trickles += 1
             return False
@@ -305,9 +355,11 @@ class LearntRate:
         tokens = f" and {self.tokens_per_s:.3g} tokens/s" if self.tokens_per_s else ""
         trickle = f", held to one request per {TRICKLE_S:.0f} s {self.trickles} times (every request refused)" \
             if self.trickles else ""
+        windows = f", read over the gateway's windows {self.window_cuts} times (it counts per window)" \
+            if self.window_cuts else ""
         seconds, refusals = self.first
         return f"paced to {self.requests_per_s:.3g} requests/s{tokens} after {refusals} refusals in the first " \
-               f"{seconds:.0f} s{trickle}{bare}"
+               f"{seconds:.0f} s{windows}{trickle}{bare}"
 
     # -- what it decides
 
@@ -344,6 +396,11 @@ class LearntRate:
 
         (ra, ta), (rb, tb) = cum(a), cum(b)
         return rb - ra, tb - ta
+
+    def _cum_at(self, t: float) -> tuple[float, float]:
+        """Requests and tokens sent up to ``t`` since the process began."""
+        i = bisect.bisect_right(self._sent, t, key=lambda s: s[0])
+        return (self._sent[i - 1][1], self._sent[i - 1][2]) if i else self._forgotten
 
     def _accepted(self, a: float, b: float) -> tuple[float, float]:
         """Requests and tokens sent after ``a`` up to ``b`` and not refused."""
@@ -533,7 +590,8 @@ class LearntRate:
         if fair is not None:  # shards climb by one unit they share, so the smaller ones gain on the larger (AIMD)
             unit = SHARD_CLIMB * fair
             pr, pt = unit, unit * (self.tokens_per_s or 0.0) / self.requests_per_s
-        boost = min(CLIMB_MAX, 2.0 ** ((self._ticks - self._quiet_since) / CLIMB_DOUBLING_S)) * CLIMB * dt / stretch
+        most = WINDOW_CLIMB_MAX if self.window_cuts else CLIMB_MAX
+        boost = min(most, 2.0 ** ((self._ticks - self._quiet_since) / CLIMB_DOUBLING_S)) * CLIMB * dt / stretch
         if not self._estimated:  # a halving guessed: find the budget's edge again soon, to estimate it there
             boost *= FIRST_CLIMB
         self._set(self.requests_per_s + boost * pr,
