@@ -419,7 +419,7 @@ class MockOpenAIServer:
     def _budget(self, cost: dict[str, float]) -> tuple[float, dict[str, str]]:
         """Take ``cost`` from the gateway's buckets -> (seconds to wait when it does not fit, else 0; headers)."""
         if self.fixed_window_s is not None:
-            return self._counted(cost), {}
+            return self._counted(cost, self.fixed_window_s), {}
         now = asyncio.get_running_loop().time()
         wait, headers = 0.0, {}
         levels = {}
@@ -445,10 +445,9 @@ class MockOpenAIServer:
                 headers[f"x-ratelimit-reset-{what}"] = f"{max(0.0, (cap - left) * 60.0 / per_minute):.3f}s"
         return wait, headers
 
-    def _counted(self, cost: dict[str, float]) -> float:
-        """Count ``cost`` in the window of the wall clock it falls in -> seconds to the next window when the
-        window's part of a budget has no room for it, else 0 (the window's count is not charged for a refusal)."""
-        width = self.fixed_window_s or 60.0
+    def _counted(self, cost: dict[str, float], width: float) -> float:
+        """Count ``cost`` in the window of the wall clock (``width`` seconds) it falls in -> seconds to the next
+        window when the window's part of a budget has no room for it, else 0 (a refusal is not counted)."""
         now = time.time()
         number = math.floor(now / width)
         if self._window[0] != number:
