@@ -145,12 +145,11 @@ class LearntRate:
         if self._idle and self._idle[0][1] < horizon:
             del self._idle[:bisect.bisect_left(self._idle, horizon, key=lambda spell: spell[1])]
 
-    def answered(self, latency_s: float, started: float | None = None) -> None:
+    def answered(self, latency_s: float, started: float) -> None:
         """A request sent at ``started`` was answered after ``latency_s``."""
         self._trickling = False  # the gateway accepts again
         self._latency = latency_s if self._latency is None else 0.9 * self._latency + 0.1 * latency_s
-        if started is not None:
-            self._run_ended(started, self._clock())
+        self._run_ended(started, self._clock())
 
     def _run_ended(self, started: float, now: float) -> None:
         """An answer to a request sent at ``started`` ends the open run of refusals sent before it. One that lasted
@@ -388,17 +387,12 @@ class LearntRate:
 
     def _sent_between(self, a: float, b: float) -> tuple[float, float]:
         """Requests and tokens sent after ``a`` up to ``b``."""
-        def cum(t: float) -> tuple[float, float]:
-            # before the oldest send kept: what was sent up to it, not 0 (that counted every request since the
-            # process began as sent within the last minute: a quiet span's floor read 25 requests/s of 15)
-            i = bisect.bisect_right(self._sent, t, key=lambda s: s[0])
-            return (self._sent[i - 1][1], self._sent[i - 1][2]) if i else self._forgotten
-
-        (ra, ta), (rb, tb) = cum(a), cum(b)
+        (ra, ta), (rb, tb) = self._cum_at(a), self._cum_at(b)
         return rb - ra, tb - ta
 
     def _cum_at(self, t: float) -> tuple[float, float]:
-        """Requests and tokens sent up to ``t`` since the process began."""
+        """Requests and tokens sent up to ``t`` since the process began (before the oldest send kept: what was sent
+        up to it, not 0, which counted every request since the process began as sent within the last minute)."""
         i = bisect.bisect_right(self._sent, t, key=lambda s: s[0])
         return (self._sent[i - 1][1], self._sent[i - 1][2]) if i else self._forgotten
 
