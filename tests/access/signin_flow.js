@@ -8,7 +8,7 @@
 // signOutReplay: the session's cookies copied, replayed in a new context before and after "Sign out" is
 // clicked (replay_before, replay_after: signed_in, login_page, texts, in_network), signed_out_screen.
 const { chromium } = require("playwright-core");
-const { dropFirstFetch, idle, retryLost, settle, watch } = require("../leaderboard/streamlit_idle.js");
+const { SHOWN, dropFirstFetch, idle, retryLost, settle, watch, why } = require("../leaderboard/streamlit_idle.js");
 
 async function main() {
   const opts = JSON.parse(process.argv[2]);
@@ -158,7 +158,7 @@ async function main() {
     for (const [m] of markers) out.in_dom[m] = dom.includes(m);
     out.texts = (await page.locator("h1, [data-testid='stAlert']").allInnerTexts()).slice(0, 6);
   } catch (err) {
-    const texts = page ? await page.locator("h1, h2, h3, [data-testid='stAlert']").allInnerTexts().catch(() => []) : [];
+    const texts = page ? await page.locator(SHOWN).allInnerTexts().catch(() => []) : [];
     if (page && opts.failShot) await page.screenshot({ path: opts.failShot, fullPage: true }).catch(() => {});
     if (process.env.MEDHELM_BROWSER_TRACE && page) {
       const stem = `${process.env.MEDHELM_BROWSER_TRACE}/signin-${opts.user || "anon"}-${Date.now()}`;
@@ -166,7 +166,7 @@ async function main() {
       require("fs").writeFileSync(`${stem}.log`, events.join("\n") + `\n${String(err && err.stack || err)}\n`);
     }
     console.error(events.join("\n"));
-    throw new Error(`${step}: ${String(err && err.message || err).split("\n")[0]} | page: ${texts.join(" / ")}`);
+    throw new Error(`${step}: ${why(err)} | page: ${texts.join(" / ")}`);
   } finally {
     await browser.close();
   }

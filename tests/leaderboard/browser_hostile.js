@@ -7,7 +7,7 @@
 // and for opened expanders to stop animating.
 // usage: node browser_hostile.js URL LISTENER_ORIGIN [TIMEOUT_MS]   (NODE_PATH must reach playwright-core)
 const { chromium } = require("playwright-core");
-const { idle, retryLost, settle } = require("./streamlit_idle.js");
+const { idle, retryLost, settle, why } = require("./streamlit_idle.js");
 
 async function main() {
   const [url, listener, timeoutArg] = process.argv.slice(2);
@@ -188,7 +188,7 @@ async function main() {
     const shot = process.env.SHOT;  // a screenshot of the failure, when asked for
     if (shot) await browser.contexts()[0]?.pages()[0]?.screenshot({ path: shot }).catch(() => {});
     const text = await browser.contexts()[0]?.pages()[0]?.locator("body").innerText().catch(() => "") || "";
-    throw new Error(`${out.step}: ${String(err && err.message || err).split("\n")[0]} | page: `
+    throw new Error(`${out.step}: ${why(err)} | page: `
                     + text.slice(0, 600).replace(/\s+/g, " "));
   } finally {
     await browser.close();

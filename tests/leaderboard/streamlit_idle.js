@@ -29,14 +29,19 @@ async function gridsDrawn(page, timeout) {
 // load lost the multiselect's chunk at sign-in and then waited its whole step bound for the sidebar) the widget
 // never appears, whatever else the page draws. `track(page)` notes such a failure until the next load of the
 // page; `scriptLost(page)` says whether one happened since. Idempotent; `watch` and `settle` call it.
+// A widget's code comes with its stylesheet when it has one (the data grid's DataFrame.*.css): Vite's preload
+// helper fails the import with "Unable to preload CSS for <url>" when that fetch fails, and Streamlit draws the
+// error where the grid would be (a loaded CI run waited out its 10-minute calibration step on such a page).
 const LOST_IMPORT = "Failed to fetch dynamically imported module";
+const LOST = [LOST_IMPORT, "Unable to preload CSS for"];
+const lostIn = (text) => LOST.some((m) => text.includes(m));
 
 function track(page) {
   if (page.__medhelmTracked) return;
   page.__medhelmTracked = true;
   page.__medhelmLost = false;
-  page.on("console", (m) => { if (m.type() === "error" && m.text().includes(LOST_IMPORT)) page.__medhelmLost = true; });
-  page.on("pageerror", (e) => { if (String(e).includes(LOST_IMPORT)) page.__medhelmLost = true; });
+  page.on("console", (m) => { if (m.type() === "error" && lostIn(m.text())) page.__medhelmLost = true; });
+  page.on("pageerror", (e) => { if (lostIn(String(e))) page.__medhelmLost = true; });
   page.on("framenavigated", (f) => { if (f === page.mainFrame()) page.__medhelmLost = false; });
 }
 
@@ -47,10 +52,11 @@ function scriptLost(page) {
 class LostScript extends Error {}
 
 // That failure made to happen, for the tests of the flows' recovery: the first fetch of Streamlit's chunk `name`
-// (e.g. "Radio", "Multiselect") is reset; `out.dropped` names the file whose fetch was reset.
+// (e.g. "Radio", "Multiselect"; "css/DataFrame" for the grid's stylesheet) is reset; `out.dropped` names the file
+// whose fetch was reset.
 async function dropFirstFetch(page, name, out) {
   let dropped = false;
-  await page.route(`**/static/js/${name}*`, (route) => {
+  await page.route(`**/static/${name.includes("/") ? name : `js/${name}`}*`, (route) => {
     if (dropped) return route.continue();
     dropped = true;
     out.dropped = route.request().url().split("/").pop();
@@ -161,4 +167,16 @@ function watch(page, ev, { everyConsole = false } = {}) {
   page.on("pageerror", (e) => ev(`pageerror ${e}`));
 }
 
-module.exports = { idle, gridsDrawn, settle, watch, retryLost, dropFirstFetch };
+// A failed step's error in one line, for a flow's message: Playwright's first line ("locator.waitFor: Timeout
+// 600000ms exceeded.") and, when it has one, the line that says what was waited for.
+function why(err) {
+  const lines = String(err && err.message || err).split("\n");
+  const waited = lines.find((l) => l.includes("waiting for"));
+  return waited ? `${lines[0]} (${waited.trim().replace(/^- /, "")})` : lines[0];
+}
+
+// What a failed page shows, for a flow's message: headings, alerts and the errors Streamlit drew in place of an
+// element (stException: a widget whose code or stylesheet failed to load shows its error there).
+const SHOWN = "h1, h2, h3, [data-testid='stAlert'], [data-testid='stException']";
+
+module.exports = { idle, gridsDrawn, settle, watch, retryLost, dropFirstFetch, why, SHOWN };

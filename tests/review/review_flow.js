@@ -6,7 +6,7 @@
 // network_bytes, reloads (pages reloaded because they lost a script or stayed blank), dropped (the chunk whose first
 // fetch `dropScript` reset), texts (a few visible strings, for failure messages).
 const { chromium } = require("playwright-core");
-const { dropFirstFetch, gridsDrawn, idle, retryLost, settle } = require("../leaderboard/streamlit_idle.js");
+const { SHOWN, dropFirstFetch, gridsDrawn, idle, retryLost, settle, why } = require("../leaderboard/streamlit_idle.js");
 
 async function main() {
   const opts = JSON.parse(process.argv[2]);
@@ -67,6 +67,7 @@ async function main() {
     await idle(page, timeout); // the first page has finished drawing
     out.pages = (await pageRadio.locator("label").allInnerTexts()).map((t) => t.trim()).filter((t) => t && t !== "Page");
     if (out.pages[0] === "Leaderboard") { // a viewer's first page: let its table arrive before looking
+      step = "leaderboard";
       await retryLost(page, async () => {
         await page.locator('[data-testid="stDataFrame"]').first().waitFor({ timeout });
         await idle(page, timeout);
@@ -117,9 +118,9 @@ async function main() {
     }
     out.texts = (await page.locator("h1, [data-testid='stAlert']").allInnerTexts()).slice(0, 6);
   } catch (err) {
-    const texts = page ? await page.locator("h1, h2, h3, [data-testid='stAlert']").allInnerTexts().catch(() => []) : [];
+    const texts = page ? await page.locator(SHOWN).allInnerTexts().catch(() => []) : [];
     if (page && opts.failShot) await page.screenshot({ path: opts.failShot, fullPage: true }).catch(() => {});
-    throw new Error(`${step}: ${String(err && err.message || err).split("\n")[0]} | page: ${texts.join(" / ")}`);
+    throw new Error(`${step}: ${why(err)} | page: ${texts.join(" / ")}`);
   } finally {
     await browser.close();
   }

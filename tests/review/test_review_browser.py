@@ -38,6 +38,7 @@ def review_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     output = write_output(work / "out")
     users = {"cleo": User("u-cleo", "cleo@hospital.example", "Cleo Clinician", ["clinical-reviewers"]),
              "cruz": User("u-cruz", "cruz@hospital.example", "Cruz Clinician", ["clinical-reviewers"]),
+             "cora": User("u-cora", "cora@hospital.example", "Cora Clinician", ["clinical-reviewers"]),
              "vera": User("u-vera", "vera@hospital.example", "Vera Viewer", ["medhelm-viewers"])}
     with signed_in_app(users, output / "results.sqlite", ACCESS_YAML, work) as (app, _provider):
         yield app.url, output / "results.sqlite"
@@ -101,3 +102,19 @@ def test_a_review_page_that_loses_one_of_its_scripts_is_reloaded_and_rated_once(
         mine = [x for x in review.stored_ratings(s, release="local", benchmark=JURY_BENCH)
                 if x.rater == "cruz@hospital.example"]
     assert [(x.criterion, x.score) for x in mine] == [("accuracy", 2.0)], mine
+
+
+def test_a_calibration_page_that_loses_the_grids_stylesheet_is_reloaded_and_shown(review_app) -> None:
+    """The data grid's code comes with a stylesheet; when its fetch fails, Streamlit draws "Unable to preload CSS"
+    where the grid would be (a loaded CI run waited out its 10-minute calibration step on such a page). A clinician's
+    first grid is on Jury calibration: the stylesheet's first fetch is reset there, the flow reloads as a user would
+    and the page shows its tables; the rating made before is stored once."""
+    url, store = review_app
+    r = drive(url, "cora", score="3", dropScript="css/DataFrame")
+    assert r.get("dropped", "").startswith("DataFrame") and r["dropped"].endswith(".css"), r
+    assert r["reloads"] >= 1 and r["calibration"] == "shown" and r["review"] == "rated", r
+    assert not r["in_network"][PLANTED] and not r["in_dom"][PLANTED], r
+    with open_store(store) as s:
+        mine = [x for x in review.stored_ratings(s, release="local", benchmark=JURY_BENCH)
+                if x.rater == "cora@hospital.example"]
+    assert [(x.criterion, x.score) for x in mine] == [("accuracy", 3.0)], mine
