@@ -71,6 +71,7 @@ CASES = (
     HaproxyCase("HAProxy: more than 10 in 1 s refused (600 a minute), refused ones counted", 600, 1),
     HaproxyCase("HAProxy: more than 100 in 10 s refused, refused ones counted", 600, 10),
     HaproxyCase("HAProxy: more than 600 in 60 s refused, refused ones counted", 600, 60),
+    HaproxyCase("2 shards, HAProxy: more than 600 in 60 s refused, refused ones counted", 600, 60, shards=2),
 )
 
 

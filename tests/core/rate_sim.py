@@ -5,7 +5,8 @@ simulated API gateway that refuses past a token bucket with 429 + ``Retry-After`
 ``burst_s``), whose budget may change at given times, stating ``Retry-After`` to the millisecond as the mock does
 or in whole seconds (``whole_seconds``: RFC 9110's delay-seconds, as API management gateways do), or not at all
 (``silent``: AWS API Gateway's throttling and nginx's ``limit_req`` answer a bare 429); or (``window_s``) no bucket
-but a count of every attempt over a sliding window, refused ones included (HAProxy's ``http_req_rate``), or
+but an exact count of every attempt over a sliding window, refused ones included, or (``freq_ctr_s``) that count as
+HAProxy keeps it for ``http_req_rate`` (its freq_ctr: the period so far plus the last one, weighed), or
 (``fixed_window_s``) a count per window of the clock (Kong, Envoy's rate limit service, a per-minute quota); a request
 is charged on arrival (its prompt's words plus ``max_tokens``, as OpenAI counts), answered after a latency drawn around
 ``latency_s``, or refused at once with the seconds its cost needs to be back. Each process has ``workers``
@@ -40,10 +41,14 @@ class Gateway:
     whole_seconds: bool = False  # Retry-After as RFC 9110 delay-seconds: the wait rounded up, at least 1
     silent: bool = False  # no Retry-After at all (AWS API Gateway's throttling, nginx's limit_req): a bare 429
     window_s: float | None = None  # instead of a bucket: every attempt counted over a sliding window this long, the
-    # refused ones too, refused past requests_per_minute's part of it (HAProxy's http_req_rate, track-sc before deny)
+    # refused ones too, refused past requests_per_minute's part of it (HAProxy's http_req_rate read exactly)
     fixed_window_s: float | None = None  # instead of a bucket: requests_per_minute's part of this many seconds let
     # through per window of the clock, refused past it until the next (Kong's rate limiting, Envoy's global rate limit
     # service, a per-minute quota), the refused ones not counted; Retry-After the seconds to the next window
+    freq_ctr_s: float | None = None  # instead of a bucket: HAProxy's own count (its freq_ctr, http_req_rate(period)):
+    # the requests of the period so far plus the last period's, weighed by the part of this one still to go, every
+    # attempt counted (track-sc before deny), refused past requests_per_minute's part of a period; periods follow one
+    # another from the first request (two missed: the count starts over), in whole milliseconds and integer counts
     _levels: dict[str, list[float]] = field(default_factory=dict)
     _attempts: list[float] = field(default_factory=list)
 
@@ -65,6 +70,14 @@ class Gateway:
             self._attempts = [a for a in self._attempts if a > t - self.window_s] + [t]
             over = len(self._attempts) - rpm * self.window_s / 60.0
             return self.stated(self._attempts[math.ceil(over) - 1] + self.window_s - t) if over > 0 else 0.0
+        if self.freq_ctr_s is not None:
+            period, now = round(self.freq_ctr_s * 1000), math.floor(t * 1000)
+            tick, curr, prev = self._levels.setdefault("freq_ctr", [now, 0, 0])
+            if now - tick >= period:  # the period is over: it becomes the last one
+                tick, curr, prev = (tick + period, 0, curr) if now - tick < 2 * period else (now, 0, 0)
+            self._levels["freq_ctr"] = [tick, curr + 1, prev]
+            count = curr + 1 + prev * (tick + period - now) // period
+            return self.stated(1.0) if count > round(rpm * self.freq_ctr_s / 60.0) else 0.0
         if self.fixed_window_s is not None:
             window = math.floor(t / self.fixed_window_s)
             count = self._levels.setdefault("window", [window, 0.0])

@@ -26,15 +26,15 @@ less, and the trickle starts sooner. A gateway that states no wait at all (a bar
 gives shards no fair part: their summary says to tell the Job its budget. A shard with no fair part still halving
 after ``STARVED_REFUSALS`` refusals takes what was accepted since its oldest send kept as its first estimate.
 
-Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing
-to estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate) until
+Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing to
+estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate) until
 ``MIN_ACCEPTED`` refusals came since the last cut with some accepted between (a budget far under the rate: what was
-accepted since the oldest send kept is then the refill), and a cut never raises a rate once estimated; after
-``MIN_ACCEPTED`` refusals in a row with none accepted (a shard: ``MIN_ACCEPTED`` / its share; ``WINDOW_TRICKLE`` once a
-rate was read over windows), it sends one request per ``TRICKLE_S`` until one is answered (a gateway that counts
-refused requests, HAProxy's ``http_req_rate``, is not kept full by them, nor is one that counts per window of the
-clock refused for the rest of each window); a learnt rate lies in [``MIN_RATE``, the configured cap]. Time comes
-from an injected clock (a simulation runs it)."""
+accepted since the oldest send kept, over the seconds outside trickles, is then the refill), and a cut never raises a
+rate once estimated; after ``MIN_ACCEPTED`` refusals in a row with none accepted (a shard: ``MIN_ACCEPTED`` / its
+share; ``WINDOW_TRICKLE`` once a rate was read over windows), it sends one request per ``TRICKLE_S`` until one is
+answered (a gateway that counts refused requests, HAProxy's ``http_req_rate``, is not kept full by them, nor is one
+that counts per window of the clock refused for the rest of each window); a learnt rate lies in [``MIN_RATE``, the
+configured cap]. Time comes from an injected clock (a simulation runs it)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,8 @@ BURST_S = 1.0  # the learnt buckets hold this many seconds of refill (at least o
 TOKEN_BURST_REQUESTS = 2.0  # ... the token bucket at least this many requests' mean cost
 WINDOW_RUN_S = 5.0  # a run of refusals, none accepted, this long (stretched) ends where a gateway's window resets ...
 WINDOW_TRICKLE = 4  # ... once a rate was read over windows, a trickle starts after this many refusals in a row ...
-WINDOW_CLIMB_MAX = 4.0  # ... and the climb doubles at most this many times (a window refuses only once it is spent)
+WINDOW_CLIMB_MAX = 4.0  # ... and the climb doubles at most this many times (a window refuses only once it is spent;
+# so too once a process trickled twice: HAProxy's count lets a fast climb through until a minute of it is counted)
 MIN_RATE = 0.01  # requests (or tokens) a second: the slowest pace a refusal can set
 STEADY_REQUESTS_PER_S = 4.0  # under this many requests a second, the climb and the spans above in seconds are
 # stretched to hold as many requests as at this rate (``LearntRate._stretch``)
@@ -118,7 +119,8 @@ class LearntRate:
         self._latency: float | None = None  # a moving average of answers' latency
         self._idle: list[tuple[float, float]] = []  # (from, to): spells every learnt bucket sat full, by time
         self._idle_seen = self.born  # idle spells are accounted up to this time
-        self._trickling = False  # every request refused (MIN_ACCEPTED in a row): one send per TRICKLE_S
+        self._trickling: float | None = None  # since when every request was refused: one send per TRICKLE_S
+        self._paused: list[tuple[float, float]] = []  # (from, to): the trickles, by time
         self.trickles = 0  # how often the rate was held to a trickle
         self.window_cuts = 0  # how often a rate was read over a gateway's window (``_run_ended``)
 
@@ -142,12 +144,14 @@ class LearntRate:
             self._forgotten = self._sent.popleft()[1:]
         if self._refused and self._refused[0][0] < horizon:
             del self._refused[:bisect.bisect_left(self._refused, (horizon, -math.inf))]
-        if self._idle and self._idle[0][1] < horizon:
-            del self._idle[:bisect.bisect_left(self._idle, horizon, key=lambda spell: spell[1])]
+        for spells in (self._idle, self._paused):
+            del spells[:bisect.bisect_left(spells, horizon, key=lambda spell: spell[1])]
 
     def answered(self, latency_s: float, started: float) -> None:
         """A request sent at ``started`` was answered after ``latency_s``."""
-        self._trickling = False  # the gateway accepts again
+        if self._trickling is not None:  # the gateway accepts again
+            self._paused.append((self._trickling, started))
+            self._trickling = None
         self._latency = latency_s if self._latency is None else 0.9 * self._latency + 0.1 * latency_s
         self._run_ended(started, self._clock())
 
@@ -217,10 +221,10 @@ class LearntRate:
             # does not send at the rate either once MIN_ACCEPTED in a row were refused (a gateway that counts refused
             # requests, HAProxy's http_req_rate, or per window of the clock, Kong's). A shard waits for MIN_ACCEPTED /
             # share (one refused 16 in a row is mostly starved by the others' sends), or WINDOW_TRICKLE once windows
-            if not self._trickling and \
+            if self._trickling is None and \
                     len(self._refused) - bisect.bisect_left(self._refused, (self._cut_at, -math.inf)) >= \
                     (WINDOW_TRICKLE if self.window_cuts else MIN_ACCEPTED / self._share):
-                self._trickling = True
+                self._trickling = now
                 self.trickles += 1
             return False
         estimate = self._estimate(started)
@@ -312,6 +316,9 @@ class LearntRate:
         if since is None or since[2] < MIN_SPAN_S or since[0] < least:
             return False
         requests, used, span = since
+        span -= self._idle_between(b - span, b, self._paused)  # a trickle is our own pause, not the gateway's
+        if span < MIN_SPAN_S:  # refill: read over one, HAProxy's count was learnt as a hundredth of itself, for good
+            return False
         requests, used = requests / span, used / span
         if self._estimated and self.requests_per_s is not None:
             requests = min(requests, self.requests_per_s)
@@ -332,7 +339,7 @@ class LearntRate:
                     # the climb probes from here; a rate at its configured budget has nothing to probe (the other
                     # climbed on its account without bound, e^t a second before an estimate, never refused)
                     self._bound_at = now
-        if self._trickling and self._sent:
+        if self._trickling is not None and self._sent:
             wait = max(wait, self._sent[-1][0] + TRICKLE_S - now)
         return wait
 
@@ -418,11 +425,12 @@ class LearntRate:
         """The gateway states its waits in whole seconds (RFC 9110's delay-seconds)."""
         return bool(self._waits) and all(w == int(w) for w in self._waits)
 
-    def _idle_between(self, a: float, b: float) -> float:
-        """Seconds between ``a`` and ``b`` every learnt bucket sat full (this process sent under its learnt rate)."""
-        i = bisect.bisect_right(self._idle, a, key=lambda spell: spell[1])
+    def _idle_between(self, a: float, b: float, spells: list[tuple[float, float]] | None = None) -> float:
+        """Seconds between ``a`` and ``b`` every learnt bucket sat full (``spells``: within those instead)."""
+        spells = self._idle if spells is None else spells
+        i = bisect.bisect_right(spells, a, key=lambda spell: spell[1])
         total = 0.0
-        for start, end in self._idle[i:]:
+        for start, end in spells[i:]:
             if start >= b:
                 break
             total += min(end, b) - max(start, a)
@@ -584,7 +592,7 @@ class LearntRate:
         if fair is not None:  # shards climb by one unit they share, so the smaller ones gain on the larger (AIMD)
             unit = SHARD_CLIMB * fair
             pr, pt = unit, unit * (self.tokens_per_s or 0.0) / self.requests_per_s
-        most = WINDOW_CLIMB_MAX if self.window_cuts else CLIMB_MAX
+        most = WINDOW_CLIMB_MAX if self.window_cuts or self.trickles > 1 else CLIMB_MAX
         boost = min(most, 2.0 ** ((self._ticks - self._quiet_since) / CLIMB_DOUBLING_S)) * CLIMB * dt / stretch
         if not self._estimated:  # a halving guessed: find the budget's edge again soon, to estimate it there
             boost *= FIRST_CLIMB
