@@ -149,8 +149,8 @@ class LearntRate:
 
     def answered(self, latency_s: float, started: float) -> None:
         """A request sent at ``started`` was answered after ``latency_s``."""
-        if self._trickling is not None:  # the gateway accepts again
-            self._paused.append((self._trickling, started))
+        if self._trickling is not None:  # the gateway accepts again (a request sent before the trickle: at once)
+            self._paused.append((self._trickling, max(started, self._trickling)))
             self._trickling = None
         self._latency = latency_s if self._latency is None else 0.9 * self._latency + 0.1 * latency_s
         self._run_ended(started, self._clock())
