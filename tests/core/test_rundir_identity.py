@@ -189,6 +189,12 @@ def test_run_resume_shards_and_summarize_write_what_they_wrote_before(tmp_path: 
     for scenario in want:
         assert sorted(got[scenario]) == sorted(want[scenario]), scenario
         for name in want[scenario]:
+            if "/shards/" in name and name.endswith(".jsonl"):
+                # a shard's records are appended as its instances finish (pipeline/execute.py): their order is the
+                # order of completion, which a loaded machine changes (a CI run finished position 13 before 4);
+                # ``collect`` merges them in position order, compared as is in "collect"
+                got[scenario][name][0].sort(key=lambda line: json.dumps(line, sort_keys=True))
+                want[scenario][name][0].sort(key=lambda line: json.dumps(line, sort_keys=True))
             assert got[scenario][name] == want[scenario][name], (scenario, name)
 
 
