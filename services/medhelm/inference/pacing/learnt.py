@@ -144,7 +144,7 @@ class LearntRate:
             self._forgotten = self._sent.popleft()[1:]
         if self._refused and self._refused[0][0] < horizon:
             del self._refused[:bisect.bisect_left(self._refused, (horizon, -math.inf))]
-        for spells in (self._idle, self._paused):
+        for spells in (s for s in (self._idle, self._paused) if s and s[0][1] < horizon):  # most sends: none
             del spells[:bisect.bisect_left(spells, horizon, key=lambda spell: spell[1])]
 
     def answered(self, latency_s: float, started: float) -> None:
