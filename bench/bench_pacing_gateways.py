@@ -12,7 +12,8 @@ past its part of 600 a minute with a bare 429. Each case's clients
 run in a process of their own (the real ``ClientPool``, ``auto``, 64 workers a pool that always have a prompt; shards
 are pools with ``share`` 1/n), all cases at once for ``--seconds`` (240). Counted from the first minute on, from
 the gateway's own access log (the oracle): refusals over requests, requests let through over the budget; each shard's
-accepted (its own count) over a fair share; instances failed (a 429 six times).
+accepted (its own count) over a fair share; instances failed (the pool's ``RetryPolicy`` gave up: a 429 past six
+attempts and ten minutes).
 ``python bench/bench_pacing_gateways.py [--seconds 240] [--no-write]``; needs nginx and HAProxy (scripts/_env.sh
 unpacks them).
 """

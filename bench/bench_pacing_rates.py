@@ -4,9 +4,9 @@ gateway over real HTTP on 127.0.0.1: issue 53 items 1-2, measured in one run, wr
 Every case runs at once for ``--seconds`` (240): each gateway is a ``MockOpenAIServer`` in its own process with a
 requests- and/or tokens-per-minute bucket (``burst_s`` 1 or 60 s of refill), answering 429 + ``Retry-After`` past
 it and sending no ``x-ratelimit-*`` header; each client is the real ``ClientPool`` (``auto``, the pool's default
-``RetryPolicy``: an instance refused six times fails) driven by 64 workers that always have a new prompt. Shards are
-pools with ``share`` 1/n against one gateway, knowing nothing of each other. Counted from the first minute on (the
-budget-change case: the last 20 s before each change, i.e. a minute after the one before): refusals over attempts,
+``RetryPolicy``: an instance refused six times and for ten minutes fails) driven by 64 workers that always have a
+new prompt. Shards are pools with ``share`` 1/n against one gateway, knowing nothing of each other. Counted from
+the first minute on (the budget-change case: the last 20 s before each change, i.e. a minute after the one before): refusals over attempts,
 what the gateway accepted over its budget (tokens for the tokens case), each shard's accepted over a fair share,
 instances failed. The gateways state ``Retry-After`` to the millisecond, or (the cases so named) in whole seconds as
 RFC 9110's delay-seconds do, or not at all; the clients of whole seconds' cases run in a process of their own.

@@ -12,7 +12,8 @@ is charged on arrival (its prompt's words plus ``max_tokens``, as OpenAI counts)
 ``latency_s``, or refused at once with the seconds its cost needs to be back. Each process has ``workers``
 instances in flight at most (the run's tasks), waits in the pacer's order (``try_acquire`` / ``blocked_for`` on the
 simulated clock), and sends a refused instance again after the pool's ``RetryPolicy`` delay (at least
-``Retry-After``); an instance refused ``max_attempts`` times fails.
+``Retry-After``); an instance fails when that policy gives up on it (``RetryPolicy.retries``: refused for a rate
+limit, past ``max_attempts`` once its first refusal is ``rate_limit_wait_s`` old).
 A process's event loop may stall (``stalls``: a client starved on a loaded machine).
 Time is simulated and every draw seeded: the result depends on the seed only, never on the machine.
 Used by tests/core/test_pacing_rates.py and bench/bench_pacing_rates.py (which also measures the real thing).
@@ -26,7 +27,8 @@ import random
 from dataclasses import dataclass, field
 
 from medhelm.inference.pacing import PaceSettings, Pacer
-from medhelm.inference.retry import RetryPolicy
+from medhelm.inference.outcome import Outcome, Verdict
+from medhelm.inference.retry import RetryPolicy, first_rate_limit
 from tests.core.pacing_sim import Clock
 
 TOKEN_ESTIMATE = 1.3  # the client's tokens per gateway token for a prompt (chars / 4 against words)
@@ -121,7 +123,7 @@ class Process:
     sent: list[float] = field(default_factory=list)  # send times of every attempt
     accepted: list[tuple[float, float]] = field(default_factory=list)  # (send time, gateway tokens)
     refused: list[float] = field(default_factory=list)  # send times of refused attempts
-    failed: int = 0  # instances refused max_attempts times
+    failed: int = 0  # instances the retry policy gave up on
     most_refused: int = 0
     answered: int = 0
 
@@ -168,7 +170,8 @@ def simulate(gateway: Gateway, *, processes: int = 1, seconds: float = 180.0, la
                                         tokens_per_minute=tpm), clock=clock))
              for _ in range(processes)]
     events: list[tuple[float, int, str, tuple]] = []
-    queues: list[list[tuple[float, int, int]]] = [[] for _ in procs]  # waiting: (client tokens, words, attempt)
+    # waiting: (client tokens, words, attempt, when its first refusal came or None)
+    queues: list[list[tuple[float, int, int, float | None]]] = [[] for _ in procs]
     wakes = [math.inf] * processes
     seq = 0
 
@@ -179,12 +182,12 @@ def simulate(gateway: Gateway, *, processes: int = 1, seconds: float = 180.0, la
 
     def new_instance(p: int) -> None:
         words = rng.randint(*prompt_words)
-        queues[p].append((TOKEN_ESTIMATE * words + max_tokens, words, 1))
+        queues[p].append((TOKEN_ESTIMATE * words + max_tokens, words, 1, None))
 
     def pump(p: int) -> None:
         pacer, queue = procs[p].pacer, queues[p]
         while queue:
-            tokens, words, attempt = queue[0]
+            tokens, words, attempt, since = queue[0]
             started = pacer.try_acquire(tokens)
             if started is None:
                 wait = pacer.blocked_for(tokens)
@@ -195,17 +198,17 @@ def simulate(gateway: Gateway, *, processes: int = 1, seconds: float = 180.0, la
             queue.pop(0)
             procs[p].sent.append(clock.t)
             if net_s > 0.0:
-                push(clock.t + rng.expovariate(1.0 / net_s), "arrive", p, started, tokens, words, attempt)
+                push(clock.t + rng.expovariate(1.0 / net_s), "arrive", p, started, tokens, words, attempt, since)
             else:
-                arrive(p, started, tokens, words, attempt)
+                arrive(p, started, tokens, words, attempt, since)
 
-    def arrive(p: int, started: float, tokens: float, words: int, attempt: int) -> None:
+    def arrive(p: int, started: float, tokens: float, words: int, attempt: int, since: float | None) -> None:
         cost = words + max_tokens
         retry_after = gateway.arrive(clock.t, cost)
         back = rng.expovariate(1.0 / net_s) if net_s > 0.0 else 0.0
         if retry_after > 0.0:
             stated = None if gateway.silent else retry_after
-            push(clock.t + refuse_s + back, "refused", p, started, tokens, words, attempt, stated)
+            push(clock.t + refuse_s + back, "refused", p, started, tokens, words, attempt, since, stated)
         else:
             latency = latency_s * rng.lognormvariate(0.0, jitter)
             push(clock.t + latency + back, "answered", p, started, tokens, cost)
@@ -237,18 +240,20 @@ def simulate(gateway: Gateway, *, processes: int = 1, seconds: float = 180.0, la
             proc.answered += 1
             new_instance(p)
         elif kind == "refused":
-            _, started, tokens, words, attempt, retry_after = data
+            _, started, tokens, words, attempt, since, retry_after = data
             proc.pacer.release(started, ok=False, overloaded=True, retry_after=retry_after, tokens_taken=tokens)
             proc.refused.append(started)
             proc.most_refused = max(proc.most_refused, attempt)
-            if attempt >= retry_policy.max_attempts:
+            outcome = Outcome(Verdict.RATE_LIMITED, retry_after)
+            since = first_rate_limit(outcome, 429, since, t)
+            if not retry_policy.retries(attempt, outcome, 429, t - since):
                 proc.failed += 1
                 new_instance(p)
             else:
-                push(t + retry_policy.delay(attempt, rng, retry_after), "retry", p, tokens, words, attempt + 1)
+                push(t + retry_policy.delay(attempt, rng, retry_after), "retry", p, tokens, words, attempt + 1, since)
         elif kind == "retry":
-            _, tokens, words, attempt = data
-            queues[p].append((tokens, words, attempt))
+            _, tokens, words, attempt, since = data
+            queues[p].append((tokens, words, attempt, since))
         pump(p)
     return procs, clock
 

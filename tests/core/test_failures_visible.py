@@ -1,8 +1,9 @@
 """Failures a user must see (the HELM prod_env issue, item 5): an instance the provider refuses for its
 credential (401/403) stops the run with exit 2 and one line naming the deployment, the status and the
 provider's message; a bad request (400) is recorded and also exits 2 naming the first; a content filter's
-400 stays that instance's outcome; exhausted retries name the status; an unreachable endpoint that the
-deployment does not spell out (a provider's default) is named by its URL. Never the key, never patient text."""
+400 stays that instance's outcome; exhausted retries name the status, and a rate limit is waited out
+(``--rate-limit-wait``) before they are; an unreachable endpoint that the deployment does not spell out (a
+provider's default) is named by its URL. Never the key, never patient text."""
 
 from __future__ import annotations
 
@@ -83,6 +84,29 @@ def test_exhausted_retries_name_the_status(tmp_path, capsys):
     assert run(tmp_path, responder, "--max-attempts", "2", "--retry-base-delay", "0") == 2
     [line] = errors(capsys.readouterr().err)
     assert "1 instance(s) still failing after retries" in line and "HTTP 503" in line
+
+
+def _limited_thrice():
+    refused = []
+
+    def responder(body):
+        if MARKER in json.dumps(body) and len(refused) < 3:
+            refused.append(1)
+            raise MockHTTPError(429, "Rate limit reached for requests.")
+        return "Yes"
+
+    return responder
+
+
+def test_a_rate_limit_that_outlasts_max_attempts_is_waited_out_unless_told_not_to(tmp_path, capsys):
+    """Issue 53: a 429 means "later": refused three times with --max-attempts 2, the instance is still answered
+    (retried within --rate-limit-wait); with --rate-limit-wait 0 it fails after its two attempts, naming the 429."""
+    assert run(tmp_path / "a", _limited_thrice(), "--max-attempts", "2", "--retry-base-delay", "0") == 0
+    assert errors(capsys.readouterr().err) == []
+    assert run(tmp_path / "b", _limited_thrice(), "--max-attempts", "2", "--retry-base-delay", "0",
+               "--rate-limit-wait", "0") == 2
+    [line] = errors(capsys.readouterr().err)
+    assert "1 instance(s) still failing after retries" in line and "HTTP 429" in line and MARKER not in line
 
 
 def test_azures_content_filter_is_that_instances_outcome_not_a_bad_request():

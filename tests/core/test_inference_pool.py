@@ -13,7 +13,8 @@ from medhelm.devtools.mock_openai import MockHTTPError, MockOpenAIServer
 from medhelm.errors import ConfigError, InferenceError, ServerUnreachable
 from medhelm.inference import ClientPool, ClientStats, RequestCache, RetryPolicy, make_client
 from medhelm.inference.openai import OpenAIClient
-from medhelm.inference.retry import RetryingClient
+from medhelm.inference.outcome import Outcome, Verdict
+from medhelm.inference.retry import RetryingClient, first_rate_limit
 from medhelm.specs import Completion, Deployment, GenerationRequest, Message, Usage
 
 FAST = RetryPolicy(max_attempts=8, base_delay_s=0.001, max_delay_s=0.01)
@@ -63,6 +64,65 @@ def test_retries_give_up_after_max_attempts():
         assert srv.request_count == 3
     assert info.value.status == 500
     assert pool.stats["mock/model"] == ClientStats(requests=3, cache_hits=0, retries=2, errors=1)
+
+
+def _refusing(first: int, status: int, retry_after: float | None = None):
+    """A responder that refuses the first ``first`` requests with ``status`` and answers every later one."""
+    seen = []
+
+    def respond(body):
+        seen.append(1)
+        if len(seen) <= first:
+            raise MockHTTPError(status, "slow down", retry_after=retry_after)
+        return "Yes"
+
+    return respond
+
+
+def test_a_rate_limit_outlasting_max_attempts_is_waited_out_not_failed():
+    """Issue 53: a gateway that refuses with 429 (no rate headers) for longer than ``max_attempts`` covers, while a
+    pacer is still learning its budget, loses no instance: the request is retried within ``rate_limit_wait_s``."""
+    policy = RetryPolicy(max_attempts=2, base_delay_s=0.001, max_delay_s=0.01)
+    with MockOpenAIServer(responder=_refusing(7, 429)) as srv:
+        pool = ClientPool(retry=policy)
+        (completion,) = run_requests(pool, deployment(srv.base_url), [request()])
+        assert srv.request_count == 8
+    assert completion.text == "Yes" and completion.usage.attempts == 8
+    assert pool.stats["mock/model"] == ClientStats(requests=8, cache_hits=0, retries=7, errors=0)
+
+
+@pytest.mark.parametrize("status, retry_after, wait_s", [
+    (429, None, 0.0),  # the operator turned the wait off: max_attempts, as before
+    (429, 2.0, 0.5),  # the gateway asks for longer than we wait (a spent daily quota): max_attempts
+    (503, None, 600.0),  # a server down, no wait stated: max_attempts, as any other failure
+    (529, None, 600.0),
+])
+def test_a_refusal_that_is_no_rate_limit_to_wait_out_gets_max_attempts_only(status, retry_after, wait_s):
+    policy = RetryPolicy(max_attempts=3, base_delay_s=0.001, max_delay_s=0.01, rate_limit_wait_s=wait_s)
+    with MockOpenAIServer(responder=_refusing(50, status, retry_after)) as srv:
+        pool = ClientPool(retry=policy)
+        with pytest.raises(InferenceError) as info:
+            run_requests(pool, deployment(srv.base_url), [request()])
+        assert srv.request_count == 3
+    assert info.value.status == status
+
+
+def test_the_retry_policy_waits_out_a_rate_limit_for_rate_limit_wait_s():
+    """``RetryPolicy.retries``, the one rule the pool and the seeded simulations follow."""
+    policy = RetryPolicy(max_attempts=6, rate_limit_wait_s=600.0)
+    limited, down = Outcome(Verdict.RATE_LIMITED), Outcome(Verdict.TRANSIENT)
+    assert policy.retries(5, down, 500, None) and not policy.retries(6, down, 500, None)
+    assert not policy.retries(1, Outcome(Verdict.FATAL), 400, None)
+    assert policy.retries(40, limited, 429, 599.0) and not policy.retries(40, limited, 429, 600.0)
+    assert policy.retries(6, Outcome(Verdict.RATE_LIMITED, 30.0), 429, 570.0)  # back within the wait
+    assert not policy.retries(6, Outcome(Verdict.RATE_LIMITED, 31.0), 429, 570.0)  # asked to come back after it
+    assert not policy.retries(6, limited, 503, 1.0) and policy.retries(6, Outcome(Verdict.RATE_LIMITED, 2.0), 503, 1.0)
+    assert policy.retries(6, limited, 400, 1.0)  # a provider's throttling code (Bedrock's ThrottlingException)
+    # the wait counts from the request's first rate-limit refusal, not from a 500 before it
+    assert first_rate_limit(down, 500, None, 5.0) is None
+    assert first_rate_limit(limited, 429, None, 7.0) == 7.0 and first_rate_limit(limited, 429, 7.0, 9.0) == 7.0
+    with pytest.raises(ValueError):
+        RetryPolicy(rate_limit_wait_s=-1.0)
 
 
 def test_non_retryable_400_fails_fast_with_a_clear_message():

@@ -58,6 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="tries per model request, retries included (default: %(default)s)")
     how.add_argument("--retry-base-delay", type=_non_negative, default=0.5, metavar="SECONDS",
                      help="first retry back-off ceiling, doubled per retry, full jitter (default: %(default)s)")
+    how.add_argument("--rate-limit-wait", type=_non_negative, default=600.0, metavar="SECONDS",
+                     help="a request refused for a rate limit (429, or a stated Retry-After) is retried past "
+                          "--max-attempts until its first refusal is this old; 0: --max-attempts only "
+                          "(default: %(default)s)")
     obs = p.add_argument_group("metrics (Prometheus; docs/observability.md)")
     obs.add_argument("--metrics-port", type=_port, default=_env_int("MEDHELM_METRICS_PORT"), metavar="PORT",
                      help="serve /metrics on this port while running; 0 = any free port (env MEDHELM_METRICS_PORT)")
@@ -293,6 +297,7 @@ def plan_from_args(args: argparse.Namespace):
                          num_output_tokens=args.num_output_tokens, progress=not args.quiet,
                          max_attempts=getattr(args, "max_attempts", 6),
                          retry_base_delay_s=getattr(args, "retry_base_delay", 0.5),
+                         rate_limit_wait_s=getattr(args, "rate_limit_wait", 600.0),
                          data_roots=tuple(args.data_roots), any_data_path=args.allow_any_data_path)
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise ConfigError("--data-dir is not a directory", path=args.data_dir)

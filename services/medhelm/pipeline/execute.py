@@ -108,7 +108,8 @@ async def run_suite(plans: Sequence[RunPlan], options: RunOptions, *, pool=None,
     if own_pool:
         cache = RequestCache(options.cache_path) if options.use_cache else None
         pool = ClientPool(cache=cache, retry=RetryPolicy(max_attempts=options.max_attempts,
-                                                         base_delay_s=options.retry_base_delay_s),
+                                                         base_delay_s=options.retry_base_delay_s,
+                                                         rate_limit_wait_s=options.rate_limit_wait_s),
                           observer=telemetry, connections=options.max_concurrency,
                           pacing=PacingPolicy(adaptive=options.adaptive, share=options.rate_share))
     pool.expect(expected_requests(plans))

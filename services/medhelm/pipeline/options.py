@@ -25,6 +25,7 @@ class RunOptions:
     progress: bool = True
     max_attempts: int = 6  # per model request: 1 try + retries (429, 5xx, timeouts, malformed bodies)
     retry_base_delay_s: float = 0.5  # first back-off ceiling; doubles per retry (full jitter), capped at 30 s
+    rate_limit_wait_s: float = 600.0  # a rate-limited request is retried past max_attempts this long (retry.py)
     data_roots: tuple[Path, ...] = ()  # --data-root: folders a benchmark YAML may name files in (besides its own)
     any_data_path: bool = False  # --allow-any-data-path: a benchmark YAML may name files anywhere
 
