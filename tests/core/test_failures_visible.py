@@ -109,6 +109,30 @@ def test_a_rate_limit_that_outlasts_max_attempts_is_waited_out_unless_told_not_t
     assert "1 instance(s) still failing after retries" in line and "HTTP 429" in line and MARKER not in line
 
 
+QUOTA = ("You exceeded your current quota, please check your plan and billing details. For more information on "
+         "this error, read the docs.")  # OpenAI's text for the 429 "insufficient_quota"
+
+
+def test_a_spent_quota_stops_the_run_at_once_instead_of_being_waited_out(tmp_path, capsys):
+    """A 429 whose code says the account's quota is spent (OpenAI's and Azure's ``insufficient_quota``) is no rate
+    limit: waited out for ten minutes (--rate-limit-wait) every instance would fail the same way. The run stops at
+    its first such refusal with the provider's line, as for a refused credential, and asks no more."""
+    asked = []
+
+    def responder(body):
+        asked.append(1)
+        if MARKER in json.dumps(body):
+            raise MockHTTPError(429, QUOTA, code="insufficient_quota")
+        return "Yes"
+
+    assert run(tmp_path, responder) == 2
+    out = capsys.readouterr()
+    [line] = errors(out.err)
+    assert "HTTP 429: You exceeded your current quota" in line and "the account's quota is spent" in line
+    assert "deployment 'openai/gpt-4o-2024-05-13'" in line and KEY not in out.err and MARKER not in out.err
+    assert len(asked) <= 3  # the refused instance asked once; no retry
+
+
 def test_azures_content_filter_is_that_instances_outcome_not_a_bad_request():
     from medhelm.inference.http import HttpReply
     from medhelm.inference.openai import _filtered

@@ -107,6 +107,22 @@ def test_a_refusal_that_is_no_rate_limit_to_wait_out_gets_max_attempts_only(stat
     assert info.value.status == status
 
 
+@pytest.mark.parametrize("error", [
+    MockHTTPError(429, "You exceeded your current quota.", code="insufficient_quota"),  # OpenAI, Azure OpenAI
+    MockHTTPError(429, "Rate limit reached.", headers={"x-should-retry": "false"}),  # the server says: no retry
+])
+def test_a_refusal_the_server_says_no_retry_helps_is_not_retried(error):
+    def respond(body):
+        raise error
+
+    with MockOpenAIServer(responder=respond) as srv:
+        pool = ClientPool(retry=FAST)
+        with pytest.raises(InferenceError) as info:
+            run_requests(pool, deployment(srv.base_url), [request()])
+        assert srv.request_count == 1
+    assert info.value.status == 429 and not info.value.retryable
+
+
 def test_the_retry_policy_waits_out_a_rate_limit_for_rate_limit_wait_s():
     """``RetryPolicy.retries``, the one rule the pool and the seeded simulations follow."""
     policy = RetryPolicy(max_attempts=6, rate_limit_wait_s=600.0)

@@ -81,9 +81,11 @@ Responder = Callable[[dict[str, Any]], "str | Awaitable[str]"]
 class MockHTTPError(Exception):
     """Raise from a responder to answer with an HTTP error (e.g. a 400 with a message, a 429)."""
 
-    def __init__(self, status: int, message: str = "mock error", *, retry_after: float | None = None) -> None:
+    def __init__(self, status: int, message: str = "mock error", *, retry_after: float | None = None,
+                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.retry_after = status, message, retry_after
+        self.code, self.headers = code, dict(headers or {})  # OpenAI's error type and code; extra reply headers
 
 HOLD_LIMIT_S = 120.0  # the longest a reply is held for hold_until_in_flight (a client that never gets there)
 
@@ -394,7 +396,8 @@ class MockOpenAIServer:
                 text = await text
         except MockHTTPError as err:
             extra = {"Retry-After": f"{err.retry_after:g}"} if err.retry_after is not None else {}
-            return err.status, extra, _json({"error": {"message": err.message, "type": "mock"}})
+            error = {"message": err.message, "type": err.code or "mock", **({"code": err.code} if err.code else {})}
+            return err.status, {**extra, **err.headers}, _json({"error": error})
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
         message, usage, finish = self._answer(text, body)
         usage = {"prompt_tokens": prompt_tokens, **usage}

@@ -1,8 +1,9 @@
 """What every HTTP provider client shares, in one module: no provider imports another provider's helpers.
 
 Owns: the one mapping of an HTTP error reply to a ``Refusal``
-(``refusal``: the verdict from ``outcome.verdict_for``, the providers' "slow down" codes in ``THROTTLED``, the
-server's wait from ``retry-after-ms`` or ``Retry-After``), of a body that does not parse (``malformed``), and the
+(``refusal``: the verdict from ``outcome.verdict_for``, the providers' "slow down" codes in ``THROTTLED``, their
+"quota spent" codes in ``SPENT`` and a server's ``x-should-retry: false`` (not retried), the server's wait from
+``retry-after-ms`` or ``Retry-After``), of a body that does not parse (``malformed``), and the
 request and reply helpers the providers have in common: the provider key's headers (``key_headers``), the chat as
 one prompt text, the system prompt apart, the answered model's name, a server's error text made safe, a leading
 ``<think>`` block cut, a required option with its environment fallbacks.
@@ -36,6 +37,10 @@ from medhelm.specs import Deployment, GenerationRequest
 THROTTLED = frozenset({"overloaded_error", "rate_limit_error", "RESOURCE_EXHAUSTED", "UNAVAILABLE",
                        "ThrottlingException", "ServiceUnavailableException", "ModelNotReadyException",
                        "TooManyRequests", "429"})
+# Error codes that mean the account's quota or credit is spent (OpenAI's and Azure's 429 "insufficient_quota"): no
+# retry helps, and a rate limit is waited out for minutes (retry.py), so such a refusal is final. A server that says
+# so itself (``x-should-retry: false``, which the OpenAI and Anthropic SDKs obey) is believed the same way.
+SPENT = frozenset({"insufficient_quota"})
 _SERVER_MESSAGE_CHARS = 300
 
 
@@ -45,10 +50,24 @@ def refusal(where: str, reply: HttpReply, text: str, *, code: str = "", throttle
     ``code`` its error type, rate-limited when in ``throttled`` (the provider's "slow down" codes); ``retry``: one
     more try can succeed."""
     status = reply.status_code
-    outcome = Outcome(verdict_for(status, throttled=code in throttled, retry=retry), retry_after(reply.headers),
-                      reply.headers)
+    verdict = verdict_for(status, throttled=code in throttled, retry=retry)
+    if verdict is not Verdict.FATAL and (_spent(reply, code) or reply.headers.get("x-should-retry") == "false"):
+        verdict = Verdict.FATAL
+    outcome = Outcome(verdict, retry_after(reply.headers), reply.headers)
     return Refusal(f"{where}: HTTP {status}" + (f": {text}" if text else ""), outcome, status=status,
                    content_filter=content_filter)
+
+
+def _spent(reply: HttpReply, code: str) -> bool:
+    """The reply's error code (``code``, else the body's ``error.type`` / ``error.code``) says a quota is spent."""
+    if code in SPENT:
+        return True
+    try:
+        data = reply.json()
+    except ValueError:
+        return False
+    err = data.get("error") if isinstance(data, Mapping) else None
+    return isinstance(err, Mapping) and bool({str(err.get("type")), str(err.get("code"))} & SPENT)
 
 
 def malformed(where: str, reply: HttpReply, what: str = "response body") -> Refusal:

@@ -14,8 +14,9 @@ Failure semantics, per instance:
 * the server refuses the request for good (non-retryable, e.g. prompt too long) -> recorded with an
   ``error`` and no scores (counted in run.json; retried on the next run); a bad request (HTTP 400, not a
   content filter's refusal of that instance) also makes the CLI exit 2 naming the first one;
-* the provider refuses the credential (HTTP 401/403 for good) -> the run stops at once, nothing recorded
-  for that instance, and the CLI exits 2 with the provider's line (deployment, status, message);
+* the provider refuses the credential (HTTP 401/403 for good) or says the account's quota is spent (a 429 not to
+  be retried: ``wire.SPENT``) -> the run stops at once, nothing recorded for that instance, and the CLI exits 2
+  with the provider's line (deployment, status, message);
 * a retryable failure that outlasts the retries -> not recorded (retried on the next run); the CLI exits 2
   naming the last such error (its status or the address it could not reach);
 * every instance refused for good -> the run's status is ``failed`` (not ``complete``) and the CLI exits 2
@@ -271,10 +272,10 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
                 return
             except InferenceError as err:
                 if not err.retryable:
-                    if err.status not in REFUSED_CREDENTIAL:
+                    if err.status not in STOPS_THE_RUN:
                         raise
-                    outcome.error = outcome.error or (f"{err} (the credential was refused: the run stopped; "
-                                                      "fix it and run again to resume)")
+                    why = "the account's quota is spent" if err.status == 429 else "the credential was refused"
+                    outcome.error = outcome.error or f"{err} ({why}: the run stopped; fix it and run again to resume)"
                     if not stop.is_set():
                         halt()
                     return
@@ -354,7 +355,8 @@ async def run_one(plan: RunPlan, options: RunOptions, *, pool, deployments: Depl
     return outcome
 
 
-REFUSED_CREDENTIAL = frozenset({401, 403})
+# refused for good for the account, not the instance: a refused credential, a spent quota (a 429 not to be retried)
+STOPS_THE_RUN = frozenset({401, 403, 429})
 
 
 async def _evaluate(plan: RunPlan, position: int, instance: Instance, client, metrics: Sequence[Metric],
@@ -372,7 +374,7 @@ async def _evaluate(plan: RunPlan, position: int, instance: Instance, client, me
     try:
         completion = answer(instance, request, majority=plan.majority) if answer else await client.generate(request)
     except InferenceError as err:
-        if err.retryable or err.status in REFUSED_CREDENTIAL:
+        if err.retryable or err.status in STOPS_THE_RUN:
             raise
         bad = str(err) if err.status == 400 and not err.content_filter else None
         return InstanceResult(run=run_name, instance=recorded(instance) if recorded else instance, prompt=prompt,
