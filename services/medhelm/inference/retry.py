@@ -7,9 +7,10 @@ limit (a 429, a provider's throttling code, or a 503/529 that states ``Retry-Aft
 not "broken": past ``max_attempts`` it is retried while its first such refusal is less than ``rate_limit_wait_s``
 ago, so no instance of a run fails because its deployment's pacer was still learning a budget (issue 53); a server
 that asks for a longer wait than that, or a bare 503/529 (a server down or overloaded, no wait stated), gets
-``max_attempts`` only. "Full jitter" (a uniform draw in ``[0, backoff]``) keeps many workers that were throttled
-together from coming back together; a server's ``Retry-After`` is a floor for the next wait (within
-``max_delay_s``). ``RetryPolicy.retries`` is the one place that decides; the seeded simulations ask it too.
+``max_attempts`` only; a 429 that says the account's quota is spent is ``FATAL`` (``wire.SPENT``). "Full jitter"
+(a uniform draw in ``[0, backoff]``) keeps many workers that were throttled together from coming back together; a
+server's ``Retry-After`` is a floor for the next wait (within ``max_delay_s``). ``RetryPolicy.retries`` is the one
+place that decides; the seeded simulations ask it too.
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ class RetryPolicy:
         if retry_after is not None:  # the server knows best, within our own ceiling
             wait = max(wait, min(retry_after, self.max_delay_s))
         return wait
-
 
     def retries(self, attempt: int, outcome: Outcome, status: int | None, refused_for_s: float | None) -> bool:
         """Whether a request whose attempt number ``attempt`` failed with ``outcome`` (HTTP ``status``) is tried
