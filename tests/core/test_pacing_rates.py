@@ -532,13 +532,16 @@ def test_a_gateway_that_counts_per_window_is_paced_to_its_budget(shards, fixed_w
       44-92 requests a second learnt of 10). Read from the end of one refused run to the end of the next, trickling
       after 4 refusals and climbing at most 4 x faster once it was: alone 1.3-1.4 % refused, 2 shards 2.4-2.5 %, 3
       shards 2.5 % (the smallest at 0.62-0.79 of its part), all the budget used; HAProxy's window with 2 shards
-      6.6-7.3 % refused, 0.86-0.90 used. Shards are short of the 2 % (docs/pacing.md)."""
+      6.6-7.3 % refused, 0.86-0.90 used;
+    * each shard was refused four times a window before it trickled. Trickling at the first refusal with nothing
+      accepted since the last cut, once a rate was read over windows: alone 0.83-0.88 % refused, 2 shards 1.5-1.6 %,
+      3 shards 1.5-1.6 % (the smallest at 0.58-0.82), HAProxy's window with 2 shards 2.7-5.4 %, 0.88-0.96 used."""
     rpm = 300.0 * shards if shards > 1 else 600.0
     gateway = Gateway(requests_per_minute=rpm, silent=True, fixed_window_s=fixed_window_s, window_s=window_s)
     procs, _ = simulate(gateway, processes=shards, seconds=600)
     m = measure(procs, gateway, t0=240, t1=600)
     assert m.failed == 0, m
-    assert m.refused_share <= (0.02 if shards == 1 else 0.03 if fixed_window_s else 0.1), m
+    assert m.refused_share <= (0.02 if fixed_window_s else 0.1), m
     assert m.used >= (0.95 if fixed_window_s else 0.85), m
     assert min(m.shares) >= 0.6, m
     if fixed_window_s:
