@@ -127,8 +127,14 @@ def test_refusals_are_per_instance_errors_without_the_prompt():
 def test_retries_run_out_and_nobody_listening_is_unreachable(refused_port):
     servicer = _Servicer()
     servicer.script = [(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")] * 3
-    err, stats = _run(servicer, retry=RetryPolicy(max_attempts=3, base_delay_s=0.01, jitter="none"))
+    err, stats = _run(servicer, retry=RetryPolicy(max_attempts=3, base_delay_s=0.01, jitter="none",
+                                                  rate_limit_wait_s=0.0))
     assert isinstance(err, InferenceError) and err.retryable and err.status == 429 and stats.requests == 3
+    # a full queue is the server's rate limit (429): by default it is waited out past max_attempts (retry.py)
+    servicer = _Servicer()
+    servicer.script = [(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")] * 3
+    done, stats = _run(servicer, retry=RetryPolicy(max_attempts=3, base_delay_s=0.01, jitter="none"))
+    assert not isinstance(done, InferenceError) and done.usage.attempts == 4 and stats.requests == 4, done
 
     async def unreachable():
         pool = ClientPool(retry=RetryPolicy(max_attempts=2, base_delay_s=0.01, jitter="none"))
