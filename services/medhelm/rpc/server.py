@@ -99,9 +99,10 @@ def build_servicer(config: ServerConfig, telemetry: Telemetry) -> tuple[object, 
     from medhelm.rpc.scoring import JURY_METRICS, MetricHost
 
     cache = RequestCache(cache_file(config.local_path)) if config.use_cache else None
-    # a judge's rate limit is waited out for at most half the caller's call deadline (remote.Endpoint.timeout_s,
+    # a judge's rate limit is waited out for at most 240 s: a verdict takes at most two requests of a judge (the
+    # re-ask of one that does not parse), and both fit in the caller's call deadline (remote.Endpoint.timeout_s,
     # 600 s), so the caller hears the judge's last refusal (UNAVAILABLE) rather than its own deadline
-    pool = ClientPool(cache=cache, retry=RetryPolicy(rate_limit_wait_s=300.0), observer=telemetry)
+    pool = ClientPool(cache=cache, retry=RetryPolicy(rate_limit_wait_s=240.0), observer=telemetry)
     deployments = DeploymentRegistry.load(config.local_path)
     served = None if config.allow_caller_metrics else owned
     if config.service == "jury":  # judges are network-bound: no scoring processes
