@@ -38,12 +38,12 @@ configured cap]. Time comes from an injected clock (a simulation runs it)."""
 
 from __future__ import annotations
 
-import bisect
 import collections
 import math
 from collections.abc import Callable
 
 from medhelm.inference.pacing.budget import Bucket
+from medhelm.inference.pacing.ledger import Ledger
 
 BACKOFF = 0.95  # the rate after a refusal, as a part of what the gateway was seen to accept
 MIN_SPAN_S = 2.0  # an estimate spans at least this many seconds between two refusals' sends ...
@@ -95,8 +95,7 @@ class LearntRate:
         self.requests_per_s: float | None = None  # None until learnt
         self.tokens_per_s: float | None = None  # None until learnt, or when no request counted tokens
         self.buckets: tuple[Bucket | None, Bucket | None] = (None, None)
-        self.refusals = 0  # every refusal reported
-        self._refused_tokens = 0.0  # the tokens of every refusal reported
+        self._ledger = Ledger()  # what was sent and refused: the counts the estimates read
         self._run: list[float] | None = None  # the open run of refusals: its first and last send time, and at the
         # last, the requests and tokens accepted up to it since the process began (``_run_ended``)
         self._window_end: tuple[float, float, float] | None = None  # the end of the latest long run (``_run_ended``):
@@ -104,10 +103,6 @@ class LearntRate:
         self._bare = 0  # refusals that stated no wait at all (a bare 429)
         self.first: tuple[float, int] | None = None  # (seconds since born, refusals then) when first learnt
         self.cuts = 0
-        self._sent: collections.deque[tuple[float, float, float]] = collections.deque()  # (t, requests, tokens)
-        self._cum = (0.0, 0.0)  # requests and tokens sent so far
-        self._forgotten = (0.0, 0.0)  # requests and tokens sent up to the oldest send kept (not counting it)
-        self._refused: list[tuple[float, float]] = []  # (send time, tokens) of each refusal, by send time
         self._cut_at = -math.inf  # a refusal of a request sent before this is already answered
         self._estimated = False  # a rate was estimated (before: each refusal halves a provisional one)
         self._fresh = -math.inf  # the send time of the refusal that made the last cut after a quiet span
@@ -117,10 +112,8 @@ class LearntRate:
         self._advanced = self.born
         self._bound_at = -math.inf  # the last time the learnt rate held a request back
         self._latency: float | None = None  # a moving average of answers' latency
-        self._idle: list[tuple[float, float]] = []  # (from, to): spells every learnt bucket sat full, by time
         self._idle_seen = self.born  # idle spells are accounted up to this time
         self._trickling: float | None = None  # since when every request was refused: one send per TRICKLE_S
-        self._paused: list[tuple[float, float]] = []  # (from, to): the trickles, by time
         self.trickles = 0  # how often the rate was held to a trickle
         self.window_cuts = 0  # how often a rate was read over a gateway's window (``_run_ended``)
 
@@ -133,24 +126,15 @@ class LearntRate:
     def sent(self, now: float, tokens: float) -> None:
         """A request started, expected to cost ``tokens`` of a tokens budget (0: tokens not counted)."""
         self._advance(now)
-        requests, used = self._cum[0] + 1.0, self._cum[1] + tokens
-        self._cum = (requests, used)
-        self._sent.append((now, requests, used))
         for bucket, amount in zip(self.buckets, (1.0, tokens)):
             if bucket is not None and amount:
                 bucket.take(amount, now)
-        horizon = now - HORIZON_S * self._stretch()
-        while self._sent and self._sent[0][0] < horizon:
-            self._forgotten = self._sent.popleft()[1:]
-        if self._refused and self._refused[0][0] < horizon:
-            del self._refused[:bisect.bisect_left(self._refused, (horizon, -math.inf))]
-        for spells in (s for s in (self._idle, self._paused) if s and s[0][1] < horizon):  # most sends: none
-            del spells[:bisect.bisect_left(spells, horizon, key=lambda spell: spell[1])]
+        self._ledger.send(now, tokens, now - HORIZON_S * self._stretch())
 
     def answered(self, latency_s: float, started: float) -> None:
         """A request sent at ``started`` was answered after ``latency_s``."""
         if self._trickling is not None:  # the gateway accepts again (a request sent before the trickle: at once)
-            self._paused.append((self._trickling, max(started, self._trickling)))
+            self._ledger.paused.append((self._trickling, max(started, self._trickling)))
             self._trickling = None
         self._latency = latency_s if self._latency is None else 0.9 * self._latency + 0.1 * latency_s
         self._run_ended(started, self._clock())
@@ -203,26 +187,25 @@ class LearntRate:
     def _refused_at(self, now: float, started: float, tokens: float, retry_after: float | None) -> bool:
         """``refused``'s decision: the estimate, the cut or the halving."""
         self._advance(now)
-        self.refusals += 1
-        self._refused_tokens += tokens
+        ledger = self._ledger
+        ledger.refuse(started, tokens)
         if self._run is None or started >= self._run[1]:  # the open run of refusals goes on to this one
-            sent_r, sent_t = self._cum_at(started)
-            accepted = (sent_r - self.refusals, sent_t - self._refused_tokens)
+            sent_r, sent_t = ledger.cum_at(started)
+            accepted = (sent_r - ledger.refusals, sent_t - ledger.refused_tokens)
             self._run = [started, started, *accepted] if self._run is None else [self._run[0], started, *accepted]
-        bisect.insort(self._refused, (started, tokens))
         if retry_after and retry_after > 0.0:
             self._waits.append(retry_after)
         elif retry_after is None:
             self._bare += 1
         if started < self._cut_at:
             return False
-        if self._estimated and self._accepted(self._cut_at, started)[0] < 1.0:
+        if self._estimated and ledger.accepted(self._cut_at, started)[0] < 1.0:
             # nothing accepted since the last cut: an outage (or others' turn), not a smaller budget; but a process
             # does not send at the rate either once MIN_ACCEPTED in a row were refused (a gateway that counts refused
             # requests, HAProxy's http_req_rate, or per window of the clock, Kong's). A shard waits for MIN_ACCEPTED /
             # share (one refused 16 in a row is mostly starved by the others' sends), or WINDOW_TRICKLE once windows
             if self._trickling is None and \
-                    len(self._refused) - bisect.bisect_left(self._refused, (self._cut_at, -math.inf)) >= \
+                    ledger.refused_since(self._cut_at) >= \
                     (WINDOW_TRICKLE if self.window_cuts else MIN_ACCEPTED / self._share):
                 self._trickling = now
                 self.trickles += 1
@@ -230,7 +213,7 @@ class LearntRate:
         estimate = self._estimate(started)
         if estimate is not None:
             requests, used, span = estimate
-            idle = self._idle_between(started - span, started)
+            idle = Ledger.within(self._ledger.idle, started - span, started)
             if idle > 0.0 and self.requests_per_s is not None and self._estimated:
                 # we sent under our own rate for a while (a starved event loop, the in-flight limit): the gateway's
                 # bucket may have sat full and lost refill too, so the accepted count understates its refill. Over
@@ -271,10 +254,10 @@ class LearntRate:
                 return True
             # nothing to estimate from yet: halve the rate (at first, what was sent over the last second)
             if self.requests_per_s is None:
-                if not self._sent:
+                if ledger.first_kept is None:
                     return False
-                seconds = min(1.0, max(0.05, now - self._sent[0][0]))
-                requests, used = (x / seconds for x in self._sent_between(now - seconds, now))
+                seconds = min(1.0, max(0.05, now - ledger.first_kept))
+                requests, used = (x / seconds for x in ledger.sent_between(now - seconds, now))
             else:
                 requests, used = self.requests_per_s, self.tokens_per_s or 0.0
             if requests <= 0.0:  # nothing was sent to halve
@@ -294,7 +277,7 @@ class LearntRate:
         find it empty, and each refusal halved it again (with a bare 429, 2 shards of 60 requests a minute each: one at
         0.25 of its part). What the gateway accepted from it since the oldest send kept is its part of the refill: the
         first estimate. True when the rate was cut."""
-        if self._alone or self.refusals < STARVED_REFUSALS or self._fair() is not None:
+        if self._alone or self._ledger.refusals < STARVED_REFUSALS or self._fair() is not None:
             return False
         return self._cut_to_since_oldest(b, now, least=2.0)
 
@@ -303,8 +286,7 @@ class LearntRate:
         ``MIN_ACCEPTED`` refusals since the last cut, the budget is far under the rate, and what the gateway accepted
         since the oldest send kept is its refill (a long bucket's saved burst read as its refill by a first estimate:
         5.2 requests/s of 0.1, and 86 % of the requests refused for ever after). True when the rate was cut."""
-        refused = len(self._refused) - bisect.bisect_left(self._refused, (self._cut_at, -math.inf))
-        if refused < MIN_ACCEPTED or self.requests_per_s is None:
+        if self._ledger.refused_since(self._cut_at) < MIN_ACCEPTED or self.requests_per_s is None:
             return False
         return self._cut_to_since_oldest(b, now, least=1.0)
 
@@ -312,11 +294,11 @@ class LearntRate:
         """``_far_under``'s and ``_starved``'s cut: to what the gateway accepted from the oldest send kept up to
         ``b``, per second, when that spans ``MIN_SPAN_S`` and holds ``least`` accepted requests (never over a rate
         estimated before: a cut never raises one). True when the rate was cut."""
-        since = self._since_oldest(b)
+        since = self._ledger.since_oldest(b)
         if since is None or since[2] < MIN_SPAN_S or since[0] < least:
             return False
         requests, used, span = since
-        span -= self._idle_between(b - span, b, self._paused)  # a trickle is our own pause, not the gateway's
+        span -= Ledger.within(self._ledger.paused, b - span, b)  # a trickle is our own pause, not the gateway's
         if span < MIN_SPAN_S:  # refill: read over one, HAProxy's count was learnt as a hundredth of itself, for good
             return False
         requests, used = requests / span, used / span
@@ -339,8 +321,8 @@ class LearntRate:
                     # the climb probes from here; a rate at its configured budget has nothing to probe (the other
                     # climbed on its account without bound, e^t a second before an estimate, never refused)
                     self._bound_at = now
-        if self._trickling is not None and self._sent:
-            wait = max(wait, self._sent[-1][0] + TRICKLE_S - now)
+        if self._trickling is not None and self._ledger.last_sent is not None:
+            wait = max(wait, self._ledger.last_sent + TRICKLE_S - now)
         return wait
 
     def in_flight_needed(self) -> int:
@@ -353,10 +335,11 @@ class LearntRate:
         if self.requests_per_s is None:
             return ""
         # a Job's shards behind a bare 429 have no fair part to share by (docs/pacing.md): one of 3 held 0.37 of it
+        refusals = self._ledger.refusals
         bare = ", the gateway states no wait: tell the Job its budget (rate_limits) for its shards to share it " \
-               "evenly" if not self._alone and self._bare == self.refusals > 0 and self._caps == (None, None) else ""
+               "evenly" if not self._alone and self._bare == refusals > 0 and self._caps == (None, None) else ""
         if self.first is None:
-            return f"paced to {self.requests_per_s:.3g} requests/s after {self.refusals} refusals (halved: " \
+            return f"paced to {self.requests_per_s:.3g} requests/s after {refusals} refusals (halved: " \
                    f"nothing to estimate the gateway's budget from yet){bare}"
         tokens = f" and {self.tokens_per_s:.3g} tokens/s" if self.tokens_per_s else ""
         trickle = f", held to one request per {TRICKLE_S:.0f} s {self.trickles} times (every request refused)" \
@@ -383,33 +366,15 @@ class LearntRate:
             # a halving's guess is no rate to stretch by: a client starved at its first refusal (1 request sent in
             # the last second) climbed back from 0.5 requests a second ten times slower, 0.26 of the budget used
             return 1.0
-        if self.tokens_per_s and self._cum[1] > 0.0:
-            requests = min(requests, self.tokens_per_s * self._cum[0] / self._cum[1])
+        sent = self._ledger.total
+        if self.tokens_per_s and sent[1] > 0.0:
+            requests = min(requests, self.tokens_per_s * sent[0] / sent[1])
         fair = self._fair()
         if fair is not None:  # a shard's fair part, the same for every shard (``_fair``): they climb alike
             requests = fair
         else:
             requests /= self._share
         return max(1.0, STEADY_REQUESTS_PER_S / max(requests, MIN_RATE))
-
-    def _sent_between(self, a: float, b: float) -> tuple[float, float]:
-        """Requests and tokens sent after ``a`` up to ``b``."""
-        (ra, ta), (rb, tb) = self._cum_at(a), self._cum_at(b)
-        return rb - ra, tb - ta
-
-    def _cum_at(self, t: float) -> tuple[float, float]:
-        """Requests and tokens sent up to ``t`` since the process began (before the oldest send kept: what was sent
-        up to it, not 0, which counted every request since the process began as sent within the last minute)."""
-        i = bisect.bisect_right(self._sent, t, key=lambda s: s[0])
-        return (self._sent[i - 1][1], self._sent[i - 1][2]) if i else self._forgotten
-
-    def _accepted(self, a: float, b: float) -> tuple[float, float]:
-        """Requests and tokens sent after ``a`` up to ``b`` and not refused."""
-        requests, tokens = self._sent_between(a, b)
-        lo = bisect.bisect_right(self._refused, (a, math.inf))
-        hi = bisect.bisect_right(self._refused, (b, math.inf))
-        refused = self._refused[lo:hi]
-        return requests - len(refused), tokens - sum(t for _, t in refused)
 
     def _fair(self) -> float | None:
         """A shard's fair part of the gateway's request rate, None when unknown (a process alone, or a gateway that
@@ -425,17 +390,6 @@ class LearntRate:
         """The gateway states its waits in whole seconds (RFC 9110's delay-seconds)."""
         return bool(self._waits) and all(w == int(w) for w in self._waits)
 
-    def _idle_between(self, a: float, b: float, spells: list[tuple[float, float]] | None = None) -> float:
-        """Seconds between ``a`` and ``b`` every learnt bucket sat full (``spells``: within those instead)."""
-        spells = self._idle if spells is None else spells
-        i = bisect.bisect_right(spells, a, key=lambda spell: spell[1])
-        total = 0.0
-        for start, end in spells[i:]:
-            if start >= b:
-                break
-            total += min(end, b) - max(start, a)
-        return total
-
     def _quiet(self, b: float, span: float) -> bool:
         """An estimate spanning ``span`` seconds up to the refusal sent at ``b`` holds a quiet span: no refusal for a
         while within it. (Not a long span alone: at a low rate the accepted requests an estimate needs take long even
@@ -444,9 +398,7 @@ class LearntRate:
         quiet = self._quiet_s()
         if span <= quiet:
             return False
-        lo = bisect.bisect_left(self._refused, (b - span, -math.inf))
-        hi = bisect.bisect_left(self._refused, (b, -math.inf))
-        times = [b - span, *(t for t, _ in self._refused[lo:hi]), b]
+        times = [b - span, *self._ledger.refusals_between(b - span, b), b]
         return any(later - earlier > quiet for earlier, later in zip(times, times[1:]))
 
     def _refining(self, b: float) -> bool:
@@ -470,11 +422,9 @@ class LearntRate:
             # that collects the pause's refill, most of it sent after the refused request (a gateway 10 ms away:
             # 4.7 requests/s read of 10, and a 60 s bucket saved up while the rate climbed back)
             span = MIN_SPAN_S
-        i = bisect.bisect_right(self._refused, (b - span, math.inf))
-        oldest = i == 0
-        while i > 0:
-            i -= 1
-            a = self._refused[i][0]
+        oldest = True  # no refusal kept sent that far back
+        for a in self._ledger.refusals_back_from(b - span):
+            oldest = False
             if a < self._fresh and self._refining(b):
                 # back across the quiet span a quiet cut just answered (its refusal is too close to span from): it
                 # would be answered again, halfway down once more from a cut that may have been right (a doubled
@@ -483,23 +433,15 @@ class LearntRate:
                 # whose refinement waits for a full span: answering the quiet span again there is what brings a
                 # far overshoot down; 146 runs of 1,440 then missed a target, against 19)
                 return None
-            requests, tokens = self._accepted(a, b)
+            requests, tokens = self._ledger.accepted(a, b)
             if requests >= accepted:
                 return requests / (b - a), tokens / (b - a), b - a
-        since = self._since_oldest(b) if oldest and self._estimated else None
+        since = self._ledger.since_oldest(b) if oldest and self._estimated else None
         if since is not None and since[2] > self._quiet_s() and since[0] >= accepted:
             # no refusal within the horizon: what was sent since its start, all accepted, is a floor (a quiet span)
             requests, tokens, span = since
             return requests / span, tokens / span, span
         return None
-
-    def _since_oldest(self, b: float) -> tuple[float, float, float] | None:
-        """Requests and tokens accepted from the oldest send kept up to ``b``, and the seconds that spans (None when
-        nothing is kept)."""
-        if not self._sent:
-            return None
-        a = self._sent[0][0]
-        return (*self._accepted(a - 1e-9, b), b - a)
 
     def _cut(self, requests: float, tokens: float, now: float, *, estimated: bool) -> None:
         self.cuts += 1
@@ -523,7 +465,7 @@ class LearntRate:
         if estimated:
             self._estimated = True
             if self.first is None:
-                self.first = (now - self.born, self.refusals)
+                self.first = (now - self.born, self._ledger.refusals)
         self._set(requests, tokens if tokens > 0 else None, now)
         for bucket in self.buckets:
             if bucket is not None:  # the gateway's bucket is empty: no burst of ours into it
@@ -547,7 +489,8 @@ class LearntRate:
         # dearer requests, so each waits for a full bucket while the request bucket, full, loses its refill (and the
         # other way round): both rates learnt from one span (a requests-only gateway) then paced a client at 0.94 of
         # them at one request a second, 0.91 at half of one (0.98-0.99 now)
-        least = TOKEN_BURST_REQUESTS * self._cum[1] / self._cum[0] if burst_s and self._cum[0] else 1.0
+        sent = self._ledger.total
+        least = TOKEN_BURST_REQUESTS * sent[1] / sent[0] if burst_s and sent[0] else 1.0
         self.buckets = (self._bucket(old_r, requests, 1.0, now, burst_s),
                         self._bucket(old_t, tokens, max(1.0, least), now, burst_s) if tokens else None)
 
@@ -573,7 +516,7 @@ class LearntRate:
         if buckets and now > self._idle_seen:
             start = max(self._idle_seen, *(bucket.full_at() for bucket in buckets))
             if start < now:
-                self._idle.append((start, now))
+                self._ledger.idle.append((start, now))
             self._idle_seen = now
         dt = now - self._advanced
         if dt <= 0.0:
