@@ -487,25 +487,44 @@ def test_haproxys_own_count_does_not_collapse_a_rate_after_a_trickle(shards):
     shard's 5 as 0.06-0.16, and the climb from there took longer than the run. Seeds 0-3, 240-600 s: alone, 0.007
     of the budget used on one seed, 9.3 % refused on another; for 2 shards, one shard at 0.01-0.02 of its part on
     two seeds, both at 0.02 of the budget on a third. Read over the seconds outside trickles, and climbing at most
-    4 x faster once a process trickled twice: alone 1.2-3.3 % refused, 0.62-0.96 used; 2 shards 2.3-4.8 %, 0.94-0.96
-    used, the smallest shard at 0.08-1.0 of its part."""
+    4 x faster once a process trickled twice: alone 1.2-3.3 % refused, 0.62-0.96 used; 2 shards 1.7-3.0 %, 0.96-0.97
+    used, the smallest shard at 0.08-0.98 of its part (three seeds under 0.12). With the rate set from the window a
+    trickle's end reads (``_trickle_ended``) and a quiet cut read over the last such window: alone 0.3-0.6 % refused,
+    0.99 used; 2 shards 0.8-2.3 %, 0.93-0.98 used, the smallest shard at 0.65-0.99 of its part."""
     for seed in range(4):
         gateway = Gateway(requests_per_minute=600, freq_ctr_s=60.0, silent=True)
         procs, _ = simulate(gateway, processes=shards, seconds=600, seed=seed, net_s=0.005)
         m = measure(procs, gateway, t0=240, t1=600)
-        assert m.failed == 0 and m.used >= (0.6 if shards == 1 else 0.9), (seed, m)
-        assert m.refused_share <= (0.04 if shards == 1 else 0.06) and min(m.shares) >= 0.05, (seed, m)
+        assert m.failed == 0 and m.used >= (0.95 if shards == 1 else 0.9), (seed, m)
+        assert m.refused_share <= (0.01 if shards == 1 else 0.03) and min(m.shares) >= 0.6, (seed, m)
         assert all(p.pacer.learnt.requests_per_s >= 0.05 * 10.0 / shards for p in procs), seed
 
 
-@pytest.mark.parametrize("seed", [4, 12])
+def test_the_minutes_after_the_first_behind_haproxys_minute_count_read_its_window():
+    """A process alone behind HAProxy's count of every attempt over 60 s (600 a minute, no wait stated), from the end
+    of the first minute: its first estimate read the tail of the minute's burst (or halvings left it at half the
+    budget), the trickle then drained the count, and the climb from there overshot a count that remembers a minute,
+    each refusal cutting halfway to the rate just refused. Seeds 0-3, 60-240 s: 4.9-9.4 % refused, 0.77-0.94 used.
+    A trickle's end now sets the rate from what the gateway accepted since the last one (a whole window), and a
+    refusal after a quiet span, once a process trickled, cuts to what was accepted over the last window as long as
+    its longest trickle: 1.7-3.8 % refused, 0.86-0.97 used. Still over the 2 % the issue asks (docs/pacing.md)."""
+    for seed in range(4):
+        gateway = Gateway(requests_per_minute=600, freq_ctr_s=60.0, silent=True)
+        procs, _ = simulate(gateway, seconds=240, seed=seed, net_s=0.005)
+        m = measure(procs, gateway, t0=60, t1=240)
+        assert m.failed == 0 and m.refused_share <= 0.04 and m.used >= 0.8, (seed, m)
+
+
+@pytest.mark.parametrize("seed", [4])
 def test_shards_behind_haproxy_lose_no_instance_while_they_learn_its_budget(seed):
     """Two shards behind HAProxy's count of every attempt over 60 s (600 a minute, no wait stated). Learning the
     budget, a shard sends over it for a while, and HAProxy counts those refused requests too, so it keeps refusing.
     With ``max_attempts`` only (``rate_limit_wait_s=0``, the pool's rule before), instances refused six times in
     the first two minutes failed: 59 on seed 4, 87 on seed 12 (and 11, 12, 3 on seeds 5, 8, 10 of 16). Seed 12's
     failures were new instances' first refusals, so 24 % of requests were refused from 240 s on. Waiting out a rate
-    limit for ``rate_limit_wait_s`` (ten minutes) loses none on any of the 16 seeds; seed 12 is at 9.4 % refused."""
+    limit for ``rate_limit_wait_s`` (ten minutes) loses none on any of the 16 seeds; seed 12 is at 9.4 % refused.
+    Since a trickle's end reads the window (``_trickle_ended``), only seed 4 of 16 still loses instances without the
+    wait (26), and from 240 s every seed is refused 0.7-2.3 %."""
     runs = {}
     for wait in (0.0, RetryPolicy().rate_limit_wait_s):
         gateway = Gateway(requests_per_minute=600, freq_ctr_s=60.0, silent=True)
@@ -514,7 +533,7 @@ def test_shards_behind_haproxy_lose_no_instance_while_they_learn_its_budget(seed
         runs[wait] = (measure(procs, gateway, t0=0, t1=600), measure(procs, gateway, t0=240, t1=600))
     (before, _), (whole, late) = runs.values()
     assert before.failed > 0, before  # the seed shows the loss it is here for
-    assert whole.failed == 0 and late.used >= 0.9 and late.refused_share <= 0.1, (whole, late)
+    assert whole.failed == 0 and late.used >= 0.9 and late.refused_share <= 0.03, (whole, late)
 
 
 @pytest.mark.parametrize("shards,fixed_window_s,window_s", [(1, 60.0, None), (2, 60.0, None), (3, 60.0, None),
@@ -535,7 +554,9 @@ def test_a_gateway_that_counts_per_window_is_paced_to_its_budget(shards, fixed_w
       6.6-7.3 % refused, 0.86-0.90 used;
     * each shard was refused four times a window before it trickled. Trickling at the first refusal with nothing
       accepted since the last cut, once a rate was read over windows: alone 0.83-0.88 % refused, 2 shards 1.5-1.6 %,
-      3 shards 1.5-1.6 % (the smallest at 0.58-0.82), HAProxy's window with 2 shards 2.7-5.4 %, 0.88-0.96 used."""
+      3 shards 1.5-1.6 % (the smallest at 0.58-0.82), HAProxy's window with 2 shards 2.7-5.4 %, 0.88-0.96 used;
+    * a trickle's end sets the rate from the window it read (``_trickle_ended``): 3 shards per minute, the smallest
+      at 0.85-0.93 of its part (2 shards 0.93-0.99, was 0.82-0.99); HAProxy's window with 2 shards 1.5-3.9 %."""
     rpm = 300.0 * shards if shards > 1 else 600.0
     gateway = Gateway(requests_per_minute=rpm, silent=True, fixed_window_s=fixed_window_s, window_s=window_s)
     procs, _ = simulate(gateway, processes=shards, seconds=600)
@@ -543,7 +564,7 @@ def test_a_gateway_that_counts_per_window_is_paced_to_its_budget(shards, fixed_w
     assert m.failed == 0, m
     assert m.refused_share <= (0.02 if fixed_window_s else 0.1), m
     assert m.used >= (0.95 if fixed_window_s else 0.85), m
-    assert min(m.shares) >= 0.6, m
+    assert min(m.shares) >= (0.8 if fixed_window_s else 0.6), m
     if fixed_window_s:
         assert "read over the gateway's windows" in procs[0].pacer.summary()
 

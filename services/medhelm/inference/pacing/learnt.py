@@ -22,7 +22,10 @@ within it, not merely a long one. The learnt token bucket holds two requests' me
 buckets bind in turn, each losing refill while the other holds). A gateway that counts per window of the clock (Kong's,
 Envoy's rate limit service) refuses the rest of a window once its count is spent: a run of refusals that long ends
 where the window resets, and the rate is read from one such end to the next (``_run_ended``); the climb then doubles
-less, and the trickle starts sooner. A gateway that states no wait at all (a bare 429)
+less, and the trickle starts sooner. A trickle's end (the gateway accepts again) reads a window too: what was
+accepted since the last one, per second, sets the rate (``_trickle_ended``), and once a process trickled, a refusal
+after a quiet span cuts to what was accepted over the last window as long as its longest trickle (a count that
+remembers a minute is overshot by a climb long before it refuses). A gateway that states no wait at all (a bare 429)
 gives shards no fair part: their summary says to tell the Job its budget. A shard with no fair part still halving
 after ``STARVED_REFUSALS`` refusals takes what was accepted since its oldest send kept as its first estimate.
 
@@ -30,7 +33,8 @@ Failure semantics: never raises. A refusal of a request sent before the last cut
 estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate) until
 ``MIN_ACCEPTED`` refusals came since the last cut with some accepted between (a budget far under the rate: what was
 accepted since the oldest send kept, over the seconds outside trickles, is then the refill), and a cut never raises a
-rate once estimated; after ``MIN_ACCEPTED`` refusals in a row with none accepted (a shard: ``MIN_ACCEPTED`` / its
+rate once estimated (a trickle's end may: it reads a whole window, if refusals came all along; else it changes
+nothing); after ``MIN_ACCEPTED`` refusals in a row with none accepted (a shard: ``MIN_ACCEPTED`` / its
 share; ``WINDOW_TRICKLE`` once a rate was read over windows), it sends one request per ``TRICKLE_S`` until one is
 answered (a gateway that counts refused requests, HAProxy's ``http_req_rate``, is not kept full by them, nor is one
 that counts per window of the clock refused for the rest of each window); a learnt rate lies in [``MIN_RATE``, the
@@ -115,6 +119,11 @@ class LearntRate:
         self._idle_seen = self.born  # idle spells are accounted up to this time
         self._trickling: float | None = None  # since when every request was refused: one send per TRICKLE_S
         self.trickles = 0  # how often the rate was held to a trickle
+        self._longest_trickle = 0.0  # seconds: about the window of a gateway that counts over one (``_trickle_ended``)
+        self._trickle_mark = (self.born, 0.0, 0.0)  # the last trickle's end (or birth), and the requests and tokens
+        # accepted up to it since the process began
+        self._refusal_gap = 0.0  # the longest time between two refusals' sends since then
+        self._last_refused = self.born  # the latest refusal's send time
         self.window_cuts = 0  # how often a rate was read over a gateway's window (``_run_ended``)
 
     @property
@@ -135,9 +144,26 @@ class LearntRate:
         """A request sent at ``started`` was answered after ``latency_s``."""
         if self._trickling is not None:  # the gateway accepts again (a request sent before the trickle: at once)
             self._ledger.paused.append((self._trickling, max(started, self._trickling)))
+            self._longest_trickle = max(self._longest_trickle, started - self._trickling)
             self._trickling = None
+            self._trickle_ended(started, self._clock())
         self._latency = latency_s if self._latency is None else 0.9 * self._latency + 0.1 * latency_s
         self._run_ended(started, self._clock())
+
+    def _trickle_ended(self, started: float, now: float) -> None:
+        """A trickle ended: the gateway, which refused every request for a while, accepts the one sent at
+        ``started``. It counts over a window (HAProxy's sliding count of every attempt, a per-minute window of the
+        clock) and has let a whole window's count through since the last trickle ended (or the process began): what it
+        accepted since then, per second, is its budget, if this process was at its edge all that time (no span without
+        a refusal longer than a quiet one). The rate is set from it as a cut is, up or down: halvings in the first
+        burst left it at half of that, or a first estimate read the burst itself (28 requests/s of 5)."""
+        accepted = self._ledger.accepted_so_far()
+        mark, self._trickle_mark = self._trickle_mark, (started, *accepted)
+        gap, self._refusal_gap = self._refusal_gap, 0.0
+        span, requests, tokens = started - mark[0], accepted[0] - mark[1], accepted[1] - mark[2]
+        if gap > self._quiet_s() or span < MIN_SPAN_S or requests < MIN_ACCEPTED or self.requests_per_s is None:
+            return
+        self._cut(requests / span, tokens / span, now, estimated=True)
 
     def _run_ended(self, started: float, now: float) -> None:
         """An answer to a request sent at ``started`` ends the open run of refusals sent before it. One that lasted
@@ -189,6 +215,8 @@ class LearntRate:
         self._advance(now)
         ledger = self._ledger
         ledger.refuse(started, tokens)
+        self._refusal_gap = max(self._refusal_gap, started - self._last_refused)
+        self._last_refused = max(self._last_refused, started)
         if self._run is None or started >= self._run[1]:  # the open run of refusals goes on to this one
             sent_r, sent_t = ledger.cum_at(started)
             accepted = (sent_r - ledger.refusals, sent_t - ledger.refused_tokens)
@@ -222,7 +250,14 @@ class LearntRate:
                 busy = span / max(span - idle, 1e-9)
                 requests = max(requests, min(requests * busy, self.requests_per_s))
                 used = max(used, min(used * busy, self.tokens_per_s or 0.0))
-            if self._quiet(started, span) and self.requests_per_s is not None:
+            quiet = self._quiet(started, span) and self.requests_per_s is not None
+            if quiet and self.trickles:
+                # a gateway that refused every request for a while counts over a window about that long: a refusal
+                # says the window's count is spent, so what it accepted over the last such window is its budget (the
+                # halfway cut below, read over a minute's window, let the climb refuse 7 % of requests from 60 s)
+                window = min(span, max(MIN_SPAN_S, self._longest_trickle))
+                requests, used = (x / window for x in ledger.accepted(started - window, started))
+            elif quiet:
                 # no refusal for a while: the gateway's bucket may have sat full (our rate under its budget) for
                 # part of the span, so what it accepted is a floor; the rate that was just refused, a ceiling, which
                 # a fast climb may have taken far past the edge while the gateway's burst ran out
