@@ -8,8 +8,8 @@ counts what was *sent* in it. Everything older than the horizon the caller passe
 totals up to the oldest send kept, so a count reaching back past the horizon is what was sent since that send (a
 count from 0 read every request since the process began as sent within the last minute).
 
-Failure semantics: never raises; holds no clock of its own (every time is the caller's); a count over an empty or
-inverted span is 0."""
+Failure semantics: never raises; holds no clock of its own (every time is the caller's); a count over an empty span
+is 0, and one reaching back past the horizon counts from the oldest send kept (never from 0)."""
 
 from __future__ import annotations
 
