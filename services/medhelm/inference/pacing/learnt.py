@@ -142,13 +142,14 @@ class LearntRate:
 
     def answered(self, latency_s: float, started: float) -> None:
         """A request sent at ``started`` was answered after ``latency_s``."""
+        now = self._clock()
         if self._trickling is not None:  # the gateway accepts again (a request sent before the trickle: at once)
             self._ledger.paused.append((self._trickling, max(started, self._trickling)))
             self._longest_trickle = max(self._longest_trickle, started - self._trickling)
             self._trickling = None
-            self._trickle_ended(started, self._clock())
+            self._trickle_ended(started, now)
         self._latency = latency_s if self._latency is None else 0.9 * self._latency + 0.1 * latency_s
-        self._run_ended(started, self._clock())
+        self._run_ended(started, now)
 
     def _trickle_ended(self, started: float, now: float) -> None:
         """A trickle ended: the gateway, which refused every request for a while, accepts the one sent at
@@ -157,7 +158,7 @@ class LearntRate:
         accepted since then, per second, is its budget, if this process was at its edge all that time (no span without
         a refusal longer than a quiet one). The rate is set from it as a cut is, up or down: halvings in the first
         burst left it at half of that, or a first estimate read the burst itself (28 requests/s of 5)."""
-        accepted = self._ledger.accepted_so_far()
+        accepted = self._ledger.accepted_up_to()
         mark, self._trickle_mark = self._trickle_mark, (started, *accepted)
         gap, self._refusal_gap = self._refusal_gap, 0.0
         span, requests, tokens = started - mark[0], accepted[0] - mark[1], accepted[1] - mark[2]
@@ -218,8 +219,7 @@ class LearntRate:
         self._refusal_gap = max(self._refusal_gap, started - self._last_refused)
         self._last_refused = max(self._last_refused, started)
         if self._run is None or started >= self._run[1]:  # the open run of refusals goes on to this one
-            sent_r, sent_t = ledger.cum_at(started)
-            accepted = (sent_r - ledger.refusals, sent_t - ledger.refused_tokens)
+            accepted = ledger.accepted_up_to(started)
             self._run = [started, started, *accepted] if self._run is None else [self._run[0], started, *accepted]
         if retry_after and retry_after > 0.0:
             self._waits.append(retry_after)

@@ -61,9 +61,11 @@ class Ledger:
     def last_sent(self) -> float | None:
         return self._sends[-1][0] if self._sends else None
 
-    def accepted_so_far(self) -> tuple[float, float]:
-        """Requests and tokens sent so far and not refused (those in flight count as accepted)."""
-        return self.total[0] - self.refusals, self.total[1] - self.refused_tokens
+    def accepted_up_to(self, t: float = math.inf) -> tuple[float, float]:
+        """Requests and tokens sent up to ``t`` (by default: so far) less every refusal recorded (those in flight
+        count as accepted)."""
+        requests, tokens = self.cum_at(t)
+        return requests - self.refusals, tokens - self.refused_tokens
 
     def cum_at(self, t: float) -> tuple[float, float]:
         """Requests and tokens sent up to ``t`` since the process began (before the oldest send kept: what was sent
