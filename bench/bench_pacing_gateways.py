@@ -150,7 +150,8 @@ def main() -> int:
         "the first minute in the gateway's own access log. Shards share nginx's bucket (one client address). Targets "
         "as the mock's cases: refusals <= 2 %, >= 95 % of the budget, each shard >= 0.60 of a fair share, no instance "
         "failed. Without `burst` nginx refuses any request sooner than its rate's spacing after the last one it let "
-        "through: a known gap (docs/pacing.md, nginx's bare limit_req). HAProxy counts the refused requests too: a "
+        "through: a client alone then spaces its sends evenly, and the network's jitter sets what it can use "
+        "(docs/pacing.md, a gateway without burst). HAProxy counts the refused requests too: a "
         "client refused while it sends keeps its window full (docs/pacing.md, a gateway that counts refused "
         "requests).",
         "",

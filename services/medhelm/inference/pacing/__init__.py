@@ -2,8 +2,8 @@
 
 One module per part, lowest first: ``window`` (what a controller measures), ``limit`` (the controllers' template),
 ``solo`` and ``shards`` (the two controllers of ``--max-concurrency auto``), ``budget`` (rate budgets and the
-servers' rate headers), ``ledger`` (the sends and refusals a learnt rate counts), ``learnt`` (a rate learnt from 429s
-alone), ``gate`` (the per-deployment ``Pacer``).
+servers' rate headers), ``ledger`` (the sends and refusals a learnt rate counts), ``burst`` (whether a gateway holds any
+burst), ``learnt`` (a rate learnt from 429s alone), ``gate`` (the per-deployment ``Pacer``).
 This module only names what the rest of ``medhelm`` imports.
 
 Failure semantics: those of its parts — pacing never fails a request, it only delays its start."""

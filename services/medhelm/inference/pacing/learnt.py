@@ -27,7 +27,9 @@ accepted since the last one, per second, sets the rate (``_trickle_ended``), and
 after a quiet span cuts to what was accepted over the last window as long as its longest trickle (a count that
 remembers a minute is overshot by a climb long before it refuses). A gateway that states no wait at all (a bare 429)
 gives shards no fair part: their summary says to tell the Job its budget. A shard with no fair part still halving
-after ``STARVED_REFUSALS`` refusals takes what was accepted since its oldest send kept as its first estimate.
+after ``STARVED_REFUSALS`` refusals takes what was accepted since its oldest send kept as its first estimate. A
+process alone behind a gateway that refuses close sends and not spaced ones (no burst: ``burst.BurstSeen``) spaces its
+sends evenly, and a refusal then cuts the rate from itself.
 
 Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing to
 estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate) until
@@ -47,6 +49,7 @@ import math
 from collections.abc import Callable
 
 from medhelm.inference.pacing.budget import Bucket
+from medhelm.inference.pacing.burst import PROBE_S, BurstSeen
 from medhelm.inference.pacing.ledger import Ledger
 
 BACKOFF = 0.95  # the rate after a refusal, as a part of what the gateway was seen to accept
@@ -125,6 +128,7 @@ class LearntRate:
         self._refusal_gap = 0.0  # the longest time between two refusals' sends since then
         self._last_refused = self.born  # the latest refusal's send time
         self.window_cuts = 0  # how often a rate was read over a gateway's window (``_run_ended``)
+        self._burst = BurstSeen()  # whether the gateway holds a burst (none: the request bucket holds one request)
 
     @property
     def paces(self) -> bool:
@@ -138,7 +142,9 @@ class LearntRate:
         for bucket, amount in zip(self.buckets, (1.0, tokens)):
             if bucket is not None and amount:
                 bucket.take(amount, now)
-        self._ledger.send(now, tokens, now - HORIZON_S * self._stretch())
+        previous, horizon = self._ledger.last_sent, now - HORIZON_S * self._stretch()
+        self._ledger.send(now, tokens, horizon)
+        self._burst.sent(now, previous, self.requests_per_s, horizon, watch=self._watching())
 
     def answered(self, latency_s: float, started: float) -> None:
         """A request sent at ``started`` was answered after ``latency_s``."""
@@ -149,15 +155,15 @@ class LearntRate:
             self._trickling = None
             self._trickle_ended(started, now)
         self._latency = latency_s if self._latency is None else 0.9 * self._latency + 0.1 * latency_s
+        if self._burst.answered(started) and self.requests_per_s is not None:  # a probe: the gateway holds a burst
+            self._set(self.requests_per_s, self.tokens_per_s, now)
         self._run_ended(started, now)
 
     def _trickle_ended(self, started: float, now: float) -> None:
         """A trickle ended: the gateway, which refused every request for a while, accepts the one sent at
-        ``started``. It counts over a window (HAProxy's sliding count of every attempt, a per-minute window of the
-        clock) and has let a whole window's count through since the last trickle ended (or the process began): what it
-        accepted since then, per second, is its budget, if this process was at its edge all that time (no span without
-        a refusal longer than a quiet one). The rate is set from it as a cut is, up or down: halvings in the first
-        burst left it at half of that, or a first estimate read the burst itself (28 requests/s of 5)."""
+        ``started``. It counts over a window and let a whole window's count through since the last trickle ended (or
+        the process began): what it accepted since then, per second, is its budget, if this process was at its edge
+        all that time (no span without a refusal longer than a quiet one). It sets the rate as a cut does, up or down."""
         accepted = self._ledger.accepted_up_to()
         mark, self._trickle_mark = self._trickle_mark, (started, *accepted)
         gap, self._refusal_gap = self._refusal_gap, 0.0
@@ -168,11 +174,9 @@ class LearntRate:
 
     def _run_ended(self, started: float, now: float) -> None:
         """An answer to a request sent at ``started`` ends the open run of refusals sent before it. One that lasted
-        ``WINDOW_RUN_S`` with none accepted ended where a gateway that counts per window reset its count (Kong's,
-        Envoy's; or HAProxy's sliding count fell under its limit), whose whole count a refusal's estimate reads over
-        the seconds it took to send it. From one such end to the next it accepted one window's count over one window:
-        that rate, from the second end after the first estimate (the first run spans the halvings' climb from far
-        under the budget), cuts as an estimate does (docs/pacing.md, a gateway that counts per window)."""
+        ``WINDOW_RUN_S`` with none accepted ended where a gateway that counts per window reset its count: from one
+        such end to the next it accepted one window's count over one window. That rate, from the second end after the
+        first estimate, cuts as an estimate does (docs/pacing.md, a gateway that counts per window)."""
         run = self._run
         if run is None or started <= run[0]:
             return
@@ -225,6 +229,9 @@ class LearntRate:
             self._waits.append(retry_after)
         elif retry_after is None:
             self._bare += 1
+        if self._burst.refused(started, now, ledger, PROBE_S * self._stretch(), watch=self._watching()):
+            self._set(self.requests_per_s, self.tokens_per_s, now)  # a probe refused, or even pacing begins
+            return False
         if started < self._cut_at:
             return False
         if self._estimated and ledger.accepted(self._cut_at, started)[0] < 1.0:
@@ -237,16 +244,17 @@ class LearntRate:
                     (WINDOW_TRICKLE if self.window_cuts else MIN_ACCEPTED / self._share):
                 self._trickling = now
                 self.trickles += 1
+                if self._burst.none:  # it refuses every request for a while: a count over a window, not no burst
+                    self._burst.end()
+                    self._set(self.requests_per_s, self.tokens_per_s, now)
             return False
         estimate = self._estimate(started)
         if estimate is not None:
             requests, used, span = estimate
             idle = Ledger.within(self._ledger.idle, started - span, started)
             if idle > 0.0 and self.requests_per_s is not None and self._estimated:
-                # we sent under our own rate for a while (a starved event loop, the in-flight limit): the gateway's
-                # bucket may have sat full and lost refill too, so the accepted count understates its refill. Over
-                # the time we were busy it does not; a long bucket that lost nothing would read more than its
-                # refill that way, so never more than the rate that was just refused
+                # we sent under our own rate for a while (a starved event loop): the gateway's bucket may have lost
+                # refill too, so read the accepted count over the time we were busy, never over the rate just refused
                 busy = span / max(span - idle, 1e-9)
                 requests = max(requests, min(requests * busy, self.requests_per_s))
                 used = max(used, min(used * busy, self.tokens_per_s or 0.0))
@@ -283,6 +291,9 @@ class LearntRate:
                 # as more than its refill until it runs dry
                 requests = min(requests, self.requests_per_s)
                 used = min(used, self.tokens_per_s) if self.tokens_per_s else used
+                if self._burst.none:  # paced evenly, a refusal says the spacing was too close: cut from it (what
+                    # a span accepted holds the climb from far under it; 0.93 of the budget used, 0.94 now)
+                    requests, used = self.requests_per_s, self.tokens_per_s or used
             self._cut(requests, used, now, estimated=True)
         elif not self._estimated:
             if self._starved(started, now):
@@ -347,10 +358,11 @@ class LearntRate:
         """Seconds until a request costing ``tokens`` fits the learnt rate (0: it does, or nothing is learnt)."""
         self._advance(now)
         wait = 0.0
+        probe = self._burst.probe_open(now, self._ledger.last_sent, self.requests_per_s)  # right behind the last
         for bucket, amount, rate, cap in zip(self.buckets, (1.0, tokens), (self.requests_per_s, self.tokens_per_s),
                                              self._caps):
             if bucket is not None and amount:
-                held = bucket.wait_for(amount, now)
+                held = 0.0 if probe and bucket is self.buckets[0] else bucket.wait_for(amount, now)
                 wait = max(wait, held)
                 if held > 0.0 and not self._at_cap(rate, cap):
                     # the climb probes from here; a rate at its configured budget has nothing to probe (the other
@@ -381,21 +393,18 @@ class LearntRate:
             if self.trickles else ""
         windows = f", read over the gateway's windows {self.window_cuts} times (it counts per window)" \
             if self.window_cuts else ""
+        even = ", spaced evenly (the gateway lets no burst through)" if self._burst.none else ""
         seconds, refusals = self.first
         return f"paced to {self.requests_per_s:.3g} requests/s{tokens} after {refusals} refusals in the first " \
-               f"{seconds:.0f} s{windows}{trickle}{bare}"
+               f"{seconds:.0f} s{even}{windows}{trickle}{bare}"
 
     # -- what it decides
 
     def _stretch(self) -> float:
         """How many seconds count as one for the climb and for the spans above measured in seconds: 1 at
         ``STEADY_REQUESTS_PER_S`` or more, more at a lower request rate (the token rate's, when it binds first), so
-        that each holds as many requests as there. A shard goes by a rate the shards share, so that they climb alike
-        (by its own, the slow climbed slower and stayed slow): its fair part to the millisecond, else the Job's whole
-        as it sees it (its rate over its share).
-        A cycle of the climb ends in about one refusal: at a second per second, a gateway's 60 requests a minute
-        was refused 3-10 % of the requests after the first minute, and a minute's horizon forgot the last refusal
-        before the next came."""
+        that each holds as many requests as there and a cycle of the climb ends in about one refusal. A shard goes by
+        a rate the shards share, so that they climb alike: its fair part, else the Job's whole as it sees it."""
         requests = self.requests_per_s
         if requests is None or not self._estimated:
             # a halving's guess is no rate to stretch by: a client starved at its first refusal (1 request sent in
@@ -410,6 +419,9 @@ class LearntRate:
         else:
             requests /= self._share
         return max(1.0, STEADY_REQUESTS_PER_S / max(requests, MIN_RATE))
+
+    def _watching(self) -> bool:  # its sends' spacing tells a gateway without burst (shards' find the others')
+        return self._alone and self._estimated and not self.trickles and not self.window_cuts
 
     def _fair(self) -> float | None:
         """A shard's fair part of the gateway's request rate, None when unknown (a process alone, or a gateway that
@@ -461,12 +473,9 @@ class LearntRate:
         for a in self._ledger.refusals_back_from(b - span):
             oldest = False
             if a < self._fresh and self._refining(b):
-                # back across the quiet span a quiet cut just answered (its refusal is too close to span from): it
-                # would be answered again, halfway down once more from a cut that may have been right (a doubled
-                # budget read at 20.1 requests/s of 20, then at 16.3 a quarter of a second later); the loose
-                # refinement from the quiet cut's refusal comes half a second after it. (Not under whole seconds,
-                # whose refinement waits for a full span: answering the quiet span again there is what brings a
-                # far overshoot down; 146 runs of 1,440 then missed a target, against 19)
+                # back across the quiet span a quiet cut just answered: it would be answered again, halfway down
+                # once more from a cut that may have been right; the loose refinement comes half a second after it
+                # (not under whole seconds, whose refinement over a full span brings a far overshoot down)
                 return None
             requests, tokens = self._ledger.accepted(a, b)
             if requests >= accepted:
@@ -513,20 +522,15 @@ class LearntRate:
         tokens = max(MIN_RATE, min(tokens, cap_t or math.inf)) if tokens else None
         self.requests_per_s, self.tokens_per_s = requests, tokens
         old_r, old_t = self.buckets
-        # before the first estimate the rate is a guess (half of what was sent, however fast): no burst at it, or
-        # the end of a whole second's pause would send all that waited into a gateway that refills far slower. A
-        # guess that climbed to a configured budget is the budget, paced with its burst as the configured bucket is:
-        # without one, a client whose event loop stalls (a loaded machine) never catches up on what the stall left
-        # unsent, as it never estimates (no refusal comes at the budget): 0.82 of it used, 1.0 with the burst. The
-        # other rate too: without a burst it holds back every request sent with another, however high it climbs
+        # before the first estimate the rate is a guess: no burst at it (the end of a whole second's pause would send
+        # all that waited into a gateway that refills far slower), unless it climbed to a configured budget, which
+        # paces with its burst as the configured bucket does (a stalled client catches up), and so the other rate
         burst_s = BURST_S if self._estimated or self._at_cap(requests, cap_r) or self._at_cap(tokens, cap_t) else 0.0
-        # the token bucket holds two requests' mean cost at least: a second's refill under that is less than the
-        # dearer requests, so each waits for a full bucket while the request bucket, full, loses its refill (and the
-        # other way round): both rates learnt from one span (a requests-only gateway) then paced a client at 0.94 of
-        # them at one request a second, 0.91 at half of one (0.98-0.99 now)
+        # the token bucket holds two requests' mean cost at least: under that, the dearer requests wait for a full
+        # bucket while the request bucket, full, loses its refill (and the other way round)
         sent = self._ledger.total
         least = TOKEN_BURST_REQUESTS * sent[1] / sent[0] if burst_s and sent[0] else 1.0
-        self.buckets = (self._bucket(old_r, requests, 1.0, now, burst_s),
+        self.buckets = (self._bucket(old_r, requests, 1.0, now, 0.0 if self._burst.none else burst_s),
                         self._bucket(old_t, tokens, max(1.0, least), now, burst_s) if tokens else None)
 
     @staticmethod

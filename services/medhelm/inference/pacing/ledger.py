@@ -61,6 +61,16 @@ class Ledger:
     def last_sent(self) -> float | None:
         return self._sends[-1][0] if self._sends else None
 
+    def gap_before(self, t: float) -> float | None:
+        """Seconds from the send before the (latest) one at ``t`` to it (None: no send kept before it)."""
+        i = bisect.bisect_right(self._sends, t, key=lambda s: s[0])
+        return t - self._sends[i - 2][0] if i >= 2 else None
+
+    def was_refused(self, t: float) -> bool:
+        """A refusal kept was of a request sent at ``t``."""
+        i = bisect.bisect_left(self._refused, (t, -math.inf))
+        return i < len(self._refused) and self._refused[i][0] == t
+
     def accepted_up_to(self, t: float = math.inf) -> tuple[float, float]:
         """Requests and tokens sent up to ``t`` (by default: so far) less every refusal recorded (those in flight
         count as accepted)."""
