@@ -556,6 +556,22 @@ def test_the_minutes_after_the_first_behind_haproxys_minute_count_read_its_windo
         assert m.failed == 0 and m.refused_share <= 0.04 and m.used >= 0.8, (seed, m)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_a_first_burst_that_spends_haproxys_minute_is_waited_out_with_a_trickle(seed):
+    """HAProxy's count over a minute with the gateway near (no network between to interleave the answers, as on one
+    host): the first burst spends the minute's 600 in half a second, and every request is refused for the rest of it.
+    Nothing was accepted after the first refusal, so no estimate formed and each refusal halved the rate: 0.08 a
+    second by 60 s, then the climb before an estimate reached 250 a second while the count let requests through, and
+    19-39 % of the requests were refused from 60 s (0.50-0.53 of the budget used, the first estimate at 113-120 s).
+    After 5 s with nothing accepted the process trickles, and the trickle's end reads the window: the first estimate
+    at 66-67 s, 0.86-0.99 of the budget used, 0.5-4.4 % refused."""
+    gateway = Gateway(requests_per_minute=600, freq_ctr_s=60.0, silent=True)
+    procs, _ = simulate(gateway, seconds=240, seed=seed, net_s=0.0)
+    m = measure(procs, gateway, t0=60, t1=240)
+    assert procs[0].pacer.learnt.first[0] < 70.0
+    assert m.failed == 0 and m.refused_share <= 0.05 and m.used >= 0.85, m
+
+
 @pytest.mark.parametrize("shards", [1, 2])
 def test_a_trickles_end_after_an_outage_does_not_read_the_outage_as_the_budget(shards):
     """A token bucket (600 a minute, a second of burst, no wait stated) that refuses every request for a minute (120 to

@@ -37,7 +37,8 @@ estimate from, once a rate was estimated, changes nothing (an outage does not co
 accepted since the oldest send kept, over the seconds outside trickles, is then the refill), and a cut never raises a
 rate once estimated (a trickle's end may: it reads a whole window, if refusals came all along; else it changes
 nothing); after ``MIN_ACCEPTED`` refusals in a row with none accepted (a shard: ``MIN_ACCEPTED`` / its
-share; ``WINDOW_TRICKLE`` once a rate was read over windows), it sends one request per ``TRICKLE_S`` until one is
+share; ``WINDOW_TRICKLE`` once a rate was read over windows; before an estimate, ``WINDOW_RUN_S`` with none accepted
+after a first burst was), it sends one request per ``TRICKLE_S`` until one is
 answered (a gateway that counts refused requests, HAProxy's ``http_req_rate``, is not kept full by them, nor is one
 that counts per window of the clock refused for the rest of each window); a learnt rate lies in [``MIN_RATE``, the
 configured cap]. Time comes from an injected clock (a simulation runs it)."""
@@ -298,6 +299,8 @@ class LearntRate:
         elif not self._estimated:
             if self._starved(started, now):
                 return True
+            if self._spent(started, now):
+                return False
             # nothing to estimate from yet: halve the rate (at first, what was sent over the last second)
             if self.requests_per_s is None:
                 if ledger.first_kept is None:
@@ -326,6 +329,20 @@ class LearntRate:
         if self._alone or self._ledger.refusals < STARVED_REFUSALS or self._fair() is not None:
             return False
         return self._cut_to_since_oldest(b, now, least=2.0)
+
+    def _spent(self, b: float, now: float) -> bool:
+        """Not yet estimated, a gateway that let a first burst through and then refused every request for
+        ``WINDOW_RUN_S`` counts over a window the burst spent (HAProxy's minute, 600 let through in half a second):
+        the process trickles, not halving down to a hundredth of the budget, and the trickle's end reads the window."""
+        ledger, run = self._ledger, WINDOW_RUN_S * self._stretch()
+        if self._trickling is not None:
+            return True
+        if ledger.first_kept is None or ledger.first_kept > b - run or ledger.accepted_up_to(b)[0] < MIN_ACCEPTED \
+                or ledger.accepted(b - run, b)[0] >= 1.0:
+            return False
+        self._trickling = now
+        self.trickles += 1
+        return True
 
     def _far_under(self, b: float, now: float) -> bool:
         """Once estimated, a refusal sent at ``b`` with no span holding the accepted requests an estimate needs: after
