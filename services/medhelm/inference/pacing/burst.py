@@ -6,10 +6,11 @@ A gateway without burst (nginx's ``limit_req`` without ``burst``, Traefik's defa
 that comes sooner than its rate's spacing after the last one it let through. A learnt bucket that holds a second of
 refill sends what a delay held back at once, right behind the late request; the gateway refuses those, and each
 refusal cut the rate (0.56-0.68 of nginx's budget used). What tells such a gateway from a token bucket whose burst ran
-dry: it refuses close sends whenever they come, a bucket only while it is empty. So when the sends kept over the
-horizon that came at least as close behind the one before as a refused one did were refused at least ``SHARE`` of
-the time, in ``REFUSALS`` spells a second apart or more, the gateway holds no burst: the request bucket holds one
-request (sends are spaced evenly), and that refusal is answered by this, not by a cut.
+dry: it refuses close sends whenever they come, a bucket only while it is empty. So when, of the sends kept over the
+horizon (the last ``KEPT`` at most), those that came at least as close behind the one before as a refused one did
+were refused at least ``SHARE`` of the time, in ``REFUSALS`` spells a second apart or more, and those spaced wider at
+most 1 - ``SHARE`` of it, the gateway holds no burst: the request bucket holds one request (sends are spaced evenly),
+and that refusal is answered by this, not by a cut.
 
 Paced evenly, once per ``PROBE_S`` a request is let through right behind the one before (a probe). If the gateway lets
 both through it holds a burst after all (a token bucket refused a starved client's catch-ups while it was empty), and
@@ -32,6 +33,8 @@ REFUSALS = 2  # ... in this many spells ...
 APART_S = 1.0  # ... at least this many seconds apart (the sends a whole-second pause held back are one spell)
 PROBE_S = 30.0  # paced evenly, a probe once per this many seconds
 PROBE_CLOSE = 0.5  # a probe comes within this part of the rate's spacing behind the send before it
+KEPT = 2048  # the sends looked over at a refusal: the horizon's, up to this many (above 34 a second the look spans
+# less than a minute, and stays a few milliseconds of work at any rate)
 
 
 class BurstSeen:
@@ -40,7 +43,8 @@ class BurstSeen:
     def __init__(self) -> None:
         self.none = False  # the gateway holds no burst: pace evenly
         self.times = 0  # how often even pacing began
-        self._gaps: collections.deque[tuple[float, float]] = collections.deque()  # (send, seconds after the one before)
+        self._gaps: collections.deque[tuple[float, float]] = collections.deque(maxlen=KEPT)  # (send, seconds after
+        # the one before)
         self._probe_due = math.inf  # paced evenly: when the next probe may go
         self._probe: list[float] | None = None  # the probe in flight: the send before it, its own, answers still due
 
