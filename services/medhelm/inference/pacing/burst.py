@@ -42,7 +42,6 @@ class BurstSeen:
 
     def __init__(self) -> None:
         self.none = False  # the gateway holds no burst: pace evenly
-        self.times = 0  # how often even pacing began
         self._gaps: collections.deque[tuple[float, float]] = collections.deque(maxlen=KEPT)  # (send, seconds after
         # the one before)
         self._probe_due = math.inf  # paced evenly: when the next probe may go
@@ -101,7 +100,6 @@ class BurstSeen:
         if not spaced or sum(1 for t in spaced if ledger.was_refused(t)) > (1.0 - SHARE) * len(spaced):
             return False
         self.none, self._probe_due = True, now + probe_after
-        self.times += 1
         self._gaps.clear()
         return True
 
