@@ -18,18 +18,19 @@ and leaves the cut when it reads at or above it. A learnt rate at a configured b
 the budget's burst, and does not make the other rate climb. The climb and every span counted in seconds are tuned
 at 10 requests a second; under ``STEADY_REQUESTS_PER_S`` (1 or 2 a second) they are stretched to hold as many
 requests (a cycle of the climb ends in about one refusal), and a quiet span is one with no refusal for that long
-within it, not merely a long one. The learnt token bucket holds two requests' mean cost at least (under that the two
-buckets bind in turn, each losing refill while the other holds). A gateway that counts per window of the clock (Kong's,
-Envoy's rate limit service) refuses the rest of a window once its count is spent: a run of refusals that long ends
-where the window resets, and the rate is read from one such end to the next (``_run_ended``); the climb then doubles
-less, and the trickle starts sooner. A trickle's end (the gateway accepts again) reads a window too: what was
-accepted since the last one, per second, sets the rate (``_trickle_ended``), and once a process trickled, a refusal
-after a quiet span cuts to what was accepted over the last window as long as its longest trickle (a count that
-remembers a minute is overshot by a climb long before it refuses). A gateway that states no wait at all (a bare 429)
-gives shards no fair part: their summary says to tell the Job its budget. A shard with no fair part still halving
-after ``STARVED_REFUSALS`` refusals takes what was accepted since its oldest send kept as its first estimate. A
-process alone behind a gateway that refuses close sends and not spaced ones (no burst: ``burst.BurstSeen``) spaces its
-sends evenly, and a refusal then cuts the rate from itself.
+within it, not merely a long one. The learnt token rate is never under what the learnt request rate needs at the mean
+cost of all sent (``_cut``), its bucket holds two requests' mean cost at least (under that the two buckets bind in
+turn, each losing refill while the other holds). A gateway that counts per window of the clock (Kong's, Envoy's rate
+limit service) refuses the rest of a window once its count is spent: a run of refusals that long ends where the
+window resets, and the rate is read from one such end to the next (``_run_ended``); the climb then doubles less, and
+the trickle starts sooner. A trickle's end (the gateway accepts again) reads a window too: what was accepted since
+the last one, per second, over a span as long as the longest trickle at least, sets the rate (``_trickle_ended``),
+and once a process trickled, a refusal after a quiet span cuts to what was accepted over the last such window (a
+count that remembers a minute is overshot by a climb long before it refuses). A gateway that states no wait at all
+(a bare 429) gives shards no fair part: their summary says to tell the Job its budget. A shard with no fair part
+still halving after ``STARVED_REFUSALS`` refusals takes what was accepted since its oldest send kept as its first
+estimate. A process alone behind a gateway that refuses close sends and not spaced ones (no burst:
+``burst.BurstSeen``) spaces its sends evenly, and a refusal then cuts the rate from itself.
 
 Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing to
 estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate) until
@@ -164,12 +165,14 @@ class LearntRate:
         """A trickle ended: the gateway, which refused every request for a while, accepts the one sent at
         ``started``. It counts over a window and let a whole window's count through since the last trickle ended (or
         the process began): what it accepted since then, per second, is its budget, if this process was at its edge
-        all that time (no span without a refusal longer than a quiet one). It sets the rate as a cut does, up or down."""
+        all that time (no span without a refusal longer than a quiet one), over a window at least (the longest
+        trickle: two trickles close together span mostly trickle). It sets the rate as a cut does, up or down."""
         accepted = self._ledger.accepted_up_to()
         mark, self._trickle_mark = self._trickle_mark, (started, *accepted)
         gap, self._refusal_gap = self._refusal_gap, 0.0
         span, requests, tokens = started - mark[0], accepted[0] - mark[1], accepted[1] - mark[2]
-        if gap > self._quiet_s() or span < MIN_SPAN_S or requests < MIN_ACCEPTED or self.requests_per_s is None:
+        if gap > self._quiet_s() or span < max(MIN_SPAN_S, self._longest_trickle) or requests < MIN_ACCEPTED \
+                or self.requests_per_s is None:
             return
         self._cut(requests / span, tokens / span, now, estimated=True)
 
@@ -267,9 +270,8 @@ class LearntRate:
                 window = min(span, max(MIN_SPAN_S, self._longest_trickle))
                 requests, used = (x / window for x in ledger.accepted(started - window, started))
             elif quiet:
-                # no refusal for a while: the gateway's bucket may have sat full (our rate under its budget) for
-                # part of the span, so what it accepted is a floor; the rate that was just refused, a ceiling, which
-                # a fast climb may have taken far past the edge while the gateway's burst ran out
+                # no refusal for a while: the gateway's bucket may have sat full for part of the span, so what it
+                # accepted is a floor; the rate just refused a ceiling (a fast climb may have taken it far past)
                 if self._alone:  # start halfway: the next refusal is estimated from this one (gateway empty at both)
                     requests = max(requests, (requests + self.requests_per_s) / 2)
                     used = max(used, (used + (self.tokens_per_s or 0.0)) / 2)
@@ -279,8 +281,7 @@ class LearntRate:
                     used = max(used, self.tokens_per_s or 0.0)
             fair = None if self._estimated else self._fair()
             if fair is not None and requests > 0.0:
-                # a shard's first estimate, over a short span, reads its part with the noise of who was refused
-                # first: kept between half and twice its fair part
+                # a shard's first estimate, over a short span, is noisy (who was refused first): kept in [half, twice]
                 part = min(max(requests, FAIR_FLOOR * fair), fair / FAIR_FLOOR) / requests
                 requests, used = requests * part, used * part
             if self._estimated and self.requests_per_s is not None:
@@ -288,8 +289,7 @@ class LearntRate:
                     # the quiet cut's level holds: a refusal this soon after it is the climb's last requests, still
                     # arriving (a second cut took 20.2 requests/s of 20 to 18.3, and 0.93 of the budget was used)
                     return False
-                # a cut never raises the rate: what a long bucket saved up while we sent under its refill reads
-                # as more than its refill until it runs dry
+                # a cut never raises the rate (a long bucket's saved burst reads as more than its refill till dry)
                 requests = min(requests, self.requests_per_s)
                 used = min(used, self.tokens_per_s) if self.tokens_per_s else used
                 if self._burst.none:  # paced evenly, a refusal says the spacing was too close: cut from it (what
@@ -312,8 +312,7 @@ class LearntRate:
             if requests <= 0.0:  # nothing was sent to halve
                 return False
             self._cut(requests, used, now, estimated=False)
-            # halve what was sent; a shard stops at a part of its fair part (the first to be refused would else
-            # halve itself far under the others before any of them estimates)
+            # halve; a shard stops at a part of its fair part (the first refused would halve far under the others)
             part = min(1.0, max(0.5, FAIR_FLOOR * (self._fair() or 0.0) / requests))
             self._set(requests * part, used * part if self.tokens_per_s else None, now)
         elif not self._far_under(started, now):
@@ -482,8 +481,7 @@ class LearntRate:
         span, accepted = (FIRST_SPAN_S, FIRST_ACCEPTED) if loose else (MIN_SPAN_S, MIN_ACCEPTED)
         if not self._estimated and self._whole():
             # the first estimate too spans a full 2 s under whole seconds: half a second back from the first refusal
-            # after the first pause reaches the refusal before it, a span that is all pause and ends in the burst
-            # that collects the pause's refill, most of it sent after the refused request (a gateway 10 ms away:
+            # after the first pause spans all pause and the burst that collects its refill (a gateway 10 ms away:
             # 4.7 requests/s read of 10, and a 60 s bucket saved up while the rate climbed back)
             span = MIN_SPAN_S
         oldest = True  # no refusal kept sent that far back
@@ -506,6 +504,11 @@ class LearntRate:
 
     def _cut(self, requests: float, tokens: float, now: float, *, estimated: bool) -> None:
         self.cuts += 1
+        sent = self._ledger.total
+        if estimated and tokens > 0.0 and sent[0] >= FIRST_ACCEPTED:
+            # never under what the request rate needs at the mean cost of all sent: a span's few requests sample the
+            # cost (at 1 a second, 4 cheap ones held a requests budget at 0.78 for minutes)
+            tokens = max(tokens, requests * sent[1] / sent[0])
         pr, pt, when = self._peak
         fade = 0.5 ** ((self._ticks - when) / PEAK_HALF_LIFE_S)
         if estimated and not self._estimated:  # the first estimate replaces what the provisional rates guessed
@@ -515,9 +518,8 @@ class LearntRate:
                       max(tokens, min(pt * fade, PEAK_OVER * tokens)), self._ticks)
         requests, tokens = BACKOFF * requests, BACKOFF * tokens
         if estimated and self._estimated and self.requests_per_s is not None and not self._alone and self._whole():
-            # a shard's refusals per second hardly depend on its rate under whole seconds (a slow shard is refused
-            # as often as a fast one, right after its pause), so a full cut at each would shrink the slow ones
-            # most: a cut this soon after the last takes only its part of a full one
+            # a shard's refusals per second hardly depend on its rate under whole seconds (a slow one is refused as
+            # often, after its pause): a full cut at each shrinks the slow most, so a cut soon after the last is partial
             part = min(1.0, (self._ticks - self._quiet_since) / WHOLE_CUT_SPACING_S)
             requests = self.requests_per_s - (self.requests_per_s - requests) * part \
                 if requests < self.requests_per_s else requests
@@ -543,8 +545,7 @@ class LearntRate:
         # all that waited into a gateway that refills far slower), unless it climbed to a configured budget, which
         # paces with its burst as the configured bucket does (a stalled client catches up), and so the other rate
         burst_s = BURST_S if self._estimated or self._at_cap(requests, cap_r) or self._at_cap(tokens, cap_t) else 0.0
-        # the token bucket holds two requests' mean cost at least: under that, the dearer requests wait for a full
-        # bucket while the request bucket, full, loses its refill (and the other way round)
+        # the token bucket holds two requests' mean cost at least (under that, the buckets bind in turn)
         sent = self._ledger.total
         least = TOKEN_BURST_REQUESTS * sent[1] / sent[0] if burst_s and sent[0] else 1.0
         self.buckets = (self._bucket(old_r, requests, 1.0, now, 0.0 if self._burst.none else burst_s),
