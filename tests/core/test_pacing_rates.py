@@ -73,7 +73,7 @@ def test_a_small_budget_is_not_hammered(requests_per_minute, burst_s, whole, see
     (about 15 s) ends in about one refusal, 1 in 15 requests at 60 a minute (4-7 % refused after the first minute
     on these seeds, 2.2 % at 120). Under ``STEADY_REQUESTS_PER_S`` they are stretched to hold as many requests as
     there. What is not met at this scale (docs/pacing.md): >= 95 % of a budget with a second of burst (a cycle of the
-    climb takes two minutes from 0.9 of the budget: 0.89-0.94 used at 60 a minute on these seeds, 0.84-0.94 over 20),
+    climb takes two minutes from 0.9 of the budget: 0.90-0.94 used at 60 a minute on these seeds, 0.89-0.94 over 20),
     and <= 2 % for a minute of burst under whole seconds on
     some seeds (the climb runs the saved minute dry far past the edge, and a whole-second refinement waits for 16
     requests accepted)."""
@@ -82,20 +82,21 @@ def test_a_small_budget_is_not_hammered(requests_per_minute, burst_s, whole, see
     m = measure(procs, gateway, t0=60, t1=240)
     assert m.failed == 0 and max(p.most_refused for p in procs) < 6
     assert m.refused_share <= 0.02, m
-    assert m.used >= (0.95 if burst_s > 1.0 else 0.85), m
+    assert m.used >= (0.95 if burst_s > 1.0 else 0.88), m
 
 
-@pytest.mark.parametrize("seed", [2, 5])
+@pytest.mark.parametrize("seed", [2, 5, 13, 15])
 def test_a_token_rate_read_from_a_few_requests_does_not_hold_a_requests_budget_back(seed):
     """60 requests a minute with a second of burst, the gateway counting requests alone. The first estimate read 4-5
     accepted requests, and what they cost set the learnt token rate too: cheaper than the mean, they held the sends at
-    0.75-0.80 of the learnt request rate for two minutes (0.78 and 0.81 of the budget used on these seeds). The token
-    rate is never set under what the request rate needs at the mean cost of all sent: 0.89 and 0.91."""
+    0.75-0.80 of the learnt request rate for two minutes (0.78 and 0.81 of the budget used on seeds 2 and 5). A cut
+    never sets the token rate under what the request rate needs at the mean cost of all sent (0.89, 0.91, 0.87, 0.84
+    on these seeds), and alone, the climb keeps it there as the mean drifts: 0.92, 0.91, 0.90, 0.92."""
     gateway = Gateway(requests_per_minute=60, burst_s=1.0)
     procs, _ = simulate(gateway, seconds=240, seed=seed)
     m = measure(procs, gateway, t0=60, t1=240)
     assert m.failed == 0 and m.refused_share <= 0.02, m
-    assert m.used >= 0.85, m
+    assert m.used >= 0.895, m
 
 
 @WHOLE

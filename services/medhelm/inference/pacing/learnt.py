@@ -18,12 +18,12 @@ and leaves the cut when it reads at or above it. A learnt rate at a configured b
 the budget's burst, and does not make the other rate climb. The climb and every span counted in seconds are tuned
 at 10 requests a second; under ``STEADY_REQUESTS_PER_S`` (1 or 2 a second) they are stretched to hold as many
 requests (a cycle of the climb ends in about one refusal), and a quiet span is one with no refusal for that long
-within it, not merely a long one. The learnt token rate is never under what the learnt request rate needs at the mean
-cost of all sent (``_cut``), its bucket holds two requests' mean cost at least (under that the two buckets bind in
-turn, each losing refill while the other holds). A gateway that counts per window of the clock (Kong's, Envoy's rate
-limit service) refuses the rest of a window once its count is spent: a run of refusals that long ends where the
-window resets, and the rate is read from one such end to the next (``_run_ended``); the climb then doubles less, and
-the trickle starts sooner. A trickle's end (the gateway accepts again) reads a window too: what was accepted since
+within it, not merely a long one. A cut never sets the token rate under what the request rate needs at the mean cost of
+all sent (``_floored``; alone, the climb keeps it there); its bucket holds two requests' mean cost at least (under that
+the two buckets bind in turn, each losing refill). A gateway that counts per window of the clock (Kong's, Envoy's rate
+limit service) refuses the rest of a window once its count is spent: a run of refusals that long ends where the window
+resets, and the rate is read from one such end to the next (``_run_ended``); the climb then doubles less, and the
+trickle starts sooner. A trickle's end (the gateway accepts again) reads a window too: what was accepted since
 the last one, per second, over a span as long as the longest trickle at least, sets the rate (``_trickle_ended``),
 and once a process trickled, a refusal after a quiet span cuts to what was accepted over the last such window (a
 count that remembers a minute is overshot by a climb long before it refuses). A gateway that states no wait at all
@@ -239,10 +239,9 @@ class LearntRate:
         if started < self._cut_at:
             return False
         if self._estimated and ledger.accepted(self._cut_at, started)[0] < 1.0:
-            # nothing accepted since the last cut: an outage (or others' turn), not a smaller budget; but a process
-            # does not send at the rate either once MIN_ACCEPTED in a row were refused (a gateway that counts refused
-            # requests, HAProxy's http_req_rate, or per window of the clock, Kong's). A shard waits for MIN_ACCEPTED /
-            # share (one refused 16 in a row is mostly starved by the others' sends), or WINDOW_TRICKLE once windows
+            # nothing accepted since the last cut: an outage (or others' turn), not a smaller budget; but no sending at
+            # the rate either once MIN_ACCEPTED in a row were refused (HAProxy's http_req_rate counts refused requests,
+            # Kong's window refuses to its end). A shard waits for MIN_ACCEPTED / share, or WINDOW_TRICKLE once windows
             if self._trickling is None and \
                     ledger.refused_since(self._cut_at) >= \
                     (WINDOW_TRICKLE if self.window_cuts else MIN_ACCEPTED / self._share):
@@ -264,9 +263,8 @@ class LearntRate:
                 used = max(used, min(used * busy, self.tokens_per_s or 0.0))
             quiet = self._quiet(started, span) and self.requests_per_s is not None
             if quiet and self.trickles:
-                # a gateway that refused every request for a while counts over a window about that long: a refusal
-                # says the window's count is spent, so what it accepted over the last such window is its budget (the
-                # halfway cut below, read over a minute's window, let the climb refuse 7 % of requests from 60 s)
+                # a gateway that refused every request for a while counts over a window that long: what it accepted
+                # over the last one is its budget (cut halfway, read over a minute, the climb refused 7 % from 60 s)
                 window = min(span, max(MIN_SPAN_S, self._longest_trickle))
                 requests, used = (x / window for x in ledger.accepted(started - window, started))
             elif quiet:
@@ -488,9 +486,8 @@ class LearntRate:
         for a in self._ledger.refusals_back_from(b - span):
             oldest = False
             if a < self._fresh and self._refining(b):
-                # back across the quiet span a quiet cut just answered: it would be answered again, halfway down
-                # once more from a cut that may have been right; the loose refinement comes half a second after it
-                # (not under whole seconds, whose refinement over a full span brings a far overshoot down)
+                # back across the quiet span a quiet cut just answered: halfway down again from a cut that may have
+                # been right (not under whole seconds, whose refinement over a full span brings a far overshoot down)
                 return None
             requests, tokens = self._ledger.accepted(a, b)
             if requests >= accepted:
@@ -504,11 +501,7 @@ class LearntRate:
 
     def _cut(self, requests: float, tokens: float, now: float, *, estimated: bool) -> None:
         self.cuts += 1
-        sent = self._ledger.total
-        if estimated and tokens > 0.0 and sent[0] >= FIRST_ACCEPTED:
-            # never under what the request rate needs at the mean cost of all sent: a span's few requests sample the
-            # cost (at 1 a second, 4 cheap ones held a requests budget at 0.78 for minutes)
-            tokens = max(tokens, requests * sent[1] / sent[0])
+        tokens = self._floored(requests, tokens) if estimated else tokens
         pr, pt, when = self._peak
         fade = 0.5 ** ((self._ticks - when) / PEAK_HALF_LIFE_S)
         if estimated and not self._estimated:  # the first estimate replaces what the provisional rates guessed
@@ -551,6 +544,12 @@ class LearntRate:
         self.buckets = (self._bucket(old_r, requests, 1.0, now, 0.0 if self._burst.none else burst_s),
                         self._bucket(old_t, tokens, max(1.0, least), now, burst_s) if tokens else None)
 
+    def _floored(self, requests: float, tokens: float) -> float:
+        """``tokens`` a second, never under what ``requests`` a second need at the mean cost of all sent (an estimate's
+        few requests sample the cost: at 1 a second, 4 cheap ones held a requests budget at 0.78 for minutes)."""
+        sent = self._ledger.total
+        return max(tokens, requests * sent[1] / sent[0]) if tokens and sent[0] >= FIRST_ACCEPTED else tokens
+
     @staticmethod
     def _at_cap(rate: float | None, cap: float | None) -> bool:
         """A learnt rate at its configured budget: what it holds back, the configured budget holds back."""
@@ -581,9 +580,8 @@ class LearntRate:
         self._advanced = now
         stretch = self._stretch()
         self._ticks += dt / stretch
-        # a request held back at a rate under one a second waits longer than a second: it is held back all that
-        # time (read as idle, a halving's guess of 0.5 a second never climbed: a Job told its budget of 60 a minute,
-        # halved by one refusal of network jitter, used 0.60 of it for minutes)
+        # a request held back at a rate under one a second is held back all that time (read as idle, a halving's
+        # guess of 0.5 a second never climbed: a Job told 60 a minute, halved once by jitter, used 0.60 for minutes)
         if self.requests_per_s is None or now - self._bound_at > max(stretch, 2.0 / self.requests_per_s):
             return
         pr, pt, _ = self._peak  # the climb's unit: the highest rate estimated (or the rate itself, before one)
@@ -596,5 +594,7 @@ class LearntRate:
         boost = min(most, 2.0 ** ((self._ticks - self._quiet_since) / CLIMB_DOUBLING_S)) * CLIMB * dt / stretch
         if not self._estimated:  # a halving guessed: find the budget's edge again soon, to estimate it there
             boost *= FIRST_CLIMB
-        self._set(self.requests_per_s + boost * pr,
-                  self.tokens_per_s + boost * pt if self.tokens_per_s else None, now)
+        requests, tokens = self.requests_per_s + boost * pr, (self.tokens_per_s or 0.0) + boost * pt
+        if tokens and self._alone and self._estimated:  # the floor follows the mean as it drifts (not for shards: they
+            tokens = self._floored(requests, tokens)  # split by chance on other seeds, two at 0.40-0.44 of a fair part)
+        self._set(requests, tokens if self.tokens_per_s else None, now)
