@@ -501,7 +501,7 @@ class LearntRate:
 
     def _cut(self, requests: float, tokens: float, now: float, *, estimated: bool) -> None:
         self.cuts += 1
-        tokens = self._floored(requests, tokens) if estimated else tokens
+        tokens = self._floored(requests, tokens) if estimated else tokens  # an estimate samples the cost too
         pr, pt, when = self._peak
         fade = 0.5 ** ((self._ticks - when) / PEAK_HALF_LIFE_S)
         if estimated and not self._estimated:  # the first estimate replaces what the provisional rates guessed
@@ -545,8 +545,7 @@ class LearntRate:
                         self._bucket(old_t, tokens, max(1.0, least), now, burst_s) if tokens else None)
 
     def _floored(self, requests: float, tokens: float) -> float:
-        """``tokens`` a second, never under what ``requests`` a second need at the mean cost of all sent (an estimate's
-        few requests sample the cost: at 1 a second, 4 cheap ones held a requests budget at 0.78 for minutes)."""
+        """``tokens`` a second, never under what ``requests`` a second need at the mean cost of all sent."""
         sent = self._ledger.total
         return max(tokens, requests * sent[1] / sent[0]) if tokens and sent[0] >= FIRST_ACCEPTED else tokens
 
@@ -594,7 +593,8 @@ class LearntRate:
         boost = min(most, 2.0 ** ((self._ticks - self._quiet_since) / CLIMB_DOUBLING_S)) * CLIMB * dt / stretch
         if not self._estimated:  # a halving guessed: find the budget's edge again soon, to estimate it there
             boost *= FIRST_CLIMB
-        requests, tokens = self.requests_per_s + boost * pr, (self.tokens_per_s or 0.0) + boost * pt
-        if tokens and self._alone and self._estimated:  # the floor follows the mean as it drifts (not for shards: they
-            tokens = self._floored(requests, tokens)  # split by chance on other seeds, two at 0.40-0.44 of a fair part)
-        self._set(requests, tokens if self.tokens_per_s else None, now)
+        requests = self.requests_per_s + boost * pr
+        tokens = self.tokens_per_s + boost * pt if self.tokens_per_s else None
+        if tokens and self._alone and self._estimated:  # the floor follows the mean as it drifts (a shard's split moved
+            tokens = self._floored(requests, tokens)  # by chance with it: two at 0.40-0.44 of a fair part)
+        self._set(requests, tokens, now)
