@@ -1,48 +1,49 @@
 """``LearntRate``: a deployment's request and token rate learnt from refusals alone, for a gateway that answers 429
-without stating its budget (no ``x-ratelimit-*`` / ``anthropic-ratelimit-*`` headers). The gate (``gate.Pacer``)
-feeds it every send and refusal and paces by its two buckets; docs/pacing.md gives the design and its reasons.
+without stating its budget (no ``x-ratelimit-*`` / ``anthropic-ratelimit-*`` headers). The gate (``gate.Pacer``) feeds
+it every send and refusal and paces by its two buckets; docs/pacing.md gives the design and its reasons.
 
-A gateway's token bucket is (nearly) empty whenever it refuses, so what it accepted between two refusals is its
-refill over that time: the estimate is what was sent and not refused between an earlier refusal and this one, per
-second (over the seconds this process was busy: while its own buckets sat full it sent under its rate, and the
-gateway may have lost refill it cannot count). A refusal of a request sent after the last cut sets the rate to
-``BACKOFF`` x that estimate (before any estimate, it halves what was sent); while the rate holds requests back it
-climbs additively, faster the longer no refusal comes, so a raised budget is found again. A Job's shards climb by a
-unit they share (their fair part, read from the gateway's fractional ``Retry-After``), so the smaller gain on the
-larger as AIMD flows do. A gateway that states whole seconds (RFC 9110) pauses every refused process for a second:
-a process alone then refines a cut only over a full span, and a shard resumes at its rate, without a burst and
-takes at most one whole cut per ``WHOLE_CUT_SPACING_S`` (the slow shards are refused as often as the fast ones); a
-first estimate under whole seconds spans a full ``MIN_SPAN_S`` too (half a second back reaches across the pause).
-A refusal that refines a quiet cut (to the millisecond) never reaches back across the quiet span that cut answered,
-and leaves the cut when it reads at or above it. A learnt rate at a configured budget is that budget: it paces with
-the budget's burst, and does not make the other rate climb. The climb and every span counted in seconds are tuned
-at 10 requests a second; under ``STEADY_REQUESTS_PER_S`` (1 or 2 a second) they are stretched to hold as many
-requests (a cycle of the climb ends in about one refusal), and a quiet span is one with no refusal for that long
-within it, not merely a long one. A cut never sets the token rate under what the request rate needs at the mean cost of
-all sent (``_floored``; alone, the climb keeps it there); its bucket holds two requests' mean cost at least (under that
-the two buckets bind in turn, each losing refill). A gateway that counts per window of the clock (Kong's, Envoy's rate
-limit service) refuses the rest of a window once its count is spent: a run of refusals that long ends where the window
-resets, and the rate is read from one such end to the next (``_run_ended``); the climb then doubles less, and the
-trickle starts sooner. A trickle's end (the gateway accepts again) reads a window too: what was accepted since
-the last one, per second, over a span as long as the longest trickle at least, sets the rate (``_trickle_ended``),
-and once a process trickled, a refusal after a quiet span cuts to what was accepted over the last such window (a
-count that remembers a minute is overshot by a climb long before it refuses). A gateway that states no wait at all
-(a bare 429) gives shards no fair part: their summary says to tell the Job its budget. A shard with no fair part
-still halving after ``STARVED_REFUSALS`` refusals takes what was accepted since its oldest send kept as its first
-estimate. A process alone behind a gateway that refuses close sends and not spaced ones (no burst:
-``burst.BurstSeen``) spaces its sends evenly, and a refusal then cuts the rate from itself.
+A gateway's token bucket is (nearly) empty whenever it refuses, so what it accepted between two refusals is its refill
+over that time: the estimate is what was sent and not refused between an earlier refusal and this one, per second (over
+the seconds this process was busy: while its own buckets sat full it sent under its rate, and the gateway may have lost
+refill it cannot count). A refusal of a request sent after the last cut sets the rate to ``BACKOFF`` x that estimate
+(before any estimate, it halves what was sent); while the rate holds requests back it climbs additively, faster the
+longer no refusal comes, so a raised budget is found again. A Job's shards climb by a unit they share (their fair part,
+read from the gateway's fractional ``Retry-After``), so the smaller gain on the larger as AIMD flows do. A gateway that
+states whole seconds (RFC 9110) pauses every refused process for a second: a process alone then refines a cut only over
+a full span, and a shard resumes at its rate, without a burst and takes at most one whole cut per
+``WHOLE_CUT_SPACING_S`` (the slow shards are refused as often as the fast ones); a first estimate under whole seconds
+spans a full ``MIN_SPAN_S`` too (half a second back reaches across the pause). A refusal that refines a quiet cut (to
+the millisecond) never reaches back across the quiet span that cut answered, and leaves the cut when it reads at or
+above it. A learnt rate at a configured budget is that budget: it paces with the budget's burst, and does not make the
+other rate climb. The climb and every span counted in seconds are tuned at 10 requests a second; under
+``STEADY_REQUESTS_PER_S`` (1 or 2 a second) they are stretched to hold as many requests (a cycle of the climb ends in
+about one refusal), and a quiet span is one with no refusal for that long within it, not merely a long one. A cut never
+sets the token rate under what the request rate needs at the mean cost of all sent (``_floored``; alone, the climb keeps
+it there); its bucket holds four requests' mean cost at least, a shard's two (under that the two buckets bind in turn,
+each losing refill: at the rate the mean cost needs, the token bucket's level walks without drift). Alone, the climb
+closes fast on the rate last refused and crawls under it (``edge.Edge``). A gateway that counts per window of the clock
+(Kong's, Envoy's rate limit service) refuses the rest of a window once its count is spent: a run of refusals that long
+ends where the window resets, and the rate is read from one such end to the next (``_run_ended``); the climb then
+doubles less, and the trickle starts sooner. A trickle's end (the gateway accepts again) reads a window too: what was
+accepted since the last one, per second, over a span as long as the longest trickle at least, sets the rate
+(``_trickle_ended``), and once a process trickled, a refusal after a quiet span cuts to what was accepted over the last
+such window (a count that remembers a minute is overshot by a climb long before it refuses). A gateway that states no
+wait at all (a bare 429) gives shards no fair part: their summary says to tell the Job its budget. A shard with no fair
+part still halving after ``STARVED_REFUSALS`` refusals takes what was accepted since its oldest send kept as its first
+estimate. A process alone behind a gateway that refuses close sends and not spaced ones (no burst: ``burst.BurstSeen``)
+spaces its sends evenly, and a refusal then cuts the rate from itself.
 
 Failure semantics: never raises. A refusal of a request sent before the last cut changes nothing; one with nothing to
-estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate) until
-``MIN_ACCEPTED`` refusals came since the last cut with some accepted between (a budget far under the rate: what was
-accepted since the oldest send kept, over the seconds outside trickles, is then the refill), and a cut never raises a
-rate once estimated (a trickle's end may: it reads a whole window, if refusals came all along; else it changes
-nothing); after ``MIN_ACCEPTED`` refusals in a row with none accepted (a shard: ``MIN_ACCEPTED`` / its
-share; ``WINDOW_TRICKLE`` once a rate was read over windows; before an estimate, ``WINDOW_RUN_S`` with none accepted
-after a first burst was), it sends one request per ``TRICKLE_S`` until one is
-answered (a gateway that counts refused requests, HAProxy's ``http_req_rate``, is not kept full by them, nor is one
-that counts per window of the clock refused for the rest of each window); a learnt rate lies in [``MIN_RATE``, the
-configured cap]. Time comes from an injected clock (a simulation runs it)."""
+estimate from, once a rate was estimated, changes nothing (an outage does not collapse the rate) until ``MIN_ACCEPTED``
+refusals came since the last cut with some accepted between (a budget far under the rate: what was accepted since the
+oldest send kept, over the seconds outside trickles, is then the refill), and a cut never raises a rate once estimated
+(a trickle's end may: it reads a whole window, if refusals came all along; else it changes nothing); after
+``MIN_ACCEPTED`` refusals in a row with none accepted (a shard: ``MIN_ACCEPTED`` / its share; ``WINDOW_TRICKLE`` once a
+rate was read over windows; before an estimate, ``WINDOW_RUN_S`` with none accepted after a first burst was), it sends
+one request per ``TRICKLE_S`` until one is answered (a gateway that counts refused requests, HAProxy's
+``http_req_rate``, is not kept full by them, nor is one that counts per window of the clock refused for the rest of each
+window); a learnt rate lies in [``MIN_RATE``, the configured cap]. Time comes from an injected clock (a simulation runs
+it)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ from collections.abc import Callable
 
 from medhelm.inference.pacing.budget import Bucket
 from medhelm.inference.pacing.burst import PROBE_S, BurstSeen
+from medhelm.inference.pacing.edge import Edge
 from medhelm.inference.pacing.ledger import Ledger
 
 BACKOFF = 0.95  # the rate after a refusal, as a part of what the gateway was seen to accept
@@ -76,7 +78,7 @@ STARVED_REFUSALS = 8  # a shard with no fair part, refused this often before an 
 FAIR_FLOOR = 0.5  # a shard's halvings stop at this part of its fair part, and its first estimate is within it
 WHOLE_CUT_SPACING_S = 10.0  # under whole seconds a shard's cut is scaled by the seconds since its last over this
 BURST_S = 1.0  # the learnt buckets hold this many seconds of refill (at least one request's cost) ...
-TOKEN_BURST_REQUESTS = 2.0  # ... the token bucket at least this many requests' mean cost
+TOKEN_BURST_REQUESTS = (4.0, 2.0)  # ... the token bucket at least this many requests' mean cost (alone, a shard)
 WINDOW_RUN_S = 5.0  # a run of refusals, none accepted, this long (stretched) ends where a gateway's window resets ...
 WINDOW_TRICKLE = 1  # ... once a rate was read over windows, a trickle starts after this many refusals in a row ...
 WINDOW_CLIMB_MAX = 4.0  # ... and the climb doubles at most this many times (a window refuses only once it is spent;
@@ -105,10 +107,8 @@ class LearntRate:
         self.tokens_per_s: float | None = None  # None until learnt, or when no request counted tokens
         self.buckets: tuple[Bucket | None, Bucket | None] = (None, None)
         self._ledger = Ledger()  # what was sent and refused: the counts the estimates read
-        self._run: list[float] | None = None  # the open run of refusals: its first and last send time, and at the
-        # last, the requests and tokens accepted up to it since the process began (``_run_ended``)
-        self._window_end: tuple[float, float, float] | None = None  # the end of the latest long run (``_run_ended``):
-        # its last refusal's send time, and the requests and tokens accepted up to it since the process began
+        self._run: list[float] | None = None  # the open run of refusals: first and last send, accepted up to the last
+        self._window_end: tuple[float, float, float] | None = None  # the latest long run's last send, accepted up to it
         self._bare = 0  # refusals that stated no wait at all (a bare 429)
         self.first: tuple[float, int] | None = None  # (seconds since born, refusals then) when first learnt
         self.cuts = 0
@@ -118,6 +118,7 @@ class LearntRate:
         self._ticks = 0.0  # the climb's clock: seconds, stretched at a low rate (``_stretch``)
         self._quiet_since = 0.0  # the last cut, on the climb's clock
         self._peak = (0.0, 0.0, 0.0)  # (requests/s, tokens/s, when on the climb's clock): the climb's unit
+        self._edge = Edge()  # alone, the rate last refused as it crossed the budget: the climb crawls under it
         self._advanced = self.born
         self._bound_at = -math.inf  # the last time the learnt rate held a request back
         self._latency: float | None = None  # a moving average of answers' latency
@@ -125,8 +126,7 @@ class LearntRate:
         self._trickling: float | None = None  # since when every request was refused: one send per TRICKLE_S
         self.trickles = 0  # how often the rate was held to a trickle
         self._longest_trickle = 0.0  # seconds: about the window of a gateway that counts over one (``_trickle_ended``)
-        self._trickle_mark = (self.born, 0.0, 0.0)  # the last trickle's end (or birth), and the requests and tokens
-        # accepted up to it since the process began
+        self._trickle_mark = (self.born, 0.0, 0.0)  # the last trickle's end (or birth), and the accepted up to it
         self._refusal_gap = 0.0  # the longest time between two refusals' sends since then
         self._last_refused = self.born  # the latest refusal's send time
         self.window_cuts = 0  # how often a rate was read over a gateway's window (``_run_ended``)
@@ -284,14 +284,12 @@ class LearntRate:
                 requests, used = requests * part, used * part
             if self._estimated and self.requests_per_s is not None:
                 if requests >= self.requests_per_s and self._refining(started):
-                    # the quiet cut's level holds: a refusal this soon after it is the climb's last requests, still
-                    # arriving (a second cut took 20.2 requests/s of 20 to 18.3, and 0.93 of the budget was used)
+                    # the quiet cut's level holds: a refusal this soon after it is the climb's last requests, arriving
                     return False
                 # a cut never raises the rate (a long bucket's saved burst reads as more than its refill till dry)
                 requests = min(requests, self.requests_per_s)
                 used = min(used, self.tokens_per_s) if self.tokens_per_s else used
-                if self._burst.none:  # paced evenly, a refusal says the spacing was too close: cut from it (what
-                    # a span accepted holds the climb from far under it; 0.93 of the budget used, 0.94 now)
+                if self._burst.none:  # paced evenly, a refusal says the spacing was too close: cut from it
                     requests, used = self.requests_per_s, self.tokens_per_s or used
             self._cut(requests, used, now, estimated=True)
         elif not self._estimated:
@@ -320,9 +318,8 @@ class LearntRate:
     def _starved(self, b: float, now: float) -> bool:
         """A shard with no fair part to stop its halvings (its gateway states whole seconds or no wait), refused
         ``STARVED_REFUSALS`` times and not yet estimated: the others' paced sends keep the gateway at its edge, its own
-        find it empty, and each refusal halved it again (with a bare 429, 2 shards of 60 requests a minute each: one at
-        0.25 of its part). What the gateway accepted from it since the oldest send kept is its part of the refill: the
-        first estimate. True when the rate was cut."""
+        find it empty, and each refusal would halve it again. What the gateway accepted from it since the oldest send
+        kept is its part of the refill: the first estimate. True when the rate was cut."""
         if self._alone or self._ledger.refusals < STARVED_REFUSALS or self._fair() is not None:
             return False
         return self._cut_to_since_oldest(b, now, least=2.0)
@@ -359,7 +356,7 @@ class LearntRate:
             return False
         requests, used, span = since
         span -= Ledger.within(self._ledger.paused, b - span, b)  # a trickle is our own pause, not the gateway's
-        if span < MIN_SPAN_S:  # refill: read over one, HAProxy's count was learnt as a hundredth of itself, for good
+        if span < MIN_SPAN_S:  # refill read over a trickle's pause would be a hundredth of HAProxy's count, for good
             return False
         requests, used = requests / span, used / span
         if self._estimated and self.requests_per_s is not None:
@@ -380,7 +377,7 @@ class LearntRate:
                 wait = max(wait, held)
                 if held > 0.0 and not self._at_cap(rate, cap):
                     # the climb probes from here; a rate at its configured budget has nothing to probe (the other
-                    # climbed on its account without bound, e^t a second before an estimate, never refused)
+                    # would climb on its account without bound, never refused)
                     self._bound_at = now
         if self._trickling is not None and self._ledger.last_sent is not None:
             wait = max(wait, self._ledger.last_sent + TRICKLE_S - now)
@@ -395,7 +392,6 @@ class LearntRate:
     def summary(self) -> str:
         if self.requests_per_s is None:
             return ""
-        # a Job's shards behind a bare 429 have no fair part to share by (docs/pacing.md): one of 3 held 0.37 of it
         refusals = self._ledger.refusals
         bare = ", the gateway states no wait: tell the Job its budget (rate_limits) for its shards to share it " \
                "evenly" if not self._alone and self._bare == refusals > 0 and self._caps == (None, None) else ""
@@ -509,6 +505,9 @@ class LearntRate:
         # a budget that fell far is a new unit: the old peak would climb into it too fast
         self._peak = (max(requests, min(pr * fade, PEAK_OVER * requests)),
                       max(tokens, min(pt * fade, PEAK_OVER * tokens)), self._ticks)
+        if estimated:  # alone, a rate estimated and refused may be the edge the climb comes back to (``edge.Edge``)
+            crossed = self._estimated and self._alone and not (self.trickles or self.window_cuts)
+            self._edge.cut(self.requests_per_s if crossed else None, requests)
         requests, tokens = BACKOFF * requests, BACKOFF * tokens
         if estimated and self._estimated and self.requests_per_s is not None and not self._alone and self._whole():
             # a shard's refusals per second hardly depend on its rate under whole seconds (a slow one is refused as
@@ -538,9 +537,9 @@ class LearntRate:
         # all that waited into a gateway that refills far slower), unless it climbed to a configured budget, which
         # paces with its burst as the configured bucket does (a stalled client catches up), and so the other rate
         burst_s = BURST_S if self._estimated or self._at_cap(requests, cap_r) or self._at_cap(tokens, cap_t) else 0.0
-        # the token bucket holds two requests' mean cost at least (under that, the buckets bind in turn)
+        # the token bucket holds a few requests' mean cost at least (under that, the buckets bind in turn)
         sent = self._ledger.total
-        least = TOKEN_BURST_REQUESTS * sent[1] / sent[0] if burst_s and sent[0] else 1.0
+        least = TOKEN_BURST_REQUESTS[not self._alone] * sent[1] / sent[0] if burst_s and sent[0] else 1.0
         self.buckets = (self._bucket(old_r, requests, 1.0, now, 0.0 if self._burst.none else burst_s),
                         self._bucket(old_t, tokens, max(1.0, least), now, burst_s) if tokens else None)
 
@@ -579,8 +578,7 @@ class LearntRate:
         self._advanced = now
         stretch = self._stretch()
         self._ticks += dt / stretch
-        # a request held back at a rate under one a second is held back all that time (read as idle, a halving's
-        # guess of 0.5 a second never climbed: a Job told 60 a minute, halved once by jitter, used 0.60 for minutes)
+        # a request held back at a rate under one a second is held back all that time: not idle, the climb goes on
         if self.requests_per_s is None or now - self._bound_at > max(stretch, 2.0 / self.requests_per_s):
             return
         pr, pt, _ = self._peak  # the climb's unit: the highest rate estimated (or the rate itself, before one)
@@ -591,10 +589,12 @@ class LearntRate:
             pr, pt = unit, unit * (self.tokens_per_s or 0.0) / self.requests_per_s
         most = WINDOW_CLIMB_MAX if self.window_cuts or self.trickles > 1 else CLIMB_MAX
         boost = min(most, 2.0 ** ((self._ticks - self._quiet_since) / CLIMB_DOUBLING_S)) * CLIMB * dt / stretch
-        if not self._estimated:  # a halving guessed: find the budget's edge again soon, to estimate it there
+        if self._estimated:  # alone, close under the rate last refused: slower (``edge.Edge``)
+            boost = self._edge.step(self.requests_per_s, boost, dt / stretch, pr)
+        else:  # a halving guessed: find the budget's edge again soon, to estimate it there
             boost *= FIRST_CLIMB
         requests = self.requests_per_s + boost * pr
         tokens = self.tokens_per_s + boost * pt if self.tokens_per_s else None
-        if tokens and self._alone and self._estimated:  # the floor follows the mean as it drifts (a shard's split moved
-            tokens = self._floored(requests, tokens)  # by chance with it: two at 0.40-0.44 of a fair part)
+        if tokens and self._alone and self._estimated:  # the floor follows the mean as it drifts
+            tokens = self._floored(requests, tokens)
         self._set(requests, tokens, now)
