@@ -539,7 +539,7 @@ class LearntRate:
         burst_s = BURST_S if self._estimated or self._at_cap(requests, cap_r) or self._at_cap(tokens, cap_t) else 0.0
         # the token bucket holds a few requests' mean cost at least (under that, the buckets bind in turn)
         sent = self._ledger.total
-        least = TOKEN_BURST_REQUESTS[not self._alone] * sent[1] / sent[0] if burst_s and sent[0] else 1.0
+        least = TOKEN_BURST_REQUESTS[0 if self._alone else 1] * sent[1] / sent[0] if burst_s and sent[0] else 1.0
         self.buckets = (self._bucket(old_r, requests, 1.0, now, 0.0 if self._burst.none else burst_s),
                         self._bucket(old_t, tokens, max(1.0, least), now, burst_s) if tokens else None)
 
