@@ -133,7 +133,8 @@ def simulate(gateway: Gateway, *, processes: int = 1, seconds: float = 180.0, la
              refuse_s: float = 0.002, seed: int = 0, stagger_s: float = 0.0, net_s: float = 0.0,
              stalls: tuple[float, float] = (0.0, 0.0), expected: int | None = None,
              retry_policy: RetryPolicy | None = None,
-             configured: tuple[float | None, float | None] = (None, None)) -> tuple[list[Process], Clock]:
+             configured: tuple[float | None, float | None] = (None, None),
+             words_growth: float = 0.0) -> tuple[list[Process], Clock]:
     """``processes`` (a Job's shards when more than one: each takes ``share`` 1/n) each keep ``workers`` instances
     going; an instance's prompt has a uniform number of words in ``prompt_words``. ``stagger_s``: process i
     starts at i x stagger_s. ``net_s``: the mean of a delay drawn (exponential) for each way between the pacer and
@@ -142,7 +143,9 @@ def simulate(gateway: Gateway, *, processes: int = 1, seconds: float = 180.0, la
     a loaded machine): run and stall lengths drawn (exponential) from a generator of the process's own, every event
     of the process that falls in a stall (a start, an answer, a refusal, a wake) handled at its end, in order; the
     gateway runs on. ``expected``: the requests each process said it would send (a short run's pacer jumps).
-    ``configured``: the budget the Job was told (``rate_limits``: requests and tokens a minute, the Job's whole)."""
+    ``configured``: the budget the Job was told (``rate_limits``: requests and tokens a minute, the Job's whole).
+    ``words_growth``: the prompts grow dearer, their words by this part a minute of the simulated clock (a dataset
+    whose later notes are longer)."""
     rng = random.Random(seed)
     stalled, stall_mean = stalls
     stall_rngs = [random.Random(f"stalls {seed} {p}") for p in range(processes)]
@@ -182,6 +185,8 @@ def simulate(gateway: Gateway, *, processes: int = 1, seconds: float = 180.0, la
 
     def new_instance(p: int) -> None:
         words = rng.randint(*prompt_words)
+        if words_growth:
+            words = round(words * (1.0 + words_growth * clock.t / 60.0))
         queues[p].append((TOKEN_ESTIMATE * words + max_tokens, words, 1, None))
 
     def pump(p: int) -> None:

@@ -18,7 +18,7 @@ above it. A learnt rate at a configured budget is that budget: it paces with the
 other rate climb. The climb and every span counted in seconds are tuned at 10 requests a second; under
 ``STEADY_REQUESTS_PER_S`` (1 or 2 a second) they are stretched to hold as many requests (a cycle of the climb ends in
 about one refusal), and a quiet span is one with no refusal for that long within it, not merely a long one. A cut never
-sets the token rate under what the request rate needs at the mean cost of all sent (``_floored``; alone, the climb keeps
+sets the token rate under what the request rate needs at the recent mean cost (``_floored``; alone, the climb keeps
 it there); its bucket holds four requests' mean cost at least, a shard's two (under that the two buckets bind in turn,
 each losing refill: at the rate the mean cost needs, the token bucket's level walks without drift). Alone, the climb
 closes fast on the rate last refused and crawls under it (``edge.Edge``). A gateway that counts per window of the clock
@@ -42,8 +42,7 @@ oldest send kept, over the seconds outside trickles, is then the refill), and a 
 rate was read over windows; before an estimate, ``WINDOW_RUN_S`` with none accepted after a first burst was), it sends
 one request per ``TRICKLE_S`` until one is answered (a gateway that counts refused requests, HAProxy's
 ``http_req_rate``, is not kept full by them, nor is one that counts per window of the clock refused for the rest of each
-window); a learnt rate lies in [``MIN_RATE``, the configured cap]. Time comes from an injected clock (a simulation runs
-it)."""
+window); a learnt rate lies in [``MIN_RATE``, the configured cap]. Time comes from an injected clock."""
 
 from __future__ import annotations
 
@@ -83,6 +82,7 @@ WINDOW_RUN_S = 5.0  # a run of refusals, none accepted, this long (stretched) en
 WINDOW_TRICKLE = 1  # ... once a rate was read over windows, a trickle starts after this many refusals in a row ...
 WINDOW_CLIMB_MAX = 4.0  # ... and the climb doubles at most this many times (a window refuses only once it is spent;
 # so too once a process trickled twice: HAProxy's count lets a fast climb through until a minute of it is counted)
+FLOOR_S = 60.0  # alone, the token floor reads the mean cost over this many seconds (prompts drift); a shard's, of all
 MIN_RATE = 0.01  # requests (or tokens) a second: the slowest pace a refusal can set
 STEADY_REQUESTS_PER_S = 4.0  # under this many requests a second, the climb and the spans above in seconds are
 # stretched to hold as many requests as at this rate (``LearntRate._stretch``)
@@ -544,8 +544,8 @@ class LearntRate:
                         self._bucket(old_t, tokens, max(1.0, least), now, burst_s) if tokens else None)
 
     def _floored(self, requests: float, tokens: float) -> float:
-        """``tokens`` a second, never under what ``requests`` a second need at the mean cost of all sent."""
-        sent = self._ledger.total
+        """``tokens`` a second, never under what ``requests`` a second need at the recent mean cost (a shard's: all)."""
+        sent = self._ledger.sent_since(self._clock() - FLOOR_S, MIN_ACCEPTED if self._alone else math.inf)  # FLOOR_S
         return max(tokens, requests * sent[1] / sent[0]) if tokens and sent[0] >= FIRST_ACCEPTED else tokens
 
     @staticmethod

@@ -88,6 +88,11 @@ class Ledger:
         (ra, ta), (rb, tb) = self.cum_at(a), self.cum_at(b)
         return rb - ra, tb - ta
 
+    def sent_since(self, a: float, least: float) -> tuple[float, float]:
+        """Requests and tokens sent after ``a``, or all sent so far when that is under ``least`` requests."""
+        recent = self.sent_between(a, math.inf)
+        return recent if recent[0] >= least else self.total
+
     def accepted(self, a: float, b: float) -> tuple[float, float]:
         """Requests and tokens sent after ``a`` up to ``b`` and not refused."""
         requests, tokens = self.sent_between(a, b)
