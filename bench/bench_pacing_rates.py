@@ -280,8 +280,8 @@ def main() -> int:
         f"case runs {WINDOW_RUN:g} x as long and is counted over whole minutes of the clock from three quarters of "
         f"{args.seconds:.0f} s on). Targets: refusals <= 2 %, >= 95 % of "
         "the budget, each shard >= 0.60 of a fair share, no instance failed. The three cases before those, a budget of "
-        "1-2 requests a second: the budget used with a second of burst is a known gap (docs/pacing.md, a small "
-        "budget).",
+        "1-2 requests a second: a second of burst there is the closest to its target, the simulation's 60 a minute "
+        "under whole seconds missing it on 4 of 20 seeds (docs/pacing.md, prompts that grow dearer).",
         "",
         "| case | counted | instances failed | the run's summary (first shard) |",
         "|---|---|---|---|",
