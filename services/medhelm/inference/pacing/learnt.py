@@ -497,7 +497,7 @@ class LearntRate:
 
     def _cut(self, requests: float, tokens: float, now: float, *, estimated: bool) -> None:
         self.cuts += 1
-        tokens = self._floored(requests, tokens) if estimated else tokens  # an estimate samples the cost too
+        tokens = self._floored(requests, tokens, now) if estimated else tokens  # an estimate samples the cost too
         pr, pt, when = self._peak
         fade = 0.5 ** ((self._ticks - when) / PEAK_HALF_LIFE_S)
         if estimated and not self._estimated:  # the first estimate replaces what the provisional rates guessed
@@ -543,9 +543,9 @@ class LearntRate:
         self.buckets = (self._bucket(old_r, requests, 1.0, now, 0.0 if self._burst.none else burst_s),
                         self._bucket(old_t, tokens, max(1.0, least), now, burst_s) if tokens else None)
 
-    def _floored(self, requests: float, tokens: float) -> float:
+    def _floored(self, requests: float, tokens: float, now: float) -> float:
         """``tokens`` a second, never under what ``requests`` a second need at the recent mean cost (a shard's: all)."""
-        sent = self._ledger.sent_since(self._clock() - FLOOR_S, MIN_ACCEPTED if self._alone else math.inf)  # FLOOR_S
+        sent = self._ledger.sent_since(now - FLOOR_S, MIN_ACCEPTED if self._alone else math.inf)  # FLOOR_S
         return max(tokens, requests * sent[1] / sent[0]) if tokens and sent[0] >= FIRST_ACCEPTED else tokens
 
     @staticmethod
@@ -596,5 +596,5 @@ class LearntRate:
         requests = self.requests_per_s + boost * pr
         tokens = self.tokens_per_s + boost * pt if self.tokens_per_s else None
         if tokens and self._alone and self._estimated:  # the floor follows the mean as it drifts
-            tokens = self._floored(requests, tokens)
+            tokens = self._floored(requests, tokens, now)
         self._set(requests, tokens, now)
